@@ -1,0 +1,87 @@
+// The one small transport interface that the engine (exec/), the elastic device manager (edm/)
+// and the trainer (train/) talk through. Backends live in subfolders:
+//   comm/mpi/      real processes under mpirun (Open MPI, MPI_THREAD_MULTIPLE)
+//   comm/inproc/   ranks as threads of one process, for unit tests
+//   comm/nccl/     (later) device buffers; `Buffer` pointers are then device pointers and the
+//                  backend orders work on its own stream. Nothing in this interface assumes host
+//                  memory except the collectives' element type.
+//
+// Contract:
+//  * A Transport is one communicator: ranks 0..size()-1. Point-to-point calls take peer ranks
+//    of this communicator; tags must be in [0, kMaxTag].
+//  * Non-blocking calls return a Request; the buffer must stay valid and untouched until
+//    wait() returns (or test() returned true). A Request destroyed before completion waits.
+//  * Collectives (barrier, broadcast, all_reduce_sum, all_gather, reduce_scatter_sum,
+//    all_to_all, split) must be called by every rank of the communicator in the same order.
+//  * Message sizes must match: a receive (irecv, sendrecv, all_to_all) of N bytes must meet a
+//    send of exactly N bytes. Both backends report a mismatch as CommError on the receive.
+//  * Matching is by (source, tag) and, among messages with the same source and tag, by posting
+//    order (MPI's non-overtaking rule). Collectives never match user point-to-point messages.
+//  * Point-to-point calls and wait()/test() may be issued concurrently from several threads of one
+//    rank; collectives and split() on one communicator must not run concurrently with each other.
+//  * Send and receive buffers of one call must not overlap (all_reduce_sum is in place).
+//  * Invalid arguments (peer or root out of range, tag outside [0, kMaxTag], count vectors of
+//    the wrong length) are caller bugs: InvariantError, thrown before anything is sent.
+//  * Failures throw CommError; the communicator is then unusable and must be rebuilt.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace dynatrain::comm {
+
+inline constexpr int kMaxTag = 32767;
+
+class Request {
+ public:
+  virtual ~Request() = default;
+  // Blocks until the operation completed; throws CommError if it failed (the error is reported
+  // once; later calls return at once).
+  virtual void wait() = 0;
+  // True once the operation completed; never blocks.
+  virtual bool test() = 0;
+};
+
+// Waits for every request in order. If some wait throws, the remaining requests are still waited
+// for (so no buffer is left in use) and the first error is rethrown.
+void wait_all(std::vector<std::unique_ptr<Request>>& requests);
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Short human-readable backend name: "mpi", "inproc", ...
+  virtual const char* backend() const = 0;
+
+  // ---- point to point on raw bytes ----
+  virtual std::unique_ptr<Request> isend(const void* buf, std::size_t bytes, int peer, int tag) = 0;
+  virtual std::unique_ptr<Request> irecv(void* buf, std::size_t bytes, int peer, int tag) = 0;
+  // Sends to `dst` and receives from `src` at once; cannot deadlock against the matching call.
+  virtual void sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf,
+                        std::size_t recv_bytes, int src, int tag) = 0;
+
+  // ---- collectives over the whole communicator ----
+  virtual void barrier() = 0;
+  virtual void broadcast(void* buf, std::size_t bytes, int root) = 0;
+  // In place: buf[i] = sum over ranks of buf[i].
+  virtual void all_reduce_sum(float* buf, std::size_t count) = 0;
+  // recv holds size() * count_per_rank floats afterwards, rank r's contribution at r*count.
+  virtual void all_gather(const float* send, float* recv, std::size_t count_per_rank) = 0;
+  // send holds size() * count_per_rank floats; recv gets the sum of everybody's block rank().
+  virtual void reduce_scatter_sum(const float* send, float* recv, std::size_t count_per_rank) = 0;
+  // Personalised exchange of bytes: send_counts[r] bytes at send_offsets[r] go to rank r.
+  virtual void all_to_all(const void* send, const std::vector<std::size_t>& send_counts,
+                          const std::vector<std::size_t>& send_offsets, void* recv,
+                          const std::vector<std::size_t>& recv_counts,
+                          const std::vector<std::size_t>& recv_offsets) = 0;
+
+  // Collective: ranks with the same color form a new communicator ordered by (key, rank).
+  // color < 0 means "no communicator" and returns nullptr on that rank.
+  virtual std::unique_ptr<Transport> split(int color, int key) = 0;
+};
+
+}  // namespace dynatrain::comm

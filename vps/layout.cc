@@ -1,0 +1,241 @@
+#include "vps/layout.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace dynatrain::vps {
+
+const char* state_kind_name(StateKind kind) {
+  switch (kind) {
+    case StateKind::kParam: return "param";
+    case StateKind::kGrad: return "grad";
+    case StateKind::kMaster: return "master";
+    case StateKind::kExpAvg: return "exp_avg";
+    case StateKind::kExpAvgSq: return "exp_avg_sq";
+  }
+  return "?";
+}
+
+std::vector<StateKind> parse_state_kinds(const std::string& text) {
+  if (text == "all")
+    return {StateKind::kParam, StateKind::kGrad, StateKind::kMaster, StateKind::kExpAvg,
+            StateKind::kExpAvgSq};
+  if (text == "optimizer")
+    return {StateKind::kParam, StateKind::kMaster, StateKind::kExpAvg, StateKind::kExpAvgSq};
+  std::vector<StateKind> kinds;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    bool found = false;
+    for (int k = 0; k < kNumStateKinds; ++k) {
+      if (item == state_kind_name(static_cast<StateKind>(k))) {
+        if (std::find(kinds.begin(), kinds.end(), static_cast<StateKind>(k)) == kinds.end())
+          kinds.push_back(static_cast<StateKind>(k));
+        found = true;
+      }
+    }
+    if (!found)
+      DT_INPUT_ERROR("unknown state kind '", item,
+                     "'; valid: param, grad, master, exp_avg, exp_avg_sq, or 'all', 'optimizer'");
+  }
+  if (kinds.empty()) DT_INPUT_ERROR("empty state kind list; valid: param, grad, master, exp_avg, exp_avg_sq");
+  std::sort(kinds.begin(), kinds.end());
+  return kinds;
+}
+
+std::int64_t RankLayout::bytes(const LayoutOptions& options) const {
+  std::int64_t total = 0;
+  for (const auto& b : buffers) total += b.numel * options.elem_bytes[static_cast<int>(b.kind)];
+  return total;
+}
+
+Layout::Layout(const ModelSpec& model, ParallelConfig config, LayoutOptions options)
+    : model_(model), config_(std::move(config)), options_(std::move(options)) {
+  config_.validate_for(model_);
+  tensors_ = build_tensors(model_);
+  if (options_.bucket_elems <= 0)
+    DT_INPUT_ERROR("bucket size ", options_.bucket_elems, " must be positive");
+}
+
+namespace {
+
+std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
+
+// The boxes a rank holds of tensor `t` (stored one after another) and its local shape.
+void shard_tensor(const ModelSpec& m, const ParallelConfig& c, const RankCoords& rc,
+                  const TensorSpec& t, LocalShard& out) {
+  Box box = t.full_box();
+  int parts = c.tp, index = rc.tp;
+  if (t.expert) {
+    const std::int64_t per = t.shape[0] / c.ep;
+    box.lo[0] = rc.ep * per;
+    box.hi[0] = box.lo[0] + per;
+    parts = c.etp;
+    index = rc.etp;
+  }
+  out.local_shape.assign(t.shape.begin(), t.shape.end());
+  out.local_shape[0] = box.extent(0);
+  auto split_even = [&](int dim) {
+    const std::int64_t per = t.shape[dim] / parts;
+    box.lo[dim] = index * per;
+    box.hi[dim] = box.lo[dim] + per;
+    out.local_shape[dim] = per;
+  };
+  switch (t.split) {
+    case TpSplit::kReplicated:
+      break;
+    case TpSplit::kDim:
+      split_even(t.split_dim);
+      break;
+    case TpSplit::kVocab: {
+      const std::int64_t rows = round_up(t.shape[0], m.vocab_divisible_by * parts) / parts;
+      box.lo[0] = std::min(t.shape[0], index * rows);
+      box.hi[0] = std::min(t.shape[0], (index + 1) * rows);
+      out.local_shape[0] = rows;  // trailing rows past the vocab are padding
+      break;
+    }
+    case TpSplit::kQkv: {
+      const std::int64_t groups = t.shape[0], q = t.shape[1] - 2;
+      if (parts <= groups) {
+        split_even(0);
+        break;
+      }
+      // tp > groups: `per_group` ranks share group g; each holds a slice of its query heads
+      // followed by the group's k and v rows (replicated across those ranks).
+      const std::int64_t per_group = parts / groups, g = index / per_group, j = index % per_group;
+      const std::int64_t q_local = q / per_group;
+      Box q_box = box, kv_box = box;
+      q_box.lo[0] = kv_box.lo[0] = g;
+      q_box.hi[0] = kv_box.hi[0] = g + 1;
+      q_box.lo[1] = j * q_local;
+      q_box.hi[1] = q_box.lo[1] + q_local;
+      kv_box.lo[1] = q;
+      kv_box.hi[1] = q + 2;
+      out.boxes = {q_box, kv_box};
+      out.local_shape[0] = 1;
+      out.local_shape[1] = q_local + 2;
+      out.numel = q_box.numel() + kv_box.numel();
+      return;
+    }
+  }
+  out.boxes.clear();
+  if (!box.empty()) out.boxes.push_back(box);
+  out.numel = 1;
+  for (auto s : out.local_shape) out.numel *= s;
+}
+
+bool held_on_stage(const TensorSpec& t, const ParallelConfig& c, int stage,
+                   const std::vector<std::int64_t>& offsets) {
+  switch (t.stage) {
+    case Stage::kPre: return stage == 0 || (t.also_on_last_stage && stage == c.pp - 1);
+    case Stage::kPost: return stage == c.pp - 1;
+    case Stage::kLayer: return offsets[stage] <= t.layer && t.layer < offsets[stage + 1];
+  }
+  return false;
+}
+
+bool is_sharded(StateKind kind, int zero) {
+  switch (kind) {
+    case StateKind::kParam: return zero >= 3;
+    case StateKind::kGrad: return zero >= 2;
+    default: return zero >= 1;
+  }
+}
+
+}  // namespace
+
+std::vector<LocalShard> Layout::local_shards(int rank) const {
+  const RankCoords rc = rank_coords(config_, rank);
+  std::vector<LocalShard> shards;
+  if (!rc.active) return shards;
+  const auto offsets = stage_layer_offsets(config_);
+  for (bool expert_group : {false, true}) {
+    std::int32_t bucket = 0;
+    std::int64_t fill = 0;  // elements in the open bucket; padding is added in rank_layout()
+    for (const auto& t : tensors_) {
+      if (t.expert != expert_group || !held_on_stage(t, config_, rc.pp, offsets)) continue;
+      LocalShard s;
+      s.tensor = t.id;
+      s.expert_group = expert_group;
+      shard_tensor(model_, config_, rc, t, s);
+      s.bucket = bucket;
+      s.offset = fill;
+      fill += s.numel;
+      shards.push_back(std::move(s));
+      if (fill >= options_.bucket_elems) {
+        ++bucket;
+        fill = 0;
+      }
+    }
+  }
+  return shards;
+}
+
+RankLayout Layout::rank_layout(int rank) const {
+  RankLayout layout;
+  layout.rank = rank;
+  const RankCoords rc = rank_coords(config_, rank);
+  if (!rc.active) return layout;
+  const auto shards = local_shards(rank);
+  std::array<std::int64_t, kNumStateKinds> arena{};
+  for (bool expert_group : {false, true}) {
+    const std::int64_t shard_count = expert_group ? config_.edp() : config_.dp * config_.cp;
+    const std::int64_t shard_index = expert_group ? rc.edp : rc.dense_shard;
+    // Bucket extents: [first shard, end shard) and padded size.
+    struct Bucket {
+      std::size_t begin = 0, end = 0;
+      std::int64_t size = 0;
+    };
+    std::vector<Bucket> buckets;
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      if (shards[i].expert_group != expert_group) continue;
+      if (buckets.empty() || static_cast<std::int32_t>(buckets.size()) - 1 != shards[i].bucket)
+        buckets.push_back({i, i, 0});
+      buckets.back().end = i + 1;
+      buckets.back().size = shards[i].offset + shards[i].numel;
+    }
+    for (auto& b : buckets)
+      if (config_.zero >= 1) b.size = round_up(b.size, shard_count);
+    for (StateKind kind : options_.kinds) {
+      const bool sharded = is_sharded(kind, config_.zero);
+      for (std::size_t bi = 0; bi < buckets.size(); ++bi) {
+        const Bucket& b = buckets[bi];
+        LocalBuffer buf;
+        buf.id = static_cast<std::uint32_t>(layout.buffers.size());
+        buf.kind = kind;
+        buf.expert_group = expert_group;
+        buf.bucket = static_cast<std::int32_t>(bi);
+        const std::int64_t lo = sharded ? shard_index * (b.size / shard_count) : 0;
+        const std::int64_t hi = sharded ? lo + b.size / shard_count : b.size;
+        buf.numel = hi - lo;
+        buf.arena_offset = arena[static_cast<int>(kind)];
+        arena[static_cast<int>(kind)] += buf.numel;
+        std::vector<Box> pieces;
+        for (std::size_t si = b.begin; si < b.end; ++si) {
+          const LocalShard& s = shards[si];
+          std::int64_t box_start = s.offset;  // bucket position of the box's first element
+          for (const Box& box : s.boxes) {
+            const std::int64_t box_end = box_start + box.numel();
+            const std::int64_t a = std::max(lo, box_start), z = std::min(hi, box_end);
+            if (a < z) {
+              pieces.clear();
+              flat_range_boxes(box, a - box_start, z - box_start, pieces);
+              std::int64_t at = a - lo;
+              for (const Box& p : pieces) {
+                buf.segments.push_back({s.tensor, p, at});
+                at += p.numel();
+              }
+            }
+            box_start = box_end;
+          }
+        }
+        layout.buffers.push_back(std::move(buf));
+      }
+    }
+  }
+  return layout;
+}
+
+}  // namespace dynatrain::vps

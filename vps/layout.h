@@ -1,0 +1,106 @@
+// Layout F_P: (model, config, rank) -> the regions of the VPS that the rank holds, and where
+// each sits in the rank's local buffers.
+//
+// State kinds and what is replicated or sharded (zero = ZeRO stage):
+//   param       full local model shard; at zero=3 only the rank's flat-buffer shard
+//   grad        full local model shard; at zero>=2 only the flat-buffer shard
+//   master, exp_avg, exp_avg_sq (fp32 optimizer state)
+//               full local model shard at zero=0; the flat-buffer shard at zero>=1
+//
+// Local buffers (the allocation units) follow Megatron's distributed optimizer: a rank's model
+// shard is the concatenation of its local tensors in model order, dense tensors and expert
+// tensors in two separate groups. Each group is cut into buckets of at least `bucket_elems`
+// elements (whole tensors), and each bucket is padded to a multiple of the group's shard count
+// (dp*cp for dense, edp for expert). Bucket b's shard i is elements [i*B/N, (i+1)*B/N).
+//   unsharded kinds: one LocalBuffer per bucket, holding the whole bucket;
+//   sharded kinds:   one LocalBuffer per bucket, holding this rank's shard of it.
+// Every Segment of a buffer is a box stored dense row-major at `offset` (elements); padding
+// elements (bucket padding, vocab padding rows) belong to no segment.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "vps/box.h"
+#include "vps/model_spec.h"
+#include "vps/parallel_config.h"
+
+namespace dynatrain::vps {
+
+enum class StateKind : std::uint8_t { kParam, kGrad, kMaster, kExpAvg, kExpAvgSq };
+inline constexpr int kNumStateKinds = 5;
+const char* state_kind_name(StateKind kind);
+// Parses "param,master,exp_avg,exp_avg_sq", "all" or "optimizer"; throws InputError otherwise.
+std::vector<StateKind> parse_state_kinds(const std::string& text);
+
+struct LayoutOptions {
+  // Bytes per element of each state kind, indexed by StateKind (bf16 weights, fp32 optimizer).
+  std::array<int, kNumStateKinds> elem_bytes{2, 2, 4, 4, 4};
+  // Minimum bucket size in elements; Megatron uses max(40M, 1M * dp).
+  std::int64_t bucket_elems = 40'000'000;
+  std::vector<StateKind> kinds{StateKind::kParam, StateKind::kGrad, StateKind::kMaster,
+                               StateKind::kExpAvg, StateKind::kExpAvgSq};
+};
+
+// A box of one logical tensor stored dense row-major at `offset` elements into its buffer.
+struct Segment {
+  std::uint32_t tensor = 0;
+  Box box;
+  std::int64_t offset = 0;
+};
+
+// One allocation unit on a rank. `arena_offset` is where the unit starts when all buffers of the
+// same kind are laid end to end in one arena (how the trainer keeps one flat buffer per kind).
+struct LocalBuffer {
+  std::uint32_t id = 0;  // index in RankLayout::buffers
+  StateKind kind = StateKind::kParam;
+  bool expert_group = false;
+  std::int32_t bucket = 0;
+  std::int64_t numel = 0;
+  std::int64_t arena_offset = 0;
+  std::vector<Segment> segments;  // sorted by offset, disjoint
+};
+
+struct RankLayout {
+  int rank = 0;
+  std::vector<LocalBuffer> buffers;
+  std::int64_t bytes(const LayoutOptions& options) const;
+};
+
+// Where a local tensor shard lives in the rank's model buffer (the unsharded param layout):
+// `boxes` stored one after another from `offset` in bucket `bucket`; `numel` includes padding.
+struct LocalShard {
+  std::uint32_t tensor = 0;
+  bool expert_group = false;
+  std::int32_t bucket = 0;
+  std::int64_t offset = 0;  // elements into the bucket
+  std::int64_t numel = 0;
+  std::vector<Box> boxes;
+  std::vector<std::int64_t> local_shape;  // shape of the local tensor, e.g. [vocab_padded/tp, h]
+};
+
+// Everything F_P needs, built once per (model, config, options) and shared by all ranks.
+class Layout {
+ public:
+  Layout(const ModelSpec& model, ParallelConfig config, LayoutOptions options = {});
+
+  const ModelSpec& model() const { return model_; }
+  const ParallelConfig& config() const { return config_; }
+  const LayoutOptions& options() const { return options_; }
+  const std::vector<TensorSpec>& tensors() const { return tensors_; }
+
+  // The local tensor shards of `rank` in model-buffer order (empty for inactive ranks).
+  std::vector<LocalShard> local_shards(int rank) const;
+  // F_P(rank): every buffer of every requested state kind with its segments.
+  RankLayout rank_layout(int rank) const;
+
+ private:
+  ModelSpec model_;
+  ParallelConfig config_;
+  LayoutOptions options_;
+  std::vector<TensorSpec> tensors_;
+};
+
+}  // namespace dynatrain::vps
