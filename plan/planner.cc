@@ -1,0 +1,332 @@
+#include "plan/planner.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "common/error.h"
+
+namespace dynatrain::plan {
+
+bool piece_order(const Piece& a, const Piece& b) {
+  if (a.dst_buffer != b.dst_buffer) return a.dst_buffer < b.dst_buffer;
+  if (a.dst_segment != b.dst_segment) return a.dst_segment < b.dst_segment;
+  return a.box < b.box;
+}
+
+namespace {
+
+using vps::Box;
+
+struct Holder {
+  int rank = 0;
+  std::uint32_t buffer = 0;
+  std::uint32_t segment = 0;
+};
+
+// One distinct box of a (tensor, kind) in one layout, with every rank that holds it.
+struct UniqueBox {
+  Box box;
+  std::vector<Holder> holders;  // sorted by rank
+  std::int64_t hull_lo = 0, hull_hi = 0;  // row-major hull in the full tensor
+};
+
+// All boxes of one (tensor, kind), in both layouts, plus an interval index over the source's.
+struct Unit {
+  std::vector<UniqueBox> src, dst;  // src sorted by hull_lo
+  std::vector<std::int64_t> src_prefix_max_hi;
+  bool src_disjoint = true;  // unique source boxes partition the tensor
+};
+
+struct Entry {
+  Box box;
+  Holder holder;
+};
+
+std::vector<UniqueBox> group_boxes(std::vector<Entry>& entries, const Box& full) {
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.box != b.box ? a.box < b.box : a.holder.rank < b.holder.rank;
+  });
+  std::vector<UniqueBox> out;
+  for (const Entry& e : entries) {
+    if (out.empty() || out.back().box != e.box) {
+      UniqueBox u;
+      u.box = e.box;
+      u.hull_lo = full.linear_index(e.box.lo);
+      vps::Coord last = e.box.hi;
+      for (int d = 0; d < e.box.ndim; ++d) --last[d];
+      u.hull_hi = full.linear_index(last) + 1;
+      out.push_back(std::move(u));
+    }
+    out.back().holders.push_back(e.holder);
+  }
+  return out;
+}
+
+}  // namespace
+
+struct Planner::Index {
+  std::vector<Unit> units;  // tensor * kNumStateKinds + kind
+};
+
+Planner::Planner(const vps::Layout& src, const vps::Layout& dst, Topology topology)
+    : src_(src), dst_(dst), topology_(topology) {
+  if (src.tensors().size() != dst.tensors().size() || src.model().name != dst.model().name)
+    DT_INPUT_ERROR("source and destination layouts describe different models ('",
+                   src.model().name, "' vs '", dst.model().name, "')");
+  if (src.options().kinds != dst.options().kinds)
+    DT_INPUT_ERROR("source and destination layouts carry different state kinds");
+  if (topology_.gpus_per_node < 1)
+    DT_INPUT_ERROR("gpus per node must be at least 1, got ", topology_.gpus_per_node);
+}
+
+Planner::~Planner() = default;
+
+int Planner::world_size() const {
+  return std::max(src_.config().world_size(), dst_.config().world_size());
+}
+
+namespace {
+
+// Builds the unit index for the (tensor, kind) pairs selected by `wanted` (all when empty).
+std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst,
+                              const std::vector<bool>& wanted) {
+  const std::size_t n_units = src.tensors().size() * vps::kNumStateKinds;
+  std::vector<std::vector<Entry>> src_entries(n_units), dst_entries(n_units);
+  auto collect = [&](const vps::Layout& layout, std::vector<std::vector<Entry>>& entries) {
+    for (int r = 0; r < layout.config().world_size(); ++r) {
+      const vps::RankLayout rl = layout.rank_layout(r);
+      for (const auto& buf : rl.buffers)
+        for (std::uint32_t s = 0; s < buf.segments.size(); ++s) {
+          const auto& seg = buf.segments[s];
+          const std::size_t u = seg.tensor * vps::kNumStateKinds + static_cast<int>(buf.kind);
+          if (wanted.empty() || wanted[u]) entries[u].push_back({seg.box, {r, buf.id, s}});
+        }
+    }
+  };
+  collect(src, src_entries);
+  collect(dst, dst_entries);
+  std::vector<Unit> units(n_units);
+  for (std::size_t u = 0; u < n_units; ++u) {
+    if (dst_entries[u].empty()) continue;
+    const Box full = src.tensors()[u / vps::kNumStateKinds].full_box();
+    Unit& unit = units[u];
+    unit.src = group_boxes(src_entries[u], full);
+    unit.dst = group_boxes(dst_entries[u], full);
+    std::sort(unit.src.begin(), unit.src.end(),
+              [](const UniqueBox& a, const UniqueBox& b) { return a.hull_lo < b.hull_lo; });
+    std::int64_t covered = 0, running = 0;
+    for (const auto& s : unit.src) {
+      covered += s.box.numel();
+      running = std::max(running, s.hull_hi);
+      unit.src_prefix_max_hi.push_back(running);
+    }
+    unit.src_disjoint = covered == full.numel();
+  }
+  return units;
+}
+
+// Subtracts `cut` from `box`, appending up to 2*ndim boxes that cover box \ cut.
+void subtract(const Box& box, const Box& cut, std::vector<Box>& out) {
+  const Box inter = intersect(box, cut);
+  if (inter.empty()) {
+    out.push_back(box);
+    return;
+  }
+  Box rest = box;
+  for (int d = 0; d < box.ndim; ++d) {
+    if (rest.lo[d] < inter.lo[d]) {
+      Box below = rest;
+      below.hi[d] = inter.lo[d];
+      out.push_back(below);
+    }
+    if (inter.hi[d] < rest.hi[d]) {
+      Box above = rest;
+      above.lo[d] = inter.hi[d];
+      out.push_back(above);
+    }
+    rest.lo[d] = inter.lo[d];
+    rest.hi[d] = inter.hi[d];
+  }
+}
+
+// Assigns sources for one unit; calls emit(piece) for every piece in a deterministic order.
+class UnitPlanner {
+ public:
+  UnitPlanner(const Unit& unit, std::uint32_t tensor, vps::StateKind kind, int elem_bytes,
+              const Topology& topo, int world, std::vector<std::int64_t>& load,
+              std::vector<int>& touched)
+      : unit_(unit), tensor_(tensor), kind_(kind), elem_bytes_(elem_bytes), topo_(topo),
+        world_(world), load_(load), touched_(touched) {}
+
+  template <typename Emit>
+  void run(Emit&& emit) {
+    std::vector<int> candidates;
+    std::vector<Box> remaining, next;
+    for (const UniqueBox& d : unit_.dst) {
+      find_candidates(d, candidates);
+      for (const Holder& dh : d.holders) {
+        if (unit_.src_disjoint) {
+          for (int c : candidates) {
+            const Box piece = intersect(d.box, unit_.src[c].box);
+            if (!piece.empty()) emit(make_piece(piece, unit_.src[c], dh));
+          }
+          continue;
+        }
+        // Overlapping sources: cover the destination box greedily, most preferred source first.
+        std::vector<int> order = candidates;
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int a, int b) { return preference(a, dh.rank) < preference(b, dh.rank); });
+        remaining.assign(1, d.box);
+        for (int c : order) {
+          next.clear();
+          for (const Box& r : remaining) {
+            const Box piece = intersect(r, unit_.src[c].box);
+            if (piece.empty()) {
+              next.push_back(r);
+              continue;
+            }
+            emit(make_piece(piece, unit_.src[c], dh));
+            subtract(r, piece, next);
+          }
+          remaining.swap(next);
+          if (remaining.empty()) break;
+        }
+        DT_CHECK(remaining.empty(), "no source holds part of ", d.box.str());
+      }
+    }
+    for (int r : touched_) load_[r] = 0;
+    touched_.clear();
+  }
+
+ private:
+  // Source boxes whose row-major hull overlaps d's, in ascending hull order.
+  void find_candidates(const UniqueBox& d, std::vector<int>& out) const {
+    out.clear();
+    const auto& src = unit_.src;
+    auto upper = std::lower_bound(src.begin(), src.end(), d.hull_hi,
+                                  [](const UniqueBox& s, std::int64_t v) { return s.hull_lo < v; });
+    for (int i = static_cast<int>(upper - src.begin()) - 1; i >= 0; --i) {
+      if (unit_.src_prefix_max_hi[i] <= d.hull_lo) break;
+      if (src[i].hull_hi > d.hull_lo && !intersect(src[i].box, d.box).empty()) out.push_back(i);
+    }
+    std::reverse(out.begin(), out.end());
+  }
+
+  // 0: the destination rank holds it; 1: a holder on its node; 2: otherwise.
+  int preference(int c, int dst_rank) const {
+    const auto& hs = unit_.src[c].holders;
+    auto it = std::lower_bound(hs.begin(), hs.end(), dst_rank,
+                               [](const Holder& h, int r) { return h.rank < r; });
+    if (it != hs.end() && it->rank == dst_rank) return 0;
+    const int node = topo_.node_of(dst_rank);
+    auto nit = std::lower_bound(hs.begin(), hs.end(), node * topo_.gpus_per_node,
+                                [](const Holder& h, int r) { return h.rank < r; });
+    return nit != hs.end() && topo_.node_of(nit->rank) == node ? 1 : 2;
+  }
+
+  // Among holders [first, last) the least loaded; ties go round-robin over the holder list with
+  // a start seeded by (tensor, kind), so that equally loaded replicas share work across tensors.
+  const Holder& choose(const UniqueBox& s, int dst_rank) const {
+    const auto& hs = s.holders;
+    auto by_rank = [](const Holder& h, int r) { return h.rank < r; };
+    auto self = std::lower_bound(hs.begin(), hs.end(), dst_rank, by_rank);
+    if (self != hs.end() && self->rank == dst_rank) return *self;
+    const int node = topo_.node_of(dst_rank);
+    auto first = std::lower_bound(hs.begin(), hs.end(), node * topo_.gpus_per_node, by_rank);
+    auto last = std::lower_bound(hs.begin(), hs.end(), (node + 1) * topo_.gpus_per_node, by_rank);
+    if (first == last) {
+      first = hs.begin();
+      last = hs.end();
+    }
+    const auto n = static_cast<std::uint64_t>(last - first);
+    const std::uint64_t seed = tensor_ * 31u + static_cast<unsigned>(kind_) * 7u;
+    const Holder* best = nullptr;
+    for (std::uint64_t k = 0; k < n; ++k) {
+      const Holder& h = first[(seed + k) % n];
+      if (!best || load_[h.rank] < load_[best->rank]) best = &h;
+    }
+    return *best;
+  }
+
+  Piece make_piece(const Box& box, const UniqueBox& s, const Holder& dst) {
+    const Holder& src = choose(s, dst.rank);
+    if (src.rank != dst.rank) {
+      if (load_[src.rank] == 0) touched_.push_back(src.rank);
+      load_[src.rank] += box.numel() * elem_bytes_;
+    }
+    return Piece{tensor_, kind_, box, src.rank, src.buffer, src.segment,
+                 dst.rank, dst.buffer, dst.segment};
+  }
+
+  const Unit& unit_;
+  std::uint32_t tensor_;
+  vps::StateKind kind_;
+  int elem_bytes_;
+  const Topology& topo_;
+  int world_;
+  std::vector<std::int64_t>& load_;
+  std::vector<int>& touched_;
+};
+
+template <typename Emit>
+void plan_units(const vps::Layout& src, const std::vector<Unit>& units, const Topology& topo,
+                int world, Emit&& emit) {
+  std::vector<std::int64_t> load(world, 0);
+  std::vector<int> touched;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    if (units[u].dst.empty()) continue;
+    const auto kind = static_cast<vps::StateKind>(u % vps::kNumStateKinds);
+    UnitPlanner planner(units[u], static_cast<std::uint32_t>(u / vps::kNumStateKinds), kind,
+                        src.options().elem_bytes[static_cast<int>(kind)], topo, world, load, touched);
+    planner.run(emit);
+  }
+}
+
+void add_piece(RankPlan& plan, const Piece& p) {
+  if (p.src_rank == p.dst_rank)
+    plan.keep.push_back(p);
+  else if (p.src_rank == plan.rank)
+    plan.send[p.dst_rank].push_back(p);
+  else
+    plan.recv[p.src_rank].push_back(p);
+}
+
+void sort_plan(RankPlan& plan) {
+  std::sort(plan.keep.begin(), plan.keep.end(), piece_order);
+  for (auto& [peer, pieces] : plan.send) std::sort(pieces.begin(), pieces.end(), piece_order);
+  for (auto& [peer, pieces] : plan.recv) std::sort(pieces.begin(), pieces.end(), piece_order);
+}
+
+}  // namespace
+
+RankPlan Planner::plan_rank(int rank) const {
+  DT_CHECK(rank >= 0 && rank < world_size(), "rank ", rank, " outside world ", world_size());
+  // Only the (tensor, kind) units this rank holds in either layout can involve it.
+  std::vector<bool> wanted(src_.tensors().size() * vps::kNumStateKinds, false);
+  for (const auto* layout : {&src_, &dst_})
+    for (const auto& buf : layout->rank_layout(rank).buffers)
+      for (const auto& seg : buf.segments)
+        wanted[seg.tensor * vps::kNumStateKinds + static_cast<int>(buf.kind)] = true;
+  const auto units = build_units(src_, dst_, wanted);
+  RankPlan plan;
+  plan.rank = rank;
+  plan_units(src_, units, topology_, world_size(), [&](const Piece& p) {
+    if (p.src_rank == rank || p.dst_rank == rank) add_piece(plan, p);
+  });
+  sort_plan(plan);
+  return plan;
+}
+
+std::vector<RankPlan> Planner::plan_all() const {
+  const auto units = build_units(src_, dst_, {});
+  std::vector<RankPlan> plans(world_size());
+  for (int r = 0; r < world_size(); ++r) plans[r].rank = r;
+  plan_units(src_, units, topology_, world_size(), [&](const Piece& p) {
+    add_piece(plans[p.dst_rank], p);
+    if (p.src_rank != p.dst_rank) add_piece(plans[p.src_rank], p);
+  });
+  for (auto& plan : plans) sort_plan(plan);
+  return plans;
+}
+
+}  // namespace dynatrain::plan

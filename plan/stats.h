@@ -1,0 +1,48 @@
+// Plan statistics: what a switch moves, where, and the lower bound on its time.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+#include "vps/layout.h"
+
+namespace dynatrain::plan {
+
+struct Bandwidth {
+  double intra_node = 150e9;  // bytes/s one way per rank (NVLink-class)
+  double inter_node = 25e9;   // bytes/s one way per rank (200 Gb/s NIC)
+};
+
+struct TrafficTotals {
+  std::uint64_t kept = 0, intra_node = 0, inter_node = 0;  // bytes
+  std::uint64_t pieces = 0;
+};
+
+struct PlanStats {
+  TrafficTotals total;
+  std::array<TrafficTotals, vps::kNumStateKinds> per_kind{};
+  std::uint64_t messages = 0;  // (sender, receiver) pairs with at least one piece
+  // Per rank: bytes in / out split by intra and inter node.
+  std::vector<std::uint64_t> in_intra, in_inter, out_intra, out_inter;
+  std::uint64_t max_in = 0, max_out = 0;
+  int max_in_rank = 0, max_out_rank = 0;
+  // max over ranks of max(in, out) time, each the intra part over intra bandwidth plus the
+  // inter part over inter bandwidth: no schedule can finish sooner.
+  double lower_bound_seconds = 0;
+};
+
+// From every rank's plan (plan_all). Counts each piece once, on its receiving side.
+PlanStats compute_stats(const std::vector<RankPlan>& plans,
+                        const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                        const Topology& topology, const Bandwidth& bandwidth = {});
+
+// Readable multi-line summary: totals, per state kind, per-rank extremes, lower bound.
+std::string format_stats(const PlanStats& stats, const std::vector<vps::StateKind>& kinds);
+
+// Every piece of one rank's plan, one per line ("send -> 3: layers.0.attn.qkv.weight param [..]").
+std::string format_transfers(const RankPlan& plan, const vps::Layout& src);
+
+}  // namespace dynatrain::plan

@@ -1,0 +1,143 @@
+// `dynatrain plan`: plan a switch, print its summary, optionally check it and write JSON.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "plan/checker.h"
+#include "plan/planner.h"
+#include "plan/stats.h"
+#include "tools/commands.h"
+
+namespace dynatrain::tools {
+
+namespace {
+
+struct PlanArgs {
+  std::string model = "llama2-70b";
+  std::string from = "tp=8,pp=4,dp=4";
+  std::string to = "tp=4,pp=8,dp=4";
+  int gpus_per_node = 8;
+  std::string states = "all";
+  bool check = false;
+  std::string json_path;
+  std::int64_t bucket_elems = 40'000'000;
+  double intra_gbps = 150, inter_gbps = 25;
+  int transfers_rank = -1;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::uint64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+nlohmann::json totals_json(const plan::TrafficTotals& t) {
+  return {{"kept_bytes", t.kept}, {"intra_node_bytes", t.intra_node},
+          {"inter_node_bytes", t.inter_node}, {"pieces", t.pieces}};
+}
+
+int run_plan(const PlanArgs& a) {
+  const vps::ModelSpec model = vps::model_from_name(a.model);
+  vps::LayoutOptions options;
+  options.kinds = vps::parse_state_kinds(a.states);
+  options.bucket_elems = a.bucket_elems;
+  const vps::Layout src(model, vps::ParallelConfig::parse(a.from), options);
+  const vps::Layout dst(model, vps::ParallelConfig::parse(a.to), options);
+  const plan::Planner planner(src, dst, plan::Topology{a.gpus_per_node});
+  if (a.transfers_rank >= planner.world_size())
+    DT_INPUT_ERROR("--transfers ", a.transfers_rank, " is not a rank; valid: 0..", planner.world_size() - 1);
+
+  auto t0 = std::chrono::steady_clock::now();
+  const auto plans = planner.plan_all();
+  const double plan_seconds = seconds_since(t0);
+  // One rank's own part, as each process computes it during a real switch: the slowest of a few.
+  double rank_seconds = 0;
+  for (int r : {0, planner.world_size() / 2, planner.world_size() - 1}) {
+    t0 = std::chrono::steady_clock::now();
+    (void)planner.plan_rank(r);
+    rank_seconds = std::max(rank_seconds, seconds_since(t0));
+  }
+  const plan::Bandwidth bw{a.intra_gbps * 1e9, a.inter_gbps * 1e9};
+  const auto stats = plan::compute_stats(plans, options.elem_bytes, planner.topology(), bw);
+
+  std::printf("plan %s: %s (%d ranks) -> %s (%d ranks), %d GPUs per node\n", model.name.c_str(),
+              src.config().str().c_str(), src.config().world_size(), dst.config().str().c_str(),
+              dst.config().world_size(), a.gpus_per_node);
+  std::cout << plan::format_stats(stats, options.kinds);
+  std::printf("  planned in %.3f s (all ranks), %.1f ms (one rank's own part); planner peak RSS %.0f MiB\n",
+              plan_seconds, rank_seconds * 1e3, peak_rss_bytes() / 1048576.0);
+  if (a.transfers_rank >= 0) std::cout << plan::format_transfers(plans[a.transfers_rank], src);
+
+  int exit_code = 0;
+  double check_seconds = 0;
+  std::string check_text = "skipped";
+  if (a.check) {
+    t0 = std::chrono::steady_clock::now();
+    const auto result = plan::check_plan(src, dst, plans);
+    check_seconds = seconds_since(t0);
+    check_text = result.ok ? "ok" : result.violation;
+    if (result.ok) {
+      std::printf("check: ok (%.3f s)\n", check_seconds);
+    } else {
+      std::printf("check: FAILED: %s\n", result.violation.c_str());
+      exit_code = 1;
+    }
+  }
+  if (!a.json_path.empty()) {
+    nlohmann::json j;
+    j["model"] = model.name;
+    j["from"] = src.config().str();
+    j["to"] = dst.config().str();
+    j["gpus_per_node"] = a.gpus_per_node;
+    j["plan_seconds"] = plan_seconds;
+    j["rank_plan_seconds"] = rank_seconds;
+    j["check_seconds"] = check_seconds;
+    j["check"] = check_text;
+    j["planner_peak_rss_bytes"] = peak_rss_bytes();
+    j["total"] = totals_json(stats.total);
+    for (auto k : options.kinds)
+      j["per_kind"][vps::state_kind_name(k)] = totals_json(stats.per_kind[static_cast<int>(k)]);
+    j["messages"] = stats.messages;
+    j["max_in_bytes"] = stats.max_in;
+    j["max_out_bytes"] = stats.max_out;
+    j["lower_bound_seconds"] = stats.lower_bound_seconds;
+    std::ofstream out(a.json_path);
+    if (!out) DT_INPUT_ERROR("cannot write --json file '", a.json_path, "'");
+    out << j.dump(2) << "\n";
+  }
+  return exit_code;
+}
+
+}  // namespace
+
+Command add_plan_command(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  auto* cmd = app.add_subcommand("plan", "Plan a layout switch and print what moves where");
+  cmd->add_option("--model", args->model, "Preset name or path to a Hugging Face config.json")
+      ->capture_default_str();
+  cmd->add_option("--from", args->from, "Source config, e.g. tp=8,pp=4,dp=4")->capture_default_str();
+  cmd->add_option("--to", args->to, "Destination config")->capture_default_str();
+  cmd->add_option("--gpus-per-node", args->gpus_per_node, "Ranks per node")->capture_default_str();
+  cmd->add_option("--states", args->states,
+                  "State kinds: all, optimizer, or a list of param,grad,master,exp_avg,exp_avg_sq")
+      ->capture_default_str();
+  cmd->add_flag("--check", args->check, "Prove exact cover; exit 1 naming the first bad element");
+  cmd->add_option("--json", args->json_path, "Write the statistics as JSON to this file");
+  cmd->add_option("--bucket-elems", args->bucket_elems, "ZeRO bucket size in elements")
+      ->capture_default_str();
+  cmd->add_option("--intra-bw", args->intra_gbps, "Intra-node bandwidth, GB/s per rank")->capture_default_str();
+  cmd->add_option("--inter-bw", args->inter_gbps, "Inter-node bandwidth, GB/s per rank")->capture_default_str();
+  cmd->add_option("--transfers", args->transfers_rank, "Print every piece of this rank's plan");
+  return [args] { return run_plan(*args); };
+}
+
+}  // namespace dynatrain::tools
