@@ -1,6 +1,7 @@
 #include "plan/planner.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 #include "common/error.h"
@@ -87,20 +88,60 @@ int Planner::world_size() const {
 
 namespace {
 
-// Builds the unit index for the (tensor, kind) pairs selected by `wanted` (all when empty).
+// Kinds with the same element size and the same sharding in both configs have identical
+// segment lists (layout.h), so one plan serves them all: rep[k] is the first such kind, and a
+// piece of rep[k] becomes a piece of k by shifting its buffer ids by the kinds' index distance.
+struct KindClasses {
+  std::array<int, vps::kNumStateKinds> rep{};
+  std::array<int, vps::kNumStateKinds> index{};  // position in LayoutOptions::kinds
+  std::vector<vps::StateKind> kinds;
+
+  KindClasses(const vps::Layout& src, const vps::Layout& dst) : kinds(src.options().kinds) {
+    rep.fill(-1);
+    for (std::size_t i = 0; i < kinds.size(); ++i) {
+      const int k = static_cast<int>(kinds[i]);
+      index[k] = static_cast<int>(i);
+      rep[k] = k;
+      for (std::size_t j = 0; j < i; ++j) {
+        const int r = static_cast<int>(kinds[j]);
+        if (rep[r] == r && src.options().elem_bytes[r] == src.options().elem_bytes[k] &&
+            vps::is_sharded(kinds[j], src.config().zero) == vps::is_sharded(kinds[i], src.config().zero) &&
+            vps::is_sharded(kinds[j], dst.config().zero) == vps::is_sharded(kinds[i], dst.config().zero)) {
+          rep[k] = r;
+          break;
+        }
+      }
+    }
+  }
+};
+
+// Builds the unit index for the representative (tensor, kind) pairs selected by `wanted` (all
+// when empty). Ranks whose pipeline stage holds no wanted tensor are not laid out at all.
 std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst,
-                              const std::vector<bool>& wanted) {
+                              const KindClasses& classes, const std::vector<bool>& wanted) {
   const std::size_t n_units = src.tensors().size() * vps::kNumStateKinds;
   std::vector<std::vector<Entry>> src_entries(n_units), dst_entries(n_units);
   auto collect = [&](const vps::Layout& layout, std::vector<std::vector<Entry>>& entries) {
-    for (int r = 0; r < layout.config().world_size(); ++r) {
-      const vps::RankLayout rl = layout.rank_layout(r);
-      for (const auto& buf : rl.buffers)
-        for (std::uint32_t s = 0; s < buf.segments.size(); ++s) {
-          const auto& seg = buf.segments[s];
-          const std::size_t u = seg.tensor * vps::kNumStateKinds + static_cast<int>(buf.kind);
-          if (wanted.empty() || wanted[u]) entries[u].push_back({seg.box, {r, buf.id, s}});
-        }
+    const auto& c = layout.config();
+    const int per_stage = c.tp * c.cp * c.dp;
+    for (int stage = 0; stage < c.pp; ++stage) {
+      if (!wanted.empty()) {
+        bool any = false;
+        for (const auto& shard : layout.local_shards(stage * per_stage))
+          for (int k = 0; k < vps::kNumStateKinds && !any; ++k)
+            any = wanted[shard.tensor * vps::kNumStateKinds + k];
+        if (!any) continue;
+      }
+      for (int r = stage * per_stage; r < (stage + 1) * per_stage; ++r) {
+        layout.visit_buffers(r, [&](const vps::LocalBuffer& buf, const std::vector<vps::Segment>& segs) {
+          const int k = static_cast<int>(buf.kind);
+          if (classes.rep[k] != k) return;
+          for (std::uint32_t s = 0; s < segs.size(); ++s) {
+            const std::size_t u = segs[s].tensor * vps::kNumStateKinds + k;
+            if (wanted.empty() || wanted[u]) entries[u].push_back({segs[s].box, {r, buf.id, s}});
+          }
+        });
+      }
     }
   };
   collect(src, src_entries);
@@ -268,9 +309,10 @@ class UnitPlanner {
   std::vector<int>& touched_;
 };
 
+// Plans every representative unit and emits its pieces, plus their copies for equivalent kinds.
 template <typename Emit>
-void plan_units(const vps::Layout& src, const std::vector<Unit>& units, const Topology& topo,
-                int world, Emit&& emit) {
+void plan_units(const vps::Layout& src, const std::vector<Unit>& units, const KindClasses& classes,
+                const Topology& topo, int world, Emit&& emit) {
   std::vector<std::int64_t> load(world, 0);
   std::vector<int> touched;
   for (std::size_t u = 0; u < units.size(); ++u) {
@@ -278,7 +320,19 @@ void plan_units(const vps::Layout& src, const std::vector<Unit>& units, const To
     const auto kind = static_cast<vps::StateKind>(u % vps::kNumStateKinds);
     UnitPlanner planner(units[u], static_cast<std::uint32_t>(u / vps::kNumStateKinds), kind,
                         src.options().elem_bytes[static_cast<int>(kind)], topo, world, load, touched);
-    planner.run(emit);
+    planner.run([&](const Piece& p) {
+      emit(p);
+      for (auto other : classes.kinds) {
+        const int k = static_cast<int>(other);
+        if (k == static_cast<int>(kind) || classes.rep[k] != static_cast<int>(kind)) continue;
+        Piece copy = p;
+        const int shift = classes.index[k] - classes.index[static_cast<int>(kind)];
+        copy.kind = other;
+        copy.src_buffer += shift;
+        copy.dst_buffer += shift;
+        emit(copy);
+      }
+    });
   }
 }
 
@@ -307,10 +361,13 @@ RankPlan Planner::plan_rank(int rank) const {
     for (const auto& buf : layout->rank_layout(rank).buffers)
       for (const auto& seg : buf.segments)
         wanted[seg.tensor * vps::kNumStateKinds + static_cast<int>(buf.kind)] = true;
-  const auto units = build_units(src_, dst_, wanted);
+  const KindClasses classes(src_, dst_);
+  for (std::size_t u = 0; u < wanted.size(); ++u)
+    if (wanted[u]) wanted[u - u % vps::kNumStateKinds + classes.rep[u % vps::kNumStateKinds]] = true;
+  const auto units = build_units(src_, dst_, classes, wanted);
   RankPlan plan;
   plan.rank = rank;
-  plan_units(src_, units, topology_, world_size(), [&](const Piece& p) {
+  plan_units(src_, units, classes, topology_, world_size(), [&](const Piece& p) {
     if (p.src_rank == rank || p.dst_rank == rank) add_piece(plan, p);
   });
   sort_plan(plan);
@@ -318,10 +375,11 @@ RankPlan Planner::plan_rank(int rank) const {
 }
 
 std::vector<RankPlan> Planner::plan_all() const {
-  const auto units = build_units(src_, dst_, {});
+  const KindClasses classes(src_, dst_);
+  const auto units = build_units(src_, dst_, classes, {});
   std::vector<RankPlan> plans(world_size());
   for (int r = 0; r < world_size(); ++r) plans[r].rank = r;
-  plan_units(src_, units, topology_, world_size(), [&](const Piece& p) {
+  plan_units(src_, units, classes, topology_, world_size(), [&](const Piece& p) {
     add_piece(plans[p.dst_rank], p);
     if (p.src_rank != p.dst_rank) add_piece(plans[p.src_rank], p);
   });

@@ -136,11 +136,36 @@ bool held_on_stage(const TensorSpec& t, const ParallelConfig& c, int stage,
   return false;
 }
 
+}  // namespace
+
 bool is_sharded(StateKind kind, int zero) {
   switch (kind) {
     case StateKind::kParam: return zero >= 3;
     case StateKind::kGrad: return zero >= 2;
     default: return zero >= 1;
+  }
+}
+
+namespace {
+
+// Appends the segments of shard `s` that fall in bucket elements [lo, hi), with offsets
+// relative to lo. Each box of the shard is cut with flat_range_boxes where the range ends inside.
+void append_segments(const LocalShard& s, std::int64_t lo, std::int64_t hi, std::vector<Segment>& out) {
+  std::vector<Box> pieces;
+  std::int64_t box_start = s.offset;  // bucket position of the box's first element
+  for (const Box& box : s.boxes) {
+    const std::int64_t box_end = box_start + box.numel();
+    const std::int64_t a = std::max(lo, box_start), z = std::min(hi, box_end);
+    if (a < z) {
+      pieces.clear();
+      flat_range_boxes(box, a - box_start, z - box_start, pieces);
+      std::int64_t at = a - lo;
+      for (const Box& p : pieces) {
+        out.push_back({s.tensor, p, at});
+        at += p.numel();
+      }
+    }
+    box_start = box_end;
   }
 }
 
@@ -176,8 +201,17 @@ std::vector<LocalShard> Layout::local_shards(int rank) const {
 RankLayout Layout::rank_layout(int rank) const {
   RankLayout layout;
   layout.rank = rank;
+  visit_buffers(rank, [&](const LocalBuffer& meta, const std::vector<Segment>& segments) {
+    layout.buffers.push_back(meta);
+    layout.buffers.back().segments = segments;
+  });
+  return layout;
+}
+
+void Layout::visit_buffers(int rank, const BufferVisitor& visit) const {
   const RankCoords rc = rank_coords(config_, rank);
-  if (!rc.active) return layout;
+  if (!rc.active) return;
+  std::uint32_t next_id = 0;
   const auto shards = local_shards(rank);
   std::array<std::int64_t, kNumStateKinds> arena{};
   for (bool expert_group : {false, true}) {
@@ -198,44 +232,33 @@ RankLayout Layout::rank_layout(int rank) const {
     }
     for (auto& b : buckets)
       if (config_.zero >= 1) b.size = round_up(b.size, shard_count);
-    for (StateKind kind : options_.kinds) {
-      const bool sharded = is_sharded(kind, config_.zero);
-      for (std::size_t bi = 0; bi < buckets.size(); ++bi) {
-        const Bucket& b = buckets[bi];
+    for (std::size_t bi = 0; bi < buckets.size(); ++bi) {
+      const Bucket& b = buckets[bi];
+      // Segments of the whole bucket and of this rank's shard of it; each kind uses one of them.
+      std::vector<Segment> segments[2];
+      for (int sharded = 0; sharded < 2; ++sharded) {
+        bool needed = false;
+        for (StateKind kind : options_.kinds) needed = needed || is_sharded(kind, config_.zero) == bool(sharded);
+        if (!needed) continue;
+        const std::int64_t lo = sharded ? shard_index * (b.size / shard_count) : 0;
+        const std::int64_t hi = sharded ? lo + b.size / shard_count : b.size;
+        for (std::size_t si = b.begin; si < b.end; ++si)
+          append_segments(shards[si], lo, hi, segments[sharded]);
+      }
+      for (StateKind kind : options_.kinds) {
+        const bool sharded = is_sharded(kind, config_.zero);
         LocalBuffer buf;
-        buf.id = static_cast<std::uint32_t>(layout.buffers.size());
+        buf.id = next_id++;
         buf.kind = kind;
         buf.expert_group = expert_group;
         buf.bucket = static_cast<std::int32_t>(bi);
-        const std::int64_t lo = sharded ? shard_index * (b.size / shard_count) : 0;
-        const std::int64_t hi = sharded ? lo + b.size / shard_count : b.size;
-        buf.numel = hi - lo;
+        buf.numel = sharded ? b.size / shard_count : b.size;
         buf.arena_offset = arena[static_cast<int>(kind)];
         arena[static_cast<int>(kind)] += buf.numel;
-        std::vector<Box> pieces;
-        for (std::size_t si = b.begin; si < b.end; ++si) {
-          const LocalShard& s = shards[si];
-          std::int64_t box_start = s.offset;  // bucket position of the box's first element
-          for (const Box& box : s.boxes) {
-            const std::int64_t box_end = box_start + box.numel();
-            const std::int64_t a = std::max(lo, box_start), z = std::min(hi, box_end);
-            if (a < z) {
-              pieces.clear();
-              flat_range_boxes(box, a - box_start, z - box_start, pieces);
-              std::int64_t at = a - lo;
-              for (const Box& p : pieces) {
-                buf.segments.push_back({s.tensor, p, at});
-                at += p.numel();
-              }
-            }
-            box_start = box_end;
-          }
-        }
-        layout.buffers.push_back(std::move(buf));
+        visit(buf, segments[sharded]);
       }
     }
   }
-  return layout;
 }
 
 }  // namespace dynatrain::vps

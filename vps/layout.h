@@ -14,12 +14,16 @@
 // (dp*cp for dense, edp for expert). Bucket b's shard i is elements [i*B/N, (i+1)*B/N).
 //   unsharded kinds: one LocalBuffer per bucket, holding the whole bucket;
 //   sharded kinds:   one LocalBuffer per bucket, holding this rank's shard of it.
+// RankLayout::buffers is ordered group (dense, expert), then bucket, then kind in
+// LayoutOptions::kinds order: buffer id = (group bucket index) * kinds.size() + kind index.
+// Kinds with the same sharding therefore have identical segment lists bucket by bucket.
 // Every Segment of a buffer is a box stored dense row-major at `offset` (elements); padding
 // elements (bucket padding, vocab padding rows) belong to no segment.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -50,6 +54,9 @@ struct Segment {
   Box box;
   std::int64_t offset = 0;
 };
+
+// True when `kind` holds only the rank's ZeRO shard of each bucket at this ZeRO stage.
+bool is_sharded(StateKind kind, int zero);
 
 // One allocation unit on a rank. `arena_offset` is where the unit starts when all buffers of the
 // same kind are laid end to end in one arena (how the trainer keeps one flat buffer per kind).
@@ -95,6 +102,10 @@ class Layout {
   std::vector<LocalShard> local_shards(int rank) const;
   // F_P(rank): every buffer of every requested state kind with its segments.
   RankLayout rank_layout(int rank) const;
+  // The same without building a RankLayout: visit(buffer with empty segments, its segments)
+  // for every buffer in id order. For hot loops (the planner lays out every rank).
+  using BufferVisitor = std::function<void(const LocalBuffer&, const std::vector<Segment>&)>;
+  void visit_buffers(int rank, const BufferVisitor& visit) const;
 
  private:
   ModelSpec model_;
