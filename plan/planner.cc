@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <numeric>
 
 #include "common/error.h"
@@ -44,8 +45,13 @@ struct Entry {
 };
 
 std::vector<UniqueBox> group_boxes(std::vector<Entry>& entries, const Box& full) {
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.box != b.box ? a.box < b.box : a.holder.rank < b.holder.rank;
+  // Stable: entries arrive rank by rank, so equal boxes keep their holders in rank order.
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    for (int d = 0; d < a.box.ndim; ++d) {
+      if (a.box.lo[d] != b.box.lo[d]) return a.box.lo[d] < b.box.lo[d];
+      if (a.box.hi[d] != b.box.hi[d]) return a.box.hi[d] < b.box.hi[d];
+    }
+    return false;
   });
   std::vector<UniqueBox> out;
   for (const Entry& e : entries) {
@@ -121,8 +127,22 @@ std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst,
                               const KindClasses& classes, const std::vector<bool>& wanted) {
   const std::size_t n_units = src.tensors().size() * vps::kNumStateKinds;
   std::vector<std::vector<Entry>> src_entries(n_units), dst_entries(n_units);
+  // Unsharded kinds' segments depend only on a rank's (tp, pp, ep, etp) coordinates, so they
+  // are laid out once per such class and copied to the class's other ranks (dp/cp replicas).
+  unsigned all_mask = 0;  // representative kinds
+  for (int k = 0; k < vps::kNumStateKinds; ++k)
+    if (classes.rep[k] == k) all_mask |= 1u << k;
   auto collect = [&](const vps::Layout& layout, std::vector<std::vector<Entry>>& entries) {
     const auto& c = layout.config();
+    unsigned sharded = 0;
+    for (int k = 0; k < vps::kNumStateKinds; ++k)
+      if ((all_mask >> k & 1u) && vps::is_sharded(static_cast<vps::StateKind>(k), c.zero)) sharded |= 1u << k;
+    struct Template {
+      std::size_t unit;
+      Box box;
+      std::uint32_t buffer, segment;
+    };
+    std::map<std::array<int, 4>, std::vector<Template>> class_templates;
     const int per_stage = c.tp * c.cp * c.dp;
     for (int stage = 0; stage < c.pp; ++stage) {
       if (!wanted.empty()) {
@@ -133,14 +153,22 @@ std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst,
         if (!any) continue;
       }
       for (int r = stage * per_stage; r < (stage + 1) * per_stage; ++r) {
-        layout.visit_buffers(r, [&](const vps::LocalBuffer& buf, const std::vector<vps::Segment>& segs) {
-          const int k = static_cast<int>(buf.kind);
-          if (classes.rep[k] != k) return;
-          for (std::uint32_t s = 0; s < segs.size(); ++s) {
-            const std::size_t u = segs[s].tensor * vps::kNumStateKinds + k;
-            if (wanted.empty() || wanted[u]) entries[u].push_back({segs[s].box, {r, buf.id, s}});
-          }
-        });
+        const vps::RankCoords rc = vps::rank_coords(c, r);
+        auto [tmpl, fresh] = class_templates.try_emplace({rc.tp, rc.pp, rc.ep, rc.etp});
+        layout.visit_buffers(
+            r,
+            [&](const vps::LocalBuffer& buf, const std::vector<vps::Segment>& segs) {
+              const int k = static_cast<int>(buf.kind);
+              const bool is_template = !(sharded >> k & 1u);
+              for (std::uint32_t s = 0; s < segs.size(); ++s) {
+                const std::size_t u = segs[s].tensor * vps::kNumStateKinds + k;
+                if (!wanted.empty() && !wanted[u]) continue;
+                if (is_template) tmpl->second.push_back({u, segs[s].box, buf.id, s});
+                else entries[u].push_back({segs[s].box, {r, buf.id, s}});
+              }
+            },
+            fresh ? all_mask : sharded);
+        for (const Template& t : tmpl->second) entries[t.unit].push_back({t.box, {r, t.buffer, t.segment}});
       }
     }
   };
@@ -281,10 +309,11 @@ class UnitPlanner {
     }
     const auto n = static_cast<std::uint64_t>(last - first);
     const std::uint64_t seed = tensor_ * 31u + static_cast<unsigned>(kind_) * 7u;
-    const Holder* best = nullptr;
-    for (std::uint64_t k = 0; k < n; ++k) {
-      const Holder& h = first[(seed + k) % n];
-      if (!best || load_[h.rank] < load_[best->rank]) best = &h;
+    std::uint64_t at = seed % n;
+    const Holder* best = &first[at];
+    for (std::uint64_t k = 1; k < n; ++k) {
+      if (++at == n) at = 0;
+      if (load_[first[at].rank] < load_[best->rank]) best = &first[at];
     }
     return *best;
   }

@@ -1,6 +1,8 @@
 #include "vps/layout.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "common/error.h"
@@ -52,7 +54,8 @@ std::int64_t RankLayout::bytes(const LayoutOptions& options) const {
 }
 
 Layout::Layout(const ModelSpec& model, ParallelConfig config, LayoutOptions options)
-    : model_(model), config_(std::move(config)), options_(std::move(options)) {
+    : model_(model), config_(std::move(config)), options_(std::move(options)),
+      shard_cache_(std::make_shared<ShardCache>()) {
   config_.validate_for(model_);
   tensors_ = build_tensors(model_);
   if (options_.bucket_elems <= 0)
@@ -171,7 +174,23 @@ void append_segments(const LocalShard& s, std::int64_t lo, std::int64_t hi, std:
 
 }  // namespace
 
-std::vector<LocalShard> Layout::local_shards(int rank) const {
+struct Layout::ShardCache {
+  std::mutex mutex;
+  std::map<std::array<int, 4>, std::vector<LocalShard>> by_class;
+};
+
+std::vector<LocalShard> Layout::local_shards(int rank) const { return cached_shards(rank); }
+
+const std::vector<LocalShard>& Layout::cached_shards(int rank) const {
+  const RankCoords rc = rank_coords(config_, rank);
+  const std::array<int, 4> key{rc.active ? rc.tp : -1, rc.pp, rc.ep, rc.etp};
+  std::lock_guard<std::mutex> lock(shard_cache_->mutex);
+  auto it = shard_cache_->by_class.find(key);
+  if (it == shard_cache_->by_class.end()) it = shard_cache_->by_class.emplace(key, compute_shards(rank)).first;
+  return it->second;
+}
+
+std::vector<LocalShard> Layout::compute_shards(int rank) const {
   const RankCoords rc = rank_coords(config_, rank);
   std::vector<LocalShard> shards;
   if (!rc.active) return shards;
@@ -208,11 +227,11 @@ RankLayout Layout::rank_layout(int rank) const {
   return layout;
 }
 
-void Layout::visit_buffers(int rank, const BufferVisitor& visit) const {
+void Layout::visit_buffers(int rank, const BufferVisitor& visit, unsigned kind_mask) const {
   const RankCoords rc = rank_coords(config_, rank);
   if (!rc.active) return;
   std::uint32_t next_id = 0;
-  const auto shards = local_shards(rank);
+  const auto& shards = cached_shards(rank);
   std::array<std::int64_t, kNumStateKinds> arena{};
   for (bool expert_group : {false, true}) {
     const std::int64_t shard_count = expert_group ? config_.edp() : config_.dp * config_.cp;
@@ -238,7 +257,9 @@ void Layout::visit_buffers(int rank, const BufferVisitor& visit) const {
       std::vector<Segment> segments[2];
       for (int sharded = 0; sharded < 2; ++sharded) {
         bool needed = false;
-        for (StateKind kind : options_.kinds) needed = needed || is_sharded(kind, config_.zero) == bool(sharded);
+        for (StateKind kind : options_.kinds)
+          needed = needed || ((kind_mask >> static_cast<int>(kind) & 1u) &&
+                              is_sharded(kind, config_.zero) == bool(sharded));
         if (!needed) continue;
         const std::int64_t lo = sharded ? shard_index * (b.size / shard_count) : 0;
         const std::int64_t hi = sharded ? lo + b.size / shard_count : b.size;
@@ -255,7 +276,7 @@ void Layout::visit_buffers(int rank, const BufferVisitor& visit) const {
         buf.numel = sharded ? b.size / shard_count : b.size;
         buf.arena_offset = arena[static_cast<int>(kind)];
         arena[static_cast<int>(kind)] += buf.numel;
-        visit(buf, segments[sharded]);
+        if (kind_mask >> static_cast<int>(kind) & 1u) visit(buf, segments[sharded]);
       }
     }
   }

@@ -24,6 +24,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -104,14 +105,22 @@ class Layout {
   RankLayout rank_layout(int rank) const;
   // The same without building a RankLayout: visit(buffer with empty segments, its segments)
   // for every buffer in id order. For hot loops (the planner lays out every rank).
+  // `kind_mask` (bit k = StateKind k) skips the other kinds; buffer ids do not change.
   using BufferVisitor = std::function<void(const LocalBuffer&, const std::vector<Segment>&)>;
-  void visit_buffers(int rank, const BufferVisitor& visit) const;
+  void visit_buffers(int rank, const BufferVisitor& visit, unsigned kind_mask = ~0u) const;
 
  private:
+  // local_shards depends only on a rank's (tp, pp, ep, etp) coordinates; computed once per such
+  // class and kept (entries are never erased, so references stay valid). Thread-safe.
+  struct ShardCache;
+  const std::vector<LocalShard>& cached_shards(int rank) const;
+  std::vector<LocalShard> compute_shards(int rank) const;
+
   ModelSpec model_;
   ParallelConfig config_;
   LayoutOptions options_;
   std::vector<TensorSpec> tensors_;
+  std::shared_ptr<ShardCache> shard_cache_;
 };
 
 }  // namespace dynatrain::vps
