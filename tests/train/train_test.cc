@@ -1,0 +1,331 @@
+// Proof of the reference trainer (issue 4), ranks as threads of one process (inproc transport):
+//   1. every parallel dimension's forward and backward matches a single-process reference
+//      (logits and gradients, fp32 tolerance), and so does the ZeRO-1 distributed Adam step;
+//   2. a switch moves every weight and optimizer element bit for bit (gathered in VPS
+//      coordinates before and after), by the engine and by the gather reference path;
+//   3. with a switch every 10 steps over 60 steps (TP, PP, DP resize, EP, hybrid) the loss
+//      tracks the static run within the reduction-order noise.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/inproc/inproc_transport.h"
+#include "common/error.h"
+#include "train/data.h"
+#include "train/train_cli.h"
+#include "train/trainer.h"
+
+namespace dynatrain::train {
+namespace {
+
+using vps::StateKind;
+
+TrainerOptions tiny(const std::string& model, std::int64_t batch = 8, std::int64_t seq = 16) {
+  TrainerOptions o;
+  o.model = vps::model_from_name(model);
+  o.global_batch = batch;
+  o.seq = seq;
+  o.warmup_steps = 5;
+  return o;
+}
+
+vps::ParallelConfig cfg(const std::string& s) { return vps::ParallelConfig::parse(s); }
+
+struct ProbeResult {
+  double loss = 0;
+  std::vector<float> logits;
+  std::vector<std::vector<float>> grads;
+};
+
+ProbeResult probe(const TrainerOptions& o, const std::string& config) {
+  ProbeResult out;
+  const auto c = cfg(config);
+  comm::run_ranks(c.world_size(), [&](comm::Transport& world) {
+    set_intra_op_threads(1);
+    Trainer t(o, c, world, embedded_text());
+    auto p = t.forward_backward();
+    auto g = t.gather(StateKind::kGrad);
+    if (world.rank() == 0) {
+      EXPECT_EQ(g.uncovered, 0);
+      EXPECT_EQ(g.replica_mismatches, 0) << "replicated gradients differ in " << config;
+      out.loss = p.loss;
+      out.logits = std::move(p.logits);
+      out.grads = std::move(g.tensors);
+    }
+  });
+  return out;
+}
+
+// max |a - b| <= atol + rtol * max |b| over the whole vector.
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, double rtol,
+                  double atol, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  double scale = 0, diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+  }
+  EXPECT_LE(diff, atol + rtol * scale) << what << ": max diff " << diff << ", max |ref| " << scale;
+}
+
+void expect_matches_reference(const std::string& model, const std::string& config) {
+  const auto o = tiny(model);
+  const auto ref = probe(o, "dp=1");
+  const auto got = probe(o, config);
+  EXPECT_NEAR(got.loss, ref.loss, 1e-5 * std::abs(ref.loss)) << config;
+  expect_close(got.logits, ref.logits, 1e-5, 1e-6, config + " logits");
+  const auto tensors = vps::build_tensors(o.model);
+  ASSERT_EQ(got.grads.size(), tensors.size());
+  for (const auto& t : tensors)
+    expect_close(got.grads[t.id], ref.grads[t.id], 1e-4, 1e-9, config + " grad " + t.name);
+}
+
+// ---- 1. forward and backward against a single-process reference ----
+class DenseMatchesReference : public ::testing::TestWithParam<std::string> {};
+TEST_P(DenseMatchesReference, LogitsAndGradients) { expect_matches_reference("tiny-dense", GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Train, DenseMatchesReference,
+                         ::testing::Values("tp=2", "tp=4", "tp=8", "dp=2,zero=0", "dp=4", "pp=2",
+                                           "pp=4", "tp=2,pp=2,dp=2"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (auto& ch : s) if (ch == ',' || ch == '=') ch = '_';
+                           return s;
+                         });
+
+class MoeMatchesReference : public ::testing::TestWithParam<std::string> {};
+TEST_P(MoeMatchesReference, LogitsAndGradients) { expect_matches_reference("tiny-moe", GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Train, MoeMatchesReference,
+                         ::testing::Values("dp=2,ep=2", "dp=4,ep=4", "tp=2,ep=2", "tp=2,dp=2,ep=4",
+                                           "tp=4", "pp=2,dp=2,ep=2"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (auto& ch : s) if (ch == ',' || ch == '=') ch = '_';
+                           return s;
+                         });
+
+// The distributed Adam (ZeRO-1 reduce-scatter / shard update / all-gather) against ZeRO-0 on
+// one rank: params and optimizer state after 3 steps.
+std::vector<std::vector<std::vector<float>>> state_after(const TrainerOptions& o, const std::string& config,
+                                                         int steps, std::vector<double>* losses = nullptr) {
+  std::vector<std::vector<std::vector<float>>> out;
+  const auto c = cfg(config);
+  comm::run_ranks(c.world_size(), [&](comm::Transport& world) {
+    set_intra_op_threads(1);
+    Trainer t(o, c, world, embedded_text());
+    for (int i = 0; i < steps; ++i) {
+      auto st = t.step();
+      if (world.rank() == 0 && losses) losses->push_back(st.loss);
+    }
+    for (StateKind k : {StateKind::kParam, StateKind::kMaster, StateKind::kExpAvg, StateKind::kExpAvgSq}) {
+      auto g = t.gather(k);
+      if (world.rank() == 0) {
+        EXPECT_EQ(g.uncovered, 0);
+        EXPECT_EQ(g.replica_mismatches, 0) << vps::state_kind_name(k) << " replicas differ in " << config;
+        out.push_back(std::move(g.tensors));
+      }
+    }
+  });
+  return out;
+}
+
+TEST(Train, DistributedAdamMatchesReference) {
+  for (const std::string model : {"tiny-dense", "tiny-moe"}) {
+    const auto o = tiny(model);
+    const auto ref = state_after(o, "dp=1,zero=0", 3);
+    for (const std::string config : {"dp=4,zero=1", "tp=2,dp=2,zero=1", "dp=2,zero=0"}) {
+      std::string c = config;
+      if (model == "tiny-moe") c += ",ep=2";
+      const auto got = state_after(o, c, 3);
+      ASSERT_EQ(got.size(), ref.size());
+      for (std::size_t k = 0; k < got.size(); ++k)
+        for (std::size_t t = 0; t < got[k].size(); ++t)
+          expect_close(got[k][t], ref[k][t], 2e-3, 1e-7, model + " " + c + " kind " + std::to_string(k) + " tensor " + std::to_string(t));
+    }
+  }
+}
+
+// ---- 2. a switch is lossless, bit for bit ----
+struct SwitchCase {
+  std::string model, from, to;
+  int world;
+  SwitchMethod method;
+};
+
+void PrintTo(const SwitchCase& c, std::ostream* os) {
+  *os << c.model << " " << c.from << " -> " << c.to << " (" << switch_method_name(c.method) << ")";
+}
+
+class SwitchIsLossless : public ::testing::TestWithParam<SwitchCase> {};
+
+TEST_P(SwitchIsLossless, BitEqualInVpsCoordinates) {
+  const auto& p = GetParam();
+  const auto o = tiny(p.model);
+  auto options = o;
+  options.switch_method = p.method;
+  comm::run_ranks(p.world, [&](comm::Transport& world) {
+    set_intra_op_threads(1);
+    Trainer t(options, cfg(p.from), world, embedded_text());
+    for (int i = 0; i < 2; ++i)
+      if (t.active()) t.step();
+    const std::vector<StateKind> kinds = {StateKind::kParam, StateKind::kMaster, StateKind::kExpAvg,
+                                          StateKind::kExpAvgSq};
+    std::vector<Gathered> before;
+    for (auto k : kinds) before.push_back(t.gather(k));
+    const auto stats = t.switch_to(cfg(p.to));
+    EXPECT_EQ(t.steps_done(), 2);
+    for (std::size_t i = 0; i < kinds.size(); ++i) {
+      auto after = t.gather(kinds[i]);
+      if (world.rank() != 0) continue;
+      EXPECT_EQ(after.uncovered, 0);
+      EXPECT_EQ(after.replica_mismatches, 0);
+      ASSERT_EQ(after.tensors.size(), before[i].tensors.size());
+      std::int64_t differ = 0;
+      for (std::size_t ti = 0; ti < after.tensors.size(); ++ti) {
+        const auto& a = after.tensors[ti];
+        const auto& b = before[i].tensors[ti];
+        ASSERT_EQ(a.size(), b.size());
+        if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0) ++differ;
+      }
+      EXPECT_EQ(differ, 0) << vps::state_kind_name(kinds[i]) << ": tensors not bit-equal after "
+                           << p.from << " -> " << p.to;
+    }
+    if (world.rank() == 0) {
+      EXPECT_GT(stats.total_s, 0.0);
+    }
+    if (t.active()) {
+      auto st = t.step();
+      EXPECT_TRUE(std::isfinite(st.loss));
+    }
+    t.finish();
+  });
+}
+
+std::vector<SwitchCase> switch_cases() {
+  std::vector<SwitchCase> cases;
+  for (SwitchMethod m : {SwitchMethod::kEngine, SwitchMethod::kGather}) {
+    if (m == SwitchMethod::kEngine && default_switch_method() != SwitchMethod::kEngine) continue;
+    cases.push_back({"tiny-dense", "tp=2,pp=2,dp=2", "tp=4,dp=2", 8, m});
+    cases.push_back({"tiny-dense", "dp=4,zero=1", "tp=2,pp=2", 4, m});
+    cases.push_back({"tiny-dense", "tp=2,dp=2", "dp=1", 4, m});
+    cases.push_back({"tiny-dense", "pp=2", "tp=8,zero=0", 8, m});
+    cases.push_back({"tiny-moe", "dp=2,ep=2", "tp=2,dp=2,ep=4", 4, m});
+    cases.push_back({"tiny-moe", "pp=2,dp=2,ep=2", "dp=4,ep=2,zero=0", 4, m});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Train, SwitchIsLossless, ::testing::ValuesIn(switch_cases()),
+                         [](const auto& info) {
+                           std::string s = info.param.model + "_" + info.param.from + "_to_" + info.param.to + "_" +
+                                           switch_method_name(info.param.method);
+                           for (auto& ch : s) if (ch == ',' || ch == '=' || ch == '-') ch = '_';
+                           return s;
+                         });
+
+// ---- 3. loss of a switching run tracks the static run ----
+std::vector<double> losses(const TrainerOptions& o, int world_size,
+                           const std::vector<std::pair<int, std::string>>& schedule, int steps) {
+  std::vector<double> out;
+  comm::run_ranks(world_size, [&](comm::Transport& world) {
+    set_intra_op_threads(1);
+    Trainer t(o, cfg(schedule[0].second), world, embedded_text());
+    std::size_t next = 1;
+    for (int s = 0; s < steps; ++s) {
+      if (next < schedule.size() && schedule[next].first == s) t.switch_to(cfg(schedule[next++].second));
+      if (!t.active()) continue;
+      auto st = t.step();
+      if (world.rank() == 0) out.push_back(st.loss);
+    }
+    t.finish();
+  });
+  return out;
+}
+
+// Tolerance. A switching run and the static run differ only in the order of floating-point
+// reductions (tp all-reduces, dp reduce-scatters, matmuls of other shapes), never in the data,
+// the init or the optimizer state, so the loss gap must stay at the level of that noise.
+// Measured over 60 steps (loss 5.5 -> 2.6): dense, switching vs static 7e-7 and static vs
+// static in another layout 1e-6; MoE 3.4e-4 for both (a near-tie in the top-k router flips for
+// a token or two). Tolerances: dense 1e-4, MoE 2e-3 -- ~100x and ~6x the noise, and 2000x /
+// 100x below the 0.24 gap of a switch that loses the Adam moments (the fault-injection run).
+double loss_tolerance(const std::string& model) { return model == "tiny-moe" ? 2e-3 : 1e-4; }
+
+void expect_tracks(const std::string& model, const std::vector<std::pair<int, std::string>>& schedule,
+                   int world_size, bool check_fault = false) {
+  const int steps = 60;
+  const auto o = tiny(model, 8, 32);
+  const auto stat = losses(o, world_size, {schedule[0]}, steps);
+  const auto other = losses(o, world_size, {schedule[1].second.empty() ? schedule[0] : std::pair{0, schedule[1].second}}, steps);
+  const auto dyn = losses(o, world_size, schedule, steps);
+  ASSERT_EQ(stat.size(), static_cast<std::size_t>(steps));
+  ASSERT_EQ(dyn.size(), static_cast<std::size_t>(steps));
+  const double kLossTolerance = loss_tolerance(model);
+  double noise = 0, worst = 0;
+  for (int i = 0; i < steps; ++i) {
+    noise = std::max(noise, std::abs(other[i] - stat[i]));
+    worst = std::max(worst, std::abs(dyn[i] - stat[i]));
+    EXPECT_NEAR(dyn[i], stat[i], kLossTolerance) << "step " << i;
+  }
+  EXPECT_LT(stat.back(), stat.front() - 0.5) << "the model should learn";
+  double fault_worst = 0;
+  if (check_fault) {  // negative control: a switch that loses the Adam moments must be caught
+    auto faulty = o;
+    faulty.fault_drop_moments_on_switch = true;
+    const auto bad = losses(faulty, world_size, schedule, steps);
+    for (int i = 0; i < steps; ++i) fault_worst = std::max(fault_worst, std::abs(bad[i] - stat[i]));
+    EXPECT_GT(fault_worst, 5 * kLossTolerance) << "the tolerance would not catch lost optimizer state";
+  }
+  std::printf("[ loss    ] %s: first %.4f last %.4f; max |switching - static| %.2e, "
+              "static-vs-static (other layout) %.2e, tolerance %.1e, lost-moments fault %.2e\n",
+              model.c_str(), stat.front(), stat.back(), worst, noise, kLossTolerance, fault_worst);
+}
+
+TEST(Train, DenseLossTracksStaticRunWithSwitchEvery10Steps) {
+  expect_tracks("tiny-dense",
+                {{0, "tp=2,dp=2"},       // TP x DP
+                 {10, "pp=2,dp=2"},      // TP -> PP
+                 {20, "dp=4"},           // DP resize 2 -> 4
+                 {30, "tp=2,pp=2"},      // hybrid
+                 {40, "dp=2,zero=0"},    // shrink: two ranks wait; ZeRO-1 -> ZeRO-0
+                 {50, "tp=4"}},          // grow back, TP = kv heads
+                4, /*check_fault=*/true);
+}
+
+TEST(Train, MoeLossTracksStaticRunWithSwitchEvery10Steps) {
+  expect_tracks("tiny-moe",
+                {{0, "dp=2,ep=2"},
+                 {10, "dp=4,ep=4"},         // EP 2 -> 4, DP resize
+                 {20, "tp=2,dp=2,ep=2"},    // hybrid TP + EP
+                 {30, "pp=2,dp=2,ep=2"},    // PP
+                 {40, "dp=1"},              // everything on one rank
+                 {50, "tp=2,dp=2,ep=4"}},
+                4);
+}
+
+TEST(Train, ScheduleParsing) {
+  auto s = parse_schedule("0:tp=2,pp=2,dp=2;50:tp=1,pp=2,dp=4");
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[1].first, 50);
+  EXPECT_EQ(s[1].second.dp, 4);
+  EXPECT_THROW(parse_schedule("5:dp=2"), InputError);
+  EXPECT_THROW(parse_schedule("0:dp=2;0:dp=4"), InputError);
+  EXPECT_THROW(parse_schedule("0:dp=2;x:dp=4"), InputError);
+}
+
+TEST(Train, UnsupportedConfigsAreInputErrors) {
+  auto o = tiny("tiny-dense");
+  for (const std::string c : {"dp=2,zero=2", "cp=2", "dp=3"}) {
+    auto config = cfg(c);
+    EXPECT_THROW(Trainer::check_supported(o, config), InputError) << c;
+  }
+  auto gpt = tiny("gpt3-1.3b");
+  auto one = cfg("dp=1");
+  EXPECT_THROW(Trainer::check_supported(gpt, one), InputError);
+}
+
+}  // namespace
+}  // namespace dynatrain::train

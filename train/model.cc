@@ -1,0 +1,320 @@
+#include "train/model.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/error.h"
+
+namespace dynatrain::train {
+
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::Function;
+using torch::autograd::variable_list;
+
+constexpr double kNormEps = 1e-5;
+
+std::int64_t to_handle(comm::Transport* t) { return reinterpret_cast<std::intptr_t>(t); }
+comm::Transport* from_handle(const c10::IValue& v) {
+  return reinterpret_cast<comm::Transport*>(static_cast<std::intptr_t>(v.toInt()));
+}
+
+Tensor all_reduce(const Tensor& x, comm::Transport* g) {
+  Tensor out = x.contiguous().clone();
+  g->all_reduce_sum(out.data_ptr<float>(), static_cast<std::size_t>(out.numel()));
+  return out;
+}
+
+// Concatenation along dim 0 of every rank's x (all ranks pass the same shape).
+Tensor all_gather0(const Tensor& x, comm::Transport* g) {
+  Tensor in = x.contiguous();
+  auto sizes = in.sizes().vec();
+  sizes[0] *= g->size();
+  Tensor out = torch::empty(sizes, in.options());
+  g->all_gather(in.data_ptr<float>(), out.data_ptr<float>(), static_cast<std::size_t>(in.numel()));
+  return out;
+}
+
+Tensor rows_of_rank(const Tensor& x, int rank, int size) {
+  const std::int64_t per = x.size(0) / size;
+  return x.narrow(0, rank * per, per).contiguous();
+}
+
+// Identity forward, all-reduce of the gradient over the tp group backward.
+struct CopyToTp : Function<CopyToTp> {
+  static Tensor forward(AutogradContext* ctx, Tensor x, std::int64_t g) {
+    ctx->saved_data["g"] = g;
+    return x.clone();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    return {all_reduce(grad[0], from_handle(ctx->saved_data["g"])), Tensor()};
+  }
+};
+
+// All-reduce forward, identity backward.
+struct ReduceFromTp : Function<ReduceFromTp> {
+  static Tensor forward(AutogradContext* ctx, Tensor x, std::int64_t g) {
+    return all_reduce(x, reinterpret_cast<comm::Transport*>(static_cast<std::intptr_t>(g)));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    return {grad[0], Tensor()};
+  }
+};
+
+// Forward: this rank's 1/tp of the rows; backward: all-gather of the row gradients.
+struct SplitRowsTp : Function<SplitRowsTp> {
+  static Tensor forward(AutogradContext* ctx, Tensor x, std::int64_t g) {
+    ctx->saved_data["g"] = g;
+    auto* t = from_handle(g);
+    return rows_of_rank(x, t->rank(), t->size());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    return {all_gather0(grad[0], from_handle(ctx->saved_data["g"])), Tensor()};
+  }
+};
+
+// Forward: all-gather of the rows; backward: this rank's rows of the gradient.
+struct GatherRowsTp : Function<GatherRowsTp> {
+  static Tensor forward(AutogradContext* ctx, Tensor x, std::int64_t g) {
+    ctx->saved_data["g"] = g;
+    return all_gather0(x, from_handle(g));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    auto* t = from_handle(ctx->saved_data["g"]);
+    return {rows_of_rank(grad[0], t->rank(), t->size()), Tensor()};
+  }
+};
+
+Tensor all_to_all_rows(const Tensor& x, const std::vector<std::int64_t>& send_rows,
+                       const std::vector<std::int64_t>& recv_rows, comm::Transport* g) {
+  Tensor in = x.contiguous();
+  const std::int64_t row_width = in.dim() > 1 ? in.size(1) : 1;
+  const std::size_t row_bytes = static_cast<std::size_t>(row_width) * sizeof(float);
+  std::vector<std::size_t> sc, so, rc, ro;
+  std::size_t s_off = 0, r_off = 0;
+  std::int64_t total = 0;
+  for (std::size_t j = 0; j < send_rows.size(); ++j) {
+    sc.push_back(send_rows[j] * row_bytes);
+    so.push_back(s_off);
+    s_off += sc.back();
+    rc.push_back(recv_rows[j] * row_bytes);
+    ro.push_back(r_off);
+    r_off += rc.back();
+    total += recv_rows[j];
+  }
+  Tensor out = torch::empty({total, row_width}, in.options());
+  g->all_to_all(in.data_ptr<float>(), sc, so, out.data_ptr<float>(), rc, ro);
+  return out;
+}
+
+// Expert-parallel token exchange: rows [send_rows[j] for rank j]; backward is the reverse.
+struct AllToAllRows : Function<AllToAllRows> {
+  static Tensor forward(AutogradContext* ctx, Tensor x, std::vector<std::int64_t> send_rows,
+                        std::vector<std::int64_t> recv_rows, std::int64_t g) {
+    ctx->saved_data["g"] = g;
+    ctx->saved_data["send"] = send_rows;
+    ctx->saved_data["recv"] = recv_rows;
+    return all_to_all_rows(x, send_rows, recv_rows, from_handle(g));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    auto send = ctx->saved_data["send"].toIntVector();
+    auto recv = ctx->saved_data["recv"].toIntVector();
+    return {all_to_all_rows(grad[0], recv, send, from_handle(ctx->saved_data["g"])), Tensor(),
+            Tensor(), Tensor()};
+  }
+};
+
+// Cross-entropy over vocab-parallel logits [N, vocab_l] (columns [v0, v0 + vocab_l) of the
+// vocab): per-token loss [N]. max, sum of exponentials and the target logit are combined over
+// the tp group; the backward needs no communication.
+struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
+  static Tensor forward(AutogradContext* ctx, Tensor logits, Tensor targets, std::int64_t v0,
+                        std::int64_t g) {
+    auto* t = from_handle(g);
+    const std::int64_t vl = logits.size(1);
+    Tensor m = std::get<0>(logits.max(1));
+    if (t != nullptr) m = std::get<0>(all_gather0(m.unsqueeze(0), t).max(0));
+    Tensor e = (logits - m.unsqueeze(1)).exp();
+    Tensor sum = e.sum(1);
+    Tensor in_range = (targets >= v0).logical_and(targets < v0 + vl);
+    Tensor idx = (targets - v0).clamp(0, vl - 1);
+    Tensor target_logit = logits.gather(1, idx.unsqueeze(1)).squeeze(1) * in_range.to(torch::kFloat);
+    if (t != nullptr) {
+      sum = all_reduce(sum, t);
+      target_logit = all_reduce(target_logit, t);
+    }
+    Tensor softmax = e / sum.unsqueeze(1);
+    ctx->save_for_backward({softmax, idx, in_range});
+    return sum.log() + m - target_logit;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    auto saved = ctx->get_saved_variables();
+    Tensor g = saved[0].clone();
+    Tensor hit = saved[2].to(torch::kFloat);
+    g.scatter_add_(1, saved[1].unsqueeze(1), -hit.unsqueeze(1));
+    return {g * grad[0].unsqueeze(1), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+Tensor copy_to_tp(const Tensor& x, const ModelComms& c) {
+  return c.tp_size > 1 ? CopyToTp::apply(x, to_handle(c.tp)) : x;
+}
+Tensor reduce_from_tp(const Tensor& x, const ModelComms& c) {
+  return c.tp_size > 1 ? ReduceFromTp::apply(x, to_handle(c.tp)) : x;
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& w) {
+  return x * torch::rsqrt(x.pow(2).mean(-1, true) + kNormEps) * w;
+}
+
+// Rotary position embedding (rotate-half form) over the last dim; cos/sin shaped to broadcast.
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  const std::int64_t half = x.size(-1) / 2;
+  Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+}
+
+Tensor attention(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& c,
+                 const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& mask) {
+  const std::int64_t mb = x.size(0), s = x.size(1), h = spec.hidden, d = spec.head_dim;
+  const std::int64_t groups = w.qkv.size(0), ql = w.qkv.size(1) - 2, heads = groups * ql;
+  Tensor xi = copy_to_tp(rms_norm(x, w.input_norm), c);
+  Tensor qkv = torch::matmul(xi, w.qkv.reshape({-1, h}).t()).view({mb, s, groups, ql + 2, d});
+  Tensor q = qkv.narrow(3, 0, ql);
+  Tensor k = qkv.select(3, ql);
+  Tensor v = qkv.select(3, ql + 1);
+  if (spec.qk_norm) {
+    q = rms_norm(q, w.q_norm);
+    k = rms_norm(k, w.k_norm);
+  }
+  q = rope(q, cos.view({1, s, 1, 1, d / 2}), sin.view({1, s, 1, 1, d / 2}));
+  k = rope(k, cos.view({1, s, 1, d / 2}), sin.view({1, s, 1, d / 2}));
+  k = k.unsqueeze(3).expand({mb, s, groups, ql, d});
+  v = v.unsqueeze(3).expand({mb, s, groups, ql, d});
+  q = q.reshape({mb, s, heads, d}).transpose(1, 2);
+  k = k.reshape({mb, s, heads, d}).transpose(1, 2);
+  v = v.reshape({mb, s, heads, d}).transpose(1, 2);
+  Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
+  scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  Tensor o = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({mb, s, heads * d});
+  return reduce_from_tp(torch::matmul(o, w.proj.t()), c);
+}
+
+Tensor dense_mlp(const LayerWeights& w, const ModelComms& c, const Tensor& x) {
+  Tensor xi = copy_to_tp(rms_norm(x, w.post_norm), c);
+  Tensor gate = torch::matmul(xi, w.fc1.select(0, 0).t());
+  Tensor up = torch::matmul(xi, w.fc1.select(0, 1).t());
+  return reduce_from_tp(torch::matmul(torch::silu(gate) * up, w.fc2.t()), c);
+}
+
+// Top-k MoE over tokens x [T, h] (this tp rank's share), experts spread over the ep group.
+Tensor moe(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& c, const Tensor& x) {
+  const std::int64_t T = x.size(0), h = x.size(1), E = spec.experts, k = spec.top_k;
+  const std::int64_t ep = c.ep_size, el = E / ep;
+  Tensor probs = torch::softmax(torch::matmul(x, w.router.t()), -1);
+  auto [topv, topi] = probs.topk(k, -1);
+  Tensor weights = topv / topv.sum(-1, true);
+  Tensor flat_e = topi.reshape({-1});
+  Tensor tok = torch::arange(T, torch::kLong).repeat_interleave(k);
+  auto [sorted_e, order] = flat_e.sort(/*stable=*/true, 0, false);
+  Tensor sorted_tok = tok.index_select(0, order);
+  Tensor xs = x.index_select(0, sorted_tok);
+  Tensor cnt = torch::bincount(sorted_e, {}, E).to(torch::kLong).contiguous();
+  std::vector<std::int64_t> send_cnt(cnt.data_ptr<std::int64_t>(), cnt.data_ptr<std::int64_t>() + E);
+  std::vector<std::int64_t> recv_cnt(E);  // [src rank][local expert]
+  if (ep > 1) {
+    std::vector<std::size_t> counts(ep, el * sizeof(std::int64_t)), offs(ep);
+    for (std::int64_t j = 0; j < ep; ++j) offs[j] = j * el * sizeof(std::int64_t);
+    c.ep->all_to_all(send_cnt.data(), counts, offs, recv_cnt.data(), counts, offs);
+  } else {
+    recv_cnt = send_cnt;
+  }
+  std::vector<std::int64_t> send_rows(ep, 0), recv_rows(ep, 0);
+  for (std::int64_t j = 0; j < ep; ++j)
+    for (std::int64_t e = 0; e < el; ++e) {
+      send_rows[j] += send_cnt[j * el + e];
+      recv_rows[j] += recv_cnt[j * el + e];
+    }
+  Tensor xr = ep > 1 ? AllToAllRows::apply(xs, send_rows, recv_rows, to_handle(c.ep)) : xs;
+  // Received rows come grouped by source rank, then local expert; regroup by local expert.
+  std::vector<std::int64_t> src_off(ep, 0);
+  for (std::int64_t j = 1; j < ep; ++j) src_off[j] = src_off[j - 1] + recv_rows[j - 1];
+  std::vector<std::int64_t> perm, expert_rows(el, 0);
+  for (std::int64_t e = 0; e < el; ++e)
+    for (std::int64_t j = 0; j < ep; ++j) {
+      std::int64_t start = src_off[j];
+      for (std::int64_t f = 0; f < e; ++f) start += recv_cnt[j * el + f];
+      for (std::int64_t r = 0; r < recv_cnt[j * el + e]; ++r) perm.push_back(start + r);
+      expert_rows[e] += recv_cnt[j * el + e];
+    }
+  const auto n = static_cast<std::int64_t>(perm.size());
+  Tensor perm_t = torch::tensor(perm, torch::kLong);
+  Tensor xe = xr.index_select(0, perm_t);
+  std::vector<Tensor> outs;
+  std::int64_t at = 0;
+  for (std::int64_t e = 0; e < el; ++e) {
+    if (expert_rows[e] == 0) continue;
+    Tensor b = xe.narrow(0, at, expert_rows[e]);
+    at += expert_rows[e];
+    Tensor fc1 = w.expert_fc1.select(0, e);
+    Tensor a = torch::silu(torch::matmul(b, fc1.select(0, 0).t())) * torch::matmul(b, fc1.select(0, 1).t());
+    outs.push_back(torch::matmul(a, w.expert_fc2.select(0, e).t()));
+  }
+  Tensor ye = outs.empty() ? xe * 0.0 : torch::cat(outs, 0);
+  std::vector<std::int64_t> inv(n);
+  for (std::int64_t i = 0; i < n; ++i) inv[perm[i]] = i;
+  Tensor yr = ye.index_select(0, torch::tensor(inv, torch::kLong));
+  Tensor yb = ep > 1 ? AllToAllRows::apply(yr, recv_rows, send_rows, to_handle(c.ep)) : yr;
+  Tensor wsorted = weights.reshape({-1}).index_select(0, order);
+  return torch::zeros({T, h}, x.options()).index_add(0, sorted_tok, yb * wsorted.unsqueeze(1));
+}
+
+Tensor moe_mlp(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& c, const Tensor& x) {
+  const std::int64_t mb = x.size(0), s = x.size(1), h = x.size(2);
+  Tensor flat = rms_norm(x, w.post_norm).reshape({mb * s, h});
+  if (c.tp_size > 1) flat = SplitRowsTp::apply(flat, to_handle(c.tp));
+  Tensor y = moe(w, spec, c, flat);
+  if (c.tp_size > 1) y = GatherRowsTp::apply(y, to_handle(c.tp));
+  return y.view({mb, s, h});
+}
+
+}  // namespace
+
+Tensor embed_forward(const StageModel& m, const ModelComms& c, const Tensor& tokens) {
+  const std::int64_t vl = m.embedding.size(0);
+  Tensor in_range = (tokens >= m.vocab_start).logical_and(tokens < m.vocab_start + vl);
+  Tensor idx = (tokens - m.vocab_start).clamp(0, vl - 1).reshape({-1});
+  Tensor e = m.embedding.index_select(0, idx).view({tokens.size(0), tokens.size(1), -1});
+  e = e * in_range.unsqueeze(-1).to(torch::kFloat);
+  return reduce_from_tp(e, c);
+}
+
+Tensor layers_forward(const StageModel& m, const ModelComms& c, Tensor x) {
+  const std::int64_t s = x.size(1), d = m.spec.head_dim;
+  Tensor inv_freq = torch::pow(10000.0, -torch::arange(0, d, 2, torch::kFloat) / static_cast<double>(d));
+  Tensor angle = torch::arange(s, torch::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);  // [s, d/2]
+  Tensor cos = angle.cos(), sin = angle.sin();
+  Tensor mask = torch::ones({s, s}, torch::kBool).triu(1);
+  for (const auto& w : m.layers) {
+    x = x + attention(w, m.spec, c, x, cos, sin, mask);
+    x = x + (m.spec.is_moe() ? moe_mlp(w, m.spec, c, x) : dense_mlp(w, c, x));
+  }
+  return x;
+}
+
+Tensor loss_forward(const StageModel& m, const ModelComms& c, const Tensor& x,
+                    const Tensor& targets, Tensor* logits) {
+  const std::int64_t h = x.size(2);
+  Tensor xi = copy_to_tp(rms_norm(x, m.final_norm), c).reshape({-1, h});
+  // Vocab padding rows (if any) are not part of the model: drop their columns.
+  const std::int64_t valid = std::clamp<std::int64_t>(m.spec.vocab - m.vocab_start, 0, m.output.size(0));
+  DT_CHECK(valid > 0, "tp rank holds only vocab padding rows");
+  Tensor l = torch::matmul(xi, m.output.narrow(0, 0, valid).t());
+  if (logits) *logits = l.detach();
+  return VocabParallelCrossEntropy::apply(l, targets.reshape({-1}), m.vocab_start,
+                                          c.tp_size > 1 ? to_handle(c.tp) : 0);
+}
+
+}  // namespace dynatrain::train

@@ -1,0 +1,57 @@
+// The GPT / MoE model of one pipeline stage on one rank, as libtorch code over local shards.
+// Includes torch: only model.cc and trainer.cc include this header.
+//
+// Megatron-style tensor parallelism without sequence parallelism: activations [mb, s, h] are
+// replicated over the tp group. Column-parallel inputs go through copy_to_tp (identity forward,
+// all-reduce backward); row-parallel outputs through reduce_from_tp (all-reduce forward,
+// identity backward). The MoE layer splits the tokens over the tp ranks (each tp rank routes a
+// distinct 1/tp of them, so no token reaches an expert twice) and all-gathers the result.
+//
+// Local shard shapes are those of vps::Layout::local_shards (docs/vps.md):
+//   qkv  [groups_l, q_l + 2, d, h]  (q heads of each local group, then k, then v)
+//   proj [h, heads_l * d]   fc1 [2, ffn_l, h] (gate; up)   fc2 [h, ffn_l]
+//   embedding / output [vocab_l, h] (rows [tp_rank * vocab_l, ...))
+//   experts fc1 [experts_l, 2, fe, h], fc2 [experts_l, h, fe]   router [experts, h]
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "comm/transport.h"
+#include "vps/model_spec.h"
+
+namespace dynatrain::train {
+
+// Communicators one stage's model uses (nullptr = group of size 1: no communication).
+struct ModelComms {
+  comm::Transport* tp = nullptr;
+  comm::Transport* ep = nullptr;
+  int tp_size = 1, tp_rank = 0;
+  int ep_size = 1, ep_rank = 0;
+};
+
+struct LayerWeights {
+  torch::Tensor input_norm, qkv, q_norm, k_norm, proj, post_norm;
+  torch::Tensor fc1, fc2;                     // dense MLP
+  torch::Tensor router, expert_fc1, expert_fc2;  // MoE
+};
+
+struct StageModel {
+  vps::ModelSpec spec;
+  bool first = false, last = false;
+  torch::Tensor embedding, final_norm, output;  // defined on the first / last stage
+  std::vector<LayerWeights> layers;
+  std::int64_t vocab_start = 0;  // first vocab row of the local embedding / output shard
+};
+
+// Token ids [mb, s] (int64) -> hidden [mb, s, h] (first stage).
+torch::Tensor embed_forward(const StageModel& m, const ModelComms& c, const torch::Tensor& tokens);
+// Runs every layer of the stage.
+torch::Tensor layers_forward(const StageModel& m, const ModelComms& c, torch::Tensor x);
+// Last stage: final norm, vocab-parallel output layer and cross-entropy. Returns the per-token
+// losses [mb * s]; *logits (if given) gets this rank's vocab-parallel logits [mb * s, vocab_l].
+torch::Tensor loss_forward(const StageModel& m, const ModelComms& c, const torch::Tensor& x,
+                           const torch::Tensor& targets, torch::Tensor* logits);
+
+}  // namespace dynatrain::train

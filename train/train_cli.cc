@@ -1,0 +1,174 @@
+#include "train/train_cli.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+#include "train/data.h"
+#include "train/trainer.h"
+
+namespace dynatrain::train {
+
+
+std::vector<std::pair<std::int64_t, vps::ParallelConfig>> parse_schedule(const std::string& text) {
+  std::vector<std::pair<std::int64_t, vps::ParallelConfig>> out;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ';')) {
+    if (item.find_first_not_of(" \t") == std::string::npos) continue;
+    const auto colon = item.find(':');
+    if (colon == std::string::npos)
+      DT_INPUT_ERROR("schedule entry '", item, "' must be STEP:CONFIG, e.g. 0:tp=2,pp=2,dp=2");
+    std::int64_t step = 0;
+    try {
+      std::size_t used = 0;
+      step = std::stoll(item.substr(0, colon), &used);
+      if (used != colon) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      DT_INPUT_ERROR("schedule entry '", item, "': '", item.substr(0, colon), "' is not a step number");
+    }
+    if (out.empty() && step != 0) DT_INPUT_ERROR("schedule must start at step 0, got '", item, "'");
+    if (!out.empty() && step <= out.back().first)
+      DT_INPUT_ERROR("schedule steps must increase: '", item, "' after step ", out.back().first);
+    out.emplace_back(step, vps::ParallelConfig::parse(item.substr(colon + 1)));
+  }
+  if (out.empty()) DT_INPUT_ERROR("empty schedule; e.g. --schedule \"0:tp=2,pp=2,dp=2;50:dp=8\"");
+  return out;
+}
+
+namespace {
+
+std::string plain(const std::string& config) {  // no commas, for CSV and gnuplot
+  std::string s = config;
+  for (auto& ch : s)
+    if (ch == ',') ch = ' ';
+  return s;
+}
+
+int default_threads() {
+  int local = 1;
+  if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1, std::atoi(v));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / local);
+}
+
+}  // namespace
+
+int train_command(const TrainArgs& args, comm::Transport& world) {
+  TrainerOptions o;
+  o.model = vps::model_from_name(args.model);
+  o.global_batch = args.global_batch;
+  o.seq = args.seq;
+  o.lr = args.lr;
+  o.seed = args.seed;
+  o.micro_batches = args.micro_batches;
+  if (args.switch_method == "gather") o.switch_method = SwitchMethod::kGather;
+  else if (args.switch_method == "engine") o.switch_method = SwitchMethod::kEngine;
+  else if (!args.switch_method.empty())
+    DT_INPUT_ERROR("unknown switch method '", args.switch_method, "'; valid: engine, gather");
+  if (args.steps <= 0) DT_INPUT_ERROR("--steps ", args.steps, " must be positive");
+  auto schedule = parse_schedule(args.schedule);
+  if (args.static_layout) schedule.resize(1);
+  for (auto& [step, config] : schedule) {
+    Trainer::check_supported(o, config);
+    if (config.world_size() > world.size())
+      DT_INPUT_ERROR("schedule layout '", config.str(), "' at step ", step, " needs ",
+                     config.world_size(), " ranks; the job has ", world.size(),
+                     " (mpirun -np ", config.world_size(), " or more)");
+  }
+  std::string text = args.data.empty() ? embedded_text() : read_text_file(args.data);
+  if (static_cast<std::int64_t>(text.size()) < args.seq + 2)
+    DT_INPUT_ERROR("training text has ", text.size(), " bytes; --seq ", args.seq, " needs at least ", args.seq + 2);
+  set_intra_op_threads(args.threads > 0 ? args.threads : default_threads());
+
+  const bool root = world.rank() == 0;
+  const bool tty = root && isatty(fileno(stdout));
+  std::ofstream csv;
+  if (root && !args.csv.empty()) {
+    csv.open(args.csv);
+    if (!csv) DT_INPUT_ERROR("cannot write CSV file '", args.csv, "'");
+    csv.precision(9);
+    csv << "step,loss,tokens_per_s,step_s,layout,ranks,switch_plan_s,switch_transfer_s,"
+           "switch_rebuild_s,switch_total_s\n";
+  }
+  if (root)
+    std::printf("dynatrain train: model %s, %lld steps, global batch %lld x %lld tokens, %d ranks, %s\n",
+                o.model.name.c_str(), static_cast<long long>(args.steps),
+                static_cast<long long>(args.global_batch), static_cast<long long>(args.seq),
+                world.size(), args.static_layout ? "static layout" : "switching layouts");
+
+  Trainer trainer(o, schedule[0].second, world, std::move(text));
+  struct Tally { double tokens = 0, seconds = 0; int steps = 0; };
+  std::map<std::string, Tally> per_layout;
+  std::vector<SwitchStats> switches;
+  std::size_t next = 1;
+  for (std::int64_t step = 0; step < args.steps; ++step) {
+    SwitchStats sw;
+    bool switched = false;
+    if (next < schedule.size() && schedule[next].first == step) {
+      sw = trainer.switch_to(schedule[next].second);
+      switched = true;
+      ++next;
+      if (root) {
+        switches.push_back(sw);
+        std::printf("switch before step %lld: %s -> %s  plan %.2f ms  transfer %.2f ms  rebuild %.2f ms"
+                    "  total %.2f ms  (%s, %.2f MB sent)\n",
+                    static_cast<long long>(step), sw.from.c_str(), sw.to.c_str(),
+                    sw.plan_s * 1e3, sw.transfer_s * 1e3, sw.rebuild_s * 1e3, sw.total_s * 1e3,
+                    switch_method_name(sw.method), sw.bytes_sent / 1e6);
+        std::fflush(stdout);
+      }
+    }
+    if (!trainer.active()) continue;  // wait in the next switch_to / finish
+    const StepStats st = trainer.step();
+    if (!root) continue;
+    const std::string layout = trainer.config().str();
+    if (!switched) {  // the first step after a switch also pays for warm caches: not counted
+      auto& t = per_layout[layout];
+      t.tokens += static_cast<double>(args.global_batch * args.seq);
+      t.seconds += st.seconds;
+      ++t.steps;
+    }
+    // One line per step. On a terminal it starts with a progress bar and ETA (no carriage
+    // returns: Open MPI hands ranks a pty even when mpirun's output is piped to a file).
+    std::string bar;
+    if (tty) {
+      const int width = 20, done = static_cast<int>(width * (step + 1) / args.steps);
+      const double eta = st.seconds * static_cast<double>(args.steps - step - 1);
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), "[%s%s] eta %4.0fs  ", std::string(done, '#').c_str(),
+                    std::string(width - done, '.').c_str(), eta);
+      bar = buf;
+    }
+    std::printf("%sstep %5lld  loss %.4f  %8.0f tok/s  %7.2f ms  %s\n", bar.c_str(),
+                static_cast<long long>(step), st.loss, st.tokens_per_s, st.seconds * 1e3, layout.c_str());
+    std::fflush(stdout);
+    if (csv.is_open()) {
+      csv << step << ',' << st.loss << ',' << st.tokens_per_s << ',' << st.seconds << ','
+          << plain(layout) << ',' << trainer.config().world_size();
+      if (switched) csv << ',' << sw.plan_s << ',' << sw.transfer_s << ',' << sw.rebuild_s << ',' << sw.total_s;
+      else csv << ",,,,";
+      csv << '\n';
+    }
+  }
+  trainer.finish();
+  if (root) {
+    std::printf("summary: tokens/s by layout (steady state, first step after a switch excluded)\n");
+    for (const auto& [layout, t] : per_layout)
+      if (t.steps > 0)
+        std::printf("  %-28s %9.0f tok/s over %d steps\n", layout.c_str(), t.tokens / t.seconds, t.steps);
+    for (const auto& s : switches)
+      std::printf("  switch %s -> %s: %.2f ms (plan %.2f, transfer %.2f, rebuild %.2f)\n", s.from.c_str(),
+                  s.to.c_str(), s.total_s * 1e3, s.plan_s * 1e3, s.transfer_s * 1e3, s.rebuild_s * 1e3);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace dynatrain::train

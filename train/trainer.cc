@@ -1,0 +1,635 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "common/error.h"
+#include "plan/planner.h"
+#include "train/data.h"
+#include "train/model.h"
+#ifdef DT_HAVE_EXEC
+#include "exec/engine.h"
+#endif
+
+namespace dynatrain::train {
+
+using vps::StateKind;
+
+namespace {
+
+constexpr int kTagForward = 101, kTagBackward = 102, kTagWake = 103, kTagLogits = 104;
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+const std::vector<StateKind> kMovedKinds = {StateKind::kParam, StateKind::kMaster,
+                                            StateKind::kExpAvg, StateKind::kExpAvgSq};
+
+int auto_micro_batches(std::int64_t local_batch, int pp, int requested) {
+  if (requested > 0) return requested;
+  if (pp == 1) return 1;
+  int m = static_cast<int>(std::min<std::int64_t>(local_batch, 2 * pp));
+  while (local_batch % m != 0) --m;
+  return m;
+}
+
+}  // namespace
+
+SwitchMethod default_switch_method() {
+#ifdef DT_HAVE_EXEC
+  return SwitchMethod::kEngine;
+#else
+  return SwitchMethod::kGather;
+#endif
+}
+
+const char* switch_method_name(SwitchMethod m) {
+  return m == SwitchMethod::kEngine ? "engine" : "gather";
+}
+
+void Trainer::check_supported(const TrainerOptions& o, vps::ParallelConfig& c) {
+  const auto& m = o.model;
+  m.validate();
+  if (m.bias || m.layernorm || !m.swiglu || m.max_positions > 0 || m.tied_embedding)
+    DT_INPUT_ERROR("model '", m.name,
+                   "': the reference trainer supports Llama/Qwen-style models only (RMSNorm, "
+                   "SwiGLU, no biases, no learned positions, untied embeddings)");
+  if (m.head_dim % 2 != 0) DT_INPUT_ERROR("model '", m.name, "': head_dim=", m.head_dim, " must be even (RoPE)");
+  c.validate_for(m);
+  if (c.zero > 1) DT_INPUT_ERROR("zero=", c.zero, " is not supported by the reference trainer; valid: zero=0, zero=1");
+  if (c.cp != 1) DT_INPUT_ERROR("cp=", c.cp, " is not supported by the reference trainer; valid: cp=1");
+  if (c.etp != 1) DT_INPUT_ERROR("etp=", c.etp, " is not supported by the reference trainer; valid: etp=1");
+  if (o.global_batch <= 0 || o.seq <= 0) DT_INPUT_ERROR("global batch and seq must be positive");
+  if (o.global_batch % c.dp != 0)
+    DT_INPUT_ERROR("global batch ", o.global_batch, " is not divisible by dp=", c.dp, " (", c.str(), ")");
+  const std::int64_t local = o.global_batch / c.dp;
+  const int micro = auto_micro_batches(local, c.pp, o.micro_batches);
+  if (local % micro != 0)
+    DT_INPUT_ERROR(micro, " micro-batches do not divide the per-dp-rank batch ", local, " (", c.str(), ")");
+  if (m.is_moe() && (local / micro * o.seq) % c.tp != 0)
+    DT_INPUT_ERROR("MoE layers split the ", local / micro * o.seq, " tokens of a micro-batch over tp=",
+                   c.tp, ", which does not divide them");
+}
+
+struct Trainer::Impl {
+  TrainerOptions opt;
+  comm::Transport& world;
+  std::string text;
+  DataCursor cursor;
+  std::int64_t step = 0;
+
+  std::unique_ptr<vps::Layout> layout;
+  vps::RankLayout rank_layout;
+  vps::RankCoords rc;
+  Arenas arenas;
+  std::unique_ptr<comm::Transport> tp_g, dp_g, pp_g, ep_g, edp_g, active_g;
+  StageModel model;
+  ModelComms comms;
+  std::vector<std::int64_t> stage_offsets;
+  int micro = 1;
+
+  // Tensors whose gradient is partial over tp: q_norm, k_norm (local heads only) and the router
+  // (tokens split over tp in MoE layers).
+  std::vector<torch::Tensor> tp_partial;
+
+  Impl(TrainerOptions o, comm::Transport& w, std::string t)
+      : opt(std::move(o)), world(w), text(std::move(t)) {
+    cursor.seed = opt.seed;
+  }
+
+  const vps::ParallelConfig& cfg() const { return layout->config(); }
+  bool active() const { return rc.active; }
+
+  // ---- construction of one layout's rank-local world ----
+  void make_groups() {
+    const auto& c = cfg();
+    const bool a = rc.active;
+    const int r = world.rank();
+    tp_g = world.split(a ? r / c.tp : -1, r);
+    dp_g = world.split(a ? rc.tp + c.tp * rc.pp : -1, rc.dp);
+    pp_g = world.split(a ? rc.tp + c.tp * rc.dp : -1, rc.pp);
+    ep_g = world.split(a ? rc.pp * c.edp() + rc.edp : -1, rc.ep);
+    edp_g = world.split(a ? rc.pp * c.ep + rc.ep : -1, rc.edp);
+    active_g = world.split(a ? 0 : -1, r);
+    comms = {};
+    if (a) {
+      comms.tp = tp_g->size() > 1 ? tp_g.get() : nullptr;
+      comms.tp_size = tp_g->size();
+      comms.tp_rank = tp_g->rank();
+      comms.ep = ep_g->size() > 1 ? ep_g.get() : nullptr;
+      comms.ep_size = ep_g->size();
+      comms.ep_rank = ep_g->rank();
+    }
+  }
+
+  const vps::LocalBuffer& buffer(StateKind kind, bool expert, std::int32_t bucket) const {
+    for (const auto& b : rank_layout.buffers)
+      if (b.kind == kind && b.expert_group == expert && b.bucket == bucket) return b;
+    DT_CHECK(false, "no ", vps::state_kind_name(kind), " buffer for bucket ", bucket);
+    throw;  // unreachable
+  }
+
+  // Local modules as views of the param arena; their .grad as views of the grad arena.
+  void build_views() {
+    model = StageModel{};
+    tp_partial.clear();
+    if (!rc.active) return;
+    const auto& c = cfg();
+    model.spec = layout->model();
+    model.first = rc.pp == 0;
+    model.last = rc.pp == c.pp - 1;
+    stage_offsets = vps::stage_layer_offsets(c);
+    const std::int64_t first_layer = stage_offsets[rc.pp];
+    model.layers.resize(stage_offsets[rc.pp + 1] - first_layer);
+    micro = auto_micro_batches(opt.global_batch / c.dp, c.pp, opt.micro_batches);
+    const auto& tensors = layout->tensors();
+    for (const auto& s : layout->local_shards(world.rank())) {
+      const auto& t = tensors[s.tensor];
+      const auto& pb = buffer(StateKind::kParam, s.expert_group, s.bucket);
+      const auto& gb = buffer(StateKind::kGrad, s.expert_group, s.bucket);
+      auto opts = torch::TensorOptions().dtype(torch::kFloat);
+      torch::Tensor w = torch::from_blob(arenas.data(StateKind::kParam) + pb.arena_offset + s.offset,
+                                         s.local_shape, opts);
+      w.requires_grad_(true);
+      w.mutable_grad() = torch::from_blob(arenas.data(StateKind::kGrad) + gb.arena_offset + s.offset,
+                                          s.local_shape, opts);
+      const std::string& n = t.name;
+      if (n == "embedding.word.weight") {
+        model.embedding = w;
+        model.vocab_start = s.boxes.empty() ? t.shape[0] : s.boxes[0].lo[0];
+      } else if (n == "final_norm.weight") {
+        model.final_norm = w;
+      } else if (n == "output.weight") {
+        model.output = w;
+        model.vocab_start = s.boxes.empty() ? t.shape[0] : s.boxes[0].lo[0];
+      } else if (t.stage == vps::Stage::kLayer) {
+        auto& L = model.layers.at(t.layer - first_layer);
+        const std::string suffix = n.substr(n.find('.', 7) + 1);
+        if (suffix == "input_norm.weight") L.input_norm = w;
+        else if (suffix == "attn.qkv.weight") L.qkv = w;
+        else if (suffix == "attn.q_norm.weight") L.q_norm = w;
+        else if (suffix == "attn.k_norm.weight") L.k_norm = w;
+        else if (suffix == "attn.proj.weight") L.proj = w;
+        else if (suffix == "post_attn_norm.weight") L.post_norm = w;
+        else if (suffix == "mlp.fc1.weight") L.fc1 = w;
+        else if (suffix == "mlp.fc2.weight") L.fc2 = w;
+        else if (suffix == "mlp.router.weight") L.router = w;
+        else if (suffix == "mlp.experts.fc1.weight") L.expert_fc1 = w;
+        else if (suffix == "mlp.experts.fc2.weight") L.expert_fc2 = w;
+        else DT_CHECK(false, "unexpected tensor ", n);
+        if (suffix.find("q_norm") != std::string::npos || suffix.find("k_norm") != std::string::npos ||
+            suffix.find("router") != std::string::npos)
+          tp_partial.push_back(w);
+      } else {
+        DT_CHECK(false, "unexpected tensor ", n);
+      }
+    }
+  }
+
+  void adopt(std::unique_ptr<vps::Layout> l, Arenas a) {
+    model = StageModel{};  // drop views of the old arenas first
+    layout = std::move(l);
+    rank_layout = layout->rank_layout(world.rank());
+    rc = vps::rank_coords(layout->config(), world.rank());
+    arenas = std::move(a);
+    make_groups();
+    build_views();
+  }
+
+  std::unique_ptr<vps::Layout> make_layout(const vps::ParallelConfig& c,
+                                           std::vector<StateKind> kinds = {
+                                               StateKind::kParam, StateKind::kGrad, StateKind::kMaster,
+                                               StateKind::kExpAvg, StateKind::kExpAvgSq}) const {
+    return std::make_unique<vps::Layout>(opt.model, c,
+                                         trainer_layout_options(opt.bucket_elems, std::move(kinds)));
+  }
+
+  // ---- one step ----
+  void exchange(const torch::Tensor* send, int send_peer, int send_tag, torch::Tensor* recv,
+                int recv_peer, int recv_tag) {
+    std::vector<std::unique_ptr<comm::Request>> reqs;
+    torch::Tensor s;
+    if (recv) reqs.push_back(pp_g->irecv(recv->data_ptr<float>(), recv->numel() * sizeof(float), recv_peer, recv_tag));
+    if (send) {
+      s = send->detach().contiguous();
+      reqs.push_back(pp_g->isend(s.data_ptr<float>(), s.numel() * sizeof(float), send_peer, send_tag));
+    }
+    comm::wait_all(reqs);
+  }
+
+  // Forward and backward of every micro-batch (1F1B when pp > 1). Returns this rank's share of
+  // the summed loss (last stage, tp rank 0; 0 elsewhere).
+  double run_microbatches(std::vector<float>* logits_out) {
+    const auto& c = cfg();
+    const std::int64_t local_b = opt.global_batch / c.dp, mb = local_b / micro, s = opt.seq;
+    const std::int64_t h = opt.model.hidden;
+    std::vector<std::int64_t> tok, tgt;
+    sample_windows(text, cursor, rc.dp * local_b, local_b, s, tok, tgt);
+    torch::Tensor tokens = torch::tensor(tok, torch::kLong).view({local_b, s});
+    torch::Tensor targets = torch::tensor(tgt, torch::kLong).view({local_b, s});
+    const double scale = 1.0 / static_cast<double>(opt.global_batch * s);
+    const int stage = rc.pp, stages = c.pp;
+    const bool first = stage == 0, last = stage == stages - 1;
+    std::vector<torch::Tensor> inputs(micro), outputs(micro), logits;
+    double loss = 0;
+
+    auto new_act = [&] { return torch::empty({mb, s, h}, torch::kFloat); };
+    auto forward = [&](int i, torch::Tensor x) {
+      if (first) {
+        x = embed_forward(model, comms, tokens.narrow(0, i * mb, mb));
+      } else {
+        x.requires_grad_(true);
+        inputs[i] = x;
+      }
+      x = layers_forward(model, comms, x);
+      if (last) {
+        torch::Tensor lg;
+        torch::Tensor l = loss_forward(model, comms, x, targets.narrow(0, i * mb, mb),
+                                       logits_out ? &lg : nullptr).sum() * scale;
+        if (logits_out) logits.push_back(lg);
+        if (comms.tp_rank == 0) loss += l.item<double>();
+        outputs[i] = l;
+      } else {
+        outputs[i] = x;
+      }
+      return outputs[i];
+    };
+    auto backward = [&](int i, const torch::Tensor& grad) {
+      if (last) outputs[i].backward();
+      else torch::autograd::backward({outputs[i]}, {grad});
+      outputs[i] = torch::Tensor();
+      torch::Tensor gx = first ? torch::Tensor() : inputs[i].grad();
+      inputs[i] = torch::Tensor();
+      return gx;
+    };
+
+    if (stages == 1) {
+      for (int i = 0; i < micro; ++i) {
+        forward(i, {});
+        backward(i, {});
+      }
+    } else {
+      const int prev = stage - 1, next = stage + 1;
+      auto recv_forward = [&] {
+        torch::Tensor x;
+        if (!first) { x = new_act(); exchange(nullptr, 0, 0, &x, prev, kTagForward); }
+        return x;
+      };
+      auto send_forward = [&](const torch::Tensor& y) {
+        if (!last) exchange(&y, next, kTagForward, nullptr, 0, 0);
+      };
+      auto recv_backward = [&] {
+        torch::Tensor g;
+        if (!last) { g = new_act(); exchange(nullptr, 0, 0, &g, next, kTagBackward); }
+        return g;
+      };
+      auto send_backward = [&](const torch::Tensor& g) {
+        if (!first) exchange(&g, prev, kTagBackward, nullptr, 0, 0);
+      };
+      const int warmup = std::min(stages - stage - 1, micro), remaining = micro - warmup;
+      for (int i = 0; i < warmup; ++i) send_forward(forward(i, recv_forward()));
+      torch::Tensor x;
+      if (remaining > 0) x = recv_forward();
+      for (int i = 0; i < remaining; ++i) {
+        torch::Tensor y = forward(warmup + i, x);
+        torch::Tensor gy;
+        if (!last) {  // send_forward_recv_backward
+          gy = new_act();
+          exchange(&y, next, kTagForward, &gy, next, kTagBackward);
+        }
+        torch::Tensor gx = backward(i, gy);
+        if (i == remaining - 1) {
+          send_backward(gx);
+        } else if (!first) {  // send_backward_recv_forward
+          x = new_act();
+          exchange(&gx, prev, kTagBackward, &x, prev, kTagForward);
+        } else {
+          x = torch::Tensor();
+        }
+      }
+      for (int i = remaining; i < micro; ++i) send_backward(backward(i, recv_backward()));
+    }
+    if (logits_out && last && !logits.empty()) {
+      torch::Tensor all = torch::cat(logits, 0).contiguous();
+      logits_out->assign(all.data_ptr<float>(), all.data_ptr<float>() + all.numel());
+    }
+    return loss;
+  }
+
+  // Completes gradients that are partial over tp (see tp_partial, and k/v rows of a query group
+  // shared by several tp ranks when tp > kv heads).
+  void reduce_tp_partial_grads() {
+    if (comms.tp_size <= 1) return;
+    torch::NoGradGuard ng;
+    for (auto& w : tp_partial) {
+      torch::Tensor g = w.mutable_grad();
+      tp_g->all_reduce_sum(g.data_ptr<float>(), g.numel());
+    }
+    const auto& m = opt.model;
+    if (comms.tp_size <= m.kv_heads) return;
+    const std::int64_t per_group = comms.tp_size / m.kv_heads, g = comms.tp_rank / per_group;
+    for (auto& L : model.layers) {
+      torch::Tensor grad = L.qkv.mutable_grad();  // [1, q_l + 2, d, h]
+      const std::int64_t ql = grad.size(1) - 2;
+      torch::Tensor buf = torch::zeros({m.kv_heads, 2, m.head_dim, m.hidden});
+      buf[g].copy_(grad[0].narrow(0, ql, 2));
+      tp_g->all_reduce_sum(buf.data_ptr<float>(), buf.numel());
+      grad[0].narrow(0, ql, 2).copy_(buf[g]);
+    }
+  }
+
+  comm::Transport* shard_group(bool expert) { return expert ? edp_g.get() : dp_g.get(); }
+
+  void adam(float* master, float* m, float* v, const float* g, std::int64_t n) const {
+    const double t = static_cast<double>(step + 1);
+    const double lr = opt.lr * std::min(1.0, t / static_cast<double>(std::max<std::int64_t>(opt.warmup_steps, 1)));
+    const float b1 = static_cast<float>(opt.beta1), b2 = static_cast<float>(opt.beta2);
+    const float bc1 = static_cast<float>(1.0 - std::pow(opt.beta1, t));
+    const float bc2 = static_cast<float>(1.0 - std::pow(opt.beta2, t));
+    const float step_size = static_cast<float>(lr) / bc1, eps = static_cast<float>(opt.eps);
+    for (std::int64_t i = 0; i < n; ++i) {
+      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+      master[i] -= step_size * m[i] / (std::sqrt(v[i] / bc2) + eps);
+    }
+  }
+
+  // ZeRO-1: reduce-scatter each bucket's grads over its shard group, Adam on the shard,
+  // all-gather the params. ZeRO-0: all-reduce, Adam on the full bucket.
+  void optimizer_step() {
+    std::vector<float> shard_grad;
+    for (const auto& pb : rank_layout.buffers) {
+      if (pb.kind != StateKind::kParam) continue;
+      const auto& gb = buffer(StateKind::kGrad, pb.expert_group, pb.bucket);
+      const auto& mb = buffer(StateKind::kMaster, pb.expert_group, pb.bucket);
+      const auto& ab = buffer(StateKind::kExpAvg, pb.expert_group, pb.bucket);
+      const auto& sb = buffer(StateKind::kExpAvgSq, pb.expert_group, pb.bucket);
+      comm::Transport* group = shard_group(pb.expert_group);
+      const int n = group->size();
+      float* param = arenas.data(StateKind::kParam) + pb.arena_offset;
+      float* grad = arenas.data(StateKind::kGrad) + gb.arena_offset;
+      float* master = arenas.data(StateKind::kMaster) + mb.arena_offset;
+      float* m = arenas.data(StateKind::kExpAvg) + ab.arena_offset;
+      float* v = arenas.data(StateKind::kExpAvgSq) + sb.arena_offset;
+      if (cfg().zero >= 1 && n > 1) {
+        DT_CHECK_EQ(mb.numel * n, pb.numel);
+        shard_grad.resize(mb.numel);
+        group->reduce_scatter_sum(grad, shard_grad.data(), mb.numel);
+        adam(master, m, v, shard_grad.data(), mb.numel);
+        group->all_gather(master, param, mb.numel);
+      } else {
+        DT_CHECK_EQ(mb.numel, pb.numel);
+        if (n > 1) group->all_reduce_sum(grad, pb.numel);
+        adam(master, m, v, grad, pb.numel);
+        std::memcpy(param, master, pb.numel * sizeof(float));
+      }
+    }
+  }
+
+  StepStats do_step() {
+    DT_CHECK(rc.active, "step() called on rank ", world.rank(), " outside layout ", cfg().str());
+    const auto t0 = Clock::now();
+    auto& grad = arenas.kind[static_cast<int>(StateKind::kGrad)];
+    std::fill(grad.begin(), grad.end(), 0.0f);
+    float loss = static_cast<float>(run_microbatches(nullptr));
+    reduce_tp_partial_grads();
+    optimizer_step();
+    active_g->all_reduce_sum(&loss, 1);
+    StepStats st;
+    st.step = step;
+    st.loss = loss;
+    cursor.position += static_cast<std::uint64_t>(opt.global_batch);
+    ++step;
+    st.seconds = seconds_since(t0);
+    st.tokens_per_s = static_cast<double>(opt.global_batch * opt.seq) / st.seconds;
+    return st;
+  }
+
+  // ---- waiting ranks ----
+  // Rank 0 wakes every rank outside the current layout; those poll for the message.
+  void wake_waiting_ranks() {
+    const int w = cfg().world_size();
+    char token = 1;
+    if (world.rank() == 0) {
+      std::vector<std::unique_ptr<comm::Request>> reqs;
+      for (int r = w; r < world.size(); ++r) reqs.push_back(world.isend(&token, 1, r, kTagWake));
+      comm::wait_all(reqs);
+    } else if (world.rank() >= w) {
+      auto req = world.irecv(&token, 1, 0, kTagWake);
+      while (!req->test()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+
+  // ---- switch ----
+  SwitchStats do_switch(vps::ParallelConfig next) {
+    check_supported(opt, next);
+    wake_waiting_ranks();
+    SwitchStats st;
+    st.from = cfg().str();
+    st.to = next.str();
+    st.method = opt.switch_method;
+    const auto t0 = Clock::now();
+    // Carry step counter and data cursor (the data RNG state) from rank 0, which every layout holds.
+    std::uint64_t carry[3] = {static_cast<std::uint64_t>(step), cursor.seed, cursor.position};
+    world.broadcast(carry, sizeof(carry), 0);
+    step = static_cast<std::int64_t>(carry[0]);
+    cursor.seed = carry[1];
+    cursor.position = carry[2];
+    model = StageModel{};  // no module may hold the old arenas past this point
+
+    auto dst_full = make_layout(next);
+    const vps::RankLayout dst_full_rl = dst_full->rank_layout(world.rank());
+    Arenas next_arenas;
+    double plan_s = 0, transfer_s = 0;
+    std::uint64_t sent = 0, received = 0;
+    if (opt.switch_method == SwitchMethod::kEngine) {
+#ifdef DT_HAVE_EXEC
+      run_engine(next, dst_full_rl, next_arenas, plan_s, transfer_s, sent, received);
+#else
+      DT_INPUT_ERROR("switch method 'engine' needs exec/, which this build lacks; use 'gather'");
+#endif
+    } else {
+      const auto tp0 = Clock::now();
+      next_arenas = allocate_arenas(dst_full_rl);
+      plan_s = seconds_since(tp0);
+      const auto tt0 = Clock::now();
+      for (StateKind kind : kMovedKinds) {
+        Gathered g = gather_vps(*layout, kind, arenas, world);
+        std::vector<std::vector<float>> full(layout->tensors().size());
+        for (const auto& t : layout->tensors()) {
+          full[t.id] = world.rank() == 0 ? std::move(g.tensors[t.id]) : std::vector<float>(t.numel());
+          world.broadcast(full[t.id].data(), full[t.id].size() * sizeof(float), 0);
+        }
+        scatter_vps(*dst_full, dst_full_rl, kind, full, next_arenas);
+      }
+      transfer_s = seconds_since(tt0);
+    }
+    const auto tr0 = Clock::now();
+    arenas = Arenas{};
+    adopt(std::move(dst_full), std::move(next_arenas));
+    if (opt.fault_drop_moments_on_switch)
+      for (StateKind k : {StateKind::kExpAvg, StateKind::kExpAvgSq})
+        std::fill(arenas.kind[static_cast<int>(k)].begin(), arenas.kind[static_cast<int>(k)].end(), 0.0f);
+    const double rebuild_s = seconds_since(tr0);
+    const double total_s = seconds_since(t0);
+    // Max of the timings, sum of the bytes over ranks.
+    const int W = world.size();
+    float mine[4] = {static_cast<float>(plan_s), static_cast<float>(transfer_s),
+                     static_cast<float>(rebuild_s), static_cast<float>(total_s)};
+    std::vector<float> all(4 * W);
+    world.all_gather(mine, all.data(), 4);
+    for (int r = 0; r < W; ++r) {
+      st.plan_s = std::max<double>(st.plan_s, all[4 * r]);
+      st.transfer_s = std::max<double>(st.transfer_s, all[4 * r + 1]);
+      st.rebuild_s = std::max<double>(st.rebuild_s, all[4 * r + 2]);
+      st.total_s = std::max<double>(st.total_s, all[4 * r + 3]);
+    }
+    float bytes[2] = {static_cast<float>(sent), static_cast<float>(received)};
+    world.all_reduce_sum(bytes, 2);
+    st.bytes_sent = static_cast<std::uint64_t>(bytes[0]);
+    st.bytes_received = static_cast<std::uint64_t>(bytes[1]);
+    return st;
+  }
+
+#ifdef DT_HAVE_EXEC
+  // Heap staging; buffers borrowed from the old arenas are not freed on release.
+  class Allocator final : public exec::StateAllocator {
+   public:
+    std::set<std::byte*> borrowed;
+    std::byte* allocate(std::size_t bytes) override {
+      return static_cast<std::byte*>(::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t{64}));
+    }
+    void release(std::byte* data, std::size_t) override {
+      if (data == nullptr || borrowed.erase(data) > 0) return;
+      ::operator delete(data, std::align_val_t{64});
+    }
+  };
+
+  void run_engine(const vps::ParallelConfig& next, const vps::RankLayout& dst_full_rl,
+                  Arenas& next_arenas, double& plan_s, double& transfer_s, std::uint64_t& sent,
+                  std::uint64_t& received) {
+    const auto tp0 = Clock::now();
+    auto src = make_layout(cfg(), kMovedKinds);
+    auto dst = make_layout(next, kMovedKinds);
+    plan::Topology topo;
+    topo.gpus_per_node = opt.gpus_per_node;
+    plan::Planner planner(*src, *dst, topo);
+    const int W = planner.world_size();
+    const int r = world.rank();
+    plan::RankPlan rp;
+    if (r < W) rp = planner.plan_rank(r);
+    const vps::RankLayout src_rl = src->rank_layout(r), dst_rl = dst->rank_layout(r);
+    plan_s = seconds_since(tp0);
+    const auto tt0 = Clock::now();
+    // The transition runs on the first W ranks of the world (same order).
+    auto sub = world.split(r < W ? 0 : -1, r);
+    std::vector<std::byte*> src_ptrs, dst_ptrs(dst_rl.buffers.size(), nullptr);
+    Allocator alloc;
+    for (const auto& b : src_rl.buffers) {
+      auto* p = reinterpret_cast<std::byte*>(arenas.data(b.kind) + b.arena_offset);
+      src_ptrs.push_back(p);
+      alloc.borrowed.insert(p);
+    }
+    if (sub) {
+      std::array<int, vps::kNumStateKinds> eb{4, 4, 4, 4, 4};
+      exec::TransitionStats ts =
+          exec::run_transition(rp, src_rl, src_ptrs, dst_rl, dst_ptrs, eb, *sub, alloc);
+      sent = ts.bytes_sent;
+      received = ts.bytes_received;
+    }
+    transfer_s = seconds_since(tt0);
+    // Into the arenas (the arena offsets of a kind do not depend on which kinds are listed).
+    next_arenas = allocate_arenas(dst_full_rl);
+    for (std::size_t i = 0; i < dst_rl.buffers.size(); ++i) {
+      const auto& b = dst_rl.buffers[i];
+      DT_CHECK(dst_ptrs[i] != nullptr || b.numel == 0, "engine left destination buffer ", i, " empty");
+      if (dst_ptrs[i]) {
+        std::memcpy(next_arenas.data(b.kind) + b.arena_offset, dst_ptrs[i], b.numel * sizeof(float));
+        alloc.release(dst_ptrs[i], b.numel * sizeof(float));
+      }
+    }
+  }
+#endif
+
+  // ---- probe ----
+  Trainer::Probe probe() {
+    Trainer::Probe p;
+    std::vector<float> logits;
+    if (rc.active) {
+      auto& grad = arenas.kind[static_cast<int>(StateKind::kGrad)];
+      std::fill(grad.begin(), grad.end(), 0.0f);
+      float loss = static_cast<float>(run_microbatches(&logits));
+      reduce_tp_partial_grads();
+      for (const auto& gb : rank_layout.buffers) {
+        if (gb.kind != StateKind::kGrad) continue;
+        comm::Transport* g = shard_group(gb.expert_group);
+        if (g->size() > 1) g->all_reduce_sum(arenas.data(StateKind::kGrad) + gb.arena_offset, gb.numel);
+      }
+      active_g->all_reduce_sum(&loss, 1);
+      p.loss = loss;
+    }
+    // Logits of the last stage to rank 0: rows by dp rank, columns by tp rank.
+    const auto& c = cfg();
+    const std::int64_t V = opt.model.vocab, rows = opt.global_batch * opt.seq, local_rows = rows / c.dp;
+    const bool sender = rc.active && rc.pp == c.pp - 1;
+    if (world.rank() != 0) {
+      if (sender) world.isend(logits.data(), logits.size() * sizeof(float), 0, kTagLogits)->wait();
+      return p;
+    }
+    p.logits.assign(rows * V, 0.0f);
+    for (int r = 0; r < c.world_size(); ++r) {
+      const auto k = vps::rank_coords(c, r);
+      if (k.pp != c.pp - 1) continue;
+      const std::int64_t vl = (V + c.tp - 1) / c.tp;  // tiny models: no padding, vl = V / tp
+      const std::int64_t v0 = k.tp * vl, valid = std::min(vl, V - v0);
+      std::vector<float> buf(local_rows * valid);
+      if (r == 0) buf = logits;
+      else world.irecv(buf.data(), buf.size() * sizeof(float), r, kTagLogits)->wait();
+      for (std::int64_t i = 0; i < local_rows; ++i)
+        std::memcpy(&p.logits[(k.dp * local_rows + i) * V + v0], &buf[i * valid], valid * sizeof(float));
+    }
+    return p;
+  }
+};
+
+Trainer::Trainer(TrainerOptions options, const vps::ParallelConfig& config, comm::Transport& world,
+                 std::string text) {
+  vps::ParallelConfig c = config;
+  check_supported(options, c);
+  if (c.world_size() > world.size())
+    DT_INPUT_ERROR("layout ", c.str(), " needs ", c.world_size(), " ranks; the job has ", world.size());
+  impl_ = std::make_unique<Impl>(std::move(options), world, std::move(text));
+  auto layout = impl_->make_layout(c);
+  const vps::RankLayout rl = layout->rank_layout(world.rank());
+  Arenas a = allocate_arenas(rl);
+  init_state(*layout, rl, a, impl_->opt.seed);
+  impl_->adopt(std::move(layout), std::move(a));
+}
+
+Trainer::~Trainer() = default;
+bool Trainer::active() const { return impl_->active(); }
+const vps::ParallelConfig& Trainer::config() const { return impl_->cfg(); }
+const vps::Layout& Trainer::layout() const { return *impl_->layout; }
+std::int64_t Trainer::steps_done() const { return impl_->step; }
+StepStats Trainer::step() { return impl_->do_step(); }
+SwitchStats Trainer::switch_to(const vps::ParallelConfig& config) { return impl_->do_switch(config); }
+void Trainer::finish() {
+  impl_->wake_waiting_ranks();
+  impl_->world.barrier();
+}
+Gathered Trainer::gather(vps::StateKind kind) {
+  return gather_vps(*impl_->layout, kind, impl_->arenas, impl_->world);
+}
+Trainer::Probe Trainer::forward_backward() { return impl_->probe(); }
+
+}  // namespace dynatrain::train
+
+namespace dynatrain::train {
+void set_intra_op_threads(int threads) { at::set_num_threads(std::max(1, threads)); }
+}  // namespace dynatrain::train
