@@ -1,16 +1,26 @@
 // The state transition engine: executes one rank's part of a plan on rank-local buffers.
 //
-//   pack      every piece for one peer is copied (strided box copy) into one contiguous buffer
+//   pack      the pieces for one peer are copied (strided box copy, exec/box_copy.h) into one
+//             contiguous staging buffer, chunk by chunk; a chunk that is one contiguous run of
+//             a source segment is sent straight from the source buffer (and received straight
+//             into the destination buffer when it is one contiguous run there)
 //   exchange  in the XOR pairwise order: step s = 1 .. 2^ceil(log2 W) - 1, peer = rank XOR s
-//             (peers >= W skipped); pairs are symmetric so a blocking sendrecv cannot deadlock
+//             (peers >= W skipped); pairs are symmetric, each round posts one receive and one
+//             send per pair and waits for both, so no round can deadlock
 //   unpack    received bytes are copied into destination buffers; keeps are local copies
 //
 // Memory: transfers are cut into chunks so that staging never exceeds `mem_budget`; a source
 // buffer is given back to the allocator as soon as everything it must send or keep has been
-// packed or copied; a destination buffer is asked for when it is first written. Peak state
-// memory per rank stays within max(source, destination) + budget (exec/README.md explains when).
+// packed or copied; a destination buffer is asked for when it is first written. The work is
+// processed in "waves" (key ranges of (expert group, state kind, tensor), agreed by all ranks)
+// so that buffers are consumed and built in the same order on every rank. exec/README.md
+// states exactly what is guaranteed about the peak.
+//
+// run_transition is collective: every rank of `transport` must call it (ranks with empty
+// plans too), because the wave boundaries and the processing order are agreed collectively.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -30,28 +40,62 @@ class StateAllocator {
   virtual void release(std::byte* data, std::size_t bytes) = 0;
 };
 
+// Processing order of the waves. kAuto: every rank predicts its peak for both orders (a dry
+// run of its own schedule, no communication) and all ranks take the order whose worst rank
+// overshoots max(source, destination) the least.
+enum class WaveOrder : std::uint8_t { kAuto, kAscending, kDescending };
+
 struct TransitionOptions {
-  std::size_t mem_budget = 256ull << 20;  // bytes of staging at most
+  std::size_t mem_budget = 256ull << 20;  // bytes: staging + wave working set (exec/README.md)
   bool allow_broadcast = true;            // use a broadcast where the cost model prefers it
+  plan::Topology topology{};              // for the broadcast cost model
+  WaveOrder order = WaveOrder::kAuto;
 };
 
 struct TransitionStats {
   double seconds = 0;
   std::uint64_t bytes_sent = 0, bytes_received = 0, bytes_kept = 0;
   std::uint64_t messages = 0;        // point-to-point messages sent by this rank
+  std::uint64_t zero_copy_sends = 0, zero_copy_recvs = 0;  // messages without pack / unpack
   std::uint64_t broadcasts = 0;      // broadcast collectives this rank took part in
-  std::uint64_t staging_bytes = 0;   // staging actually allocated (<= mem_budget)
+  std::uint64_t staging_bytes = 0;   // staging actually allocated (<= mem_budget / 2)
+  std::uint64_t chunk_bytes = 0;     // chunk capacity used to cut each peer's stream
+  std::uint64_t waves = 0;           // number of waves (equal on every rank)
+  bool descending = false;           // wave order taken
+  // Memory accounted by the engine on this rank: state buffers alive + staging.
+  std::uint64_t src_bytes = 0, dst_bytes = 0;  // state before and after
+  std::uint64_t peak_bytes = 0;                // measured peak
+  std::uint64_t predicted_peak_bytes = 0;      // what the dry run predicted (equal to peak)
+  // Broadcast: bytes this rank sends to more than one peer (same box), and of those the bytes
+  // for which the cost model prefers a broadcast. `path` says what was used and why.
+  std::uint64_t fanout_bytes = 0, broadcast_preferred_bytes = 0;
+  std::string path = "p2p";
+  // Where the time went on this rank (seconds): copies into / out of staging and keeps, waiting
+  // for the exchange, asking the allocator (first touch of fresh memory shows up here and in
+  // the copies), and the collective agreement on waves and order.
+  double pack_seconds = 0, unpack_seconds = 0, keep_seconds = 0, wait_seconds = 0;
+  double alloc_seconds = 0, agree_seconds = 0;
 };
 
-// Runs `plan` (this rank's part) . `src[i]` is the data of src_layout.buffers[i] (nullptr if
+// Runs `plan` (this rank's part). `src[i]` is the data of src_layout.buffers[i] (nullptr if
 // the rank holds none); every one of them is released through `alloc` before return and set to
-// nullptr. On return `dst[i]` holds dst_layout.buffers[i], allocated through `alloc`.
+// nullptr. On return `dst[i]` holds dst_layout.buffers[i], allocated through `alloc` (nullptr
+// for buffers of zero elements); padding elements (bytes of no segment) are zero.
 // `elem_bytes` gives the element size of each state kind (vps::LayoutOptions::elem_bytes).
+// Collective over `transport` (see above). Throws CommError if the transport fails (the state
+// is then partly moved and must be rebuilt from elsewhere), InvariantError on a malformed plan.
 TransitionStats run_transition(const plan::RankPlan& plan, const vps::RankLayout& src_layout,
                                std::vector<std::byte*>& src, const vps::RankLayout& dst_layout,
                                std::vector<std::byte*>& dst,
                                const std::array<int, vps::kNumStateKinds>& elem_bytes,
                                comm::Transport& transport, StateAllocator& alloc,
                                const TransitionOptions& options = {});
+
+// The broadcast cost model: a source piece of `bytes` that goes to `receivers` ranks, of which
+// `off_node` sit on other nodes than the source. Point-to-point costs `receivers` copies out
+// of the source's link for the off-node ones; a pipelined tree broadcast about one copy per
+// node. On one node (shared memory) every receiver copies the bytes itself either way, so
+// point-to-point, which needs no extra communicator and no extra synchronisation, wins.
+bool broadcast_preferred(int receivers, int off_node, std::uint64_t bytes);
 
 }  // namespace dynatrain::exec

@@ -1,0 +1,260 @@
+// Transition benchmark: DynaTrain vs a naive in-memory baseline vs the lower bound, in one run.
+//
+//   mpirun -np 4 bench_transition [--quick]     (bench/run_transition_bench.sh runs 4 and 8)
+//
+// For each of six switches (TP, PP, DP resize, EP, ZeRO stage, hybrid of three dimensions) on
+// models scaled to a few GB of state:
+//   lower bound  max over ranks of bytes that must arrive / p2p bandwidth measured in this run
+//                (all pairs rank <-> rank^1 exchanging at once, exec::measure_p2p_bandwidth)
+//   DynaTrain    exec::run_transition, cold (first switch) and warm (after switching back)
+//   naive        for every (tensor, kind): all-gather the full tensor to every rank, then slice
+//                the destination out of it (allocate every destination first, free sources last)
+// Every result is verified element by element against the content oracle. Rank 0 prints one
+// Markdown table row per switch. A last section times a one-to-all fan-out, broadcast vs p2p.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "comm/mpi/mpi_transport.h"
+#include "common/bytes.h"
+#include "common/error.h"
+#include "exec/box_copy.h"
+#include "exec/engine.h"
+#include "exec/pool_allocator.h"
+#include "exec/run_transition_cli.h"
+#include "plan/planner.h"
+#include "vps/model_spec.h"
+#include "vps/parallel_config.h"
+
+namespace dt = dynatrain;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+dt::vps::ModelSpec bench_dense(bool quick) {
+  dt::vps::ModelSpec m;
+  m.name = "bench-dense";
+  m.hidden = 1024, m.layers = quick ? 4 : 8, m.heads = 16, m.kv_heads = 8, m.head_dim = 64;
+  m.ffn = 2816, m.vocab = 16000;
+  return m;
+}
+dt::vps::ModelSpec bench_moe(bool quick) {
+  dt::vps::ModelSpec m;
+  m.name = "bench-moe";
+  m.hidden = 1024, m.layers = quick ? 2 : 4, m.heads = 16, m.kv_heads = 8, m.head_dim = 64;
+  m.ffn = 0, m.vocab = 16000, m.experts = 8, m.top_k = 2, m.expert_ffn = 1024;
+  return m;
+}
+
+struct Switch {
+  const char* what;
+  bool moe;
+  std::string from, to;
+};
+
+std::vector<Switch> switches(int n) {
+  if (n >= 8)
+    return {{"TP 2->4", false, "tp=2,dp=4", "tp=4,dp=2"},
+            {"PP 2->4", false, "pp=2,dp=4", "pp=4,dp=2"},
+            {"DP 4->2 (shrink)", false, "tp=2,dp=4", "tp=2,dp=2"},
+            {"EP 2->4", true, "dp=8,ep=2", "dp=8,ep=4"},
+            {"ZeRO 1->3", false, "tp=2,dp=4,zero=1", "tp=2,dp=4,zero=3"},
+            {"hybrid tp,pp,dp", false, "tp=2,dp=4", "tp=4,pp=2,dp=1"}};
+  return {{"TP 2->4", false, "tp=2,dp=2", "tp=4"},
+          {"PP 2->4", false, "pp=2,dp=2", "pp=4"},
+          {"DP 4->2 (shrink)", false, "dp=4", "dp=2"},
+          {"EP 2->4", true, "dp=4,ep=2", "dp=4,ep=4"},
+          {"ZeRO 1->3", false, "tp=2,dp=2,zero=1", "tp=2,dp=2,zero=3"},
+          {"hybrid tp,pp,dp", false, "tp=2,dp=2", "pp=2,dp=1,tp=2"}};
+}
+
+std::uint64_t max_u64(dt::comm::Transport& t, std::uint64_t v) {
+  const auto all = dt::exec::gather_u64(t, v);
+  return *std::max_element(all.begin(), all.end());
+}
+double max_d(dt::comm::Transport& t, double v) {
+  const auto all = dt::exec::gather_double(t, v);
+  return *std::max_element(all.begin(), all.end());
+}
+
+// The naive baseline. Returns seconds on this rank; `peak` gets its accounted peak.
+double naive_switch(const dt::vps::Layout& src, const dt::vps::Layout& dst, std::vector<std::byte*>& a,
+                    std::vector<std::byte*>& b, dt::comm::Transport& t, dt::exec::PoolAllocator& pool,
+                    std::uint64_t& peak) {
+  const int W = t.size(), me = t.rank();
+  const auto& eb = src.options().elem_bytes;
+  const auto my_src = src.rank_layout(me), my_dst = dst.rank_layout(me);
+  // (tensor, kind) -> per rank: the segments it holds in the source layout.
+  struct Held { int rank; const dt::vps::Segment* seg; std::uint32_t buffer; };
+  std::vector<dt::vps::RankLayout> all_src;
+  for (int r = 0; r < W; ++r) all_src.push_back(src.rank_layout(r));
+  std::map<std::pair<std::uint32_t, int>, std::vector<Held>> held;
+  for (int r = 0; r < W; ++r)
+    for (const auto& buf : all_src[r].buffers)
+      for (const auto& s : buf.segments) held[{s.tensor, static_cast<int>(buf.kind)}].push_back({r, &s, buf.id});
+  std::map<std::pair<std::uint32_t, int>, std::vector<std::pair<std::uint32_t, const dt::vps::Segment*>>> wanted;
+  for (const auto& buf : my_dst.buffers)
+    for (const auto& s : buf.segments) wanted[{s.tensor, static_cast<int>(buf.kind)}].push_back({buf.id, &s});
+
+  t.barrier();
+  const auto t0 = Clock::now();
+  std::uint64_t live = my_src.bytes(src.options());
+  b.assign(my_dst.buffers.size(), nullptr);
+  for (std::size_t j = 0; j < my_dst.buffers.size(); ++j) {
+    const std::size_t bytes = static_cast<std::size_t>(my_dst.buffers[j].numel) * eb[static_cast<int>(my_dst.buffers[j].kind)];
+    if (bytes) b[j] = pool.allocate(bytes), live += bytes;
+  }
+  peak = live;
+  std::vector<std::byte> blob, gathered, full;
+  for (const auto& [key, holders] : held) {
+    const auto& ts = src.tensors()[key.first];
+    const std::size_t e = static_cast<std::size_t>(eb[key.second]);
+    std::vector<std::size_t> count(static_cast<std::size_t>(W), 0);
+    for (const auto& h : holders) count[h.rank] += static_cast<std::size_t>(h.seg->box.numel()) * e;
+    const std::size_t block = (*std::max_element(count.begin(), count.end()) + 3) / 4 * 4;
+    blob.resize(block);
+    gathered.resize(block * W);
+    std::size_t at = 0;
+    for (const auto& h : holders)
+      if (h.rank == me) {
+        const std::size_t n = static_cast<std::size_t>(h.seg->box.numel()) * e;
+        std::memcpy(blob.data() + at, a[h.buffer] + h.seg->offset * e, n);
+        at += n;
+      }
+    t.all_gather(reinterpret_cast<const float*>(blob.data()), reinterpret_cast<float*>(gathered.data()), block / 4);
+    full.resize(static_cast<std::size_t>(ts.numel()) * e);
+    const dt::vps::Box fb = ts.full_box();
+    std::vector<std::size_t> pos(static_cast<std::size_t>(W), 0);
+    for (const auto& h : holders) {
+      const std::byte* in = gathered.data() + block * h.rank + pos[h.rank];
+      dt::exec::copy_box(h.seg->box, in, h.seg->box, full.data(), fb, e);
+      pos[h.rank] += static_cast<std::size_t>(h.seg->box.numel()) * e;
+    }
+    if (auto w = wanted.find(key); w != wanted.end())
+      for (const auto& [buf, s] : w->second) dt::exec::copy_box(s->box, full.data(), fb, b[buf] + s->offset * e, s->box, e);
+    peak = std::max<std::uint64_t>(peak, live + blob.size() + gathered.size() + full.size());
+  }
+  dt::exec::release_all(src, my_src, a, pool);
+  return since(t0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dt::comm::MpiSession session(&argc, &argv);
+  auto world = dt::comm::MpiTransport::world();
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  const int n = world->size(), me = world->rank();
+  const std::size_t budget = 256ull << 20;
+  dt::vps::LayoutOptions lo;
+  lo.bucket_elems = 4'000'000;  // Megatron uses 40M; scaled with the model
+  const double bw = dt::exec::measure_p2p_bandwidth(*world, std::size_t{64} << 20, 5);
+  if (me == 0) {
+    std::printf("## %d ranks (mpi, %s), budget %s, p2p bandwidth %.2f GB/s per rank (all pairs at once)\n\n", n,
+                quick ? "quick" : "full", dt::format_bytes(static_cast<double>(budget)).c_str(), bw / 1e9);
+    std::printf("| switch | model | from -> to | state (all ranks) | max in per rank | lower bound s | DynaTrain cold s | warm s | warm / LB | naive s | naive / warm | peak / bound (GiB) | naive peak GiB |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::fflush(stdout);
+  }
+  int failures = 0;
+  for (const auto& sw : switches(n)) {
+    const dt::vps::ModelSpec model = sw.moe ? bench_moe(quick) : bench_dense(quick);
+    const dt::vps::Layout src(model, dt::vps::ParallelConfig::parse(sw.from), lo);
+    const dt::vps::Layout dst(model, dt::vps::ParallelConfig::parse(sw.to), lo);
+    const int need = std::max(src.config().world_size(), dst.config().world_size());
+    if (need > n) continue;
+    const dt::plan::Planner fwd_p(src, dst), back_p(dst, src);
+    const auto fwd = me < need ? fwd_p.plan_rank(me) : dt::plan::RankPlan{me, {}, {}, {}};
+    const auto back = me < need ? back_p.plan_rank(me) : dt::plan::RankPlan{me, {}, {}, {}};
+    const auto sl = src.rank_layout(me), dl = dst.rank_layout(me);
+    dt::exec::PoolAllocator pool;
+    std::vector<std::byte*> a = dt::exec::allocate_filled(src, sl, pool), b;
+    dt::exec::TransitionOptions opt;
+    opt.mem_budget = budget;
+    auto verify = [&](const dt::vps::Layout& l, const dt::vps::RankLayout& rl, std::vector<std::byte*>& bufs) {
+      std::string first;
+      const int bad = dt::exec::verify_state(l, rl, bufs, &first);
+      if (bad) std::fprintf(stderr, "[rank %d] %s: %s\n", me, sw.what, first.c_str());
+      failures += static_cast<int>(max_u64(*world, static_cast<std::uint64_t>(bad)) > 0);
+    };
+    world->barrier();
+    const auto cold = dt::exec::run_transition(fwd, sl, a, dl, b, lo.elem_bytes, *world, pool, opt);
+    verify(dst, dl, b);
+    world->barrier();
+    dt::exec::run_transition(back, dl, b, sl, a, lo.elem_bytes, *world, pool, opt);
+    world->barrier();
+    const auto warm = dt::exec::run_transition(fwd, sl, a, dl, b, lo.elem_bytes, *world, pool, opt);
+    verify(dst, dl, b);
+    if (std::getenv("DT_BENCH_VERBOSE"))
+      for (const auto* s : {&cold, &warm})
+        std::fprintf(stderr, "[rank %d] %s %s: %.3fs agree %.3f keep %.3f pack %.3f wait %.3f unpack %.3f alloc %.3f; "
+                     "%llu msgs (%llu zero-copy out, %llu in), %llu waves, staging %llu\n", me, sw.what,
+                     s == &cold ? "cold" : "warm", s->seconds, s->agree_seconds, s->keep_seconds, s->pack_seconds,
+                     s->wait_seconds, s->unpack_seconds, s->alloc_seconds, (unsigned long long)s->messages,
+                     (unsigned long long)s->zero_copy_sends, (unsigned long long)s->zero_copy_recvs,
+                     (unsigned long long)s->waves, (unsigned long long)s->staging_bytes);
+    // Back to the source for the naive baseline (its destination then reuses warm pool memory).
+    world->barrier();
+    dt::exec::run_transition(back, dl, b, sl, a, lo.elem_bytes, *world, pool, opt);
+    std::uint64_t naive_peak = 0;
+    const double naive_s = max_d(*world, naive_switch(src, dst, a, b, *world, pool, naive_peak));
+    verify(dst, dl, b);
+    dt::exec::release_all(dst, dl, b, pool);
+
+    const double cold_s = max_d(*world, cold.seconds), warm_s = max_d(*world, warm.seconds);
+    const std::uint64_t max_in = max_u64(*world, cold.bytes_received);
+    const auto state = dt::exec::gather_u64(*world, cold.src_bytes);
+    std::uint64_t total_state = 0;
+    for (auto v : state) total_state += v;
+    const auto peaks = dt::exec::gather_u64(*world, std::max(cold.peak_bytes, warm.peak_bytes));
+    const auto bounds = dt::exec::gather_u64(*world, std::max(cold.src_bytes, cold.dst_bytes) + budget);
+    const std::uint64_t npeak = max_u64(*world, naive_peak);
+    std::size_t worst = 0;  // the rank closest to (or furthest over) its bound
+    for (std::size_t r = 0; r < peaks.size(); ++r)
+      if (static_cast<double>(peaks[r]) / bounds[r] > static_cast<double>(peaks[worst]) / bounds[worst]) worst = r;
+    const double lb = bw > 0 ? static_cast<double>(max_in) / bw : 0;
+    if (me == 0) {
+      const double gib = 1024.0 * 1024 * 1024;
+      std::printf("| %s | %s | %s -> %s | %.2f GB | %.2f GB | %.3f | %.3f | %.3f | %.2f | %.3f | %.1fx | %.2f / %.2f%s | %.2f |\n",
+                  sw.what, model.name.c_str(), src.config().str().c_str(), dst.config().str().c_str(),
+                  total_state / 1e9, max_in / 1e9, lb, cold_s, warm_s, lb > 0 ? warm_s / lb : 0.0, naive_s,
+                  warm_s > 0 ? naive_s / warm_s : 0.0, peaks[worst] / gib, bounds[worst] / gib,
+                  peaks[worst] <= bounds[worst] ? "" : " (OVER)", npeak / gib);
+      std::fflush(stdout);
+    }
+  }
+  // Fan-out: one rank's 64 MiB to every other rank, broadcast vs point-to-point.
+  {
+    const std::size_t bytes = std::size_t{64} << 20;
+    std::vector<std::byte> buf(bytes, std::byte{3});
+    double best_b = 1e9, best_p = 1e9;
+    for (int it = 0; it < 4; ++it) {
+      world->barrier();
+      auto t0 = Clock::now();
+      world->broadcast(buf.data(), bytes, 0);
+      best_b = std::min(best_b, max_d(*world, since(t0)));
+      world->barrier();
+      t0 = Clock::now();
+      if (me == 0) {
+        std::vector<std::unique_ptr<dt::comm::Request>> reqs;
+        for (int r = 1; r < n; ++r) reqs.push_back(world->isend(buf.data(), bytes, r, 9));
+        dt::comm::wait_all(reqs);
+      } else {
+        world->irecv(buf.data(), bytes, 0, 9)->wait();
+      }
+      best_p = std::min(best_p, max_d(*world, since(t0)));
+    }
+    if (me == 0)
+      std::printf("\nfan-out of 64 MiB from rank 0 to %d ranks: broadcast %.3f s, point-to-point %.3f s (best of 4)\n\n",
+                  n - 1, best_b, best_p);
+  }
+  world.reset();
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,42 @@
+// Strided box copies: the only place where bytes of a box are moved element by element.
+//
+// Storage convention (vps/layout.h): a box G of one tensor stored dense row-major, its first
+// element at a byte pointer. A box Q inside G is then strided; copy_box moves Q from one such
+// storage to another. Packing is the special case where the destination storage is Q itself
+// (dense, contiguous); unpacking the case where the source storage is Q.
+//
+// Fast path: trailing dimensions where Q spans the whole extent of both storages are folded
+// into one contiguous run, and each run is one memcpy; a Q that is contiguous in both storages
+// is a single memcpy.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "vps/box.h"
+
+namespace dynatrain::exec {
+
+// Copies box `q` from storage of box `src_box` at `src` to storage of box `dst_box` at `dst`.
+// `q` must lie inside both boxes (checked); `elem` is the element size in bytes.
+void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, std::byte* dst,
+              const vps::Box& dst_box, std::size_t elem);
+
+// Packs the row-major elements [begin, end) of box `piece` (stored inside `seg_box` at `seg`)
+// into `out`, contiguously. Returns the bytes written ((end - begin) * elem).
+std::size_t pack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end,
+                       const std::byte* seg, const vps::Box& seg_box, std::byte* out,
+                       std::size_t elem);
+// The inverse of pack_range: writes contiguous `in` into the elements [begin, end) of `piece`
+// inside `seg_box` at `seg`. Returns the bytes read.
+std::size_t unpack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end,
+                         const std::byte* in, std::byte* seg, const vps::Box& seg_box,
+                         std::size_t elem);
+
+// When the elements [begin, end) of `piece` form one contiguous run in the storage of
+// `seg_box`, returns the element offset of the run's first element in that storage; else -1.
+std::int64_t contiguous_offset(const vps::Box& piece, std::int64_t begin, std::int64_t end,
+                               const vps::Box& seg_box);
+
+}  // namespace dynatrain::exec

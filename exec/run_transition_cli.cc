@@ -1,0 +1,276 @@
+#include "exec/run_transition_cli.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+#include "common/bytes.h"
+#include "common/error.h"
+#include "exec/fill.h"
+#include "exec/pool_allocator.h"
+#include "plan/planner.h"
+#include "vps/model_spec.h"
+#include "vps/parallel_config.h"
+
+namespace dynatrain::exec {
+
+std::vector<std::byte*> allocate_filled(const vps::Layout& model_layout, const vps::RankLayout& layout,
+                                        StateAllocator& alloc) {
+  const auto& eb = model_layout.options().elem_bytes;
+  std::vector<std::byte*> bufs(layout.buffers.size(), nullptr);
+  for (std::size_t i = 0; i < layout.buffers.size(); ++i) {
+    const auto& b = layout.buffers[i];
+    const int e = eb[static_cast<int>(b.kind)];
+    const std::size_t bytes = static_cast<std::size_t>(b.numel) * static_cast<std::size_t>(e);
+    if (bytes == 0) continue;
+    bufs[i] = alloc.allocate(bytes);
+    std::memset(bufs[i], 0, bytes);
+    fill_buffer(model_layout.tensors(), b, e, bufs[i]);
+  }
+  return bufs;
+}
+
+void release_all(const vps::Layout& model_layout, const vps::RankLayout& layout,
+                 std::vector<std::byte*>& bufs, StateAllocator& alloc) {
+  const auto& eb = model_layout.options().elem_bytes;
+  for (std::size_t i = 0; i < bufs.size(); ++i) {
+    if (!bufs[i]) continue;
+    const auto& b = layout.buffers[i];
+    alloc.release(bufs[i], static_cast<std::size_t>(b.numel) * static_cast<std::size_t>(eb[static_cast<int>(b.kind)]));
+    bufs[i] = nullptr;
+  }
+}
+
+int verify_state(const vps::Layout& model_layout, const vps::RankLayout& layout,
+                 const std::vector<std::byte*>& bufs, std::string* first) {
+  const auto& eb = model_layout.options().elem_bytes;
+  int bad = 0;
+  for (std::size_t i = 0; i < layout.buffers.size(); ++i) {
+    const auto& b = layout.buffers[i];
+    if (b.numel == 0) continue;
+    if (!bufs.at(i)) {
+      if (bad++ == 0 && first) *first = "buffer " + std::to_string(i) + " missing";
+      continue;
+    }
+    if (auto m = verify_buffer(model_layout.tensors(), b, eb[static_cast<int>(b.kind)], bufs[i])) {
+      if (bad++ == 0 && first) *first = m->str(model_layout.tensors());
+    }
+  }
+  return bad;
+}
+
+std::vector<std::uint64_t> gather_u64(comm::Transport& world, std::uint64_t value) {
+  // Three 16-bit limbs, each exact in a float.
+  const float mine[3] = {static_cast<float>(value >> 32 & 0xFFFF), static_cast<float>(value >> 16 & 0xFFFF),
+                         static_cast<float>(value & 0xFFFF)};
+  DT_CHECK(value < (std::uint64_t{1} << 48), "value ", value, " too large to gather");
+  std::vector<float> all(3 * static_cast<std::size_t>(world.size()));
+  world.all_gather(mine, all.data(), 3);
+  std::vector<std::uint64_t> out(static_cast<std::size_t>(world.size()));
+  for (std::size_t r = 0; r < out.size(); ++r)
+    out[r] = static_cast<std::uint64_t>(all[3 * r]) << 32 | static_cast<std::uint64_t>(all[3 * r + 1]) << 16 |
+             static_cast<std::uint64_t>(all[3 * r + 2]);
+  return out;
+}
+
+std::vector<double> gather_double(comm::Transport& world, double value) {
+  const float mine = static_cast<float>(value);
+  std::vector<float> all(static_cast<std::size_t>(world.size()));
+  world.all_gather(&mine, all.data(), 1);
+  return {all.begin(), all.end()};
+}
+
+double measure_p2p_bandwidth(comm::Transport& world, std::size_t bytes, int iters) {
+  const int peer = world.rank() ^ 1;
+  const bool paired = peer < world.size();
+  std::vector<std::byte> out(paired ? bytes : 0, std::byte{1}), in(paired ? bytes : 0, std::byte{0});
+  if (paired) world.sendrecv(out.data(), bytes, peer, in.data(), bytes, peer, 7);  // warm-up
+  world.barrier();
+  double rate = 0;
+  if (paired) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int it = 0; it < iters; ++it) world.sendrecv(out.data(), bytes, peer, in.data(), bytes, peer, 7);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) rate = static_cast<double>(bytes) * iters / s;
+  }
+  const auto all = gather_double(world, rate);
+  return *std::max_element(all.begin(), all.end());
+}
+
+namespace {
+
+double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+std::uint64_t max_of(const std::vector<std::uint64_t>& v) { return *std::max_element(v.begin(), v.end()); }
+std::uint64_t sum_of(const std::vector<std::uint64_t>& v) { return std::accumulate(v.begin(), v.end(), std::uint64_t{0}); }
+
+}  // namespace
+
+int run_transition_command(const RunTransitionArgs& args, comm::Transport& world, std::FILE* out) {
+  // ---- arguments (identical on every rank, so every rank throws the same InputError) ----
+  if (args.repeat < 1) DT_INPUT_ERROR("--repeat ", args.repeat, " must be at least 1");
+  const vps::ModelSpec model = vps::model_from_name(args.model);
+  vps::ParallelConfig from = vps::ParallelConfig::parse(args.from);
+  vps::ParallelConfig to = vps::ParallelConfig::parse(args.to);
+  vps::LayoutOptions lo;
+  lo.kinds = vps::parse_state_kinds(args.kinds);
+  if (args.bucket_elems > 0) lo.bucket_elems = args.bucket_elems;
+  const vps::Layout src_layout(model, from, lo), dst_layout(model, to, lo);
+  const int need = std::max(src_layout.config().world_size(), dst_layout.config().world_size());
+  if (need > world.size())
+    DT_INPUT_ERROR("the switch ", src_layout.config().str(), " -> ", dst_layout.config().str(), " needs ", need,
+                   " ranks but the job has ", world.size(), "; start it with mpirun -np ", need, " or more");
+  const int me = world.rank();
+  const bool root = me == 0;
+  plan::Topology topo;
+  topo.gpus_per_node = args.gpus_per_node;
+
+  // ---- plans, state ----
+  const plan::Planner fwd_planner(src_layout, dst_layout, topo), back_planner(dst_layout, src_layout, topo);
+  const plan::RankPlan fwd = me < need ? fwd_planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
+  const plan::RankPlan back = me < need ? back_planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
+  const vps::RankLayout src_rl = src_layout.rank_layout(me), dst_rl = dst_layout.rank_layout(me);
+  const auto& eb = lo.elem_bytes;
+
+  PoolAllocator pool;
+  std::vector<std::byte*> a = allocate_filled(src_layout, src_rl, pool), b;
+
+  const double bw = measure_p2p_bandwidth(world, std::size_t{64} << 20);
+
+  TransitionOptions opt;
+  opt.mem_budget = args.mem_budget;
+  opt.topology = topo;
+
+  std::vector<TransitionStats> forward;
+  std::vector<double> forward_secs, back_secs;
+  std::string verify_text = "skipped";
+  int exit_code = 0;
+  auto check = [&](const char* when) {
+    std::string first;
+    const int bad = verify_state(dst_layout, dst_rl, b, &first);
+    const auto bads = gather_u64(world, static_cast<std::uint64_t>(bad));
+    const auto it = std::find_if(bads.begin(), bads.end(), [](std::uint64_t v) { return v > 0; });
+    if (it == bads.end()) return true;
+    if (static_cast<int>(it - bads.begin()) == me)
+      std::fprintf(out, "verify: FAILED after the %s switch on rank %d: %s\n", when, me, first.c_str());
+    std::fflush(out);
+    world.barrier();
+    return false;
+  };
+  for (int k = 0; k < args.repeat; ++k) {
+    if (k > 0) {
+      world.barrier();
+      a.clear();
+      const auto s = run_transition(back, dst_rl, b, src_rl, a, eb, world, pool, opt);
+      back_secs.push_back(max_of(gather_double(world, s.seconds)));
+    }
+    world.barrier();
+    const auto s = run_transition(fwd, src_rl, a, dst_rl, b, eb, world, pool, opt);
+    forward.push_back(s);
+    forward_secs.push_back(max_of(gather_double(world, s.seconds)));
+    if (args.verify && (k == 0 || k == args.repeat - 1)) {
+      if (!check(k == 0 ? "first" : "last")) {
+        verify_text = "failed";
+        exit_code = 1;
+        break;
+      }
+      verify_text = "ok";
+    }
+  }
+
+  // ---- figures: the cold (first) switch, warm (the others) ----
+  const TransitionStats& cold = forward.front();
+  const auto received = gather_u64(world, cold.bytes_received);
+  const auto sent = gather_u64(world, cold.bytes_sent);
+  const auto messages = gather_u64(world, cold.messages);
+  const auto peaks = gather_u64(world, cold.peak_bytes);
+  std::uint64_t warm_peak_local = 0;
+  for (std::size_t k = 1; k < forward.size(); ++k) warm_peak_local = std::max(warm_peak_local, forward[k].peak_bytes);
+  const auto warm_peaks = gather_u64(world, warm_peak_local);
+  const auto srcb = gather_u64(world, cold.src_bytes);
+  const auto dstb = gather_u64(world, cold.dst_bytes);
+  const auto fresh = gather_u64(world, pool.fresh_bytes());
+  const auto reserved = gather_u64(world, pool.peak_reserved());
+  bool within = true;
+  for (int r = 0; r < world.size(); ++r)
+    within &= peaks[r] <= std::max(srcb[r], dstb[r]) + args.mem_budget;
+  const double lower = bw > 0 ? static_cast<double>(max_of(received)) / bw : 0.0;
+  const double cold_s = forward_secs.front();
+  double warm_mean = 0, warm_min = 0;
+  if (forward_secs.size() > 1) {
+    warm_min = *std::min_element(forward_secs.begin() + 1, forward_secs.end());
+    warm_mean = std::accumulate(forward_secs.begin() + 1, forward_secs.end(), 0.0) / (forward_secs.size() - 1);
+  }
+  release_all(dst_layout, dst_rl, b, pool);
+  release_all(src_layout, src_rl, a, pool);
+
+  if (root) {
+    nlohmann::json j;
+    j["model"] = model.name;
+    j["from"] = src_layout.config().str();
+    j["to"] = dst_layout.config().str();
+    j["ranks"] = world.size();
+    j["backend"] = world.backend();
+    j["seconds"] = cold_s;
+    j["cold_seconds"] = cold_s;
+    j["warm_repeats"] = forward_secs.size() - 1;
+    j["warm_seconds"] = warm_mean;
+    j["warm_min_seconds"] = warm_min;
+    j["back_seconds"] = back_secs;
+    j["bytes_moved"] = sum_of(sent);
+    j["max_rank_bytes_received"] = max_of(received);
+    j["p2p_bandwidth_bytes_per_s"] = bw;
+    j["lower_bound_seconds"] = lower;
+    j["ratio"] = lower > 0 ? cold_s / lower : 0.0;
+    j["warm_ratio"] = lower > 0 && warm_mean > 0 ? warm_mean / lower : 0.0;
+    j["peak_bytes"] = max_of(peaks);
+    j["warm_peak_bytes"] = max_of(warm_peaks);
+    j["budget_bytes"] = args.mem_budget;
+    j["max_src_bytes"] = max_of(srcb);
+    j["max_dst_bytes"] = max_of(dstb);
+    j["peak_within_bound"] = within;
+    j["pool_fresh_bytes_max"] = max_of(fresh);
+    j["pool_peak_reserved_max"] = max_of(reserved);
+    j["messages_max_per_rank"] = max_of(messages);
+    j["messages_total"] = sum_of(messages);
+    j["waves"] = cold.waves;
+    j["wave_order"] = cold.descending ? "descending" : "ascending";
+    j["path"] = cold.path;
+    j["fanout_bytes"] = cold.fanout_bytes;
+    j["verify"] = verify_text;
+    std::fprintf(out, "run-transition %s: %s -> %s on %d ranks (%s), budget %s\n", model.name.c_str(),
+                 src_layout.config().str().c_str(), dst_layout.config().str().c_str(), world.size(),
+                 world.backend(), format_bytes(static_cast<double>(args.mem_budget)).c_str());
+    std::fprintf(out, "  seconds              %.6f (cold)\n", cold_s);
+    if (forward_secs.size() > 1)
+      std::fprintf(out, "  warm seconds         %.6f mean, %.6f min over %zu repeats\n", warm_mean, warm_min,
+                   forward_secs.size() - 1);
+    std::fprintf(out, "  bytes_moved          %s (max into one rank %s)\n", format_bytes(static_cast<double>(sum_of(sent))).c_str(),
+                 format_bytes(static_cast<double>(max_of(received))).c_str());
+    std::fprintf(out, "  p2p bandwidth        %s/s per rank (all pairs at once)\n", format_bytes(bw).c_str());
+    std::fprintf(out, "  lower_bound_seconds  %.6f\n", lower);
+    std::fprintf(out, "  ratio                %.2f cold", lower > 0 ? cold_s / lower : 0.0);
+    if (warm_mean > 0 && lower > 0) std::fprintf(out, ", %.2f warm", warm_mean / lower);
+    std::fprintf(out, "\n");
+    std::fprintf(out, "  peak_bytes           %s (max source %s, max destination %s, within max(src,dst)+budget: %s)\n",
+                 format_bytes(static_cast<double>(max_of(peaks))).c_str(), format_bytes(static_cast<double>(max_of(srcb))).c_str(),
+                 format_bytes(static_cast<double>(max_of(dstb))).c_str(), within ? "yes" : "NO");
+    std::fprintf(out, "  messages             %llu max per rank, %llu total; %llu waves, %s order; path %s\n",
+                 static_cast<unsigned long long>(max_of(messages)), static_cast<unsigned long long>(sum_of(messages)),
+                 static_cast<unsigned long long>(cold.waves), cold.descending ? "descending" : "ascending", cold.path.c_str());
+    if (verify_text == "ok") std::fprintf(out, "verify: ok\n");
+    std::fflush(out);
+    if (!args.json.empty()) {
+      std::ofstream f(args.json);
+      if (!f) DT_INPUT_ERROR("cannot write --json file '", args.json, "'");
+      f << j.dump(2) << "\n";
+    }
+  }
+  world.barrier();
+  return exit_code;
+}
+
+}  // namespace dynatrain::exec

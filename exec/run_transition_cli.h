@@ -1,0 +1,66 @@
+// `dynatrain run-transition`: the library side of the CLI command (tools/ only parses flags).
+//
+//   mpirun -np N dynatrain run-transition --model M --from CFG --to CFG [--mem-budget B]
+//          [--verify] [--repeat K] [--json FILE]
+//
+// Every rank: builds both layouts, plans its own part (Planner::plan_rank), allocates its
+// source state from a PoolAllocator and fills it with the content oracle (exec/fill.h),
+// measures point-to-point bandwidth (all pairs rank <-> rank^1 at once, both directions, the
+// same load shape as one XOR step), switches K times (the first switch is "cold"; between two
+// forward switches the state is switched back, so switches 2..K are "warm": pool memory and
+// staging already touched), verifies (--verify), and rank 0 prints and writes the figures.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "comm/transport.h"
+#include "exec/engine.h"
+#include "vps/layout.h"
+
+namespace dynatrain::exec {
+
+struct RunTransitionArgs {
+  std::string model;                      // preset name or path to a HF config.json
+  std::string from, to;                   // config strings, e.g. "tp=2,dp=2" -> "tp=4"
+  std::uint64_t mem_budget = 256ull << 20;  // --mem-budget (parse with parse_bytes)
+  bool verify = false;                    // --verify
+  int repeat = 1;                         // --repeat K >= 1: forward switches timed
+  std::string json;                       // --json FILE; empty: none
+  std::int64_t bucket_elems = 0;          // --bucket-elems; 0: vps::LayoutOptions default
+  std::string kinds = "all";              // --kinds (vps::parse_state_kinds)
+  int gpus_per_node = 8;                  // --gpus-per-node (planner source choice)
+};
+
+// Runs the command on every rank of `world` (collective). Returns the exit code, equal on every
+// rank: 0 ok, 1 verification failed. Throws InputError for bad arguments (before any
+// communication when the arguments themselves are wrong; every rank throws the same error),
+// CommError when the transport fails. Prints (rank 0 only) to `out`.
+int run_transition_command(const RunTransitionArgs& args, comm::Transport& world,
+                           std::FILE* out = stdout);
+
+// ---- helpers shared with tests/exec and bench/ ----
+
+// Allocates every buffer of `layout` from `alloc` and fills it (padding zeroed).
+std::vector<std::byte*> allocate_filled(const vps::Layout& model_layout, const vps::RankLayout& layout,
+                                        StateAllocator& alloc);
+// Releases every non-null buffer and sets it to nullptr.
+void release_all(const vps::Layout& model_layout, const vps::RankLayout& layout,
+                 std::vector<std::byte*>& bufs, StateAllocator& alloc);
+// Number of buffers with a wrong element; the first wrong one described in `first` if given.
+int verify_state(const vps::Layout& model_layout, const vps::RankLayout& layout,
+                 const std::vector<std::byte*>& bufs, std::string* first = nullptr);
+
+// Collective: every pair (r, r^1) exchanges `bytes` both ways at once, `iters` times after one
+// warm-up. Returns the highest per-rank receive rate in bytes/s (equal on every rank; 0 when
+// no rank has a partner).
+double measure_p2p_bandwidth(comm::Transport& world, std::size_t bytes, int iters = 3);
+
+// Collective: every rank's value, exact for values < 2^48.
+std::vector<std::uint64_t> gather_u64(comm::Transport& world, std::uint64_t value);
+// Collective: every rank's double (as float precision).
+std::vector<double> gather_double(comm::Transport& world, double value);
+
+}  // namespace dynatrain::exec

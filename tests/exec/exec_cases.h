@@ -1,0 +1,51 @@
+// The exec test core: one body per transition, written once against `Transport&` and run by
+// every rank. Bootstraps (style.md item 8):
+//   test_exec_inproc.cc  ranks as threads (comm::run_ranks), several rank counts, under gtest
+//   test_exec_mpi.cc     ranks as processes under `mpirun -np N` (N = 2, 3, 4, 6, 8)
+// A body fills the source state with the content oracle (exec/fill.h), switches, and checks
+// every destination element, the byte and message accounting, and the memory bound. A failed
+// check throws CaseFailure naming the rank and the case; no gtest assertion runs inside.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "comm/transport.h"
+#include "exec/engine.h"
+
+namespace dynatrain::exec::testing {
+
+class CaseFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct TransitionCase {
+  std::string kind;   // tp, pp, dp, ep, zero, grow, shrink, hybrid, fixed
+  std::string model;  // tiny-dense or tiny-moe
+  std::string from, to;
+  std::int64_t bucket_elems = 700;  // small: many ZeRO buckets per kind
+  std::size_t budget = 512 << 10;  // >= 8x the largest buffer (64 KiB), see exec/README.md
+  WaveOrder order = WaveOrder::kAuto;
+  int world = 0;  // ranks the switch needs: max of both configs' world sizes
+  std::string name() const;
+};
+inline void PrintTo(const TransitionCase& c, std::ostream* os) { *os << c.name(); }
+
+// Deterministic (seeded by `ranks`) random transitions that need at most `ranks` ranks and at
+// least one with exactly `ranks`: `per_kind` of each of tp, pp, dp, ep, zero, grow, shrink,
+// hybrid where such a pair exists, plus a few fixed ones.
+std::vector<TransitionCase> transition_cases(int ranks, int per_kind = 1);
+
+// Runs one case on every rank of `t` (t.size() >= c.world). Throws CaseFailure on a failure.
+TransitionStats run_case(const TransitionCase& c, comm::Transport& t);
+
+// tiny-dense tp=4,zero=0 -> dp=4,zero=0 on exactly 4 ranks: every rank needs 3/4 of each
+// tp-split tensor from its 3 peers. With a budget that holds everything each rank sends exactly
+// 3 messages (one per peer) and, with a budget 64x smaller, as many as its chunks.
+void message_count_case(comm::Transport& t);
+
+}  // namespace dynatrain::exec::testing

@@ -1,0 +1,101 @@
+// Bootstrap 1 of the exec test core: ranks as threads (comm::run_ranks), 1, 2, 3, 4 and 5 ranks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/inproc/inproc_transport.h"
+#include "common/error.h"
+#include "exec/run_transition_cli.h"
+#include "tests/exec/exec_cases.h"
+
+namespace dynatrain::exec {
+namespace {
+
+using testing::TransitionCase;
+
+comm::InprocOptions test_options() {
+  comm::InprocOptions o;
+  o.wait_timeout = std::chrono::seconds(30);
+  return o;
+}
+
+// DT_EXEC_TEST_PER_KIND=n (default 2) draws n random switches of each kind per rank count.
+std::vector<std::tuple<TransitionCase, int>> all_cases() {
+  std::vector<std::tuple<TransitionCase, int>> out;
+  const char* env = std::getenv("DT_EXEC_TEST_PER_KIND");
+  const int per_kind = env ? std::max(1, std::atoi(env)) : 2;
+  for (int ranks : {1, 2, 3, 4, 5})
+    for (const auto& c : testing::transition_cases(ranks, per_kind)) out.emplace_back(c, ranks);
+  return out;
+}
+
+class InprocTransition : public ::testing::TestWithParam<std::tuple<TransitionCase, int>> {};
+
+TEST_P(InprocTransition, MovesEveryElementWithinBudget) {
+  const auto& [c, ranks] = GetParam();
+  try {
+    comm::run_ranks(ranks, [&](comm::Transport& t) { testing::run_case(c, t); }, test_options());
+  } catch (const std::exception& e) {
+    FAIL() << c.name() << " on " << ranks << " ranks: " << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Random, InprocTransition, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<InprocTransition::ParamType>& info) {
+                           return "np" + std::to_string(std::get<1>(info.param)) + "_" +
+                                  std::get<0>(info.param).name() + "_" + std::to_string(info.index);
+                         });
+
+TEST(InprocTransitionFixed, MessageCountsPerRank) {
+  comm::run_ranks(4, [](comm::Transport& t) { testing::message_count_case(t); }, test_options());
+}
+
+}  // namespace
+}  // namespace dynatrain::exec
+
+namespace dynatrain::exec {
+namespace {
+
+TEST(RunTransitionCommand, VerifiesRepeatsAndWritesJson) {
+  RunTransitionArgs args;
+  args.model = "tiny-moe";
+  args.from = "tp=2,dp=2,zero=1";
+  args.to = "dp=4,ep=2,zero=2";
+  args.mem_budget = 512 << 10;
+  args.bucket_elems = 700;
+  args.verify = true;
+  args.repeat = 3;
+  args.json = ::testing::TempDir() + "run_transition.json";
+  std::FILE* out = std::tmpfile();
+  std::vector<int> codes(5, -1);
+  comm::run_ranks(5, [&](comm::Transport& t) { codes[t.rank()] = run_transition_command(args, t, out); },
+                  test_options());
+  for (int c : codes) EXPECT_EQ(c, 0);
+  std::rewind(out);
+  std::string text(1 << 14, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), out));
+  std::fclose(out);
+  EXPECT_NE(text.find("verify: ok"), std::string::npos) << text;
+  std::ifstream f(args.json);
+  const auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["verify"], "ok");
+  EXPECT_EQ(j["warm_repeats"], 2);
+  EXPECT_EQ(j["ranks"], 5);
+  EXPECT_TRUE(j["peak_within_bound"].get<bool>());
+  EXPECT_GT(j["bytes_moved"].get<std::uint64_t>(), 0u);
+  EXPECT_GT(j["lower_bound_seconds"].get<double>(), 0.0);
+  // Too few ranks for the switch: an InputError naming the need.
+  args.to = "dp=8";
+  EXPECT_THROW(comm::run_ranks(2, [&](comm::Transport& t) { run_transition_command(args, t, out); }, test_options()),
+               InputError);
+}
+
+}  // namespace
+}  // namespace dynatrain::exec

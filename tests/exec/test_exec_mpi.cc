@@ -1,0 +1,49 @@
+// Bootstrap 2 of the exec test core: ranks as processes, `mpirun -np N test_exec_mpi`.
+// Runs every case of transition_cases(N, argv[1] or 2) (plus the message-count case at N == 4). A case that
+// fails on any rank prints the rank's message and calls MPI_Abort, so mpirun exits non-zero
+// and no rank waits for a peer that gave up. Rank 0 prints one line per case.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstdio>
+#include <string>
+
+#include "comm/mpi/mpi_transport.h"
+#include "tests/exec/exec_cases.h"
+
+int main(int argc, char** argv) {
+  using namespace dynatrain;
+  comm::MpiSession session(&argc, &argv);
+  auto world = comm::MpiTransport::world();
+  const int n = world->size(), me = world->rank();
+  std::string current = "setup";
+  try {
+    // argv[1]: random switches of each kind (default 2).
+    const int per_kind = argc > 1 ? std::max(1, std::atoi(argv[1])) : 2;
+    const auto cases = exec::testing::transition_cases(n, per_kind);
+    for (const auto& c : cases) {
+      current = c.name();
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto s = exec::testing::run_case(c, *world);
+      if (me == 0)
+        std::printf("[ok] np%d %-70s %6.3fs  %3llu msgs  %3llu waves %s\n", n, current.c_str(),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                    static_cast<unsigned long long>(s.messages), static_cast<unsigned long long>(s.waves),
+                    s.descending ? "desc" : "asc");
+    }
+    if (n == 4) {
+      current = "message_count_case";
+      exec::testing::message_count_case(*world);
+      if (me == 0) std::printf("[ok] np4 message counts per rank\n");
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[rank %d] case %s FAILED: %s\n", me, current.c_str(), e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  std::fflush(stdout);
+  world.reset();
+  return 0;
+}

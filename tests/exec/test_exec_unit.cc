@@ -1,0 +1,166 @@
+// Unit tests of the engine's parts that need no communication: strided box copies, the pool
+// allocator, the content oracle.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/error.h"
+#include "exec/box_copy.h"
+#include "exec/fill.h"
+#include "exec/pool_allocator.h"
+#include "vps/layout.h"
+
+namespace dynatrain::exec {
+namespace {
+
+vps::Box box(std::vector<std::int64_t> lo, std::vector<std::int64_t> hi) {
+  vps::Box b;
+  b.ndim = static_cast<std::uint8_t>(lo.size());
+  for (std::size_t d = 0; d < lo.size(); ++d) b.lo[d] = lo[d], b.hi[d] = hi[d];
+  return b;
+}
+
+// Storage of `outer` where each element holds its row-major index in `global` (a big box).
+std::vector<std::uint32_t> storage(const vps::Box& outer, const vps::Box& global) {
+  std::vector<std::uint32_t> v(static_cast<std::size_t>(outer.numel()));
+  for (std::int64_t i = 0; i < outer.numel(); ++i)
+    v[static_cast<std::size_t>(i)] = static_cast<std::uint32_t>(global.linear_index(outer.coord_at(i)));
+  return v;
+}
+
+vps::Box random_sub(std::mt19937& rng, const vps::Box& outer) {
+  vps::Box b = outer;
+  for (int d = 0; d < outer.ndim; ++d) {
+    const std::int64_t e = outer.extent(d);
+    std::int64_t a = rng() % e, z = rng() % e;
+    if (a > z) std::swap(a, z);
+    if (rng() % 3 == 0) a = 0, z = e - 1;  // often full: exercises the folded fast path
+    b.lo[d] = outer.lo[d] + a;
+    b.hi[d] = outer.lo[d] + z + 1;
+  }
+  return b;
+}
+
+TEST(BoxCopy, RandomBoxesAllRanksPackUnpackAndDirect) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int nd = 1 + trial % 4;
+    std::vector<std::int64_t> lo(nd, 0), hi(nd);
+    for (int d = 0; d < nd; ++d) hi[d] = 1 + rng() % 6;
+    const vps::Box global = box(lo, hi);
+    const vps::Box s_outer = random_sub(rng, global), d_outer = random_sub(rng, global);
+    const vps::Box q = vps::intersect(s_outer, d_outer);
+    if (q.empty()) continue;
+    const auto src = storage(s_outer, global);
+    // Direct strided -> strided.
+    std::vector<std::uint32_t> dst(static_cast<std::size_t>(d_outer.numel()), 0xFFFFFFFF);
+    copy_box(q, reinterpret_cast<const std::byte*>(src.data()), s_outer, reinterpret_cast<std::byte*>(dst.data()),
+             d_outer, 4);
+    for (std::int64_t i = 0; i < d_outer.numel(); ++i) {
+      const auto c = d_outer.coord_at(i);
+      vps::Box one = box(std::vector<std::int64_t>(c.begin(), c.begin() + nd),
+                         std::vector<std::int64_t>(c.begin(), c.begin() + nd));
+      for (int d = 0; d < nd; ++d) one.hi[d] = one.lo[d] + 1;
+      const bool in = q.contains(one);
+      ASSERT_EQ(dst[i], in ? static_cast<std::uint32_t>(global.linear_index(c)) : 0xFFFFFFFF) << trial;
+    }
+    // Pack a random flat range of q, unpack it into a fresh destination.
+    const std::int64_t n = q.numel();
+    std::int64_t a = rng() % n, z = rng() % n;
+    if (a > z) std::swap(a, z);
+    ++z;
+    std::vector<std::uint32_t> packed(static_cast<std::size_t>(z - a));
+    ASSERT_EQ(pack_range(q, a, z, reinterpret_cast<const std::byte*>(src.data()), s_outer,
+                         reinterpret_cast<std::byte*>(packed.data()), 4),
+              static_cast<std::size_t>(z - a) * 4);
+    for (std::int64_t i = a; i < z; ++i)
+      ASSERT_EQ(packed[i - a], static_cast<std::uint32_t>(global.linear_index(q.coord_at(i))));
+    std::vector<std::uint32_t> back(static_cast<std::size_t>(d_outer.numel()), 0xFFFFFFFF);
+    unpack_range(q, a, z, reinterpret_cast<const std::byte*>(packed.data()), reinterpret_cast<std::byte*>(back.data()),
+                 d_outer, 4);
+    for (std::int64_t i = a; i < z; ++i)
+      ASSERT_EQ(back[d_outer.linear_index(q.coord_at(i))], packed[i - a]);
+    // contiguous_offset agrees with a brute-force check.
+    const std::int64_t off = contiguous_offset(q, a, z, s_outer);
+    bool contiguous = true;
+    for (std::int64_t i = a + 1; i < z; ++i)
+      contiguous &= s_outer.linear_index(q.coord_at(i)) == s_outer.linear_index(q.coord_at(i - 1)) + 1;
+    EXPECT_EQ(off >= 0, contiguous);
+    if (off >= 0) {
+      EXPECT_EQ(off, s_outer.linear_index(q.coord_at(a)));
+    }
+  }
+}
+
+TEST(BoxCopy, TwoByteElementsAndRejectsOutside) {
+  const vps::Box outer = box({0, 0}, {4, 6}), q = box({1, 2}, {3, 5});
+  std::vector<std::uint16_t> src(24);
+  std::iota(src.begin(), src.end(), 0);
+  std::vector<std::uint16_t> out(6);
+  copy_box(q, reinterpret_cast<const std::byte*>(src.data()), outer, reinterpret_cast<std::byte*>(out.data()), q, 2);
+  EXPECT_EQ(out, (std::vector<std::uint16_t>{8, 9, 10, 14, 15, 16}));
+  EXPECT_THROW(copy_box(box({0, 0}, {5, 1}), reinterpret_cast<const std::byte*>(src.data()), outer,
+                        reinterpret_cast<std::byte*>(out.data()), box({0, 0}, {5, 1}), 2),
+               InvariantError);
+}
+
+TEST(PoolAllocator, ReusesReleasedMemoryBestFitAndMerges) {
+  PoolAllocator pool;
+  std::byte* a = pool.allocate(1000);
+  std::byte* b = pool.allocate(3000);
+  std::byte* c = pool.allocate(1000);
+  EXPECT_EQ(pool.fresh_bytes(), 1024u + 3008u + 1024u);
+  pool.release(b, 3000);
+  // Best fit: a 1000-byte request takes part of b's range, no fresh memory.
+  std::byte* d = pool.allocate(1000);
+  EXPECT_EQ(d, b);
+  EXPECT_EQ(pool.fresh_bytes(), 5056u);
+  std::byte* e = pool.allocate(1900);  // the rest of b's range (1984 bytes) fits
+  EXPECT_EQ(e, b + 1024);
+  pool.release(d, 1000);
+  pool.release(e, 1900);
+  // Merged again: 3000 fits without new memory.
+  EXPECT_EQ(pool.allocate(3000), b);
+  EXPECT_EQ(pool.fresh_bytes(), 5056u);
+  EXPECT_EQ(pool.live_bytes(), 1024u + 3008u + 1024u);
+  EXPECT_EQ(pool.peak_live(), 5056u);
+  pool.release(a, 1000);
+  pool.release(c, 1000);
+  EXPECT_EQ(pool.trim(), 2048u);
+  EXPECT_EQ(pool.reserved_bytes(), 3008u);
+  EXPECT_THROW(pool.release(a, 1000), InvariantError);
+  EXPECT_THROW(pool.release(b, 17), InvariantError);
+}
+
+TEST(Fill, VerifyFindsTheFirstWrongElement) {
+  const vps::ModelSpec m = vps::model_from_name("tiny-dense");
+  vps::LayoutOptions lo;
+  lo.bucket_elems = 1000;
+  const vps::Layout layout(m, vps::ParallelConfig::parse("tp=2,dp=2,zero=1"), lo);
+  const auto rl = layout.rank_layout(3);
+  for (const auto& buf : rl.buffers) {
+    const int e = lo.elem_bytes[static_cast<int>(buf.kind)];
+    std::vector<std::byte> data(static_cast<std::size_t>(buf.numel * e));
+    fill_buffer(layout.tensors(), buf, e, data.data());
+    ASSERT_FALSE(verify_buffer(layout.tensors(), buf, e, data.data()));
+    if (buf.segments.empty()) continue;
+    const auto& seg = buf.segments.back();
+    data[static_cast<std::size_t>((seg.offset + seg.box.numel() - 1) * e)] ^= std::byte{1};
+    const auto bad = verify_buffer(layout.tensors(), buf, e, data.data());
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->tensor, seg.tensor);
+    const auto& shape = layout.tensors()[seg.tensor].shape;
+    vps::Box full = vps::Box::of_shape(shape);
+    vps::Coord last = seg.box.coord_at(seg.box.numel() - 1);
+    EXPECT_EQ(bad->global_index, full.linear_index(last));
+  }
+  // Distinct kinds and tensors give distinct words at the same index.
+  EXPECT_NE(fill_word(0, vps::StateKind::kParam, 5), fill_word(0, vps::StateKind::kGrad, 5));
+  EXPECT_NE(fill_word(0, vps::StateKind::kParam, 5), fill_word(1, vps::StateKind::kParam, 5));
+}
+
+}  // namespace
+}  // namespace dynatrain::exec
