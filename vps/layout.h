@@ -45,8 +45,7 @@ struct LayoutOptions {
   std::array<int, kNumStateKinds> elem_bytes{2, 2, 4, 4, 4};
   // Minimum bucket size in elements; Megatron uses max(40M, 1M * dp).
   std::int64_t bucket_elems = 40'000'000;
-  std::vector<StateKind> kinds{StateKind::kParam, StateKind::kGrad, StateKind::kMaster,
-                               StateKind::kExpAvg, StateKind::kExpAvgSq};
+  std::vector<StateKind> kinds = parse_state_kinds("all");
 };
 
 // A box of one logical tensor stored dense row-major at `offset` elements into its buffer.

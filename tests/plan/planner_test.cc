@@ -21,13 +21,6 @@ LayoutOptions small_buckets(std::int64_t elems) {
   return o;
 }
 
-std::uint64_t total_bytes(const Layout& layout) {
-  std::uint64_t bytes = 0;
-  for (int r = 0; r < layout.config().world_size(); ++r)
-    bytes += layout.rank_layout(r).bytes(layout.options()) ;
-  return bytes;
-}
-
 // Bytes of segments (real data, no padding) over all ranks.
 std::uint64_t segment_bytes(const Layout& layout, int first_rank, int end_rank) {
   std::uint64_t bytes = 0;

@@ -1,0 +1,33 @@
+// `dynatrain run-transition`: flags only; exec/run_transition_cli.h does the work.
+#include "common/bytes.h"
+#include "exec/run_transition_cli.h"
+#include "tools/commands.h"
+#include "tools/mpi_world.h"
+
+namespace dynatrain::tools {
+
+Command add_run_transition_command(CLI::App& app) {
+  auto args = std::make_shared<exec::RunTransitionArgs>();
+  auto budget = std::make_shared<std::string>("256MiB");
+  auto* cmd = app.add_subcommand(
+      "run-transition", "Switch real state between layouts on every rank (run under mpirun)");
+  cmd->add_option("--model", args->model, "Preset name or path to a Hugging Face config.json")->required();
+  cmd->add_option("--from", args->from, "Source config, e.g. tp=2,pp=2,dp=2")->required();
+  cmd->add_option("--to", args->to, "Destination config")->required();
+  cmd->add_option("--mem-budget", *budget, "Staging memory per rank, e.g. 256MiB")->capture_default_str();
+  cmd->add_flag("--verify", args->verify, "Check every destination element; exit 1 on the first wrong one");
+  cmd->add_option("--repeat", args->repeat, "Timed forward switches (first cold, rest warm)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--json", args->json, "Write the figures as JSON to this file");
+  cmd->add_option("--bucket-elems", args->bucket_elems, "ZeRO bucket size in elements (0: 40M)")
+      ->capture_default_str();
+  cmd->add_option("--states", args->kinds, "State kinds: all, optimizer, or a list")->capture_default_str();
+  cmd->add_option("--gpus-per-node", args->gpus_per_node, "Ranks per node")->capture_default_str();
+  return [args, budget] {
+    args->mem_budget = parse_bytes(*budget);
+    return run_on_mpi_world([&](comm::Transport& world) { return exec::run_transition_command(*args, world); });
+  };
+}
+
+}  // namespace dynatrain::tools

@@ -1,0 +1,34 @@
+// `dynatrain train`: flags only; train/train_cli.h does the work.
+#include "tools/commands.h"
+#include "tools/mpi_world.h"
+#include "train/train_cli.h"
+
+namespace dynatrain::tools {
+
+Command add_train_command(CLI::App& app) {
+  auto args = std::make_shared<train::TrainArgs>();
+  auto* cmd = app.add_subcommand("train", "Train a model, switching layouts on a schedule (run under mpirun)");
+  cmd->add_option("--model", args->model, "tiny-dense, tiny-moe, or a Hugging Face config.json")
+      ->capture_default_str();
+  cmd->add_option("--data", args->data, "Text file to train on (bytes are tokens); default: embedded text");
+  cmd->add_option("--steps", args->steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--global-batch", args->global_batch, "Sequences per step over all dp ranks")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seq", args->seq, "Tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule", args->schedule, "STEP:CONFIG;... e.g. \"0:tp=2,pp=2,dp=2;50:tp=1,pp=2,dp=4\"")
+      ->capture_default_str();
+  cmd->add_flag("--static", args->static_layout, "Run the schedule's first layout throughout");
+  cmd->add_option("--csv", args->csv, "Write per-step figures to this CSV file");
+  cmd->add_option("--lr", args->lr, "Adam learning rate")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed for weights and data order")->capture_default_str();
+  cmd->add_option("--micro-batches", args->micro_batches, "Pipeline micro-batches (0: auto)")->capture_default_str();
+  cmd->add_option("--switch-method", args->switch_method, "engine (default) or gather");
+  cmd->add_option("--threads", args->threads, "Torch threads per rank (0: cores / local ranks)")
+      ->capture_default_str();
+  return [args] {
+    return run_on_mpi_world([&](comm::Transport& world) { return train::train_command(*args, world); });
+  };
+}
+
+}  // namespace dynatrain::tools
