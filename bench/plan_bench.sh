@@ -12,7 +12,7 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 print(f"{sys.argv[2]:<10} {j['from']:>30} -> {j['to']:<30} plan {j['plan_seconds']*1e3:7.1f} ms  "
       f"one rank {j['rank_plan_seconds']*1e3:6.1f} ms  check {j['check_seconds']*1e3:6.1f} ms  "
-      f"peak RSS {j['planner_peak_rss_bytes']/2**20:5.0f} MiB  check: {j['check']}")
+      f"planner memory {j['planner_peak_bytes']/2**20:5.0f} MiB  check: {j['check']}")
 PY
 }
 run qwen3 qwen3-235b-a22b "tp=4,pp=2,dp=16,ep=16" "tp=2,pp=2,dp=48,ep=32"

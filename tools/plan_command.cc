@@ -1,5 +1,6 @@
 // `dynatrain plan`: plan a switch, print its summary, optionally check it and write JSON.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -40,12 +41,22 @@ std::uint64_t peak_rss_bytes() {
   return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
+std::uint64_t current_rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
 nlohmann::json totals_json(const plan::TrafficTotals& t) {
   return {{"kept_bytes", t.kept}, {"intra_node_bytes", t.intra_node},
           {"inter_node_bytes", t.inter_node}, {"pieces", t.pieces}};
 }
 
 int run_plan(const PlanArgs& a) {
+  // The planner's own memory: peak RSS above what the process held before planning (the
+  // executable's libraries, libtorch included, are resident already).
+  const std::uint64_t rss_before = current_rss_bytes();
   const vps::ModelSpec model = vps::model_from_name(a.model);
   vps::LayoutOptions options;
   options.kinds = vps::parse_state_kinds(a.states);
@@ -73,8 +84,9 @@ int run_plan(const PlanArgs& a) {
               src.config().str().c_str(), src.config().world_size(), dst.config().str().c_str(),
               dst.config().world_size(), a.gpus_per_node);
   std::cout << plan::format_stats(stats, options.kinds);
-  std::printf("  planned in %.3f s (all ranks), %.1f ms (one rank's own part); planner peak RSS %.0f MiB\n",
-              plan_seconds, rank_seconds * 1e3, peak_rss_bytes() / 1048576.0);
+  const std::uint64_t planner_bytes = peak_rss_bytes() - std::min(peak_rss_bytes(), rss_before);
+  std::printf("  planned in %.3f s (all ranks), %.1f ms (one rank's own part); planner peak memory %.0f MiB\n",
+              plan_seconds, rank_seconds * 1e3, planner_bytes / 1048576.0);
   if (a.transfers_rank >= 0) std::cout << plan::format_transfers(plans[a.transfers_rank], src);
 
   int exit_code = 0;
@@ -102,7 +114,7 @@ int run_plan(const PlanArgs& a) {
     j["rank_plan_seconds"] = rank_seconds;
     j["check_seconds"] = check_seconds;
     j["check"] = check_text;
-    j["planner_peak_rss_bytes"] = peak_rss_bytes();
+    j["planner_peak_bytes"] = planner_bytes;
     j["total"] = totals_json(stats.total);
     for (auto k : options.kinds)
       j["per_kind"][vps::state_kind_name(k)] = totals_json(stats.per_kind[static_cast<int>(k)]);
