@@ -48,6 +48,12 @@ class Request {
 // for (so no buffer is left in use) and the first error is rethrown.
 void wait_all(std::vector<std::unique_ptr<Request>>& requests);
 
+// Backends' shared argument check for Transport::all_to_all: every vector has `size` entries.
+void check_all_to_all_args(int size, const std::vector<std::size_t>& send_counts,
+                           const std::vector<std::size_t>& send_offsets,
+                           const std::vector<std::size_t>& recv_counts,
+                           const std::vector<std::size_t>& recv_offsets);
+
 class Transport {
  public:
   virtual ~Transport() = default;

@@ -69,7 +69,10 @@ const std::map<std::string, ModelSpec>& presets() {
 
 std::string preset_list() {
   std::string s;
-  for (const auto& name : preset_names()) s += (s.empty() ? "" : ", ") + name;
+  for (const auto& name : preset_names()) {
+    if (!s.empty()) s += ", ";
+    s += name;
+  }
   return s;
 }
 

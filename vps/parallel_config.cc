@@ -21,7 +21,10 @@ std::int64_t parse_int(const std::string& key, const std::string& value, const s
 std::string divisors_of(std::int64_t n) {
   std::string s;
   for (std::int64_t d = 1; d <= n; ++d)
-    if (n % d == 0) s += (s.empty() ? "" : ", ") + std::to_string(d);
+    if (n % d == 0) {
+      if (!s.empty()) s += ", ";
+      s += std::to_string(d);
+    }
   return s;
 }
 
@@ -124,8 +127,10 @@ void ParallelConfig::validate_for(const ModelSpec& m) {
   if (pp_layers.empty()) {
     if (m.layers % pp != 0) {
       std::string example;
-      for (int s = 0; s < pp; ++s)
-        example += (s ? "/" : "") + std::to_string(m.layers / pp + (s < m.layers % pp ? 1 : 0));
+      for (int s = 0; s < pp; ++s) {
+        if (s) example += '/';
+        example += std::to_string(m.layers / pp + (s < m.layers % pp ? 1 : 0));
+      }
       DT_INPUT_ERROR("pp=", pp, " does not divide ", m.layers, " layers; give uneven stages as pp_layers=",
                      example, " or choose pp in {", divisors_of(m.layers), "}");
     }

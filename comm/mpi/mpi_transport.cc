@@ -395,9 +395,7 @@ void MpiTransport::all_to_all(const void* send, const std::vector<std::size_t>& 
                               const std::vector<std::size_t>& recv_counts,
                               const std::vector<std::size_t>& recv_offsets) {
   const auto n = static_cast<std::size_t>(size_);
-  DT_CHECK(send_counts.size() == n && send_offsets.size() == n && recv_counts.size() == n &&
-               recv_offsets.size() == n,
-           "all_to_all: count/offset vectors must have size() = ", n, " entries");
+  check_all_to_all_args(size_, send_counts, send_offsets, recv_counts, recv_offsets);
   const std::size_t chunk = max_chunk_bytes();
   const auto fits = [&](const std::vector<std::size_t>& counts,
                         const std::vector<std::size_t>& offsets) {
