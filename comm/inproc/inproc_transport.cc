@@ -334,7 +334,6 @@ void InprocTransport::all_to_all(const void* send, const std::vector<std::size_t
                                  const std::vector<std::size_t>& send_offsets, void* recv,
                                  const std::vector<std::size_t>& recv_counts,
                                  const std::vector<std::size_t>& recv_offsets) {
-  const auto n = static_cast<std::size_t>(size_);
   check_all_to_all_args(size_, send_counts, send_offsets, recv_counts, recv_offsets);
   const auto* in = static_cast<const unsigned char*>(send);
   auto* out = static_cast<unsigned char*>(recv);
