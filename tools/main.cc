@@ -1,4 +1,4 @@
-// dynatrain: plan, execute and train through parallel-layout switches. See docs/cli.md.
+// dynatrain: plan, execute and train through parallel-layout switches. See README.md (CLI).
 #include <cstdio>
 #include <exception>
 #include <map>
