@@ -19,6 +19,12 @@ void wait_all(std::vector<std::unique_ptr<Request>>& requests) {
   if (first) std::rethrow_exception(first);
 }
 
+bool agree_with_root(Transport& transport, bool ok) {
+  std::uint8_t flag = ok ? 1 : 0;
+  transport.broadcast(&flag, sizeof flag, 0);
+  return flag != 0;
+}
+
 void check_all_to_all_args(int size, const std::vector<std::size_t>& send_counts,
                            const std::vector<std::size_t>& send_offsets,
                            const std::vector<std::size_t>& recv_counts,

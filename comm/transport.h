@@ -90,4 +90,9 @@ class Transport {
   virtual std::unique_ptr<Transport> split(int color, int key) = 0;
 };
 
+// Collective: rank 0's `ok` on every rank (one broadcast). For checks only rank 0 can make,
+// such as opening an output file, so that every rank throws the same error instead of rank 0
+// alone leaving its peers waiting in the next collective.
+bool agree_with_root(Transport& transport, bool ok);
+
 }  // namespace dynatrain::comm

@@ -125,6 +125,10 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
                    " ranks but the job has ", world.size(), "; start it with mpirun -np ", need, " or more");
   const int me = world.rank();
   const bool root = me == 0;
+  std::ofstream json_file;  // opened now, so a bad path fails before any work, on every rank
+  if (root && !args.json.empty()) json_file.open(args.json);
+  if (!comm::agree_with_root(world, args.json.empty() || json_file.is_open()))
+    DT_INPUT_ERROR("cannot write --json file '", args.json, "'");
   plan::Topology topo;
   topo.gpus_per_node = args.gpus_per_node;
 
@@ -263,11 +267,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
                  static_cast<unsigned long long>(cold.waves), cold.descending ? "descending" : "ascending", cold.path.c_str());
     if (verify_text == "ok") std::fprintf(out, "verify: ok\n");
     std::fflush(out);
-    if (!args.json.empty()) {
-      std::ofstream f(args.json);
-      if (!f) DT_INPUT_ERROR("cannot write --json file '", args.json, "'");
-      f << j.dump(2) << "\n";
-    }
+    if (json_file.is_open()) json_file << j.dump(2) << "\n";
   }
   world.barrier();
   return exit_code;

@@ -90,9 +90,11 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   const bool root = world.rank() == 0;
   const bool tty = root && isatty(fileno(stdout));
   std::ofstream csv;
-  if (root && !args.csv.empty()) {
-    csv.open(args.csv);
-    if (!csv) DT_INPUT_ERROR("cannot write CSV file '", args.csv, "'");
+  if (root && !args.csv.empty()) csv.open(args.csv);
+  // Every rank learns whether rank 0 could open it, so all throw alike (no rank left waiting).
+  if (!comm::agree_with_root(world, args.csv.empty() || csv.is_open()))
+    DT_INPUT_ERROR("cannot write CSV file '", args.csv, "'");
+  if (csv.is_open()) {
     csv.precision(9);
     csv << "step,loss,tokens_per_s,step_s,layout,ranks,switch_plan_s,switch_transfer_s,"
            "switch_rebuild_s,switch_total_s\n";
@@ -101,7 +103,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     std::printf("dynatrain train: model %s, %lld steps, global batch %lld x %lld tokens, %d ranks, %s\n",
                 o.model.name.c_str(), static_cast<long long>(args.steps),
                 static_cast<long long>(args.global_batch), static_cast<long long>(args.seq),
-                world.size(), args.static_layout ? "static layout" : "switching layouts");
+                world.size(), args.static_layout || schedule.size() == 1 ? "static layout" : "switching layouts");
 
   Trainer trainer(o, schedule[0].second, world, std::move(text));
   struct Tally { double tokens = 0, seconds = 0; int steps = 0; };

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The CLI contract: bad input -> one line on stderr, exit 2; --check -> "check: ok", exit 0;
-# --json writes the stats with plan_seconds.
+# The CLI contract: bad input -> one line on stderr, exit 2; checks print "check: ok" /
+# "verify: ok" and exit 0; --json / --csv write their files; an output file that cannot be
+# written fails on every rank of an mpirun job instead of leaving ranks waiting.
+# Usage: cli_test.sh DYNATRAIN WITH_TRAIN(0|1) MPIEXEC
 set -u
 dt="$1"
+with_train="${2:-0}"
+mpiexec="${3:-mpirun}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -32,4 +36,34 @@ printf '{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "n
 expect 0 "check: ok" -- plan --model "$tmp/config.json" --from tp=2,dp=2 --to tp=4,pp=2 --check
 echo '{"hidden_size": 64' >"$tmp/bad.json"
 expect 2 "is not valid JSON" -- plan --model "$tmp/bad.json" --from tp=1 --to tp=2
+# run-transition on one process (a world of one rank), and its errors.
+expect 0 "verify: ok" -- run-transition --model tiny-moe --from tp=1,zero=1 --to tp=1,zero=0 --verify --repeat 2 --json "$tmp/rt.json"
+grep -q '"lower_bound_seconds"' "$tmp/rt.json" || { echo "FAIL: run-transition --json lacks lower_bound_seconds"; fail=1; }
+expect 2 "needs 2 ranks but the job has 1" -- run-transition --model tiny-dense --from tp=1 --to tp=2
+expect 2 "byte size 'lots'" -- run-transition --model tiny-dense --from tp=1 --to tp=1 --mem-budget lots
+
+# Under mpirun: a bad output path is one error, not a hang (timeout exit 124 would mean a hang).
+mpi_expect_error() {  # want -- args...
+  local want="$1"
+  shift 2
+  timeout 120 "$mpiexec" -np 2 "$dt" "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  if [[ $got == 0 || $got == 124 ]] || ! grep -qF -- "$want" "$tmp/err"; then
+    echo "FAIL: mpirun -np 2 dynatrain $* -> exit $got, stderr:"; cat "$tmp/err"; fail=1
+  else
+    echo "ok: mpirun -np 2 dynatrain $*"
+  fi
+}
+mpi_expect_error "cannot write --json file" -- run-transition --model tiny-dense --from dp=2 --to tp=2 --json /nonexistent/dir/x.json
+
+if [[ $with_train == 1 ]]; then
+  head -c 4000 "$(dirname "$0")/../../README.md" >"$tmp/data.txt"
+  expect 0 "static layout" -- train --model tiny-dense --steps 3 --global-batch 4 --seq 16 --data "$tmp/data.txt" --csv "$tmp/t.csv"
+  head -1 "$tmp/t.csv" | grep -q '^step,loss,' || { echo "FAIL: train CSV header"; fail=1; }
+  [[ $(wc -l <"$tmp/t.csv") == 4 ]] || { echo "FAIL: train CSV should have 3 steps"; fail=1; }
+  expect 2 "tp=3 does not divide 8 attention heads" -- train --model tiny-dense --steps 3 --schedule "0:tp=3"
+  expect 2 "schedule steps must increase" -- train --model tiny-dense --steps 3 --schedule "0:tp=1;5:dp=1;2:dp=1"
+  expect 2 "cannot open data file" -- train --model tiny-dense --steps 3 --data /nonexistent/data.txt
+  mpi_expect_error "cannot write CSV file" -- train --model tiny-dense --steps 2 --schedule "0:dp=2" --csv /nonexistent/dir/x.csv
+fi
 exit $fail
