@@ -27,6 +27,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <memory>
 #include <vector>
 
@@ -89,6 +91,22 @@ class Transport {
   // color < 0 means "no communicator" and returns nullptr on that rank.
   virtual std::unique_ptr<Transport> split(int color, int key) = 0;
 };
+
+// Collective: every rank's `value`, bit-exact, indexed by rank. all_gather only moves bytes, so
+// any trivially copyable value travels through it unchanged (uint64 counters, doubles).
+template <typename T>
+std::vector<T> all_gather_values(Transport& transport, const T& value) {
+  static_assert(std::is_trivially_copyable_v<T>, "all_gather_values moves raw bytes");
+  constexpr std::size_t kWords = (sizeof(T) + sizeof(float) - 1) / sizeof(float);
+  float mine[kWords] = {};
+  std::memcpy(mine, &value, sizeof(T));
+  const auto n = static_cast<std::size_t>(transport.size());
+  std::vector<float> all(kWords * n);
+  transport.all_gather(mine, all.data(), kWords);
+  std::vector<T> out(n);
+  for (std::size_t r = 0; r < n; ++r) std::memcpy(&out[r], all.data() + r * kWords, sizeof(T));
+  return out;
+}
 
 // Collective: rank 0's `ok` on every rank (one broadcast). For checks only rank 0 can make,
 // such as opening an output file, so that every rank throws the same error instead of rank 0

@@ -64,24 +64,11 @@ int verify_state(const vps::Layout& model_layout, const vps::RankLayout& layout,
 }
 
 std::vector<std::uint64_t> gather_u64(comm::Transport& world, std::uint64_t value) {
-  // Three 16-bit limbs, each exact in a float.
-  const float mine[3] = {static_cast<float>(value >> 32 & 0xFFFF), static_cast<float>(value >> 16 & 0xFFFF),
-                         static_cast<float>(value & 0xFFFF)};
-  DT_CHECK(value < (std::uint64_t{1} << 48), "value ", value, " too large to gather");
-  std::vector<float> all(3 * static_cast<std::size_t>(world.size()));
-  world.all_gather(mine, all.data(), 3);
-  std::vector<std::uint64_t> out(static_cast<std::size_t>(world.size()));
-  for (std::size_t r = 0; r < out.size(); ++r)
-    out[r] = static_cast<std::uint64_t>(all[3 * r]) << 32 | static_cast<std::uint64_t>(all[3 * r + 1]) << 16 |
-             static_cast<std::uint64_t>(all[3 * r + 2]);
-  return out;
+  return comm::all_gather_values(world, value);
 }
 
 std::vector<double> gather_double(comm::Transport& world, double value) {
-  const float mine = static_cast<float>(value);
-  std::vector<float> all(static_cast<std::size_t>(world.size()));
-  world.all_gather(&mine, all.data(), 1);
-  return {all.begin(), all.end()};
+  return comm::all_gather_values(world, value);
 }
 
 double measure_p2p_bandwidth(comm::Transport& world, std::size_t bytes, int iters) {

@@ -58,9 +58,8 @@ int verify_state(const vps::Layout& model_layout, const vps::RankLayout& layout,
 // no rank has a partner).
 double measure_p2p_bandwidth(comm::Transport& world, std::size_t bytes, int iters = 3);
 
-// Collective: every rank's value, exact for values < 2^48.
+// Collective: every rank's value, exact (comm::all_gather_values).
 std::vector<std::uint64_t> gather_u64(comm::Transport& world, std::uint64_t value);
-// Collective: every rank's double (as float precision).
 std::vector<double> gather_double(comm::Transport& world, double value);
 
 }  // namespace dynatrain::exec

@@ -479,21 +479,17 @@ struct Trainer::Impl {
     const double rebuild_s = seconds_since(tr0);
     const double total_s = seconds_since(t0);
     // Max of the timings, sum of the bytes over ranks.
-    const int W = world.size();
-    float mine[4] = {static_cast<float>(plan_s), static_cast<float>(transfer_s),
-                     static_cast<float>(rebuild_s), static_cast<float>(total_s)};
-    std::vector<float> all(4 * W);
-    world.all_gather(mine, all.data(), 4);
-    for (int r = 0; r < W; ++r) {
-      st.plan_s = std::max<double>(st.plan_s, all[4 * r]);
-      st.transfer_s = std::max<double>(st.transfer_s, all[4 * r + 1]);
-      st.rebuild_s = std::max<double>(st.rebuild_s, all[4 * r + 2]);
-      st.total_s = std::max<double>(st.total_s, all[4 * r + 3]);
+    const double mine[4] = {plan_s, transfer_s, rebuild_s, total_s};
+    for (const auto& t : comm::all_gather_values(world, std::array<double, 4>{mine[0], mine[1], mine[2], mine[3]})) {
+      st.plan_s = std::max(st.plan_s, t[0]);
+      st.transfer_s = std::max(st.transfer_s, t[1]);
+      st.rebuild_s = std::max(st.rebuild_s, t[2]);
+      st.total_s = std::max(st.total_s, t[3]);
     }
-    float bytes[2] = {static_cast<float>(sent), static_cast<float>(received)};
-    world.all_reduce_sum(bytes, 2);
-    st.bytes_sent = static_cast<std::uint64_t>(bytes[0]);
-    st.bytes_received = static_cast<std::uint64_t>(bytes[1]);
+    for (const auto& b : comm::all_gather_values(world, std::array<std::uint64_t, 2>{sent, received})) {
+      st.bytes_sent += b[0];
+      st.bytes_received += b[1];
+    }
     return st;
   }
 

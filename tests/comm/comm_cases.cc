@@ -300,6 +300,29 @@ void all_gather_sizes(Transport& t) {
   }
 }
 
+// all_gather_values is bit-exact: 64-bit counters past 2^53, doubles, and odd-sized structs
+// whose bytes would look like NaN patterns as floats.
+void all_gather_values_exact(Transport& t) {
+  const int n = t.size(), r = t.rank();
+  auto big = [](int q) { return 0xFFFF'FFFF'FFFF'FF00ull - static_cast<std::uint64_t>(q) * 0x1'0000'0001ull; };
+  auto real = [](int q) { return 1.0 / 3.0 + q * 1e-17 + q; };
+  struct Odd {
+    std::uint8_t bytes[7];
+  };
+  Odd mine{};
+  for (int i = 0; i < 7; ++i) mine.bytes[i] = static_cast<std::uint8_t>(0xFF - r - i);
+  const auto ints = all_gather_values(t, big(r));
+  const auto reals = all_gather_values(t, real(r));
+  const auto odds = all_gather_values(t, mine);
+  CASE_REQUIRE(static_cast<int>(ints.size()) == n, "one value per rank");
+  for (int q = 0; q < n; ++q) {
+    CASE_REQUIRE(ints[q] == big(q), "uint64 from rank ", q, " is ", ints[q], ", want ", big(q));
+    CASE_REQUIRE(reals[q] == real(q), "double from rank ", q);
+    for (int i = 0; i < 7; ++i)
+      CASE_REQUIRE(odds[q].bytes[i] == static_cast<std::uint8_t>(0xFF - q - i), "byte ", i, " from rank ", q);
+  }
+}
+
 void reduce_scatter_sizes(Transport& t) {
   const int n = t.size(), r = t.rank();
   for (std::size_t count :
@@ -503,6 +526,7 @@ const std::vector<CommCase>& comm_cases() {
       {"broadcast_every_root", broadcast_every_root},
       {"all_reduce_sum_sizes", all_reduce_sum_sizes},
       {"all_gather_sizes", all_gather_sizes},
+      {"all_gather_values_exact", all_gather_values_exact},
       {"reduce_scatter_sizes", reduce_scatter_sizes},
       {"all_to_all_uneven", all_to_all_uneven},
       {"split", split_cases},
