@@ -344,10 +344,10 @@ class Engine {
     grow(m, dst_size_[b]);
     if (dry) return;
     const auto t0 = Clock::now();
-    std::byte* data = alloc_.allocate(dst_size_[b]);
+    const auto& buf = dl_.buffers[b];
+    std::byte* data = alloc_.allocate_destination(buf, dst_size_[b]);
     dst_[b] = data;
     // Zero the padding (bytes of no segment) so that recycled memory leaks nothing.
-    const auto& buf = dl_.buffers[b];
     const std::size_t e = elem(buf.kind);
     std::int64_t at = 0;
     for (const auto& s : buf.segments) {

@@ -38,6 +38,14 @@ class StateAllocator {
   virtual ~StateAllocator() = default;
   virtual std::byte* allocate(std::size_t bytes) = 0;
   virtual void release(std::byte* data, std::size_t bytes) = 0;
+  // Memory for destination buffer `buffer` (`bytes` long), asked for on its first write; the
+  // engine never releases it. The default takes it from allocate(). An allocator whose owner
+  // keeps each state kind in one arena (the trainer) returns the buffer's place in the new
+  // arena (LocalBuffer::arena_offset), so nothing is copied after the switch.
+  virtual std::byte* allocate_destination(const vps::LocalBuffer& buffer, std::size_t bytes) {
+    (void)buffer;
+    return allocate(bytes);
+  }
 };
 
 // Processing order of the waves. kAuto: every rank predicts its peak for both orders (a dry

@@ -494,17 +494,28 @@ struct Trainer::Impl {
   }
 
 #ifdef DT_HAVE_EXEC
-  // Heap staging; buffers borrowed from the old arenas are not freed on release.
+  // Source buffers are borrowed from the old arenas (never freed here); destination buffers are
+  // their places in the new arenas; only staging comes from the heap.
   class Allocator final : public exec::StateAllocator {
    public:
+    explicit Allocator(Arenas& next) : next_(next) {}
     std::set<std::byte*> borrowed;
     std::byte* allocate(std::size_t bytes) override {
       return static_cast<std::byte*>(::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t{64}));
+    }
+    std::byte* allocate_destination(const vps::LocalBuffer& b, std::size_t bytes) override {
+      DT_CHECK_EQ(bytes, static_cast<std::size_t>(b.numel) * sizeof(float));
+      std::byte* p = reinterpret_cast<std::byte*>(next_.data(b.kind) + b.arena_offset);
+      borrowed.insert(p);
+      return p;
     }
     void release(std::byte* data, std::size_t) override {
       if (data == nullptr || borrowed.erase(data) > 0) return;
       ::operator delete(data, std::align_val_t{64});
     }
+
+   private:
+    Arenas& next_;
   };
 
   void run_engine(const vps::ParallelConfig& next, const vps::RankLayout& dst_full_rl,
@@ -526,7 +537,8 @@ struct Trainer::Impl {
     // The transition runs on the first W ranks of the world (same order).
     auto sub = world.split(r < W ? 0 : -1, r);
     std::vector<std::byte*> src_ptrs, dst_ptrs(dst_rl.buffers.size(), nullptr);
-    Allocator alloc;
+    next_arenas = allocate_arenas(dst_full_rl);  // the engine writes straight into these
+    Allocator alloc(next_arenas);
     for (const auto& b : src_rl.buffers) {
       auto* p = reinterpret_cast<std::byte*>(arenas.data(b.kind) + b.arena_offset);
       src_ptrs.push_back(p);
@@ -540,16 +552,8 @@ struct Trainer::Impl {
       received = ts.bytes_received;
     }
     transfer_s = seconds_since(tt0);
-    // Into the arenas (the arena offsets of a kind do not depend on which kinds are listed).
-    next_arenas = allocate_arenas(dst_full_rl);
-    for (std::size_t i = 0; i < dst_rl.buffers.size(); ++i) {
-      const auto& b = dst_rl.buffers[i];
-      DT_CHECK(dst_ptrs[i] != nullptr || b.numel == 0, "engine left destination buffer ", i, " empty");
-      if (dst_ptrs[i]) {
-        std::memcpy(next_arenas.data(b.kind) + b.arena_offset, dst_ptrs[i], b.numel * sizeof(float));
-        alloc.release(dst_ptrs[i], b.numel * sizeof(float));
-      }
-    }
+    for (std::size_t i = 0; i < dst_rl.buffers.size(); ++i)
+      DT_CHECK(dst_ptrs[i] != nullptr || dst_rl.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
   }
 #endif
 
