@@ -11,6 +11,10 @@
 //   DynaTrain    exec::run_transition, cold (first switch) and warm (after switching back)
 //   naive        for every (tensor, kind): all-gather the full tensor to every rank, then slice
 //                the destination out of it (allocate every destination first, free sources last)
+//   ckpt-restart every rank writes its state to a file and fsyncs it (save), drops it from the
+//                page cache, then reads the rows of every piece its new layout needs from the
+//                owners' files (load), as a resharding checkpoint loader does. Process restart
+//                itself (MPI, libtorch, communicators) is not counted, so this favours it.
 // Every result is verified element by element against the content oracle. Rank 0 prints one
 // Markdown table row per switch. A last section times a one-to-all fan-out, broadcast vs p2p.
 #include <algorithm>
@@ -18,6 +22,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
 #include <map>
 #include <string>
 #include <vector>
@@ -101,6 +107,100 @@ double measure_copy_bandwidth(dt::comm::Transport& t, std::size_t bytes, int ite
   return static_cast<double>(bytes) / best;
 }
 
+// Byte offset of each buffer of `rl` in its rank's checkpoint file (buffers back to back).
+std::vector<std::uint64_t> file_offsets(const dt::vps::RankLayout& rl, const std::array<int, 5>& eb) {
+  std::vector<std::uint64_t> at(rl.buffers.size() + 1, 0);
+  for (std::size_t i = 0; i < rl.buffers.size(); ++i)
+    at[i + 1] = at[i] + static_cast<std::uint64_t>(rl.buffers[i].numel) * eb[static_cast<int>(rl.buffers[i].kind)];
+  return at;
+}
+
+void check_io(bool ok, const char* what, const std::string& path) {
+  if (!ok) throw dt::InputError(std::string(what) + " failed on '" + path + "': " + std::strerror(errno));
+}
+
+// The checkpoint-restart baseline; returns {save seconds, load seconds} on this rank. `a` (the
+// source state) is released after the save, `b` holds the destination state after the load.
+std::pair<double, double> ckpt_restart_switch(const dt::vps::Layout& src, const dt::vps::Layout& dst,
+                                              const dt::plan::RankPlan& plan, std::vector<std::byte*>& a,
+                                              std::vector<std::byte*>& b, dt::comm::Transport& t,
+                                              dt::exec::PoolAllocator& pool, const std::string& dir) {
+  const int me = t.rank();
+  const auto& eb = src.options().elem_bytes;
+  const auto my_src = src.rank_layout(me), my_dst = dst.rank_layout(me);
+  auto path_of = [&](int r) { return dir + "/rank" + std::to_string(r) + ".bin"; };
+  t.barrier();
+  auto t0 = Clock::now();
+  {
+    const std::string path = path_of(me);
+    const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    check_io(fd >= 0, "open", path);
+    for (std::size_t i = 0; i < my_src.buffers.size(); ++i) {
+      std::size_t left = static_cast<std::size_t>(my_src.buffers[i].numel) * eb[static_cast<int>(my_src.buffers[i].kind)];
+      const std::byte* p = a[i];
+      while (left > 0) {
+        const ssize_t n = ::write(fd, p, left);
+        check_io(n > 0, "write", path);
+        p += n;
+        left -= static_cast<std::size_t>(n);
+      }
+    }
+    check_io(::fsync(fd) == 0, "fsync", path);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // a restarted job reads from disk, not cache
+    ::close(fd);
+  }
+  dt::exec::release_all(src, my_src, a, pool);
+  t.barrier();
+  const double save_s = since(t0);
+  t0 = Clock::now();
+  b.assign(my_dst.buffers.size(), nullptr);
+  for (std::size_t j = 0; j < my_dst.buffers.size(); ++j) {
+    const std::size_t bytes = static_cast<std::size_t>(my_dst.buffers[j].numel) * eb[static_cast<int>(my_dst.buffers[j].kind)];
+    if (bytes) {
+      b[j] = pool.allocate(bytes);
+      std::memset(b[j], 0, bytes);
+    }
+  }
+  std::map<int, std::pair<int, std::vector<std::uint64_t>>> files;  // rank -> (fd, buffer offsets)
+  std::map<int, dt::vps::RankLayout> layouts;
+  std::vector<std::byte> rows;
+  auto load = [&](const dt::plan::Piece& p) {
+    auto it = files.find(p.src_rank);
+    if (it == files.end()) {
+      layouts.emplace(p.src_rank, src.rank_layout(p.src_rank));
+      const std::string path = path_of(p.src_rank);
+      const int fd = ::open(path.c_str(), O_RDONLY);
+      check_io(fd >= 0, "open", path);
+      it = files.emplace(p.src_rank, std::make_pair(fd, file_offsets(layouts.at(p.src_rank), eb))).first;
+    }
+    const auto& seg = layouts.at(p.src_rank).buffers[p.src_buffer].segments[p.src_segment];
+    const std::size_t e = static_cast<std::size_t>(eb[static_cast<int>(p.kind)]);
+    // The piece's rows of the source segment are contiguous in the file: read them whole.
+    dt::vps::Box row_box = seg.box;
+    row_box.lo[0] = p.box.lo[0];
+    row_box.hi[0] = p.box.hi[0];
+    rows.resize(static_cast<std::size_t>(row_box.numel()) * e);
+    const std::uint64_t at = it->second.second[p.src_buffer] +
+                             static_cast<std::uint64_t>(seg.offset + seg.box.linear_index(row_box.lo)) * e;
+    std::size_t done = 0;
+    while (done < rows.size()) {
+      const ssize_t n = ::pread(it->second.first, rows.data() + done, rows.size() - done, static_cast<off_t>(at + done));
+      check_io(n > 0, "read", path_of(p.src_rank));
+      done += static_cast<std::size_t>(n);
+    }
+    const auto& dseg = my_dst.buffers[p.dst_buffer].segments[p.dst_segment];
+    dt::exec::copy_box(p.box, rows.data(), row_box, b[p.dst_buffer] + dseg.offset * e, dseg.box, e);
+  };
+  for (const auto& p : plan.keep) load(p);
+  for (const auto& [peer, pieces] : plan.recv)
+    for (const auto& p : pieces) load(p);
+  for (auto& [r, f] : files) ::close(f.first);
+  t.barrier();
+  const double load_s = since(t0);
+  ::unlink(path_of(me).c_str());
+  return {save_s, load_s};
+}
+
 // The naive baseline. Returns seconds on this rank; `peak` gets its accounted peak.
 double naive_switch(const dt::vps::Layout& src, const dt::vps::Layout& dst, std::vector<std::byte*>& a,
                     std::vector<std::byte*>& b, dt::comm::Transport& t, dt::exec::PoolAllocator& pool,
@@ -168,6 +268,8 @@ int main(int argc, char** argv) {
   dt::comm::MpiSession session(&argc, &argv);
   auto world = dt::comm::MpiTransport::world();
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  // Checkpoint files go here (DT_CKPT_DIR, default /tmp); each rank deletes its own after use.
+  const std::string ckpt_dir = std::getenv("DT_CKPT_DIR") ? std::getenv("DT_CKPT_DIR") : "/tmp";
   const int n = world->size(), me = world->rank();
   const std::size_t budget = 256ull << 20;
   dt::vps::LayoutOptions lo;
@@ -178,8 +280,8 @@ int main(int argc, char** argv) {
     std::printf("## %d ranks (mpi, %s), budget %s, p2p bandwidth %.2f GB/s per rank (all pairs at once), "
                 "memcpy %.2f GB/s per rank (all ranks at once)\n\n", n, quick ? "quick" : "full",
                 dt::format_bytes(static_cast<double>(budget)).c_str(), bw / 1e9, copy_bw / 1e9);
-    std::printf("| switch | model | from -> to | state (all ranks) | max in per rank | lower bound s | LB incl. local copies s | DynaTrain cold s | warm s | warm / LB | warm / LB incl. copies | naive s | naive / warm | peak / bound (GiB) | naive peak GiB |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| switch | model | from -> to | state (all ranks) | max in per rank | lower bound s | LB incl. local copies s | DynaTrain cold s | warm s | warm / LB | warm / LB incl. copies | naive s | naive / warm | ckpt save + load s | ckpt / warm | peak / bound (GiB) | naive peak GiB |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::fflush(stdout);
   }
   int failures = 0;
@@ -225,6 +327,12 @@ int main(int argc, char** argv) {
     std::uint64_t naive_peak = 0;
     const double naive_s = max_d(*world, naive_switch(src, dst, a, b, *world, pool, naive_peak));
     verify(dst, dl, b);
+    // Back once more for the checkpoint-restart baseline.
+    world->barrier();
+    dt::exec::run_transition(back, dl, b, sl, a, lo.elem_bytes, *world, pool, opt);
+    const auto [save_local, load_local] = ckpt_restart_switch(src, dst, fwd, a, b, *world, pool, ckpt_dir);
+    const double save_s = max_d(*world, save_local), load_s = max_d(*world, load_local);
+    verify(dst, dl, b);
     dt::exec::release_all(dst, dl, b, pool);
 
     const double cold_s = max_d(*world, cold.seconds), warm_s = max_d(*world, warm.seconds);
@@ -244,11 +352,12 @@ int main(int argc, char** argv) {
                                              static_cast<double>(cold.bytes_kept) / copy_bw);
     if (me == 0) {
       const double gib = 1024.0 * 1024 * 1024;
-      std::printf("| %s | %s | %s -> %s | %.2f GB | %.2f GB | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.3f | %.1fx | %.2f / %.2f%s | %.2f |\n",
+      std::printf("| %s | %s | %s -> %s | %.2f GB | %.2f GB | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.3f | %.1fx | %.2f + %.2f | %.0fx | %.2f / %.2f%s | %.2f |\n",
                   sw.what, model.name.c_str(), src.config().str().c_str(), dst.config().str().c_str(),
                   total_state / 1e9, max_in / 1e9, lb, lb_copy, cold_s, warm_s, lb > 0 ? warm_s / lb : 0.0,
                   lb_copy > 0 ? warm_s / lb_copy : 0.0, naive_s,
-                  warm_s > 0 ? naive_s / warm_s : 0.0, peaks[worst] / gib, bounds[worst] / gib,
+                  warm_s > 0 ? naive_s / warm_s : 0.0, save_s, load_s,
+                  warm_s > 0 ? (save_s + load_s) / warm_s : 0.0, peaks[worst] / gib, bounds[worst] / gib,
                   peaks[worst] <= bounds[worst] ? "" : " (OVER)", npeak / gib);
       std::fflush(stdout);
     }
