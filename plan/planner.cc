@@ -71,10 +71,6 @@ std::vector<UniqueBox> group_boxes(std::vector<Entry>& entries, const Box& full)
 
 }  // namespace
 
-struct Planner::Index {
-  std::vector<Unit> units;  // tensor * kNumStateKinds + kind
-};
-
 Planner::Planner(const vps::Layout& src, const vps::Layout& dst, Topology topology)
     : src_(src), dst_(dst), topology_(topology) {
   if (src.tensors().size() != dst.tensors().size() || src.model().name != dst.model().name)

@@ -20,7 +20,8 @@ namespace dynatrain::plan {
 class Planner {
  public:
   // Both layouts must describe the same model and state kinds (throws InputError otherwise).
-  // The job's world is the larger of the two configs' world sizes.
+  // The job's world is the larger of the two configs' world sizes. The planner keeps its own
+  // copies of the layouts (cheap: they share their shard cache), so temporaries are fine.
   Planner(const vps::Layout& src, const vps::Layout& dst, Topology topology = {});
   ~Planner();
 
@@ -35,9 +36,8 @@ class Planner {
   std::vector<RankPlan> plan_all() const;
 
  private:
-  struct Index;
-  const vps::Layout& src_;
-  const vps::Layout& dst_;
+  vps::Layout src_;
+  vps::Layout dst_;
   Topology topology_;
 };
 
