@@ -4,6 +4,7 @@
 #include <array>
 #include <map>
 #include <numeric>
+#include <span>
 
 #include "common/error.h"
 
@@ -28,13 +29,14 @@ struct Holder {
 // One distinct box of a (tensor, kind) in one layout, with every rank that holds it.
 struct UniqueBox {
   Box box;
-  std::vector<Holder> holders;  // sorted by rank
+  std::span<const Holder> holders;  // sorted by rank; storage in the Unit
   std::int64_t hull_lo = 0, hull_hi = 0;  // row-major hull in the full tensor
 };
 
 // All boxes of one (tensor, kind), in both layouts, plus an interval index over the source's.
 struct Unit {
   std::vector<UniqueBox> src, dst;  // src sorted by hull_lo
+  std::vector<Holder> src_holders, dst_holders;  // what the boxes' holder spans point into
   std::vector<std::int64_t> src_prefix_max_hi;
   bool src_disjoint = true;  // unique source boxes partition the tensor
 };
@@ -44,16 +46,22 @@ struct Entry {
   Holder holder;
 };
 
-std::vector<UniqueBox> group_boxes(std::vector<Entry>& entries, const Box& full) {
-  // Stable: entries arrive rank by rank, so equal boxes keep their holders in rank order.
-  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+// Sorts entries into distinct boxes; every box's holders are one run of `holders` (one
+// allocation per unit and side, not one per box).
+std::vector<UniqueBox> group_boxes(std::vector<Entry>& entries, const Box& full,
+                                   std::vector<Holder>& holders) {
+  // By box, then rank (so each box's holders come out sorted by rank).
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     for (int d = 0; d < a.box.ndim; ++d) {
       if (a.box.lo[d] != b.box.lo[d]) return a.box.lo[d] < b.box.lo[d];
       if (a.box.hi[d] != b.box.hi[d]) return a.box.hi[d] < b.box.hi[d];
     }
-    return false;
+    return a.holder.rank < b.holder.rank;
   });
+  holders.clear();
+  holders.reserve(entries.size());
   std::vector<UniqueBox> out;
+  std::vector<std::size_t> first;  // holder index where each box's run starts
   for (const Entry& e : entries) {
     if (out.empty() || out.back().box != e.box) {
       UniqueBox u;
@@ -62,9 +70,14 @@ std::vector<UniqueBox> group_boxes(std::vector<Entry>& entries, const Box& full)
       vps::Coord last = e.box.hi;
       for (int d = 0; d < e.box.ndim; ++d) --last[d];
       u.hull_hi = full.linear_index(last) + 1;
-      out.push_back(std::move(u));
+      out.push_back(u);
+      first.push_back(holders.size());
     }
-    out.back().holders.push_back(e.holder);
+    holders.push_back(e.holder);
+  }
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::size_t end = i + 1 < out.size() ? first[i + 1] : holders.size();
+    out[i].holders = std::span<const Holder>(holders.data() + first[i], end - first[i]);
   }
   return out;
 }
@@ -175,8 +188,8 @@ std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst,
     if (dst_entries[u].empty()) continue;
     const Box full = src.tensors()[u / vps::kNumStateKinds].full_box();
     Unit& unit = units[u];
-    unit.src = group_boxes(src_entries[u], full);
-    unit.dst = group_boxes(dst_entries[u], full);
+    unit.src = group_boxes(src_entries[u], full, unit.src_holders);
+    unit.dst = group_boxes(dst_entries[u], full, unit.dst_holders);
     std::sort(unit.src.begin(), unit.src.end(),
               [](const UniqueBox& a, const UniqueBox& b) { return a.hull_lo < b.hull_lo; });
     std::int64_t covered = 0, running = 0;

@@ -153,8 +153,9 @@ namespace {
 
 // Appends the segments of shard `s` that fall in bucket elements [lo, hi), with offsets
 // relative to lo. Each box of the shard is cut with flat_range_boxes where the range ends inside.
-void append_segments(const LocalShard& s, std::int64_t lo, std::int64_t hi, std::vector<Segment>& out) {
-  std::vector<Box> pieces;
+// `pieces` is scratch space, passed in so that hot loops allocate it once.
+void append_segments(const LocalShard& s, std::int64_t lo, std::int64_t hi, std::vector<Segment>& out,
+                     std::vector<Box>& pieces) {
   std::int64_t box_start = s.offset;  // bucket position of the box's first element
   for (const Box& box : s.boxes) {
     const std::int64_t box_end = box_start + box.numel();
@@ -232,6 +233,8 @@ void Layout::visit_buffers(int rank, const BufferVisitor& visit, unsigned kind_m
   if (!rc.active) return;
   std::uint32_t next_id = 0;
   const auto& shards = cached_shards(rank);
+  std::vector<Segment> segments[2];  // reused bucket to bucket
+  std::vector<Box> pieces;
   std::array<std::int64_t, kNumStateKinds> arena{};
   for (bool expert_group : {false, true}) {
     const std::int64_t shard_count = expert_group ? config_.edp() : config_.dp * config_.cp;
@@ -254,7 +257,8 @@ void Layout::visit_buffers(int rank, const BufferVisitor& visit, unsigned kind_m
     for (std::size_t bi = 0; bi < buckets.size(); ++bi) {
       const Bucket& b = buckets[bi];
       // Segments of the whole bucket and of this rank's shard of it; each kind uses one of them.
-      std::vector<Segment> segments[2];
+      segments[0].clear();
+      segments[1].clear();
       for (int sharded = 0; sharded < 2; ++sharded) {
         bool needed = false;
         for (StateKind kind : options_.kinds)
@@ -264,7 +268,7 @@ void Layout::visit_buffers(int rank, const BufferVisitor& visit, unsigned kind_m
         const std::int64_t lo = sharded ? shard_index * (b.size / shard_count) : 0;
         const std::int64_t hi = sharded ? lo + b.size / shard_count : b.size;
         for (std::size_t si = b.begin; si < b.end; ++si)
-          append_segments(shards[si], lo, hi, segments[sharded]);
+          append_segments(shards[si], lo, hi, segments[sharded], pieces);
       }
       for (StateKind kind : options_.kinds) {
         const bool sharded = is_sharded(kind, config_.zero);
