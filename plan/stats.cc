@@ -67,7 +67,7 @@ std::string format_stats(const PlanStats& s, const std::vector<vps::StateKind>& 
      << s.max_in_rank << "), max out " << format_bytes(s.max_out) << " (rank " << s.max_out_rank
      << ")\n";
   char lb[64];
-  std::snprintf(lb, sizeof lb, "%.4f s", s.lower_bound_seconds);
+  std::snprintf(lb, sizeof lb, "%.3g s", s.lower_bound_seconds);
   os << "  lower bound " << lb << "\n";
   return os.str();
 }

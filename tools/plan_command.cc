@@ -85,7 +85,7 @@ int run_plan(const PlanArgs& a) {
               dst.config().world_size(), a.gpus_per_node);
   std::cout << plan::format_stats(stats, options.kinds);
   const std::uint64_t planner_bytes = peak_rss_bytes() - std::min(peak_rss_bytes(), rss_before);
-  std::printf("  planned in %.3f s (all ranks), %.1f ms (one rank's own part); planner peak memory %.0f MiB\n",
+  std::printf("  planned in %.3g s (all ranks), %.3g ms (one rank's own part); planner peak memory %.0f MiB\n",
               plan_seconds, rank_seconds * 1e3, planner_bytes / 1048576.0);
   if (a.transfers_rank >= 0) std::cout << plan::format_transfers(plans[a.transfers_rank], src);
 
