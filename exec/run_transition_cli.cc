@@ -126,6 +126,15 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   const vps::RankLayout src_rl = src_layout.rank_layout(me), dst_rl = dst_layout.rank_layout(me);
   const auto& eb = lo.elem_bytes;
 
+  // The memory bound is guaranteed with a budget of at least 8 largest buffers (exec/README.md).
+  std::uint64_t largest_local = 0;
+  for (const auto* rl : {&src_rl, &dst_rl})
+    for (const auto& buf : rl->buffers)
+      largest_local = std::max<std::uint64_t>(largest_local, static_cast<std::uint64_t>(buf.numel) *
+                                                                 eb[static_cast<int>(buf.kind)]);
+  const auto largest_all = gather_u64(world, largest_local);
+  const std::uint64_t largest = *std::max_element(largest_all.begin(), largest_all.end());
+
   PoolAllocator pool;
   std::vector<std::byte*> a = allocate_filled(src_layout, src_rl, pool), b;
 
@@ -232,9 +241,14 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["path"] = cold.path;
     j["fanout_bytes"] = cold.fanout_bytes;
     j["verify"] = verify_text;
+    j["largest_buffer_bytes"] = largest;
     std::fprintf(out, "run-transition %s: %s -> %s on %d ranks (%s), budget %s\n", model.name.c_str(),
                  src_layout.config().str().c_str(), dst_layout.config().str().c_str(), world.size(),
                  world.backend(), format_bytes(static_cast<double>(args.mem_budget)).c_str());
+    if (args.mem_budget < 8 * largest)
+      std::fprintf(out, "  note: the budget is below 8x the largest state buffer (%s), so peak <= "
+                        "max(src,dst)+budget is not guaranteed (exec/README.md); raise --mem-budget "
+                        "or lower --bucket-elems\n", format_bytes(static_cast<double>(largest)).c_str());
     std::fprintf(out, "  seconds              %.6f (cold)\n", cold_s);
     if (forward_secs.size() > 1)
       std::fprintf(out, "  warm seconds         %.6f mean, %.6f min over %zu repeats\n", warm_mean, warm_min,
