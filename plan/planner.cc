@@ -290,31 +290,44 @@ class UnitPlanner {
     std::reverse(out.begin(), out.end());
   }
 
-  // 0: the destination rank holds it; 1: a holder on its node; 2: otherwise.
-  int preference(int c, int dst_rank) const {
-    const auto& hs = unit_.src[c].holders;
-    auto it = std::lower_bound(hs.begin(), hs.end(), dst_rank,
-                               [](const Holder& h, int r) { return h.rank < r; });
-    if (it != hs.end() && it->rank == dst_rank) return 0;
+  // Where `dst_rank` stands among a box's holders (sorted by rank): the holder that is the rank
+  // itself (or nullptr), else the run [first, last) of holders on its node.
+  struct Nearby {
+    const Holder* self = nullptr;
+    const Holder* first = nullptr;
+    const Holder* last = nullptr;
+  };
+  Nearby nearby(std::span<const Holder> hs, int dst_rank) const {
+    auto by_rank = [](const Holder& h, int r) { return h.rank < r; };
+    Nearby n;
+    auto self = std::lower_bound(hs.begin(), hs.end(), dst_rank, by_rank);
+    if (self != hs.end() && self->rank == dst_rank) {
+      n.self = &*self;
+      return n;  // the node run is not needed then
+    }
     const int node = topo_.node_of(dst_rank);
-    auto nit = std::lower_bound(hs.begin(), hs.end(), node * topo_.gpus_per_node,
-                                [](const Holder& h, int r) { return h.rank < r; });
-    return nit != hs.end() && topo_.node_of(nit->rank) == node ? 1 : 2;
+    n.first = hs.data() + (std::lower_bound(hs.begin(), hs.end(), node * topo_.gpus_per_node, by_rank) - hs.begin());
+    n.last = hs.data() + (std::lower_bound(hs.begin(), hs.end(), (node + 1) * topo_.gpus_per_node, by_rank) - hs.begin());
+    return n;
   }
 
-  // Among holders [first, last) the least loaded; ties go round-robin over the holder list with
-  // a start seeded by (tensor, kind), so that equally loaded replicas share work across tensors.
+  // 0: the destination rank holds it; 1: a holder on its node; 2: otherwise.
+  int preference(int c, int dst_rank) const {
+    const Nearby n = nearby(unit_.src[c].holders, dst_rank);
+    return n.self ? 0 : n.first != n.last ? 1 : 2;
+  }
+
+  // The rank itself if it holds the box; else among the holders on its node (or, if none, all
+  // holders) the least loaded; ties go round-robin over that list with a start seeded by
+  // (tensor, kind), so that equally loaded replicas share work across tensors.
   const Holder& choose(const UniqueBox& s, int dst_rank) const {
-    const auto& hs = s.holders;
-    auto by_rank = [](const Holder& h, int r) { return h.rank < r; };
-    auto self = std::lower_bound(hs.begin(), hs.end(), dst_rank, by_rank);
-    if (self != hs.end() && self->rank == dst_rank) return *self;
-    const int node = topo_.node_of(dst_rank);
-    auto first = std::lower_bound(hs.begin(), hs.end(), node * topo_.gpus_per_node, by_rank);
-    auto last = std::lower_bound(hs.begin(), hs.end(), (node + 1) * topo_.gpus_per_node, by_rank);
+    const Nearby near = nearby(s.holders, dst_rank);
+    if (near.self) return *near.self;
+    const Holder* first = near.first;
+    const Holder* last = near.last;
     if (first == last) {
-      first = hs.begin();
-      last = hs.end();
+      first = s.holders.data();
+      last = first + s.holders.size();
     }
     const auto n = static_cast<std::uint64_t>(last - first);
     const std::uint64_t seed = tensor_ * 31u + static_cast<unsigned>(kind_) * 7u;

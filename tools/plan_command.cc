@@ -84,7 +84,8 @@ int run_plan(const PlanArgs& a) {
               src.config().str().c_str(), src.config().world_size(), dst.config().str().c_str(),
               dst.config().world_size(), a.gpus_per_node);
   std::cout << plan::format_stats(stats, options.kinds);
-  const std::uint64_t planner_bytes = peak_rss_bytes() - std::min(peak_rss_bytes(), rss_before);
+  const std::uint64_t peak = peak_rss_bytes();
+  const std::uint64_t planner_bytes = peak - std::min(peak, rss_before);
   std::printf("  planned in %.3g s (all ranks), %.3g ms (one rank's own part); planner peak memory %.0f MiB\n",
               plan_seconds, rank_seconds * 1e3, planner_bytes / 1048576.0);
   if (a.transfers_rank >= 0) std::cout << plan::format_transfers(plans[a.transfers_rank], src);
