@@ -34,7 +34,7 @@
 #include "exec/box_copy.h"
 #include "exec/engine.h"
 #include "exec/pool_allocator.h"
-#include "exec/run_transition_cli.h"
+#include "testing/state_oracle.h"
 #include "plan/planner.h"
 #include "vps/model_spec.h"
 #include "vps/parallel_config.h"
@@ -84,11 +84,11 @@ std::vector<Switch> switches(int n) {
 }
 
 std::uint64_t max_u64(dt::comm::Transport& t, std::uint64_t v) {
-  const auto all = dt::exec::gather_u64(t, v);
+  const auto all = dt::testing::gather_u64(t, v);
   return *std::max_element(all.begin(), all.end());
 }
 double max_d(dt::comm::Transport& t, double v) {
-  const auto all = dt::exec::gather_double(t, v);
+  const auto all = dt::testing::gather_double(t, v);
   return *std::max_element(all.begin(), all.end());
 }
 
@@ -149,7 +149,7 @@ std::pair<double, double> ckpt_restart_switch(const dt::vps::Layout& src, const 
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // a restarted job reads from disk, not cache
     ::close(fd);
   }
-  dt::exec::release_all(src, my_src, a, pool);
+  dt::testing::release_all(src, my_src, a, pool);
   t.barrier();
   const double save_s = since(t0);
   t0 = Clock::now();
@@ -258,7 +258,7 @@ double naive_switch(const dt::vps::Layout& src, const dt::vps::Layout& dst, std:
       for (const auto& [buf, s] : w->second) dt::exec::copy_box(s->box, full.data(), fb, b[buf] + s->offset * e, s->box, e);
     peak = std::max<std::uint64_t>(peak, live + blob.size() + gathered.size() + full.size());
   }
-  dt::exec::release_all(src, my_src, a, pool);
+  dt::testing::release_all(src, my_src, a, pool);
   return since(t0);
 }
 
@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
   const std::size_t budget = 256ull << 20;
   dt::vps::LayoutOptions lo;
   lo.bucket_elems = 4'000'000;  // Megatron uses 40M; scaled with the model
-  const double bw = dt::exec::measure_p2p_bandwidth(*world, std::size_t{64} << 20, 5);
+  const double bw = dt::testing::measure_p2p_bandwidth(*world, std::size_t{64} << 20, 5);
   const double copy_bw = measure_copy_bandwidth(*world, std::size_t{64} << 20, 5);
   if (me == 0) {
     std::printf("## %d ranks (mpi, %s), budget %s, p2p bandwidth %.2f GB/s per rank (all pairs at once), "
@@ -296,12 +296,12 @@ int main(int argc, char** argv) {
     const auto back = me < need ? back_p.plan_rank(me) : dt::plan::RankPlan{me, {}, {}, {}};
     const auto sl = src.rank_layout(me), dl = dst.rank_layout(me);
     dt::exec::PoolAllocator pool;
-    std::vector<std::byte*> a = dt::exec::allocate_filled(src, sl, pool), b;
+    std::vector<std::byte*> a = dt::testing::allocate_filled(src, sl, pool), b;
     dt::exec::TransitionOptions opt;
     opt.mem_budget = budget;
     auto verify = [&](const dt::vps::Layout& l, const dt::vps::RankLayout& rl, std::vector<std::byte*>& bufs) {
       std::string first;
-      const int bad = dt::exec::verify_state(l, rl, bufs, &first);
+      const int bad = dt::testing::verify_state(l, rl, bufs, &first);
       if (bad) std::fprintf(stderr, "[rank %d] %s: %s\n", me, sw.what, first.c_str());
       failures += static_cast<int>(max_u64(*world, static_cast<std::uint64_t>(bad)) > 0);
     };
@@ -333,15 +333,15 @@ int main(int argc, char** argv) {
     const auto [save_local, load_local] = ckpt_restart_switch(src, dst, fwd, a, b, *world, pool, ckpt_dir);
     const double save_s = max_d(*world, save_local), load_s = max_d(*world, load_local);
     verify(dst, dl, b);
-    dt::exec::release_all(dst, dl, b, pool);
+    dt::testing::release_all(dst, dl, b, pool);
 
     const double cold_s = max_d(*world, cold.seconds), warm_s = max_d(*world, warm.seconds);
     const std::uint64_t max_in = max_u64(*world, cold.bytes_received);
-    const auto state = dt::exec::gather_u64(*world, cold.src_bytes);
+    const auto state = dt::testing::gather_u64(*world, cold.src_bytes);
     std::uint64_t total_state = 0;
     for (auto v : state) total_state += v;
-    const auto peaks = dt::exec::gather_u64(*world, std::max(cold.peak_bytes, warm.peak_bytes));
-    const auto bounds = dt::exec::gather_u64(*world, std::max(cold.src_bytes, cold.dst_bytes) + budget);
+    const auto peaks = dt::testing::gather_u64(*world, std::max(cold.peak_bytes, warm.peak_bytes));
+    const auto bounds = dt::testing::gather_u64(*world, std::max(cold.src_bytes, cold.dst_bytes) + budget);
     const std::uint64_t npeak = max_u64(*world, naive_peak);
     std::size_t worst = 0;  // the rank closest to (or furthest over) its bound
     for (std::size_t r = 0; r < peaks.size(); ++r)

@@ -1,13 +1,13 @@
-// `dynatrain run-transition`: flags only; exec/run_transition_cli.h does the work.
+// `dynatrain run-transition`: flags only; tools/run_transition_cli.h does the work.
 #include "common/bytes.h"
-#include "exec/run_transition_cli.h"
+#include "tools/run_transition_cli.h"
 #include "tools/commands.h"
 #include "tools/mpi_world.h"
 
 namespace dynatrain::tools {
 
 Command add_run_transition_command(CLI::App& app) {
-  auto args = std::make_shared<exec::RunTransitionArgs>();
+  auto args = std::make_shared<tools::RunTransitionArgs>();
   auto budget = std::make_shared<std::string>("256MiB");
   auto* cmd = app.add_subcommand(
       "run-transition", "Switch real state between layouts on every rank (run under mpirun)");
@@ -26,7 +26,7 @@ Command add_run_transition_command(CLI::App& app) {
   cmd->add_option("--gpus-per-node", args->gpus_per_node, "Ranks per node")->capture_default_str();
   return [args, budget] {
     args->mem_budget = parse_bytes(*budget);
-    return run_on_mpi_world([&](comm::Transport& world) { return exec::run_transition_command(*args, world); });
+    return run_on_mpi_world([&](comm::Transport& world) { return tools::run_transition_command(*args, world); });
   };
 }
 

@@ -1,12 +1,12 @@
-// `dynatrain train`: flags only; train/train_cli.h does the work.
+// `dynatrain train`: flags only; tools/train_cli.h does the work.
 #include "tools/commands.h"
 #include "tools/mpi_world.h"
-#include "train/train_cli.h"
+#include "tools/train_cli.h"
 
 namespace dynatrain::tools {
 
 Command add_train_command(CLI::App& app) {
-  auto args = std::make_shared<train::TrainArgs>();
+  auto args = std::make_shared<tools::TrainArgs>();
   auto* cmd = app.add_subcommand("train", "Train a model, switching layouts on a schedule (run under mpirun)");
   cmd->add_option("--model", args->model, "tiny-dense, tiny-moe, or a Hugging Face config.json")
       ->capture_default_str();
@@ -27,7 +27,7 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "Torch threads per rank (0: cores / local ranks)")
       ->capture_default_str();
   return [args] {
-    return run_on_mpi_world([&](comm::Transport& world) { return train::train_command(*args, world); });
+    return run_on_mpi_world([&](comm::Transport& world) { return tools::train_command(*args, world); });
   };
 }
 

@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "exec/fill.h"
+#include "testing/fill.h"
 #include "exec/pool_allocator.h"
-#include "exec/run_transition_cli.h"
+#include "testing/state_oracle.h"
 #include "plan/planner.h"
 #include "vps/model_spec.h"
 #include "vps/parallel_config.h"
@@ -15,12 +15,13 @@
 #define CASE_REQUIRE(cond, ...)                                                                 \
   do {                                                                                          \
     if (!(cond))                                                                                \
-      throw ::dynatrain::exec::testing::CaseFailure(::dynatrain::detail::concat(                \
+      throw ::dynatrain::exec::cases::CaseFailure(::dynatrain::detail::concat(                \
           __FILE__, ":", __LINE__, ": rank ", t.rank(), "/", t.size(), ": ", c.name(), ": ", \
           #cond, " " __VA_OPT__(, ) __VA_ARGS__));                                              \
   } while (0)
 
-namespace dynatrain::exec::testing {
+namespace dynatrain::exec::cases {
+using namespace dynatrain::testing;
 
 std::string TransitionCase::name() const {
   std::string s = kind + "_" + model + "_" + from + "_to_" + to;
@@ -218,4 +219,4 @@ void message_count_case(comm::Transport& t) {
   CASE_REQUIRE(small.messages > 3, small.messages);
 }
 
-}  // namespace dynatrain::exec::testing
+}  // namespace dynatrain::exec::cases

@@ -2,7 +2,7 @@
 // every rank. Bootstraps (style.md item 8):
 //   test_exec_inproc.cc  ranks as threads (comm::run_ranks), several rank counts, under gtest
 //   test_exec_mpi.cc     ranks as processes under `mpirun -np N` (N = 2, 3, 4, 6, 8)
-// A body fills the source state with the content oracle (exec/fill.h), switches, and checks
+// A body fills the source state with the content oracle (testing/fill.h), switches, and checks
 // every destination element, the byte and message accounting, and the memory bound. A failed
 // check throws CaseFailure naming the rank and the case; no gtest assertion runs inside.
 #pragma once
@@ -16,7 +16,7 @@
 #include "comm/transport.h"
 #include "exec/engine.h"
 
-namespace dynatrain::exec::testing {
+namespace dynatrain::exec::cases {
 
 class CaseFailure : public std::runtime_error {
  public:
@@ -48,4 +48,4 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t);
 // 3 messages (one per peer) and, with a budget 64x smaller, as many as its chunks.
 void message_count_case(comm::Transport& t);
 
-}  // namespace dynatrain::exec::testing
+}  // namespace dynatrain::exec::cases

@@ -12,13 +12,15 @@
 
 #include "comm/inproc/inproc_transport.h"
 #include "common/error.h"
-#include "exec/run_transition_cli.h"
+#include "tools/run_transition_cli.h"
 #include "tests/exec/exec_cases.h"
 
 namespace dynatrain::exec {
+using tools::RunTransitionArgs;
+using tools::run_transition_command;
 namespace {
 
-using testing::TransitionCase;
+using cases::TransitionCase;
 
 comm::InprocOptions test_options() {
   comm::InprocOptions o;
@@ -32,7 +34,7 @@ std::vector<std::tuple<TransitionCase, int>> all_cases() {
   const char* env = std::getenv("DT_EXEC_TEST_PER_KIND");
   const int per_kind = env ? std::max(1, std::atoi(env)) : 2;
   for (int ranks : {1, 2, 3, 4, 5})
-    for (const auto& c : testing::transition_cases(ranks, per_kind)) out.emplace_back(c, ranks);
+    for (const auto& c : cases::transition_cases(ranks, per_kind)) out.emplace_back(c, ranks);
   return out;
 }
 
@@ -41,7 +43,7 @@ class InprocTransition : public ::testing::TestWithParam<std::tuple<TransitionCa
 TEST_P(InprocTransition, MovesEveryElementWithinBudget) {
   const auto& [c, ranks] = GetParam();
   try {
-    comm::run_ranks(ranks, [&](comm::Transport& t) { testing::run_case(c, t); }, test_options());
+    comm::run_ranks(ranks, [&](comm::Transport& t) { cases::run_case(c, t); }, test_options());
   } catch (const std::exception& e) {
     FAIL() << c.name() << " on " << ranks << " ranks: " << e.what();
   }
@@ -54,7 +56,7 @@ INSTANTIATE_TEST_SUITE_P(Random, InprocTransition, ::testing::ValuesIn(all_cases
                          });
 
 TEST(InprocTransitionFixed, MessageCountsPerRank) {
-  comm::run_ranks(4, [](comm::Transport& t) { testing::message_count_case(t); }, test_options());
+  comm::run_ranks(4, [](comm::Transport& t) { cases::message_count_case(t); }, test_options());
 }
 
 }  // namespace

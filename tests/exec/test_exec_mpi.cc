@@ -22,11 +22,11 @@ int main(int argc, char** argv) {
   try {
     // argv[1]: random switches of each kind (default 2).
     const int per_kind = argc > 1 ? std::max(1, std::atoi(argv[1])) : 2;
-    const auto cases = exec::testing::transition_cases(n, per_kind);
+    const auto cases = exec::cases::transition_cases(n, per_kind);
     for (const auto& c : cases) {
       current = c.name();
       const auto t0 = std::chrono::steady_clock::now();
-      const auto s = exec::testing::run_case(c, *world);
+      const auto s = exec::cases::run_case(c, *world);
       if (me == 0)
         std::printf("[ok] np%d %-70s %6.3fs  %3llu msgs  %3llu waves %s\n", n, current.c_str(),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     }
     if (n == 4) {
       current = "message_count_case";
-      exec::testing::message_count_case(*world);
+      exec::cases::message_count_case(*world);
       if (me == 0) std::printf("[ok] np4 message counts per rank\n");
     }
   } catch (const std::exception& e) {

@@ -9,11 +9,12 @@
 
 #include "common/error.h"
 #include "exec/box_copy.h"
-#include "exec/fill.h"
+#include "testing/fill.h"
 #include "exec/pool_allocator.h"
 #include "vps/layout.h"
 
 namespace dynatrain::exec {
+using namespace dynatrain::testing;
 namespace {
 
 vps::Box box(std::vector<std::int64_t> lo, std::vector<std::int64_t> hi) {

@@ -6,7 +6,7 @@
 
 #include "comm/mpi/mpi_transport.h"
 #include "common/error.h"
-#include "train/train_cli.h"
+#include "tools/train_cli.h"
 
 int main(int argc, char** argv) {
   using namespace dynatrain;
@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   int rc = 0;
   {
     auto world = comm::MpiTransport::world();
-    train::TrainArgs args;
+    tools::TrainArgs args;
     args.model = "tiny-dense";
     args.steps = 24;
     args.global_batch = 8;
@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
     args.csv = "train_mpi_test.csv";
     args.threads = 1;
     try {
-      rc = train::train_command(args, *world);
+      rc = tools::train_command(args, *world);
     } catch (const Error& e) {
       std::fprintf(stderr, "rank %d: %s\n", world->rank(), e.what());
       return 1;

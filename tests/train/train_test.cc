@@ -16,10 +16,11 @@
 #include "comm/inproc/inproc_transport.h"
 #include "common/error.h"
 #include "train/data.h"
-#include "train/train_cli.h"
+#include "tools/train_cli.h"
 #include "train/trainer.h"
 
 namespace dynatrain::train {
+using tools::parse_schedule;
 namespace {
 
 using vps::StateKind;

@@ -18,7 +18,7 @@
 #include "comm/transport.h"
 #include "vps/parallel_config.h"
 
-namespace dynatrain::train {
+namespace dynatrain::tools {
 
 struct TrainArgs {
   std::string model = "tiny-dense";  // --model: preset name or a Hugging Face config.json
@@ -46,4 +46,4 @@ std::vector<std::pair<std::int64_t, vps::ParallelConfig>> parse_schedule(const s
 // raised identically on every rank before any communication) or CommError.
 int train_command(const TrainArgs& args, comm::Transport& world);
 
-}  // namespace dynatrain::train
+}  // namespace dynatrain::tools

@@ -1,4 +1,4 @@
-#include "train/train_cli.h"
+#include "tools/train_cli.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,8 @@
 #include "train/data.h"
 #include "train/trainer.h"
 
-namespace dynatrain::train {
+namespace dynatrain::tools {
+using namespace dynatrain::train;  // the trainer this command drives
 
 
 std::vector<std::pair<std::int64_t, vps::ParallelConfig>> parse_schedule(const std::string& text) {
@@ -173,4 +174,4 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   return 0;
 }
 
-}  // namespace dynatrain::train
+}  // namespace dynatrain::tools

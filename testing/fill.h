@@ -12,7 +12,7 @@
 
 #include "vps/layout.h"
 
-namespace dynatrain::exec {
+namespace dynatrain::testing {
 
 // The 32-bit word for one element; an element of e bytes (2 or 4) stores its low e bytes.
 inline std::uint32_t fill_word(std::uint32_t tensor, vps::StateKind kind, std::int64_t index) {
@@ -40,4 +40,4 @@ std::optional<Mismatch> verify_buffer(const std::vector<vps::TensorSpec>& tensor
                                       const vps::LocalBuffer& buf, int elem,
                                       const std::byte* data);
 
-}  // namespace dynatrain::exec
+}  // namespace dynatrain::testing

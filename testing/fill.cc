@@ -1,11 +1,11 @@
-#include "exec/fill.h"
+#include "testing/fill.h"
 
 #include <cstring>
 #include <sstream>
 
 #include "common/error.h"
 
-namespace dynatrain::exec {
+namespace dynatrain::testing {
 namespace {
 
 // Calls run(global_index_of_first, local_offset_of_first, length) for every innermost-dim run
@@ -98,4 +98,4 @@ std::string Mismatch::str(const std::vector<vps::TensorSpec>& tensors) const {
   return os.str();
 }
 
-}  // namespace dynatrain::exec
+}  // namespace dynatrain::testing

@@ -4,7 +4,7 @@
 //          [--verify] [--repeat K] [--json FILE]
 //
 // Every rank: builds both layouts, plans its own part (Planner::plan_rank), allocates its
-// source state from a PoolAllocator and fills it with the content oracle (exec/fill.h),
+// source state from a PoolAllocator and fills it with the content oracle (testing/fill.h),
 // measures point-to-point bandwidth (all pairs rank <-> rank^1 at once, both directions, the
 // same load shape as one XOR step), switches K times (the first switch is "cold"; between two
 // forward switches the state is switched back, so switches 2..K are "warm": pool memory and
@@ -20,7 +20,7 @@
 #include "exec/engine.h"
 #include "vps/layout.h"
 
-namespace dynatrain::exec {
+namespace dynatrain::tools {
 
 struct RunTransitionArgs {
   std::string model;                      // preset name or path to a HF config.json
@@ -41,25 +41,4 @@ struct RunTransitionArgs {
 int run_transition_command(const RunTransitionArgs& args, comm::Transport& world,
                            std::FILE* out = stdout);
 
-// ---- helpers shared with tests/exec and bench/ ----
-
-// Allocates every buffer of `layout` from `alloc` and fills it (padding zeroed).
-std::vector<std::byte*> allocate_filled(const vps::Layout& model_layout, const vps::RankLayout& layout,
-                                        StateAllocator& alloc);
-// Releases every non-null buffer and sets it to nullptr.
-void release_all(const vps::Layout& model_layout, const vps::RankLayout& layout,
-                 std::vector<std::byte*>& bufs, StateAllocator& alloc);
-// Number of buffers with a wrong element; the first wrong one described in `first` if given.
-int verify_state(const vps::Layout& model_layout, const vps::RankLayout& layout,
-                 const std::vector<std::byte*>& bufs, std::string* first = nullptr);
-
-// Collective: every pair (r, r^1) exchanges `bytes` both ways at once, `iters` times after one
-// warm-up. Returns the highest per-rank receive rate in bytes/s (equal on every rank; 0 when
-// no rank has a partner).
-double measure_p2p_bandwidth(comm::Transport& world, std::size_t bytes, int iters = 3);
-
-// Collective: every rank's value, exact (comm::all_gather_values).
-std::vector<std::uint64_t> gather_u64(comm::Transport& world, std::uint64_t value);
-std::vector<double> gather_double(comm::Transport& world, double value);
-
-}  // namespace dynatrain::exec
+}  // namespace dynatrain::tools

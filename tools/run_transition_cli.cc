@@ -1,4 +1,4 @@
-#include "exec/run_transition_cli.h"
+#include "tools/run_transition_cli.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,83 +10,15 @@
 
 #include "common/bytes.h"
 #include "common/error.h"
-#include "exec/fill.h"
+#include "testing/state_oracle.h"
 #include "exec/pool_allocator.h"
 #include "plan/planner.h"
 #include "vps/model_spec.h"
 #include "vps/parallel_config.h"
 
-namespace dynatrain::exec {
-
-std::vector<std::byte*> allocate_filled(const vps::Layout& model_layout, const vps::RankLayout& layout,
-                                        StateAllocator& alloc) {
-  const auto& eb = model_layout.options().elem_bytes;
-  std::vector<std::byte*> bufs(layout.buffers.size(), nullptr);
-  for (std::size_t i = 0; i < layout.buffers.size(); ++i) {
-    const auto& b = layout.buffers[i];
-    const int e = eb[static_cast<int>(b.kind)];
-    const std::size_t bytes = static_cast<std::size_t>(b.numel) * static_cast<std::size_t>(e);
-    if (bytes == 0) continue;
-    bufs[i] = alloc.allocate(bytes);
-    std::memset(bufs[i], 0, bytes);
-    fill_buffer(model_layout.tensors(), b, e, bufs[i]);
-  }
-  return bufs;
-}
-
-void release_all(const vps::Layout& model_layout, const vps::RankLayout& layout,
-                 std::vector<std::byte*>& bufs, StateAllocator& alloc) {
-  const auto& eb = model_layout.options().elem_bytes;
-  for (std::size_t i = 0; i < bufs.size(); ++i) {
-    if (!bufs[i]) continue;
-    const auto& b = layout.buffers[i];
-    alloc.release(bufs[i], static_cast<std::size_t>(b.numel) * static_cast<std::size_t>(eb[static_cast<int>(b.kind)]));
-    bufs[i] = nullptr;
-  }
-}
-
-int verify_state(const vps::Layout& model_layout, const vps::RankLayout& layout,
-                 const std::vector<std::byte*>& bufs, std::string* first) {
-  const auto& eb = model_layout.options().elem_bytes;
-  int bad = 0;
-  for (std::size_t i = 0; i < layout.buffers.size(); ++i) {
-    const auto& b = layout.buffers[i];
-    if (b.numel == 0) continue;
-    if (!bufs.at(i)) {
-      if (bad++ == 0 && first) *first = "buffer " + std::to_string(i) + " missing";
-      continue;
-    }
-    if (auto m = verify_buffer(model_layout.tensors(), b, eb[static_cast<int>(b.kind)], bufs[i])) {
-      if (bad++ == 0 && first) *first = m->str(model_layout.tensors());
-    }
-  }
-  return bad;
-}
-
-std::vector<std::uint64_t> gather_u64(comm::Transport& world, std::uint64_t value) {
-  return comm::all_gather_values(world, value);
-}
-
-std::vector<double> gather_double(comm::Transport& world, double value) {
-  return comm::all_gather_values(world, value);
-}
-
-double measure_p2p_bandwidth(comm::Transport& world, std::size_t bytes, int iters) {
-  const int peer = world.rank() ^ 1;
-  const bool paired = peer < world.size();
-  std::vector<std::byte> out(paired ? bytes : 0, std::byte{1}), in(paired ? bytes : 0, std::byte{0});
-  if (paired) world.sendrecv(out.data(), bytes, peer, in.data(), bytes, peer, 7);  // warm-up
-  world.barrier();
-  double rate = 0;
-  if (paired) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int it = 0; it < iters; ++it) world.sendrecv(out.data(), bytes, peer, in.data(), bytes, peer, 7);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s > 0) rate = static_cast<double>(bytes) * iters / s;
-  }
-  const auto all = gather_double(world, rate);
-  return *std::max_element(all.begin(), all.end());
-}
+namespace dynatrain::tools {
+using namespace dynatrain::testing;  // the state oracle (testing/state_oracle.h)
+using namespace dynatrain::exec;  // the engine this command drives
 
 namespace {
 
@@ -274,4 +206,4 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   return exit_code;
 }
 
-}  // namespace dynatrain::exec
+}  // namespace dynatrain::tools

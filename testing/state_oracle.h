@@ -1,0 +1,36 @@
+// The state oracle for tests and benchmarks: allocate a rank's state filled with the content
+// oracle (testing/fill.h), verify every element after a switch, release it, and measure the
+// point-to-point bandwidth that lower bounds are computed from. Used by `dynatrain
+// run-transition`, tests/exec and bench/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/transport.h"
+#include "exec/engine.h"
+#include "vps/layout.h"
+
+namespace dynatrain::testing {
+
+// Allocates every buffer of `layout` from `alloc` and fills it (padding zeroed).
+std::vector<std::byte*> allocate_filled(const vps::Layout& model_layout, const vps::RankLayout& layout,
+                                        exec::StateAllocator& alloc);
+// Releases every non-null buffer and sets it to nullptr.
+void release_all(const vps::Layout& model_layout, const vps::RankLayout& layout,
+                 std::vector<std::byte*>& bufs, exec::StateAllocator& alloc);
+// Number of buffers with a wrong element; the first wrong one described in `first` if given.
+int verify_state(const vps::Layout& model_layout, const vps::RankLayout& layout,
+                 const std::vector<std::byte*>& bufs, std::string* first = nullptr);
+
+// Collective: every pair (r, r^1) exchanges `bytes` both ways at once, `iters` times after one
+// warm-up. Returns the highest per-rank receive rate in bytes/s (equal on every rank; 0 when
+// no rank has a partner).
+double measure_p2p_bandwidth(comm::Transport& world, std::size_t bytes, int iters = 3);
+
+// Collective: every rank's value, exact (comm::all_gather_values).
+std::vector<std::uint64_t> gather_u64(comm::Transport& world, std::uint64_t value);
+std::vector<double> gather_double(comm::Transport& world, double value);
+
+}  // namespace dynatrain::testing
