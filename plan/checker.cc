@@ -4,6 +4,8 @@
 #include <map>
 #include <sstream>
 
+#include "common/error.h"
+
 namespace dynatrain::plan {
 
 namespace {
@@ -53,22 +55,34 @@ std::string first_bad_element(const vps::Layout& dst, const vps::LocalBuffer& bu
 }  // namespace
 
 CheckResult check_plan(const vps::Layout& src, const vps::Layout& dst,
-                       const std::vector<RankPlan>& plans) {
-  const int world = std::max(src.config().world_size(), dst.config().world_size());
+                       const std::vector<RankPlan>& plans, const SwitchPlacement& placement) {
+  const int src_ranks = src.config().world_size(), dst_ranks = dst.config().world_size();
+  const int world = std::max(src_ranks, dst_ranks);  // processes
+  auto fail = [](std::string what) { return CheckResult{false, std::move(what)}; };
+  try {
+    placement.src.validate(src_ranks, world);
+    placement.dst.validate(dst_ranks, world);
+  } catch (const InputError& e) {
+    return fail(e.what());
+  }
+  // The buffers a process holds in a layout: those of the rank placed on it, or none.
+  auto layout_of = [](const vps::Layout& layout, const Placement& place, int process) {
+    const int r = place.rank_of(process, layout.config().world_size());
+    return r < 0 ? vps::RankLayout{} : layout.rank_layout(r);
+  };
   std::map<int, const RankPlan*> by_rank;
   for (const auto& p : plans) by_rank[p.rank] = &p;
-  std::map<int, vps::RankLayout> src_layouts;  // computed on demand
+  std::map<int, vps::RankLayout> src_layouts;  // computed on demand, by process
   auto src_layout = [&](int r) -> const vps::RankLayout& {
     auto it = src_layouts.find(r);
-    if (it == src_layouts.end()) it = src_layouts.emplace(r, src.rank_layout(r)).first;
+    if (it == src_layouts.end()) it = src_layouts.emplace(r, layout_of(src, placement.src, r)).first;
     return it->second;
   };
-  auto fail = [](std::string what) { return CheckResult{false, std::move(what)}; };
 
   for (const auto& plan : plans) {
     const int r = plan.rank;
     if (r < 0 || r >= world) return fail("plan for rank " + std::to_string(r) + " outside the world");
-    const vps::RankLayout dst_layout = dst.rank_layout(r);
+    const vps::RankLayout dst_layout = layout_of(dst, placement.dst, r);
     // Pieces landing in each destination segment: (buffer, segment) -> pieces.
     std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<const Piece*>> landing;
     auto accept = [&](const Piece& p, int expect_src) -> std::string {

@@ -84,8 +84,9 @@ std::vector<UniqueBox> group_boxes(std::vector<Entry>& entries, const Box& full,
 
 }  // namespace
 
-Planner::Planner(const vps::Layout& src, const vps::Layout& dst, Topology topology)
-    : src_(src), dst_(dst), topology_(topology) {
+Planner::Planner(const vps::Layout& src, const vps::Layout& dst, Topology topology,
+                 SwitchPlacement placement)
+    : src_(src), dst_(dst), topology_(topology), placement_(std::move(placement)) {
   if (src.tensors().size() != dst.tensors().size() || src.model().name != dst.model().name)
     DT_INPUT_ERROR("source and destination layouts describe different models ('",
                    src.model().name, "' vs '", dst.model().name, "')");
@@ -93,12 +94,32 @@ Planner::Planner(const vps::Layout& src, const vps::Layout& dst, Topology topolo
     DT_INPUT_ERROR("source and destination layouts carry different state kinds");
   if (topology_.gpus_per_node < 1)
     DT_INPUT_ERROR("gpus per node must be at least 1, got ", topology_.gpus_per_node);
+  placement_.src.validate(src_.config().world_size(), world_size());
+  placement_.dst.validate(dst_.config().world_size(), world_size());
 }
 
 Planner::~Planner() = default;
 
 int Planner::world_size() const {
   return std::max(src_.config().world_size(), dst_.config().world_size());
+}
+
+int Planner::src_rank_of(int process) const {
+  return placement_.src.rank_of(process, src_.config().world_size());
+}
+
+int Planner::dst_rank_of(int process) const {
+  return placement_.dst.rank_of(process, dst_.config().world_size());
+}
+
+vps::RankLayout Planner::src_rank_layout(int process) const {
+  const int r = src_rank_of(process);
+  return r < 0 ? vps::RankLayout{} : src_.rank_layout(r);
+}
+
+vps::RankLayout Planner::dst_rank_layout(int process) const {
+  const int r = dst_rank_of(process);
+  return r < 0 ? vps::RankLayout{} : dst_.rank_layout(r);
 }
 
 namespace {
@@ -132,8 +153,10 @@ struct KindClasses {
 
 // Builds the unit index for the representative (tensor, kind) pairs selected by `wanted` (all
 // when empty). Ranks whose pipeline stage holds no wanted tensor are not laid out at all.
+// Holders are processes: layout rank r is held by placement.{src,dst}.process_of(r).
 std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst,
-                              const KindClasses& classes, const std::vector<bool>& wanted) {
+                              const SwitchPlacement& placement, const KindClasses& classes,
+                              const std::vector<bool>& wanted) {
   const std::size_t n_units = src.tensors().size() * vps::kNumStateKinds;
   std::vector<std::vector<Entry>> src_entries(n_units), dst_entries(n_units);
   // Unsharded kinds' segments depend only on a rank's (tp, pp, ep, etp) coordinates, so they
@@ -141,7 +164,8 @@ std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst,
   unsigned all_mask = 0;  // representative kinds
   for (int k = 0; k < vps::kNumStateKinds; ++k)
     if (classes.rep[k] == k) all_mask |= 1u << k;
-  auto collect = [&](const vps::Layout& layout, std::vector<std::vector<Entry>>& entries) {
+  auto collect = [&](const vps::Layout& layout, const Placement& place,
+                     std::vector<std::vector<Entry>>& entries) {
     const auto& c = layout.config();
     unsigned sharded = 0;
     for (int k = 0; k < vps::kNumStateKinds; ++k)
@@ -162,6 +186,7 @@ std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst,
         if (!any) continue;
       }
       for (int r = stage * per_stage; r < (stage + 1) * per_stage; ++r) {
+        const int process = place.process_of(r);
         const vps::RankCoords rc = vps::rank_coords(c, r);
         auto [tmpl, fresh] = class_templates.try_emplace({rc.tp, rc.pp, rc.ep, rc.etp});
         layout.visit_buffers(
@@ -173,16 +198,16 @@ std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst,
                 const std::size_t u = segs[s].tensor * vps::kNumStateKinds + k;
                 if (!wanted.empty() && !wanted[u]) continue;
                 if (is_template) tmpl->second.push_back({u, segs[s].box, buf.id, s});
-                else entries[u].push_back({segs[s].box, {r, buf.id, s}});
+                else entries[u].push_back({segs[s].box, {process, buf.id, s}});
               }
             },
             fresh ? all_mask : sharded);
-        for (const Template& t : tmpl->second) entries[t.unit].push_back({t.box, {r, t.buffer, t.segment}});
+        for (const Template& t : tmpl->second) entries[t.unit].push_back({t.box, {process, t.buffer, t.segment}});
       }
     }
   };
-  collect(src, src_entries);
-  collect(dst, dst_entries);
+  collect(src, placement.src, src_entries);
+  collect(dst, placement.dst, dst_entries);
   std::vector<Unit> units(n_units);
   for (std::size_t u = 0; u < n_units; ++u) {
     if (dst_entries[u].empty()) continue;
@@ -225,6 +250,19 @@ void subtract(const Box& box, const Box& cut, std::vector<Box>& out) {
     rest.lo[d] = inter.lo[d];
     rest.hi[d] = inter.hi[d];
   }
+}
+
+// Source boxes of `unit` that intersect d, in ascending hull order (the interval index).
+void find_source_candidates(const Unit& unit, const UniqueBox& d, std::vector<int>& out) {
+  out.clear();
+  const auto& src = unit.src;
+  auto upper = std::lower_bound(src.begin(), src.end(), d.hull_hi,
+                                [](const UniqueBox& s, std::int64_t v) { return s.hull_lo < v; });
+  for (int i = static_cast<int>(upper - src.begin()) - 1; i >= 0; --i) {
+    if (unit.src_prefix_max_hi[i] <= d.hull_lo) break;
+    if (src[i].hull_hi > d.hull_lo && !intersect(src[i].box, d.box).empty()) out.push_back(i);
+  }
+  std::reverse(out.begin(), out.end());
 }
 
 // Assigns sources for one unit; calls emit(piece) for every piece in a deterministic order.
@@ -277,17 +315,8 @@ class UnitPlanner {
   }
 
  private:
-  // Source boxes whose row-major hull overlaps d's, in ascending hull order.
   void find_candidates(const UniqueBox& d, std::vector<int>& out) const {
-    out.clear();
-    const auto& src = unit_.src;
-    auto upper = std::lower_bound(src.begin(), src.end(), d.hull_hi,
-                                  [](const UniqueBox& s, std::int64_t v) { return s.hull_lo < v; });
-    for (int i = static_cast<int>(upper - src.begin()) - 1; i >= 0; --i) {
-      if (unit_.src_prefix_max_hi[i] <= d.hull_lo) break;
-      if (src[i].hull_hi > d.hull_lo && !intersect(src[i].box, d.box).empty()) out.push_back(i);
-    }
-    std::reverse(out.begin(), out.end());
+    find_source_candidates(unit_, d, out);
   }
 
   // Where `dst_rank` stands among a box's holders (sorted by rank): the holder that is the rank
@@ -406,16 +435,16 @@ void sort_plan(RankPlan& plan) {
 
 RankPlan Planner::plan_rank(int rank) const {
   DT_CHECK(rank >= 0 && rank < world_size(), "rank ", rank, " outside world ", world_size());
-  // Only the (tensor, kind) units this rank holds in either layout can involve it.
+  // Only the (tensor, kind) units this process holds in either layout can involve it.
   std::vector<bool> wanted(src_.tensors().size() * vps::kNumStateKinds, false);
-  for (const auto* layout : {&src_, &dst_})
-    for (const auto& buf : layout->rank_layout(rank).buffers)
+  for (const auto& rank_layout : {src_rank_layout(rank), dst_rank_layout(rank)})
+    for (const auto& buf : rank_layout.buffers)
       for (const auto& seg : buf.segments)
         wanted[seg.tensor * vps::kNumStateKinds + static_cast<int>(buf.kind)] = true;
   const KindClasses classes(src_, dst_);
   for (std::size_t u = 0; u < wanted.size(); ++u)
     if (wanted[u]) wanted[u - u % vps::kNumStateKinds + classes.rep[u % vps::kNumStateKinds]] = true;
-  const auto units = build_units(src_, dst_, classes, wanted);
+  const auto units = build_units(src_, dst_, placement_, classes, wanted);
   RankPlan plan;
   plan.rank = rank;
   plan_units(src_, units, classes, topology_, world_size(), [&](const Piece& p) {
@@ -427,7 +456,7 @@ RankPlan Planner::plan_rank(int rank) const {
 
 std::vector<RankPlan> Planner::plan_all() const {
   const KindClasses classes(src_, dst_);
-  const auto units = build_units(src_, dst_, classes, {});
+  const auto units = build_units(src_, dst_, placement_, classes, {});
   std::vector<RankPlan> plans(world_size());
   for (int r = 0; r < world_size(); ++r) plans[r].rank = r;
   plan_units(src_, units, classes, topology_, world_size(), [&](const Piece& p) {
@@ -436,6 +465,50 @@ std::vector<RankPlan> Planner::plan_all() const {
   });
   for (auto& plan : plans) sort_plan(plan);
   return plans;
+}
+
+Affinity Planner::affinity() const {
+  DT_CHECK(placement_.dst.is_identity(), "affinity() places destination ranks itself");
+  const KindClasses classes(src_, dst_);
+  const auto units = build_units(src_, dst_, placement_, classes, {});
+  Affinity a;
+  a.ranks = dst_.config().world_size();
+  a.processes = world_size();
+  a.nodes = (a.processes + topology_.gpus_per_node - 1) / topology_.gpus_per_node;
+  a.need.assign(a.ranks, 0);
+  a.on_process.assign(static_cast<std::size_t>(a.ranks) * a.processes, 0);
+  a.on_node.assign(static_cast<std::size_t>(a.ranks) * a.nodes, 0);
+  std::vector<int> candidates;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const Unit& unit = units[u];
+    if (unit.dst.empty()) continue;
+    // Kinds sharing this unit's plan (KindClasses) share its bytes too.
+    const int kind = static_cast<int>(u % vps::kNumStateKinds);
+    std::uint64_t elem_bytes = 0;
+    for (auto k : classes.kinds)
+      if (classes.rep[static_cast<int>(k)] == kind) elem_bytes += src_.options().elem_bytes[static_cast<int>(k)];
+    for (const UniqueBox& d : unit.dst) {
+      for (const Holder& q : d.holders) a.need[q.rank] += d.box.numel() * elem_bytes;
+      find_source_candidates(unit, d, candidates);
+      for (int c : candidates) {
+        const UniqueBox& s = unit.src[c];
+        const std::uint64_t bytes = intersect(d.box, s.box).numel() * elem_bytes;
+        if (bytes == 0) continue;
+        for (const Holder& q : d.holders) {
+          std::uint64_t* by_process = &a.on_process[static_cast<std::size_t>(q.rank) * a.processes];
+          std::uint64_t* by_node = &a.on_node[static_cast<std::size_t>(q.rank) * a.nodes];
+          int last_node = -1;  // holders are sorted by process, so a node's holders are adjacent
+          for (const Holder& h : s.holders) {
+            by_process[h.rank] += bytes;
+            const int node = topology_.node_of(h.rank);
+            if (node != last_node) by_node[node] += bytes;
+            last_node = node;
+          }
+        }
+      }
+    }
+  }
+  return a;
 }
 
 }  // namespace dynatrain::plan

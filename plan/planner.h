@@ -7,38 +7,67 @@
 // this (tensor, kind), ties broken by a rotation seeded with the tensor id so that replicas
 // share the load across tensors. Choices depend only on the (tensor, kind) being planned, so a
 // rank can plan just the tensors it touches (plan_rank) and agree with every peer.
+//
+// Ranks of both layouts sit on processes as `placement` says (plan/placement.h; identity by
+// default); the plan, the topology and the source choice speak in processes.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "plan/placement.h"
 #include "plan/plan.h"
 #include "vps/layout.h"
 
 namespace dynatrain::plan {
 
+// What the destination state of each rank has in common with each process and node of the
+// source side: the input of auto_placement. Bytes of overlapping source replicas count once
+// per holder, so `on_process` and `on_node` can only be compared against `need`.
+struct Affinity {
+  int ranks = 0, processes = 0, nodes = 0;
+  std::vector<std::uint64_t> need;        // [rank]: bytes of that destination rank's state
+  std::vector<std::uint64_t> on_process;  // [rank * processes + p]: of those, bytes p holds
+  std::vector<std::uint64_t> on_node;     // [rank * nodes + n]: of those, bytes held on node n
+};
+
 class Planner {
  public:
   // Both layouts must describe the same model and state kinds (throws InputError otherwise).
-  // The job's world is the larger of the two configs' world sizes. The planner keeps its own
-  // copies of the layouts (cheap: they share their shard cache), so temporaries are fine.
-  Planner(const vps::Layout& src, const vps::Layout& dst, Topology topology = {});
+  // The job's world (its processes) is the larger of the two configs' world sizes; `placement`
+  // must map each layout into it (InputError otherwise). The planner keeps its own copies of
+  // the layouts (cheap: they share their shard cache), so temporaries are fine.
+  Planner(const vps::Layout& src, const vps::Layout& dst, Topology topology = {},
+          SwitchPlacement placement = {});
   ~Planner();
 
   int world_size() const;
+  const SwitchPlacement& placement() const { return placement_; }
+  // The layout rank `process` holds before / takes after the switch, or -1 when none.
+  int src_rank_of(int process) const;
+  int dst_rank_of(int process) const;
+  // The RankLayout whose buffers `process` holds before / after (empty when it has no rank).
+  vps::RankLayout src_rank_layout(int process) const;
+  vps::RankLayout dst_rank_layout(int process) const;
   const vps::Layout& src() const { return src_; }
   const vps::Layout& dst() const { return dst_; }
   const Topology& topology() const { return topology_; }
 
-  // One rank's keep / send / recv. Equal to plan_all()[rank].
-  RankPlan plan_rank(int rank) const;
-  // Every rank's plan.
+  // One process's keep / send / recv. Equal to plan_all()[process].
+  RankPlan plan_rank(int process) const;
+  // Every process's plan.
   std::vector<RankPlan> plan_all() const;
+
+  // Bytes each destination rank shares with each process and node under the source placement
+  // (the destination placement must be the identity: ranks are what is being placed).
+  Affinity affinity() const;
 
  private:
   vps::Layout src_;
   vps::Layout dst_;
   Topology topology_;
+  SwitchPlacement placement_;
 };
 
 }  // namespace dynatrain::plan

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "common/bytes.h"
 #include "common/error.h"
 #include "plan/checker.h"
 #include "plan/planner.h"
@@ -29,6 +30,7 @@ struct PlanArgs {
   std::int64_t bucket_elems = 40'000'000;
   double intra_gbps = 150, inter_gbps = 25;
   int transfers_rank = -1;
+  std::string placement = "fixed";  // fixed, auto, or one process per destination rank
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -63,11 +65,17 @@ int run_plan(const PlanArgs& a) {
   options.bucket_elems = a.bucket_elems;
   const vps::Layout src(model, vps::ParallelConfig::parse(a.from), options);
   const vps::Layout dst(model, vps::ParallelConfig::parse(a.to), options);
-  const plan::Planner planner(src, dst, plan::Topology{a.gpus_per_node});
+  const plan::Bandwidth bw{a.intra_gbps * 1e9, a.inter_gbps * 1e9};
+  const plan::Topology topo{a.gpus_per_node};
+  auto t0 = std::chrono::steady_clock::now();
+  const plan::SwitchPlacement placement{
+      {}, a.placement == "auto" ? plan::auto_placement(src, dst, topo, {}, bw) : plan::Placement::parse(a.placement)};
+  const double placement_seconds = seconds_since(t0);
+  const plan::Planner planner(src, dst, topo, placement);
   if (a.transfers_rank >= planner.world_size())
     DT_INPUT_ERROR("--transfers ", a.transfers_rank, " is not a rank; valid: 0..", planner.world_size() - 1);
 
-  auto t0 = std::chrono::steady_clock::now();
+  t0 = std::chrono::steady_clock::now();
   const auto plans = planner.plan_all();
   const double plan_seconds = seconds_since(t0);
   // One rank's own part, as each process computes it during a real switch: the slowest of a few.
@@ -77,8 +85,10 @@ int run_plan(const PlanArgs& a) {
     (void)planner.plan_rank(r);
     rank_seconds = std::max(rank_seconds, seconds_since(t0));
   }
-  const plan::Bandwidth bw{a.intra_gbps * 1e9, a.inter_gbps * 1e9};
   const auto stats = plan::compute_stats(plans, options.elem_bytes, planner.topology(), bw);
+  // What the fixed placement would send across nodes, to compare (only when placement differs).
+  const std::uint64_t fixed_inter = placement.dst.is_identity() ? stats.total.inter_node
+      : plan::compute_stats(plan::Planner(src, dst, topo).plan_all(), options.elem_bytes, topo, bw).total.inter_node;
 
   std::printf("plan %s: %s (%d ranks) -> %s (%d ranks), %d GPUs per node\n", model.name.c_str(),
               src.config().str().c_str(), src.config().world_size(), dst.config().str().c_str(),
@@ -88,6 +98,11 @@ int run_plan(const PlanArgs& a) {
   const std::uint64_t planner_bytes = peak - std::min(peak, rss_before);
   std::printf("  planned in %.3g s (all ranks), %.3g ms (one rank's own part); planner peak memory %.0f MiB\n",
               plan_seconds, rank_seconds * 1e3, planner_bytes / 1048576.0);
+  if (a.placement != "fixed")
+    std::printf("  placement %s: %d of %d ranks on another process (%.3g s to choose); inter-node %s vs %s fixed\n",
+                a.placement == "auto" ? "auto" : "given", placement.dst.moved_ranks(dst.config().world_size()),
+                dst.config().world_size(), placement_seconds, format_bytes(stats.total.inter_node).c_str(),
+                format_bytes(fixed_inter).c_str());
   if (a.transfers_rank >= 0) std::cout << plan::format_transfers(plans[a.transfers_rank], src);
 
   int exit_code = 0;
@@ -95,7 +110,7 @@ int run_plan(const PlanArgs& a) {
   std::string check_text = "skipped";
   if (a.check) {
     t0 = std::chrono::steady_clock::now();
-    const auto result = plan::check_plan(src, dst, plans);
+    const auto result = plan::check_plan(src, dst, plans, placement);
     check_seconds = seconds_since(t0);
     check_text = result.ok ? "ok" : result.violation;
     if (result.ok) {
@@ -123,6 +138,10 @@ int run_plan(const PlanArgs& a) {
     j["max_in_bytes"] = stats.max_in;
     j["max_out_bytes"] = stats.max_out;
     j["lower_bound_seconds"] = stats.lower_bound_seconds;
+    j["placement"] = a.placement == "auto" || a.placement == "fixed" ? a.placement : "given";
+    j["placement_processes"] = placement.dst.processes_of(dst.config().world_size());
+    j["placement_seconds"] = placement_seconds;
+    j["fixed_inter_node_bytes"] = fixed_inter;
     std::ofstream out(a.json_path);
     if (!out) DT_INPUT_ERROR("cannot write --json file '", a.json_path, "'");
     out << j.dump(2) << "\n";
@@ -150,6 +169,10 @@ Command add_plan_command(CLI::App& app) {
   cmd->add_option("--intra-bw", args->intra_gbps, "Intra-node bandwidth, GB/s per rank")->capture_default_str();
   cmd->add_option("--inter-bw", args->inter_gbps, "Inter-node bandwidth, GB/s per rank")->capture_default_str();
   cmd->add_option("--transfers", args->transfers_rank, "Print every piece of this rank's plan");
+  cmd->add_option("--placement", args->placement,
+                  "Which process takes each destination rank: fixed (rank r on process r), auto "
+                  "(fewest bytes moved, fewest across nodes), or a list, one process per rank")
+      ->capture_default_str();
   return [args] { return run_plan(*args); };
 }
 

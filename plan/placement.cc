@@ -1,0 +1,170 @@
+#include "plan/placement.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "common/error.h"
+#include "plan/planner.h"
+
+namespace dynatrain::plan {
+
+Placement::Placement(std::vector<int> process_of_rank) {
+  bool identity = true;
+  for (std::size_t r = 0; r < process_of_rank.size(); ++r) identity &= process_of_rank[r] == static_cast<int>(r);
+  if (identity) return;
+  process_of_ = std::move(process_of_rank);
+  int top = -1;
+  for (int p : process_of_) top = std::max(top, p);
+  rank_of_.assign(top + 1, -1);
+  for (std::size_t r = 0; r < process_of_.size(); ++r)
+    if (process_of_[r] >= 0) rank_of_[process_of_[r]] = static_cast<int>(r);
+}
+
+Placement Placement::parse(const std::string& text) {
+  if (text == "fixed") return {};
+  std::vector<int> processes;
+  std::stringstream in(text);
+  std::string token;
+  while (std::getline(in, token, ',')) {
+    std::size_t used = 0;
+    int p = -1;
+    try {
+      p = std::stoi(token, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != token.size() || p < 0)
+      DT_INPUT_ERROR("placement '", text, "': '", token,
+                     "' is not a process number; valid: fixed, auto, or one process per rank, e.g. 1,0,3,2");
+    processes.push_back(p);
+  }
+  if (processes.empty())
+    DT_INPUT_ERROR("placement '", text, "' is empty; valid: fixed, auto, or one process per rank, e.g. 1,0,3,2");
+  return Placement(std::move(processes));
+}
+
+int Placement::rank_of(int process, int ranks) const {
+  if (process_of_.empty()) return process >= 0 && process < ranks ? process : -1;
+  if (process < 0 || process >= static_cast<int>(rank_of_.size())) return -1;
+  return rank_of_[process];
+}
+
+void Placement::validate(int ranks, int processes) const {
+  if (process_of_.empty()) {
+    if (ranks > processes) DT_INPUT_ERROR("a layout of ", ranks, " ranks does not fit ", processes, " processes");
+    return;
+  }
+  if (static_cast<int>(process_of_.size()) != ranks)
+    DT_INPUT_ERROR("placement ", str(), " names ", process_of_.size(), " processes but the layout has ", ranks,
+                   " ranks; give one process per rank");
+  std::vector<int> seen(processes, -1);
+  for (int r = 0; r < ranks; ++r) {
+    const int p = process_of_[r];
+    if (p < 0 || p >= processes)
+      DT_INPUT_ERROR("placement ", str(), " puts rank ", r, " on process ", p, "; the job has processes 0..",
+                     processes - 1);
+    if (seen[p] >= 0)
+      DT_INPUT_ERROR("placement ", str(), " puts ranks ", seen[p], " and ", r, " on process ", p,
+                     "; each process takes at most one rank");
+    seen[p] = r;
+  }
+}
+
+std::vector<int> Placement::processes_of(int ranks) const {
+  std::vector<int> out(ranks);
+  for (int r = 0; r < ranks; ++r) out[r] = process_of(r);
+  return out;
+}
+
+std::string Placement::str() const {
+  if (process_of_.empty()) return "fixed";
+  std::string out;
+  for (std::size_t r = 0; r < process_of_.size(); ++r) {
+    if (r > 0) out += ',';
+    out += std::to_string(process_of_[r]);
+  }
+  return out;
+}
+
+int Placement::moved_ranks(int ranks) const {
+  int moved = 0;
+  for (int r = 0; r < ranks; ++r) moved += process_of(r) != r;
+  return moved;
+}
+
+// The Hungarian method with potentials (shortest augmenting paths), O(rows^2 * cols).
+std::vector<int> min_cost_assignment(int rows, int cols, const std::vector<std::int64_t>& cost) {
+  DT_CHECK(rows <= cols, "more rows than columns: ", rows, " > ", cols);
+  DT_CHECK(cost.size() == static_cast<std::size_t>(rows) * cols, "cost matrix size ", cost.size());
+  constexpr std::int64_t kInf = std::numeric_limits<std::int64_t>::max() / 4;
+  // 1-based rows and columns; column 0 is the virtual start of each augmenting path.
+  std::vector<std::int64_t> u(rows + 1, 0), v(cols + 1, 0), min_slack(cols + 1);
+  std::vector<int> row_of_col(cols + 1, 0), prev_col(cols + 1, 0);
+  std::vector<char> used(cols + 1);
+  for (int i = 1; i <= rows; ++i) {
+    row_of_col[0] = i;
+    int col = 0;
+    std::fill(min_slack.begin(), min_slack.end(), kInf);
+    std::fill(used.begin(), used.end(), 0);
+    do {
+      used[col] = 1;
+      const int row = row_of_col[col];
+      std::int64_t delta = kInf;
+      int next = 0;
+      for (int j = 1; j <= cols; ++j) {
+        if (used[j]) continue;
+        const std::int64_t slack = cost[static_cast<std::size_t>(row - 1) * cols + (j - 1)] - u[row] - v[j];
+        if (slack < min_slack[j]) min_slack[j] = slack, prev_col[j] = col;
+        if (min_slack[j] < delta) delta = min_slack[j], next = j;
+      }
+      for (int j = 0; j <= cols; ++j) {
+        if (used[j]) {
+          u[row_of_col[j]] += delta;
+          v[j] -= delta;
+        } else {
+          min_slack[j] -= delta;
+        }
+      }
+      col = next;
+    } while (row_of_col[col] != 0);
+    do {  // flip the augmenting path
+      const int back = prev_col[col];
+      row_of_col[col] = row_of_col[back];
+      col = back;
+    } while (col != 0);
+  }
+  std::vector<int> col_of_row(rows, -1);
+  for (int j = 1; j <= cols; ++j)
+    if (row_of_col[j] != 0) col_of_row[row_of_col[j] - 1] = j - 1;
+  return col_of_row;
+}
+
+Placement auto_placement(const vps::Layout& src, const vps::Layout& dst, const Topology& topology,
+                         const Placement& src_placement, const Bandwidth& bandwidth) {
+  const Planner planner(src, dst, topology, SwitchPlacement{src_placement, {}});
+  const Affinity a = planner.affinity();
+  // Cost of rank q on process p, in bytes weighted by link speed: what q's node lacks crosses
+  // nodes (weight intra/inter bandwidth), what q's process lacks but its node holds moves inside
+  // the node (weight 1). Rounded to 256 bytes, then scaled so that a tie-break of one unit per
+  // rank off its identity process can never outweigh a real difference.
+  const std::int64_t inter_weight =
+      std::max<std::int64_t>(1, std::llround(bandwidth.intra_node / bandwidth.inter_node));
+  const std::int64_t scale = a.ranks + 1;
+  std::vector<std::int64_t> cost(static_cast<std::size_t>(a.ranks) * a.processes);
+  for (int q = 0; q < a.ranks; ++q) {
+    const std::uint64_t need = a.need[q];
+    for (int p = 0; p < a.processes; ++p) {
+      const std::uint64_t on_node =
+          std::min(need, a.on_node[static_cast<std::size_t>(q) * a.nodes + topology.node_of(p)]);
+      const std::uint64_t on_self = std::min(on_node, a.on_process[static_cast<std::size_t>(q) * a.processes + p]);
+      const std::uint64_t inter = need - on_node, intra = on_node - on_self;
+      const auto weighted = static_cast<std::int64_t>((inter * inter_weight + intra) >> 8);
+      cost[static_cast<std::size_t>(q) * a.processes + p] = weighted * scale + (p != q ? 1 : 0);
+    }
+  }
+  return Placement(min_cost_assignment(a.ranks, a.processes, cost));
+}
+
+}  // namespace dynatrain::plan

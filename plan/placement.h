@@ -1,0 +1,76 @@
+// Placement: which process takes which rank of a layout.
+//
+// A job runs on `processes` processes, numbered like MPI ranks; process p sits on node
+// p / gpus_per_node (plan::Topology). A layout of W ranks is placed by an injective map
+// rank -> process into [0, processes). Processes that no rank maps to hold nothing in that
+// layout: before a switch they are the joining ones, after it the leaving (or idle) ones.
+//
+// The plan speaks in processes: RankPlan::rank, Piece::src_rank and Piece::dst_rank are
+// processes, while a piece's buffer and segment ids refer to the RankLayout of the layout rank
+// that process takes (Planner::src_rank_of / dst_rank_of). With the identity placement on both
+// sides (the default) processes and ranks coincide, as before placement existed.
+//
+// (Not to be confused with where a region sits inside a rank's buffers: that is vps::Segment.)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+#include "plan/stats.h"
+#include "vps/layout.h"
+
+namespace dynatrain::plan {
+
+class Placement {
+ public:
+  Placement() = default;  // identity: rank r on process r
+  // process_of_rank[r] = the process that takes rank r. A map equal to the identity is stored
+  // as the identity. Injectivity and range are checked by validate().
+  explicit Placement(std::vector<int> process_of_rank);
+  // "fixed" (identity) or a comma-separated list of processes, one per rank ("2,3,0,1").
+  // Throws InputError naming the bad token.
+  static Placement parse(const std::string& text);
+
+  bool is_identity() const { return process_of_.empty(); }
+  int process_of(int rank) const { return process_of_.empty() ? rank : process_of_[rank]; }
+  // The rank of a `ranks`-rank layout that `process` takes, or -1 when it takes none.
+  int rank_of(int process, int ranks) const;
+  // Throws InputError unless the map has `ranks` entries, each in [0, processes), all distinct.
+  void validate(int ranks, int processes) const;
+  // The process of every rank of a `ranks`-rank layout (the identity spelled out).
+  std::vector<int> processes_of(int ranks) const;
+  // "fixed" for the identity, else the comma-separated list parse() reads.
+  std::string str() const;
+  // Ranks of a `ranks`-rank layout that sit on another process than under the identity.
+  int moved_ranks(int ranks) const;
+
+  friend bool operator==(const Placement& a, const Placement& b) { return a.process_of_ == b.process_of_; }
+
+ private:
+  std::vector<int> process_of_;  // empty: identity
+  std::vector<int> rank_of_;     // inverse of process_of_, -1 where no rank
+};
+
+// The placements of both sides of a switch. The source side is given by the running job (which
+// process holds which source rank); the destination side is the choice.
+struct SwitchPlacement {
+  Placement src, dst;
+};
+
+// The destination placement `--placement auto` picks: each destination rank goes to the process
+// that minimises the estimated time to bring it its state, bytes it lacks on its node over the
+// inter-node bandwidth plus bytes it lacks itself but its node holds over the intra-node one;
+// minimised over all ranks together (a linear assignment, solved exactly by the Hungarian
+// method in O(W^3)). A rank's dp (and cp) index is part of its rank, so this also chooses which
+// ZeRO shard each process owns. Equal costs prefer the identity. Deterministic: every process
+// computes the same placement from the same inputs.
+Placement auto_placement(const vps::Layout& src, const vps::Layout& dst, const Topology& topology,
+                         const Placement& src_placement = {}, const Bandwidth& bandwidth = {});
+
+// Solves the assignment problem: rows (ranks) <= columns (processes), cost[row * cols + col];
+// returns the column of every row, minimising the total. Exposed for tests.
+std::vector<int> min_cost_assignment(int rows, int cols, const std::vector<std::int64_t>& cost);
+
+}  // namespace dynatrain::plan
