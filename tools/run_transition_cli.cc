@@ -52,10 +52,14 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   topo.gpus_per_node = args.gpus_per_node;
 
   // ---- plans, state ----
-  const plan::Planner fwd_planner(src_layout, dst_layout, topo), back_planner(dst_layout, src_layout, topo);
+  // Which process takes each destination rank (plan/placement.h); the way back undoes it.
+  const plan::Placement placed = args.placement == "auto" ? plan::auto_placement(src_layout, dst_layout, topo)
+                                                          : plan::Placement::parse(args.placement);
+  const plan::Planner fwd_planner(src_layout, dst_layout, topo, {{}, placed}),
+      back_planner(dst_layout, src_layout, topo, {placed, {}});
   const plan::RankPlan fwd = me < need ? fwd_planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
   const plan::RankPlan back = me < need ? back_planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
-  const vps::RankLayout src_rl = src_layout.rank_layout(me), dst_rl = dst_layout.rank_layout(me);
+  const vps::RankLayout src_rl = fwd_planner.src_rank_layout(me), dst_rl = fwd_planner.dst_rank_layout(me);
   const auto& eb = lo.elem_bytes;
 
   // The memory bound is guaranteed with a budget of at least 8 largest buffers (exec/README.md).
@@ -173,6 +177,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["path"] = cold.path;
     j["fanout_bytes"] = cold.fanout_bytes;
     j["verify"] = verify_text;
+    j["placement"] = placed.str();
     j["largest_buffer_bytes"] = largest;
     std::fprintf(out, "run-transition %s: %s -> %s on %d ranks (%s), budget %s\n", model.name.c_str(),
                  src_layout.config().str().c_str(), dst_layout.config().str().c_str(), world.size(),
@@ -198,6 +203,10 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     std::fprintf(out, "  messages             %llu max per rank, %llu total; %llu waves, %s order; path %s\n",
                  static_cast<unsigned long long>(max_of(messages)), static_cast<unsigned long long>(sum_of(messages)),
                  static_cast<unsigned long long>(cold.waves), cold.descending ? "descending" : "ascending", cold.path.c_str());
+    if (!placed.is_identity())
+      std::fprintf(out, "  placement            %s (%d of %d destination ranks on another process)\n",
+                   placed.str().c_str(), placed.moved_ranks(dst_layout.config().world_size()),
+                   dst_layout.config().world_size());
     if (verify_text == "ok") std::fprintf(out, "verify: ok\n");
     std::fflush(out);
     if (json_file.is_open()) json_file << j.dump(2) << "\n";

@@ -32,6 +32,7 @@ struct RunTransitionArgs {
   std::int64_t bucket_elems = 0;          // --bucket-elems; 0: vps::LayoutOptions default
   std::string kinds = "all";              // --kinds (vps::parse_state_kinds)
   int gpus_per_node = 8;                  // --gpus-per-node (planner source choice)
+  std::string placement = "fixed";        // --placement fixed|auto|list (plan/placement.h)
 };
 
 // Runs the command on every rank of `world` (collective). Returns the exit code, equal on every

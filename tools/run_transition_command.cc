@@ -24,6 +24,8 @@ Command add_run_transition_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--states", args->kinds, "State kinds: all, optimizer, or a list")->capture_default_str();
   cmd->add_option("--gpus-per-node", args->gpus_per_node, "Ranks per node")->capture_default_str();
+  cmd->add_option("--placement", args->placement, "Which process takes each destination rank: fixed, auto, or a list")
+      ->capture_default_str();
   return [args, budget] {
     args->mem_budget = parse_bytes(*budget);
     return run_on_mpi_world([&](comm::Transport& world) { return tools::run_transition_command(*args, world); });
