@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "common/bytes.h"
@@ -13,6 +14,8 @@
 #include "plan/checker.h"
 #include "plan/planner.h"
 #include "plan/stats.h"
+#include "sim/cluster.h"
+#include "sim/link_bound.h"
 #include "tools/commands.h"
 
 namespace dynatrain::tools {
@@ -31,6 +34,7 @@ struct PlanArgs {
   double intra_gbps = 150, inter_gbps = 25;
   int transfers_rank = -1;
   std::string placement = "fixed";  // fixed, auto, or one process per destination rank
+  std::string cluster;               // preset or JSON file (sim/cluster.h); empty: none
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -65,8 +69,12 @@ int run_plan(const PlanArgs& a) {
   options.bucket_elems = a.bucket_elems;
   const vps::Layout src(model, vps::ParallelConfig::parse(a.from), options);
   const vps::Layout dst(model, vps::ParallelConfig::parse(a.to), options);
-  const plan::Bandwidth bw{a.intra_gbps * 1e9, a.inter_gbps * 1e9};
-  const plan::Topology topo{a.gpus_per_node};
+  // A described cluster replaces --gpus-per-node, --intra-bw and --inter-bw.
+  const int processes = std::max(src.config().world_size(), dst.config().world_size());
+  const std::optional<sim::Cluster> cluster =
+      a.cluster.empty() ? std::nullopt : std::optional(sim::cluster_from_spec(a.cluster));
+  const plan::Bandwidth bw = cluster ? cluster->bandwidth() : plan::Bandwidth{a.intra_gbps * 1e9, a.inter_gbps * 1e9};
+  const plan::Topology topo = cluster ? cluster->topology(processes) : plan::Topology{a.gpus_per_node};
   auto t0 = std::chrono::steady_clock::now();
   const plan::SwitchPlacement placement{
       {}, a.placement == "auto" ? plan::auto_placement(src, dst, topo, {}, bw) : plan::Placement::parse(a.placement)};
@@ -92,7 +100,7 @@ int run_plan(const PlanArgs& a) {
 
   std::printf("plan %s: %s (%d ranks) -> %s (%d ranks), %d GPUs per node\n", model.name.c_str(),
               src.config().str().c_str(), src.config().world_size(), dst.config().str().c_str(),
-              dst.config().world_size(), a.gpus_per_node);
+              dst.config().world_size(), topo.gpus_per_node);
   std::cout << plan::format_stats(stats, options.kinds);
   const std::uint64_t peak = peak_rss_bytes();
   const std::uint64_t planner_bytes = peak - std::min(peak, rss_before);
@@ -103,6 +111,11 @@ int run_plan(const PlanArgs& a) {
                 a.placement == "auto" ? "auto" : "given", placement.dst.moved_ranks(dst.config().world_size()),
                 dst.config().world_size(), placement_seconds, format_bytes(stats.total.inter_node).c_str(),
                 format_bytes(fixed_inter).c_str());
+  std::optional<sim::LinkBound> link;
+  if (cluster) {
+    link = sim::link_lower_bound(plans, options.elem_bytes, *cluster);
+    std::cout << sim::format_link_bound(*link, *cluster, processes);
+  }
   if (a.transfers_rank >= 0) std::cout << plan::format_transfers(plans[a.transfers_rank], src);
 
   int exit_code = 0;
@@ -142,6 +155,16 @@ int run_plan(const PlanArgs& a) {
     j["placement_processes"] = placement.dst.processes_of(dst.config().world_size());
     j["placement_seconds"] = placement_seconds;
     j["fixed_inter_node_bytes"] = fixed_inter;
+    if (cluster) {
+      j["cluster"] = sim::to_json(*cluster);
+      j["cluster_lower_bound_seconds"] = link->seconds;
+      j["busiest_link"] = link->busiest_link;
+      j["busiest_link_seconds"] = link->busiest_link_seconds;
+      j["busiest_link_utilisation"] = link->utilisation();
+      j["busiest_rank"] = link->busiest_rank;
+      j["busiest_rank_seconds"] = link->busiest_rank_seconds;
+      j["latency_seconds"] = link->latency_seconds;
+    }
     std::ofstream out(a.json_path);
     if (!out) DT_INPUT_ERROR("cannot write --json file '", a.json_path, "'");
     out << j.dump(2) << "\n";
@@ -169,6 +192,9 @@ Command add_plan_command(CLI::App& app) {
   cmd->add_option("--intra-bw", args->intra_gbps, "Intra-node bandwidth, GB/s per rank")->capture_default_str();
   cmd->add_option("--inter-bw", args->inter_gbps, "Inter-node bandwidth, GB/s per rank")->capture_default_str();
   cmd->add_option("--transfers", args->transfers_rank, "Print every piece of this rank's plan");
+  cmd->add_option("--cluster", args->cluster,
+                  "Cluster the switch runs on: a800-16x8, a800-16x8-4nic, h100-nx8, this-machine or a "
+                  "JSON file (docs/cluster.md); sets GPUs per node and bandwidths, adds the link-aware bound");
   cmd->add_option("--placement", args->placement,
                   "Which process takes each destination rank: fixed (rank r on process r), auto "
                   "(fewest bytes moved, fewest across nodes), or a list, one process per rank")

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# `plan --cluster`: presets and JSON files give the link-aware bound; bad descriptions are one
+# line on stderr and exit 2. Usage: cluster_cli_test.sh DYNATRAIN
+set -u
+dt="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+expect() {  # expect <exit code> <text in stdout or stderr> -- args...
+  local code="$1" want="$2"
+  shift 3
+  "$dt" "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  if [[ $got != "$code" ]] || ! grep -qF -- "$want" "$tmp/out" "$tmp/err" ||
+     { [[ $code == 2 ]] && [[ $(wc -l <"$tmp/err") != 1 ]]; }; then
+    echo "FAIL: dynatrain $* -> exit $got (want $code, '$want')"; cat "$tmp/out" "$tmp/err"; fail=1
+  else
+    echo "ok: dynatrain $*"
+  fi
+}
+# 4 NICs per node: two GPUs share a NIC, so the NIC is the busiest link.
+expect 0 "busiest link node" -- plan --model tiny-dense --from tp=2,pp=2,dp=4 --to tp=2,dp=8 --cluster a800-16x8-4nic \
+       --check --json "$tmp/p.json"
+grep -q '"cluster_lower_bound_seconds"' "$tmp/p.json" || { echo "FAIL: --json lacks cluster_lower_bound_seconds"; fail=1; }
+grep -q '"busiest_link": "node [0-9]* NIC' "$tmp/p.json" || { echo "FAIL: the shared NIC is not the busiest link"; cat "$tmp/p.json"; fail=1; }
+expect 0 "cluster this-machine (measured)" -- plan --model tiny-dense --from tp=2 --to dp=2 --cluster this-machine
+# A file in the documented format (docs/cluster.md).
+cat >"$tmp/two.json" <<'JSON'
+{"name": "two-nodes", "nodes": 2, "gpus_per_node": 2, "gpu_link_gb_per_s": 5, "nics_per_node": 1,
+ "nic_gb_per_s": 1, "pcie_gb_per_s": 2, "intra_latency_us": 10, "inter_latency_us": 100, "copy_gb_per_s": 10}
+JSON
+expect 0 "cluster two-nodes ($tmp/two.json): 2 GPUs per node" -- plan --model tiny-dense --from tp=4 --to dp=4 \
+       --cluster "$tmp/two.json" --placement auto --check
+expect 2 "unknown cluster 'tpu-pod'; valid: a800-16x8" -- plan --model tiny-dense --from tp=2 --to dp=2 --cluster tpu-pod
+sed 's/"nic_gb_per_s"/"nic_gbps"/' "$tmp/two.json" >"$tmp/typo.json"
+expect 2 "unknown field \"nic_gbps\"" -- plan --model tiny-dense --from tp=2 --to dp=2 --cluster "$tmp/typo.json"
+expect 2 "cannot open cluster file" -- plan --model tiny-dense --from tp=2 --to dp=2 --cluster /nonexistent.json
+exit $fail
