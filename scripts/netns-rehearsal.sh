@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The two-node rehearsal: run-transition across two network namespaces ("nodes", 2 processes
+# each) joined by a tc-shaped veth link, every destination element verified, placement fixed vs
+# auto; prints one row per run with the link-aware lower bound for the measured link.
+# Usage: scripts/netns-rehearsal.sh [BUILD=build] [RATE_GBIT=8]
+# Bounded: every command under `timeout`; the namespaces are removed on exit, whatever happens.
+# Writes JSON per run under bench/out/netns/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/netns-env.sh
+build="${1:-build}"
+rate="${2:-8}"
+dt="$PWD/$build/dynatrain"
+out="$PWD/bench/out/netns"
+mkdir -p "$out"
+trap 'scripts/netns-down.sh >/dev/null' EXIT
+scripts/netns-up.sh "$rate" 2
+
+# The link as MPI will see it: TCP throughput of one stream and one-way latency.
+timeout 60 ip netns exec "$(dtc_ns 1)" python3 scripts/netns-link.py server "$(dtc_addr 1)" 5801 &
+link=$(timeout 60 ip netns exec "$(dtc_ns 0)" python3 scripts/netns-link.py client "$(dtc_addr 1)" 5801 $((512 << 20)))
+wait
+# The cluster as the planner's bound sees it: 2 nodes x 2 processes sharing one "NIC" (the veth),
+# the intra-node link and copy rate measured on this machine (sim/cluster.h, this-machine).
+"$dt" plan --model tiny-dense --from tp=1 --to tp=1 --cluster this-machine --json "$out/here.json" >/dev/null
+python3 - "$link" "$out/here.json" >"$DTC_STATE/cluster.json" <<'PY'
+import json, sys
+link, here = json.loads(sys.argv[1]), json.load(open(sys.argv[2]))["cluster"]
+gbps = link["bytes_per_s"] / 1e9
+print(json.dumps({"name": "netns-2x2", "nodes": 2, "gpus_per_node": 2,
+                  "gpu_link_gb_per_s": here["gpu_link_gb_per_s"], "nics_per_node": 1,
+                  "nic_gb_per_s": gbps, "pcie_gb_per_s": gbps, "intra_latency_us": here["intra_latency_us"],
+                  "inter_latency_us": link["latency_s"] * 1e6, "copy_gb_per_s": here["copy_gb_per_s"]}))
+PY
+echo "link: $(python3 -c "import json,sys; l=json.loads(sys.argv[1]); print(f\"{l['bytes_per_s']/1e9:.2f} GB/s TCP one stream, {l['latency_s']*1e6:.0f} us one way\")" "$link") (tc: ${rate} gbit/s)"
+
+# ~400 MB of state (bf16 weights + grads, fp32 optimizer): 25M parameters.
+cat >"$DTC_STATE/model.json" <<'JSON'
+{"hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8,
+ "intermediate_size": 2048, "vocab_size": 8000, "tie_word_embeddings": false}
+JSON
+printf '| switch | placement | inter-node | cold | warm | link-aware bound | warm / bound | busiest link | verify |\n|---|---|---|---|---|---|---|---|---|\n'
+row() {  # from to placement
+  local name="${1}_${2}_${3}"
+  name="${name//[=,]/}"
+  "$dt" plan --model "$DTC_STATE/model.json" --from "$1" --to "$2" --cluster "$DTC_STATE/cluster.json" \
+    --placement "$3" --json "$out/plan_$name.json" >/dev/null
+  timeout 300 scripts/netns-mpirun.sh -np 4 "$dt" run-transition --model "$DTC_STATE/model.json" --from "$1" --to "$2" \
+    --gpus-per-node 2 --placement "$3" --verify --repeat 3 --json "$out/rt_$name.json" >"$out/rt_$name.txt" 2>&1 ||
+    { echo "run-transition failed:"; cat "$out/rt_$name.txt"; return 1; }
+  python3 - "$out/plan_$name.json" "$out/rt_$name.json" "$1" "$2" "$3" <<'PY'
+import json, sys
+p, r = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+lb = p["cluster_lower_bound_seconds"]
+print(f"| `{sys.argv[3]} -> {sys.argv[4]}` | {sys.argv[5]} | {p['total']['inter_node_bytes']/2**20:.0f} MiB "
+      f"| {r['cold_seconds']:.3f} s | {r['warm_seconds']:.3f} s | {lb:.3f} s | {r['warm_seconds']/lb:.2f} "
+      f"| {p['busiest_link']} | {r['verify']} |")
+PY
+}
+for placement in fixed auto; do
+  row tp=4 tp=2,dp=2 "$placement"
+  row tp=4 pp=2,dp=2 "$placement"
+done
+row tp=2,dp=2 tp=4 fixed
+cp "$DTC_STATE/cluster.json" "$out/cluster.json"
