@@ -142,9 +142,19 @@ std::vector<int> min_cost_assignment(int rows, int cols, const std::vector<std::
 }
 
 Placement auto_placement(const vps::Layout& src, const vps::Layout& dst, const Topology& topology,
-                         const Placement& src_placement, const Bandwidth& bandwidth) {
+                         const Placement& src_placement, const Bandwidth& bandwidth,
+                         const std::vector<int>& eligible) {
   const Planner planner(src, dst, topology, SwitchPlacement{src_placement, {}});
   const Affinity a = planner.affinity();
+  std::vector<int> columns = eligible;  // the processes that may take a rank
+  if (columns.empty())
+    for (int p = 0; p < a.processes; ++p) columns.push_back(p);
+  std::sort(columns.begin(), columns.end());
+  columns.erase(std::unique(columns.begin(), columns.end()), columns.end());
+  for (int p : columns)
+    if (p < 0 || p >= a.processes) DT_INPUT_ERROR("eligible process ", p, " is not in the job (0..", a.processes - 1, ")");
+  if (static_cast<int>(columns.size()) < a.ranks)
+    DT_INPUT_ERROR(columns.size(), " eligible processes cannot take the ", a.ranks, " ranks of ", dst.config().str());
   // Cost of rank q on process p, in bytes weighted by link speed: what q's node lacks crosses
   // nodes (weight intra/inter bandwidth), what q's process lacks but its node holds moves inside
   // the node (weight 1). Rounded to 256 bytes, then scaled so that a tie-break of one unit per
@@ -152,19 +162,23 @@ Placement auto_placement(const vps::Layout& src, const vps::Layout& dst, const T
   const std::int64_t inter_weight =
       std::max<std::int64_t>(1, std::llround(bandwidth.intra_node / bandwidth.inter_node));
   const std::int64_t scale = a.ranks + 1;
-  std::vector<std::int64_t> cost(static_cast<std::size_t>(a.ranks) * a.processes);
+  const int cols = static_cast<int>(columns.size());
+  std::vector<std::int64_t> cost(static_cast<std::size_t>(a.ranks) * cols);
   for (int q = 0; q < a.ranks; ++q) {
     const std::uint64_t need = a.need[q];
-    for (int p = 0; p < a.processes; ++p) {
+    for (int c = 0; c < cols; ++c) {
+      const int p = columns[c];
       const std::uint64_t on_node =
           std::min(need, a.on_node[static_cast<std::size_t>(q) * a.nodes + topology.node_of(p)]);
       const std::uint64_t on_self = std::min(on_node, a.on_process[static_cast<std::size_t>(q) * a.processes + p]);
       const std::uint64_t inter = need - on_node, intra = on_node - on_self;
       const auto weighted = static_cast<std::int64_t>((inter * inter_weight + intra) >> 8);
-      cost[static_cast<std::size_t>(q) * a.processes + p] = weighted * scale + (p != q ? 1 : 0);
+      cost[static_cast<std::size_t>(q) * cols + c] = weighted * scale + (p != q ? 1 : 0);
     }
   }
-  return Placement(min_cost_assignment(a.ranks, a.processes, cost));
+  std::vector<int> process_of = min_cost_assignment(a.ranks, cols, cost);
+  for (int& p : process_of) p = columns[p];
+  return Placement(std::move(process_of));
 }
 
 }  // namespace dynatrain::plan

@@ -66,8 +66,12 @@ struct SwitchPlacement {
 // method in O(W^3)). A rank's dp (and cp) index is part of its rank, so this also chooses which
 // ZeRO shard each process owns. Equal costs prefer the identity. Deterministic: every process
 // computes the same placement from the same inputs.
+// `eligible`: the processes that may take a rank (empty: every process of the job), for when
+// the leaving processes are not the placement's choice (a node is being drained); InputError
+// when fewer than the destination's ranks.
 Placement auto_placement(const vps::Layout& src, const vps::Layout& dst, const Topology& topology,
-                         const Placement& src_placement = {}, const Bandwidth& bandwidth = {});
+                         const Placement& src_placement = {}, const Bandwidth& bandwidth = {},
+                         const std::vector<int>& eligible = {});
 
 // Solves the assignment problem: rows (ranks) <= columns (processes), cost[row * cols + col];
 // returns the column of every row, minimising the total. Exposed for tests.

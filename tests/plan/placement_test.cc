@@ -110,6 +110,22 @@ TEST(AutoPlacement, UndoesAPermutedSourceSoEverythingStaysInPlace) {
   EXPECT_TRUE(check_plan(layout, layout, plans, placed).ok);
 }
 
+TEST(AutoPlacement, OnlyEligibleProcessesTakeRanks) {
+  // Shrink 4 -> 2 where processes 0 and 1 must leave (their node is drained): the two new
+  // ranks go to processes 2 and 3, and the plan is still an exact cover.
+  const auto m = vps::model_from_name("tiny-dense");
+  const Layout big(m, ParallelConfig::parse("tp=2,dp=2,zero=1"), buckets_of(700));
+  const Layout small(m, ParallelConfig::parse("tp=2,zero=1"), buckets_of(700));
+  const Placement chosen = auto_placement(big, small, Topology{2}, {}, {}, {2, 3});
+  EXPECT_EQ(chosen, Placement::parse("2,3"));  // tp rank r of the new layout on the old tp rank r
+  const SwitchPlacement placed{{}, chosen};
+  EXPECT_TRUE(check_plan(big, small, plan_with(big, small, Topology{2}, placed), placed).ok);
+  // Unconstrained, the shrink keeps the ranks where they are.
+  EXPECT_TRUE(auto_placement(big, small, Topology{2}).is_identity());
+  EXPECT_THROW(auto_placement(big, small, Topology{2}, {}, {}, {3}), InputError);
+  EXPECT_THROW(auto_placement(big, small, Topology{2}, {}, {}, {1, 7}), InputError);
+}
+
 TEST(AutoPlacement, KeepsTheIdentityWhenNothingIsGained) {
   const auto m = vps::model_from_name("tiny-moe");
   const Layout layout(m, ParallelConfig::parse("tp=2,dp=2,ep=2,zero=0"), buckets_of(1000));
