@@ -94,9 +94,6 @@ int run_plan(const PlanArgs& a) {
     rank_seconds = std::max(rank_seconds, seconds_since(t0));
   }
   const auto stats = plan::compute_stats(plans, options.elem_bytes, planner.topology(), bw);
-  // What the fixed placement would send across nodes, to compare (only when placement differs).
-  const std::uint64_t fixed_inter = placement.dst.is_identity() ? stats.total.inter_node
-      : plan::compute_stats(plan::Planner(src, dst, topo).plan_all(), options.elem_bytes, topo, bw).total.inter_node;
 
   std::printf("plan %s: %s (%d ranks) -> %s (%d ranks), %d GPUs per node\n", model.name.c_str(),
               src.config().str().c_str(), src.config().world_size(), dst.config().str().c_str(),
@@ -104,6 +101,10 @@ int run_plan(const PlanArgs& a) {
   std::cout << plan::format_stats(stats, options.kinds);
   const std::uint64_t peak = peak_rss_bytes();
   const std::uint64_t planner_bytes = peak - std::min(peak, rss_before);
+  // What the fixed placement would send across nodes, to compare (only when placement differs;
+  // after the memory reading, so the comparison's plans do not count as the planner's).
+  const std::uint64_t fixed_inter = placement.dst.is_identity() ? stats.total.inter_node
+      : plan::compute_stats(plan::Planner(src, dst, topo).plan_all(), options.elem_bytes, topo, bw).total.inter_node;
   std::printf("  planned in %.3g s (all ranks), %.3g ms (one rank's own part); planner peak memory %.0f MiB\n",
               plan_seconds, rank_seconds * 1e3, planner_bytes / 1048576.0);
   if (a.placement != "fixed")
