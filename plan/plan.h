@@ -3,6 +3,8 @@
 // A Piece moves one box of one (tensor, state kind) from a segment of a source buffer on
 // `src_rank` (source layout) to a segment of a destination buffer on `dst_rank` (destination
 // layout). `box` lies inside both segments' boxes. Keeps have src_rank == dst_rank.
+// src_rank, dst_rank and RankPlan::rank are processes (plan/placement.h); the buffer and
+// segment ids refer to the layout rank that process holds.
 //
 // Ordering contract: RankPlan::send[p] on rank r and RankPlan::recv[r] on rank p list the same
 // pieces in the same order (sorted by piece_order), so both sides can pack and unpack one
@@ -43,7 +45,9 @@ struct RankPlan {
   std::map<int, std::vector<Piece>> recv;  // peer -> pieces, peer != rank
 };
 
-// Physical placement of ranks: rank r sits on node r / gpus_per_node, in both configs.
+// Where processes run: process p sits on node p / gpus_per_node. Which process holds which rank
+// of each layout is the switch's placement (plan/placement.h; identity by default, when
+// processes and ranks coincide).
 struct Topology {
   int gpus_per_node = 8;
   int node_of(int rank) const { return rank / gpus_per_node; }
