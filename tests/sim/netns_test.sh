@@ -8,9 +8,16 @@ dt="$1"
 scripts="$(cd "$(dirname "$0")/../../scripts" && pwd)"
 export DTC_STATE
 DTC_STATE=$(mktemp -d)
-if [[ $(id -u) != 0 ]] || ! command -v ip >/dev/null || ! ip netns add dtc-probe 2>/dev/null; then
-  echo "skip: cannot create network namespaces here"; exit 77
+probe() {  # a namespace, a veth pair and a tc qdisc can be made (root, iproute2, veth, tbf)
+  [[ $(id -u) == 0 ]] && command -v ip >/dev/null && command -v tc >/dev/null && command -v unshare >/dev/null &&
+    ip netns add dtc-probe 2>/dev/null && ip link add dtc-probe0 type veth peer name dtc-probe1 2>/dev/null &&
+    tc qdisc add dev dtc-probe0 root tbf rate 1gbit burst 1mb latency 50ms 2>/dev/null
+}
+if ! probe; then
+  ip link del dtc-probe0 2>/dev/null; ip netns del dtc-probe 2>/dev/null
+  echo "skip: cannot create network namespaces, veth pairs or tc qdiscs here"; exit 77
 fi
+ip link del dtc-probe0
 ip netns del dtc-probe
 trap '"$scripts/netns-down.sh" >/dev/null' EXIT
 "$scripts/netns-up.sh" 8 2 || exit 1
