@@ -3,9 +3,31 @@
 #include <algorithm>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "common/bytes.h"
 
 namespace dynatrain::plan {
+
+namespace {
+
+nlohmann::json totals_json(const TrafficTotals& t) {
+  return {{"kept_bytes", t.kept}, {"intra_node_bytes", t.intra_node},
+          {"inter_node_bytes", t.inter_node}, {"pieces", t.pieces}};
+}
+
+}  // namespace
+
+nlohmann::json stats_json(const PlanStats& stats, const std::vector<vps::StateKind>& kinds) {
+  nlohmann::json j;
+  j["total"] = totals_json(stats.total);
+  for (auto k : kinds) j["per_kind"][vps::state_kind_name(k)] = totals_json(stats.per_kind[static_cast<int>(k)]);
+  j["messages"] = stats.messages;
+  j["max_in_bytes"] = stats.max_in;
+  j["max_out_bytes"] = stats.max_out;
+  j["lower_bound_seconds"] = stats.lower_bound_seconds;
+  return j;
+}
 
 PlanStats compute_stats(const std::vector<RankPlan>& plans,
                         const std::array<int, vps::kNumStateKinds>& elem_bytes,

@@ -48,11 +48,6 @@ std::uint64_t current_rss_bytes() {
   return resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
-nlohmann::json totals_json(const plan::TrafficTotals& t) {
-  return {{"kept_bytes", t.kept}, {"intra_node_bytes", t.intra_node},
-          {"inter_node_bytes", t.inter_node}, {"pieces", t.pieces}};
-}
-
 int run_plan(const PlanArgs& a) {
   // The planner's own memory: peak RSS above what the process held before planning (the
   // executable's libraries, libtorch included, are resident already).
@@ -106,7 +101,7 @@ int run_plan(const PlanArgs& a) {
     }
   }
   if (!a.json_path.empty()) {
-    nlohmann::json j;
+    nlohmann::json j = plan::stats_json(stats, options.kinds);
     j["model"] = model.name;
     j["from"] = src.config().str();
     j["to"] = dst.config().str();
@@ -116,13 +111,6 @@ int run_plan(const PlanArgs& a) {
     j["check_seconds"] = check_seconds;
     j["check"] = check_text;
     j["planner_peak_bytes"] = planner_bytes;
-    j["total"] = totals_json(stats.total);
-    for (auto k : options.kinds)
-      j["per_kind"][vps::state_kind_name(k)] = totals_json(stats.per_kind[static_cast<int>(k)]);
-    j["messages"] = stats.messages;
-    j["max_in_bytes"] = stats.max_in;
-    j["max_out_bytes"] = stats.max_out;
-    j["lower_bound_seconds"] = stats.lower_bound_seconds;
     std::ofstream out(a.json_path);
     if (!out) DT_INPUT_ERROR("cannot write --json file '", a.json_path, "'");
     out << j.dump(2) << "\n";
