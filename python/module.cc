@@ -94,15 +94,7 @@ std::string plan_json(const py::object& model, const std::string& from, const st
   const vps::Layout dst = layouts(vps::ParallelConfig::parse(to));
   py::gil_scoped_release unlocked;
   const plan::Planner planner(src, dst, plan::Topology{gpus_per_node});
-  auto t0 = std::chrono::steady_clock::now();
-  const auto plans = planner.plan_all();
-  const double plan_seconds = seconds_since(t0);
-  double rank_seconds = 0;
-  for (int r : {0, planner.world_size() / 2, planner.world_size() - 1}) {
-    t0 = std::chrono::steady_clock::now();
-    (void)planner.plan_rank(r);
-    rank_seconds = std::max(rank_seconds, seconds_since(t0));
-  }
+  const auto [plans, plan_seconds, rank_seconds] = plan::plan_timed(planner);
   const plan::Bandwidth bw{intra_gbps * 1e9, inter_gbps * 1e9};
   nlohmann::json j = plan::stats_json(plan::compute_stats(plans, options.elem_bytes, planner.topology(), bw), options.kinds);
   j["model"] = src.model().name;
@@ -114,7 +106,7 @@ std::string plan_json(const py::object& model, const std::string& from, const st
   j["check"] = "skipped";
   j["check_seconds"] = 0.0;
   if (check) {
-    t0 = std::chrono::steady_clock::now();
+    const auto t0 = std::chrono::steady_clock::now();
     const auto result = plan::check_plan(src, dst, plans);
     j["check_seconds"] = seconds_since(t0);
     j["check"] = result.ok ? std::string("ok") : result.violation;

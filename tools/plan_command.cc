@@ -62,16 +62,7 @@ int run_plan(const PlanArgs& a) {
   if (a.transfers_rank >= planner.world_size())
     DT_INPUT_ERROR("--transfers ", a.transfers_rank, " is not a rank; valid: 0..", planner.world_size() - 1);
 
-  auto t0 = std::chrono::steady_clock::now();
-  const auto plans = planner.plan_all();
-  const double plan_seconds = seconds_since(t0);
-  // One rank's own part, as each process computes it during a real switch: the slowest of a few.
-  double rank_seconds = 0;
-  for (int r : {0, planner.world_size() / 2, planner.world_size() - 1}) {
-    t0 = std::chrono::steady_clock::now();
-    (void)planner.plan_rank(r);
-    rank_seconds = std::max(rank_seconds, seconds_since(t0));
-  }
+  const auto [plans, plan_seconds, rank_seconds] = plan::plan_timed(planner);
   const plan::Bandwidth bw{a.intra_gbps * 1e9, a.inter_gbps * 1e9};
   const auto stats = plan::compute_stats(plans, options.elem_bytes, planner.topology(), bw);
 
@@ -89,7 +80,7 @@ int run_plan(const PlanArgs& a) {
   double check_seconds = 0;
   std::string check_text = "skipped";
   if (a.check) {
-    t0 = std::chrono::steady_clock::now();
+    const auto t0 = std::chrono::steady_clock::now();
     const auto result = plan::check_plan(src, dst, plans);
     check_seconds = seconds_since(t0);
     check_text = result.ok ? "ok" : result.violation;

@@ -14,6 +14,7 @@ transport fails, InternalError for a broken invariant. docs/python.md has the wh
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -62,6 +63,14 @@ class Model:
 ModelArg = Any  # a preset name, a Hugging Face config.json path, or a Model
 
 
+def _model_arg(model: ModelArg):
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model)
+    if isinstance(model, Model):
+        return model
+    raise TypeError(f"model must be a preset name, a config.json path or a dynatrain.Model; got {type(model).__name__}")
+
+
 def presets() -> List[str]:
     """The built-in model names (`dynatrain plan --model`)."""
     return list(_native.preset_names())
@@ -74,7 +83,7 @@ def plan(model: ModelArg, from_cfg: str, to_cfg: str, gpus_per_node: int = 8, *,
     `dynatrain plan --json` (total and per_kind bytes, messages, max_in_bytes, max_out_bytes,
     lower_bound_seconds, plan_seconds, rank_plan_seconds, check, check_seconds). Pure
     computation, no communicator; bandwidths in GB/s per rank."""
-    return json.loads(_native.plan(model, from_cfg, to_cfg, gpus_per_node, states, bucket_elems, check,
+    return json.loads(_native.plan(_model_arg(model), from_cfg, to_cfg, gpus_per_node, states, bucket_elems, check,
                                    intra_bw, inter_bw))
 
 
@@ -101,7 +110,7 @@ class Manager:
             raise ValueError(f"param_dtype {param_dtype}; valid: torch.float32, torch.bfloat16")
         self.comm = comm
         self._kind_dtype = {k: param_dtype if k in ("param", "grad") else torch.float32 for k in KINDS}
-        self._native = _native.Manager(comm.py2f(), model, config, states, bucket_elems, param_bytes,
+        self._native = _native.Manager(comm.py2f(), _model_arg(model), config, states, bucket_elems, param_bytes,
                                        mem_budget, gpus_per_node)
         self.step = 0
         self._extra: Dict[str, Tuple[Callable[[], Any], Callable[[Any], None]]] = {}
