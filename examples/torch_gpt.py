@@ -11,12 +11,15 @@ import argparse
 import math
 import sys
 
+import pathlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mpi4py import MPI
 
-import dynatrain
+sys.path.append(str(pathlib.Path(__file__).resolve().parents[1] / "build" / "python"))  # if PYTHONPATH lacks it
+import dynatrain  # noqa: E402
 
 V, H, HEADS, FFN, LAYERS, SEQ = 64, 64, 4, 256, 2, 32
 
