@@ -197,6 +197,19 @@ void bind_manager(py::module_& m) {
              }
              return stats_dict(s);
            })
+      // The same switch driven from C++ alone (no Python between plan, engine and stats), timed
+      // between barriers; max over ranks. For bench/python_switch_bench.py's reference figure.
+      .def("timed_switch", [](Manager& self, const std::string& to) {
+             auto config = vps::ParallelConfig::parse(to);
+             py::gil_scoped_release unlocked;
+             self.world().barrier();
+             const auto t0 = std::chrono::steady_clock::now();
+             self.switch_to(config);
+             const double mine = seconds_since(t0);
+             double slowest = 0;
+             for (double s : comm::all_gather_values(self.world(), mine)) slowest = std::max(slowest, s);
+             return slowest;
+           })
       .def("config", [](const Manager& self) { return config_dict(self.layout().config(), self.rank()); })
       .def("group_colors", [](const Manager& self) { return group_colors(self.layout().config(), self.rank()); })
       .def("model_name", [](const Manager& self) { return self.layout().model().name; })

@@ -199,6 +199,13 @@ class Manager:
         stats["config"] = self._config["config"]
         return stats
 
+    def _reference_switch(self, to_cfg: str) -> float:
+        """Benchmark only: the same switch timed inside C++ (bench/python_switch_bench.py)."""
+        self._drop_views()
+        seconds = self._native.timed_switch(to_cfg)
+        self._bind()
+        return seconds
+
     # ---- whole tensors (collective; for tests, initialisation and checks) ----
     def segments(self, kind: str) -> List[Tuple[str, torch.Tensor, Tuple[int, ...], Tuple[int, ...]]]:
         """(name, flat view, lo, hi) for every box of `kind` this rank holds: the view holds box
