@@ -113,7 +113,7 @@ class Manager:
         self._native = _native.Manager(comm.py2f(), _model_arg(model), config, states, bucket_elems, param_bytes,
                                        mem_budget, gpus_per_node)
         self.step = 0
-        self._extra: Dict[str, Tuple[Callable[[], Any], Callable[[Any], None]]] = {}
+        self._extra: Dict[str, Tuple[Callable[[], Any], Callable[[Any], None], bool]] = {}
         self._group_cache: Dict[str, Dict[str, Any]] = {}
         self._bind()
 
@@ -166,11 +166,15 @@ class Manager:
         return self._groups[name]
 
     # ---- extra per-job state carried across switches ----
-    def register(self, name: str, get: Callable[[], Any], set: Callable[[Any], None]) -> None:
-        """State outside the VPS that a switch must carry (RNG, scheduler, data position): at each
-        switch get() runs on rank 0 and set(value) on every rank, so ranks that join a layout
-        receive it. The value must pickle. `step` is carried the same way."""
-        self._extra[name] = (get, set)
+    def register(self, name: str, get: Callable[[], Any], set: Callable[[Any], None], *, per_rank: bool = False) -> None:
+        """State outside the VPS that a switch must carry (RNG, scheduler, data position). At each
+        switch get() runs and set() receives, on every rank: rank 0's value (default; ranks that
+        join a layout receive it), or with per_rank=True the list of every rank's value indexed by
+        rank, so each rank can take the one its new role needs (e.g. per-tp-rank RNG streams).
+        Values must pickle. `step` is carried like a default one."""
+        if name in self._extra:
+            raise ValueError(f"extra state '{name}' is already registered")
+        self._extra[name] = (get, set, per_rank)
 
     # ---- switching ----
     def switch(self, to_cfg: str) -> Dict[str, Any]:
@@ -188,11 +192,12 @@ class Manager:
             self._bind()  # bad input is rejected on every rank before anything moves
             raise
         t1 = time.perf_counter()
-        carried = {name: get() for name, (get, _) in self._extra.items()} if self.comm.rank == 0 else None
-        step, carried = self.comm.bcast((self.step, carried), root=0)
+        job = {name: get() for name, (get, _, per_rank) in self._extra.items() if not per_rank}
+        step, job = self.comm.bcast((self.step, job) if self.comm.rank == 0 else None, root=0)
+        ranks = self.comm.allgather({name: get() for name, (get, _, per_rank) in self._extra.items() if per_rank})
         self.step = step
-        for name, value in carried.items():
-            self._extra[name][1](value)
+        for name, (_, put, per_rank) in self._extra.items():
+            put([r[name] for r in ranks] if per_rank else job[name])
         self._bind()
         stats["rebind_seconds"] = self.comm.allreduce(time.perf_counter() - t1, op=MPI.MAX)
         stats["pause_seconds"] = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)

@@ -3,12 +3,14 @@
 collective calls match). PYTHONPATH must reach build/python (tests/python/CMakeLists.txt sets it)."""
 import os
 import pathlib
+import sys
 
 import pytest
 import torch
 from mpi4py import MPI
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.append(str(REPO / "build" / "python"))  # when PYTHONPATH does not reach the package
 
 
 def oracle(tensor_id: int, kind: str, index: torch.Tensor) -> torch.Tensor:

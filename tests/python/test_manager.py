@@ -111,10 +111,15 @@ def test_step_and_extra_state_are_carried(world):
     m = dynatrain.Manager(world, "tiny-dense", "tp=1")
     state = {"pos": -1}
     m.register("data_position", lambda: state["pos"], lambda v: state.update(pos=v))
+    rng = {"seed": 100 + world.rank}
+    m.register("rng", lambda: rng["seed"], lambda seeds: rng.update(seed=seeds[-1 - world.rank]), per_rank=True)
     if world.rank == 0:
         state["pos"], m.step = 1234, 17
     m.switch("dp=2" if world.size >= 2 else "tp=1,zero=0")
     assert (m.step, state["pos"]) == (17, 1234)
+    assert rng["seed"] == 100 + world.size - 1 - world.rank  # every rank's value reached every rank
+    with pytest.raises(ValueError, match="already registered"):
+        m.register("rng", lambda: 0, lambda v: None)
 
 
 def test_bad_inputs_raise_value_error(world):
