@@ -134,6 +134,9 @@ def batch(step, global_batch):
 
 def bind(m, lr):
     """Modules and a torch.optim.Adam whose parameters, grads and moments view the manager's buffers."""
+    c = m.config
+    if c["pp"] > 1 or c["cp"] > 1 or c["zero"] >= 2:
+        raise SystemExit(f"this example runs tp, dp and zero 0/1 only, not {c['config']}")
     params, grads = m.tensors("param"), m.tensors("grad")
     model = GPT(params, m.group("tp"))
     grad_at = {params[n].data_ptr(): grads[n] for n in params}
@@ -179,8 +182,8 @@ def train(schedule, steps, global_batch, lr):
             for p, b, info in zip(m.buffers("master"), m.buffers("param"), m.buckets):
                 if c["zero"] >= 1:  # ZeRO-1: each dp rank updated its shard; share the new weights
                     b[info["shard_lo"]:info["shard_hi"]] = p
-                    if c["dp"] > 1:
-                        m.group("dp").Allgather(MPI.IN_PLACE, b.numpy())
+                    if c["dp"] > 1:  # dp_cp: the group ZeRO shards over, in shard order
+                        m.group("dp_cp").Allgather(MPI.IN_PLACE, b.numpy())
                 else:
                     b.copy_(p)
         m.step += 1

@@ -122,7 +122,7 @@ class Manager:
     def config(self) -> Dict[str, Any]:
         """Sizes and this rank's coordinates: config, world_size, active, tp, tp_rank, cp, dp, pp,
         ep, etp, edp (each with *_rank), zero."""
-        return self._config
+        return dict(self._config)
 
     @property
     def active(self) -> bool:
@@ -134,6 +134,8 @@ class Manager:
         return list(self._names)
 
     def global_shape(self, name: str) -> Tuple[int, ...]:
+        if name not in self._ids:
+            raise ValueError(f"unknown tensor '{name}' in model '{self._native.model_name()}'")
         return tuple(self._shapes[self._ids[name]])
 
     def tensors(self, kind: str = "param") -> Dict[str, torch.Tensor]:

@@ -144,3 +144,7 @@ def test_bad_inputs_raise_value_error(world):
         m.tensors("moments")
     with pytest.raises(ValueError, match="unknown group 'sp'"):
         m.group("sp")
+    with pytest.raises(ValueError, match=r"global shape \(256, 64\), got \(64, 256\)"):
+        m.load("embedding.word.weight", "param", torch.zeros(64, 256))
+    with pytest.raises(ValueError, match="unknown tensor 'nope' in model 'tiny-dense'"):
+        m.gather("nope", "param")
