@@ -3,10 +3,10 @@
     PYTHONPATH=build/python mpirun -np 4 python3 bench/python_switch_bench.py [--layers 8] [--rounds 5]
 
 One process, one manager, one model (the transition benchmark's dense model, bf16 weights and
-grads, fp32 optimizer: ~2.5 GB of state at 8 layers). Each round switches A -> B -> A twice:
-once through Manager.switch() (plan + engine + rebinding every torch view + carried state +
-stats), timed in Python between barriers, and once through the C++ Manager alone, timed in C++.
-Rounds alternate so both see the same machine load. Prints the median of each, their ratio, and
+grads, fp32 optimizer: ~2.5 GB of state at 8 layers). Each round switches A -> B -> A, one
+switch through Manager.switch() (plan + engine + rebinding every torch view + carried state +
+stats), timed in Python between barriers, the other through the C++ Manager alone, timed in C++.
+The two paths alternate switch by switch, so both see the same machine load. Prints the median of each, their ratio, and
 the binding's share of the very same Python call (its wall time over the native switch inside
 it, slowest rank each): that last figure is free of run-to-run noise.
 Figures come from a shared 2-core machine: the ratio is the figure, not the seconds.
@@ -59,20 +59,20 @@ def main():
         m = dynatrain.Manager(world, model, src, bucket_elems=4_000_000, param_dtype=torch.bfloat16)
         m.switch(dst), m.switch(src)  # warm the pool once: both paths then run warm
         py, cpp, native = [], [], []
-        for r in range(a.rounds):
-            order = (0, 1) if r % 2 == 0 else (1, 0)
-            for which in order:
-                if which == 0:
-                    py += [python_switch(m, dst, native), python_switch(m, src, native)]
-                else:
-                    cpp += [m._reference_switch(dst), m._reference_switch(src)]
+        for r in range(2 * a.rounds):  # switch by switch, the paths alternate; both go both ways
+            if r % 2 == 0:
+                py.append(python_switch(m, dst, native))
+                cpp.append(m._reference_switch(src))
+            else:
+                cpp.append(m._reference_switch(dst))
+                py.append(python_switch(m, src, native))
         state = world.allreduce(sum(b.numel() * b.element_size() for k in m._kinds for b in m.buffers(k)))
         share = statistics.median(p / n - 1 for p, n in zip(py, native))
         extra = statistics.median(p - n for p, n in zip(py, native))
         rows.append((src, dst, state, statistics.median(cpp), statistics.median(py), share, extra))
         del m
     if world.rank == 0:
-        print(f"binding vs C++ switch, {world.size} ranks, {a.rounds * 2} switches each way, median seconds")
+        print(f"binding vs C++ switch, {world.size} ranks, {a.rounds * 2} switches each path, median seconds")
         print("| switch (there and back) | state | C++ alone | Python | Python / C++ - 1 | binding's own time in the call | its share |")
         print("|---|---|---|---|---|---|---|")
         for src, dst, state, c, p, share, extra in rows:
