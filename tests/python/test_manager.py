@@ -10,7 +10,7 @@ from conftest import box_indices, fill_oracle, oracle_mismatches
 # Layouts visited in order; those needing more ranks than the job has are skipped.
 SCHEDULES = {
     "tiny-dense": ["tp=2,dp=2", "dp=4", "tp=4", "pp=2,dp=2,zero=0", "tp=2,pp=2,zero=3", "tp=1", "tp=2,zero=2",
-                   "dp=2,zero=3", "pp=2"],
+                   "dp=2,zero=3", "pp=2", "zero=0", "zero=3"],
     "tiny-moe": ["dp=4,ep=2", "ep=4,dp=4", "tp=2,dp=2,ep=2", "dp=2,ep=2", "tp=1"],
 }
 
@@ -148,3 +148,17 @@ def test_bad_inputs_raise_value_error(world):
         m.load("embedding.word.weight", "param", torch.zeros(64, 256))
     with pytest.raises(ValueError, match="unknown tensor 'nope' in model 'tiny-dense'"):
         m.gather("nope", "param")
+
+
+@pytest.mark.parametrize("model", ["tiny-dense", "custom"])
+def test_switch_moves_exactly_the_planned_bytes(world, model):
+    cfgs = schedule("tiny-dense", world.size)
+    model_arg = custom_model() if model == "custom" else model
+    m = dynatrain.Manager(world, model_arg, cfgs[0], bucket_elems=5000, param_dtype=torch.bfloat16)
+    for src, dst in zip(cfgs, cfgs[1:]):
+        planned = dynatrain.plan(model_arg, src, dst, bucket_elems=5000)["total"]  # bf16 weights, fp32 optimizer
+        stats = m.switch(dst)
+        assert stats["bytes_sent"] == planned["intra_node_bytes"] + planned["inter_node_bytes"], (src, dst)
+        assert stats["bytes_kept"] == planned["kept_bytes"], (src, dst)
+    assert all(t.dtype == torch.bfloat16 for t in m.tensors("grad").values())
+    assert all(t.dtype == torch.float32 for t in m.tensors("exp_avg_sq").values())
