@@ -137,6 +137,8 @@ def bind(m, lr):
     c = m.config
     if c["pp"] > 1 or c["cp"] > 1 or c["zero"] >= 2:
         raise SystemExit(f"this example runs tp, dp and zero 0/1 only, not {c['config']}")
+    if not c["active"]:  # this rank holds nothing in this layout: it waits for the next switch
+        return None, None
     params, grads = m.tensors("param"), m.tensors("grad")
     model = GPT(params, m.group("tp"))
     grad_at = {params[n].data_ptr(): grads[n] for n in params}
@@ -160,6 +162,7 @@ def train(schedule, steps, global_batch, lr):
             else torch.randn(m.global_shape(name), generator=g) * 0.02
         m.load(name, "param", full)
         m.load(name, "master", full)
+    m.register("torch_rng", torch.get_rng_state, torch.set_rng_state)  # carried by every switch
     losses, switches = [], []
     model, opt = bind(m, lr)
     for step in range(steps):
