@@ -1,11 +1,50 @@
 #include "plan/stats.h"
 
 #include <algorithm>
+#include <chrono>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "common/bytes.h"
 
 namespace dynatrain::plan {
+
+namespace {
+
+nlohmann::json totals_json(const TrafficTotals& t) {
+  return {{"kept_bytes", t.kept}, {"intra_node_bytes", t.intra_node},
+          {"inter_node_bytes", t.inter_node}, {"pieces", t.pieces}};
+}
+
+}  // namespace
+
+TimedPlans plan_timed(const Planner& planner) {
+  auto since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  TimedPlans out;
+  auto t0 = std::chrono::steady_clock::now();
+  out.plans = planner.plan_all();
+  out.plan_seconds = since(t0);
+  for (int r : {0, planner.world_size() / 2, planner.world_size() - 1}) {
+    t0 = std::chrono::steady_clock::now();
+    (void)planner.plan_rank(r);
+    out.rank_plan_seconds = std::max(out.rank_plan_seconds, since(t0));
+  }
+  return out;
+}
+
+nlohmann::json stats_json(const PlanStats& stats, const std::vector<vps::StateKind>& kinds) {
+  nlohmann::json j;
+  j["total"] = totals_json(stats.total);
+  for (auto k : kinds) j["per_kind"][vps::state_kind_name(k)] = totals_json(stats.per_kind[static_cast<int>(k)]);
+  j["messages"] = stats.messages;
+  j["max_in_bytes"] = stats.max_in;
+  j["max_out_bytes"] = stats.max_out;
+  j["lower_bound_seconds"] = stats.lower_bound_seconds;
+  return j;
+}
 
 PlanStats compute_stats(const std::vector<RankPlan>& plans,
                         const std::array<int, vps::kNumStateKinds>& elem_bytes,

@@ -6,7 +6,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "plan/plan.h"
+#include "plan/planner.h"
 #include "vps/layout.h"
 
 namespace dynatrain::plan {
@@ -39,6 +42,19 @@ PlanStats compute_stats(const std::vector<RankPlan>& plans,
                         const std::array<int, vps::kNumStateKinds>& elem_bytes,
                         const Topology& topology, const Bandwidth& bandwidth = {});
 
+// Every rank's plan with the timings `dynatrain plan` reports: the whole plan, and one rank's
+// own part (what each process computes during a real switch), the slowest of ranks 0, W/2, W-1.
+struct TimedPlans {
+  std::vector<RankPlan> plans;
+  double plan_seconds = 0, rank_plan_seconds = 0;
+};
+TimedPlans plan_timed(const Planner& planner);
+
+// The statistics as `dynatrain plan --json` writes them (and the Python binding's plan()
+// returns them): total and per_kind (one entry for each of `kinds`) as {kept_bytes,
+// intra_node_bytes, inter_node_bytes, pieces}, messages, max_in_bytes, max_out_bytes,
+// lower_bound_seconds.
+nlohmann::json stats_json(const PlanStats& stats, const std::vector<vps::StateKind>& kinds);
 // Readable multi-line summary: totals, per state kind, per-rank extremes, lower bound.
 std::string format_stats(const PlanStats& stats, const std::vector<vps::StateKind>& kinds);
 

@@ -54,11 +54,6 @@ std::uint64_t current_rss_bytes() {
   return resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
-nlohmann::json totals_json(const plan::TrafficTotals& t) {
-  return {{"kept_bytes", t.kept}, {"intra_node_bytes", t.intra_node},
-          {"inter_node_bytes", t.inter_node}, {"pieces", t.pieces}};
-}
-
 int run_plan(const PlanArgs& a) {
   // The planner's own memory: peak RSS above what the process held before planning (the
   // executable's libraries, libtorch included, are resident already).
@@ -83,16 +78,7 @@ int run_plan(const PlanArgs& a) {
   if (a.transfers_rank >= planner.world_size())
     DT_INPUT_ERROR("--transfers ", a.transfers_rank, " is not a rank; valid: 0..", planner.world_size() - 1);
 
-  t0 = std::chrono::steady_clock::now();
-  const auto plans = planner.plan_all();
-  const double plan_seconds = seconds_since(t0);
-  // One rank's own part, as each process computes it during a real switch: the slowest of a few.
-  double rank_seconds = 0;
-  for (int r : {0, planner.world_size() / 2, planner.world_size() - 1}) {
-    t0 = std::chrono::steady_clock::now();
-    (void)planner.plan_rank(r);
-    rank_seconds = std::max(rank_seconds, seconds_since(t0));
-  }
+  const auto [plans, plan_seconds, rank_seconds] = plan::plan_timed(planner);
   const auto stats = plan::compute_stats(plans, options.elem_bytes, planner.topology(), bw);
 
   std::printf("plan %s: %s (%d ranks) -> %s (%d ranks), %d GPUs per node\n", model.name.c_str(),
@@ -135,7 +121,7 @@ int run_plan(const PlanArgs& a) {
     }
   }
   if (!a.json_path.empty()) {
-    nlohmann::json j;
+    nlohmann::json j = plan::stats_json(stats, options.kinds);
     j["model"] = model.name;
     j["from"] = src.config().str();
     j["to"] = dst.config().str();
@@ -145,13 +131,6 @@ int run_plan(const PlanArgs& a) {
     j["check_seconds"] = check_seconds;
     j["check"] = check_text;
     j["planner_peak_bytes"] = planner_bytes;
-    j["total"] = totals_json(stats.total);
-    for (auto k : options.kinds)
-      j["per_kind"][vps::state_kind_name(k)] = totals_json(stats.per_kind[static_cast<int>(k)]);
-    j["messages"] = stats.messages;
-    j["max_in_bytes"] = stats.max_in;
-    j["max_out_bytes"] = stats.max_out;
-    j["lower_bound_seconds"] = stats.lower_bound_seconds;
     j["placement"] = a.placement == "auto" || a.placement == "fixed" ? a.placement : "given";
     j["placement_processes"] = placement.dst.processes_of(dst.config().world_size());
     j["placement_seconds"] = placement_seconds;

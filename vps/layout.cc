@@ -64,6 +64,71 @@ Layout::Layout(const ModelSpec& model, ParallelConfig config, LayoutOptions opti
 
 namespace {
 
+// The checks ParallelConfig::validate_for makes against a ModelSpec, made against the caller's
+// own tensors instead; fills config.pp_layers with the even split when it was empty.
+void validate_custom(std::vector<TensorSpec>& tensors, const ModelSpec& model, ParallelConfig& c) {
+  if (tensors.empty()) DT_INPUT_ERROR("model '", model.name, "' has no tensors");
+  if (model.layers < 1) DT_INPUT_ERROR("model '", model.name, "': layers=", model.layers, " must be at least 1");
+  bool any_expert = false;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    TensorSpec& t = tensors[i];
+    t.id = static_cast<std::uint32_t>(i);
+    const int ndim = static_cast<int>(t.shape.size());
+    if (ndim < 1 || ndim > kMaxDims)
+      DT_INPUT_ERROR("tensor '", t.name, "' has ", ndim, " dimensions; valid: 1..", kMaxDims);
+    for (auto e : t.shape)
+      if (e < 1) DT_INPUT_ERROR("tensor '", t.name, "' has a dimension of size ", e, "; sizes must be positive");
+    if (t.stage == Stage::kLayer && (t.layer < 0 || t.layer >= model.layers))
+      DT_INPUT_ERROR("tensor '", t.name, "': layer ", t.layer, " is outside 0..", model.layers - 1);
+    const int parts = t.expert ? c.etp : c.tp;
+    const char* key = t.expert ? "etp" : "tp";
+    if (t.split == TpSplit::kQkv)
+      DT_INPUT_ERROR("tensor '", t.name, "': the fused-QKV split is for built-in models; valid splits: replicated, dim, vocab");
+    if (t.split == TpSplit::kDim) {
+      if (t.split_dim >= ndim)
+        DT_INPUT_ERROR("tensor '", t.name, "': split dim ", int(t.split_dim), " is not below its ", ndim, " dimensions");
+      if (t.shape[t.split_dim] % parts != 0)
+        DT_INPUT_ERROR(key, "=", parts, " does not divide dim ", int(t.split_dim), " (", t.shape[t.split_dim],
+                       ") of tensor '", t.name, "'");
+    }
+    if (t.expert) {
+      any_expert = true;
+      if (t.shape[0] % c.ep != 0)
+        DT_INPUT_ERROR("ep=", c.ep, " does not divide the ", t.shape[0], " experts (dim 0) of tensor '", t.name, "'");
+    }
+  }
+  if (!any_expert && (c.ep != 1 || c.etp != 1))
+    DT_INPUT_ERROR("ep=", c.ep, ", etp=", c.etp, ": model '", model.name, "' has no expert tensors; valid: ep=1, etp=1");
+  if ((c.tp * c.cp * c.dp) % (c.etp * c.ep) != 0)
+    DT_INPUT_ERROR("ep*etp=", c.ep * c.etp, " does not divide tp*cp*dp=", c.tp * c.cp * c.dp);
+  if (c.pp > model.layers)
+    DT_INPUT_ERROR("pp=", c.pp, " exceeds the model's ", model.layers, " layers; valid pp: 1..", model.layers);
+  if (c.pp_layers.empty()) {
+    if (model.layers % c.pp != 0)
+      DT_INPUT_ERROR("pp=", c.pp, " does not divide ", model.layers, " layers; give uneven stages with pp_layers=N/N/..., one count per stage");
+    c.pp_layers.assign(c.pp, model.layers / c.pp);
+  }
+  std::int64_t sum = 0;
+  for (auto n : c.pp_layers) {
+    if (n < 1) DT_INPUT_ERROR("pp_layers: every stage needs at least one layer, got ", n);
+    sum += n;
+  }
+  if (sum != model.layers) DT_INPUT_ERROR("pp_layers sum to ", sum, " but the model has ", model.layers, " layers");
+}
+
+}  // namespace
+
+Layout::Layout(std::vector<TensorSpec> tensors, const ModelSpec& model, ParallelConfig config,
+               LayoutOptions options)
+    : model_(model), config_(std::move(config)), options_(std::move(options)),
+      tensors_(std::move(tensors)), shard_cache_(std::make_shared<ShardCache>()) {
+  validate_custom(tensors_, model_, config_);
+  if (options_.bucket_elems <= 0)
+    DT_INPUT_ERROR("bucket size ", options_.bucket_elems, " must be positive");
+}
+
+namespace {
+
 std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 
 // The boxes a rank holds of tensor `t` (stored one after another) and its local shape.

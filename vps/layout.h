@@ -92,6 +92,15 @@ struct LocalShard {
 class Layout {
  public:
   Layout(const ModelSpec& model, ParallelConfig config, LayoutOptions options = {});
+  // A layout of the caller's own logical tensors instead of build_tensors(model) (the Python
+  // binding's user models). Of `model` only these fields are read: name (plans pair layouts by
+  // it), layers (the pipeline split; every kLayer tensor's layer must lie in [0, layers)) and
+  // vocab_divisible_by (kVocab padding). Tensor ids are reassigned to list positions. Throws
+  // InputError naming the tensor when a split does not divide its dimension (TpSplit kDim and
+  // kVocab, and dim 0 of expert tensors over ep, are supported; kQkv is not), and for configs
+  // the tensors cannot take (pp above the layers, ep > 1 without expert tensors).
+  Layout(std::vector<TensorSpec> tensors, const ModelSpec& model, ParallelConfig config,
+         LayoutOptions options = {});
 
   const ModelSpec& model() const { return model_; }
   const ParallelConfig& config() const { return config_; }

@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "common/error.h"
 #include "vps/layout.h"
 
 namespace dynatrain::vps {
@@ -113,6 +114,66 @@ TEST(Layout, TiedEmbeddingLivesOnFirstAndLastStage) {
 
 TEST(Layout, ZeroThreeShardsEveryKind) {
   expect_exact_holders(model_from_name("tiny-dense"), "tp=2,pp=2,dp=2,zero=3", 777);
+}
+
+
+// A user's own tensor list (the Python binding's models): the same holder rules apply.
+std::vector<TensorSpec> custom_tensors(int layers) {
+  std::vector<TensorSpec> t;
+  auto add = [&](std::string name, std::vector<std::int64_t> shape, TpSplit split, int dim, Stage stage,
+                 std::int64_t layer) {
+    // id 99: reassigned by the layout.
+    t.push_back({99, std::move(name), std::move(shape), split, static_cast<std::uint8_t>(dim), false, stage, layer});
+  };
+  add("embed", {100, 16}, TpSplit::kVocab, 0, Stage::kPre, -1);
+  for (int l = 0; l < layers; ++l) {
+    add("l" + std::to_string(l) + ".norm", {16}, TpSplit::kReplicated, 0, Stage::kLayer, l);
+    add("l" + std::to_string(l) + ".up", {32, 16}, TpSplit::kDim, 0, Stage::kLayer, l);
+    add("l" + std::to_string(l) + ".down", {16, 32}, TpSplit::kDim, 1, Stage::kLayer, l);
+  }
+  add("head", {100, 16}, TpSplit::kReplicated, 0, Stage::kPost, -1);
+  return t;
+}
+
+TEST(Layout, CustomTensorsCoverEveryElement) {
+  ModelSpec model;
+  model.name = "custom";
+  model.layers = 4;
+  model.vocab_divisible_by = 8;
+  for (const char* cfg : {"tp=2,pp=2,dp=2,zero=1", "tp=4,dp=2,zero=0", "pp=4,zero=3"}) {
+    Layout layout(custom_tensors(4), model, ParallelConfig::parse(cfg), LayoutOptions{.bucket_elems = 500});
+    ASSERT_EQ(layout.tensors()[3].id, 3u);
+    auto counts = holder_counts(layout);
+    ASSERT_EQ(counts.size(), layout.tensors().size() * kNumStateKinds) << cfg;
+    for (const auto& [key, c] : counts) {
+      const auto& t = layout.tensors()[key.first];
+      const int want = expected_holders(layout, t, static_cast<StateKind>(key.second));
+      for (std::size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c[i], want) << t.name << " element " << i << " in " << cfg;
+    }
+  }
+}
+
+TEST(Layout, CustomTensorsRejectSplitsThatDoNotDivide) {
+  ModelSpec model;
+  model.name = "custom";
+  model.layers = 4;
+  auto message = [&](std::vector<TensorSpec> tensors, const char* cfg) -> std::string {
+    try {
+      Layout(std::move(tensors), model, ParallelConfig::parse(cfg));
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(message(custom_tensors(4), "tp=3"), "tp=3 does not divide dim 0 (32) of tensor 'l0.up'");
+  EXPECT_EQ(message(custom_tensors(4), "pp=8"), "pp=8 exceeds the model's 4 layers; valid pp: 1..4");
+  EXPECT_EQ(message(custom_tensors(4), "dp=2,ep=2"),
+            "ep=2, etp=1: model 'custom' has no expert tensors; valid: ep=1, etp=1");
+  EXPECT_EQ(message(custom_tensors(5), "dp=1"), "tensor 'l4.norm': layer 4 is outside 0..3");
+  auto qkv = custom_tensors(4);
+  qkv[1].split = TpSplit::kQkv;
+  EXPECT_NE(message(qkv, "dp=1").find("fused-QKV"), std::string::npos);
+  EXPECT_EQ(message({}, "dp=1"), "model 'custom' has no tensors");
 }
 
 }  // namespace

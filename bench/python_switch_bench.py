@@ -1,0 +1,85 @@
+"""Switch overhead of the Python binding vs the same switch driven from C++ alone.
+
+    PYTHONPATH=build/python mpirun -np 4 python3 bench/python_switch_bench.py [--layers 8] [--rounds 5]
+
+One process, one manager, one model (the transition benchmark's dense model, bf16 weights and
+grads, fp32 optimizer: ~2.5 GB of state at 8 layers). Each round switches A -> B -> A, one
+switch through Manager.switch() (plan + engine + rebinding every torch view + carried state +
+stats), timed in Python between barriers, the other through the C++ Manager alone, timed in C++.
+The two paths alternate switch by switch, so both see the same machine load. Prints the median of each, their ratio, and
+the binding's share of the very same Python call (its wall time over the native switch inside
+it, slowest rank each): that last figure is free of run-to-run noise.
+Figures come from a shared 2-core machine: the ratio is the figure, not the seconds.
+"""
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+from mpi4py import MPI
+
+import dynatrain
+
+
+def bench_model(layers: int) -> str:
+    config = {"hidden_size": 1024, "num_hidden_layers": layers, "num_attention_heads": 16, "num_key_value_heads": 8,
+              "head_dim": 64, "intermediate_size": 2816, "vocab_size": 16000, "tie_word_embeddings": False}
+    path = None
+    if MPI.COMM_WORLD.rank == 0:
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(config, f)
+            path = f.name
+    return MPI.COMM_WORLD.bcast(path, root=0)
+
+
+def python_switch(m, cfg, inside):
+    """Seconds of Manager.switch() (slowest rank); appends to `inside` the native part of the
+    same call, so pause / native - 1 is the binding's own share of that very switch."""
+    MPI.COMM_WORLD.Barrier()
+    t0 = time.perf_counter()
+    stats = m.switch(cfg)
+    inside.append(stats["seconds"])
+    return MPI.COMM_WORLD.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--pairs", default="tp=2,dp=2>tp=4;pp=2,dp=2>dp=4", help="A>B;... switched A->B->A")
+    a = ap.parse_args()
+    world = MPI.COMM_WORLD
+    model = bench_model(a.layers)
+    rows = []
+    for pair in a.pairs.split(";"):
+        src, dst = pair.split(">")
+        m = dynatrain.Manager(world, model, src, bucket_elems=4_000_000, param_dtype=torch.bfloat16)
+        m.switch(dst), m.switch(src)  # warm the pool once: both paths then run warm
+        py, cpp, native = [], [], []
+        for r in range(2 * a.rounds):  # switch by switch, the paths alternate; both go both ways
+            if r % 2 == 0:
+                py.append(python_switch(m, dst, native))
+                cpp.append(m._reference_switch(src))
+            else:
+                cpp.append(m._reference_switch(dst))
+                py.append(python_switch(m, src, native))
+        state = world.allreduce(sum(b.numel() * b.element_size() for k in m._kinds for b in m.buffers(k)))
+        share = statistics.median(p / n - 1 for p, n in zip(py, native))
+        extra = statistics.median(p - n for p, n in zip(py, native))
+        rows.append((src, dst, state, statistics.median(cpp), statistics.median(py), share, extra))
+        del m
+    if world.rank == 0:
+        print(f"binding vs C++ switch, {world.size} ranks, {a.rounds * 2} switches each path, median seconds")
+        print("| switch (there and back) | state | C++ alone | Python | Python / C++ - 1 | binding's own time in the call | its share |")
+        print("|---|---|---|---|---|---|---|")
+        for src, dst, state, c, p, share, extra in rows:
+            print(f"| `{src}` <-> `{dst}` | {state / 1e9:.2f} GB | {c:.3f} s | {p:.3f} s | {100 * (p / c - 1):+.1f} % "
+                  f"| {extra * 1e3:.1f} ms | {100 * share:+.2f} % |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

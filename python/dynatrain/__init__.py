@@ -1,0 +1,309 @@
+"""DynaTrain from Python: switch the parallel layout of a PyTorch training job in memory.
+
+    import dynatrain
+    stats = dynatrain.plan("llama2-70b", "tp=8,pp=4,dp=4", "tp=4,pp=8,dp=4")   # dict, like `dynatrain plan --json`
+    m = dynatrain.Manager(MPI.COMM_WORLD, "tiny-dense", "tp=2,dp=2")         # collective
+    w = m.tensors("param")            # name -> torch tensor viewing this rank's shard (no copy)
+    m.group("dp")                     # mpi4py communicator of this rank's data-parallel group
+    stats = m.switch("dp=4")          # collective: moves every state kind; re-read m.tensors()
+
+Tensors handed out view the manager's memory and are invalid after switch(): re-read them.
+Errors from the library keep its one-line messages: ValueError for bad input, CommError when a
+transport fails, InternalError for a broken invariant. docs/python.md has the whole API.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import _native
+from ._native import CommError, InternalError
+
+__all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "CommError", "InternalError"]
+
+KINDS = ("param", "grad", "master", "exp_avg", "exp_avg_sq")
+GROUPS = ("tp", "cp", "dp", "dp_cp", "pp", "ep", "etp", "edp")
+_DTYPES = {4: torch.float32, 2: torch.bfloat16}
+
+
+@dataclass
+class Tensor:
+    """One logical tensor of a user's model, unsharded, with how tensor parallelism splits it.
+
+    split: "replicated" (every tp rank holds all of it), "dim" (evenly along `dim`), or "vocab"
+    (dim 0, padded to a multiple of vocab_divisible_by * tp; padding rows exist only locally).
+    stage: "pre" (first pipeline stage), "layer" (the stage holding `layer`), "post" (last stage).
+    expert: dim 0 is the expert index, split over ep; `split` then applies with etp.
+    also_on_last_stage: a "pre" tensor the last stage holds too (tied output embedding, pp > 1).
+    """
+    name: str
+    shape: Sequence[int]
+    split: str = "replicated"
+    dim: int = 0
+    stage: str = "layer"
+    layer: int = -1
+    expert: bool = False
+    also_on_last_stage: bool = False
+
+
+@dataclass
+class Model:
+    """A user's model for the VPS: its logical tensors in model order and its layer count."""
+    tensors: List[Tensor]
+    layers: int
+    name: str = "custom"
+    vocab_divisible_by: int = 128
+
+
+ModelArg = Any  # a preset name, a Hugging Face config.json path, or a Model
+
+
+def _model_arg(model: ModelArg):
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model)
+    if isinstance(model, Model):
+        return model
+    raise TypeError(f"model must be a preset name, a config.json path or a dynatrain.Model; got {type(model).__name__}")
+
+
+def presets() -> List[str]:
+    """The built-in model names (`dynatrain plan --model`)."""
+    return list(_native.preset_names())
+
+
+def plan(model: ModelArg, from_cfg: str, to_cfg: str, gpus_per_node: int = 8, *, states: str = "all",
+         check: bool = False, bucket_elems: int = 40_000_000, intra_bw: float = 150,
+         inter_bw: float = 25) -> Dict[str, Any]:
+    """The statistics of switching `model` from `from_cfg` to `to_cfg`: the fields of
+    `dynatrain plan --json` (total and per_kind bytes, messages, max_in_bytes, max_out_bytes,
+    lower_bound_seconds, plan_seconds, rank_plan_seconds, check, check_seconds). Pure
+    computation, no communicator; bandwidths in GB/s per rank."""
+    return json.loads(_native.plan(_model_arg(model), from_cfg, to_cfg, gpus_per_node, states, bucket_elems, check,
+                                   intra_bw, inter_bw))
+
+
+def check(model: ModelArg, from_cfg: str, to_cfg: str, gpus_per_node: int = 8, *, states: str = "all",
+          bucket_elems: int = 40_000_000) -> Tuple[bool, str]:
+    """Proves exact cover of the switch's plan: (True, "ok") or (False, first violated element)."""
+    result = plan(model, from_cfg, to_cfg, gpus_per_node, states=states, check=True, bucket_elems=bucket_elems)
+    return result["check"] == "ok", result["check"]
+
+
+class Manager:
+    """This rank's training state in the Virtual Parameter Space, switchable between layouts.
+
+    Collective: every rank of `comm` (an mpi4py communicator) constructs it with equal
+    arguments, and calls switch() together. Ranks beyond a config's world size hold nothing in
+    that config (`active` is False) and take part in switches anyway.
+    """
+
+    def __init__(self, comm, model: ModelArg, config: str, *, states: str = "all",
+                 bucket_elems: int = 40_000_000, param_dtype: torch.dtype = torch.float32,
+                 mem_budget: int = 256 << 20, gpus_per_node: int = 8):
+        param_bytes = {torch.float32: 4, torch.bfloat16: 2}.get(param_dtype)
+        if param_bytes is None:
+            raise ValueError(f"param_dtype {param_dtype}; valid: torch.float32, torch.bfloat16")
+        self.comm = comm
+        self._kind_dtype = {k: param_dtype if k in ("param", "grad") else torch.float32 for k in KINDS}
+        self._native = _native.Manager(comm.py2f(), _model_arg(model), config, states, bucket_elems, param_bytes,
+                                       mem_budget, gpus_per_node)
+        self.step = 0
+        self._extra: Dict[str, Tuple[Callable[[], Any], Callable[[Any], None], bool]] = {}
+        self._group_cache: Dict[str, Dict[str, Any]] = {}
+        self._bind()
+
+    # ---- the current layout ----
+    @property
+    def config(self) -> Dict[str, Any]:
+        """Sizes and this rank's coordinates: config, world_size, active, tp, tp_rank, cp, dp, pp,
+        ep, etp, edp (each with *_rank), zero."""
+        return dict(self._config)
+
+    @property
+    def active(self) -> bool:
+        return self._config["active"]
+
+    @property
+    def names(self) -> List[str]:
+        """Every logical tensor's name, in model order."""
+        return list(self._names)
+
+    def global_shape(self, name: str) -> Tuple[int, ...]:
+        if name not in self._ids:
+            raise ValueError(f"unknown tensor '{name}' in model '{self._native.model_name()}'")
+        return tuple(self._shapes[self._ids[name]])
+
+    def tensors(self, kind: str = "param") -> Dict[str, torch.Tensor]:
+        """name -> this rank's piece of that tensor for state `kind`, viewing the manager's memory.
+        Unsharded kinds: the local shard in its local shape (vocab padding rows included).
+        ZeRO-sharded kinds: the 1-D part of the flattened local shard in this rank's ZeRO shard
+        (elements shard_slice(name, kind) of it; possibly empty). Only tensors this rank holds."""
+        return dict(self._tensors[self._check_kind(kind)])
+
+    def shard_slice(self, name: str, kind: str) -> Tuple[int, int]:
+        """(start, stop) of tensors(kind)[name] in the flattened local shard (all of it when unsharded)."""
+        return self._slices[self._check_kind(kind)][name]
+
+    def buffers(self, kind: str = "param") -> List[torch.Tensor]:
+        """This rank's flat buffers of `kind`, one per bucket (dense buckets first), as 1-D tensors.
+        buffers(k)[i] holds elements [shard_lo, shard_hi) of bucket i when k is ZeRO-sharded, the
+        whole bucket otherwise (buckets()[i])."""
+        return list(self._buffers[self._check_kind(kind)])
+
+    @property
+    def buckets(self) -> List[Dict[str, Any]]:
+        """Per bucket: expert, bucket, bucket_numel, shard_lo, shard_hi, buffers (kind -> id)."""
+        return list(self._buckets)
+
+    def group(self, name: str):
+        """This rank's mpi4py communicator for `name` (tp, cp, dp, dp_cp, pp, ep, etp, edp) in the
+        current config; None on ranks outside it. dp_cp is the dense ZeRO group, edp the expert one."""
+        if name not in GROUPS:
+            raise ValueError(f"unknown group '{name}'; valid: {', '.join(GROUPS)}")
+        return self._groups[name]
+
+    # ---- extra per-job state carried across switches ----
+    def register(self, name: str, get: Callable[[], Any], set: Callable[[Any], None], *, per_rank: bool = False) -> None:
+        """State outside the VPS that a switch must carry (RNG, scheduler, data position). At each
+        switch get() runs and set() receives, on every rank: rank 0's value (default; ranks that
+        join a layout receive it), or with per_rank=True the list of every rank's value indexed by
+        rank, so each rank can take the one its new role needs (e.g. per-tp-rank RNG streams).
+        Values must pickle. `step` is carried like a default one."""
+        if name in self._extra:
+            raise ValueError(f"extra state '{name}' is already registered")
+        self._extra[name] = (get, set, per_rank)
+
+    # ---- switching ----
+    def switch(self, to_cfg: str) -> Dict[str, Any]:
+        """Collective: moves every state kind to layout `to_cfg` in memory and rebinds.
+        Returns max-over-ranks times (seconds: the native switch; plan_seconds; engine_seconds;
+        pause_seconds: everything including rebinding and groups) and bytes (bytes_sent,
+        max_rank_bytes_received, bytes_kept, messages, peak_bytes, max_src_bytes, max_dst_bytes).
+        Tensors from before are invalid afterwards: re-read tensors()/buffers()."""
+        from mpi4py import MPI
+        t0 = time.perf_counter()
+        self._drop_views()
+        try:
+            stats = self._native.switch(to_cfg)
+        except ValueError:
+            self._bind()  # bad input is rejected on every rank before anything moves
+            raise
+        t1 = time.perf_counter()
+        job = {name: get() for name, (get, _, per_rank) in self._extra.items() if not per_rank}
+        step, job = self.comm.bcast((self.step, job) if self.comm.rank == 0 else None, root=0)
+        ranks = self.comm.allgather({name: get() for name, (get, _, per_rank) in self._extra.items() if per_rank})
+        self.step = step
+        for name, (_, put, per_rank) in self._extra.items():
+            put([r[name] for r in ranks] if per_rank else job[name])
+        self._bind()
+        stats["rebind_seconds"] = self.comm.allreduce(time.perf_counter() - t1, op=MPI.MAX)
+        stats["pause_seconds"] = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        stats["config"] = self._config["config"]
+        return stats
+
+    def _reference_switch(self, to_cfg: str) -> float:
+        """Benchmark only: the same switch timed inside C++ (bench/python_switch_bench.py)."""
+        self._drop_views()
+        seconds = self._native.timed_switch(to_cfg)
+        self._bind()
+        return seconds
+
+    # ---- whole tensors (collective; for tests, initialisation and checks) ----
+    def segments(self, kind: str) -> List[Tuple[str, torch.Tensor, Tuple[int, ...], Tuple[int, ...]]]:
+        """(name, flat view, lo, hi) for every box of `kind` this rank holds: the view holds box
+        [lo, hi) of the global tensor, row-major."""
+        self._check_kind(kind)
+        out = []
+        for tensor, k, buf, offset, lo, hi in self._native.segments():
+            if k != kind:
+                continue
+            numel = 1
+            for a, b in zip(lo, hi):
+                numel *= b - a
+            out.append((self._names[tensor], self._flat[buf][offset:offset + numel], tuple(lo), tuple(hi)))
+        return out
+
+    def load(self, name: str, kind: str, full: torch.Tensor) -> None:
+        """Writes this rank's elements of (name, kind) from the full global tensor `full` (local)."""
+        if tuple(full.shape) != self.global_shape(name):
+            raise ValueError(f"tensor '{name}' has global shape {self.global_shape(name)}, got {tuple(full.shape)}")
+        for seg_name, view, lo, hi in self.segments(kind):
+            if seg_name == name:
+                view.copy_(full[tuple(slice(a, b) for a, b in zip(lo, hi))].reshape(-1))
+
+    def gather(self, name: str, kind: str) -> torch.Tensor:
+        """Collective over the whole communicator: the full global tensor (name, kind) on every
+        rank, assembled from the holders' boxes (replicas must agree: ValueError otherwise)."""
+        mine = [(lo, hi, view.clone()) for n, view, lo, hi in self.segments(kind) if n == name]
+        dtype = self._dtype_of(kind)
+        full = torch.zeros(self.global_shape(name), dtype=dtype)
+        seen = torch.zeros(self.global_shape(name), dtype=torch.bool)
+        for pieces in self.comm.allgather(mine):
+            for lo, hi, data in pieces:
+                box = tuple(slice(a, b) for a, b in zip(lo, hi))
+                data = data.view([b - a for a, b in zip(lo, hi)])
+                if bool(seen[box].any()) and not torch.equal(full[box][seen[box]], data[seen[box]]):
+                    raise ValueError(f"replicas of '{name}' ({kind}) disagree")
+                full[box] = data
+                seen[box] = True
+        if not bool(seen.all()):
+            raise InternalError(f"no rank holds part of '{name}' ({kind})")
+        return full
+
+    def pool_stats(self) -> Dict[str, int]:
+        """The manager's memory pool on this rank: live_bytes, reserved_bytes, fresh_bytes."""
+        return dict(self._native.pool_stats())
+
+    # ---- internals ----
+    def _check_kind(self, kind: str) -> str:
+        if kind not in self._kinds:
+            raise ValueError(f"unknown state kind '{kind}'; this manager holds: {', '.join(self._kinds)}")
+        return kind
+
+    def _dtype_of(self, kind: str) -> torch.dtype:
+        return self._kind_dtype[kind]
+
+    def _drop_views(self) -> None:
+        self._flat = []
+        self._tensors, self._slices, self._buffers = {}, {}, {}
+
+    def _bind(self) -> None:
+        """(Re)builds every view from the native layout: no copies, only tensor headers."""
+        n = self._native
+        self._config = dict(n.config())
+        self._names = list(n.tensor_names())
+        self._ids = {name: i for i, name in enumerate(self._names)}
+        self._shapes = n.tensor_shapes()
+        self._kinds = list(n.kinds())
+        self._flat = []
+        self._buffers = {k: [] for k in self._kinds}
+        for view, kind, elem, numel in n.buffers():
+            dtype = _DTYPES[elem]
+            flat = torch.frombuffer(view, dtype=dtype) if view is not None else torch.empty(0, dtype=dtype)
+            self._flat.append(flat)
+            self._buffers[kind].append(flat)
+        self._tensors = {k: {} for k in self._kinds}
+        self._slices = {k: {} for k in self._kinds}
+        for tensor, kind, buf, offset, length, start, sharded, shape in n.views():
+            name = self._names[tensor]
+            piece = self._flat[buf][offset:offset + length]
+            self._tensors[kind][name] = piece if sharded else piece.view(shape)
+            self._slices[kind][name] = (start, start + length)
+        self._buckets = [dict(b) for b in n.buckets()]
+        self._groups = self._groups_for(self._config["config"])
+
+    def _groups_for(self, config: str) -> Dict[str, Any]:
+        """mpi4py sub-communicators of the current config, split once per config (collective)."""
+        if config not in self._group_cache:
+            from mpi4py import MPI
+            groups = {}
+            for name, (color, key) in self._native.group_colors().items():
+                sub = self.comm.Split(color if color >= 0 else MPI.UNDEFINED, key)
+                groups[name] = None if sub == MPI.COMM_NULL else sub
+            self._group_cache[config] = groups
+        return self._group_cache[config]

@@ -1,0 +1,175 @@
+#include "python/manager.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "common/error.h"
+#include "plan/planner.h"
+
+namespace dynatrain::python {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::size_t bytes_of(const vps::LocalBuffer& b, const vps::LayoutOptions& o) {
+  return static_cast<std::size_t>(b.numel) * o.elem_bytes[static_cast<int>(b.kind)];
+}
+
+}  // namespace
+
+void require_world(const vps::Layout& layout, int job_size) {
+  if (layout.config().world_size() > job_size)
+    DT_INPUT_ERROR("config ", layout.config().str(), " needs ", layout.config().world_size(),
+                   " ranks but the communicator has ", job_size);
+}
+
+LayoutFactory model_layouts(vps::ModelSpec model, vps::LayoutOptions options) {
+  return [model = std::move(model), options = std::move(options)](const vps::ParallelConfig& c) {
+    return vps::Layout(model, c, options);
+  };
+}
+
+LayoutFactory tensor_list_layouts(std::vector<vps::TensorSpec> tensors, vps::ModelSpec model,
+                                  vps::LayoutOptions options) {
+  return [tensors = std::move(tensors), model = std::move(model),
+          options = std::move(options)](const vps::ParallelConfig& c) {
+    return vps::Layout(tensors, model, c, options);
+  };
+}
+
+Manager::Manager(std::unique_ptr<comm::Transport> world, LayoutFactory layouts,
+                 const vps::ParallelConfig& config, exec::TransitionOptions options)
+    : world_(std::move(world)), layouts_(std::move(layouts)), options_(options),
+      layout_(std::make_unique<vps::Layout>(layouts_(config))) {
+  require_world(*layout_, world_->size());
+  rank_layout_ = layout_->rank_layout(world_->rank());
+  allocate_zeroed();
+}
+
+Manager::~Manager() { release_all(); }
+
+std::size_t Manager::buffer_bytes(std::size_t i) const {
+  return bytes_of(rank_layout_.buffers.at(i), layout_->options());
+}
+
+void Manager::allocate_zeroed() {
+  buffers_.assign(rank_layout_.buffers.size(), nullptr);
+  for (std::size_t i = 0; i < buffers_.size(); ++i) {
+    const std::size_t n = buffer_bytes(i);
+    if (n == 0) continue;
+    buffers_[i] = pool_.allocate(n);
+    std::memset(buffers_[i], 0, n);
+  }
+}
+
+void Manager::release_all() {
+  for (std::size_t i = 0; i < buffers_.size(); ++i)
+    if (buffers_[i]) pool_.release(buffers_[i], buffer_bytes(i));
+  buffers_.clear();
+}
+
+SwitchStats Manager::switch_to(const vps::ParallelConfig& to) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto next = std::make_unique<vps::Layout>(layouts_(to));
+  require_world(*next, world_->size());
+  const plan::Planner planner(*layout_, *next, options_.topology);
+  const int me = world_->rank();
+  const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
+  vps::RankLayout dst_layout = next->rank_layout(me);
+  const double plan_s = seconds_since(t0);
+
+  std::vector<std::byte*> dst(dst_layout.buffers.size(), nullptr);
+  const exec::TransitionStats ts = exec::run_transition(plan, rank_layout_, buffers_, dst_layout, dst,
+                                                        layout_->options().elem_bytes, *world_, pool_, options_);
+  for (std::size_t i = 0; i < dst.size(); ++i)
+    DT_CHECK(dst[i] != nullptr || dst_layout.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
+  layout_ = std::move(next);
+  rank_layout_ = std::move(dst_layout);
+  buffers_ = std::move(dst);
+
+  struct Mine {
+    double plan_s, engine_s, total_s;
+    std::uint64_t sent, received, kept, messages, peak, src, dst;
+  };
+  const Mine mine{plan_s, ts.seconds, seconds_since(t0), ts.bytes_sent, ts.bytes_received, ts.bytes_kept,
+                  ts.messages, ts.peak_bytes, ts.src_bytes, ts.dst_bytes};
+  SwitchStats st;
+  for (const Mine& m : comm::all_gather_values(*world_, mine)) {
+    st.plan_seconds = std::max(st.plan_seconds, m.plan_s);
+    st.engine_seconds = std::max(st.engine_seconds, m.engine_s);
+    st.pause_seconds = std::max(st.pause_seconds, m.total_s);
+    st.bytes_sent += m.sent;
+    st.max_rank_bytes_received = std::max(st.max_rank_bytes_received, m.received);
+    st.bytes_kept += m.kept;
+    st.messages += m.messages;
+    st.peak_bytes = std::max(st.peak_bytes, m.peak);
+    st.max_src_bytes = std::max(st.max_src_bytes, m.src);
+    st.max_dst_bytes = std::max(st.max_dst_bytes, m.dst);
+  }
+  return st;
+}
+
+std::vector<BucketInfo> Manager::buckets() const {
+  const auto& c = layout_->config();
+  const vps::RankCoords rc = vps::rank_coords(c, world_->rank());
+  std::map<std::pair<bool, std::int32_t>, BucketInfo> by_key;
+  for (const auto& b : rank_layout_.buffers) {
+    BucketInfo& info = by_key[{b.expert_group, b.bucket}];
+    info.expert = b.expert_group;
+    info.bucket = b.bucket;
+    info.buffers.resize(vps::kNumStateKinds, -1);
+    info.buffers[static_cast<int>(b.kind)] = b.id;
+    const std::int64_t count = b.expert_group ? c.edp() : c.dp * c.cp;
+    const bool sharded = vps::is_sharded(b.kind, c.zero);
+    info.bucket_numel = sharded ? b.numel * count : b.numel;
+    if (c.zero >= 1) {
+      info.shard_lo = (b.expert_group ? rc.edp : rc.dense_shard) * (info.bucket_numel / count);
+      info.shard_hi = info.shard_lo + info.bucket_numel / count;
+    } else {
+      info.shard_hi = info.bucket_numel;
+    }
+  }
+  std::vector<BucketInfo> out;
+  for (auto& [key, info] : by_key) out.push_back(std::move(info));  // dense first: false < true
+  return out;
+}
+
+std::vector<TensorView> Manager::views() const {
+  const auto& c = layout_->config();
+  std::map<std::pair<bool, std::int32_t>, BucketInfo> by_key;
+  for (auto& info : buckets()) by_key[{info.expert, info.bucket}] = info;
+  std::vector<TensorView> out;
+  for (vps::StateKind kind : layout_->options().kinds) {
+    const bool sharded = vps::is_sharded(kind, c.zero);
+    for (const vps::LocalShard& s : layout_->local_shards(world_->rank())) {
+      const BucketInfo& b = by_key.at({s.expert_group, s.bucket});
+      TensorView v;
+      v.tensor = s.tensor;
+      v.kind = kind;
+      v.buffer = static_cast<std::uint32_t>(b.buffers[static_cast<int>(kind)]);
+      v.sharded = sharded;
+      v.local_shape = s.local_shape;
+      if (!sharded) {
+        v.offset = s.offset;
+        v.length = s.numel;
+      } else {
+        const std::int64_t a = std::max(b.shard_lo, s.offset), z = std::min(b.shard_hi, s.offset + s.numel);
+        if (a < z) {
+          v.offset = a - b.shard_lo;
+          v.length = z - a;
+          v.start = a - s.offset;
+        }
+      }
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
+}  // namespace dynatrain::python

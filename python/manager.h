@@ -1,0 +1,113 @@
+// The state a Python training loop switches: this rank's buffers of every state kind in one
+// layout, owned here and moved by the engine (exec/) on switch_to(). No Python and no torch in
+// this file: module.cc binds it, dynatrain/__init__.py wraps the buffers in torch tensors.
+//
+// Invariants:
+//  * buffer(i) is the memory of rank_layout().buffers[i] (nullptr for zero elements), taken
+//    from the manager's PoolAllocator, so a switch builds the new state in the memory the old
+//    one gave back. Pointers (and any tensor viewing them) are invalid after switch_to().
+//  * Every rank of the job calls the constructor and switch_to() with equal arguments
+//    (collective); ranks at or above a config's world size hold nothing in it.
+//  * Padding elements (bucket padding, vocab padding rows) are zero after construction and after
+//    every switch (the engine zeroes them), unless the caller writes them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/transport.h"
+#include "exec/engine.h"
+#include "exec/pool_allocator.h"
+#include "vps/layout.h"
+
+namespace dynatrain::python {
+
+// The layout of the manager's model in a config: a built-in or HF model, or a user tensor list
+// (the two Layout constructors). Throws InputError for a config the model cannot take.
+using LayoutFactory = std::function<vps::Layout(const vps::ParallelConfig&)>;
+LayoutFactory model_layouts(vps::ModelSpec model, vps::LayoutOptions options);
+LayoutFactory tensor_list_layouts(std::vector<vps::TensorSpec> tensors, vps::ModelSpec model,
+                                  vps::LayoutOptions options);
+
+// One switch as the user sees it: max over ranks of each time, sums and maxima of bytes.
+struct SwitchStats {
+  double pause_seconds = 0;     // whole switch_to() on the slowest rank (plan + engine)
+  double plan_seconds = 0;      // this rank's plan, slowest rank
+  double engine_seconds = 0;    // run_transition, slowest rank
+  std::uint64_t bytes_sent = 0;           // summed over ranks
+  std::uint64_t max_rank_bytes_received = 0;
+  std::uint64_t bytes_kept = 0;           // summed over ranks
+  std::uint64_t messages = 0;             // summed over ranks
+  std::uint64_t peak_bytes = 0;           // max over ranks, engine-accounted
+  std::uint64_t max_src_bytes = 0, max_dst_bytes = 0;
+};
+
+// Where a local tensor's piece lives for one state kind: `length` elements at `offset` in buffer
+// `buffer`. For unsharded kinds the whole local tensor (shape `local_shape`, padding included,
+// start 0); for ZeRO-sharded kinds the part of the flattened local tensor in this rank's shard,
+// elements [start, start + length) of it (length may be 0).
+struct TensorView {
+  std::uint32_t tensor = 0;
+  vps::StateKind kind = vps::StateKind::kParam;
+  std::uint32_t buffer = 0;
+  std::int64_t offset = 0, length = 0, start = 0;
+  bool sharded = false;
+  std::vector<std::int64_t> local_shape;
+};
+
+// One bucket of this rank (dense buckets first, then expert ones): its ZeRO shard is elements
+// [shard_lo, shard_hi) of the padded bucket of `bucket_numel` elements, taken over the dp x cp
+// group (dense) or the edp group (expert). buffers[k] is the buffer id of kind k, -1 if absent.
+struct BucketInfo {
+  bool expert = false;
+  std::int32_t bucket = 0;
+  std::int64_t bucket_numel = 0, shard_lo = 0, shard_hi = 0;
+  std::vector<std::int64_t> buffers;  // indexed by StateKind
+};
+
+class Manager {
+ public:
+  // Collective. `config`'s world size must not exceed world->size() (InputError otherwise).
+  // Allocates and zeroes this rank's buffers.
+  Manager(std::unique_ptr<comm::Transport> world, LayoutFactory layouts,
+          const vps::ParallelConfig& config, exec::TransitionOptions options = {});
+  ~Manager();
+  Manager(const Manager&) = delete;
+  Manager& operator=(const Manager&) = delete;
+
+  // Collective: moves every state kind to `to`, rebinding buffer(i). An InputError (bad
+  // config) is thrown on every rank before anything moves; the state is then unchanged.
+  SwitchStats switch_to(const vps::ParallelConfig& to);
+
+  const vps::Layout& layout() const { return *layout_; }
+  const vps::RankLayout& rank_layout() const { return rank_layout_; }
+  std::byte* buffer(std::size_t i) const { return buffers_.at(i); }
+  std::size_t buffer_bytes(std::size_t i) const;
+  int rank() const { return world_->rank(); }
+  int size() const { return world_->size(); }
+  comm::Transport& world() { return *world_; }
+  const exec::PoolAllocator& pool() const { return pool_; }
+
+  std::vector<TensorView> views() const;
+  std::vector<BucketInfo> buckets() const;
+
+ private:
+  void allocate_zeroed();
+  void release_all();
+
+  std::unique_ptr<comm::Transport> world_;
+  LayoutFactory layouts_;
+  exec::TransitionOptions options_;
+  std::unique_ptr<vps::Layout> layout_;
+  vps::RankLayout rank_layout_;
+  exec::PoolAllocator pool_;
+  std::vector<std::byte*> buffers_;
+};
+
+// Throws InputError when `layout`'s config needs more ranks than the job has.
+void require_world(const vps::Layout& layout, int job_size);
+
+}  // namespace dynatrain::python

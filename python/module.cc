@@ -1,0 +1,315 @@
+// dynatrain._native: the pybind11 side of the Python module. Python objects in, library calls,
+// plain Python values out; dynatrain/__init__.py turns buffers into torch tensors and
+// communicator colors into mpi4py communicators. Errors: InputError -> ValueError,
+// CommError -> dynatrain.CommError (a RuntimeError), InvariantError -> dynatrain.InternalError.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "comm/mpi/mpi_transport.h"
+#include "common/error.h"
+#include "plan/checker.h"
+#include "plan/planner.h"
+#include "plan/stats.h"
+#include "python/manager.h"
+
+namespace py = pybind11;
+
+namespace dynatrain::python {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+template <typename Enum, std::size_t N>
+Enum parse_enum(const std::string& what, const std::string& tensor, const std::string& value,
+                const std::array<std::pair<const char*, Enum>, N>& names) {
+  std::string valid;
+  for (const auto& [name, e] : names) {
+    if (value == name) return e;
+    valid += valid.empty() ? name : std::string(", ") + name;
+  }
+  DT_INPUT_ERROR("tensor '", tensor, "': unknown ", what, " '", value, "'; valid: ", valid);
+}
+
+// A dynatrain.Tensor (duck-typed: name, shape, split, dim, stage, layer, expert, also_on_last_stage).
+vps::TensorSpec tensor_from_python(const py::handle& t) {
+  vps::TensorSpec s;
+  s.name = py::str(t.attr("name"));
+  s.shape = t.attr("shape").cast<std::vector<std::int64_t>>();
+  s.split = parse_enum<vps::TpSplit, 3>("split", s.name, py::str(t.attr("split")),
+                                         {{{"replicated", vps::TpSplit::kReplicated},
+                                           {"dim", vps::TpSplit::kDim},
+                                           {"vocab", vps::TpSplit::kVocab}}});
+  const int dim = t.attr("dim").cast<int>();
+  if (dim < 0 || dim >= vps::kMaxDims) DT_INPUT_ERROR("tensor '", s.name, "': split dim ", dim, " is outside 0..", vps::kMaxDims - 1);
+  s.split_dim = static_cast<std::uint8_t>(dim);
+  s.stage = parse_enum<vps::Stage, 3>("stage", s.name, py::str(t.attr("stage")),
+                                       {{{"pre", vps::Stage::kPre}, {"layer", vps::Stage::kLayer}, {"post", vps::Stage::kPost}}});
+  s.layer = t.attr("layer").cast<std::int64_t>();
+  s.expert = t.attr("expert").cast<bool>();
+  s.also_on_last_stage = t.attr("also_on_last_stage").cast<bool>();
+  return s;
+}
+
+// `model`: a preset name or config.json path (str), or a dynatrain.Model (name, layers,
+// vocab_divisible_by, tensors).
+LayoutFactory layouts_from_python(const py::object& model, const vps::LayoutOptions& options) {
+  if (py::isinstance<py::str>(model)) return model_layouts(vps::model_from_name(model.cast<std::string>()), options);
+  vps::ModelSpec spec;
+  spec.name = py::str(model.attr("name"));
+  spec.layers = model.attr("layers").cast<std::int64_t>();
+  spec.vocab_divisible_by = model.attr("vocab_divisible_by").cast<std::int64_t>();
+  if (spec.vocab_divisible_by < 1)
+    DT_INPUT_ERROR("model '", spec.name, "': vocab_divisible_by=", spec.vocab_divisible_by, " must be positive");
+  std::vector<vps::TensorSpec> tensors;
+  for (const auto& t : model.attr("tensors")) tensors.push_back(tensor_from_python(t));
+  return tensor_list_layouts(std::move(tensors), std::move(spec), options);
+}
+
+vps::LayoutOptions layout_options(const std::string& states, std::int64_t bucket_elems, int param_bytes) {
+  vps::LayoutOptions o;
+  o.kinds = vps::parse_state_kinds(states);
+  o.bucket_elems = bucket_elems;
+  if (param_bytes != 2 && param_bytes != 4)
+    DT_INPUT_ERROR("param element size ", param_bytes, " bytes; valid: 2 (bfloat16), 4 (float32)");
+  o.elem_bytes[static_cast<int>(vps::StateKind::kParam)] = param_bytes;
+  o.elem_bytes[static_cast<int>(vps::StateKind::kGrad)] = param_bytes;
+  return o;
+}
+
+// The statistics of `dynatrain plan --json` (tools/plan_command.cc), as a JSON string.
+std::string plan_json(const py::object& model, const std::string& from, const std::string& to,
+                      int gpus_per_node, const std::string& states, std::int64_t bucket_elems,
+                      bool check, double intra_gbps, double inter_gbps) {
+  const auto options = layout_options(states, bucket_elems, 2);
+  const LayoutFactory layouts = layouts_from_python(model, options);
+  const vps::Layout src = layouts(vps::ParallelConfig::parse(from));
+  const vps::Layout dst = layouts(vps::ParallelConfig::parse(to));
+  py::gil_scoped_release unlocked;
+  const plan::Planner planner(src, dst, plan::Topology{gpus_per_node});
+  const auto [plans, plan_seconds, rank_seconds] = plan::plan_timed(planner);
+  const plan::Bandwidth bw{intra_gbps * 1e9, inter_gbps * 1e9};
+  nlohmann::json j = plan::stats_json(plan::compute_stats(plans, options.elem_bytes, planner.topology(), bw), options.kinds);
+  j["model"] = src.model().name;
+  j["from"] = src.config().str();
+  j["to"] = dst.config().str();
+  j["gpus_per_node"] = gpus_per_node;
+  j["plan_seconds"] = plan_seconds;
+  j["rank_plan_seconds"] = rank_seconds;
+  j["check"] = "skipped";
+  j["check_seconds"] = 0.0;
+  if (check) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto result = plan::check_plan(src, dst, plans);
+    j["check_seconds"] = seconds_since(t0);
+    j["check"] = result.ok ? std::string("ok") : result.violation;
+  }
+  return j.dump();
+}
+
+std::unique_ptr<comm::Transport> transport_from_fortran_handle(std::int64_t handle) {
+  comm::MpiSession::init();  // MPI is up (mpi4py); checks MPI_THREAD_MULTIPLE
+  MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(handle));
+  if (comm == MPI_COMM_NULL) DT_INPUT_ERROR("the communicator is MPI.COMM_NULL");
+  return comm::MpiTransport::from_comm(comm);
+}
+
+py::dict stats_dict(const SwitchStats& s) {
+  py::dict d;
+  d["seconds"] = s.pause_seconds;
+  d["plan_seconds"] = s.plan_seconds;
+  d["engine_seconds"] = s.engine_seconds;
+  d["bytes_sent"] = s.bytes_sent;
+  d["max_rank_bytes_received"] = s.max_rank_bytes_received;
+  d["bytes_kept"] = s.bytes_kept;
+  d["messages"] = s.messages;
+  d["peak_bytes"] = s.peak_bytes;
+  d["max_src_bytes"] = s.max_src_bytes;
+  d["max_dst_bytes"] = s.max_dst_bytes;
+  return d;
+}
+
+// Sub-communicator colors and keys of this rank in the current config: name -> (color, key),
+// color -1 where the rank is outside the config. Ranks with equal colors form one group.
+py::dict group_colors(const vps::ParallelConfig& c, int rank) {
+  const vps::RankCoords r = vps::rank_coords(c, rank);
+  const int stage_ranks = c.tp * c.cp * c.dp, base = r.pp * stage_ranks;
+  const std::array<std::tuple<const char*, int, int>, 8> groups{{
+      {"tp", vps::rank_of(c, 0, r.cp, r.dp, r.pp), r.tp},
+      {"cp", vps::rank_of(c, r.tp, 0, r.dp, r.pp), r.cp},
+      {"dp", vps::rank_of(c, r.tp, r.cp, 0, r.pp), r.dp},
+      {"dp_cp", vps::rank_of(c, r.tp, 0, 0, r.pp), r.dense_shard},
+      {"pp", vps::rank_of(c, r.tp, r.cp, r.dp, 0), r.pp},
+      {"ep", base + r.etp + c.etp * c.ep * r.edp, r.ep},
+      {"etp", base + c.etp * (r.ep + c.ep * r.edp), r.etp},
+      {"edp", base + r.etp + c.etp * r.ep, r.edp},
+  }};
+  py::dict d;
+  for (const auto& [name, color, key] : groups) d[name] = py::make_tuple(r.active ? color : -1, key);
+  return d;
+}
+
+py::dict config_dict(const vps::ParallelConfig& c, int rank) {
+  const vps::RankCoords r = vps::rank_coords(c, rank);
+  py::dict d;
+  d["config"] = c.str();
+  d["world_size"] = c.world_size();
+  d["active"] = r.active;
+  for (const auto& [name, size, coord] : std::array<std::tuple<const char*, int, int>, 7>{{
+           {"tp", c.tp, r.tp}, {"cp", c.cp, r.cp}, {"dp", c.dp, r.dp}, {"pp", c.pp, r.pp},
+           {"ep", c.ep, r.ep}, {"etp", c.etp, r.etp}, {"edp", c.edp(), r.edp}}}) {
+    d[name] = size;
+    d[(std::string(name) + "_rank").c_str()] = coord;
+  }
+  d["zero"] = c.zero;
+  return d;
+}
+
+void bind_manager(py::module_& m) {
+  py::class_<Manager>(m, "Manager")
+      .def(py::init([](std::int64_t comm, const py::object& model, const std::string& config,
+                       const std::string& states, std::int64_t bucket_elems, int param_bytes,
+                       std::uint64_t mem_budget, int gpus_per_node) {
+             exec::TransitionOptions t;
+             t.mem_budget = mem_budget;
+             t.topology.gpus_per_node = gpus_per_node;
+             auto layouts = layouts_from_python(model, layout_options(states, bucket_elems, param_bytes));
+             auto first = vps::ParallelConfig::parse(config);
+             auto world = transport_from_fortran_handle(comm);
+             py::gil_scoped_release unlocked;
+             return std::make_unique<Manager>(std::move(world), std::move(layouts), first, t);
+           }),
+           py::arg("comm"), py::arg("model"), py::arg("config"), py::arg("states"),
+           py::arg("bucket_elems"), py::arg("param_bytes"), py::arg("mem_budget"), py::arg("gpus_per_node"))
+      .def("switch", [](Manager& self, const std::string& to) {
+             auto config = vps::ParallelConfig::parse(to);
+             SwitchStats s;
+             {
+               py::gil_scoped_release unlocked;
+               s = self.switch_to(config);
+             }
+             return stats_dict(s);
+           })
+      // The same switch driven from C++ alone (no Python between plan, engine and stats), timed
+      // between barriers; max over ranks. For bench/python_switch_bench.py's reference figure.
+      .def("timed_switch", [](Manager& self, const std::string& to) {
+             auto config = vps::ParallelConfig::parse(to);
+             py::gil_scoped_release unlocked;
+             self.world().barrier();
+             const auto t0 = std::chrono::steady_clock::now();
+             self.switch_to(config);
+             const double mine = seconds_since(t0);
+             double slowest = 0;
+             for (double s : comm::all_gather_values(self.world(), mine)) slowest = std::max(slowest, s);
+             return slowest;
+           })
+      .def("config", [](const Manager& self) { return config_dict(self.layout().config(), self.rank()); })
+      .def("group_colors", [](const Manager& self) { return group_colors(self.layout().config(), self.rank()); })
+      .def("model_name", [](const Manager& self) { return self.layout().model().name; })
+      .def("tensor_names", [](const Manager& self) {
+             std::vector<std::string> names;
+             for (const auto& t : self.layout().tensors()) names.push_back(t.name);
+             return names;
+           })
+      .def("tensor_shapes", [](const Manager& self) {
+             std::vector<std::vector<std::int64_t>> shapes;
+             for (const auto& t : self.layout().tensors()) shapes.push_back(t.shape);
+             return shapes;
+           })
+      .def("kinds", [](const Manager& self) {
+             std::vector<std::string> names;
+             for (auto k : self.layout().options().kinds) names.push_back(vps::state_kind_name(k));
+             return names;
+           })
+      // (memoryview or None, kind, element bytes) per buffer, in buffer id order. The views
+      // alias the manager's memory and are invalid after switch().
+      .def("buffers", [](const Manager& self) {
+             py::list out;
+             const auto& rl = self.rank_layout();
+             for (std::size_t i = 0; i < rl.buffers.size(); ++i) {
+               const auto kind = rl.buffers[i].kind;
+               const int elem = self.layout().options().elem_bytes[static_cast<int>(kind)];
+               py::object view = py::none();
+               if (self.buffer(i))
+                 view = py::memoryview::from_memory(self.buffer(i), static_cast<py::ssize_t>(self.buffer_bytes(i)));
+               out.append(py::make_tuple(view, vps::state_kind_name(kind), elem, rl.buffers[i].numel));
+             }
+             return out;
+           })
+      // (tensor id, kind, buffer, offset, length, start, sharded, local shape) per local tensor and kind.
+      .def("views", [](const Manager& self) {
+             py::list out;
+             for (const auto& v : self.views())
+               out.append(py::make_tuple(v.tensor, vps::state_kind_name(v.kind), v.buffer, v.offset, v.length,
+                                         v.start, v.sharded, v.local_shape));
+             return out;
+           })
+      .def("buckets", [](const Manager& self) {
+             py::list out;
+             for (const auto& b : self.buckets()) {
+               py::dict d;
+               d["expert"] = b.expert;
+               d["bucket"] = b.bucket;
+               d["bucket_numel"] = b.bucket_numel;
+               d["shard_lo"] = b.shard_lo;
+               d["shard_hi"] = b.shard_hi;
+               py::dict ids;
+               for (int k = 0; k < vps::kNumStateKinds; ++k)
+                 if (b.buffers[k] >= 0) ids[vps::state_kind_name(static_cast<vps::StateKind>(k))] = b.buffers[k];
+               d["buffers"] = ids;
+               out.append(d);
+             }
+             return out;
+           })
+      // (tensor id, kind, buffer, offset, lo, hi) per segment: box [lo, hi) of the tensor stored
+      // dense row-major at `offset` elements into the buffer (for content checks and gathers).
+      .def("segments", [](const Manager& self) {
+             py::list out;
+             for (const auto& b : self.rank_layout().buffers)
+               for (const auto& s : b.segments)
+                 out.append(py::make_tuple(s.tensor, vps::state_kind_name(b.kind), b.id, s.offset,
+                                           std::vector<std::int64_t>(s.box.lo.begin(), s.box.lo.begin() + s.box.ndim),
+                                           std::vector<std::int64_t>(s.box.hi.begin(), s.box.hi.begin() + s.box.ndim)));
+             return out;
+           })
+      .def("pool_stats", [](const Manager& self) {
+             py::dict d;
+             d["live_bytes"] = self.pool().live_bytes();
+             d["reserved_bytes"] = self.pool().reserved_bytes();
+             d["fresh_bytes"] = self.pool().fresh_bytes();
+             return d;
+           });
+}
+
+}  // namespace
+}  // namespace dynatrain::python
+
+PYBIND11_MODULE(_native, m) {
+  using namespace dynatrain;
+  m.doc() = "DynaTrain's native core; use the dynatrain package, not this module";
+  static py::exception<CommError> comm_error(m, "CommError", PyExc_RuntimeError);
+  static py::exception<InvariantError> internal_error(m, "InternalError", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const InputError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const CommError& e) {
+      comm_error(e.what());
+    } catch (const InvariantError& e) {
+      internal_error(e.what());
+    }
+  });
+  m.def("plan", &python::plan_json, py::arg("model"), py::arg("from_cfg"), py::arg("to_cfg"),
+        py::arg("gpus_per_node"), py::arg("states"), py::arg("bucket_elems"), py::arg("check"),
+        py::arg("intra_bw"), py::arg("inter_bw"));
+  m.def("preset_names", &vps::preset_names);
+  python::bind_manager(m);
+}
