@@ -39,4 +39,35 @@ std::size_t unpack_range(const vps::Box& piece, std::int64_t begin, std::int64_t
 std::int64_t contiguous_offset(const vps::Box& piece, std::int64_t begin, std::int64_t end,
                                const vps::Box& seg_box);
 
+// Calls fn(offset, count) for each contiguous run of the row-major elements [begin, end) of
+// `piece` in the storage of `seg_box`, in order: `offset` is the run's first element in that
+// storage, `count` its length in elements. What the copies above touch, without touching it.
+template <typename Fn>
+void for_each_run(const vps::Box& piece, std::int64_t begin, std::int64_t end,
+                  const vps::Box& seg_box, Fn&& fn) {
+  thread_local std::vector<vps::Box> boxes;
+  boxes.clear();
+  vps::flat_range_boxes(piece, begin, end, boxes);
+  for (const vps::Box& q : boxes) {
+    const int nd = q.ndim;
+    int m = nd;  // dims [m, nd) are full in the storage: folded into the run
+    while (m > 0 && q.extent(m - 1) == seg_box.extent(m - 1)) --m;
+    const int run_dim = m > 0 ? m - 1 : 0;
+    std::int64_t run = 1;
+    for (int d = run_dim; d < nd; ++d) run *= q.extent(d);
+    std::int64_t idx[vps::kMaxDims] = {0, 0, 0, 0};
+    vps::Coord c = q.lo;
+    for (;;) {
+      for (int d = 0; d < run_dim; ++d) c[d] = q.lo[d] + idx[d];
+      fn(seg_box.linear_index(c), run);
+      int d = run_dim - 1;
+      for (; d >= 0; --d) {
+        if (++idx[d] < q.extent(d)) break;
+        idx[d] = 0;
+      }
+      if (d < 0) break;
+    }
+  }
+}
+
 }  // namespace dynatrain::exec

@@ -32,6 +32,9 @@
 
 namespace dynatrain::exec {
 
+// The unit of page-wise memory (StateAllocator::commit / decommit).
+inline constexpr std::size_t kPageBytes = 4096;
+
 // Where state buffers come from and go back to. Every call is accounted by the implementation.
 class StateAllocator {
  public:
@@ -46,12 +49,34 @@ class StateAllocator {
     (void)buffer;
     return allocate(bytes);
   }
+
+  // ---- page-wise memory (optional) ----
+  // An allocator that can give back parts of a block supports these for every block of at
+  // least pagewise_min_bytes() (from allocate or reserve). The engine then releases the drained
+  // parts of large source buffers page by page and builds large destination buffers in pieces,
+  // so that a buffer larger than the budget never needs its source and destination wholly alive
+  // (exec/README.md). Offsets are multiples of kPageBytes; a range may end at the block's end.
+  // The default (no support) keeps whole-buffer behaviour: the engine never calls these.
+  virtual std::size_t pagewise_min_bytes() const { return SIZE_MAX; }
+  // Address space for `bytes`; no page is live until commit(). Released with release().
+  virtual std::byte* reserve(std::size_t bytes) { return allocate(bytes); }
+  // Makes [offset, offset + bytes) of `base` live (contents unspecified).
+  virtual void commit(std::byte* base, std::size_t offset, std::size_t bytes) {
+    (void)base, (void)offset, (void)bytes;
+  }
+  // Gives back [offset, offset + bytes) of `base`; its contents are lost and it must not be
+  // accessed again; the rest of the block stays valid.
+  virtual void decommit(std::byte* base, std::size_t offset, std::size_t bytes) {
+    (void)base, (void)offset, (void)bytes;
+  }
 };
 
 // Processing order of the waves. kAuto: every rank predicts its peak for both orders (a dry
 // run of its own schedule, no communication) and all ranks take the order whose worst rank
 // overshoots max(source, destination) the least.
-enum class WaveOrder : std::uint8_t { kAuto, kAscending, kDescending };
+// kBalanced interleaves keys from both ends (engine.cc: key_sequence) for switches where some
+// ranks build their destination at low keys and others at high keys.
+enum class WaveOrder : std::uint8_t { kAuto, kAscending, kDescending, kBalanced };
 
 struct TransitionOptions {
   std::size_t mem_budget = 256ull << 20;  // bytes: staging + wave working set (exec/README.md)
@@ -69,7 +94,10 @@ struct TransitionStats {
   std::uint64_t staging_bytes = 0;   // staging actually allocated (<= mem_budget / 2)
   std::uint64_t chunk_bytes = 0;     // chunk capacity used to cut each peer's stream
   std::uint64_t waves = 0;           // number of waves (equal on every rank)
-  bool descending = false;           // wave order taken
+  std::uint64_t granule_bytes = 0;   // unit of page-wise release / build (exec/README.md)
+  std::uint64_t pagewise_buffers = 0;  // source + destination buffers handled page-wise
+  bool descending = false;           // wave order taken was kDescending
+  std::string wave_order = "ascending";  // ascending, descending or balanced
   // Memory accounted by the engine on this rank: state buffers alive + staging.
   std::uint64_t src_bytes = 0, dst_bytes = 0;  // state before and after
   std::uint64_t peak_bytes = 0;                // measured peak

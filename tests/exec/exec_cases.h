@@ -15,6 +15,7 @@
 
 #include "comm/transport.h"
 #include "exec/engine.h"
+#include "vps/model_spec.h"
 
 namespace dynatrain::exec::cases {
 
@@ -39,6 +40,13 @@ inline void PrintTo(const TransitionCase& c, std::ostream* os) { *os << c.name()
 // least one with exactly `ranks`: `per_kind` of each of tp, pp, dp, ep, zero, grow, shrink,
 // hybrid where such a pair exists, plus a few fixed ones.
 std::vector<TransitionCase> transition_cases(int ranks, int per_kind = 1);
+
+// The same switches on "mid-dense" / "mid-moe" (tiny-* with hidden 256, vocab 2048: 4M
+// parameters) with Megatron's 40M-element buckets, so that every buffer (2-16 MiB) is larger
+// than a small `budget`: the page-wise path (exec/README.md) is what keeps the peak bounded.
+std::vector<TransitionCase> large_buffer_cases(int ranks, std::size_t budget);
+// A model name of the cases: mid-dense, mid-moe, or anything vps::model_from_name accepts.
+vps::ModelSpec case_model(const std::string& name);
 
 // Runs one case on every rank of `t` (t.size() >= c.world). Throws CaseFailure on a failure.
 TransitionStats run_case(const TransitionCase& c, comm::Transport& t);

@@ -55,6 +55,20 @@ INSTANTIATE_TEST_SUITE_P(Random, InprocTransition, ::testing::ValuesIn(all_cases
                                   std::get<0>(info.param).name() + "_" + std::to_string(info.index);
                          });
 
+// Budgets of 4 and 8 MiB against 2-16 MiB buffers (Megatron-sized buckets), 2 and 4 ranks.
+std::vector<std::tuple<TransitionCase, int>> large_cases() {
+  std::vector<std::tuple<TransitionCase, int>> out;
+  for (int ranks : {2, 4})
+    for (std::size_t budget : {std::size_t{4} << 20, std::size_t{8} << 20})
+      for (const auto& c : cases::large_buffer_cases(ranks, budget)) out.emplace_back(c, ranks);
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(LargeBuffers, InprocTransition, ::testing::ValuesIn(large_cases()),
+                         [](const ::testing::TestParamInfo<InprocTransition::ParamType>& info) {
+                           return "np" + std::to_string(std::get<1>(info.param)) + "_" +
+                                  std::get<0>(info.param).name() + "_" + std::to_string(info.index);
+                         });
+
 TEST(InprocTransitionFixed, MessageCountsPerRank) {
   comm::run_ranks(4, [](comm::Transport& t) { cases::message_count_case(t); }, test_options());
 }
