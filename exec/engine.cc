@@ -1,11 +1,13 @@
 // Implementation notes (the contract is in engine.h, the guarantees in exec/README.md).
 //
-// run_transition = prepare (validate, count per-buffer outgoing bytes, cut waves and chunks)
-//                + agree (three tiny all_gathers: tensor count, per-key load, order choice)
-//                + execute(dry) for each candidate order, then execute(real).
+// run_transition = prepare (validate, count per-buffer outgoing bytes)
+//                + agree (all_gather_bytes: tensor count, slab rows, per-key load and growth)
+//                + split the plan at slab boundaries, choose page-wise buffers
+//                + for each candidate order: cut waves and chunks, execute(dry)
+//                + agree on the order (one all_gather_bytes), execute(dry), execute(real).
 // execute() is one function for the dry run and the real run, so the predicted peak is the
-// accounted peak by construction: the dry run performs the same allocate / release events in
-// the same order, only without touching data or the transport.
+// accounted peak by construction: the dry run performs the same allocate / release / commit /
+// decommit events in the same order, only without touching data or the transport.
 #include "exec/engine.h"
 
 #include <algorithm>

@@ -9,12 +9,13 @@
 //             send per pair and waits for both, so no round can deadlock
 //   unpack    received bytes are copied into destination buffers; keeps are local copies
 //
-// Memory: transfers are cut into chunks so that staging never exceeds `mem_budget`; a source
+// Memory: transfers are cut into chunks so that staging never exceeds `mem_budget` / 2; a source
 // buffer is given back to the allocator as soon as everything it must send or keep has been
-// packed or copied; a destination buffer is asked for when it is first written. The work is
-// processed in "waves" (key ranges of (expert group, state kind, tensor), agreed by all ranks)
-// so that buffers are consumed and built in the same order on every rank. exec/README.md
-// states exactly what is guaranteed about the peak.
+// packed or copied (a large one granule by granule, when the allocator supports page-wise
+// memory); a destination buffer is asked for when it is first written (a large one granule by
+// granule). The work is processed in "waves" (sets of keys (expert group, state kind, tensor,
+// dim-0 slab), agreed by all ranks) so that buffers are consumed and built in the same order on
+// every rank. exec/README.md states exactly what is guaranteed about the peak.
 //
 // run_transition is collective: every rank of `transport` must call it (ranks with empty
 // plans too), because the wave boundaries and the processing order are agreed collectively.

@@ -88,6 +88,7 @@ TEST(RunTransitionCommand, VerifiesRepeatsAndWritesJson) {
   args.bucket_elems = 700;
   args.verify = true;
   args.repeat = 3;
+  args.prefault = true;
   args.json = ::testing::TempDir() + "run_transition.json";
   std::FILE* out = std::tmpfile();
   std::vector<int> codes(5, -1);
@@ -107,6 +108,12 @@ TEST(RunTransitionCommand, VerifiesRepeatsAndWritesJson) {
   EXPECT_TRUE(j["peak_within_bound"].get<bool>());
   EXPECT_GT(j["bytes_moved"].get<std::uint64_t>(), 0u);
   EXPECT_GT(j["lower_bound_seconds"].get<double>(), 0.0);
+  EXPECT_TRUE(j["prefault"].get<bool>());
+  EXPECT_GE(j["prepare_seconds"].get<double>(), 0.0);
+  for (const char* phase : {"keep", "pack", "wait", "unpack", "alloc", "agree"}) {
+    EXPECT_GE(j["phases"][phase].get<double>(), 0.0) << phase;
+    EXPECT_GE(j["warm_phases"][phase].get<double>(), 0.0) << phase;
+  }
   // Too few ranks for the switch: an InputError naming the need.
   args.to = "dp=8";
   EXPECT_THROW(comm::run_ranks(2, [&](comm::Transport& t) { run_transition_command(args, t, out); }, test_options()),
