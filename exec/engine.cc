@@ -167,7 +167,7 @@ class Engine {
     if (opt_.mem_budget < kMinBudget)
       DT_INPUT_ERROR("memory budget ", opt_.mem_budget, " bytes is too small; use at least ",
                      kMinBudget, " bytes");
-    cap_ = opt_.mem_budget / 4 / 8 * 8;
+    cap_ = opt_.mem_budget / 8 / 8 * 8;  // four staging slots (two per direction) <= budget / 2
     src_size_.resize(sl_.buffers.size());
     src_left_.assign(sl_.buffers.size(), 0);
     for (std::size_t i = 0; i < sl_.buffers.size(); ++i) {
@@ -357,7 +357,7 @@ class Engine {
   void cut_waves(WaveOrder order) {
     const int W = t_.size();
     const std::vector<std::size_t> seq = key_sequence(order);
-    const double target = static_cast<double>(opt_.mem_budget) / 8;
+    const double target = static_cast<double>(opt_.mem_budget) / 16;
     wave_of_key_.assign(seq.size(), 0);
     std::vector<double> cur(static_cast<std::size_t>(W), 0.0);
     int wave = 0;
@@ -455,6 +455,19 @@ class Engine {
       for (int w = 0; w < nwaves_; ++w)
         if (!by_wave[w].empty()) work_[w][peer].recv = cut_chunks(pieces, by_wave[w], eb_, cap_);
     }
+    // This rank's sequence of rounds: waves in order, XOR steps, rounds of each pair.
+    rounds_.clear();
+    const int W = t_.size(), me = t_.rank();
+    int steps = 1;
+    while (steps < W) steps <<= 1;
+    for (int w = 0; w < nwaves_; ++w)
+      for (int s = 1; s < steps; ++s) {
+        const int peer = me ^ s;
+        auto it = peer < W ? work_[w].find(peer) : work_[w].end();
+        if (it == work_[w].end()) continue;
+        const std::size_t n = std::max(it->second.send.size(), it->second.recv.size());
+        for (std::size_t r = 0; r < n; ++r) rounds_.push_back({w, peer, r});
+      }
     // Staging: only chunks that cannot go zero-copy need it.
     for (const auto& wave : work_) {
       for (const auto& [peer, pw] : wave) {
@@ -591,6 +604,120 @@ class Engine {
     });
   }
 
+  // One round of one pair in flight: the chunks, where they travel from / to, the requests.
+  struct Flight {
+    const Chunk* sc = nullptr;
+    const Chunk* rc = nullptr;
+    const std::byte* sptr = nullptr;
+    std::byte* rptr = nullptr;
+    bool s_direct = false, r_direct = false;
+    std::unique_ptr<comm::Request> sreq, rreq;
+  };
+
+  void do_keeps(Mem& m, bool dry, int w) {
+    for (std::uint32_t i : keeps_[w]) {
+      const plan::Piece& p = wp_.keep[i];
+      touch(m, dry, p, 0, p.box.numel());
+      if (!dry) {
+        const auto t0 = Clock::now();
+        const auto& s = src_seg(p);
+        const auto& d = dst_seg(p);
+        const std::size_t e = elem(p.kind);
+        copy_box(p.box, src_[p.src_buffer] + s.offset * e, s.box, dst_[p.dst_buffer] + d.offset * e,
+                 d.box, e);
+        stats_.bytes_kept += piece_bytes(p);
+        stats_.keep_seconds += secs(t0);
+      }
+      consume(m, dry, p, 0, p.box.numel());
+    }
+  }
+
+  // Posts the receive of round r (straight into the destination when the chunk is one
+  // contiguous run there, else into `stage`).
+  void post_recv(Mem& m, bool dry, int peer, const PeerWork& pw, std::size_t r, Flight& f, std::byte* stage) {
+    f.rc = r < pw.recv.size() ? &pw.recv[r] : nullptr;
+    f.rreq.reset();
+    if (!f.rc) return;
+    const std::int64_t off = recv_direct_offset(peer, *f.rc);
+    f.r_direct = off >= 0;
+    f.rptr = stage;
+    if (f.r_direct) {
+      const Range& rg = f.rc->ranges[0];
+      const plan::Piece& p = wp_.recv.at(peer)[rg.piece];
+      touch(m, dry, p, rg.begin, rg.end);
+      if (!dry) f.rptr = dst_[p.dst_buffer] + static_cast<std::size_t>(off) * elem(p.kind);
+    }
+    if (!dry) f.rreq = t_.irecv(f.rptr, f.rc->bytes, peer, kTag);
+  }
+
+  // Packs round r into `stage` (or sends it straight from the source when it is one contiguous
+  // run of one segment) and posts the send. A packed source range is consumed (and maybe given
+  // back) right after the pack; a straight one after its send completed (finish_send).
+  void post_send(Mem& m, bool dry, int peer, const PeerWork& pw, std::size_t r, Flight& f, std::byte* stage) {
+    f.sc = r < pw.send.size() ? &pw.send[r] : nullptr;
+    f.sreq.reset();
+    if (!f.sc) return;
+    f.sptr = send_direct(peer, *f.sc);
+    f.s_direct = f.sptr != nullptr;
+    if (!f.s_direct) {
+      const auto& pieces = wp_.send.at(peer);
+      const auto t0 = Clock::now();
+      std::byte* at = stage;
+      for (const Range& rg : f.sc->ranges) {
+        const plan::Piece& p = pieces[rg.piece];
+        const std::size_t e = elem(p.kind);
+        if (!dry)
+          at += pack_range(p.box, rg.begin, rg.end, src_[p.src_buffer] + src_seg(p).offset * e,
+                           src_seg(p).box, at, e);
+        consume(m, dry, p, rg.begin, rg.end);
+      }
+      f.sptr = stage;
+      if (!dry) stats_.pack_seconds += secs(t0);
+    }
+    if (dry) return;
+    f.sreq = t_.isend(f.sptr, f.sc->bytes, peer, kTag);
+    ++stats_.messages;
+    stats_.bytes_sent += f.sc->bytes;
+    stats_.zero_copy_sends += f.s_direct;
+  }
+
+  void finish_recv(Mem& m, bool dry, int peer, Flight& f) {
+    if (!f.rc) return;
+    if (!dry) {
+      const auto t0 = Clock::now();
+      f.rreq->wait();
+      stats_.wait_seconds += secs(t0);
+      stats_.bytes_received += f.rc->bytes;
+      stats_.zero_copy_recvs += f.r_direct;
+    }
+    if (f.r_direct) return;
+    const auto& pieces = wp_.recv.at(peer);
+    const auto t0 = Clock::now();
+    const std::byte* at = f.rptr;
+    for (const Range& rg : f.rc->ranges) {
+      const plan::Piece& p = pieces[rg.piece];
+      const std::size_t e = elem(p.kind);
+      touch(m, dry, p, rg.begin, rg.end);
+      if (!dry)
+        at += unpack_range(p.box, rg.begin, rg.end, at, dst_[p.dst_buffer] + dst_seg(p).offset * e,
+                           dst_seg(p).box, e);
+    }
+    if (!dry) stats_.unpack_seconds += secs(t0);
+  }
+
+  void finish_send(Mem& m, bool dry, int peer, Flight& f) {
+    if (!f.sc) return;
+    if (!dry) {
+      const auto t0 = Clock::now();
+      f.sreq->wait();
+      stats_.wait_seconds += secs(t0);
+    }
+    if (f.s_direct) {
+      const Range& rg = f.sc->ranges[0];
+      consume(m, dry, wp_.send.at(peer)[rg.piece], rg.begin, rg.end);
+    }
+  }
+
   std::uint64_t execute(bool dry) {
     Mem m;
     m.left = src_left_;
@@ -613,122 +740,41 @@ class Engine {
           if (m.unread[i][gi] == 0) decommit_src(m, dry, i, gi);
       }
     }
-    std::byte* send_stage = nullptr;
-    std::byte* recv_stage = nullptr;
-    grow(m, send_stage_size_ + recv_stage_size_);
+    // Staging: two slots per direction (double buffering), reused by every chunk.
+    std::array<std::byte*, 2> send_stage{}, recv_stage{};
+    grow(m, 2 * (send_stage_size_ + recv_stage_size_));
     if (!dry) {
-      stats_.staging_bytes = send_stage_size_ + recv_stage_size_;
-      if (send_stage_size_) send_stage = alloc_.allocate(send_stage_size_);
-      if (recv_stage_size_) recv_stage = alloc_.allocate(recv_stage_size_);
-    }
-    const int W = t_.size(), me = t_.rank();
-    int steps = 1;
-    while (steps < W) steps <<= 1;
-    std::vector<std::unique_ptr<comm::Request>> reqs;
-    for (int w = 0; w < nwaves_; ++w) {
-      for (std::uint32_t i : keeps_[w]) {
-        const plan::Piece& p = wp_.keep[i];
-        touch(m, dry, p, 0, p.box.numel());
-        if (!dry) {
-          const auto t0 = Clock::now();
-          const auto& s = src_seg(p);
-          const auto& d = dst_seg(p);
-          const std::size_t e = elem(p.kind);
-          copy_box(p.box, src_[p.src_buffer] + s.offset * e, s.box, dst_[p.dst_buffer] + d.offset * e,
-                   d.box, e);
-          stats_.bytes_kept += piece_bytes(p);
-          stats_.keep_seconds += secs(t0);
-        }
-        consume(m, dry, p, 0, p.box.numel());
-      }
-      for (int s = 1; s < steps; ++s) {
-        const int peer = me ^ s;
-        if (peer >= W) continue;
-        auto it = work_[w].find(peer);
-        if (it == work_[w].end()) continue;
-        const PeerWork& pw = it->second;
-        const std::size_t rounds = std::max(pw.send.size(), pw.recv.size());
-        for (std::size_t r = 0; r < rounds; ++r) {
-          const Chunk* sc = r < pw.send.size() ? &pw.send[r] : nullptr;
-          const Chunk* rc = r < pw.recv.size() ? &pw.recv[r] : nullptr;
-          // 1. Pack first, so a source buffer drained by this pack is released before the
-          //    receive below may need a new destination buffer.
-          const std::byte* sptr = nullptr;
-          if (sc) {
-            sptr = send_direct(peer, *sc);
-            if (!sptr) {
-              const auto& pieces = wp_.send.at(peer);
-              const auto t0 = Clock::now();
-              std::byte* at = send_stage;
-              for (const Range& rg : sc->ranges) {
-                const plan::Piece& p = pieces[rg.piece];
-                const std::size_t e = elem(p.kind);
-                if (!dry)
-                  at += pack_range(p.box, rg.begin, rg.end, src_[p.src_buffer] + src_seg(p).offset * e,
-                                   src_seg(p).box, at, e);
-                consume(m, dry, p, rg.begin, rg.end);
-              }
-              sptr = send_stage;
-              if (!dry) stats_.pack_seconds += secs(t0);
-            }
-          }
-          // 2. Receive straight into the destination when the chunk is one contiguous run there.
-          std::byte* rptr = nullptr;
-          bool r_direct = false;
-          if (rc) {
-            const std::int64_t off = recv_direct_offset(peer, *rc);
-            if (off >= 0) {
-              const Range& rg = rc->ranges[0];
-              const plan::Piece& p = wp_.recv.at(peer)[rg.piece];
-              touch(m, dry, p, rg.begin, rg.end);
-              if (!dry) rptr = dst_[p.dst_buffer] + static_cast<std::size_t>(off) * elem(p.kind);
-              r_direct = true;
-            } else {
-              rptr = recv_stage;
-            }
-          }
-          // 3. Exchange.
-          if (!dry) {
-            reqs.clear();
-            if (rc) reqs.push_back(t_.irecv(rptr, rc->bytes, peer, kTag));
-            if (sc) reqs.push_back(t_.isend(sptr, sc->bytes, peer, kTag));
-            const auto t0 = Clock::now();
-            comm::wait_all(reqs);
-            stats_.wait_seconds += secs(t0);
-            if (sc) {
-              ++stats_.messages;
-              stats_.bytes_sent += sc->bytes;
-              stats_.zero_copy_sends += sptr != send_stage;
-            }
-            if (rc) {
-              stats_.bytes_received += rc->bytes;
-              stats_.zero_copy_recvs += r_direct;
-            }
-          }
-          // 4. A zero-copy send drained its source only now.
-          if (sc && sptr != send_stage) {
-            const Range& rg = sc->ranges[0];
-            const plan::Piece& p = wp_.send.at(peer)[rg.piece];
-            consume(m, dry, p, rg.begin, rg.end);
-          }
-          // 5. Unpack.
-          if (rc && !r_direct) {
-            const auto& pieces = wp_.recv.at(peer);
-            const auto t0 = Clock::now();
-            const std::byte* at = recv_stage;
-            for (const Range& rg : rc->ranges) {
-              const plan::Piece& p = pieces[rg.piece];
-              const std::size_t e = elem(p.kind);
-              touch(m, dry, p, rg.begin, rg.end);
-              if (!dry)
-                at += unpack_range(p.box, rg.begin, rg.end, at, dst_[p.dst_buffer] + dst_seg(p).offset * e,
-                                   dst_seg(p).box, e);
-            }
-            if (!dry) stats_.unpack_seconds += secs(t0);
-          }
-        }
+      stats_.staging_bytes = 2 * (send_stage_size_ + recv_stage_size_);
+      for (int i = 0; i < 2; ++i) {
+        if (send_stage_size_) send_stage[i] = alloc_.allocate(send_stage_size_);
+        if (recv_stage_size_) recv_stage[i] = alloc_.allocate(recv_stage_size_);
       }
     }
+    // One pipeline of depth two over this rank's whole sequence of rounds (wave, XOR step,
+    // round): round k+1 is packed, sent and its receive posted before round k is waited for,
+    // across pair and wave boundaries. Every rank walks the same global order and posts at most
+    // one round ahead of its waits, so the partner of the oldest unfinished round has always
+    // posted it: no deadlock. A wave's keeps run right after its first round is posted, while
+    // that round is on the wire (waves without rounds: when the sequence passes them).
+    int kept = 0;  // waves [0, kept) have had their keeps
+    auto keeps_through = [&](int w) {
+      for (; kept <= w; ++kept) do_keeps(m, dry, kept);
+    };
+    std::array<Flight, 2> fl;
+    auto post = [&](std::size_t k) {
+      const Round& rd = rounds_[k];
+      const PeerWork& pw = work_[rd.wave].at(rd.peer);
+      post_send(m, dry, rd.peer, pw, rd.round, fl[k % 2], send_stage[k % 2]);
+      post_recv(m, dry, rd.peer, pw, rd.round, fl[k % 2], recv_stage[k % 2]);
+      keeps_through(rd.wave);
+    };
+    if (!rounds_.empty()) post(0);
+    for (std::size_t k = 0; k < rounds_.size(); ++k) {
+      if (k + 1 < rounds_.size()) post(k + 1);
+      finish_recv(m, dry, rounds_[k].peer, fl[k % 2]);
+      finish_send(m, dry, rounds_[k].peer, fl[k % 2]);
+    }
+    keeps_through(nwaves_ - 1);
     for (std::uint32_t b = 0; b < src_size_.size(); ++b)
       DT_CHECK(!m.src_held[b], "source buffer ", b, " still holds ", m.left[b], " unsent bytes");
     // Destination memory nothing was written to (padding only): buffers, granules.
@@ -736,10 +782,11 @@ class Engine {
       ensure_dst(m, dry, b);
       for (std::size_t gi = 0; gi < m.committed[b].size(); ++gi) commit_dst(m, dry, b, gi);
     }
-    if (!dry) {
-      if (send_stage) alloc_.release(send_stage, send_stage_size_);
-      if (recv_stage) alloc_.release(recv_stage, recv_stage_size_);
-    }
+    if (!dry)
+      for (int i = 0; i < 2; ++i) {
+        if (send_stage[i]) alloc_.release(send_stage[i], send_stage_size_);
+        if (recv_stage[i]) alloc_.release(recv_stage[i], recv_stage_size_);
+      }
     return m.peak;
   }
 
@@ -770,6 +817,11 @@ class Engine {
   int nwaves_ = 0;
   std::vector<std::vector<std::uint32_t>> keeps_;
   std::vector<std::map<int, PeerWork>> work_;
+  struct Round {
+    int wave = 0, peer = 0;
+    std::size_t round = 0;
+  };
+  std::vector<Round> rounds_;  // this rank's exchange sequence (build_chunks)
   std::size_t send_stage_size_ = 0, recv_stage_size_ = 0;
 };
 

@@ -200,7 +200,10 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   CASE_REQUIRE(s.src_bytes == static_cast<std::uint64_t>(sl.bytes(lo)));
   CASE_REQUIRE(s.dst_bytes == static_cast<std::uint64_t>(dl.bytes(lo)));
   CASE_REQUIRE(s.peak_bytes == s.predicted_peak_bytes, s.peak_bytes, " vs predicted ", s.predicted_peak_bytes);
-  CASE_REQUIRE(s.peak_bytes <= std::max(s.src_bytes, s.dst_bytes) + c.budget, "peak ", s.peak_bytes,
+  // The bound is promised for the order the engine chooses (kAuto); a forced order is a
+  // debugging aid and may overshoot (exec/README.md), its peak is still predicted exactly.
+  if (c.order == WaveOrder::kAuto)
+    CASE_REQUIRE(s.peak_bytes <= std::max(s.src_bytes, s.dst_bytes) + c.budget, "peak ", s.peak_bytes,
                " src ", s.src_bytes, " dst ", s.dst_bytes, " budget ", c.budget);
   // The pool agrees with the engine up to its rounding (64 bytes, or a page for mapped blocks).
   const std::size_t slack = kPageBytes * (sl.buffers.size() + dl.buffers.size() + 2);
