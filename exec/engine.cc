@@ -127,6 +127,7 @@ class Engine {
   }
 
  private:
+  bool zeroed(vps::StateKind k) const { return (opt_.zeroed_kinds >> static_cast<int>(k)) & 1u; }
   std::size_t elem(vps::StateKind k) const { return static_cast<std::size_t>(eb_[static_cast<int>(k)]); }
   std::uint64_t piece_bytes(const plan::Piece& p) const {
     return static_cast<std::uint64_t>(p.box.numel()) * elem(p.kind);
@@ -183,14 +184,16 @@ class Engine {
     dst_.assign(dl_.buffers.size(), nullptr);
     for (const auto& p : plan_.keep) {
       check_piece(p, true, true);
-      src_left_[p.src_buffer] += piece_bytes(p);
+      if (zeroed(p.kind)) stats_.skipped_bytes_kept += piece_bytes(p);
+      else src_left_[p.src_buffer] += piece_bytes(p);
     }
     for (const auto& [peer, pieces] : plan_.send) {
       DT_CHECK(peer >= 0 && peer < W && peer != t_.rank(), "send peer ", peer, " of ", W);
       for (const auto& p : pieces) {
         check_piece(p, true, false);
         DT_CHECK_EQ(p.dst_rank, peer);
-        src_left_[p.src_buffer] += piece_bytes(p);
+        if (zeroed(p.kind)) stats_.skipped_bytes_sent += piece_bytes(p);
+        else src_left_[p.src_buffer] += piece_bytes(p);
       }
     }
     for (const auto& [peer, pieces] : plan_.recv) {
@@ -198,8 +201,11 @@ class Engine {
       for (const auto& p : pieces) {
         check_piece(p, false, true);
         DT_CHECK_EQ(p.src_rank, peer);
+        if (zeroed(p.kind)) stats_.skipped_bytes_received += piece_bytes(p);
       }
     }
+    for (std::size_t j = 0; j < dl_.buffers.size(); ++j)
+      if (zeroed(dl_.buffers[j].kind)) stats_.zeroed_bytes += dst_size_[j];
   }
 
   void detect_fanout() {
@@ -275,6 +281,7 @@ class Engine {
   void split_plan() {
     auto split = [&](const std::vector<plan::Piece>& in, std::vector<plan::Piece>& out) {
       for (const auto& p : in) {
+        if (zeroed(p.kind)) continue;  // materialised zeroed at the end instead
         const std::int64_t rows = slab_rows_[p.tensor];
         const std::int64_t lo = p.box.lo[0], hi = p.box.hi[0];
         if (p.box.ndim == 0 || lo / rows == (hi - 1) / rows) {
@@ -777,10 +784,16 @@ class Engine {
     keeps_through(nwaves_ - 1);
     for (std::uint32_t b = 0; b < src_size_.size(); ++b)
       DT_CHECK(!m.src_held[b], "source buffer ", b, " still holds ", m.left[b], " unsent bytes");
-    // Destination memory nothing was written to (padding only): buffers, granules.
+    // Destination memory nothing was written to (padding only, or kinds that need not move):
+    // buffers, granules; zeroed kinds are zeroed whole.
     for (std::uint32_t b = 0; b < dst_size_.size(); ++b) {
       ensure_dst(m, dry, b);
       for (std::size_t gi = 0; gi < m.committed[b].size(); ++gi) commit_dst(m, dry, b, gi);
+      if (!dry && dst_size_[b] > 0 && zeroed(dl_.buffers[b].kind)) {
+        const auto t0 = Clock::now();
+        std::memset(dst_[b], 0, dst_size_[b]);
+        stats_.alloc_seconds += secs(t0);
+      }
     }
     if (!dry)
       for (int i = 0; i < 2; ++i) {

@@ -84,11 +84,22 @@ struct TransitionOptions {
   bool allow_broadcast = true;            // use a broadcast where the cost model prefers it
   plan::Topology topology{};              // for the broadcast cost model
   WaveOrder order = WaveOrder::kAuto;
+  // State kinds that need not move (bit k = vps::StateKind k): their pieces are not kept, sent
+  // or received; their source buffers are released first and their destination buffers are
+  // materialised zeroed. At a step boundary gradients hold nothing the next step needs:
+  // `zeroed_kinds = kStepBoundaryKinds` (run-transition --at-step-boundary; the trainer's rule).
+  std::uint32_t zeroed_kinds = 0;
 };
+
+inline constexpr std::uint32_t kStepBoundaryKinds = 1u << static_cast<int>(vps::StateKind::kGrad);
 
 struct TransitionStats {
   double seconds = 0;
   std::uint64_t bytes_sent = 0, bytes_received = 0, bytes_kept = 0;
+  // Bytes of zeroed kinds (TransitionOptions::zeroed_kinds) that this rank did not send,
+  // receive or copy locally, and the destination bytes it materialised zeroed instead.
+  std::uint64_t skipped_bytes_sent = 0, skipped_bytes_received = 0, skipped_bytes_kept = 0;
+  std::uint64_t zeroed_bytes = 0;
   std::uint64_t messages = 0;        // point-to-point messages sent by this rank
   std::uint64_t zero_copy_sends = 0, zero_copy_recvs = 0;  // messages without pack / unpack
   std::uint64_t broadcasts = 0;      // broadcast collectives this rank took part in

@@ -88,6 +88,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   TransitionOptions opt;
   opt.mem_budget = args.mem_budget;
   opt.topology = topo;
+  if (args.at_step_boundary) opt.zeroed_kinds = kStepBoundaryKinds;
 
   std::vector<TransitionStats> forward;
   std::vector<double> forward_secs, back_secs;
@@ -95,7 +96,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   int exit_code = 0;
   auto check = [&](const char* when) {
     std::string first;
-    const int bad = verify_state(dst_layout, dst_rl, b, &first);
+    const int bad = verify_state(dst_layout, dst_rl, b, &first, opt.zeroed_kinds);
     const auto bads = gather_u64(world, static_cast<std::uint64_t>(bad));
     const auto it = std::find_if(bads.begin(), bads.end(), [](std::uint64_t v) { return v > 0; });
     if (it == bads.end()) return true;
@@ -131,6 +132,8 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   const auto received = gather_u64(world, cold.bytes_received);
   const auto sent = gather_u64(world, cold.bytes_sent);
   const auto messages = gather_u64(world, cold.messages);
+  const auto saved_sent = gather_u64(world, cold.skipped_bytes_sent);
+  const auto saved_kept = gather_u64(world, cold.skipped_bytes_kept);
   const auto peaks = gather_u64(world, cold.peak_bytes);
   std::uint64_t warm_peak_local = 0;
   for (std::size_t k = 1; k < forward.size(); ++k) warm_peak_local = std::max(warm_peak_local, forward[k].peak_bytes);
@@ -196,6 +199,9 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["messages_total"] = sum_of(messages);
     j["waves"] = cold.waves;
     j["wave_order"] = cold.wave_order;
+    j["at_step_boundary"] = args.at_step_boundary;
+    j["saved_bytes_moved"] = sum_of(saved_sent);   // not sent: zeroed kinds (--at-step-boundary)
+    j["saved_bytes_kept"] = sum_of(saved_kept);    // not copied locally
     j["prefault"] = args.prefault;
     j["prepare_seconds"] = prepare_s;
     j["granule_bytes"] = cold.granule_bytes;
@@ -209,6 +215,10 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     std::fprintf(out, "run-transition %s: %s -> %s on %d ranks (%s), budget %s\n", model.name.c_str(),
                  src_layout.config().str().c_str(), dst_layout.config().str().c_str(), world.size(),
                  world.backend(), format_bytes(static_cast<double>(args.mem_budget)).c_str());
+    if (args.at_step_boundary)
+      std::fprintf(out, "  at step boundary     grads zeroed in the new layout: %s not sent, %s not copied\n",
+                   format_bytes(static_cast<double>(sum_of(saved_sent))).c_str(),
+                   format_bytes(static_cast<double>(sum_of(saved_kept))).c_str());
     if (args.prefault) std::fprintf(out, "  prepare_seconds      %.6f (--prefault, before the switch)\n", prepare_s);
     std::fprintf(out, "  seconds              %.6f (cold)\n", cold_s);
     if (forward_secs.size() > 1)

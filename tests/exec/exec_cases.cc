@@ -28,6 +28,7 @@ std::string TransitionCase::name() const {
   if (budget % (1 << 20) == 0 && budget < (64 << 20)) s += "_" + std::to_string(budget >> 20) + "MiB";
   if (order == WaveOrder::kAscending) s += "_asc";
   if (order == WaveOrder::kDescending) s += "_desc";
+  if (zeroed_kinds != 0) s += "_stepboundary";
   for (char& ch : s)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -154,6 +155,11 @@ std::vector<TransitionCase> transition_cases(int ranks, int per_kind) {
     c.budget = 64 << 20;
     c.kind = "bigbudget";
     out.push_back(c);
+    // At a step boundary: gradients materialised zeroed, not moved.
+    c.budget = 512 << 10;
+    c.kind = "fixed";
+    c.zeroed_kinds = kStepBoundaryKinds;
+    out.push_back(c);
   }
   return out;
 }
@@ -175,11 +181,12 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   TransitionOptions opt;
   opt.mem_budget = c.budget;
   opt.order = c.order;
+  opt.zeroed_kinds = c.zeroed_kinds;
   const TransitionStats s = run_transition(plan, sl, a, dl, b, lo.elem_bytes, t, pool, opt);
 
   // Content: every destination element.
   std::string first;
-  CASE_REQUIRE(verify_state(dst, dl, b, &first) == 0, first);
+  CASE_REQUIRE(verify_state(dst, dl, b, &first, c.zeroed_kinds) == 0, first);
   // Sources all released, destination all present.
   for (auto* p : a) CASE_REQUIRE(p == nullptr);
   CASE_REQUIRE(b.size() == dl.buffers.size());
@@ -187,14 +194,24 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   auto bytes_of = [&](const plan::Piece& p) {
     return static_cast<std::uint64_t>(p.box.numel()) * static_cast<std::uint64_t>(lo.elem_bytes[static_cast<int>(p.kind)]);
   };
-  std::uint64_t want_sent = 0, want_recv = 0, want_kept = 0;
-  for (const auto& p : plan.keep) want_kept += bytes_of(p);
-  for (const auto& [q, v] : plan.send) for (const auto& p : v) want_sent += bytes_of(p);
-  for (const auto& [q, v] : plan.recv) for (const auto& p : v) want_recv += bytes_of(p);
-  CASE_REQUIRE(s.bytes_sent == want_sent, s.bytes_sent, " vs ", want_sent);
-  CASE_REQUIRE(s.bytes_received == want_recv, s.bytes_received, " vs ", want_recv);
-  CASE_REQUIRE(s.bytes_kept == want_kept, s.bytes_kept, " vs ", want_kept);
-  CASE_REQUIRE(s.messages >= plan.send.size(), s.messages, " messages for ", plan.send.size(), " peers");
+  // Zeroed kinds move nothing: their bytes are counted as skipped instead.
+  std::uint64_t want[2][3] = {};  // [moved, skipped][sent, received, kept]
+  auto skipped = [&](const plan::Piece& p) { return (c.zeroed_kinds >> static_cast<int>(p.kind)) & 1u; };
+  std::size_t peers_sent_to = 0;
+  for (const auto& [q, v] : plan.send) {
+    bool any = false;
+    for (const auto& p : v) want[skipped(p)][0] += bytes_of(p), any |= !skipped(p);
+    peers_sent_to += any;
+  }
+  for (const auto& [q, v] : plan.recv) for (const auto& p : v) want[skipped(p)][1] += bytes_of(p);
+  for (const auto& p : plan.keep) want[skipped(p)][2] += bytes_of(p);
+  CASE_REQUIRE(s.bytes_sent == want[0][0], s.bytes_sent, " vs ", want[0][0]);
+  CASE_REQUIRE(s.bytes_received == want[0][1], s.bytes_received, " vs ", want[0][1]);
+  CASE_REQUIRE(s.bytes_kept == want[0][2], s.bytes_kept, " vs ", want[0][2]);
+  CASE_REQUIRE(s.skipped_bytes_sent == want[1][0] && s.skipped_bytes_received == want[1][1] &&
+               s.skipped_bytes_kept == want[1][2]);
+  CASE_REQUIRE(c.zeroed_kinds == 0 || s.zeroed_bytes > 0 || dl.buffers.empty());
+  CASE_REQUIRE(s.messages >= peers_sent_to, s.messages, " messages for ", peers_sent_to, " peers");
   // Memory: staging within budget, prediction exact, peak within max(src, dst) + budget.
   CASE_REQUIRE(s.staging_bytes <= c.budget / 2, s.staging_bytes);
   CASE_REQUIRE(s.src_bytes == static_cast<std::uint64_t>(sl.bytes(lo)));

@@ -32,6 +32,7 @@ struct TransitionCase {
   std::size_t budget = 512 << 10;  // >= 8x the largest buffer (64 KiB), see exec/README.md
   WaveOrder order = WaveOrder::kAuto;
   int world = 0;  // ranks the switch needs: max of both configs' world sizes
+  std::uint32_t zeroed_kinds = 0;  // TransitionOptions::zeroed_kinds (at a step boundary: grads)
   std::string name() const;
 };
 inline void PrintTo(const TransitionCase& c, std::ostream* os) { *os << c.name(); }
