@@ -3,8 +3,8 @@
 //   comm/mpi/      real processes under mpirun (Open MPI, MPI_THREAD_MULTIPLE)
 //   comm/inproc/   ranks as threads of one process, for unit tests
 //   comm/nccl/     (later) device buffers; `Buffer` pointers are then device pointers and the
-//                  backend orders work on its own stream. Nothing in this interface assumes host
-//                  memory except the collectives' element type.
+//                  backend orders work on its own stream. Exact values travel as bytes
+//                  (all_gather_bytes, all_to_all, broadcast); floats only where they are added.
 //
 // Contract:
 //  * A Transport is one communicator: ranks 0..size()-1. Point-to-point calls take peer ranks
@@ -80,7 +80,8 @@ class Transport {
   // recv holds size() * count_per_rank floats afterwards, rank r's contribution at r*count.
   virtual void all_gather(const float* send, float* recv, std::size_t count_per_rank) = 0;
   // Exact values: recv holds size() * bytes_per_rank bytes afterwards, rank r's at
-  // r * bytes_per_rank. The default goes through all_gather (floats are moved, never added).
+  // r * bytes_per_rank. Both backends move bytes; the default (for other backends) goes
+  // through all_gather, whose floats are moved, never added.
   virtual void all_gather_bytes(const void* send, void* recv, std::size_t bytes_per_rank);
   // send holds size() * count_per_rank floats; recv gets the sum of everybody's block rank().
   virtual void reduce_scatter_sum(const float* send, float* recv, std::size_t count_per_rank) = 0;

@@ -14,25 +14,27 @@
 #include <cstdint>
 #include <vector>
 
+#include "exec/memory_ops.h"
 #include "vps/box.h"
 
 namespace dynatrain::exec {
 
 // Copies box `q` from storage of box `src_box` at `src` to storage of box `dst_box` at `dst`.
-// `q` must lie inside both boxes (checked); `elem` is the element size in bytes.
+// `q` must lie inside both boxes (checked); `elem` is the element size in bytes. Every run is
+// moved by `ops` (all three functions).
 void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, std::byte* dst,
-              const vps::Box& dst_box, std::size_t elem);
+              const vps::Box& dst_box, std::size_t elem, const MemoryOps& ops = host_memory());
 
 // Packs the row-major elements [begin, end) of box `piece` (stored inside `seg_box` at `seg`)
 // into `out`, contiguously. Returns the bytes written ((end - begin) * elem).
 std::size_t pack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end,
                        const std::byte* seg, const vps::Box& seg_box, std::byte* out,
-                       std::size_t elem);
+                       std::size_t elem, const MemoryOps& ops = host_memory());
 // The inverse of pack_range: writes contiguous `in` into the elements [begin, end) of `piece`
 // inside `seg_box` at `seg`. Returns the bytes read.
 std::size_t unpack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end,
                          const std::byte* in, std::byte* seg, const vps::Box& seg_box,
-                         std::size_t elem);
+                         std::size_t elem, const MemoryOps& ops = host_memory());
 
 // When the elements [begin, end) of `piece` form one contiguous run in the storage of
 // `seg_box`, returns the element offset of the run's first element in that storage; else -1.

@@ -580,7 +580,7 @@ class Engine {
     const std::uint64_t e = elem(buf.kind);
     auto zero = [&](std::uint64_t a, std::uint64_t z) {
       a = std::max(a, lo), z = std::min(z, hi);
-      if (a < z) std::memset(dst_[b] + a, 0, z - a);
+      if (a < z) alloc_.zero(dst_[b] + a, z - a);
     };
     std::uint64_t at = 0;
     for (const auto& s : buf.segments) {
@@ -631,7 +631,7 @@ class Engine {
         const auto& d = dst_seg(p);
         const std::size_t e = elem(p.kind);
         copy_box(p.box, src_[p.src_buffer] + s.offset * e, s.box, dst_[p.dst_buffer] + d.offset * e,
-                 d.box, e);
+                 d.box, e, alloc_);
         stats_.bytes_kept += piece_bytes(p);
         stats_.keep_seconds += secs(t0);
       }
@@ -675,7 +675,7 @@ class Engine {
         const std::size_t e = elem(p.kind);
         if (!dry)
           at += pack_range(p.box, rg.begin, rg.end, src_[p.src_buffer] + src_seg(p).offset * e,
-                           src_seg(p).box, at, e);
+                           src_seg(p).box, at, e, alloc_);
         consume(m, dry, p, rg.begin, rg.end);
       }
       f.sptr = stage;
@@ -707,7 +707,7 @@ class Engine {
       touch(m, dry, p, rg.begin, rg.end);
       if (!dry)
         at += unpack_range(p.box, rg.begin, rg.end, at, dst_[p.dst_buffer] + dst_seg(p).offset * e,
-                           dst_seg(p).box, e);
+                           dst_seg(p).box, e, alloc_);
     }
     if (!dry) stats_.unpack_seconds += secs(t0);
   }
@@ -791,7 +791,7 @@ class Engine {
       for (std::size_t gi = 0; gi < m.committed[b].size(); ++gi) commit_dst(m, dry, b, gi);
       if (!dry && dst_size_[b] > 0 && zeroed(dl_.buffers[b].kind)) {
         const auto t0 = Clock::now();
-        std::memset(dst_[b], 0, dst_size_[b]);
+        alloc_.zero(dst_[b], dst_size_[b]);
         stats_.alloc_seconds += secs(t0);
       }
     }

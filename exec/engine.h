@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "comm/transport.h"
+#include "exec/memory_ops.h"
 #include "plan/plan.h"
 #include "vps/layout.h"
 
@@ -37,7 +38,8 @@ namespace dynatrain::exec {
 inline constexpr std::size_t kPageBytes = 4096;
 
 // Where state buffers come from and go back to. Every call is accounted by the implementation.
-class StateAllocator {
+// It is also how the engine copies and zeroes them (MemoryOps: host memcpy / memset by default).
+class StateAllocator : public MemoryOps {
  public:
   virtual ~StateAllocator() = default;
   virtual std::byte* allocate(std::size_t bytes) = 0;
