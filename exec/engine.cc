@@ -83,6 +83,7 @@ class Engine {
     const auto t0 = std::chrono::steady_clock::now();
     validate();
     detect_fanout();
+    find_adoptions();
     agree_slabs();
     split_plan();
     agree_waves();
@@ -232,6 +233,44 @@ class Engine {
                     " fan-out bytes; the broadcast path is not implemented)";
   }
 
+  // Zero-copy keeps: destination buffer j adopts source buffer i as it is when the allocator
+  // allows it, both hold the identical segments at identical offsets (same kind and size), the
+  // plan keeps every segment byte of j from i, and nothing else reads i.
+  void find_adoptions() {
+    adopted_src_.assign(sl_.buffers.size(), -1);
+    adopted_dst_.assign(dl_.buffers.size(), -1);
+    adopted_bytes_.assign(sl_.buffers.size(), 0);
+    if (!alloc_.can_adopt()) return;
+    std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint64_t> kept;
+    for (const auto& p : plan_.keep)
+      if (!zeroed(p.kind) && src_seg(p).offset == dst_seg(p).offset && src_seg(p).box == dst_seg(p).box &&
+          p.box == dst_seg(p).box)
+        kept[{p.src_buffer, p.dst_buffer}] += piece_bytes(p);
+    for (const auto& [ij, bytes] : kept) {
+      const auto [i, j] = ij;
+      const auto& a = sl_.buffers[i];
+      const auto& b = dl_.buffers[j];
+      if (adopted_src_[i] >= 0 || adopted_dst_[j] >= 0 || a.kind != b.kind || a.numel != b.numel ||
+          a.segments.size() != b.segments.size() || src_left_[i] != bytes)
+        continue;
+      std::uint64_t seg_bytes = 0;
+      bool same = true;
+      for (std::size_t k = 0; k < a.segments.size() && same; ++k) {
+        const auto& x = a.segments[k];
+        const auto& y = b.segments[k];
+        same = x.tensor == y.tensor && x.box == y.box && x.offset == y.offset;
+        seg_bytes += static_cast<std::uint64_t>(y.box.numel()) * elem(b.kind);
+      }
+      if (!same || seg_bytes != bytes) continue;
+      adopted_src_[i] = static_cast<int>(j);
+      adopted_bytes_[i] = bytes;
+      adopted_dst_[j] = static_cast<int>(i);
+      src_left_[i] = 0;
+      stats_.kept_zero_copy_bytes += bytes;
+    }
+  }
+  bool adopted(const plan::Piece& p) const { return adopted_src_[p.src_buffer] == static_cast<int>(p.dst_buffer); }
+
   // Slabs: every tensor is cut along dim 0 into slabs of `slab_rows_[t]` rows, so that one
   // slab of the whole tensor holds at most mem_budget / 16 bytes. A dim-0 slab of any box is
   // one contiguous run of its row-major storage, so a slab's bytes sit together in every
@@ -297,7 +336,10 @@ class Engine {
       }
     };
     wp_.rank = plan_.rank;
-    split(plan_.keep, wp_.keep);
+    std::vector<plan::Piece> keeps;
+    for (const auto& p : plan_.keep)
+      if (!adopted(p)) keeps.push_back(p);
+    split(keeps, wp_.keep);
     for (const auto& [peer, v] : plan_.send) split(v, wp_.send[peer]);
     for (const auto& [peer, v] : plan_.recv) split(v, wp_.recv[peer]);
   }
@@ -738,8 +780,24 @@ class Engine {
         m.src_held[i] = 1;
         grow(m, src_size_[i]);
       }
+    // Adopted source buffers become their destination buffers, every byte in place.
+    for (std::uint32_t i = 0; i < src_size_.size(); ++i) {
+      const int j = adopted_src_[i];
+      if (j < 0) continue;
+      m.src_held[i] = 0;
+      m.src_live[i] = 0;
+      m.dst_live[j] = 1;
+      if (dst_pw_[j]) m.committed[j].assign(granules(dst_size_[j]), 1);
+      if (!dry) {
+        dst_[j] = src_[i];
+        src_[i] = nullptr;
+        zero_padding(static_cast<std::uint32_t>(j), 0, dst_size_[j]);
+        stats_.bytes_kept += adopted_bytes_[i];
+      }
+    }
     // Source buffers (and granules of page-wise ones) nobody reads from go first.
     for (std::uint32_t i = 0; i < src_size_.size(); ++i) {
+      if (adopted_src_[i] >= 0) continue;
       if (m.left[i] == 0) {
         release_src(m, dry, i);
       } else if (src_pw_[i]) {
@@ -825,6 +883,8 @@ class Engine {
   std::vector<char> src_pw_, dst_pw_;     // page-wise buffers
   std::uint64_t pagewise_count_ = 0;
   std::vector<std::vector<std::uint64_t>> unread_init_;
+  std::vector<int> adopted_src_, adopted_dst_;  // source buffer -> destination buffer it becomes
+  std::vector<std::uint64_t> adopted_bytes_;    // segment bytes of each adopted source buffer
   std::vector<int> wave_of_key_;
   std::vector<float> key_stats_;  // all ranks' (load, net) per key (agree_waves)
   int nwaves_ = 0;

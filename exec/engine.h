@@ -61,6 +61,11 @@ class StateAllocator : public MemoryOps {
   // (exec/README.md). Offsets are multiples of kPageBytes; a range may end at the block's end.
   // The default (no support) keeps whole-buffer behaviour: the engine never calls these.
   virtual std::size_t pagewise_min_bytes() const { return SIZE_MAX; }
+  // True when a source buffer may become a destination buffer as it is (same size), released
+  // later with release(): the engine then hands over a buffer whose every byte stays in place
+  // (a zero-copy keep) instead of copying it. The default (arenas: destinations must sit in the
+  // new arena) says no.
+  virtual bool can_adopt() const { return false; }
   // Address space for `bytes`; no page is live until commit(). Released with release().
   virtual std::byte* reserve(std::size_t bytes) { return allocate(bytes); }
   // Makes [offset, offset + bytes) of `base` live (contents unspecified).
@@ -102,6 +107,9 @@ struct TransitionStats {
   // receive or copy locally, and the destination bytes it materialised zeroed instead.
   std::uint64_t skipped_bytes_sent = 0, skipped_bytes_received = 0, skipped_bytes_kept = 0;
   std::uint64_t zeroed_bytes = 0;
+  // Kept bytes that were not copied: source buffers handed over as destination buffers because
+  // they hold the identical segments at identical offsets (part of bytes_kept).
+  std::uint64_t kept_zero_copy_bytes = 0;
   std::uint64_t messages = 0;        // point-to-point messages sent by this rank
   std::uint64_t zero_copy_sends = 0, zero_copy_recvs = 0;  // messages without pack / unpack
   std::uint64_t broadcasts = 0;      // broadcast collectives this rank took part in

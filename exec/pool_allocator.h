@@ -48,6 +48,7 @@ class PoolAllocator final : public StateAllocator {
 
   // Page-wise memory (engine.h): every block of at least kMappedBytes supports it.
   std::size_t pagewise_min_bytes() const override { return kMappedBytes; }
+  bool can_adopt() const override { return true; }
   std::byte* reserve(std::size_t bytes) override;
   void commit(std::byte* base, std::size_t offset, std::size_t bytes) override;
   void decommit(std::byte* base, std::size_t offset, std::size_t bytes) override;

@@ -132,6 +132,8 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   const auto received = gather_u64(world, cold.bytes_received);
   const auto sent = gather_u64(world, cold.bytes_sent);
   const auto messages = gather_u64(world, cold.messages);
+  const auto kept = gather_u64(world, cold.bytes_kept);
+  const auto kept_zero_copy = gather_u64(world, cold.kept_zero_copy_bytes);
   const auto saved_sent = gather_u64(world, cold.skipped_bytes_sent);
   const auto saved_kept = gather_u64(world, cold.skipped_bytes_kept);
   const auto peaks = gather_u64(world, cold.peak_bytes);
@@ -199,6 +201,9 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["messages_total"] = sum_of(messages);
     j["waves"] = cold.waves;
     j["wave_order"] = cold.wave_order;
+    j["bytes_kept"] = sum_of(kept);
+    j["kept_zero_copy_bytes"] = sum_of(kept_zero_copy);  // handed over, not copied
+    j["kept_zero_copy_share"] = sum_of(kept) > 0 ? static_cast<double>(sum_of(kept_zero_copy)) / sum_of(kept) : 0.0;
     j["at_step_boundary"] = args.at_step_boundary;
     j["saved_bytes_moved"] = sum_of(saved_sent);   // not sent: zeroed kinds (--at-step-boundary)
     j["saved_bytes_kept"] = sum_of(saved_kept);    // not copied locally
@@ -226,6 +231,9 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
                    forward_secs.size() - 1);
     std::fprintf(out, "  bytes_moved          %s (max into one rank %s)\n", format_bytes(static_cast<double>(sum_of(sent))).c_str(),
                  format_bytes(static_cast<double>(max_of(received))).c_str());
+    std::fprintf(out, "  bytes kept           %s (%s of them not copied: buffers handed over)\n",
+                 format_bytes(static_cast<double>(sum_of(kept))).c_str(),
+                 format_bytes(static_cast<double>(sum_of(kept_zero_copy))).c_str());
     std::fprintf(out, "  p2p bandwidth        %s/s per rank (all pairs at once)\n", format_bytes(bw).c_str());
     std::fprintf(out, "  lower_bound_seconds  %.6f\n", lower);
     std::fprintf(out, "  ratio                %.2f cold", lower > 0 ? cold_s / lower : 0.0);

@@ -265,4 +265,31 @@ void message_count_case(comm::Transport& t) {
   CASE_REQUIRE(small.messages > 3, small.messages);
 }
 
+// tiny-dense dp=4,zero=0 -> dp=2,zero=0 (replicated state; ranks 0 and 1 keep everything) and
+// the same at dp=4,zero=1 -> dp=2,zero=1: every kept buffer with the identical segments at
+// identical offsets is handed over, not copied. zero=0: all kept bytes; zero=1: the weights and
+// grads (the optimizer shards change), which the pool must then give back like any buffer.
+void zero_copy_keep_case(comm::Transport& t) {
+  TransitionCase c;
+  c.kind = "zerocopy";
+  c.model = "tiny-dense";
+  c.world = 4;
+  CASE_REQUIRE(t.size() == 4);
+  c.from = "dp=4,zero=0";
+  c.to = "dp=2,zero=0";
+  const TransitionStats all = run_case(c, t);
+  if (t.rank() < 2) {
+    CASE_REQUIRE(all.bytes_kept > 0);
+    CASE_REQUIRE(all.kept_zero_copy_bytes == all.bytes_kept, all.kept_zero_copy_bytes, " of ", all.bytes_kept);
+  }
+  c.from = "dp=4,zero=1";
+  c.to = "dp=2,zero=1";
+  const TransitionStats part = run_case(c, t);
+  CASE_REQUIRE(part.kept_zero_copy_bytes <= part.bytes_kept);
+  std::uint64_t handed = 0, kept = 0;
+  for (auto v : gather_u64(t, part.kept_zero_copy_bytes)) handed += v;
+  for (auto v : gather_u64(t, part.bytes_kept)) kept += v;
+  CASE_REQUIRE(handed > 0 && handed < kept, handed, " of ", kept);
+}
+
 }  // namespace dynatrain::exec::cases

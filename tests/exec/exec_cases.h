@@ -57,4 +57,7 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t);
 // 3 messages (one per peer) and, with a budget 64x smaller, as many as its chunks.
 void message_count_case(comm::Transport& t);
 
+// Zero-copy keeps on exactly 4 ranks: kept buffers that stay identical are handed over.
+void zero_copy_keep_case(comm::Transport& t);
+
 }  // namespace dynatrain::exec::cases

@@ -69,6 +69,10 @@ INSTANTIATE_TEST_SUITE_P(LargeBuffers, InprocTransition, ::testing::ValuesIn(lar
                                   std::get<0>(info.param).name() + "_" + std::to_string(info.index);
                          });
 
+TEST(InprocTransitionFixed, KeptBuffersHandedOverWithoutCopy) {
+  comm::run_ranks(4, [](comm::Transport& t) { cases::zero_copy_keep_case(t); }, test_options());
+}
+
 TEST(InprocTransitionFixed, MessageCountsPerRank) {
   comm::run_ranks(4, [](comm::Transport& t) { cases::message_count_case(t); }, test_options());
 }

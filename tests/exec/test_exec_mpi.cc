@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
       current = "message_count_case";
       exec::cases::message_count_case(*world);
       if (me == 0) std::printf("[ok] np4 message counts per rank\n");
+      current = "zero_copy_keep_case";
+      exec::cases::zero_copy_keep_case(*world);
+      if (me == 0) std::printf("[ok] np4 zero-copy keeps\n");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] case %s FAILED: %s\n", me, current.c_str(), e.what());
