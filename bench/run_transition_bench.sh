@@ -38,9 +38,9 @@ engine_table() {
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   while IFS='|' read -r np label model from to; do
     mpirun -np "$np" "$exe" run-transition --model "$here/models/$model/config.json" --from "$from" --to "$to" \
-      --mem-budget 256MiB --bucket-elems 4000000 --prefault --repeat 4 --verify --json "$tmp/a.json" > "$tmp/a.txt"
+      --mem-budget 256MiB --bucket-elems 4000000 --prefault --repeat 4 --verify --json "$tmp/a.json" > "$tmp/a.txt" < /dev/null
     mpirun -np "$np" "$exe" run-transition --model "$here/models/$model/config.json" --from "$from" --to "$to" \
-      --mem-budget 8MiB --verify --json "$tmp/b.json" > "$tmp/b.txt"
+      --mem-budget 8MiB --verify --json "$tmp/b.json" > "$tmp/b.txt" < /dev/null
     python3 - "$np" "$label" "$tmp/a.json" "$tmp/b.json" <<'PY'
 import json, sys
 np_, label, a, b = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3])), json.load(open(sys.argv[4]))
