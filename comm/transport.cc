@@ -1,5 +1,6 @@
 #include "comm/transport.h"
 
+#include <cstring>
 #include <exception>
 
 #include "common/error.h"
@@ -17,6 +18,17 @@ void wait_all(std::vector<std::unique_ptr<Request>>& requests) {
     }
   }
   if (first) std::rethrow_exception(first);
+}
+
+void Transport::all_gather_bytes(const void* send, void* recv, std::size_t bytes_per_rank) {
+  const std::size_t words = (bytes_per_rank + sizeof(float) - 1) / sizeof(float);
+  const auto n = static_cast<std::size_t>(size());
+  std::vector<float> mine(words), all(words * n);
+  if (bytes_per_rank > 0) std::memcpy(mine.data(), send, bytes_per_rank);
+  all_gather(mine.data(), all.data(), words);
+  for (std::size_t r = 0; r < n; ++r)
+    if (bytes_per_rank > 0)
+      std::memcpy(static_cast<std::byte*>(recv) + r * bytes_per_rank, all.data() + r * words, bytes_per_rank);
 }
 
 bool agree_with_root(Transport& transport, bool ok) {

@@ -3,8 +3,8 @@
 //   comm/mpi/      real processes under mpirun (Open MPI, MPI_THREAD_MULTIPLE)
 //   comm/inproc/   ranks as threads of one process, for unit tests
 //   comm/nccl/     (later) device buffers; `Buffer` pointers are then device pointers and the
-//                  backend orders work on its own stream. Nothing in this interface assumes host
-//                  memory except the collectives' element type.
+//                  backend orders work on its own stream. Exact values travel as bytes
+//                  (all_gather_bytes, all_to_all, broadcast); floats only where they are added.
 //
 // Contract:
 //  * A Transport is one communicator: ranks 0..size()-1. Point-to-point calls take peer ranks
@@ -79,6 +79,10 @@ class Transport {
   virtual void all_reduce_sum(float* buf, std::size_t count) = 0;
   // recv holds size() * count_per_rank floats afterwards, rank r's contribution at r*count.
   virtual void all_gather(const float* send, float* recv, std::size_t count_per_rank) = 0;
+  // Exact values: recv holds size() * bytes_per_rank bytes afterwards, rank r's at
+  // r * bytes_per_rank. Both backends move bytes; the default (for other backends) goes
+  // through all_gather, whose floats are moved, never added.
+  virtual void all_gather_bytes(const void* send, void* recv, std::size_t bytes_per_rank);
   // send holds size() * count_per_rank floats; recv gets the sum of everybody's block rank().
   virtual void reduce_scatter_sum(const float* send, float* recv, std::size_t count_per_rank) = 0;
   // Personalised exchange of bytes: send_counts[r] bytes at send_offsets[r] go to rank r.
@@ -97,14 +101,17 @@ class Transport {
 template <typename T>
 std::vector<T> all_gather_values(Transport& transport, const T& value) {
   static_assert(std::is_trivially_copyable_v<T>, "all_gather_values moves raw bytes");
-  constexpr std::size_t kWords = (sizeof(T) + sizeof(float) - 1) / sizeof(float);
-  float mine[kWords] = {};
-  std::memcpy(mine, &value, sizeof(T));
-  const auto n = static_cast<std::size_t>(transport.size());
-  std::vector<float> all(kWords * n);
-  transport.all_gather(mine, all.data(), kWords);
-  std::vector<T> out(n);
-  for (std::size_t r = 0; r < n; ++r) std::memcpy(&out[r], all.data() + r * kWords, sizeof(T));
+  std::vector<T> out(static_cast<std::size_t>(transport.size()));
+  transport.all_gather_bytes(&value, out.data(), sizeof(T));
+  return out;
+}
+
+// Collective: every rank's `values` (the same length on every rank), rank r's at r * size().
+template <typename T>
+std::vector<T> all_gather_values(Transport& transport, const std::vector<T>& values) {
+  static_assert(std::is_trivially_copyable_v<T>, "all_gather_values moves raw bytes");
+  std::vector<T> out(values.size() * static_cast<std::size_t>(transport.size()));
+  if (!values.empty()) transport.all_gather_bytes(values.data(), out.data(), values.size() * sizeof(T));
   return out;
 }
 

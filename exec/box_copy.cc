@@ -27,7 +27,7 @@ std::int64_t offset_in(const vps::Box& outer, const vps::Coord& c, const vps::Co
 }  // namespace
 
 void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, std::byte* dst,
-              const vps::Box& dst_box, std::size_t elem) {
+              const vps::Box& dst_box, std::size_t elem, const MemoryOps& ops) {
   if (q.empty()) return;
   DT_CHECK(src_box.contains(q), "box ", q.str(), " outside source storage ", src_box.str());
   DT_CHECK(dst_box.contains(q), "box ", q.str(), " outside destination storage ", dst_box.str());
@@ -46,7 +46,7 @@ void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, 
   const std::byte* s0 = src + offset_in(src_box, q.lo, ss) * elem;
   std::byte* d0 = dst + offset_in(dst_box, q.lo, ds) * elem;
   if (run_dim == 0) {
-    std::memcpy(d0, s0, run_bytes);
+    ops.copy(d0, s0, run_bytes);
     return;
   }
   // Odometer over dims [0, run_dim).
@@ -57,7 +57,7 @@ void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, 
       so += idx[d] * ss[d];
       doff += idx[d] * ds[d];
     }
-    std::memcpy(d0 + doff * elem, s0 + so * elem, run_bytes);
+    ops.copy(d0 + doff * elem, s0 + so * elem, run_bytes);
     int d = run_dim - 1;
     for (; d >= 0; --d) {
       if (++idx[d] < q.extent(d)) break;
@@ -69,9 +69,9 @@ void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, 
 
 std::size_t pack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end,
                        const std::byte* seg, const vps::Box& seg_box, std::byte* out,
-                       std::size_t elem) {
+                       std::size_t elem, const MemoryOps& ops) {
   if (begin == 0 && end == piece.numel()) {
-    copy_box(piece, seg, seg_box, out, piece, elem);
+    copy_box(piece, seg, seg_box, out, piece, elem, ops);
     return static_cast<std::size_t>(end - begin) * elem;
   }
   thread_local std::vector<vps::Box> boxes;
@@ -79,7 +79,7 @@ std::size_t pack_range(const vps::Box& piece, std::int64_t begin, std::int64_t e
   vps::flat_range_boxes(piece, begin, end, boxes);
   std::byte* at = out;
   for (const auto& q : boxes) {
-    copy_box(q, seg, seg_box, at, q, elem);
+    copy_box(q, seg, seg_box, at, q, elem, ops);
     at += static_cast<std::size_t>(q.numel()) * elem;
   }
   return static_cast<std::size_t>(at - out);
@@ -87,9 +87,9 @@ std::size_t pack_range(const vps::Box& piece, std::int64_t begin, std::int64_t e
 
 std::size_t unpack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end,
                          const std::byte* in, std::byte* seg, const vps::Box& seg_box,
-                         std::size_t elem) {
+                         std::size_t elem, const MemoryOps& ops) {
   if (begin == 0 && end == piece.numel()) {
-    copy_box(piece, in, piece, seg, seg_box, elem);
+    copy_box(piece, in, piece, seg, seg_box, elem, ops);
     return static_cast<std::size_t>(end - begin) * elem;
   }
   thread_local std::vector<vps::Box> boxes;
@@ -97,7 +97,7 @@ std::size_t unpack_range(const vps::Box& piece, std::int64_t begin, std::int64_t
   vps::flat_range_boxes(piece, begin, end, boxes);
   const std::byte* at = in;
   for (const auto& q : boxes) {
-    copy_box(q, at, q, seg, seg_box, elem);
+    copy_box(q, at, q, seg, seg_box, elem, ops);
     at += static_cast<std::size_t>(q.numel()) * elem;
   }
   return static_cast<std::size_t>(at - in);

@@ -1,11 +1,13 @@
 // Implementation notes (the contract is in engine.h, the guarantees in exec/README.md).
 //
-// run_transition = prepare (validate, count per-buffer outgoing bytes, cut waves and chunks)
-//                + agree (three tiny all_gathers: tensor count, per-key load, order choice)
-//                + execute(dry) for each candidate order, then execute(real).
+// run_transition = prepare (validate, count per-buffer outgoing bytes)
+//                + agree (all_gather_bytes: tensor count, slab rows, per-key load and growth)
+//                + split the plan at slab boundaries, choose page-wise buffers
+//                + for each candidate order: cut waves and chunks, execute(dry)
+//                + agree on the order (one all_gather_bytes), execute(dry), execute(real).
 // execute() is one function for the dry run and the real run, so the predicted peak is the
-// accounted peak by construction: the dry run performs the same allocate / release events in
-// the same order, only without touching data or the transport.
+// accounted peak by construction: the dry run performs the same allocate / release / commit /
+// decommit events in the same order, only without touching data or the transport.
 #include "exec/engine.h"
 
 #include <algorithm>
@@ -81,29 +83,44 @@ class Engine {
     const auto t0 = std::chrono::steady_clock::now();
     validate();
     detect_fanout();
+    find_adoptions();
+    agree_slabs();
+    split_plan();
     agree_waves();
-    build_chunks();
+    choose_pagewise();
     stats_.agree_seconds = secs(t0);
+    const std::uint64_t floor = std::max(src_total_, dst_total_);
     WaveOrder order = opt_.order;
     if (order == WaveOrder::kAuto) {
-      const double up = static_cast<double>(execute(true, false)) - std::max(src_total_, dst_total_);
-      const double down = static_cast<double>(execute(true, true)) - std::max(src_total_, dst_total_);
-      const float mine[2] = {static_cast<float>(up), static_cast<float>(down)};
-      std::vector<float> all(2 * static_cast<std::size_t>(t_.size()));
-      t_.all_gather(mine, all.data(), 2);
-      float worst_up = -1e30f, worst_down = -1e30f;
-      for (int r = 0; r < t_.size(); ++r) {
-        worst_up = std::max(worst_up, all[2 * r]);
-        worst_down = std::max(worst_down, all[2 * r + 1]);
+      // Dry-run every candidate order; all ranks take the one whose worst rank overshoots
+      // max(source, destination) the least (the earliest on a tie).
+      constexpr WaveOrder kCandidates[3] = {WaveOrder::kAscending, WaveOrder::kDescending,
+                                            WaveOrder::kBalanced};
+      std::vector<double> mine(3);
+      for (int i = 0; i < 3; ++i) {
+        cut_waves(kCandidates[i]);
+        mine[i] = static_cast<double>(execute(true)) - static_cast<double>(floor);
       }
-      order = worst_down < worst_up ? WaveOrder::kDescending : WaveOrder::kAscending;
+      const auto all = comm::all_gather_values(t_, mine);
+      double best = 0;
+      for (int i = 0; i < 3; ++i) {
+        double worst = -1e300;
+        for (int r = 0; r < t_.size(); ++r) worst = std::max(worst, all[static_cast<std::size_t>(r) * 3 + i]);
+        if (i == 0 || worst < best) best = worst, order = kCandidates[i];
+      }
     }
+    cut_waves(order);
+    stats_.predicted_peak_bytes = execute(true);
+    stats_.peak_bytes = execute(false);
     const bool desc = order == WaveOrder::kDescending;
-    stats_.predicted_peak_bytes = execute(true, desc);
-    stats_.peak_bytes = execute(false, desc);
+    stats_.wave_order = order == WaveOrder::kAscending ? "ascending"
+                        : desc                         ? "descending"
+                                                       : "balanced";
     stats_.descending = desc;
     stats_.waves = static_cast<std::uint64_t>(nwaves_);
     stats_.chunk_bytes = cap_;
+    stats_.granule_bytes = granule_;
+    stats_.pagewise_buffers = pagewise_count_;
     stats_.src_bytes = src_total_;
     stats_.dst_bytes = dst_total_;
     stats_.seconds = secs(t0);
@@ -111,6 +128,7 @@ class Engine {
   }
 
  private:
+  bool zeroed(vps::StateKind k) const { return (opt_.zeroed_kinds >> static_cast<int>(k)) & 1u; }
   std::size_t elem(vps::StateKind k) const { return static_cast<std::size_t>(eb_[static_cast<int>(k)]); }
   std::uint64_t piece_bytes(const plan::Piece& p) const {
     return static_cast<std::uint64_t>(p.box.numel()) * elem(p.kind);
@@ -151,7 +169,7 @@ class Engine {
     if (opt_.mem_budget < kMinBudget)
       DT_INPUT_ERROR("memory budget ", opt_.mem_budget, " bytes is too small; use at least ",
                      kMinBudget, " bytes");
-    cap_ = opt_.mem_budget / 4 / 8 * 8;
+    cap_ = opt_.mem_budget / 8 / 8 * 8;  // four staging slots (two per direction) <= budget / 2
     src_size_.resize(sl_.buffers.size());
     src_left_.assign(sl_.buffers.size(), 0);
     for (std::size_t i = 0; i < sl_.buffers.size(); ++i) {
@@ -167,14 +185,16 @@ class Engine {
     dst_.assign(dl_.buffers.size(), nullptr);
     for (const auto& p : plan_.keep) {
       check_piece(p, true, true);
-      src_left_[p.src_buffer] += piece_bytes(p);
+      if (zeroed(p.kind)) stats_.skipped_bytes_kept += piece_bytes(p);
+      else src_left_[p.src_buffer] += piece_bytes(p);
     }
     for (const auto& [peer, pieces] : plan_.send) {
       DT_CHECK(peer >= 0 && peer < W && peer != t_.rank(), "send peer ", peer, " of ", W);
       for (const auto& p : pieces) {
         check_piece(p, true, false);
         DT_CHECK_EQ(p.dst_rank, peer);
-        src_left_[p.src_buffer] += piece_bytes(p);
+        if (zeroed(p.kind)) stats_.skipped_bytes_sent += piece_bytes(p);
+        else src_left_[p.src_buffer] += piece_bytes(p);
       }
     }
     for (const auto& [peer, pieces] : plan_.recv) {
@@ -182,8 +202,11 @@ class Engine {
       for (const auto& p : pieces) {
         check_piece(p, false, true);
         DT_CHECK_EQ(p.src_rank, peer);
+        if (zeroed(p.kind)) stats_.skipped_bytes_received += piece_bytes(p);
       }
     }
+    for (std::size_t j = 0; j < dl_.buffers.size(); ++j)
+      if (zeroed(dl_.buffers[j].kind)) stats_.zeroed_bytes += dst_size_[j];
   }
 
   void detect_fanout() {
@@ -210,43 +233,188 @@ class Engine {
                     " fan-out bytes; the broadcast path is not implemented)";
   }
 
-  // Wave keys: ((expert_group * kinds + kind) * T + tensor), the order of buffer ids.
+  // Zero-copy keeps: destination buffer j adopts source buffer i as it is when the allocator
+  // allows it, both hold the identical segments at identical offsets (same kind and size), the
+  // plan keeps every segment byte of j from i, and nothing else reads i.
+  void find_adoptions() {
+    adopted_src_.assign(sl_.buffers.size(), -1);
+    adopted_dst_.assign(dl_.buffers.size(), -1);
+    adopted_bytes_.assign(sl_.buffers.size(), 0);
+    if (!alloc_.can_adopt()) return;
+    std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint64_t> kept;
+    for (const auto& p : plan_.keep)
+      if (!zeroed(p.kind) && src_seg(p).offset == dst_seg(p).offset && src_seg(p).box == dst_seg(p).box &&
+          p.box == dst_seg(p).box)
+        kept[{p.src_buffer, p.dst_buffer}] += piece_bytes(p);
+    for (const auto& [ij, bytes] : kept) {
+      const auto [i, j] = ij;
+      const auto& a = sl_.buffers[i];
+      const auto& b = dl_.buffers[j];
+      if (adopted_src_[i] >= 0 || adopted_dst_[j] >= 0 || a.kind != b.kind || a.numel != b.numel ||
+          a.segments.size() != b.segments.size() || src_left_[i] != bytes)
+        continue;
+      std::uint64_t seg_bytes = 0;
+      bool same = true;
+      for (std::size_t k = 0; k < a.segments.size() && same; ++k) {
+        const auto& x = a.segments[k];
+        const auto& y = b.segments[k];
+        same = x.tensor == y.tensor && x.box == y.box && x.offset == y.offset;
+        seg_bytes += static_cast<std::uint64_t>(y.box.numel()) * elem(b.kind);
+      }
+      if (!same || seg_bytes != bytes) continue;
+      adopted_src_[i] = static_cast<int>(j);
+      adopted_bytes_[i] = bytes;
+      adopted_dst_[j] = static_cast<int>(i);
+      src_left_[i] = 0;
+      stats_.kept_zero_copy_bytes += bytes;
+    }
+  }
+  bool adopted(const plan::Piece& p) const { return adopted_src_[p.src_buffer] == static_cast<int>(p.dst_buffer); }
+
+  // Slabs: every tensor is cut along dim 0 into slabs of `slab_rows_[t]` rows, so that one
+  // slab of the whole tensor holds at most mem_budget / 16 bytes. A dim-0 slab of any box is
+  // one contiguous run of its row-major storage, so a slab's bytes sit together in every
+  // buffer. All ranks agree on the rows (from the largest row length any rank holds).
+  void agree_slabs() {
+    std::uint64_t local_t = 0;
+    auto see_t = [&](const plan::Piece& p) { local_t = std::max<std::uint64_t>(local_t, p.tensor + 1); };
+    for (const auto& p : plan_.keep) see_t(p);
+    for (const auto& [q, v] : plan_.send) for (const auto& p : v) see_t(p);
+    for (const auto& [q, v] : plan_.recv) for (const auto& p : v) see_t(p);
+    const auto all_t = comm::all_gather_values(t_, local_t);
+    tensors_ = static_cast<std::size_t>(*std::max_element(all_t.begin(), all_t.end()));
+    // Per tensor: (rows = largest dim-0 end, row = largest row length in elements).
+    std::vector<std::uint64_t> mine(2 * tensors_, 0);
+    auto see = [&](const plan::Piece& p) {
+      std::uint64_t row = 1;
+      for (int d = 1; d < p.box.ndim; ++d) row *= static_cast<std::uint64_t>(p.box.extent(d));
+      auto& rows = mine[2 * p.tensor];
+      rows = std::max(rows, static_cast<std::uint64_t>(p.box.ndim > 0 ? p.box.hi[0] : 1));
+      mine[2 * p.tensor + 1] = std::max(mine[2 * p.tensor + 1], row);
+    };
+    for (const auto& p : plan_.keep) see(p);
+    for (const auto& [q, v] : plan_.send) for (const auto& p : v) see(p);
+    for (const auto& [q, v] : plan_.recv) for (const auto& p : v) see(p);
+    const auto all = comm::all_gather_values(t_, mine);
+    const std::uint64_t slab_elems = std::max<std::uint64_t>(1, opt_.mem_budget / 16 / 4);
+    slab_rows_.assign(tensors_, 1);
+    key_base_.assign(2 * vps::kNumStateKinds * tensors_ + 1, 0);
+    std::vector<std::uint64_t> slabs(tensors_, 1);
+    for (std::size_t t = 0; t < tensors_; ++t) {
+      std::uint64_t rows = 0, row = 1;
+      for (int r = 0; r < t_.size(); ++r) {
+        rows = std::max(rows, all[static_cast<std::size_t>(r) * 2 * tensors_ + 2 * t]);
+        row = std::max(row, all[static_cast<std::size_t>(r) * 2 * tensors_ + 2 * t + 1]);
+      }
+      slab_rows_[t] = static_cast<std::int64_t>(std::max<std::uint64_t>(1, slab_elems / row));
+      slabs[t] = std::max<std::uint64_t>(1, (rows + slab_rows_[t] - 1) / slab_rows_[t]);
+    }
+    // Key space: (expert group, kind, tensor, slab) in that order, densely numbered.
+    for (std::size_t g = 0, i = 0; g < 2; ++g)
+      for (int k = 0; k < vps::kNumStateKinds; ++k)
+        for (std::size_t t = 0; t < tensors_; ++t, ++i) key_base_[i + 1] = key_base_[i] + slabs[t];
+  }
+
+  // The plan with every piece cut at slab boundaries (in place, so both sides of a pair cut
+  // their identical lists identically and still agree on the order).
+  void split_plan() {
+    auto split = [&](const std::vector<plan::Piece>& in, std::vector<plan::Piece>& out) {
+      for (const auto& p : in) {
+        if (zeroed(p.kind)) continue;  // materialised zeroed at the end instead
+        const std::int64_t rows = slab_rows_[p.tensor];
+        const std::int64_t lo = p.box.lo[0], hi = p.box.hi[0];
+        if (p.box.ndim == 0 || lo / rows == (hi - 1) / rows) {
+          out.push_back(p);
+          continue;
+        }
+        for (std::int64_t a = lo; a < hi; a = (a / rows + 1) * rows) {
+          plan::Piece q = p;
+          q.box.lo[0] = a;
+          q.box.hi[0] = std::min(hi, (a / rows + 1) * rows);
+          out.push_back(q);
+        }
+      }
+    };
+    wp_.rank = plan_.rank;
+    std::vector<plan::Piece> keeps;
+    for (const auto& p : plan_.keep)
+      if (!adopted(p)) keeps.push_back(p);
+    split(keeps, wp_.keep);
+    for (const auto& [peer, v] : plan_.send) split(v, wp_.send[peer]);
+    for (const auto& [peer, v] : plan_.recv) split(v, wp_.recv[peer]);
+  }
+
   std::size_t key_of(const plan::Piece& p, bool expert_group) const {
-    return (static_cast<std::size_t>(expert_group) * vps::kNumStateKinds +
-            static_cast<std::size_t>(p.kind)) * tensors_ + p.tensor;
+    const std::size_t base = (static_cast<std::size_t>(expert_group) * vps::kNumStateKinds +
+                              static_cast<std::size_t>(p.kind)) * tensors_ + p.tensor;
+    const std::int64_t slab = p.box.ndim > 0 ? p.box.lo[0] / slab_rows_[p.tensor] : 0;
+    return key_base_[base] + static_cast<std::size_t>(slab);
   }
   std::size_t src_key(const plan::Piece& p) const { return key_of(p, sl_.buffers[p.src_buffer].expert_group); }
   std::size_t dst_key(const plan::Piece& p) const { return key_of(p, dl_.buffers[p.dst_buffer].expert_group); }
 
+  // Every rank publishes, per key, its load (bytes read from source + bytes written to
+  // destination) and its net growth (bytes written - bytes read); cut_waves orders and cuts the
+  // keys from these, identically on every rank.
   void agree_waves() {
+    const std::size_t nkeys = key_base_.back();
+    std::vector<float> mine(2 * nkeys, 0.f);
+    auto add = [&](std::size_t key, std::uint64_t read, std::uint64_t written) {
+      mine[2 * key] += static_cast<float>(read + written);
+      mine[2 * key + 1] += static_cast<float>(written) - static_cast<float>(read);
+    };
+    for (const auto& p : wp_.keep) add(dst_key(p), piece_bytes(p), piece_bytes(p));
+    for (const auto& [q, v] : wp_.send) for (const auto& p : v) add(src_key(p), piece_bytes(p), 0);
+    for (const auto& [q, v] : wp_.recv) for (const auto& p : v) add(dst_key(p), 0, piece_bytes(p));
+    key_stats_ = comm::all_gather_values(t_, mine);
+  }
+  float load_of(int r, std::size_t k) const { return key_stats_[(static_cast<std::size_t>(r) * key_base_.back() + k) * 2]; }
+  float net_of(int r, std::size_t k) const { return key_stats_[(static_cast<std::size_t>(r) * key_base_.back() + k) * 2 + 1]; }
+
+  // The key sequence of an order. kBalanced merges the ascending and the descending sequence:
+  // at each step it takes the front or the back key, whichever keeps the worst rank's running
+  // growth (relative to its final growth) lower, so that ranks whose destination sits at low
+  // keys and ranks whose destination sits at high keys are served in turn.
+  std::vector<std::size_t> key_sequence(WaveOrder order) const {
+    const std::size_t n = key_base_.back();
+    std::vector<std::size_t> seq;
+    seq.reserve(n);
+    if (order != WaveOrder::kBalanced) {
+      for (std::size_t i = 0; i < n; ++i) seq.push_back(order == WaveOrder::kDescending ? n - 1 - i : i);
+      return seq;
+    }
     const int W = t_.size();
-    std::uint32_t local_t = 0;
-    auto see = [&](const plan::Piece& p) { local_t = std::max(local_t, p.tensor + 1); };
-    for (const auto& p : plan_.keep) see(p);
-    for (const auto& [q, v] : plan_.send) for (const auto& p : v) see(p);
-    for (const auto& [q, v] : plan_.recv) for (const auto& p : v) see(p);
-    const float mine = static_cast<float>(local_t);
-    std::vector<float> all(static_cast<std::size_t>(W));
-    t_.all_gather(&mine, all.data(), 1);
-    tensors_ = static_cast<std::size_t>(*std::max_element(all.begin(), all.end()));
-    const std::size_t nkeys = 2 * vps::kNumStateKinds * tensors_;
-    // Load of each key on this rank: bytes read from source plus bytes written to destination.
-    std::vector<float> load(nkeys, 0.f);
-    for (const auto& p : plan_.keep) load[dst_key(p)] += 2.f * static_cast<float>(piece_bytes(p));
-    for (const auto& [q, v] : plan_.send) for (const auto& p : v) load[src_key(p)] += static_cast<float>(piece_bytes(p));
-    for (const auto& [q, v] : plan_.recv) for (const auto& p : v) load[dst_key(p)] += static_cast<float>(piece_bytes(p));
-    std::vector<float> loads(nkeys * static_cast<std::size_t>(W));
-    if (nkeys > 0) t_.all_gather(load.data(), loads.data(), nkeys);
-    // Cut: a new wave starts before a key that would push some rank's wave load past the target.
-    const double target = static_cast<double>(opt_.mem_budget) / 4;
-    wave_of_key_.assign(nkeys, 0);
+    std::vector<double> run(static_cast<std::size_t>(W), 0.0), fin(static_cast<std::size_t>(W), 0.0);
+    for (int r = 0; r < W; ++r)
+      for (std::size_t k = 0; k < n; ++k) fin[r] += net_of(r, k);
+    auto cost = [&](std::size_t k) {
+      double worst = -1e300;
+      for (int r = 0; r < W; ++r) worst = std::max(worst, run[r] + net_of(r, k) - std::max(0.0, fin[r]));
+      return worst;
+    };
+    std::size_t lo = 0, hi = n;  // keys [lo, hi) remain
+    while (lo < hi) {
+      const std::size_t k = cost(lo) <= cost(hi - 1) ? lo++ : --hi;
+      for (int r = 0; r < W; ++r) run[r] += net_of(r, k);
+      seq.push_back(k);
+    }
+    return seq;
+  }
+
+  // Cuts the key sequence of `order` into waves: a new wave starts before a key that would push
+  // some rank's wave load past mem_budget / 8. Then cuts the chunks of every wave.
+  void cut_waves(WaveOrder order) {
+    const int W = t_.size();
+    const std::vector<std::size_t> seq = key_sequence(order);
+    const double target = static_cast<double>(opt_.mem_budget) / 16;
+    wave_of_key_.assign(seq.size(), 0);
     std::vector<double> cur(static_cast<std::size_t>(W), 0.0);
     int wave = 0;
     bool open = false;  // the current wave holds some load
-    for (std::size_t k = 0; k < nkeys; ++k) {
+    for (std::size_t k : seq) {
       bool any = false, over = false;
       for (int r = 0; r < W; ++r) {
-        const double v = loads[static_cast<std::size_t>(r) * nkeys + k];
+        const double v = load_of(r, k);
         any |= v > 0;
         over |= cur[r] + v > target;
       }
@@ -255,31 +423,100 @@ class Engine {
         std::fill(cur.begin(), cur.end(), 0.0);
         open = false;
       }
-      for (int r = 0; r < W; ++r) cur[r] += loads[static_cast<std::size_t>(r) * nkeys + k];
+      for (int r = 0; r < W; ++r) cur[r] += load_of(r, k);
       open |= any;
       wave_of_key_[k] = wave;
     }
-    nwaves_ = nkeys == 0 ? 0 : wave + 1;
+    nwaves_ = seq.empty() ? 0 : wave + 1;
+    build_chunks();
+  }
+
+  // Page-wise buffers: those larger than mem_budget / 16 when the allocator can give back parts
+  // of them. Their memory is accounted per granule (a power of two of pages, about
+  // mem_budget / 32): a source granule is given back once every byte in it has been read, a
+  // destination granule made live when first written.
+  void choose_pagewise() {
+    std::size_t g = 64 << 10;
+    while (g * 2 <= opt_.mem_budget / 32 && g < (2u << 20)) g *= 2;
+    granule_ = g;
+    const std::uint64_t min_bytes = std::max<std::uint64_t>(opt_.mem_budget / 16 + 1, alloc_.pagewise_min_bytes());
+    src_pw_.assign(src_size_.size(), 0);
+    dst_pw_.assign(dst_size_.size(), 0);
+    for (std::size_t b = 0; b < src_size_.size(); ++b) src_pw_[b] = src_size_[b] >= min_bytes;
+    for (std::size_t b = 0; b < dst_size_.size(); ++b) dst_pw_[b] = dst_size_[b] >= min_bytes;
+    pagewise_count_ = static_cast<std::uint64_t>(std::count(src_pw_.begin(), src_pw_.end(), 1) +
+                                                 std::count(dst_pw_.begin(), dst_pw_.end(), 1));
+    // Unread bytes per granule of each page-wise source buffer, over every read of the plan.
+    unread_init_.assign(src_size_.size(), {});
+    for (std::size_t b = 0; b < src_size_.size(); ++b)
+      if (src_pw_[b]) unread_init_[b].assign(granules(src_size_[b]), 0);
+    auto count_reads = [&](const plan::Piece& p) {
+      if (!src_pw_[p.src_buffer]) return;
+      auto& u = unread_init_[p.src_buffer];
+      for_each_byte_run(p, 0, p.box.numel(), true, [&](std::uint64_t at, std::uint64_t n) {
+        for_each_granule(at, n, [&](std::size_t gi, std::uint64_t part) { u[gi] += part; });
+      });
+    };
+    for (const auto& p : wp_.keep) count_reads(p);
+    for (const auto& [q, v] : wp_.send) for (const auto& p : v) count_reads(p);
+  }
+  std::size_t granules(std::uint64_t bytes) const { return static_cast<std::size_t>((bytes + granule_ - 1) / granule_); }
+  std::uint64_t granule_size(std::uint64_t buffer_bytes, std::size_t gi) const {
+    return std::min<std::uint64_t>(granule_, buffer_bytes - gi * granule_);
+  }
+  template <typename Fn>
+  void for_each_granule(std::uint64_t at, std::uint64_t n, Fn&& fn) const {
+    while (n > 0) {
+      const std::size_t gi = static_cast<std::size_t>(at / granule_);
+      const std::uint64_t part = std::min<std::uint64_t>(n, (gi + 1) * granule_ - at);
+      fn(gi, part);
+      at += part;
+      n -= part;
+    }
+  }
+  // Byte runs (offset into the buffer, length) of elements [begin, end) of a piece, in its
+  // source (`source`) or destination buffer.
+  template <typename Fn>
+  void for_each_byte_run(const plan::Piece& p, std::int64_t begin, std::int64_t end, bool source, Fn&& fn) const {
+    const vps::Segment& s = source ? src_seg(p) : dst_seg(p);
+    const std::uint64_t e = elem(p.kind);
+    for_each_run(p.box, begin, end, s.box, [&](std::int64_t off, std::int64_t count) {
+      fn(static_cast<std::uint64_t>(s.offset + off) * e, static_cast<std::uint64_t>(count) * e);
+    });
   }
 
   void build_chunks() {
+    send_stage_size_ = recv_stage_size_ = 0;
     keeps_.assign(static_cast<std::size_t>(nwaves_), {});
     work_.assign(static_cast<std::size_t>(nwaves_), {});
-    for (std::uint32_t i = 0; i < plan_.keep.size(); ++i)
-      keeps_[wave_of_key_[dst_key(plan_.keep[i])]].push_back(i);
+    for (std::uint32_t i = 0; i < wp_.keep.size(); ++i)
+      keeps_[wave_of_key_[dst_key(wp_.keep[i])]].push_back(i);
     std::vector<std::vector<std::uint32_t>> by_wave(static_cast<std::size_t>(nwaves_));
-    for (const auto& [peer, pieces] : plan_.send) {
+    for (const auto& [peer, pieces] : wp_.send) {
       for (auto& v : by_wave) v.clear();
       for (std::uint32_t i = 0; i < pieces.size(); ++i) by_wave[wave_of_key_[src_key(pieces[i])]].push_back(i);
       for (int w = 0; w < nwaves_; ++w)
         if (!by_wave[w].empty()) work_[w][peer].send = cut_chunks(pieces, by_wave[w], eb_, cap_);
     }
-    for (const auto& [peer, pieces] : plan_.recv) {
+    for (const auto& [peer, pieces] : wp_.recv) {
       for (auto& v : by_wave) v.clear();
       for (std::uint32_t i = 0; i < pieces.size(); ++i) by_wave[wave_of_key_[dst_key(pieces[i])]].push_back(i);
       for (int w = 0; w < nwaves_; ++w)
         if (!by_wave[w].empty()) work_[w][peer].recv = cut_chunks(pieces, by_wave[w], eb_, cap_);
     }
+    // This rank's sequence of rounds: waves in order, XOR steps, rounds of each pair.
+    rounds_.clear();
+    const int W = t_.size(), me = t_.rank();
+    int steps = 1;
+    while (steps < W) steps <<= 1;
+    for (int w = 0; w < nwaves_; ++w)
+      for (int s = 1; s < steps; ++s) {
+        const int peer = me ^ s;
+        auto it = peer < W ? work_[w].find(peer) : work_[w].end();
+        if (it == work_[w].end()) continue;
+        const std::size_t n = std::max(it->second.send.size(), it->second.recv.size());
+        for (std::size_t r = 0; r < n; ++r) rounds_.push_back({w, peer, r});
+      }
     // Staging: only chunks that cannot go zero-copy need it.
     for (const auto& wave : work_) {
       for (const auto& [peer, pw] : wave) {
@@ -296,7 +533,7 @@ class Engine {
   const std::byte* send_direct(int peer, const Chunk& c) const {
     if (c.ranges.size() != 1) return nullptr;
     const Range& r = c.ranges[0];
-    const plan::Piece& p = plan_.send.at(peer)[r.piece];
+    const plan::Piece& p = wp_.send.at(peer)[r.piece];
     const vps::Segment& s = src_seg(p);
     const std::int64_t off = contiguous_offset(p.box, r.begin, r.end, s.box);
     if (off < 0) return nullptr;
@@ -308,16 +545,21 @@ class Engine {
   std::int64_t recv_direct_offset(int peer, const Chunk& c) const {
     if (c.ranges.size() != 1) return -1;
     const Range& r = c.ranges[0];
-    const plan::Piece& p = plan_.recv.at(peer)[r.piece];
+    const plan::Piece& p = wp_.recv.at(peer)[r.piece];
     const vps::Segment& s = dst_seg(p);
     const std::int64_t off = contiguous_offset(p.box, r.begin, r.end, s.box);
     return off < 0 ? -1 : s.offset + off;
   }
 
   // ---- memory events (shared by the dry and the real run) ----
+  // Live bytes are accounted per buffer: whole buffers, or granules of page-wise ones.
   struct Mem {
-    std::vector<std::uint64_t> left;
-    std::vector<char> src_live, dst_live;
+    std::vector<std::uint64_t> left;                // per source buffer: bytes still to read
+    std::vector<std::vector<std::uint64_t>> unread; // page-wise source: per granule
+    std::vector<std::uint64_t> src_live;            // live bytes of each source buffer
+    std::vector<char> src_held;                     // not yet given back
+    std::vector<char> dst_live;                     // allocated (whole) or reserved (page-wise)
+    std::vector<std::vector<char>> committed;       // page-wise destination: per granule
     std::uint64_t live = 0, peak = 0;
   };
   void grow(Mem& m, std::uint64_t bytes) {
@@ -325,180 +567,302 @@ class Engine {
     m.peak = std::max(m.peak, m.live);
   }
   void release_src(Mem& m, bool dry, std::uint32_t b) {
-    if (!m.src_live[b]) return;
+    if (!m.src_held[b]) return;
+    m.src_held[b] = 0;
+    m.live -= m.src_live[b];
     m.src_live[b] = 0;
-    m.live -= src_size_[b];
     if (!dry) {
       alloc_.release(src_[b], src_size_[b]);
       src_[b] = nullptr;
     }
   }
-  void consume(Mem& m, bool dry, std::uint32_t b, std::uint64_t bytes) {
+  void decommit_src(Mem& m, bool dry, std::uint32_t b, std::size_t gi) {
+    const std::uint64_t n = granule_size(src_size_[b], gi);
+    m.live -= n;
+    m.src_live[b] -= n;
+    if (!dry) alloc_.decommit(src_[b], gi * granule_, n);
+  }
+  // Elements [begin, end) of piece `p` have been read from its source buffer.
+  void consume(Mem& m, bool dry, const plan::Piece& p, std::int64_t begin, std::int64_t end) {
+    const std::uint32_t b = p.src_buffer;
+    const std::uint64_t bytes = static_cast<std::uint64_t>(end - begin) * elem(p.kind);
     DT_CHECK(m.left[b] >= bytes, "source buffer ", b, " over-consumed");
     m.left[b] -= bytes;
+    if (src_pw_[b]) {
+      auto& u = m.unread[b];
+      for_each_byte_run(p, begin, end, true, [&](std::uint64_t at, std::uint64_t n) {
+        for_each_granule(at, n, [&](std::size_t gi, std::uint64_t part) {
+          u[gi] -= part;
+          if (u[gi] == 0) decommit_src(m, dry, b, gi);
+        });
+      });
+    }
     if (m.left[b] == 0) release_src(m, dry, b);
   }
   void ensure_dst(Mem& m, bool dry, std::uint32_t b) {
     if (m.dst_live[b] || dst_size_[b] == 0) return;
     m.dst_live[b] = 1;
+    if (dst_pw_[b]) {  // address space only; granules become live when written
+      m.committed[b].assign(granules(dst_size_[b]), 0);
+      if (!dry) dst_[b] = alloc_.reserve(dst_size_[b]);
+      return;
+    }
     grow(m, dst_size_[b]);
     if (dry) return;
     const auto t0 = Clock::now();
     const auto& buf = dl_.buffers[b];
-    std::byte* data = alloc_.allocate_destination(buf, dst_size_[b]);
-    dst_[b] = data;
-    // Zero the padding (bytes of no segment) so that recycled memory leaks nothing.
-    const std::size_t e = elem(buf.kind);
-    std::int64_t at = 0;
-    for (const auto& s : buf.segments) {
-      if (s.offset > at) std::memset(data + at * e, 0, static_cast<std::size_t>(s.offset - at) * e);
-      at = std::max(at, s.offset + s.box.numel());
-    }
-    if (buf.numel > at) std::memset(data + at * e, 0, static_cast<std::size_t>(buf.numel - at) * e);
+    dst_[b] = alloc_.allocate_destination(buf, dst_size_[b]);
+    zero_padding(b, 0, dst_size_[b]);
     stats_.alloc_seconds += secs(t0);
   }
+  // Zeroes the padding (bytes of no segment) of destination buffer b inside [lo, hi), so that
+  // recycled memory leaks nothing.
+  void zero_padding(std::uint32_t b, std::uint64_t lo, std::uint64_t hi) {
+    const auto& buf = dl_.buffers[b];
+    const std::uint64_t e = elem(buf.kind);
+    auto zero = [&](std::uint64_t a, std::uint64_t z) {
+      a = std::max(a, lo), z = std::min(z, hi);
+      if (a < z) alloc_.zero(dst_[b] + a, z - a);
+    };
+    std::uint64_t at = 0;
+    for (const auto& s : buf.segments) {
+      const std::uint64_t from = static_cast<std::uint64_t>(s.offset) * e;
+      if (from > at) zero(at, from);
+      at = std::max(at, static_cast<std::uint64_t>(s.offset + s.box.numel()) * e);
+    }
+    zero(at, dst_size_[b]);
+  }
+  void commit_dst(Mem& m, bool dry, std::uint32_t b, std::size_t gi) {
+    if (m.committed[b][gi]) return;
+    m.committed[b][gi] = 1;
+    const std::uint64_t n = granule_size(dst_size_[b], gi);
+    grow(m, n);
+    if (dry) return;
+    const auto t0 = Clock::now();
+    alloc_.commit(dst_[b], gi * granule_, n);
+    zero_padding(b, gi * granule_, gi * granule_ + n);
+    stats_.alloc_seconds += secs(t0);
+  }
+  // Elements [begin, end) of piece `p` are about to be written into its destination buffer.
+  void touch(Mem& m, bool dry, const plan::Piece& p, std::int64_t begin, std::int64_t end) {
+    const std::uint32_t b = p.dst_buffer;
+    ensure_dst(m, dry, b);
+    if (!dst_pw_[b]) return;
+    for_each_byte_run(p, begin, end, false, [&](std::uint64_t at, std::uint64_t n) {
+      for_each_granule(at, n, [&](std::size_t gi, std::uint64_t) { commit_dst(m, dry, b, gi); });
+    });
+  }
 
-  std::uint64_t execute(bool dry, bool descending) {
+  // One round of one pair in flight: the chunks, where they travel from / to, the requests.
+  struct Flight {
+    const Chunk* sc = nullptr;
+    const Chunk* rc = nullptr;
+    const std::byte* sptr = nullptr;
+    std::byte* rptr = nullptr;
+    bool s_direct = false, r_direct = false;
+    std::unique_ptr<comm::Request> sreq, rreq;
+  };
+
+  void do_keeps(Mem& m, bool dry, int w) {
+    for (std::uint32_t i : keeps_[w]) {
+      const plan::Piece& p = wp_.keep[i];
+      touch(m, dry, p, 0, p.box.numel());
+      if (!dry) {
+        const auto t0 = Clock::now();
+        const auto& s = src_seg(p);
+        const auto& d = dst_seg(p);
+        const std::size_t e = elem(p.kind);
+        copy_box(p.box, src_[p.src_buffer] + s.offset * e, s.box, dst_[p.dst_buffer] + d.offset * e,
+                 d.box, e, alloc_);
+        stats_.bytes_kept += piece_bytes(p);
+        stats_.keep_seconds += secs(t0);
+      }
+      consume(m, dry, p, 0, p.box.numel());
+    }
+  }
+
+  // Posts the receive of round r (straight into the destination when the chunk is one
+  // contiguous run there, else into `stage`).
+  void post_recv(Mem& m, bool dry, int peer, const PeerWork& pw, std::size_t r, Flight& f, std::byte* stage) {
+    f.rc = r < pw.recv.size() ? &pw.recv[r] : nullptr;
+    f.rreq.reset();
+    if (!f.rc) return;
+    const std::int64_t off = recv_direct_offset(peer, *f.rc);
+    f.r_direct = off >= 0;
+    f.rptr = stage;
+    if (f.r_direct) {
+      const Range& rg = f.rc->ranges[0];
+      const plan::Piece& p = wp_.recv.at(peer)[rg.piece];
+      touch(m, dry, p, rg.begin, rg.end);
+      if (!dry) f.rptr = dst_[p.dst_buffer] + static_cast<std::size_t>(off) * elem(p.kind);
+    }
+    if (!dry) f.rreq = t_.irecv(f.rptr, f.rc->bytes, peer, kTag);
+  }
+
+  // Packs round r into `stage` (or sends it straight from the source when it is one contiguous
+  // run of one segment) and posts the send. A packed source range is consumed (and maybe given
+  // back) right after the pack; a straight one after its send completed (finish_send).
+  void post_send(Mem& m, bool dry, int peer, const PeerWork& pw, std::size_t r, Flight& f, std::byte* stage) {
+    f.sc = r < pw.send.size() ? &pw.send[r] : nullptr;
+    f.sreq.reset();
+    if (!f.sc) return;
+    f.sptr = send_direct(peer, *f.sc);
+    f.s_direct = f.sptr != nullptr;
+    if (!f.s_direct) {
+      const auto& pieces = wp_.send.at(peer);
+      const auto t0 = Clock::now();
+      std::byte* at = stage;
+      for (const Range& rg : f.sc->ranges) {
+        const plan::Piece& p = pieces[rg.piece];
+        const std::size_t e = elem(p.kind);
+        if (!dry)
+          at += pack_range(p.box, rg.begin, rg.end, src_[p.src_buffer] + src_seg(p).offset * e,
+                           src_seg(p).box, at, e, alloc_);
+        consume(m, dry, p, rg.begin, rg.end);
+      }
+      f.sptr = stage;
+      if (!dry) stats_.pack_seconds += secs(t0);
+    }
+    if (dry) return;
+    f.sreq = t_.isend(f.sptr, f.sc->bytes, peer, kTag);
+    ++stats_.messages;
+    stats_.bytes_sent += f.sc->bytes;
+    stats_.zero_copy_sends += f.s_direct;
+  }
+
+  void finish_recv(Mem& m, bool dry, int peer, Flight& f) {
+    if (!f.rc) return;
+    if (!dry) {
+      const auto t0 = Clock::now();
+      f.rreq->wait();
+      stats_.wait_seconds += secs(t0);
+      stats_.bytes_received += f.rc->bytes;
+      stats_.zero_copy_recvs += f.r_direct;
+    }
+    if (f.r_direct) return;
+    const auto& pieces = wp_.recv.at(peer);
+    const auto t0 = Clock::now();
+    const std::byte* at = f.rptr;
+    for (const Range& rg : f.rc->ranges) {
+      const plan::Piece& p = pieces[rg.piece];
+      const std::size_t e = elem(p.kind);
+      touch(m, dry, p, rg.begin, rg.end);
+      if (!dry)
+        at += unpack_range(p.box, rg.begin, rg.end, at, dst_[p.dst_buffer] + dst_seg(p).offset * e,
+                           dst_seg(p).box, e, alloc_);
+    }
+    if (!dry) stats_.unpack_seconds += secs(t0);
+  }
+
+  void finish_send(Mem& m, bool dry, int peer, Flight& f) {
+    if (!f.sc) return;
+    if (!dry) {
+      const auto t0 = Clock::now();
+      f.sreq->wait();
+      stats_.wait_seconds += secs(t0);
+    }
+    if (f.s_direct) {
+      const Range& rg = f.sc->ranges[0];
+      consume(m, dry, wp_.send.at(peer)[rg.piece], rg.begin, rg.end);
+    }
+  }
+
+  std::uint64_t execute(bool dry) {
     Mem m;
     m.left = src_left_;
-    m.src_live.assign(src_size_.size(), 0);
+    m.unread = unread_init_;
+    m.src_live = src_size_;
+    m.src_held.assign(src_size_.size(), 0);
     m.dst_live.assign(dst_size_.size(), 0);
+    m.committed.assign(dst_size_.size(), {});
     for (std::size_t i = 0; i < src_size_.size(); ++i)
       if (src_size_[i] > 0) {
-        m.src_live[i] = 1;
+        m.src_held[i] = 1;
         grow(m, src_size_[i]);
       }
-    // Source buffers nobody reads from go first.
-    for (std::uint32_t i = 0; i < src_size_.size(); ++i)
-      if (m.left[i] == 0) release_src(m, dry, i);
-    std::byte* send_stage = nullptr;
-    std::byte* recv_stage = nullptr;
-    grow(m, send_stage_size_ + recv_stage_size_);
+    // Adopted source buffers become their destination buffers, every byte in place.
+    for (std::uint32_t i = 0; i < src_size_.size(); ++i) {
+      const int j = adopted_src_[i];
+      if (j < 0) continue;
+      m.src_held[i] = 0;
+      m.src_live[i] = 0;
+      m.dst_live[j] = 1;
+      if (dst_pw_[j]) m.committed[j].assign(granules(dst_size_[j]), 1);
+      if (!dry) {
+        dst_[j] = src_[i];
+        src_[i] = nullptr;
+        zero_padding(static_cast<std::uint32_t>(j), 0, dst_size_[j]);
+        stats_.bytes_kept += adopted_bytes_[i];
+      }
+    }
+    // Source buffers (and granules of page-wise ones) nobody reads from go first.
+    for (std::uint32_t i = 0; i < src_size_.size(); ++i) {
+      if (adopted_src_[i] >= 0) continue;
+      if (m.left[i] == 0) {
+        release_src(m, dry, i);
+      } else if (src_pw_[i]) {
+        for (std::size_t gi = 0; gi < m.unread[i].size(); ++gi)
+          if (m.unread[i][gi] == 0) decommit_src(m, dry, i, gi);
+      }
+    }
+    // Staging: two slots per direction (double buffering), reused by every chunk.
+    std::array<std::byte*, 2> send_stage{}, recv_stage{};
+    grow(m, 2 * (send_stage_size_ + recv_stage_size_));
     if (!dry) {
-      stats_.staging_bytes = send_stage_size_ + recv_stage_size_;
-      if (send_stage_size_) send_stage = alloc_.allocate(send_stage_size_);
-      if (recv_stage_size_) recv_stage = alloc_.allocate(recv_stage_size_);
-    }
-    const int W = t_.size(), me = t_.rank();
-    int steps = 1;
-    while (steps < W) steps <<= 1;
-    std::vector<std::unique_ptr<comm::Request>> reqs;
-    for (int wi = 0; wi < nwaves_; ++wi) {
-      const int w = descending ? nwaves_ - 1 - wi : wi;
-      for (std::uint32_t i : keeps_[w]) {
-        const plan::Piece& p = plan_.keep[i];
-        ensure_dst(m, dry, p.dst_buffer);
-        if (!dry) {
-          const auto t0 = Clock::now();
-          const auto& s = src_seg(p);
-          const auto& d = dst_seg(p);
-          const std::size_t e = elem(p.kind);
-          copy_box(p.box, src_[p.src_buffer] + s.offset * e, s.box, dst_[p.dst_buffer] + d.offset * e,
-                   d.box, e);
-          stats_.bytes_kept += piece_bytes(p);
-          stats_.keep_seconds += secs(t0);
-        }
-        consume(m, dry, p.src_buffer, piece_bytes(p));
-      }
-      for (int s = 1; s < steps; ++s) {
-        const int peer = me ^ s;
-        if (peer >= W) continue;
-        auto it = work_[w].find(peer);
-        if (it == work_[w].end()) continue;
-        const PeerWork& pw = it->second;
-        const std::size_t rounds = std::max(pw.send.size(), pw.recv.size());
-        for (std::size_t r = 0; r < rounds; ++r) {
-          const Chunk* sc = r < pw.send.size() ? &pw.send[r] : nullptr;
-          const Chunk* rc = r < pw.recv.size() ? &pw.recv[r] : nullptr;
-          // 1. Pack first, so a source buffer drained by this pack is released before the
-          //    receive below may need a new destination buffer.
-          const std::byte* sptr = nullptr;
-          if (sc) {
-            sptr = send_direct(peer, *sc);
-            if (!sptr) {
-              const auto& pieces = plan_.send.at(peer);
-              const auto t0 = Clock::now();
-              std::byte* at = send_stage;
-              for (const Range& rg : sc->ranges) {
-                const plan::Piece& p = pieces[rg.piece];
-                const std::size_t e = elem(p.kind);
-                if (!dry)
-                  at += pack_range(p.box, rg.begin, rg.end, src_[p.src_buffer] + src_seg(p).offset * e,
-                                   src_seg(p).box, at, e);
-                consume(m, dry, p.src_buffer, static_cast<std::uint64_t>(rg.end - rg.begin) * e);
-              }
-              sptr = send_stage;
-              if (!dry) stats_.pack_seconds += secs(t0);
-            }
-          }
-          // 2. Receive straight into the destination when the chunk is one contiguous run there.
-          std::byte* rptr = nullptr;
-          bool r_direct = false;
-          if (rc) {
-            const std::int64_t off = recv_direct_offset(peer, *rc);
-            if (off >= 0) {
-              const plan::Piece& p = plan_.recv.at(peer)[rc->ranges[0].piece];
-              ensure_dst(m, dry, p.dst_buffer);
-              if (!dry) rptr = dst_[p.dst_buffer] + static_cast<std::size_t>(off) * elem(p.kind);
-              r_direct = true;
-            } else {
-              rptr = recv_stage;
-            }
-          }
-          // 3. Exchange.
-          if (!dry) {
-            reqs.clear();
-            if (rc) reqs.push_back(t_.irecv(rptr, rc->bytes, peer, kTag));
-            if (sc) reqs.push_back(t_.isend(sptr, sc->bytes, peer, kTag));
-            const auto t0 = Clock::now();
-            comm::wait_all(reqs);
-            stats_.wait_seconds += secs(t0);
-            if (sc) {
-              ++stats_.messages;
-              stats_.bytes_sent += sc->bytes;
-              stats_.zero_copy_sends += sptr != send_stage;
-            }
-            if (rc) {
-              stats_.bytes_received += rc->bytes;
-              stats_.zero_copy_recvs += r_direct;
-            }
-          }
-          // 4. A zero-copy send drained its source only now.
-          if (sc && sptr != send_stage) {
-            const Range& rg = sc->ranges[0];
-            const plan::Piece& p = plan_.send.at(peer)[rg.piece];
-            consume(m, dry, p.src_buffer, static_cast<std::uint64_t>(rg.end - rg.begin) * elem(p.kind));
-          }
-          // 5. Unpack.
-          if (rc && !r_direct) {
-            const auto& pieces = plan_.recv.at(peer);
-            const auto t0 = Clock::now();
-            const std::byte* at = recv_stage;
-            for (const Range& rg : rc->ranges) {
-              const plan::Piece& p = pieces[rg.piece];
-              const std::size_t e = elem(p.kind);
-              ensure_dst(m, dry, p.dst_buffer);
-              if (!dry)
-                at += unpack_range(p.box, rg.begin, rg.end, at, dst_[p.dst_buffer] + dst_seg(p).offset * e,
-                                   dst_seg(p).box, e);
-            }
-            if (!dry) stats_.unpack_seconds += secs(t0);
-          }
-        }
+      stats_.staging_bytes = 2 * (send_stage_size_ + recv_stage_size_);
+      for (int i = 0; i < 2; ++i) {
+        if (send_stage_size_) send_stage[i] = alloc_.allocate(send_stage_size_);
+        if (recv_stage_size_) recv_stage[i] = alloc_.allocate(recv_stage_size_);
       }
     }
+    // One pipeline of depth two over this rank's whole sequence of rounds (wave, XOR step,
+    // round): round k+1 is packed, sent and its receive posted before round k is waited for,
+    // across pair and wave boundaries. Every rank walks the same global order and posts at most
+    // one round ahead of its waits, so the partner of the oldest unfinished round has always
+    // posted it: no deadlock. A wave's keeps run right after its first round is posted, while
+    // that round is on the wire (waves without rounds: when the sequence passes them).
+    int kept = 0;  // waves [0, kept) have had their keeps
+    auto keeps_through = [&](int w) {
+      for (; kept <= w; ++kept) do_keeps(m, dry, kept);
+    };
+    std::array<Flight, 2> fl;
+    auto post = [&](std::size_t k) {
+      const Round& rd = rounds_[k];
+      const PeerWork& pw = work_[rd.wave].at(rd.peer);
+      post_send(m, dry, rd.peer, pw, rd.round, fl[k % 2], send_stage[k % 2]);
+      post_recv(m, dry, rd.peer, pw, rd.round, fl[k % 2], recv_stage[k % 2]);
+      keeps_through(rd.wave);
+    };
+    if (!rounds_.empty()) post(0);
+    for (std::size_t k = 0; k < rounds_.size(); ++k) {
+      if (k + 1 < rounds_.size()) post(k + 1);
+      finish_recv(m, dry, rounds_[k].peer, fl[k % 2]);
+      finish_send(m, dry, rounds_[k].peer, fl[k % 2]);
+    }
+    keeps_through(nwaves_ - 1);
     for (std::uint32_t b = 0; b < src_size_.size(); ++b)
-      DT_CHECK(!m.src_live[b], "source buffer ", b, " still holds ", m.left[b], " unsent bytes");
-    // Destination buffers nothing was written to (possible only for padding-only buffers).
-    for (std::uint32_t b = 0; b < dst_size_.size(); ++b) ensure_dst(m, dry, b);
-    if (!dry) {
-      if (send_stage) alloc_.release(send_stage, send_stage_size_);
-      if (recv_stage) alloc_.release(recv_stage, recv_stage_size_);
+      DT_CHECK(!m.src_held[b], "source buffer ", b, " still holds ", m.left[b], " unsent bytes");
+    // Destination memory nothing was written to (padding only, or kinds that need not move):
+    // buffers, granules; zeroed kinds are zeroed whole.
+    for (std::uint32_t b = 0; b < dst_size_.size(); ++b) {
+      ensure_dst(m, dry, b);
+      for (std::size_t gi = 0; gi < m.committed[b].size(); ++gi) commit_dst(m, dry, b, gi);
+      if (!dry && dst_size_[b] > 0 && zeroed(dl_.buffers[b].kind)) {
+        const auto t0 = Clock::now();
+        alloc_.zero(dst_[b], dst_size_[b]);
+        stats_.alloc_seconds += secs(t0);
+      }
     }
+    if (!dry)
+      for (int i = 0; i < 2; ++i) {
+        if (send_stage[i]) alloc_.release(send_stage[i], send_stage_size_);
+        if (recv_stage[i]) alloc_.release(recv_stage[i], recv_stage_size_);
+      }
     return m.peak;
   }
 
   const plan::RankPlan& plan_;
+  plan::RankPlan wp_;  // plan_ with pieces cut at slab boundaries (split_plan)
   const vps::RankLayout& sl_;
   std::vector<std::byte*>& src_;
   const vps::RankLayout& dl_;
@@ -513,10 +877,24 @@ class Engine {
   std::vector<std::uint64_t> src_size_, dst_size_, src_left_;
   std::uint64_t src_total_ = 0, dst_total_ = 0;
   std::size_t tensors_ = 0;
+  std::vector<std::int64_t> slab_rows_;   // per tensor
+  std::vector<std::size_t> key_base_;     // first key of each (group, kind, tensor)
+  std::size_t granule_ = 0;
+  std::vector<char> src_pw_, dst_pw_;     // page-wise buffers
+  std::uint64_t pagewise_count_ = 0;
+  std::vector<std::vector<std::uint64_t>> unread_init_;
+  std::vector<int> adopted_src_, adopted_dst_;  // source buffer -> destination buffer it becomes
+  std::vector<std::uint64_t> adopted_bytes_;    // segment bytes of each adopted source buffer
   std::vector<int> wave_of_key_;
+  std::vector<float> key_stats_;  // all ranks' (load, net) per key (agree_waves)
   int nwaves_ = 0;
   std::vector<std::vector<std::uint32_t>> keeps_;
   std::vector<std::map<int, PeerWork>> work_;
+  struct Round {
+    int wave = 0, peer = 0;
+    std::size_t round = 0;
+  };
+  std::vector<Round> rounds_;  // this rank's exchange sequence (build_chunks)
   std::size_t send_stage_size_ = 0, recv_stage_size_ = 0;
 };
 

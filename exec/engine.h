@@ -9,12 +9,13 @@
 //             send per pair and waits for both, so no round can deadlock
 //   unpack    received bytes are copied into destination buffers; keeps are local copies
 //
-// Memory: transfers are cut into chunks so that staging never exceeds `mem_budget`; a source
+// Memory: transfers are cut into chunks so that staging never exceeds `mem_budget` / 2; a source
 // buffer is given back to the allocator as soon as everything it must send or keep has been
-// packed or copied; a destination buffer is asked for when it is first written. The work is
-// processed in "waves" (key ranges of (expert group, state kind, tensor), agreed by all ranks)
-// so that buffers are consumed and built in the same order on every rank. exec/README.md
-// states exactly what is guaranteed about the peak.
+// packed or copied (a large one granule by granule, when the allocator supports page-wise
+// memory); a destination buffer is asked for when it is first written (a large one granule by
+// granule). The work is processed in "waves" (sets of keys (expert group, state kind, tensor,
+// dim-0 slab), agreed by all ranks) so that buffers are consumed and built in the same order on
+// every rank. exec/README.md states exactly what is guaranteed about the peak.
 //
 // run_transition is collective: every rank of `transport` must call it (ranks with empty
 // plans too), because the wave boundaries and the processing order are agreed collectively.
@@ -27,13 +28,18 @@
 #include <vector>
 
 #include "comm/transport.h"
+#include "exec/memory_ops.h"
 #include "plan/plan.h"
 #include "vps/layout.h"
 
 namespace dynatrain::exec {
 
+// The unit of page-wise memory (StateAllocator::commit / decommit).
+inline constexpr std::size_t kPageBytes = 4096;
+
 // Where state buffers come from and go back to. Every call is accounted by the implementation.
-class StateAllocator {
+// It is also how the engine copies and zeroes them (MemoryOps: host memcpy / memset by default).
+class StateAllocator : public MemoryOps {
  public:
   virtual ~StateAllocator() = default;
   virtual std::byte* allocate(std::size_t bytes) = 0;
@@ -46,30 +52,74 @@ class StateAllocator {
     (void)buffer;
     return allocate(bytes);
   }
+
+  // ---- page-wise memory (optional) ----
+  // An allocator that can give back parts of a block supports these for every block of at
+  // least pagewise_min_bytes() (from allocate or reserve). The engine then releases the drained
+  // parts of large source buffers page by page and builds large destination buffers in pieces,
+  // so that a buffer larger than the budget never needs its source and destination wholly alive
+  // (exec/README.md). Offsets are multiples of kPageBytes; a range may end at the block's end.
+  // The default (no support) keeps whole-buffer behaviour: the engine never calls these.
+  virtual std::size_t pagewise_min_bytes() const { return SIZE_MAX; }
+  // True when a source buffer may become a destination buffer as it is (same size), released
+  // later with release(): the engine then hands over a buffer whose every byte stays in place
+  // (a zero-copy keep) instead of copying it. The default (arenas: destinations must sit in the
+  // new arena) says no.
+  virtual bool can_adopt() const { return false; }
+  // Address space for `bytes`; no page is live until commit(). Released with release().
+  virtual std::byte* reserve(std::size_t bytes) { return allocate(bytes); }
+  // Makes [offset, offset + bytes) of `base` live (contents unspecified).
+  virtual void commit(std::byte* base, std::size_t offset, std::size_t bytes) {
+    (void)base, (void)offset, (void)bytes;
+  }
+  // Gives back [offset, offset + bytes) of `base`; its contents are lost and it must not be
+  // accessed again; the rest of the block stays valid.
+  virtual void decommit(std::byte* base, std::size_t offset, std::size_t bytes) {
+    (void)base, (void)offset, (void)bytes;
+  }
 };
 
 // Processing order of the waves. kAuto: every rank predicts its peak for both orders (a dry
 // run of its own schedule, no communication) and all ranks take the order whose worst rank
 // overshoots max(source, destination) the least.
-enum class WaveOrder : std::uint8_t { kAuto, kAscending, kDescending };
+// kBalanced interleaves keys from both ends (engine.cc: key_sequence) for switches where some
+// ranks build their destination at low keys and others at high keys.
+enum class WaveOrder : std::uint8_t { kAuto, kAscending, kDescending, kBalanced };
 
 struct TransitionOptions {
   std::size_t mem_budget = 256ull << 20;  // bytes: staging + wave working set (exec/README.md)
   bool allow_broadcast = true;            // use a broadcast where the cost model prefers it
   plan::Topology topology{};              // for the broadcast cost model
   WaveOrder order = WaveOrder::kAuto;
+  // State kinds that need not move (bit k = vps::StateKind k): their pieces are not kept, sent
+  // or received; their source buffers are released first and their destination buffers are
+  // materialised zeroed. At a step boundary gradients hold nothing the next step needs:
+  // `zeroed_kinds = kStepBoundaryKinds` (run-transition --at-step-boundary; the trainer's rule).
+  std::uint32_t zeroed_kinds = 0;
 };
+
+inline constexpr std::uint32_t kStepBoundaryKinds = 1u << static_cast<int>(vps::StateKind::kGrad);
 
 struct TransitionStats {
   double seconds = 0;
   std::uint64_t bytes_sent = 0, bytes_received = 0, bytes_kept = 0;
+  // Bytes of zeroed kinds (TransitionOptions::zeroed_kinds) that this rank did not send,
+  // receive or copy locally, and the destination bytes it materialised zeroed instead.
+  std::uint64_t skipped_bytes_sent = 0, skipped_bytes_received = 0, skipped_bytes_kept = 0;
+  std::uint64_t zeroed_bytes = 0;
+  // Kept bytes that were not copied: source buffers handed over as destination buffers because
+  // they hold the identical segments at identical offsets (part of bytes_kept).
+  std::uint64_t kept_zero_copy_bytes = 0;
   std::uint64_t messages = 0;        // point-to-point messages sent by this rank
   std::uint64_t zero_copy_sends = 0, zero_copy_recvs = 0;  // messages without pack / unpack
   std::uint64_t broadcasts = 0;      // broadcast collectives this rank took part in
   std::uint64_t staging_bytes = 0;   // staging actually allocated (<= mem_budget / 2)
   std::uint64_t chunk_bytes = 0;     // chunk capacity used to cut each peer's stream
   std::uint64_t waves = 0;           // number of waves (equal on every rank)
-  bool descending = false;           // wave order taken
+  std::uint64_t granule_bytes = 0;   // unit of page-wise release / build (exec/README.md)
+  std::uint64_t pagewise_buffers = 0;  // source + destination buffers handled page-wise
+  bool descending = false;           // wave order taken was kDescending
+  std::string wave_order = "ascending";  // ascending, descending or balanced
   // Memory accounted by the engine on this rank: state buffers alive + staging.
   std::uint64_t src_bytes = 0, dst_bytes = 0;  // state before and after
   std::uint64_t peak_bytes = 0;                // measured peak

@@ -1,21 +1,69 @@
 #include "exec/pool_allocator.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <cstdio>
 #include <new>
 
 #include "common/error.h"
 
 namespace dynatrain::exec {
 namespace {
-std::size_t round_up(std::size_t n) {
-  return (n + PoolAllocator::kAlign - 1) / PoolAllocator::kAlign * PoolAllocator::kAlign;
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+constexpr std::size_t kHuge = 2 << 20;  // mappings start 2 MiB-aligned: mremap then moves
+                                        // whole page-table pages where it can
+
+// Address space for `bytes` (a multiple of pages), 2 MiB-aligned, no page touched.
+std::byte* map_untouched(std::size_t bytes) {
+  const std::size_t span = bytes + kHuge;
+  void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  auto* base = static_cast<std::byte*>(p);
+  auto* aligned = reinterpret_cast<std::byte*>(round_up(reinterpret_cast<std::uintptr_t>(base), kHuge));
+  if (aligned > base) ::munmap(base, static_cast<std::size_t>(aligned - base));
+  std::byte* end = aligned + bytes;
+  if (base + span > end) ::munmap(end, static_cast<std::size_t>(base + span - end));
+  return aligned;
+}
+
+// Moves the pages [from, from + bytes) to [to, to + bytes) (replacing what was there). The old
+// range stays mapped, empty (MREMAP_DONTUNMAP), so no other mapping can take its addresses
+// while its block lives. mremap moves within one kernel mapping only; a run that spans several
+// is moved in halves.
+void move_pages(std::byte* from, std::byte* to, std::size_t bytes) {
+  void* r = ::mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to);
+  if (r != MAP_FAILED) return;
+  DT_CHECK(errno == EFAULT && bytes > kPageBytes, "mremap of ", bytes, " bytes failed: ",
+           std::strerror(errno));
+  const std::size_t half = round_up(bytes / 2, kPageBytes);
+  move_pages(from, to, half);
+  move_pages(from + half, to + half, bytes - half);
 }
 }  // namespace
 
 PoolAllocator::~PoolAllocator() {
   for (auto& [id, c] : chunks_) std::free(c.base);
+  for (auto& [base, m] : mapped_) {
+    for (std::size_t i = 0; i < m.pages.size();) {
+      std::size_t j = i;
+      while (j < m.pages.size() && (m.pages[j] == kSpare) == (m.pages[i] == kSpare)) ++j;
+      if (m.pages[i] != kSpare) ::munmap(base + i * kPageBytes, (j - i) * kPageBytes);
+      i = j;
+    }
+  }
+  for (auto& [p, n] : spares_) ::munmap(p, n);
 }
+
+void PoolAllocator::note_reserved() {
+  peak_reserved_ = std::max(peak_reserved_, small_reserved_ + mapped_live_ + spare_);
+}
+
+// ---- small blocks ----
 
 void PoolAllocator::insert_free(std::byte* p, Range r) {
   // Merge with the following and preceding free ranges of the same chunk.
@@ -47,10 +95,8 @@ void PoolAllocator::erase_free(std::map<std::byte*, Range>::iterator it) {
   free_.erase(it);
 }
 
-std::byte* PoolAllocator::allocate(std::size_t bytes) {
-  DT_CHECK(bytes > 0, "zero-byte allocation");
-  const std::size_t n = round_up(bytes);
-  std::lock_guard lock(mu_);
+std::byte* PoolAllocator::allocate_small(std::size_t bytes) {
+  const std::size_t n = round_up(bytes, kAlign);
   std::byte* p = nullptr;
   Range r;
   if (auto fit = by_size_.lower_bound(n); fit != by_size_.end()) {
@@ -66,9 +112,9 @@ std::byte* PoolAllocator::allocate(std::size_t bytes) {
     const std::uint32_t id = next_chunk_++;
     chunks_[id] = Chunk{p, n, 0};
     r = Range{n, id};
-    reserved_ += n;
+    small_reserved_ += n;
     fresh_ += n;
-    peak_reserved_ = std::max(peak_reserved_, reserved_);
+    note_reserved();
   }
   used_.emplace(p, r);
   chunks_[r.chunk].live += n;
@@ -77,17 +123,171 @@ std::byte* PoolAllocator::allocate(std::size_t bytes) {
   return p;
 }
 
-void PoolAllocator::release(std::byte* data, std::size_t bytes) {
-  if (!data) return;
-  std::lock_guard lock(mu_);
+void PoolAllocator::release_small(std::byte* data, std::size_t bytes) {
   auto it = used_.find(data);
   DT_CHECK(it != used_.end(), "release of a pointer this pool did not hand out");
   const Range r = it->second;
-  DT_CHECK_EQ(r.size, round_up(bytes));
+  DT_CHECK_EQ(r.size, round_up(bytes, kAlign));
   used_.erase(it);
   chunks_[r.chunk].live -= r.size;
   live_ -= r.size;
   insert_free(data, r);
+}
+
+// ---- mapped blocks ----
+
+void PoolAllocator::add_spare(std::byte* p, std::size_t bytes) {
+  spares_.emplace(p, bytes);
+  spare_ += bytes;
+}
+
+std::size_t PoolAllocator::take_spares(std::byte* to, std::size_t bytes) {
+  std::size_t done = 0;
+  while (done < bytes && !spares_.empty()) {
+    auto it = spares_.begin();
+    std::byte* from = it->first;
+    const std::size_t have = it->second;
+    const std::size_t n = std::min(have, bytes - done);
+    DT_CHECK(from + n <= to || to + bytes <= from, "commit over pages that are spare in place");
+    spares_.erase(it);
+    if (have > n) spares_.emplace(from + n, have - n);
+    move_pages(from, to + done, n);
+    // The empty range left behind: part of a live block (kMoved), else nobody's.
+    auto owner = mapped_.upper_bound(from);
+    if (owner != mapped_.begin() && std::prev(owner)->first + std::prev(owner)->second.bytes >= from + n) {
+      --owner;
+      const std::size_t first = static_cast<std::size_t>(from - owner->first) / kPageBytes;
+      for (std::size_t k = first; k < first + n / kPageBytes; ++k) owner->second.pages[k] = kMoved;
+    } else {
+      ::munmap(from, n);
+    }
+    spare_ -= n;
+    done += n;
+  }
+  return done;
+}
+
+std::byte* PoolAllocator::reserve_locked(std::size_t bytes) {
+  DT_CHECK(bytes > 0, "zero-byte allocation");
+  const std::size_t n = round_up(bytes, kPageBytes);
+  std::byte* base = map_untouched(n);
+  mapped_.emplace(base, Mapped{n, std::vector<PageState>(n / kPageBytes, kUntouched)});
+  return base;
+}
+
+PoolAllocator::Mapped& PoolAllocator::mapped_block(std::byte* base, std::size_t offset,
+                                                   std::size_t bytes) {
+  auto it = mapped_.find(base);
+  DT_CHECK(it != mapped_.end(), "page-wise call on a pointer that is no mapped block of this pool");
+  DT_CHECK(offset % kPageBytes == 0 && offset + bytes <= it->second.bytes, "page range ", offset,
+           "+", bytes, " outside a block of ", it->second.bytes, " bytes or not page-aligned");
+  return it->second;
+}
+
+void PoolAllocator::commit_locked(std::byte* base, std::size_t offset, std::size_t bytes) {
+  Mapped& m = mapped_block(base, offset, bytes);
+  const std::size_t first = offset / kPageBytes, last = round_up(offset + bytes, kPageBytes) / kPageBytes;
+  std::size_t i = first;
+  while (i < last) {
+    if (m.pages[i] == kLive) {
+      ++i;
+      continue;
+    }
+    std::size_t j = i;  // [i, j): a run of pages to make live
+    while (j < last && m.pages[j] != kLive) {
+      DT_CHECK(m.pages[j] != kSpare, "commit of a page given back by decommit");
+      ++j;
+    }
+    const std::size_t run = (j - i) * kPageBytes;
+    const std::size_t warm = take_spares(base + i * kPageBytes, run);
+    fresh_ += run - warm;  // the rest: empty pages, touched by their first write
+    for (std::size_t k = i; k < j; ++k) m.pages[k] = kLive;
+    mapped_live_ += run;
+    live_ += run;
+    i = j;
+  }
+  peak_live_ = std::max(peak_live_, live_);
+  note_reserved();
+}
+
+std::byte* PoolAllocator::allocate(std::size_t bytes) {
+  DT_CHECK(bytes > 0, "zero-byte allocation");
+  std::lock_guard lock(mu_);
+  if (bytes < kMappedBytes) return allocate_small(bytes);
+  std::byte* p = reserve_locked(bytes);
+  commit_locked(p, 0, bytes);
+  return p;
+}
+
+std::byte* PoolAllocator::reserve(std::size_t bytes) {
+  std::lock_guard lock(mu_);
+  return reserve_locked(bytes);
+}
+
+void PoolAllocator::commit(std::byte* base, std::size_t offset, std::size_t bytes) {
+  std::lock_guard lock(mu_);
+  commit_locked(base, offset, bytes);
+}
+
+void PoolAllocator::decommit(std::byte* base, std::size_t offset, std::size_t bytes) {
+  std::lock_guard lock(mu_);
+  Mapped& m = mapped_block(base, offset, bytes);
+  DT_CHECK(bytes % kPageBytes == 0 || offset + bytes == m.bytes || offset + bytes + kPageBytes > m.bytes,
+           "decommit of a partial page");
+  const std::size_t first = offset / kPageBytes, last = round_up(offset + bytes, kPageBytes) / kPageBytes;
+  for (std::size_t i = first; i < last;) {
+    if (m.pages[i] != kLive) {
+      ++i;
+      continue;
+    }
+    std::size_t j = i;
+    while (j < last && m.pages[j] == kLive) m.pages[j++] = kSpare;
+    const std::size_t run = (j - i) * kPageBytes;
+    add_spare(base + i * kPageBytes, run);
+    mapped_live_ -= run;
+    live_ -= run;
+    i = j;
+  }
+}
+
+void PoolAllocator::release(std::byte* data, std::size_t bytes) {
+  if (!data) return;
+  std::lock_guard lock(mu_);
+  auto it = mapped_.find(data);
+  if (it == mapped_.end()) {
+    release_small(data, bytes);
+    return;
+  }
+  Mapped& m = it->second;
+  DT_CHECK_EQ(m.bytes, round_up(bytes, kPageBytes));
+  for (std::size_t i = 0; i < m.pages.size();) {
+    const PageState s = m.pages[i];
+    std::size_t j = i;
+    while (j < m.pages.size() && m.pages[j] == s) ++j;
+    const std::size_t run = (j - i) * kPageBytes;
+    if (s == kLive) {
+      add_spare(data + i * kPageBytes, run);
+      mapped_live_ -= run;
+      live_ -= run;
+    } else if (s != kSpare) {  // untouched or moved away: empty address space
+      ::munmap(data + i * kPageBytes, run);
+    }
+    i = j;
+  }
+  mapped_.erase(it);
+}
+
+std::size_t PoolAllocator::prefault(std::size_t bytes) {
+  std::lock_guard lock(mu_);
+  if (spare_ >= bytes) return 0;
+  const std::size_t n = round_up(bytes - spare_, kPageBytes);
+  std::byte* p = map_untouched(n);
+  // Touch every page (a write, so the kernel backs it with memory now, not at the switch).
+  for (std::size_t off = 0; off < n; off += kPageBytes) p[off] = std::byte{0};
+  add_spare(p, n);
+  fresh_ += n;
+  note_reserved();
+  return n;
 }
 
 std::size_t PoolAllocator::trim() {
@@ -100,25 +300,33 @@ std::size_t PoolAllocator::trim() {
       erase_free(f);
       std::free(it->second.base);
       freed += it->second.size;
-      reserved_ -= it->second.size;
+      small_reserved_ -= it->second.size;
       it = chunks_.erase(it);
     } else {
       ++it;
     }
   }
+  for (auto& [p, n] : spares_) ::munmap(p, n);
+  spares_.clear();
+  freed += spare_;
+  spare_ = 0;
   return freed;
 }
 
 void PoolAllocator::reset_peaks() {
   std::lock_guard lock(mu_);
   peak_live_ = live_;
-  peak_reserved_ = reserved_;
+  peak_reserved_ = small_reserved_ + mapped_live_ + spare_;
 }
 
 std::size_t PoolAllocator::live_bytes() const { std::lock_guard l(mu_); return live_; }
 std::size_t PoolAllocator::peak_live() const { std::lock_guard l(mu_); return peak_live_; }
-std::size_t PoolAllocator::reserved_bytes() const { std::lock_guard l(mu_); return reserved_; }
+std::size_t PoolAllocator::reserved_bytes() const {
+  std::lock_guard l(mu_);
+  return small_reserved_ + mapped_live_ + spare_;
+}
 std::size_t PoolAllocator::peak_reserved() const { std::lock_guard l(mu_); return peak_reserved_; }
 std::size_t PoolAllocator::fresh_bytes() const { std::lock_guard l(mu_); return fresh_; }
+std::size_t PoolAllocator::spare_bytes() const { std::lock_guard l(mu_); return spare_; }
 
 }  // namespace dynatrain::exec

@@ -21,8 +21,11 @@ std::vector<std::byte*> allocate_filled(const vps::Layout& model_layout, const v
 void release_all(const vps::Layout& model_layout, const vps::RankLayout& layout,
                  std::vector<std::byte*>& bufs, exec::StateAllocator& alloc);
 // Number of buffers with a wrong element; the first wrong one described in `first` if given.
+// Buffers of the kinds in `zeroed_kinds` (bit k = StateKind k; exec::TransitionOptions) must be
+// all zero instead.
 int verify_state(const vps::Layout& model_layout, const vps::RankLayout& layout,
-                 const std::vector<std::byte*>& bufs, std::string* first = nullptr);
+                 const std::vector<std::byte*>& bufs, std::string* first = nullptr,
+                 std::uint32_t zeroed_kinds = 0);
 
 // Collective: every pair (r, r^1) exchanges `bytes` both ways at once, `iters` times after one
 // warm-up. Returns the highest per-rank receive rate in bytes/s (equal on every rank; 0 when

@@ -62,7 +62,6 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   const vps::RankLayout src_rl = fwd_planner.src_rank_layout(me), dst_rl = fwd_planner.dst_rank_layout(me);
   const auto& eb = lo.elem_bytes;
 
-  // The memory bound is guaranteed with a budget of at least 8 largest buffers (exec/README.md).
   std::uint64_t largest_local = 0;
   for (const auto* rl : {&src_rl, &dst_rl})
     for (const auto& buf : rl->buffers)
@@ -76,9 +75,24 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
 
   const double bw = measure_p2p_bandwidth(world, std::size_t{64} << 20);
 
+  // --prefault: what the elastic device manager does while training still runs: touch the
+  // memory the switch needs beyond what the source gives back (max(0, dst - src) + budget), so
+  // the cold switch builds its destination in warm pages. Timed apart as prepare_seconds.
+  double prepare_local = 0;
+  if (args.prefault) {
+    world.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::uint64_t src_bytes = static_cast<std::uint64_t>(src_rl.bytes(lo));
+    const std::uint64_t dst_bytes = static_cast<std::uint64_t>(dst_rl.bytes(lo));
+    pool.prefault((dst_bytes > src_bytes ? dst_bytes - src_bytes : 0) + args.mem_budget);
+    prepare_local = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double prepare_s = max_of(gather_double(world, prepare_local));
+
   TransitionOptions opt;
   opt.mem_budget = args.mem_budget;
   opt.topology = topo;
+  if (args.at_step_boundary) opt.zeroed_kinds = kStepBoundaryKinds;
 
   std::vector<TransitionStats> forward;
   std::vector<double> forward_secs, back_secs;
@@ -86,7 +100,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   int exit_code = 0;
   auto check = [&](const char* when) {
     std::string first;
-    const int bad = verify_state(dst_layout, dst_rl, b, &first);
+    const int bad = verify_state(dst_layout, dst_rl, b, &first, opt.zeroed_kinds);
     const auto bads = gather_u64(world, static_cast<std::uint64_t>(bad));
     const auto it = std::find_if(bads.begin(), bads.end(), [](std::uint64_t v) { return v > 0; });
     if (it == bads.end()) return true;
@@ -122,6 +136,10 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   const auto received = gather_u64(world, cold.bytes_received);
   const auto sent = gather_u64(world, cold.bytes_sent);
   const auto messages = gather_u64(world, cold.messages);
+  const auto kept = gather_u64(world, cold.bytes_kept);
+  const auto kept_zero_copy = gather_u64(world, cold.kept_zero_copy_bytes);
+  const auto saved_sent = gather_u64(world, cold.skipped_bytes_sent);
+  const auto saved_kept = gather_u64(world, cold.skipped_bytes_kept);
   const auto peaks = gather_u64(world, cold.peak_bytes);
   std::uint64_t warm_peak_local = 0;
   for (std::size_t k = 1; k < forward.size(); ++k) warm_peak_local = std::max(warm_peak_local, forward[k].peak_bytes);
@@ -140,6 +158,19 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     warm_min = *std::min_element(forward_secs.begin() + 1, forward_secs.end());
     warm_mean = std::accumulate(forward_secs.begin() + 1, forward_secs.end(), 0.0) / (forward_secs.size() - 1);
   }
+  // Per phase of the cold switch, and of the last warm one: the largest over ranks.
+  auto phases_of = [&](const TransitionStats& s) {
+    nlohmann::json p;
+    p["keep"] = max_of(gather_double(world, s.keep_seconds));
+    p["pack"] = max_of(gather_double(world, s.pack_seconds));
+    p["wait"] = max_of(gather_double(world, s.wait_seconds));
+    p["unpack"] = max_of(gather_double(world, s.unpack_seconds));
+    p["alloc"] = max_of(gather_double(world, s.alloc_seconds));
+    p["agree"] = max_of(gather_double(world, s.agree_seconds));
+    return p;
+  };
+  const nlohmann::json phases = phases_of(cold);
+  const nlohmann::json warm_phases = phases_of(forward.back());
   release_all(dst_layout, dst_rl, b, pool);
   release_all(src_layout, src_rl, a, pool);
 
@@ -173,7 +204,19 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["messages_max_per_rank"] = max_of(messages);
     j["messages_total"] = sum_of(messages);
     j["waves"] = cold.waves;
-    j["wave_order"] = cold.descending ? "descending" : "ascending";
+    j["wave_order"] = cold.wave_order;
+    j["bytes_kept"] = sum_of(kept);
+    j["kept_zero_copy_bytes"] = sum_of(kept_zero_copy);  // handed over, not copied
+    j["kept_zero_copy_share"] = sum_of(kept) > 0 ? static_cast<double>(sum_of(kept_zero_copy)) / sum_of(kept) : 0.0;
+    j["at_step_boundary"] = args.at_step_boundary;
+    j["saved_bytes_moved"] = sum_of(saved_sent);   // not sent: zeroed kinds (--at-step-boundary)
+    j["saved_bytes_kept"] = sum_of(saved_kept);    // not copied locally
+    j["prefault"] = args.prefault;
+    j["prepare_seconds"] = prepare_s;
+    j["granule_bytes"] = cold.granule_bytes;
+    j["pagewise_buffers"] = cold.pagewise_buffers;
+    j["phases"] = phases;                         // cold switch, max over ranks per phase
+    if (forward.size() > 1) j["warm_phases"] = warm_phases;  // last warm switch
     j["path"] = cold.path;
     j["fanout_bytes"] = cold.fanout_bytes;
     j["verify"] = verify_text;
@@ -182,16 +225,20 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     std::fprintf(out, "run-transition %s: %s -> %s on %d ranks (%s), budget %s\n", model.name.c_str(),
                  src_layout.config().str().c_str(), dst_layout.config().str().c_str(), world.size(),
                  world.backend(), format_bytes(static_cast<double>(args.mem_budget)).c_str());
-    if (args.mem_budget < 8 * largest)
-      std::fprintf(out, "  note: the budget is below 8x the largest state buffer (%s), so peak <= "
-                        "max(src,dst)+budget is not guaranteed (exec/README.md); raise --mem-budget "
-                        "or lower --bucket-elems\n", format_bytes(static_cast<double>(largest)).c_str());
+    if (args.at_step_boundary)
+      std::fprintf(out, "  at step boundary     grads zeroed in the new layout: %s not sent, %s not copied\n",
+                   format_bytes(static_cast<double>(sum_of(saved_sent))).c_str(),
+                   format_bytes(static_cast<double>(sum_of(saved_kept))).c_str());
+    if (args.prefault) std::fprintf(out, "  prepare_seconds      %.6f (--prefault, before the switch)\n", prepare_s);
     std::fprintf(out, "  seconds              %.6f (cold)\n", cold_s);
     if (forward_secs.size() > 1)
       std::fprintf(out, "  warm seconds         %.6f mean, %.6f min over %zu repeats\n", warm_mean, warm_min,
                    forward_secs.size() - 1);
     std::fprintf(out, "  bytes_moved          %s (max into one rank %s)\n", format_bytes(static_cast<double>(sum_of(sent))).c_str(),
                  format_bytes(static_cast<double>(max_of(received))).c_str());
+    std::fprintf(out, "  bytes kept           %s (%s of them not copied: buffers handed over)\n",
+                 format_bytes(static_cast<double>(sum_of(kept))).c_str(),
+                 format_bytes(static_cast<double>(sum_of(kept_zero_copy))).c_str());
     std::fprintf(out, "  p2p bandwidth        %s/s per rank (all pairs at once)\n", format_bytes(bw).c_str());
     std::fprintf(out, "  lower_bound_seconds  %.6f\n", lower);
     std::fprintf(out, "  ratio                %.2f cold", lower > 0 ? cold_s / lower : 0.0);
@@ -202,7 +249,10 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
                  format_bytes(static_cast<double>(max_of(dstb))).c_str(), within ? "yes" : "NO");
     std::fprintf(out, "  messages             %llu max per rank, %llu total; %llu waves, %s order; path %s\n",
                  static_cast<unsigned long long>(max_of(messages)), static_cast<unsigned long long>(sum_of(messages)),
-                 static_cast<unsigned long long>(cold.waves), cold.descending ? "descending" : "ascending", cold.path.c_str());
+                 static_cast<unsigned long long>(cold.waves), cold.wave_order.c_str(), cold.path.c_str());
+    std::fprintf(out, "  phases (max over ranks, s)  keep %.4f  pack %.4f  wait %.4f  unpack %.4f  alloc %.4f  agree %.4f\n",
+                 phases["keep"].get<double>(), phases["pack"].get<double>(), phases["wait"].get<double>(),
+                 phases["unpack"].get<double>(), phases["alloc"].get<double>(), phases["agree"].get<double>());
     if (!placed.is_identity())
       std::fprintf(out, "  placement            %s (%d of %d destination ranks on another process)\n",
                    placed.str().c_str(), placed.moved_ranks(dst_layout.config().world_size()),

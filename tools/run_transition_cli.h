@@ -1,7 +1,7 @@
 // `dynatrain run-transition`: the library side of the CLI command (tools/ only parses flags).
 //
 //   mpirun -np N dynatrain run-transition --model M --from CFG --to CFG [--mem-budget B]
-//          [--verify] [--repeat K] [--json FILE]
+//          [--verify] [--repeat K] [--json FILE] [--prefault] [--at-step-boundary]
 //
 // Every rank: builds both layouts, plans its own part (Planner::plan_rank), allocates its
 // source state from a PoolAllocator and fills it with the content oracle (testing/fill.h),
@@ -33,6 +33,9 @@ struct RunTransitionArgs {
   std::string kinds = "all";              // --kinds (vps::parse_state_kinds)
   int gpus_per_node = 8;                  // --gpus-per-node (planner source choice)
   std::string placement = "fixed";        // --placement fixed|auto|list (plan/placement.h)
+  bool at_step_boundary = false;          // --at-step-boundary: grads zeroed, not moved
+  bool prefault = false;                  // --prefault: touch the pool's growth before the
+                                          // cold switch, timed apart (prepare_seconds)
 };
 
 // Runs the command on every rank of `world` (collective). Returns the exit code, equal on every

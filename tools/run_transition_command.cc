@@ -15,6 +15,12 @@ Command add_run_transition_command(CLI::App& app) {
   cmd->add_option("--from", args->from, "Source config, e.g. tp=2,pp=2,dp=2")->required();
   cmd->add_option("--to", args->to, "Destination config")->required();
   cmd->add_option("--mem-budget", *budget, "Staging memory per rank, e.g. 256MiB")->capture_default_str();
+  cmd->add_flag("--at-step-boundary", args->at_step_boundary,
+                "Gradients hold nothing at a step boundary: allocate them zeroed in the new layout "
+                "instead of moving them (bytes saved reported)");
+  cmd->add_flag("--prefault", args->prefault,
+                "Touch the memory the switch needs beyond the source's before the first switch "
+                "(as the elastic device manager does while training runs); reported as prepare_seconds");
   cmd->add_flag("--verify", args->verify, "Check every destination element; exit 1 on the first wrong one");
   cmd->add_option("--repeat", args->repeat, "Timed forward switches (first cold, rest warm)")
       ->capture_default_str()

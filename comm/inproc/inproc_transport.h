@@ -56,6 +56,9 @@ class InprocTransport final : public Transport {
   void broadcast(void* buf, std::size_t bytes, int root) override;
   void all_reduce_sum(float* buf, std::size_t count) override;
   void all_gather(const float* send, float* recv, std::size_t count_per_rank) override;
+  void all_gather_bytes(const void* send, void* recv, std::size_t bytes_per_rank) override {
+    allgather_bytes(send, recv, bytes_per_rank);
+  }
   void reduce_scatter_sum(const float* send, float* recv, std::size_t count_per_rank) override;
   void all_to_all(const void* send, const std::vector<std::size_t>& send_counts,
                   const std::vector<std::size_t>& send_offsets, void* recv,

@@ -341,27 +341,31 @@ void MpiTransport::all_reduce_sum(float* buf, std::size_t count) {
 }
 
 void MpiTransport::all_gather(const float* send, float* recv, std::size_t count_per_rank) {
-  const std::size_t count = count_per_rank;
+  all_gather_bytes(send, recv, count_per_rank * sizeof(float));
+}
+
+void MpiTransport::all_gather_bytes(const void* send_buf, void* recv_buf, std::size_t bytes_per_rank) {
+  const auto* send = static_cast<const unsigned char*>(send_buf);
+  auto* recv = static_cast<unsigned char*>(recv_buf);
+  const std::size_t count = bytes_per_rank;
   const auto ranks = static_cast<std::size_t>(size_);
   const std::size_t chunk = max_chunk_bytes();
-  if (count * ranks * sizeof(float) <= chunk) {
-    DT_MPI(MPI_Allgather(send, static_cast<int>(count), MPI_FLOAT, recv, static_cast<int>(count),
-                         MPI_FLOAT, coll_comm_),
-           "rank ", rank_, "/", size_, ": MPI_Allgather (", count, " floats per rank)");
+  if (count * ranks <= chunk) {
+    DT_MPI(MPI_Allgather(send, static_cast<int>(count), MPI_BYTE, recv, static_cast<int>(count),
+                         MPI_BYTE, coll_comm_),
+           "rank ", rank_, "/", size_, ": MPI_Allgather (", count, " bytes per rank)");
     return;
   }
   // Chunked: gather a slice of every rank's block into staging, then scatter it into place.
-  const std::size_t step = std::max<std::size_t>(1, chunk / (ranks * sizeof(float)));
-  std::vector<float> staging(std::min(step, count) * ranks);
+  const std::size_t step = std::max<std::size_t>(1, chunk / ranks);
+  std::vector<unsigned char> staging(std::min(step, count) * ranks);
   for (std::size_t off = 0; off < count; off += step) {
     const std::size_t n = std::min(step, count - off);
-    DT_MPI(MPI_Allgather(send + off, static_cast<int>(n), MPI_FLOAT, staging.data(),
-                         static_cast<int>(n), MPI_FLOAT, coll_comm_),
-           "rank ", rank_, "/", size_, ": MPI_Allgather (", n, " floats at offset ", off, " of ",
+    DT_MPI(MPI_Allgather(send + off, static_cast<int>(n), MPI_BYTE, staging.data(),
+                         static_cast<int>(n), MPI_BYTE, coll_comm_),
+           "rank ", rank_, "/", size_, ": MPI_Allgather (", n, " bytes at offset ", off, " of ",
            count, " per rank)");
-    for (std::size_t r = 0; r < ranks; ++r) {
-      std::memcpy(recv + r * count + off, staging.data() + r * n, n * sizeof(float));
-    }
+    for (std::size_t r = 0; r < ranks; ++r) std::memcpy(recv + r * count + off, staging.data() + r * n, n);
   }
 }
 

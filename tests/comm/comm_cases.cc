@@ -323,6 +323,28 @@ void all_gather_values_exact(Transport& t) {
   }
 }
 
+// all_gather_bytes of odd byte counts (not a multiple of a float) and of vectors: every byte
+// of every rank's block in place, uneven sizes, and the vector form of all_gather_values.
+void all_gather_bytes_sizes(Transport& t) {
+  const int n = t.size(), r = t.rank();
+  for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{7}, static_cast<std::size_t>(n) * 3 + 1,
+                            std::size_t{4099}}) {
+    std::vector<unsigned char> send(bytes), recv(bytes * n, 0xAB);
+    for (std::size_t i = 0; i < bytes; ++i) send[i] = static_cast<unsigned char>(0xFF ^ (r * 31 + i));
+    t.all_gather_bytes(send.data(), recv.data(), bytes);
+    for (int q = 0; q < n; ++q)
+      for (std::size_t i = 0; i < bytes; ++i)
+        CASE_REQUIRE(recv[q * bytes + i] == static_cast<unsigned char>(0xFF ^ (q * 31 + i)), "bytes ", bytes,
+                     " block ", q, " byte ", i);
+  }
+  const std::vector<std::uint64_t> mine = {~0ull - static_cast<std::uint64_t>(r), static_cast<std::uint64_t>(r) << 60};
+  const auto all = all_gather_values(t, mine);
+  CASE_REQUIRE(all.size() == 2 * static_cast<std::size_t>(n));
+  for (int q = 0; q < n; ++q)
+    CASE_REQUIRE(all[2 * q] == ~0ull - static_cast<std::uint64_t>(q) && all[2 * q + 1] == static_cast<std::uint64_t>(q) << 60,
+                 "vector from rank ", q);
+}
+
 void reduce_scatter_sizes(Transport& t) {
   const int n = t.size(), r = t.rank();
   for (std::size_t count :
@@ -527,6 +549,7 @@ const std::vector<CommCase>& comm_cases() {
       {"all_reduce_sum_sizes", all_reduce_sum_sizes},
       {"all_gather_sizes", all_gather_sizes},
       {"all_gather_values_exact", all_gather_values_exact},
+      {"all_gather_bytes_sizes", all_gather_bytes_sizes},
       {"reduce_scatter_sizes", reduce_scatter_sizes},
       {"all_to_all_uneven", all_to_all_uneven},
       {"split", split_cases},

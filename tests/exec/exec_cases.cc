@@ -25,8 +25,10 @@ using namespace dynatrain::testing;
 
 std::string TransitionCase::name() const {
   std::string s = kind + "_" + model + "_" + from + "_to_" + to;
+  if (budget % (1 << 20) == 0 && budget < (64 << 20)) s += "_" + std::to_string(budget >> 20) + "MiB";
   if (order == WaveOrder::kAscending) s += "_asc";
   if (order == WaveOrder::kDescending) s += "_desc";
+  if (zeroed_kinds != 0) s += "_stepboundary";
   for (char& ch : s)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -82,6 +84,31 @@ bool matches(const std::string& kind, const vps::ParallelConfig& a, const vps::P
 
 }  // namespace
 
+vps::ModelSpec case_model(const std::string& name) {
+  if (name != "mid-dense" && name != "mid-moe") return vps::model_from_name(name);
+  // tiny-dense / tiny-moe scaled up (the same heads, so the same configs are valid): one
+  // 40M-element bucket holds a whole state kind, 2-16 MiB per buffer.
+  vps::ModelSpec m = vps::model_from_name(name == "mid-dense" ? "tiny-dense" : "tiny-moe");
+  m.name = name;
+  m.hidden = 256;
+  m.head_dim = m.hidden / m.heads;
+  m.vocab = 2048;
+  if (m.is_moe()) m.expert_ffn = 128; else m.ffn = 704;
+  return m;
+}
+
+std::vector<TransitionCase> large_buffer_cases(int ranks, std::size_t budget) {
+  std::vector<TransitionCase> out;
+  for (TransitionCase c : transition_cases(ranks, 1)) {
+    if (c.kind == "bigbudget") continue;
+    c.model = c.model == "tiny-moe" ? "mid-moe" : "mid-dense";
+    c.bucket_elems = 40'000'000;  // Megatron's default bucket
+    c.budget = budget;
+    out.push_back(c);
+  }
+  return out;
+}
+
 std::vector<TransitionCase> transition_cases(int ranks, int per_kind) {
   std::mt19937 rng(static_cast<unsigned>(1000 + ranks));
   std::vector<TransitionCase> out;
@@ -128,13 +155,18 @@ std::vector<TransitionCase> transition_cases(int ranks, int per_kind) {
     c.budget = 64 << 20;
     c.kind = "bigbudget";
     out.push_back(c);
+    // At a step boundary: gradients materialised zeroed, not moved.
+    c.budget = 512 << 10;
+    c.kind = "fixed";
+    c.zeroed_kinds = kStepBoundaryKinds;
+    out.push_back(c);
   }
   return out;
 }
 
 TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   CASE_REQUIRE(t.size() >= c.world, "case needs ", c.world, " ranks");
-  const vps::ModelSpec model = vps::model_from_name(c.model);
+  const vps::ModelSpec model = case_model(c.model);
   vps::LayoutOptions lo;
   lo.bucket_elems = c.bucket_elems;
   const vps::Layout src(model, vps::ParallelConfig::parse(c.from), lo);
@@ -149,11 +181,12 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   TransitionOptions opt;
   opt.mem_budget = c.budget;
   opt.order = c.order;
+  opt.zeroed_kinds = c.zeroed_kinds;
   const TransitionStats s = run_transition(plan, sl, a, dl, b, lo.elem_bytes, t, pool, opt);
 
   // Content: every destination element.
   std::string first;
-  CASE_REQUIRE(verify_state(dst, dl, b, &first) == 0, first);
+  CASE_REQUIRE(verify_state(dst, dl, b, &first, c.zeroed_kinds) == 0, first);
   // Sources all released, destination all present.
   for (auto* p : a) CASE_REQUIRE(p == nullptr);
   CASE_REQUIRE(b.size() == dl.buffers.size());
@@ -161,23 +194,36 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   auto bytes_of = [&](const plan::Piece& p) {
     return static_cast<std::uint64_t>(p.box.numel()) * static_cast<std::uint64_t>(lo.elem_bytes[static_cast<int>(p.kind)]);
   };
-  std::uint64_t want_sent = 0, want_recv = 0, want_kept = 0;
-  for (const auto& p : plan.keep) want_kept += bytes_of(p);
-  for (const auto& [q, v] : plan.send) for (const auto& p : v) want_sent += bytes_of(p);
-  for (const auto& [q, v] : plan.recv) for (const auto& p : v) want_recv += bytes_of(p);
-  CASE_REQUIRE(s.bytes_sent == want_sent, s.bytes_sent, " vs ", want_sent);
-  CASE_REQUIRE(s.bytes_received == want_recv, s.bytes_received, " vs ", want_recv);
-  CASE_REQUIRE(s.bytes_kept == want_kept, s.bytes_kept, " vs ", want_kept);
-  CASE_REQUIRE(s.messages >= plan.send.size(), s.messages, " messages for ", plan.send.size(), " peers");
+  // Zeroed kinds move nothing: their bytes are counted as skipped instead.
+  std::uint64_t want[2][3] = {};  // [moved, skipped][sent, received, kept]
+  auto skipped = [&](const plan::Piece& p) { return (c.zeroed_kinds >> static_cast<int>(p.kind)) & 1u; };
+  std::size_t peers_sent_to = 0;
+  for (const auto& [q, v] : plan.send) {
+    bool any = false;
+    for (const auto& p : v) want[skipped(p)][0] += bytes_of(p), any |= !skipped(p);
+    peers_sent_to += any;
+  }
+  for (const auto& [q, v] : plan.recv) for (const auto& p : v) want[skipped(p)][1] += bytes_of(p);
+  for (const auto& p : plan.keep) want[skipped(p)][2] += bytes_of(p);
+  CASE_REQUIRE(s.bytes_sent == want[0][0], s.bytes_sent, " vs ", want[0][0]);
+  CASE_REQUIRE(s.bytes_received == want[0][1], s.bytes_received, " vs ", want[0][1]);
+  CASE_REQUIRE(s.bytes_kept == want[0][2], s.bytes_kept, " vs ", want[0][2]);
+  CASE_REQUIRE(s.skipped_bytes_sent == want[1][0] && s.skipped_bytes_received == want[1][1] &&
+               s.skipped_bytes_kept == want[1][2]);
+  CASE_REQUIRE(c.zeroed_kinds == 0 || s.zeroed_bytes > 0 || dl.buffers.empty());
+  CASE_REQUIRE(s.messages >= peers_sent_to, s.messages, " messages for ", peers_sent_to, " peers");
   // Memory: staging within budget, prediction exact, peak within max(src, dst) + budget.
   CASE_REQUIRE(s.staging_bytes <= c.budget / 2, s.staging_bytes);
   CASE_REQUIRE(s.src_bytes == static_cast<std::uint64_t>(sl.bytes(lo)));
   CASE_REQUIRE(s.dst_bytes == static_cast<std::uint64_t>(dl.bytes(lo)));
   CASE_REQUIRE(s.peak_bytes == s.predicted_peak_bytes, s.peak_bytes, " vs predicted ", s.predicted_peak_bytes);
-  CASE_REQUIRE(s.peak_bytes <= std::max(s.src_bytes, s.dst_bytes) + c.budget, "peak ", s.peak_bytes,
+  // The bound is promised for the order the engine chooses (kAuto); a forced order is a
+  // debugging aid and may overshoot (exec/README.md), its peak is still predicted exactly.
+  if (c.order == WaveOrder::kAuto)
+    CASE_REQUIRE(s.peak_bytes <= std::max(s.src_bytes, s.dst_bytes) + c.budget, "peak ", s.peak_bytes,
                " src ", s.src_bytes, " dst ", s.dst_bytes, " budget ", c.budget);
-  // The pool agrees with the engine up to its 64-byte rounding.
-  const std::size_t slack = PoolAllocator::kAlign * (sl.buffers.size() + dl.buffers.size() + 2);
+  // The pool agrees with the engine up to its rounding (64 bytes, or a page for mapped blocks).
+  const std::size_t slack = kPageBytes * (sl.buffers.size() + dl.buffers.size() + 2);
   CASE_REQUIRE(pool.peak_live() <= s.peak_bytes + slack, pool.peak_live(), " vs ", s.peak_bytes);
   CASE_REQUIRE(pool.live_bytes() >= s.dst_bytes && pool.live_bytes() <= s.dst_bytes + slack);
   // Every rank agrees on the wave count.
@@ -217,6 +263,33 @@ void message_count_case(comm::Transport& t) {
   CASE_REQUIRE(small.bytes_received == want);
   CASE_REQUIRE(small.messages >= (small.bytes_sent + small.chunk_bytes - 1) / small.chunk_bytes, small.messages);
   CASE_REQUIRE(small.messages > 3, small.messages);
+}
+
+// tiny-dense dp=4,zero=0 -> dp=2,zero=0 (replicated state; ranks 0 and 1 keep everything) and
+// the same at dp=4,zero=1 -> dp=2,zero=1: every kept buffer with the identical segments at
+// identical offsets is handed over, not copied. zero=0: all kept bytes; zero=1: the weights and
+// grads (the optimizer shards change), which the pool must then give back like any buffer.
+void zero_copy_keep_case(comm::Transport& t) {
+  TransitionCase c;
+  c.kind = "zerocopy";
+  c.model = "tiny-dense";
+  c.world = 4;
+  CASE_REQUIRE(t.size() == 4);
+  c.from = "dp=4,zero=0";
+  c.to = "dp=2,zero=0";
+  const TransitionStats all = run_case(c, t);
+  if (t.rank() < 2) {
+    CASE_REQUIRE(all.bytes_kept > 0);
+    CASE_REQUIRE(all.kept_zero_copy_bytes == all.bytes_kept, all.kept_zero_copy_bytes, " of ", all.bytes_kept);
+  }
+  c.from = "dp=4,zero=1";
+  c.to = "dp=2,zero=1";
+  const TransitionStats part = run_case(c, t);
+  CASE_REQUIRE(part.kept_zero_copy_bytes <= part.bytes_kept);
+  std::uint64_t handed = 0, kept = 0;
+  for (auto v : gather_u64(t, part.kept_zero_copy_bytes)) handed += v;
+  for (auto v : gather_u64(t, part.bytes_kept)) kept += v;
+  CASE_REQUIRE(handed > 0 && handed < kept, handed, " of ", kept);
 }
 
 }  // namespace dynatrain::exec::cases

@@ -15,6 +15,7 @@
 
 #include "comm/transport.h"
 #include "exec/engine.h"
+#include "vps/model_spec.h"
 
 namespace dynatrain::exec::cases {
 
@@ -31,6 +32,7 @@ struct TransitionCase {
   std::size_t budget = 512 << 10;  // >= 8x the largest buffer (64 KiB), see exec/README.md
   WaveOrder order = WaveOrder::kAuto;
   int world = 0;  // ranks the switch needs: max of both configs' world sizes
+  std::uint32_t zeroed_kinds = 0;  // TransitionOptions::zeroed_kinds (at a step boundary: grads)
   std::string name() const;
 };
 inline void PrintTo(const TransitionCase& c, std::ostream* os) { *os << c.name(); }
@@ -40,6 +42,13 @@ inline void PrintTo(const TransitionCase& c, std::ostream* os) { *os << c.name()
 // hybrid where such a pair exists, plus a few fixed ones.
 std::vector<TransitionCase> transition_cases(int ranks, int per_kind = 1);
 
+// The same switches on "mid-dense" / "mid-moe" (tiny-* with hidden 256, vocab 2048: 4M
+// parameters) with Megatron's 40M-element buckets, so that every buffer (2-16 MiB) is larger
+// than a small `budget`: the page-wise path (exec/README.md) is what keeps the peak bounded.
+std::vector<TransitionCase> large_buffer_cases(int ranks, std::size_t budget);
+// A model name of the cases: mid-dense, mid-moe, or anything vps::model_from_name accepts.
+vps::ModelSpec case_model(const std::string& name);
+
 // Runs one case on every rank of `t` (t.size() >= c.world). Throws CaseFailure on a failure.
 TransitionStats run_case(const TransitionCase& c, comm::Transport& t);
 
@@ -47,5 +56,8 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t);
 // tp-split tensor from its 3 peers. With a budget that holds everything each rank sends exactly
 // 3 messages (one per peer) and, with a budget 64x smaller, as many as its chunks.
 void message_count_case(comm::Transport& t);
+
+// Zero-copy keeps on exactly 4 ranks: kept buffers that stay identical are handed over.
+void zero_copy_keep_case(comm::Transport& t);
 
 }  // namespace dynatrain::exec::cases

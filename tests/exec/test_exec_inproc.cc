@@ -55,6 +55,24 @@ INSTANTIATE_TEST_SUITE_P(Random, InprocTransition, ::testing::ValuesIn(all_cases
                                   std::get<0>(info.param).name() + "_" + std::to_string(info.index);
                          });
 
+// Budgets of 4 and 8 MiB against 2-16 MiB buffers (Megatron-sized buckets), 2 and 4 ranks.
+std::vector<std::tuple<TransitionCase, int>> large_cases() {
+  std::vector<std::tuple<TransitionCase, int>> out;
+  for (int ranks : {2, 4})
+    for (std::size_t budget : {std::size_t{4} << 20, std::size_t{8} << 20})
+      for (const auto& c : cases::large_buffer_cases(ranks, budget)) out.emplace_back(c, ranks);
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(LargeBuffers, InprocTransition, ::testing::ValuesIn(large_cases()),
+                         [](const ::testing::TestParamInfo<InprocTransition::ParamType>& info) {
+                           return "np" + std::to_string(std::get<1>(info.param)) + "_" +
+                                  std::get<0>(info.param).name() + "_" + std::to_string(info.index);
+                         });
+
+TEST(InprocTransitionFixed, KeptBuffersHandedOverWithoutCopy) {
+  comm::run_ranks(4, [](comm::Transport& t) { cases::zero_copy_keep_case(t); }, test_options());
+}
+
 TEST(InprocTransitionFixed, MessageCountsPerRank) {
   comm::run_ranks(4, [](comm::Transport& t) { cases::message_count_case(t); }, test_options());
 }
@@ -74,6 +92,7 @@ TEST(RunTransitionCommand, VerifiesRepeatsAndWritesJson) {
   args.bucket_elems = 700;
   args.verify = true;
   args.repeat = 3;
+  args.prefault = true;
   args.json = ::testing::TempDir() + "run_transition.json";
   std::FILE* out = std::tmpfile();
   std::vector<int> codes(5, -1);
@@ -93,6 +112,12 @@ TEST(RunTransitionCommand, VerifiesRepeatsAndWritesJson) {
   EXPECT_TRUE(j["peak_within_bound"].get<bool>());
   EXPECT_GT(j["bytes_moved"].get<std::uint64_t>(), 0u);
   EXPECT_GT(j["lower_bound_seconds"].get<double>(), 0.0);
+  EXPECT_TRUE(j["prefault"].get<bool>());
+  EXPECT_GE(j["prepare_seconds"].get<double>(), 0.0);
+  for (const char* phase : {"keep", "pack", "wait", "unpack", "alloc", "agree"}) {
+    EXPECT_GE(j["phases"][phase].get<double>(), 0.0) << phase;
+    EXPECT_GE(j["warm_phases"][phase].get<double>(), 0.0) << phase;
+  }
   // Too few ranks for the switch: an InputError naming the need.
   args.to = "dp=8";
   EXPECT_THROW(comm::run_ranks(2, [&](comm::Transport& t) { run_transition_command(args, t, out); }, test_options()),

@@ -1,5 +1,5 @@
 // Bootstrap 2 of the exec test core: ranks as processes, `mpirun -np N test_exec_mpi`.
-// Runs every case of transition_cases(N, argv[1] or 2) (plus the message-count case at N == 4). A case that
+// Runs every case of transition_cases(N, argv[1] or 2) and large_buffer_cases(N, 4 MiB) (plus the message-count case at N == 4). A case that
 // fails on any rank prints the rank's message and calls MPI_Abort, so mpirun exits non-zero
 // and no rank waits for a peer that gave up. Rank 0 prints one line per case.
 #include <mpi.h>
@@ -22,7 +22,9 @@ int main(int argc, char** argv) {
   try {
     // argv[1]: random switches of each kind (default 2).
     const int per_kind = argc > 1 ? std::max(1, std::atoi(argv[1])) : 2;
-    const auto cases = exec::cases::transition_cases(n, per_kind);
+    auto cases = exec::cases::transition_cases(n, per_kind);
+    // Megatron-sized buckets (2-16 MiB buffers) under a 4 MiB budget: the page-wise path.
+    for (const auto& c : exec::cases::large_buffer_cases(n, std::size_t{4} << 20)) cases.push_back(c);
     for (const auto& c : cases) {
       current = c.name();
       const auto t0 = std::chrono::steady_clock::now();
@@ -31,12 +33,15 @@ int main(int argc, char** argv) {
         std::printf("[ok] np%d %-70s %6.3fs  %3llu msgs  %3llu waves %s\n", n, current.c_str(),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                     static_cast<unsigned long long>(s.messages), static_cast<unsigned long long>(s.waves),
-                    s.descending ? "desc" : "asc");
+                    s.wave_order.c_str());
     }
     if (n == 4) {
       current = "message_count_case";
       exec::cases::message_count_case(*world);
       if (me == 0) std::printf("[ok] np4 message counts per rank\n");
+      current = "zero_copy_keep_case";
+      exec::cases::zero_copy_keep_case(*world);
+      if (me == 0) std::printf("[ok] np4 zero-copy keeps\n");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] case %s FAILED: %s\n", me, current.c_str(), e.what());

@@ -136,6 +136,84 @@ TEST(PoolAllocator, ReusesReleasedMemoryBestFitAndMerges) {
   EXPECT_THROW(pool.release(b, 17), InvariantError);
 }
 
+// Page-wise blocks: decommitted pages become spare pages, a later commit moves them into
+// place (no fresh memory), the live pages of a block keep their contents throughout, and the
+// accounting follows every step. Random commit / decommit / release against a model.
+TEST(PoolAllocator, PageWiseBlocksRecycleSparePagesAndKeepContents) {
+  PoolAllocator pool;
+  std::mt19937 rng(7);
+  struct Block {
+    std::byte* p;
+    std::size_t n;
+    std::vector<int> state;  // 0 untouched, 1 live, 2 given back
+  };
+  std::vector<Block> blocks;
+  auto stamp = [](const Block& b, std::size_t i) { return static_cast<std::byte>((reinterpret_cast<std::uintptr_t>(b.p) / kPageBytes + i) & 0xff); };
+  auto live_model = [&] {
+    std::size_t live = 0;
+    for (const auto& b : blocks)
+      for (int st : b.state) live += st == 1 ? kPageBytes : 0;
+    return live;
+  };
+  for (int it = 0; it < 600; ++it) {
+    const int op = static_cast<int>(rng() % 4);
+    if (op == 0 || blocks.size() < 2) {
+      const std::size_t n = (rng() % 48 + 16) * kPageBytes;
+      const bool lazy = rng() % 2 == 0;
+      Block b{lazy ? pool.reserve(n) : pool.allocate(n), n, std::vector<int>(n / kPageBytes, lazy ? 0 : 1)};
+      for (std::size_t i = 0; i < b.state.size(); ++i)
+        if (b.state[i] == 1) std::memset(b.p + i * kPageBytes, static_cast<int>(stamp(b, i)), kPageBytes);
+      blocks.push_back(b);
+      continue;
+    }
+    Block& b = blocks[rng() % blocks.size()];
+    const std::size_t a = rng() % b.state.size(), z = std::min(b.state.size(), a + 1 + rng() % 8);
+    if (op == 1) {
+      pool.decommit(b.p, a * kPageBytes, (z - a) * kPageBytes);
+      for (std::size_t i = a; i < z; ++i) b.state[i] = b.state[i] == 1 ? 2 : b.state[i] == 0 ? 0 : 2;
+    } else if (op == 2) {
+      if (std::any_of(b.state.begin() + a, b.state.begin() + z, [](int st) { return st == 2; })) continue;
+      const std::size_t fresh = pool.fresh_bytes(), spare = pool.spare_bytes();
+      pool.commit(b.p, a * kPageBytes, (z - a) * kPageBytes);
+      std::size_t added = 0;
+      for (std::size_t i = a; i < z; ++i)
+        if (b.state[i] == 0) {
+          b.state[i] = 1;
+          added += kPageBytes;
+          std::memset(b.p + i * kPageBytes, static_cast<int>(stamp(b, i)), kPageBytes);
+        }
+      // Spare pages first: fresh memory only for what the spares could not cover.
+      EXPECT_EQ(pool.fresh_bytes() - fresh, added - std::min(added, spare));
+    } else {
+      for (std::size_t i = 0; i < b.state.size(); ++i)
+        if (b.state[i] == 1) ASSERT_EQ(b.p[i * kPageBytes + 17], stamp(b, i)) << "page " << i;
+      pool.release(b.p, b.n);
+      b = blocks.back();
+      blocks.pop_back();
+    }
+    ASSERT_EQ(pool.live_bytes(), live_model());
+  }
+  for (auto& b : blocks) pool.release(b.p, b.n);
+  EXPECT_EQ(pool.live_bytes(), 0u);
+  EXPECT_EQ(pool.reserved_bytes(), pool.spare_bytes());
+}
+
+TEST(PoolAllocator, PrefaultTouchesSparePagesThatLaterAllocationsUse) {
+  PoolAllocator pool;
+  EXPECT_EQ(pool.prefault(1 << 20), std::size_t{1} << 20);
+  EXPECT_EQ(pool.prefault(1 << 20), 0u);  // already there
+  EXPECT_EQ(pool.live_bytes(), 0u);       // never counted as live
+  const std::size_t fresh = pool.fresh_bytes();
+  std::byte* p = pool.allocate(768 << 10);
+  EXPECT_EQ(pool.fresh_bytes(), fresh);   // built from the prefaulted pages
+  EXPECT_EQ(pool.spare_bytes(), std::size_t{256} << 10);
+  std::memset(p, 1, 768 << 10);
+  pool.release(p, 768 << 10);
+  EXPECT_EQ(pool.spare_bytes(), std::size_t{1} << 20);
+  EXPECT_EQ(pool.trim(), std::size_t{1} << 20);
+  EXPECT_EQ(pool.reserved_bytes(), 0u);
+}
+
 TEST(Fill, VerifyFindsTheFirstWrongElement) {
   const vps::ModelSpec m = vps::model_from_name("tiny-dense");
   vps::LayoutOptions lo;
