@@ -29,6 +29,7 @@ struct PlanArgs {
   std::int64_t bucket_elems = 40'000'000;
   double intra_gbps = 150, inter_gbps = 25;
   int transfers_rank = -1;
+  bool describe = false;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -53,11 +54,27 @@ nlohmann::json totals_json(const plan::TrafficTotals& t) {
           {"inter_node_bytes", t.inter_node}, {"pieces", t.pieces}};
 }
 
+// `--describe`: the model's logical tensors with global shapes and how tp/ep split each.
+int describe_model(const vps::ModelSpec& model) {
+  const auto tensors = vps::build_tensors(model);
+  std::int64_t total = 0;
+  for (const auto& t : tensors) total += t.numel();
+  std::printf("model %s (family %s): %zu tensors, %lld parameters\n", model.name.c_str(),
+              model.family.c_str(), tensors.size(), static_cast<long long>(total));
+  for (const auto& t : tensors) {
+    std::string shape;
+    for (auto d : t.shape) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+    std::printf("  %-40s [%s]  %s\n", t.name.c_str(), shape.c_str(), vps::describe_split(t).c_str());
+  }
+  return 0;
+}
+
 int run_plan(const PlanArgs& a) {
   // The planner's own memory: peak RSS above what the process held before planning (the
   // executable's libraries, libtorch included, are resident already).
   const std::uint64_t rss_before = current_rss_bytes();
   const vps::ModelSpec model = vps::model_from_name(a.model);
+  if (a.describe) return describe_model(model);
   vps::LayoutOptions options;
   options.kinds = vps::parse_state_kinds(a.states);
   options.bucket_elems = a.bucket_elems;
@@ -150,6 +167,8 @@ Command add_plan_command(CLI::App& app) {
   cmd->add_option("--intra-bw", args->intra_gbps, "Intra-node bandwidth, GB/s per rank")->capture_default_str();
   cmd->add_option("--inter-bw", args->inter_gbps, "Inter-node bandwidth, GB/s per rank")->capture_default_str();
   cmd->add_option("--transfers", args->transfers_rank, "Print every piece of this rank's plan");
+  cmd->add_flag("--describe", args->describe,
+                "Print the model's tensors, their shapes and how each is split, then exit");
   return [args] { return run_plan(*args); };
 }
 

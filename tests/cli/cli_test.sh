@@ -31,11 +31,18 @@ expect 2 "--gpus-per-node" -- plan --model tiny-dense --from tp=1 --to tp=2 --gp
 expect 2 "cannot open model config" -- plan --model /nonexistent/config.json --from tp=1 --to tp=2
 expect 0 "check: ok" -- plan --model tiny-moe --from tp=2,pp=2,dp=2,ep=2 --to tp=1,pp=4,dp=4,ep=4,zero=0 --check --json "$tmp/p.json"
 grep -q '"plan_seconds"' "$tmp/p.json" || { echo "FAIL: --json lacks plan_seconds"; fail=1; }
-printf '{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+printf '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
   "intermediate_size": 128, "vocab_size": 300, "tie_word_embeddings": true}' >"$tmp/config.json"
 expect 0 "check: ok" -- plan --model "$tmp/config.json" --from tp=2,dp=2 --to tp=4,pp=2 --check
 echo '{"hidden_size": 64' >"$tmp/bad.json"
 expect 2 "is not valid JSON" -- plan --model "$tmp/bad.json" --from tp=1 --to tp=2
+# Model families: --describe lists tensors and splits; unmodelled fields are refused by name.
+hf="$(dirname "$0")/../vps/hf_configs"
+expect 0 "layers.3.attn.kv_up.weight" -- plan --model "$hf/deepseek-v3.json" --describe
+grep -qF "671026419200 parameters" "$tmp/out" || { echo "FAIL: --describe lacks the parameter count"; fail=1; }
+expect 0 "check: ok" -- plan --model "$hf/deepseek-v2-lite.json" --from tp=2,pp=3,dp=2,ep=4 --to tp=4,pp=1,dp=2,ep=8,zero=0 --states param --check
+echo '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 300, "mlp_bias": true}' >"$tmp/mlp_bias.json"
+expect 2 "mlp_bias" -- plan --model "$tmp/mlp_bias.json" --describe
 # run-transition on one process (a world of one rank), and its errors.
 expect 0 "verify: ok" -- run-transition --model tiny-moe --from tp=1,zero=1 --to tp=1,zero=0 --verify --repeat 2 --json "$tmp/rt.json"
 grep -q '"lower_bound_seconds"' "$tmp/rt.json" || { echo "FAIL: run-transition --json lacks lower_bound_seconds"; fail=1; }
