@@ -627,6 +627,15 @@ Gathered Trainer::gather(vps::StateKind kind) {
   return gather_vps(*impl_->layout, kind, impl_->arenas, impl_->world);
 }
 Trainer::Probe Trainer::forward_backward() { return impl_->probe(); }
+Trainer::Progress Trainer::progress() const {
+  return {impl_->step, impl_->cursor.seed, impl_->cursor.position};
+}
+void Trainer::restore_progress(const Progress& p) {
+  impl_->step = p.step;
+  impl_->cursor.seed = p.data_seed;
+  impl_->cursor.position = p.data_position;
+}
+Arenas& Trainer::arenas() { return impl_->arenas; }
 
 }  // namespace dynatrain::train
 
