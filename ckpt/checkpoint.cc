@@ -188,11 +188,25 @@ void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout
   }
 }
 
+void on_all_ranks(comm::Transport& world, const std::string& what, const std::function<void()>& work) {
+  std::string error;
+  try {
+    work();
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  float failed = error.empty() ? 0.f : 1.f;
+  world.all_reduce_sum(&failed, 1);
+  if (!error.empty()) throw InputError(error);
+  if (failed > 0) DT_INPUT_ERROR(what, " failed on another rank (its message is in that rank's output)");
+}
+
 void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
           const std::vector<vps::StateKind>& kinds, const Arenas& arenas, const json& trainer_state,
           comm::Transport& world) {
   const fs::path step_dir = fs::path(dir) / step_dir_name(step);
-  if (world.rank() == 0) {
+  on_all_ranks(world, "checkpoint save", [&] {
+    if (world.rank() != 0) return;
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) DT_INPUT_ERROR("cannot create checkpoint directory '", dir, "': ", ec.message());
@@ -203,13 +217,14 @@ void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
     fs::create_directories(step_dir, ec);
     if (ec) DT_INPUT_ERROR("cannot create '", step_dir.string(), "': ", ec.message());
     sync_dir(dir);
-  }
-  world.barrier();
-  if (world.rank() < layout.config().world_size())
-    write_rank_file(step_dir.string(), layout, world.rank(), kinds, arenas);
-  world.barrier();
-  if (world.rank() == 0) commit(dir, step, layout, kinds, trainer_state);
-  world.barrier();
+  });
+  on_all_ranks(world, "checkpoint save", [&] {
+    if (world.rank() < layout.config().world_size())
+      write_rank_file(step_dir.string(), layout, world.rank(), kinds, arenas);
+  });
+  on_all_ranks(world, "checkpoint save", [&] {
+    if (world.rank() == 0) commit(dir, step, layout, kinds, trainer_state);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

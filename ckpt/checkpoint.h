@@ -22,6 +22,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -55,6 +56,11 @@ void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout
 void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
           const std::vector<vps::StateKind>& kinds, const Arenas& arenas,
           const nlohmann::json& trainer_state, comm::Transport& world);
+
+// Collective over `world`: runs `work` on every rank and rethrows on every rank if it threw on
+// any (the rank's own InputError, or one saying another rank failed), so that no rank is left
+// waiting in a later collective.
+void on_all_ranks(comm::Transport& world, const std::string& what, const std::function<void()>& work);
 
 // ---- loading ----
 struct FileInfo {
