@@ -346,9 +346,24 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
   const vps::RankLayout dst_layout = to.rank_layout(rank);
   std::map<int, vps::RankLayout> src_layouts;
   std::map<int, std::unique_ptr<OpenFile>> files;
-  std::vector<std::byte> stage;
+
+  // The reads: one whole entry per source segment that pieces come from.
+  struct Read {
+    std::size_t first = 0, last = 0;  // pieces [first, last)
+    const OpenFile* file = nullptr;
+    const StEntry* entry = nullptr;
+    const vps::Segment* segment = nullptr;
+    vps::StateKind kind{};
+  };
+  std::vector<Read> reads;
   for (std::size_t i = 0; i < pieces.size();) {
     const plan::Piece& p = pieces[i];
+    Read r;
+    r.first = i;
+    while (i < pieces.size() && pieces[i].src_rank == p.src_rank && pieces[i].src_buffer == p.src_buffer &&
+           pieces[i].src_segment == p.src_segment)
+      ++i;
+    r.last = i;
     auto& sl = src_layouts.try_emplace(p.src_rank, src.rank_layout(p.src_rank)).first->second;
     auto& file = files[p.src_rank];
     if (!file) {
@@ -356,29 +371,55 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
       ++stats.files_opened;
     }
     const vps::LocalBuffer& sbuf = sl.buffers.at(p.src_buffer);
-    const vps::Segment& sseg = sbuf.segments.at(p.src_segment);
-    const std::string name = entry_name(src, sbuf.kind, sseg);
+    r.segment = &sbuf.segments.at(p.src_segment);
+    r.kind = sbuf.kind;
+    const std::string name = entry_name(src, sbuf.kind, *r.segment);
     const auto it = file->by_name.find(name);
-    const std::string path = c.step_dir + "/" + c.files[p.src_rank].name;
     if (it == file->by_name.end())
-      DT_INPUT_ERROR("checkpoint file '", path, "' lacks entry '", name, "' (corrupted or another layout)");
-    const StEntry& e = *it->second;
-    stage.resize(e.end - e.begin);
-    read_exact(file->file.fd(), stage.data(), stage.size(), file->header.data_start + e.begin, path);
-    stats.bytes_read += stage.size();
-    if (!file->checksums.contains(name) || file->checksums[name] != hex64(checksum(stage.data(), stage.size())))
-      DT_INPUT_ERROR("checkpoint file '", path, "': entry '", name, "' fails its checksum: corrupted");
-    const int elem = dst.options().elem_bytes[static_cast<int>(sbuf.kind)];
-    // Every piece read from this segment.
-    for (; i < pieces.size() && pieces[i].src_rank == p.src_rank && pieces[i].src_buffer == p.src_buffer &&
-           pieces[i].src_segment == p.src_segment;
-         ++i) {
-      const plan::Piece& q = pieces[i];
+      DT_INPUT_ERROR("checkpoint file '", file->file.path(), "' lacks entry '", name, "' (corrupted or another layout)");
+    r.file = file.get();
+    r.entry = it->second;
+    reads.push_back(r);
+  }
+  std::vector<std::byte> stage;
+  for (const auto& r : reads) {
+    const int elem = dst.options().elem_bytes[static_cast<int>(r.kind)];
+    const std::size_t bytes = r.entry->end - r.entry->begin;
+    auto dst_of = [&](const plan::Piece& q) -> std::pair<std::byte*, const vps::Segment*> {
       const vps::LocalBuffer& dbuf = dst_layout.buffers.at(q.dst_buffer);
       const vps::Segment& dseg = dbuf.segments.at(q.dst_segment);
       std::byte* out = arenas.of(dbuf.kind);
       DT_CHECK(out != nullptr, "no arena for kind ", vps::state_kind_name(dbuf.kind));
-      exec::copy_box(q.box, stage.data(), sseg.box, out + (dbuf.arena_offset + dseg.offset) * elem, dseg.box, elem);
+      return {out + (dbuf.arena_offset + dseg.offset) * elem, &dseg};
+    };
+    // A whole segment that is one contiguous run at its destination is read in place.
+    const plan::Piece& q0 = pieces[r.first];
+    std::byte* target = nullptr;
+    if (r.last - r.first == 1 && q0.box == r.segment->box) {
+      const auto [out, dseg] = dst_of(q0);
+      const std::int64_t at = exec::contiguous_offset(q0.box, 0, q0.box.numel(), dseg->box);
+      if (at >= 0) target = out + at * elem;
+    }
+    const bool in_place = target != nullptr;
+    if (!in_place) {
+      stage.resize(bytes);
+      target = stage.data();
+    }
+    read_exact(r.file->file.fd(), target, bytes, r.file->header.data_start + r.entry->begin, r.file->file.path());
+    stats.bytes_read += bytes;
+    if (in_place) stats.bytes_in_place += bytes;
+    const auto sum = r.file->checksums.find(r.entry->name);
+    if (sum == r.file->checksums.end() || *sum != hex64(checksum(target, bytes)))
+      DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
+                     "' fails its checksum: corrupted");
+    for (std::size_t i = r.first; i < r.last; ++i) {
+      const plan::Piece& q = pieces[i];
+      if (in_place) {
+        stats.bytes_loaded += bytes;
+        continue;
+      }
+      const auto [out, dseg] = dst_of(q);
+      exec::copy_box(q.box, stage.data(), r.segment->box, out, dseg->box, elem);
       stats.bytes_loaded += static_cast<std::uint64_t>(q.box.numel() * elem);
     }
   }

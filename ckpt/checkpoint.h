@@ -88,6 +88,7 @@ Checkpoint open_latest(const std::string& dir, const vps::ModelSpec& model);
 struct LoadStats {
   std::uint64_t bytes_read = 0;  // file bytes read (whole entries)
   std::uint64_t bytes_loaded = 0;  // bytes written into the arenas
+  std::uint64_t bytes_in_place = 0;  // of bytes_read, read straight into the arenas (no copy)
   std::int64_t files_opened = 0;
 };
 
