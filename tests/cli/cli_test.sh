@@ -62,6 +62,7 @@ mpi_expect_error() {  # want -- args...
   fi
 }
 mpi_expect_error "cannot write --json file" -- run-transition --model tiny-dense --from dp=2 --to tp=2 --json /nonexistent/dir/x.json
+expect 2 "holds no complete checkpoint" -- export --hf "$tmp/hf" --from "$tmp/no-such-checkpoint" --model tiny-dense
 
 if [[ $with_train == 1 ]]; then
   head -c 4000 "$(dirname "$0")/../../README.md" >"$tmp/data.txt"
@@ -71,6 +72,7 @@ if [[ $with_train == 1 ]]; then
   expect 2 "tp=3 does not divide 8 attention heads" -- train --model tiny-dense --steps 3 --schedule "0:tp=3"
   expect 2 "schedule steps must increase" -- train --model tiny-dense --steps 3 --schedule "0:tp=1;5:dp=1;2:dp=1"
   expect 2 "cannot open data file" -- train --model tiny-dense --steps 3 --data /nonexistent/data.txt
+  expect 2 "holds no complete checkpoint" -- train --model tiny-dense --steps 3 --resume "$tmp/no-such-checkpoint"
   mpi_expect_error "cannot write CSV file" -- train --model tiny-dense --steps 2 --schedule "0:dp=2" --csv /nonexistent/dir/x.csv
 fi
 exit $fail
