@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <set>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/file_io.h"
@@ -82,6 +84,50 @@ TEST(Checkpoint, LoadsIntoOtherLayoutsAndProcessCounts) {
   save_filled(dense, 1, layout("tiny-dense", "tp=8,dp=1,zero=1"));
   expect_loads_exactly(dense, layout("tiny-dense", "tp=2,pp=2,dp=3,zero=1"));
   expect_loads_exactly(dense, layout("tiny-dense", "tp=1"));
+}
+
+// A tiny DeepSeek-style model: MLA with a query low-rank projection, shared experts, router
+// bias and a dense first layer (the tensors the trainer does not run but checkpoints carry).
+vps::ModelSpec tiny_deepseek() {
+  vps::ModelSpec m = vps::model_from_name("tiny-moe");
+  m.name = "tiny-deepseek";
+  m.family = "deepseek_v3";
+  m.qk_norm = false;
+  m.heads = m.kv_heads = 4;
+  m.kv_lora_rank = 12, m.qk_nope_dim = 8, m.qk_rope_dim = 4, m.v_head_dim = 6, m.head_dim = 12;
+  m.q_lora_rank = 10;
+  m.shared_expert_ffn = 16;
+  m.router_bias = true;
+  m.ffn = 48;
+  m.dense_layers = {0};
+  return m;
+}
+
+TEST(Checkpoint, RandomLayoutPairsLoadExactly) {
+  const char* configs[] = {"tp=1", "tp=2", "tp=4,dp=1", "tp=2,pp=2", "pp=2,dp=3,zero=0", "tp=2,dp=2,zero=1",
+                           "tp=1,pp=4,dp=1", "dp=4,ep=4", "tp=2,dp=2,ep=2,zero=1", "tp=2,pp=2,ep=2,etp=2",
+                           "dp=3,ep=1,zero=1", "tp=4,pp=2,ep=4,etp=1,zero=1"};
+  std::mt19937 rng(7);
+  int trials = 0;
+  for (int attempt = 0; attempt < 400 && trials < 24; ++attempt) {
+    const int which = static_cast<int>(rng() % 3);
+    const vps::ModelSpec m = which == 0 ? vps::model_from_name("tiny-moe")
+                             : which == 1 ? vps::model_from_name("tiny-dense") : tiny_deepseek();
+    auto a = vps::ParallelConfig::parse(configs[rng() % std::size(configs)]);
+    auto b = vps::ParallelConfig::parse(configs[rng() % std::size(configs)]);
+    try {
+      a.validate_for(m);
+      b.validate_for(m);
+    } catch (const InputError&) {
+      continue;
+    }
+    SCOPED_TRACE(m.name + ": " + a.str() + " -> " + b.str());
+    const std::string dir = fresh_dir("random");
+    save_filled(dir, 1, vps::Layout(m, a, options()));
+    expect_loads_exactly(dir, vps::Layout(m, b, options()));
+    ++trials;
+  }
+  EXPECT_GE(trials, 20);
 }
 
 TEST(Checkpoint, PointerSwitchKeepsTheLastCompleteCheckpoint) {
@@ -209,6 +255,24 @@ TEST(Export, HuggingFaceNamesAndValues) {
   EXPECT_TRUE(by_name.count("model.layers.3.mlp.experts.7.down_proj.weight"));
   EXPECT_TRUE(by_name.count("lm_head.weight"));
   EXPECT_THROW((void)hf_tensors(vps::model_from_name("gpt3-1.3b")), InputError);
+  // Every tensor of the other families has a Hugging Face name and covers its VPS tensor.
+  vps::ModelSpec qwen2_moe = vps::model_from_name("tiny-moe");
+  qwen2_moe.family = "qwen2_moe", qwen2_moe.qk_norm = false, qwen2_moe.qkv_bias = true;
+  qwen2_moe.shared_expert_ffn = 16, qwen2_moe.shared_expert_gate = true;
+  for (const auto& m : {tiny_deepseek(), qwen2_moe}) {
+    std::map<std::string, std::int64_t> covered;  // VPS tensor -> elements exported
+    std::set<std::string> names;
+    const auto tensors = vps::build_tensors(m);
+    for (const auto& t : hf_tensors(m)) {
+      std::int64_t n = 1;
+      for (auto d : t.shape) n *= d;
+      EXPECT_EQ(n, t.box.numel()) << t.name;
+      covered[tensors[t.vps_tensor].name] += n;
+      EXPECT_TRUE(names.insert(t.name).second) << "twice: " << t.name;
+    }
+    for (const auto& t : tensors) EXPECT_EQ(covered[t.name], t.numel()) << m.family << " " << t.name;
+  }
+  EXPECT_TRUE(hf_tensors(tiny_deepseek()).size() > 0);
 }
 
 }  // namespace
