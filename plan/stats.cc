@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/bytes.h"
+#include "plan/planner.h"
 
 namespace dynatrain::plan {
 

@@ -9,10 +9,12 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "plan/plan.h"
-#include "plan/planner.h"
+
 #include "vps/layout.h"
 
 namespace dynatrain::plan {
+
+class Planner;  // plan/planner.h includes this header (through placement.h)
 
 struct Bandwidth {
   double intra_node = 150e9;  // bytes/s one way per rank (NVLink-class)
@@ -48,7 +50,7 @@ struct TimedPlans {
   std::vector<RankPlan> plans;
   double plan_seconds = 0, rank_plan_seconds = 0;
 };
-TimedPlans plan_timed(const Planner& planner);
+TimedPlans plan_timed(const Planner& planner);  // Planner: plan/planner.h
 
 // The statistics as `dynatrain plan --json` writes them (and the Python binding's plan()
 // returns them): total and per_kind (one entry for each of `kinds`) as {kept_bytes,

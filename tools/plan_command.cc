@@ -35,6 +35,7 @@ struct PlanArgs {
   int transfers_rank = -1;
   std::string placement = "fixed";  // fixed, auto, or one process per destination rank
   std::string cluster;               // preset or JSON file (sim/cluster.h); empty: none
+  bool describe = false;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -54,11 +55,27 @@ std::uint64_t current_rss_bytes() {
   return resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
+// `--describe`: the model's logical tensors with global shapes and how tp/ep split each.
+int describe_model(const vps::ModelSpec& model) {
+  const auto tensors = vps::build_tensors(model);
+  std::int64_t total = 0;
+  for (const auto& t : tensors) total += t.numel();
+  std::printf("model %s (family %s): %zu tensors, %lld parameters\n", model.name.c_str(),
+              model.family.c_str(), tensors.size(), static_cast<long long>(total));
+  for (const auto& t : tensors) {
+    std::string shape;
+    for (auto d : t.shape) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+    std::printf("  %-40s [%s]  %s\n", t.name.c_str(), shape.c_str(), vps::describe_split(t).c_str());
+  }
+  return 0;
+}
+
 int run_plan(const PlanArgs& a) {
   // The planner's own memory: peak RSS above what the process held before planning (the
   // executable's libraries, libtorch included, are resident already).
   const std::uint64_t rss_before = current_rss_bytes();
   const vps::ModelSpec model = vps::model_from_name(a.model);
+  if (a.describe) return describe_model(model);
   vps::LayoutOptions options;
   options.kinds = vps::parse_state_kinds(a.states);
   options.bucket_elems = a.bucket_elems;
@@ -179,6 +196,8 @@ Command add_plan_command(CLI::App& app) {
                   "Which process takes each destination rank: fixed (rank r on process r), auto "
                   "(fewest bytes moved, fewest across nodes), or a list, one process per rank")
       ->capture_default_str();
+  cmd->add_flag("--describe", args->describe,
+                "Print the model's tensors, their shapes and how each is split, then exit");
   return [args] { return run_plan(*args); };
 }
 

@@ -6,12 +6,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "common/error.h"
 #include "train/data.h"
 #include "train/trainer.h"
+#include "tools/train_ckpt.h"
 
 namespace dynatrain::tools {
 using namespace dynatrain::train;  // the trainer this command drives
@@ -106,12 +108,27 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
                 static_cast<long long>(args.global_batch), static_cast<long long>(args.seq),
                 world.size(), args.static_layout || schedule.size() == 1 ? "static layout" : "switching layouts");
 
-  Trainer trainer(o, schedule[0].second, world, std::move(text));
+  // Resuming: start at the checkpoint's step, in the schedule's layout for that step.
+  std::optional<ckpt::Checkpoint> resume;
+  std::int64_t first_step = 0;
+  std::size_t next = 1;
+  if (!args.resume_dir.empty()) {
+    resume = ckpt::open_latest(args.resume_dir, o.model);
+    first_step = resume->step;
+    if (first_step >= args.steps)
+      DT_INPUT_ERROR("checkpoint in '", args.resume_dir, "' is at step ", first_step, "; --steps ", args.steps,
+                     " leaves nothing to train");
+    while (next < schedule.size() && schedule[next].first <= first_step) ++next;
+  }
+  if (args.save_every < 0) DT_INPUT_ERROR("--save-every ", args.save_every, " must be >= 0");
+  Trainer trainer(o, schedule[next - 1].second, world, std::move(text));
+  if (resume) resume_trainer(*resume, trainer, world);
   struct Tally { double tokens = 0, seconds = 0; int steps = 0; };
   std::map<std::string, Tally> per_layout;
   std::vector<SwitchStats> switches;
-  std::size_t next = 1;
-  for (std::int64_t step = 0; step < args.steps; ++step) {
+  for (std::int64_t step = first_step; step < args.steps; ++step) {
+    if (!args.save_dir.empty() && args.save_every > 0 && step > first_step && step % args.save_every == 0)
+      save_trainer(args.save_dir, step, trainer, world);
     SwitchStats sw;
     bool switched = false;
     if (next < schedule.size() && schedule[next].first == step) {
@@ -160,6 +177,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       csv << '\n';
     }
   }
+  if (!args.save_dir.empty()) save_trainer(args.save_dir, args.steps, trainer, world);  // the final state
   trainer.finish();
   if (root) {
     std::printf("summary: tokens/s by layout (steady state, first step after a switch excluded)\n");

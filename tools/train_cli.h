@@ -37,6 +37,12 @@ struct TrainArgs {
   int micro_batches = 0;             // 0: auto
   std::string switch_method;         // "engine" | "gather" | "" (engine when built)
   int threads = 0;                   // torch intra-op threads per rank; 0: cores / local ranks
+  // Checkpoints (tools/train_ckpt.h): --save DIR every --save-every steps and after the last
+  // step; --resume DIR continues from DIR's latest checkpoint in the schedule's layout
+  // for that step, with any number of processes.
+  std::string save_dir;
+  std::int64_t save_every = 0;
+  std::string resume_dir;
 };
 
 // Parses a --schedule string; throws InputError naming the bad entry.

@@ -26,6 +26,11 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--switch-method", args->switch_method, "engine (default) or gather");
   cmd->add_option("--threads", args->threads, "Torch threads per rank (0: cores / local ranks)")
       ->capture_default_str();
+  cmd->add_option("--save", args->save_dir, "Checkpoint directory to save into (see --save-every)");
+  cmd->add_option("--save-every", args->save_every, "Also save every N steps (0: only after the last step)")
+      ->capture_default_str();
+  cmd->add_option("--resume", args->resume_dir,
+                  "Continue from this directory's latest checkpoint, in the schedule's layout for its step");
   return [args] {
     return run_on_mpi_world([&](comm::Transport& world) { return tools::train_command(*args, world); });
   };

@@ -56,10 +56,10 @@ const char* switch_method_name(SwitchMethod m) {
 void Trainer::check_supported(const TrainerOptions& o, vps::ParallelConfig& c) {
   const auto& m = o.model;
   m.validate();
-  if (m.bias || m.layernorm || !m.swiglu || m.max_positions > 0 || m.tied_embedding)
-    DT_INPUT_ERROR("model '", m.name,
-                   "': the reference trainer supports Llama/Qwen-style models only (RMSNorm, "
-                   "SwiGLU, no biases, no learned positions, untied embeddings)");
+  if (const auto extra = m.features_beyond_llama(); !extra.empty())
+    DT_INPUT_ERROR("model '", m.name, "' has ", extra.front(),
+                   "; the reference trainer supports Llama/Qwen3-style models only (RMSNorm, "
+                   "SwiGLU, no biases, no learned positions, untied embeddings, routed experts only)");
   if (m.head_dim % 2 != 0) DT_INPUT_ERROR("model '", m.name, "': head_dim=", m.head_dim, " must be even (RoPE)");
   c.validate_for(m);
   if (c.zero > 1) DT_INPUT_ERROR("zero=", c.zero, " is not supported by the reference trainer; valid: zero=0, zero=1");
@@ -627,6 +627,15 @@ Gathered Trainer::gather(vps::StateKind kind) {
   return gather_vps(*impl_->layout, kind, impl_->arenas, impl_->world);
 }
 Trainer::Probe Trainer::forward_backward() { return impl_->probe(); }
+Trainer::Progress Trainer::progress() const {
+  return {impl_->step, impl_->cursor.seed, impl_->cursor.position};
+}
+void Trainer::restore_progress(const Progress& p) {
+  impl_->step = p.step;
+  impl_->cursor.seed = p.data_seed;
+  impl_->cursor.position = p.data_position;
+}
+Arenas& Trainer::arenas() { return impl_->arenas; }
 
 }  // namespace dynatrain::train
 

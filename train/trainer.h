@@ -98,6 +98,18 @@ class Trainer {
   // afterwards the grad arena holds gradients reduced over dp, so gather(kGrad) is the full
   // gradient of the mean loss.
   Probe forward_backward();
+  // ---- checkpoints (ckpt/): every rank calls these at a step boundary ----
+  // The progress besides the arenas: steps done and the data cursor.
+  struct Progress {
+    std::int64_t step = 0;
+    std::uint64_t data_seed = 0, data_position = 0;
+  };
+  Progress progress() const;
+  void restore_progress(const Progress& progress);
+  // This rank's state arenas of the current layout (empty when inactive). Writing into them in
+  // place (a checkpoint load) keeps the model's views valid; the sizes must not change.
+  Arenas& arenas();
+
   // Validates that `config` can run with these options; throws InputError naming the problem.
   static void check_supported(const TrainerOptions& options, vps::ParallelConfig& config);
 

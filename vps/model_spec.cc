@@ -1,8 +1,7 @@
 #include "vps/model_spec.h"
 
-#include <fstream>
+#include <algorithm>
 #include <map>
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
@@ -32,6 +31,7 @@ ModelSpec gpt3(std::string name, std::int64_t hidden, std::int64_t layers, std::
   m.bias = true;
   m.layernorm = true;
   m.tied_embedding = true;
+  m.family = "gpt2";  // the same tensors as GPT-2 (learned positions, biases, LayerNorm, tied)
   return m;
 }
 
@@ -50,6 +50,7 @@ const std::map<std::string, ModelSpec>& presets() {
     qwen.top_k = 8;
     qwen.expert_ffn = 1536;
     qwen.qk_norm = true;
+    qwen.family = "qwen3_moe";
     add(qwen);
     // Small models for tests and the CPU trainer: byte-level vocab, no vocab padding.
     ModelSpec tiny = dense("tiny-dense", 64, 4, 8, 4, 128, 256);
@@ -61,6 +62,7 @@ const std::map<std::string, ModelSpec>& presets() {
     tiny_moe.top_k = 2;
     tiny_moe.expert_ffn = 32;
     tiny_moe.qk_norm = true;
+    tiny_moe.family = "qwen3_moe";
     add(tiny_moe);
     return t;
   }();
@@ -98,9 +100,44 @@ void ModelSpec::validate() const {
     if (top_k > experts)
       DT_INPUT_ERROR("model '", name, "': num_experts_per_tok=", top_k,
                      " exceeds num_experts=", experts);
+    if (!dense_layers.empty()) positive("intermediate_size (dense layers of an MoE model)", ffn);
+    if (!std::is_sorted(dense_layers.begin(), dense_layers.end()) ||
+        (!dense_layers.empty() && (dense_layers.front() < 0 || dense_layers.back() >= layers)))
+      DT_INPUT_ERROR("model '", name, "': dense layers must be sorted layer indices below ", layers);
   } else {
     positive("intermediate_size", ffn);
+    if (shared_expert_ffn > 0 || router_bias || !dense_layers.empty())
+      DT_INPUT_ERROR("model '", name, "': shared experts, router bias or dense layers need experts");
   }
+  if (is_mla()) {
+    positive("qk_nope_head_dim", qk_nope_dim);
+    positive("qk_rope_head_dim", qk_rope_dim);
+    positive("v_head_dim", v_head_dim);
+    if (kv_heads != heads || head_dim != qk_nope_dim + qk_rope_dim)
+      DT_INPUT_ERROR("model '", name, "': MLA needs kv_heads == heads and head_dim == qk_nope + qk_rope");
+  }
+}
+
+bool ModelSpec::is_moe_layer(std::int64_t layer) const {
+  return is_moe() && !std::binary_search(dense_layers.begin(), dense_layers.end(), layer);
+}
+
+std::vector<std::string> ModelSpec::features_beyond_llama() const {
+  std::vector<std::string> out;
+  auto note = [&](bool present, const char* what) {
+    if (present) out.emplace_back(what);
+  };
+  note(bias, "linear biases");
+  note(qkv_bias || proj_bias, "attention biases");
+  note(layernorm, "LayerNorm");
+  note(!swiglu, "GeLU MLP");
+  note(max_positions > 0, "learned positions");
+  note(tied_embedding, "tied embeddings");
+  note(is_mla(), "MLA attention");
+  note(shared_expert_ffn > 0, "shared experts");
+  note(router_bias, "router bias");
+  note(!dense_layers.empty(), "dense layers among MoE layers");
+  return out;
 }
 
 std::vector<std::string> preset_names() {
@@ -117,49 +154,83 @@ ModelSpec model_from_name(const std::string& name_or_path) {
                  ", or a path to a Hugging Face config.json");
 }
 
-ModelSpec model_from_hf_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) DT_INPUT_ERROR("cannot open model config '", path, "'");
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    DT_INPUT_ERROR("model config '", path, "' is not valid JSON: ", e.what());
-  }
-  auto get = [&](const char* key, std::int64_t fallback) -> std::int64_t {
-    if (!j.contains(key) || j[key].is_null()) return fallback;
-    if (!j[key].is_number_integer())
-      DT_INPUT_ERROR("model config '", path, "': ", key, " must be an integer, got ", j[key].dump());
-    return j[key].get<std::int64_t>();
-  };
-  auto require = [&](const char* key) {
-    if (!j.contains(key)) DT_INPUT_ERROR("model config '", path, "' lacks required field ", key);
-    return get(key, 0);
-  };
-  ModelSpec m;
-  m.name = path;
-  m.hidden = require("hidden_size");
-  m.layers = require("num_hidden_layers");
-  m.heads = require("num_attention_heads");
-  m.kv_heads = get("num_key_value_heads", m.heads);
-  m.head_dim = get("head_dim", m.heads > 0 ? m.hidden / m.heads : 0);
-  m.vocab = require("vocab_size");
-  m.experts = get("num_experts", get("num_local_experts", 0));
-  m.top_k = get("num_experts_per_tok", 0);
-  m.expert_ffn = get("moe_intermediate_size", get("intermediate_size", 0));
-  m.ffn = m.experts > 0 ? 0 : require("intermediate_size");
-  m.tied_embedding = j.value("tie_word_embeddings", false);
-  const std::string type = j.value("model_type", "");
-  m.qk_norm = type.starts_with("qwen3");
-  m.validate();
-  return m;
-}
-
 std::int64_t TensorSpec::numel() const {
   std::int64_t n = 1;
   for (auto s : shape) n *= s;
   return n;
 }
+
+namespace {
+
+// Appends one layer's attention tensors.
+template <typename Add>
+void add_attention(const ModelSpec& m, Add&& layer) {
+  const auto h = m.hidden;
+  if (m.is_mla()) {
+    // Megatron's MLA: the down projections and their norms are replicated, the up projections
+    // are column-parallel over heads, the output projection row-parallel.
+    const auto qk = m.qk_nope_dim + m.qk_rope_dim;
+    if (m.q_lora_rank > 0) {
+      layer("attn.q_down.weight", {m.q_lora_rank, h}, TpSplit::kReplicated, 0);
+      layer("attn.q_down_norm.weight", {m.q_lora_rank}, TpSplit::kReplicated, 0);
+      layer("attn.q_up.weight", {m.heads, qk, m.q_lora_rank}, TpSplit::kDim, 0);
+    } else {
+      layer("attn.q.weight", {m.heads, qk, h}, TpSplit::kDim, 0);
+    }
+    layer("attn.kv_down.weight", {m.kv_lora_rank + m.qk_rope_dim, h}, TpSplit::kReplicated, 0);
+    layer("attn.kv_down_norm.weight", {m.kv_lora_rank}, TpSplit::kReplicated, 0);
+    layer("attn.kv_up.weight", {m.heads, m.qk_nope_dim + m.v_head_dim, m.kv_lora_rank}, TpSplit::kDim, 0);
+    layer("attn.proj.weight", {h, m.heads * m.v_head_dim}, TpSplit::kDim, 1);
+    return;
+  }
+  const auto d = m.head_dim, g = m.groups(), qg = m.q_per_group();
+  layer("attn.qkv.weight", {g, qg + 2, d, h}, TpSplit::kQkv, 0);
+  if (m.bias || m.qkv_bias) layer("attn.qkv.bias", {g, qg + 2, d}, TpSplit::kQkv, 0);
+  if (m.qk_norm) {
+    layer("attn.q_norm.weight", {d}, TpSplit::kReplicated, 0);
+    layer("attn.k_norm.weight", {d}, TpSplit::kReplicated, 0);
+  }
+  layer("attn.proj.weight", {h, m.heads * d}, TpSplit::kDim, 1);
+  if (m.bias || m.proj_bias) layer("attn.proj.bias", {h}, TpSplit::kReplicated, 0);
+}
+
+// Appends one layer's MLP: dense, or routed experts (+ shared expert) for an MoE layer.
+template <typename Add>
+void add_mlp(const ModelSpec& m, std::int64_t l, Add&& layer) {
+  const auto h = m.hidden;
+  if (m.is_moe_layer(l)) {
+    layer("mlp.router.weight", {m.experts, h}, TpSplit::kReplicated, 0);
+    if (m.router_bias) layer("mlp.router.bias", {m.experts}, TpSplit::kReplicated, 0);
+    layer("mlp.experts.fc1.weight", {m.experts, 2, m.expert_ffn, h}, TpSplit::kDim, 2).expert = true;
+    layer("mlp.experts.fc2.weight", {m.experts, h, m.expert_ffn}, TpSplit::kDim, 2).expert = true;
+    if (m.shared_expert_ffn > 0) {
+      layer("mlp.shared.fc1.weight", {2, m.shared_expert_ffn, h}, TpSplit::kDim, 1);
+      layer("mlp.shared.fc2.weight", {h, m.shared_expert_ffn}, TpSplit::kDim, 1);
+      if (m.shared_expert_gate) layer("mlp.shared.gate.weight", {1, h}, TpSplit::kReplicated, 0);
+    }
+  } else if (m.swiglu) {
+    layer("mlp.fc1.weight", {2, m.ffn, h}, TpSplit::kDim, 1);
+    layer("mlp.fc2.weight", {h, m.ffn}, TpSplit::kDim, 1);
+  } else {
+    layer("mlp.fc1.weight", {m.ffn, h}, TpSplit::kDim, 0);
+    if (m.bias) layer("mlp.fc1.bias", {m.ffn}, TpSplit::kDim, 0);
+    layer("mlp.fc2.weight", {h, m.ffn}, TpSplit::kDim, 1);
+    if (m.bias) layer("mlp.fc2.bias", {h}, TpSplit::kReplicated, 0);
+  }
+}
+
+constexpr std::int64_t kMaxElements = std::int64_t{1} << 62;
+
+std::int64_t checked_numel(const ModelSpec& m, const TensorSpec& t) {
+  std::int64_t n = 1;
+  for (auto s : t.shape)
+    if (__builtin_mul_overflow(n, s, &n) || n > kMaxElements)
+      DT_INPUT_ERROR("model '", m.name, "': tensor ", t.name, " would have more than 2^62 elements; "
+                     "the config's sizes are too large");
+  return n;
+}
+
+}  // namespace
 
 std::vector<TensorSpec> build_tensors(const ModelSpec& m) {
   m.validate();
@@ -177,7 +248,7 @@ std::vector<TensorSpec> build_tensors(const ModelSpec& m) {
     out.push_back(std::move(t));
     return out.back();
   };
-  const auto h = m.hidden, d = m.head_dim, g = m.groups(), qg = m.q_per_group();
+  const auto h = m.hidden;
   auto& word = add("embedding.word.weight", {m.vocab, h}, TpSplit::kVocab, 0, Stage::kPre, -1);
   word.also_on_last_stage = m.tied_embedding;
   if (m.max_positions > 0)
@@ -189,36 +260,40 @@ std::vector<TensorSpec> build_tensors(const ModelSpec& m) {
   for (std::int64_t l = 0; l < m.layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     auto layer = [&](const std::string& name, std::vector<std::int64_t> shape, TpSplit split,
-                     int dim = 0) -> TensorSpec& {
+                     int dim) -> TensorSpec& {
       return add(p + name, std::move(shape), split, dim, Stage::kLayer, l);
     };
     norm(p + "input_norm", Stage::kLayer, l);
-    layer("attn.qkv.weight", {g, qg + 2, d, h}, TpSplit::kQkv);
-    if (m.bias) layer("attn.qkv.bias", {g, qg + 2, d}, TpSplit::kQkv);
-    if (m.qk_norm) {
-      layer("attn.q_norm.weight", {d}, TpSplit::kReplicated);
-      layer("attn.k_norm.weight", {d}, TpSplit::kReplicated);
-    }
-    layer("attn.proj.weight", {h, m.heads * d}, TpSplit::kDim, 1);
-    if (m.bias) layer("attn.proj.bias", {h}, TpSplit::kReplicated);
+    add_attention(m, layer);
     norm(p + "post_attn_norm", Stage::kLayer, l);
-    if (m.is_moe()) {
-      layer("mlp.router.weight", {m.experts, h}, TpSplit::kReplicated);
-      layer("mlp.experts.fc1.weight", {m.experts, 2, m.expert_ffn, h}, TpSplit::kDim, 2).expert = true;
-      layer("mlp.experts.fc2.weight", {m.experts, h, m.expert_ffn}, TpSplit::kDim, 2).expert = true;
-    } else if (m.swiglu) {
-      layer("mlp.fc1.weight", {2, m.ffn, h}, TpSplit::kDim, 1);
-      layer("mlp.fc2.weight", {h, m.ffn}, TpSplit::kDim, 1);
-    } else {
-      layer("mlp.fc1.weight", {m.ffn, h}, TpSplit::kDim, 0);
-      if (m.bias) layer("mlp.fc1.bias", {m.ffn}, TpSplit::kDim, 0);
-      layer("mlp.fc2.weight", {h, m.ffn}, TpSplit::kDim, 1);
-      if (m.bias) layer("mlp.fc2.bias", {h}, TpSplit::kReplicated);
-    }
+    add_mlp(m, l, layer);
   }
   norm("final_norm", Stage::kPost, -1);
   if (!m.tied_embedding) add("output.weight", {m.vocab, h}, TpSplit::kVocab, 0, Stage::kPost, -1);
+  std::int64_t total = 0;
+  for (const auto& t : out)
+    if (__builtin_add_overflow(total, checked_numel(m, t), &total) || total > kMaxElements)
+      DT_INPUT_ERROR("model '", m.name, "' would have more than 2^62 parameters; the config's sizes are too large");
   return out;
+}
+
+std::int64_t parameter_count(const ModelSpec& m) {
+  std::int64_t total = 0;
+  for (const auto& t : build_tensors(m)) total += t.numel();
+  return total;
+}
+
+std::string describe_split(const TensorSpec& t) {
+  std::string over = t.expert ? "etp" : "tp";
+  std::string s;
+  switch (t.split) {
+    case TpSplit::kReplicated: s = "replicated over " + over; break;
+    case TpSplit::kDim: s = "dim " + std::to_string(t.split_dim) + " over " + over; break;
+    case TpSplit::kVocab: s = "dim 0 over " + over + " (vocab padded)"; break;
+    case TpSplit::kQkv: s = "dim 0 (query groups) over " + over + "; tp > groups splits dim 1, k/v replicated"; break;
+  }
+  if (t.expert) s = "dim 0 over ep, " + s;
+  return s;
 }
 
 }  // namespace dynatrain::vps

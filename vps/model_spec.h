@@ -7,6 +7,8 @@
 //   attn.qkv.weight    [groups, q_per_group + 2, head_dim, hidden]  (dim 1: q heads..., k, v)
 //   mlp.fc1.weight     [2, ffn, hidden] for SwiGLU (dim 0: gate, up)
 //   experts.fc1.weight [experts, 2, expert_ffn, hidden];  experts.fc2.weight [experts, hidden, expert_ffn]
+//   MLA (DeepSeek-V2/V3): attn.q_up.weight [heads, qk_nope + qk_rope, q_lora_rank],
+//                         attn.kv_up.weight [heads, qk_nope + v_head_dim, kv_lora_rank]
 // The word embedding (and an untied output layer) is [vocab, hidden] without padding: padding
 // rows that Megatron adds so the vocab divides by tp exist only in local buffers.
 #pragma once
@@ -21,6 +23,9 @@ namespace dynatrain::vps {
 
 struct ModelSpec {
   std::string name;
+  // Hugging Face model_type whose tensor names export uses: llama, mistral, qwen2, qwen3,
+  // qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, gpt2, gpt_neox.
+  std::string family = "llama";
   std::int64_t hidden = 0;
   std::int64_t layers = 0;
   std::int64_t heads = 0;      // query heads
@@ -30,16 +35,36 @@ struct ModelSpec {
   std::int64_t vocab = 0;
   std::int64_t max_positions = 0;  // > 0: learned position embedding of that many rows
   bool swiglu = true;          // false: GeLU MLP with a single fc1
-  bool bias = false;           // linear biases (GPT-3 style)
+  bool bias = false;           // every linear layer has a bias (GPT-2/3, GPT-NeoX)
+  bool qkv_bias = false;       // only q, k, v have biases (Qwen2; Llama attention_bias)
+  bool proj_bias = false;      // the attention output projection has a bias (Llama attention_bias)
   bool layernorm = false;      // LayerNorm with bias; false: RMSNorm (weight only)
   bool qk_norm = false;
   bool tied_embedding = false;
   std::int64_t experts = 0;    // 0: dense model
   std::int64_t top_k = 0;
   std::int64_t expert_ffn = 0;
+  // Layers of an MoE model whose MLP is dense (`ffn` rows), sorted: DeepSeek's first_k_dense_replace
+  // and moe_layer_freq, Qwen-MoE's decoder_sparse_step and mlp_only_layers.
+  std::vector<std::int64_t> dense_layers;
+  std::int64_t shared_expert_ffn = 0;  // > 0: a shared expert MLP of that many rows in MoE layers
+  bool shared_expert_gate = false;     // Qwen2-MoE: sigmoid gate [1, hidden] on the shared expert
+  bool router_bias = false;            // DeepSeek-V3 (noaux_tc): per-expert score correction bias
+  // Multi-head latent attention (DeepSeek-V2/V3) when kv_lora_rank > 0; then kv_heads == heads
+  // and head_dim == qk_nope_dim + qk_rope_dim. q_lora_rank == 0: queries are projected directly.
+  std::int64_t q_lora_rank = 0;
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t qk_nope_dim = 0;
+  std::int64_t qk_rope_dim = 0;
+  std::int64_t v_head_dim = 0;
   std::int64_t vocab_divisible_by = 128;  // Megatron pads vocab to a multiple of this * tp
 
   bool is_moe() const { return experts > 0; }
+  bool is_moe_layer(std::int64_t layer) const;
+  bool is_mla() const { return kv_lora_rank > 0; }
+  // Features beyond the Llama-style model the reference trainer implements (RMSNorm, RoPE,
+  // SwiGLU, no biases, untied, plain GQA, routed experts in every layer); empty when none.
+  std::vector<std::string> features_beyond_llama() const;
   std::int64_t groups() const { return kv_heads; }
   std::int64_t q_per_group() const { return heads / kv_heads; }
   // Throws InputError naming the field when the numbers cannot form a model.
@@ -50,6 +75,10 @@ struct ModelSpec {
 std::vector<std::string> preset_names();
 // A preset name, or a path to a Hugging Face style config.json. Throws InputError otherwise.
 ModelSpec model_from_name(const std::string& name_or_path);
+// Reads a Hugging Face config.json of a family listed in ModelSpec::family. Throws InputError
+// naming the field for anything it cannot model exactly: an unknown model_type, a field that
+// would change the tensor set (quantization_config, mlp_bias, ...), a wrong type, a value out of
+// range, a file that is not a small JSON object.
 ModelSpec model_from_hf_config(const std::string& path);
 
 // How tensor parallelism (or, for experts, expert-tensor parallelism) splits a tensor.
@@ -76,10 +105,15 @@ struct TensorSpec {
   // Held by the last pipeline stage too (tied output layer when pp > 1).
   bool also_on_last_stage = false;
 
-  std::int64_t numel() const;
+  std::int64_t numel() const;  // build_tensors guarantees it does not overflow
   Box full_box() const { return Box::of_shape(shape); }
 };
 
+// The logical tensors in model order. Throws InputError when a tensor or the total would have
+// more than 2^62 elements.
 std::vector<TensorSpec> build_tensors(const ModelSpec& model);
+std::int64_t parameter_count(const ModelSpec& model);
+// How `split` shards a tensor, in words (for `plan --describe`), e.g. "dim 1 over tp".
+std::string describe_split(const TensorSpec& tensor);
 
 }  // namespace dynatrain::vps

@@ -122,6 +122,15 @@ void ParallelConfig::validate_for(const ModelSpec& m) {
       DT_INPUT_ERROR("ep=", ep, ", etp=", etp, ": model '", m.name,
                      "' has no experts; valid: ep=1, etp=1");
   }
+  // Every tensor split along a dimension (MLA heads, shared experts, dense layers of MoE models)
+  // must split evenly.
+  for (const auto& t : build_tensors(m)) {
+    if (t.split != TpSplit::kDim) continue;
+    const int parts = t.expert ? etp : tp;
+    if (t.shape[t.split_dim] % parts != 0)
+      DT_INPUT_ERROR(t.expert ? "etp=" : "tp=", parts, " does not divide dim ", int{t.split_dim}, " (",
+                     t.shape[t.split_dim], ") of ", t.name, "; valid: ", divisors_of(t.shape[t.split_dim]));
+  }
   if (pp > m.layers)
     DT_INPUT_ERROR("pp=", pp, " exceeds the model's ", m.layers, " layers; valid pp: 1..", m.layers);
   if (pp_layers.empty()) {

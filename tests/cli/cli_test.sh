@@ -31,11 +31,18 @@ expect 2 "--gpus-per-node" -- plan --model tiny-dense --from tp=1 --to tp=2 --gp
 expect 2 "cannot open model config" -- plan --model /nonexistent/config.json --from tp=1 --to tp=2
 expect 0 "check: ok" -- plan --model tiny-moe --from tp=2,pp=2,dp=2,ep=2 --to tp=1,pp=4,dp=4,ep=4,zero=0 --check --json "$tmp/p.json"
 grep -q '"plan_seconds"' "$tmp/p.json" || { echo "FAIL: --json lacks plan_seconds"; fail=1; }
-printf '{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+printf '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
   "intermediate_size": 128, "vocab_size": 300, "tie_word_embeddings": true}' >"$tmp/config.json"
 expect 0 "check: ok" -- plan --model "$tmp/config.json" --from tp=2,dp=2 --to tp=4,pp=2 --check
 echo '{"hidden_size": 64' >"$tmp/bad.json"
 expect 2 "is not valid JSON" -- plan --model "$tmp/bad.json" --from tp=1 --to tp=2
+# Model families: --describe lists tensors and splits; unmodelled fields are refused by name.
+hf="$(dirname "$0")/../vps/hf_configs"
+expect 0 "layers.3.attn.kv_up.weight" -- plan --model "$hf/deepseek-v3.json" --describe
+grep -qF "671026419200 parameters" "$tmp/out" || { echo "FAIL: --describe lacks the parameter count"; fail=1; }
+expect 0 "check: ok" -- plan --model "$hf/deepseek-v2-lite.json" --from tp=2,pp=3,dp=2,ep=4 --to tp=4,pp=1,dp=2,ep=8,zero=0 --states param --check
+echo '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 300, "mlp_bias": true}' >"$tmp/mlp_bias.json"
+expect 2 "mlp_bias" -- plan --model "$tmp/mlp_bias.json" --describe
 # run-transition on one process (a world of one rank), and its errors.
 expect 0 "verify: ok" -- run-transition --model tiny-moe --from tp=1,zero=1 --to tp=1,zero=0 --verify --repeat 2 --json "$tmp/rt.json"
 grep -q '"lower_bound_seconds"' "$tmp/rt.json" || { echo "FAIL: run-transition --json lacks lower_bound_seconds"; fail=1; }
@@ -55,6 +62,7 @@ mpi_expect_error() {  # want -- args...
   fi
 }
 mpi_expect_error "cannot write --json file" -- run-transition --model tiny-dense --from dp=2 --to tp=2 --json /nonexistent/dir/x.json
+expect 2 "holds no complete checkpoint" -- export --hf "$tmp/hf" --from "$tmp/no-such-checkpoint" --model tiny-dense
 
 if [[ $with_train == 1 ]]; then
   head -c 4000 "$(dirname "$0")/../../README.md" >"$tmp/data.txt"
@@ -64,6 +72,7 @@ if [[ $with_train == 1 ]]; then
   expect 2 "tp=3 does not divide 8 attention heads" -- train --model tiny-dense --steps 3 --schedule "0:tp=3"
   expect 2 "schedule steps must increase" -- train --model tiny-dense --steps 3 --schedule "0:tp=1;5:dp=1;2:dp=1"
   expect 2 "cannot open data file" -- train --model tiny-dense --steps 3 --data /nonexistent/data.txt
+  expect 2 "holds no complete checkpoint" -- train --model tiny-dense --steps 3 --resume "$tmp/no-such-checkpoint"
   mpi_expect_error "cannot write CSV file" -- train --model tiny-dense --steps 2 --schedule "0:dp=2" --csv /nonexistent/dir/x.csv
 fi
 exit $fail

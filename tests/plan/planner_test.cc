@@ -177,8 +177,36 @@ ParallelConfig random_config(const ModelSpec& m, std::mt19937& rng, int max_worl
   }
 }
 
+// Tiny MoE models of the DeepSeek and Qwen2-MoE families: MLA (with and without a query
+// low-rank projection), shared experts (+ gate), router bias and dense layers among MoE layers.
+ModelSpec tiny_family(const std::string& family) {
+  ModelSpec m = vps::model_from_name("tiny-moe");
+  m.name = "tiny-" + family;
+  m.family = family;
+  m.qk_norm = false;
+  m.ffn = 48;
+  m.layers = 5;
+  m.shared_expert_ffn = 16;
+  if (family == "qwen2_moe") {
+    m.qkv_bias = true;
+    m.shared_expert_gate = true;
+    m.dense_layers = {0, 2, 4};  // decoder_sparse_step=2
+  } else {
+    m.heads = m.kv_heads = 4;
+    m.kv_lora_rank = 12, m.qk_nope_dim = 8, m.qk_rope_dim = 4, m.v_head_dim = 6;
+    m.head_dim = 12;
+    m.q_lora_rank = family == "deepseek_v3" ? 10 : 0;
+    m.router_bias = family == "deepseek_v3";
+    m.dense_layers = {0};  // first_k_dense_replace=1
+  }
+  return m;
+}
+
 ModelSpec random_model(std::mt19937& rng) {
-  switch (rng() % 4) {
+  switch (rng() % 7) {
+    case 4: return tiny_family("qwen2_moe");
+    case 5: return tiny_family("deepseek_v2");
+    case 6: return tiny_family("deepseek_v3");
     case 0: return vps::model_from_name("tiny-dense");
     case 1: return vps::model_from_name("tiny-moe");
     case 2: {  // GPT style: biases, LayerNorm, learned positions, tied, padded odd vocab
@@ -200,7 +228,7 @@ ModelSpec random_model(std::mt19937& rng) {
 
 TEST(PlannerProperty, RandomTransitionsAreExactCovers) {
   std::mt19937 rng(2024);
-  for (int trial = 0; trial < 150; ++trial) {
+  for (int trial = 0; trial < 250; ++trial) {
     const ModelSpec m = random_model(rng);
     const ParallelConfig a = random_config(m, rng, 12), b = random_config(m, rng, 12);
     const auto options = small_buckets(200 + rng() % 5000);

@@ -328,5 +328,24 @@ TEST(Train, UnsupportedConfigsAreInputErrors) {
   EXPECT_THROW(Trainer::check_supported(gpt, one), InputError);
 }
 
+TEST(Train, ModelFamiliesBeyondLlamaAreRefused) {
+  auto one = cfg("dp=1");
+  auto qkv_bias = tiny("tiny-dense");
+  qkv_bias.model.qkv_bias = true;
+  auto shared = tiny("tiny-moe");
+  shared.model.shared_expert_ffn = 32;
+  auto dense_first = tiny("tiny-moe");
+  dense_first.model.ffn = 128;
+  dense_first.model.dense_layers = {0};
+  auto mla = tiny("tiny-dense");
+  mla.model.kv_heads = mla.model.heads;
+  mla.model.kv_lora_rank = 16, mla.model.qk_nope_dim = 4, mla.model.qk_rope_dim = 4;
+  mla.model.v_head_dim = 8, mla.model.head_dim = 8;
+  for (auto* o : {&qkv_bias, &shared, &dense_first, &mla})
+    EXPECT_THROW(Trainer::check_supported(*o, one), InputError) << o->model.features_beyond_llama().front();
+  auto llama = tiny("tiny-dense");
+  EXPECT_NO_THROW(Trainer::check_supported(llama, one));
+}
+
 }  // namespace
 }  // namespace dynatrain::train

@@ -1,0 +1,331 @@
+// Checkpoint benchmark: save and resume through ckpt/ against this machine's fsync'd write and
+// cold read bandwidth measured in the same run, and an online switch against checkpoint-restart
+// of the same switch, restart included.
+//
+//   mpirun -np 4 bench_ckpt [--restart-s S] [--quick]   (bench/run_ckpt_bench.sh runs it)
+//   mpirun -np 4 bench_ckpt --restart-probe              (MPI start-up and exit only)
+//
+// Model: Llama-style, hidden 1024, 6 layers, 16 heads, 4 kv heads, ffn 2816, vocab 32000:
+// 133M parameters, 2.1 GB of state (bf16 param and grad, fp32 master, exp_avg, exp_avg_sq).
+//   write bandwidth  every rank writes its segments (the bytes its checkpoint file holds) from
+//                    the same memory to one plain file and fsyncs it, all ranks at once:
+//                    total bytes / slowest rank
+//   read bandwidth   every rank reads that file back into place after dropping it from the
+//                    page cache (posix_fadvise DONTNEED after fsync), all at once
+//   save             ckpt::save: rank files, index, pointer switch, every fsync
+//   resume           ckpt::load_rank of every rank after dropping the files from the page
+//                    cache, into the saved layout (pure I/O) and into another layout
+//   online switch    exec::run_transition of the same switch (cold: fresh destination memory)
+//   ckpt-restart     save + process restart (--restart-s: a separately timed mpirun of this
+//                    binary that only starts MPI and exits, a floor for a real restart) + load
+//                    into fresh memory in the new layout
+// Every loaded and switched element is verified against the content oracle.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/file_io.h"
+#include "comm/mpi/mpi_transport.h"
+#include "common/error.h"
+#include "exec/engine.h"
+#include "exec/pool_allocator.h"
+#include "plan/planner.h"
+#include "testing/fill.h"
+#include "testing/state_oracle.h"
+
+namespace dt = dynatrain;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double max_over_ranks(dt::comm::Transport& t, double v) {
+  const auto all = dt::testing::gather_double(t, v);
+  return *std::max_element(all.begin(), all.end());
+}
+
+std::uint64_t sum_over_ranks(dt::comm::Transport& t, std::uint64_t v) {
+  std::uint64_t s = 0;
+  for (auto x : dt::testing::gather_u64(t, v)) s += x;
+  return s;
+}
+
+dt::vps::ModelSpec bench_model(bool quick) {
+  dt::vps::ModelSpec m;
+  m.name = quick ? "llama-1024x2" : "llama-1024x6";
+  m.hidden = 1024, m.layers = quick ? 2 : 6, m.heads = 16, m.kv_heads = 4, m.head_dim = 64;
+  m.ffn = 2816, m.vocab = 32000;
+  return m;
+}
+
+// One rank's state as one contiguous arena per kind (vps::LocalBuffer::arena_offset).
+struct Arena {
+  std::unique_ptr<std::byte[]> data;
+  std::size_t size = 0;
+};
+struct KindArenas {
+  std::vector<Arena> kind = std::vector<Arena>(dt::vps::kNumStateKinds);
+  dt::ckpt::Arenas view() {
+    dt::ckpt::Arenas a;
+    for (int k = 0; k < dt::vps::kNumStateKinds; ++k) a.data[k] = kind[k].data.get();
+    return a;
+  }
+  std::uint64_t bytes() const {
+    std::uint64_t n = 0;
+    for (const auto& v : kind) n += v.size;
+    return n;
+  }
+};
+
+// `touch`: zero every byte now; otherwise the pages stay untouched until written (fresh
+// memory, as in a restarted process: large allocations are fresh mappings).
+KindArenas allocate(const dt::vps::Layout& l, const dt::vps::RankLayout& rl, bool touch) {
+  KindArenas a;
+  for (const auto& b : rl.buffers) {
+    auto& size = a.kind[static_cast<int>(b.kind)].size;
+    size = std::max<std::size_t>(size, static_cast<std::size_t>(b.arena_offset + b.numel) *
+                                           l.options().elem_bytes[static_cast<int>(b.kind)]);
+  }
+  for (auto& k : a.kind) {
+    if (k.size == 0) continue;
+    k.data.reset(new std::byte[k.size]);  // default-initialised: not touched
+    if (touch) std::memset(k.data.get(), 0, k.size);
+  }
+  return a;
+}
+
+void fill(const dt::vps::Layout& l, const dt::vps::RankLayout& rl, KindArenas& a) {
+  for (const auto& b : rl.buffers) {
+    const int e = l.options().elem_bytes[static_cast<int>(b.kind)];
+    dt::testing::fill_buffer(l.tensors(), b, e, a.kind[static_cast<int>(b.kind)].data.get() + b.arena_offset * e);
+  }
+}
+
+int verify(const dt::vps::Layout& l, const dt::vps::RankLayout& rl, const KindArenas& a, const char* what, int me) {
+  for (const auto& b : rl.buffers) {
+    const int e = l.options().elem_bytes[static_cast<int>(b.kind)];
+    if (auto bad = dt::testing::verify_buffer(l.tensors(), b, e, a.kind[static_cast<int>(b.kind)].data.get() + b.arena_offset * e)) {
+      std::fprintf(stderr, "[rank %d] %s: %s\n", me, what, bad->str(l.tensors()).c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+void drop_from_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+// The memory runs a rank's checkpoint file holds: its segments, adjacent ones merged.
+std::vector<std::pair<std::byte*, std::size_t>> segment_runs(const dt::vps::Layout& l, const dt::vps::RankLayout& rl,
+                                                             KindArenas& a) {
+  std::vector<std::pair<std::byte*, std::size_t>> runs;
+  for (const auto& b : rl.buffers) {
+    const int e = l.options().elem_bytes[static_cast<int>(b.kind)];
+    for (const auto& s : b.segments) {
+      std::byte* p = a.kind[static_cast<int>(b.kind)].data.get() + (b.arena_offset + s.offset) * e;
+      const std::size_t n = static_cast<std::size_t>(s.box.numel()) * e;
+      if (!runs.empty() && runs.back().first + runs.back().second == p) runs.back().second += n;
+      else runs.emplace_back(p, n);
+    }
+  }
+  return runs;
+}
+
+// The disk's limits for exactly the bytes of a save: every rank writes its segments from the
+// same memory to one plain file and fsyncs it (no header, checksums or index), then reads them
+// back into place after dropping the file from the page cache; all ranks at once. Returns
+// {write, read} bandwidth in bytes/s over all ranks.
+std::pair<double, double> disk_bandwidth(dt::comm::Transport& t, const std::vector<std::pair<std::byte*, std::size_t>>& runs,
+                                         const std::string& dir) {
+  const std::string path = dir + "/raw-" + std::to_string(t.rank()) + ".bin";
+  std::size_t bytes = 0;
+  t.barrier();
+  auto t0 = Clock::now();
+  {
+    dt::ckpt::File f = dt::ckpt::File::create(path);
+    for (const auto& [p, n] : runs) dt::ckpt::write_exact(f.fd(), p, n, bytes, path), bytes += n;
+    f.sync();
+  }
+  dt::ckpt::sync_dir(dir);
+  const double write_s = max_over_ranks(t, since(t0));
+  drop_from_cache(path);
+  t.barrier();
+  t0 = Clock::now();
+  {
+    dt::ckpt::File f = dt::ckpt::File::open_read(path);
+    std::size_t at = 0;
+    for (const auto& [p, n] : runs) dt::ckpt::read_exact(f.fd(), p, n, at, path), at += n;
+  }
+  const double read_s = max_over_ranks(t, since(t0));
+  std::filesystem::remove(path);
+  const double total = static_cast<double>(sum_over_ranks(t, bytes));
+  return {total / write_s, total / read_s};
+}
+
+struct LoadResult {
+  double seconds = 0;
+  std::uint64_t read = 0, loaded = 0;  // over all ranks
+};
+
+LoadResult timed_load(dt::comm::Transport& t, const std::string& dir, const dt::vps::Layout& dst, KindArenas& arenas) {
+  // Cold: every file of the checkpoint dropped from the page cache first.
+  const auto c0 = dt::ckpt::open_latest(dir, dst.model());
+  for (std::size_t f = t.rank(); f < c0.files.size(); f += t.size()) drop_from_cache(c0.step_dir + "/" + c0.files[f].name);
+  t.barrier();
+  const auto t0 = Clock::now();
+  const auto c = dt::ckpt::open_latest(dir, dst.model());
+  const auto stats = dt::ckpt::load_rank(c, dst, t.rank(), arenas.view());
+  LoadResult r;
+  r.seconds = max_over_ranks(t, since(t0));
+  r.read = sum_over_ranks(t, stats.bytes_read);
+  r.loaded = sum_over_ranks(t, stats.bytes_loaded);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dt::comm::MpiSession session(&argc, &argv);
+  auto world = dt::comm::MpiTransport::world();
+  bool quick = false;
+  double restart_s = -1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--restart-probe") {
+      world->barrier();
+      return 0;
+    }
+    if (a == "--quick") quick = true;
+    if (a == "--restart-s" && i + 1 < argc) restart_s = std::atof(argv[++i]);
+  }
+  const int n = world->size(), me = world->rank();
+  const std::string root = std::getenv("DT_CKPT_DIR") ? std::getenv("DT_CKPT_DIR") : "/tmp";
+  const std::string dir = root + "/dt-ckpt-bench";
+  if (me == 0) std::filesystem::remove_all(dir), std::filesystem::create_directories(dir);
+  world->barrier();
+
+  const auto model = bench_model(quick);
+  dt::vps::LayoutOptions lo;
+  lo.bucket_elems = 4'000'000;
+  const std::string from = n >= 4 ? "tp=2,dp=2" : "tp=" + std::to_string(n);
+  const std::string to = n >= 4 ? "tp=4" : "tp=1,pp=" + std::to_string(n);
+  auto cs = dt::vps::ParallelConfig::parse(from), cd = dt::vps::ParallelConfig::parse(to);
+  cs.validate_for(model);
+  cd.validate_for(model);
+  const dt::vps::Layout src(model, cs, lo), dst(model, cd, lo);
+  const auto sl = src.rank_layout(me), dl = dst.rank_layout(me);
+  int failures = 0;
+
+  // 1. The online switch (exec engine), cold and warm, in its own pool.
+  double online_cold = 0, online_warm = 0;
+  {
+    const dt::plan::Planner fwd_p(src, dst), back_p(dst, src);
+    const auto fwd = fwd_p.plan_rank(me), back = back_p.plan_rank(me);
+    dt::exec::PoolAllocator pool;
+    std::vector<std::byte*> a = dt::testing::allocate_filled(src, sl, pool), b;
+    dt::exec::TransitionOptions opt;
+    opt.mem_budget = 256ull << 20;
+    world->barrier();
+    online_cold = max_over_ranks(*world, dt::exec::run_transition(fwd, sl, a, dl, b, lo.elem_bytes, *world, pool, opt).seconds);
+    failures += dt::testing::verify_state(dst, dl, b) > 0;
+    dt::exec::run_transition(back, dl, b, sl, a, lo.elem_bytes, *world, pool, opt);
+    world->barrier();
+    online_warm = max_over_ranks(*world, dt::exec::run_transition(fwd, sl, a, dl, b, lo.elem_bytes, *world, pool, opt).seconds);
+    failures += dt::testing::verify_state(dst, dl, b) > 0;
+    dt::testing::release_all(dst, dl, b, pool);
+  }
+
+  // 2. Save, against the fsync'd write bandwidth of the same bytes.
+  KindArenas state = allocate(src, sl, true);
+  fill(src, sl, state);
+  const std::uint64_t state_total = sum_over_ranks(*world, state.bytes());
+  const auto runs = segment_runs(src, sl, state);
+  // Three rounds of: disk probe (the same bytes as this rank's file), save, resume into the
+  // saved layout (pre-touched memory: I/O only), resume into the new layout in fresh memory
+  // (as a restarted job would). The disk on this shared machine varies a lot from second to
+  // second, so each figure is the best of its three and so is each limit.
+  double write_bw = 0, read_bw = 0, save_s = 1e30;
+  LoadResult same{1e30, 0, 0}, other{1e30, 0, 0};
+  std::uint64_t files_total = 0;
+  for (int round = 1; round <= 3; ++round) {
+    const auto [w, r] = disk_bandwidth(*world, runs, dir);
+    write_bw = std::max(write_bw, w);
+    read_bw = std::max(read_bw, r);
+    world->barrier();
+    auto t0 = Clock::now();
+    dt::ckpt::save(dir, round, src, lo.kinds, state.view(), {{"bench", true}}, *world);
+    const double save1 = max_over_ranks(*world, since(t0));
+    save_s = std::min(save_s, save1);
+    files_total = 0;
+    if (me == 0)
+      for (const auto& e : std::filesystem::directory_iterator(dir + "/" + dt::ckpt::step_dir_name(round)))
+        files_total += std::filesystem::file_size(e.path());
+    world->broadcast(&files_total, sizeof files_total, 0);
+
+    for (auto& k : state.kind)
+      if (k.size) std::memset(k.data.get(), 0, k.size);
+    const LoadResult s1 = timed_load(*world, dir, src, state);
+    if (s1.seconds < same.seconds) same = s1;
+    failures += verify(src, sl, state, "resume into the saved layout", me);
+    KindArenas fresh = allocate(dst, dl, false);
+    const LoadResult o1 = timed_load(*world, dir, dst, fresh);
+    if (o1.seconds < other.seconds) other = o1;
+    failures += verify(dst, dl, fresh, "resume into the new layout", me);
+    if (me == 0 && std::getenv("DT_BENCH_VERBOSE"))
+      std::fprintf(stderr, "round %d: write %.2f GB/s, read %.2f GB/s, save %.3f s, resume same %.3f s, other %.3f s\n",
+                   round, w / 1e9, r / 1e9, save1, s1.seconds, o1.seconds);
+  }
+  const int any_failure = static_cast<int>(sum_over_ranks(*world, static_cast<std::uint64_t>(failures)));
+
+  if (me == 0) {
+    const double gb = 1e9;
+    std::printf("## checkpoint benchmark: %s, %d ranks, %s -> %s, state %.2f GB (%.2f GB in files)\n\n",
+                model.name.c_str(), n, src.config().str().c_str(), dst.config().str().c_str(), state_total / gb,
+                files_total / gb);
+    std::printf("measured in this run (best of 3 probes): fsync'd write %.2f GB/s, cold read %.2f GB/s (all %d ranks at once)\n\n",
+                write_bw / gb, read_bw / gb, n);
+    std::printf("(each row: best of 3 rounds)\n\n");
+    std::printf("| operation | seconds | bytes | GB/s | of the disk's bandwidth |\n|---|---|---|---|---|\n");
+    std::printf("| save (files + index + pointer, fsync'd) | %.3f | %.2f GB | %.2f | %.0f %% of write |\n", save_s,
+                files_total / gb, files_total / save_s / gb, 100.0 * files_total / save_s / write_bw);
+    std::printf("| resume, same layout (cold cache) | %.3f | %.2f GB read | %.2f | %.0f %% of read |\n", same.seconds,
+                same.read / gb, same.read / same.seconds / gb, 100.0 * same.read / same.seconds / read_bw);
+    std::printf("| resume into %s (cold cache, fresh memory) | %.3f | %.2f GB read for %.2f GB loaded | %.2f read, %.2f loaded | %.0f %% of read |\n",
+                dst.config().str().c_str(), other.seconds, other.read / gb, other.loaded / gb,
+                other.read / other.seconds / gb, other.loaded / other.seconds / gb,
+                100.0 * other.read / other.seconds / read_bw);
+    std::printf("\n| switch %s -> %s | seconds |\n|---|---|\n", src.config().str().c_str(), dst.config().str().c_str());
+    std::printf("| online (exec engine), cold / warm | %.3f / %.3f |\n", online_cold, online_warm);
+    if (restart_s >= 0) {
+      const double ckpt_restart = save_s + restart_s + other.seconds;
+      std::printf("| checkpoint-restart: save %.3f + restart %.3f + load %.3f | %.3f |\n", save_s, restart_s,
+                  other.seconds, ckpt_restart);
+      std::printf("| checkpoint-restart / online, cold / warm | %.1fx / %.1fx |\n", ckpt_restart / online_cold,
+                  ckpt_restart / online_warm);
+    } else {
+      std::printf("| checkpoint-restart without restart: save + load | %.3f |\n", save_s + other.seconds);
+    }
+    std::printf("\nverify: %s\n", any_failure ? "FAILED" : "ok");
+    std::fflush(stdout);
+  }
+  world->barrier();
+  if (me == 0) std::filesystem::remove_all(dir);
+  world.reset();
+  return any_failure ? 1 : 0;
+}

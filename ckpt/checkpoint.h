@@ -1,0 +1,104 @@
+// Checkpoints: a layout whose holders are files.
+//
+// Directory layout (one checkpoint = one new directory; the last complete one is never touched):
+//   DIR/latest                                  name of the last complete checkpoint, switched
+//                                               atomically (write latest.tmp, fsync, rename, fsync DIR)
+//   DIR/step-00000010/rank-00003.safetensors    every segment rank 3 holds of the saved kinds,
+//                                               one entry each, named "<kind>/<tensor>/<lo>-<hi>"
+//                                               (the VPS box), checksums in "__metadata__"
+//   DIR/step-00000010/index.json                model tensors, saved layout (config, bucket size,
+//                                               kinds, element sizes), each file's bytes and
+//                                               header checksum, step and trainer state
+// A save writes and fsyncs every rank file and the index into the new directory before the
+// pointer switch, then removes checkpoints older than the previous one.
+//
+// Loading into any layout and process count is a switch from the saved layout to the new one
+// planned by plan::Planner, with file r standing in for source rank r: each rank of the new
+// layout plans its own part (plan_rank) and reads the pieces it receives straight from the
+// files, so ranks read in parallel. Every entry read is checked against its checksum; a file
+// whose size or header disagrees with the index is refused (InputError naming the file).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "comm/transport.h"
+#include "vps/layout.h"
+#include "vps/model_spec.h"
+#include "vps/parallel_config.h"
+
+namespace dynatrain::ckpt {
+
+// One rank's state arenas (vps::LocalBuffer::arena_offset), indexed by StateKind; nullptr for
+// kinds the rank does not have. Element sizes come from the layout's options.
+struct Arenas {
+  std::array<std::byte*, vps::kNumStateKinds> data{};
+  std::byte* of(vps::StateKind k) const { return data[static_cast<int>(k)]; }
+};
+
+std::string step_dir_name(std::int64_t step);  // "step-00000010"
+std::string rank_file_name(int rank);          // "rank-00003.safetensors"
+
+// ---- saving ----
+// Writes and fsyncs `rank`'s file of `kinds` into `step_dir`; returns its bytes. Not collective.
+std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& layout, int rank,
+                              const std::vector<vps::StateKind>& kinds, const Arenas& arenas);
+// After every rank of `layout` wrote its file into DIR/step_dir_name(step): writes the index,
+// switches DIR/latest to it and removes checkpoints older than the previous one. One process.
+void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout,
+            const std::vector<vps::StateKind>& kinds, const nlohmann::json& trainer_state);
+// Collective over `world` (ranks outside the layout pass empty arenas): the whole save.
+void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
+          const std::vector<vps::StateKind>& kinds, const Arenas& arenas,
+          const nlohmann::json& trainer_state, comm::Transport& world);
+
+// Collective over `world`: runs `work` on every rank and rethrows on every rank if it threw on
+// any (the rank's own InputError, or one saying another rank failed), so that no rank is left
+// waiting in a later collective.
+void on_all_ranks(comm::Transport& world, const std::string& what, const std::function<void()>& work);
+
+// ---- loading ----
+struct FileInfo {
+  std::string name;
+  std::uint64_t bytes = 0;
+  std::string header_checksum;
+};
+
+// A checkpoint whose index was read and checked against a model.
+struct Checkpoint {
+  std::string step_dir;
+  std::int64_t step = 0;
+  vps::ParallelConfig config;
+  std::int64_t bucket_elems = 0;
+  std::vector<vps::StateKind> kinds;
+  std::array<int, vps::kNumStateKinds> elem_bytes{};
+  std::vector<FileInfo> files;  // file r holds source rank r
+  nlohmann::json trainer;       // opaque trainer state saved with it
+};
+
+// The checkpoint DIR/latest points to. Throws InputError when there is none, or when it was
+// saved for a model whose tensors differ from `model`'s (naming the first difference).
+Checkpoint open_latest(const std::string& dir, const vps::ModelSpec& model);
+
+struct LoadStats {
+  std::uint64_t bytes_read = 0;  // file bytes read (whole entries)
+  std::uint64_t bytes_loaded = 0;  // bytes written into the arenas
+  std::uint64_t bytes_in_place = 0;  // of bytes_read, read straight into the arenas (no copy)
+  std::int64_t files_opened = 0;
+};
+
+// Fills `rank`'s arenas of `dst` for every kind both the checkpoint and `dst` hold. Not
+// collective: each rank of the new layout calls it for itself. Element sizes must match.
+LoadStats load_rank(const Checkpoint& ckpt, const vps::Layout& dst, int rank, const Arenas& arenas);
+
+// The full tensors of `kind` (each tensor unsharded, row-major, element bytes of the kind),
+// assembled through the same planner as a load into one rank holding everything.
+std::vector<std::vector<std::byte>> load_full(const Checkpoint& ckpt, const vps::ModelSpec& model,
+                                              vps::StateKind kind);
+
+}  // namespace dynatrain::ckpt

@@ -1,0 +1,111 @@
+#include "ckpt/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "common/error.h"
+
+namespace dynatrain::ckpt {
+
+File File::create(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) DT_INPUT_ERROR("cannot create '", path, "': ", std::strerror(errno));
+  return File(fd, path);
+}
+
+File File::open_read(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) DT_INPUT_ERROR("cannot open checkpoint file '", path, "': ", std::strerror(errno));
+  return File(fd, path);
+}
+
+File::File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) { other.fd_ = -1; }
+
+File::~File() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::uint64_t File::size() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) DT_INPUT_ERROR("cannot stat '", path_, "': ", std::strerror(errno));
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+void File::sync() const {
+  if (::fsync(fd_) != 0) DT_INPUT_ERROR("fsync of '", path_, "' failed: ", std::strerror(errno));
+}
+
+void read_exact(int fd, void* buf, std::size_t bytes, std::uint64_t offset, const std::string& path) {
+  auto* p = static_cast<char*>(buf);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) DT_INPUT_ERROR("cannot read '", path, "': ", std::strerror(errno));
+    if (n == 0) DT_INPUT_ERROR("checkpoint file '", path, "' ends at byte ", offset, ": truncated");
+    p += n;
+    bytes -= static_cast<std::size_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+}
+
+void write_exact(int fd, const void* buf, std::size_t bytes, std::uint64_t offset, const std::string& path) {
+  const auto* p = static_cast<const char*>(buf);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) DT_INPUT_ERROR("cannot write '", path, "': ", std::strerror(errno));
+    p += n;
+    bytes -= static_cast<std::size_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+}
+
+void sync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) DT_INPUT_ERROR("cannot open directory '", dir, "': ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) DT_INPUT_ERROR("fsync of directory '", dir, "' failed: ", std::strerror(err));
+}
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  {
+    File f = File::create(tmp);
+    write_exact(f.fd(), content.data(), content.size(), 0, tmp);
+    f.sync();
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    DT_INPUT_ERROR("cannot rename '", tmp, "' to '", path, "': ", std::strerror(errno));
+  sync_dir(std::filesystem::path(path).parent_path().string());
+}
+
+std::string read_small_file(const std::string& path, std::uint64_t max_bytes) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    DT_INPUT_ERROR("'", path, "' is missing or not a regular file");
+  File f = File::open_read(path);
+  const std::uint64_t n = f.size();
+  if (n > max_bytes) DT_INPUT_ERROR("'", path, "' has ", n, " bytes; at most ", max_bytes, " expected");
+  std::string out(n, '\0');
+  read_exact(f.fd(), out.data(), n, 0, path);
+  return out;
+}
+
+std::uint64_t checksum(const void* data, std::size_t bytes) { return XXH3_64bits(data, bytes); }
+
+std::string hex64(std::uint64_t x) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(x));
+  return buf;
+}
+
+}  // namespace dynatrain::ckpt

@@ -1,0 +1,43 @@
+// Durable file I/O for checkpoints: whole reads and writes at offsets, fsync of files and
+// directories, atomic replacement of small files, and the content checksum (XXH3-64).
+// I/O failures are InputErrors naming the path (a checkpoint directory is user input); a short
+// read is reported as truncation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace dynatrain::ckpt {
+
+// An open file descriptor, closed on destruction.
+class File {
+ public:
+  static File create(const std::string& path);  // write-only, truncated, 0644
+  static File open_read(const std::string& path);
+  File(File&& other) noexcept;
+  File& operator=(File&&) = delete;
+  ~File();
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  std::uint64_t size() const;
+  void sync() const;  // fsync; throws on failure
+
+ private:
+  File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_ = -1;
+  std::string path_;
+};
+
+void read_exact(int fd, void* buf, std::size_t bytes, std::uint64_t offset, const std::string& path);
+void write_exact(int fd, const void* buf, std::size_t bytes, std::uint64_t offset, const std::string& path);
+// fsync of a directory, so that entries created or renamed in it are durable.
+void sync_dir(const std::string& dir);
+// Writes `content` to `path` durably and atomically: path.tmp, fsync, rename, fsync the directory.
+void write_file_atomic(const std::string& path, const std::string& content);
+std::string read_small_file(const std::string& path, std::uint64_t max_bytes);
+
+std::uint64_t checksum(const void* data, std::size_t bytes);
+std::string hex64(std::uint64_t x);  // 16 lowercase hex digits
+
+}  // namespace dynatrain::ckpt

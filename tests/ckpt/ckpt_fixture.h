@@ -1,0 +1,30 @@
+// Filled checkpoints for the ckpt tests: every rank of a layout holds the content oracle
+// (testing/fill.h), written as files and committed as a checkpoint, without a transport.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "vps/layout.h"
+
+namespace dynatrain::ckpt {
+
+// One rank's arenas, one byte vector per state kind sized by the layout.
+struct OwnedArenas {
+  std::vector<std::vector<std::byte>> kind = std::vector<std::vector<std::byte>>(vps::kNumStateKinds);
+  Arenas view() {
+    Arenas a;
+    for (int k = 0; k < vps::kNumStateKinds; ++k) a.data[k] = kind[k].empty() ? nullptr : kind[k].data();
+    return a;
+  }
+};
+
+OwnedArenas allocate(const vps::Layout& layout, int rank);
+// Fills every segment of `rank` with the oracle.
+OwnedArenas filled(const vps::Layout& layout, int rank);
+// Saves `layout` (all ranks filled with the oracle) as checkpoint `step` of `dir`.
+void save_filled(const std::string& dir, std::int64_t step, const vps::Layout& layout);
+
+}  // namespace dynatrain::ckpt

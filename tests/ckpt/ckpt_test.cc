@@ -1,0 +1,279 @@
+// Checkpoints: save in one layout, load into others (other process counts, ZeRO stages, tp, pp,
+// ep), every destination byte checked against the content oracle; the pointer protocol; and
+// truncated or corrupted files refused with a clear error.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/file_io.h"
+#include "ckpt/hf_export.h"
+#include "ckpt/safetensors.h"
+#include "common/error.h"
+#include "testing/fill.h"
+#include "tests/ckpt/ckpt_fixture.h"
+
+namespace dynatrain::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+vps::LayoutOptions options() {
+  vps::LayoutOptions o;
+  o.kinds = vps::parse_state_kinds("param,master,exp_avg,exp_avg_sq");
+  o.bucket_elems = 3000;  // several buckets, uneven ZeRO shards
+  return o;
+}
+
+vps::Layout layout(const std::string& model, const std::string& config) {
+  auto c = vps::ParallelConfig::parse(config);
+  const auto m = vps::model_from_name(model);
+  c.validate_for(m);
+  return vps::Layout(m, c, options());
+}
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "dt_ckpt_" + name;
+  fs::remove_all(dir);
+  return dir;
+}
+
+// Loads every rank of `dst` from the latest checkpoint of `dir` and checks every segment byte.
+// Returns the bytes read in place (no staging copy).
+std::uint64_t expect_loads_exactly(const std::string& dir, const vps::Layout& dst) {
+  const Checkpoint c = open_latest(dir, dst.model());
+  std::uint64_t loaded = 0, expected = 0, in_place = 0;
+  for (int r = 0; r < dst.config().world_size(); ++r) {
+    OwnedArenas a = allocate(dst, r);
+    const LoadStats stats = load_rank(c, dst, r, a.view());
+    loaded += stats.bytes_loaded;
+    in_place += stats.bytes_in_place;
+    for (const auto& b : dst.rank_layout(r).buffers) {
+      const int elem = dst.options().elem_bytes[static_cast<int>(b.kind)];
+      for (const auto& s : b.segments) expected += static_cast<std::uint64_t>(s.box.numel() * elem);
+      const auto bad = testing::verify_buffer(dst.tensors(), b, elem,
+                                              a.kind[static_cast<int>(b.kind)].data() + b.arena_offset * elem);
+      EXPECT_FALSE(bad) << dst.config().str() << " rank " << r << ": " << bad->str(dst.tensors());
+    }
+  }
+  EXPECT_EQ(loaded, expected);  // every destination byte written exactly once
+  return in_place;
+}
+
+TEST(Checkpoint, LoadsIntoOtherLayoutsAndProcessCounts) {
+  const std::string dir = fresh_dir("layouts");
+  save_filled(dir, 5, layout("tiny-moe", "tp=2,pp=2,dp=2,ep=2,zero=1"));  // 8 files
+  for (const char* to : {"tp=2,pp=2,dp=2,ep=2,zero=1" /* the same: entries read in place */, "tp=1", "tp=4,dp=1", "tp=1,pp=4,dp=3,ep=3,zero=1" /* invalid: skipped */,
+                         "tp=2,pp=1,dp=3,ep=2,zero=0", "tp=1,pp=2,dp=4,ep=4,zero=1", "dp=6,ep=8,zero=1"}) {
+    SCOPED_TRACE(to);
+    auto c = vps::ParallelConfig::parse(to);
+    try {
+      c.validate_for(vps::model_from_name("tiny-moe"));
+    } catch (const InputError&) {
+      continue;
+    }
+    const std::uint64_t in_place = expect_loads_exactly(dir, layout("tiny-moe", to));
+    if (std::string(to) == "tp=2,pp=2,dp=2,ep=2,zero=1") EXPECT_GT(in_place, 0u);
+  }
+  // Dense model with GQA replication (tp > kv heads) on both sides.
+  const std::string dense = fresh_dir("dense");
+  save_filled(dense, 1, layout("tiny-dense", "tp=8,dp=1,zero=1"));
+  expect_loads_exactly(dense, layout("tiny-dense", "tp=2,pp=2,dp=3,zero=1"));
+  expect_loads_exactly(dense, layout("tiny-dense", "tp=1"));
+}
+
+// A tiny DeepSeek-style model: MLA with a query low-rank projection, shared experts, router
+// bias and a dense first layer (the tensors the trainer does not run but checkpoints carry).
+vps::ModelSpec tiny_deepseek() {
+  vps::ModelSpec m = vps::model_from_name("tiny-moe");
+  m.name = "tiny-deepseek";
+  m.family = "deepseek_v3";
+  m.qk_norm = false;
+  m.heads = m.kv_heads = 4;
+  m.kv_lora_rank = 12, m.qk_nope_dim = 8, m.qk_rope_dim = 4, m.v_head_dim = 6, m.head_dim = 12;
+  m.q_lora_rank = 10;
+  m.shared_expert_ffn = 16;
+  m.router_bias = true;
+  m.ffn = 48;
+  m.dense_layers = {0};
+  return m;
+}
+
+TEST(Checkpoint, RandomLayoutPairsLoadExactly) {
+  const char* configs[] = {"tp=1", "tp=2", "tp=4,dp=1", "tp=2,pp=2", "pp=2,dp=3,zero=0", "tp=2,dp=2,zero=1",
+                           "tp=1,pp=4,dp=1", "dp=4,ep=4", "tp=2,dp=2,ep=2,zero=1", "tp=2,pp=2,ep=2,etp=2",
+                           "dp=3,ep=1,zero=1", "tp=4,pp=2,ep=4,etp=1,zero=1"};
+  std::mt19937 rng(7);
+  int trials = 0;
+  for (int attempt = 0; attempt < 400 && trials < 24; ++attempt) {
+    const int which = static_cast<int>(rng() % 3);
+    const vps::ModelSpec m = which == 0 ? vps::model_from_name("tiny-moe")
+                             : which == 1 ? vps::model_from_name("tiny-dense") : tiny_deepseek();
+    auto a = vps::ParallelConfig::parse(configs[rng() % std::size(configs)]);
+    auto b = vps::ParallelConfig::parse(configs[rng() % std::size(configs)]);
+    try {
+      a.validate_for(m);
+      b.validate_for(m);
+    } catch (const InputError&) {
+      continue;
+    }
+    SCOPED_TRACE(m.name + ": " + a.str() + " -> " + b.str());
+    const std::string dir = fresh_dir("random");
+    save_filled(dir, 1, vps::Layout(m, a, options()));
+    expect_loads_exactly(dir, vps::Layout(m, b, options()));
+    ++trials;
+  }
+  EXPECT_GE(trials, 20);
+}
+
+TEST(Checkpoint, PointerSwitchKeepsTheLastCompleteCheckpoint) {
+  const std::string dir = fresh_dir("pointer");
+  const auto a = layout("tiny-dense", "tp=2,dp=2");
+  save_filled(dir, 1, a);
+  save_filled(dir, 2, a);
+  EXPECT_EQ(open_latest(dir, a.model()).step, 2);
+  EXPECT_TRUE(fs::exists(dir + "/step-00000001"));  // the previous one is kept
+  // A save that dies before its commit leaves the latest untouched.
+  fs::create_directories(dir + "/step-00000003");
+  OwnedArenas arenas = filled(a, 0);
+  write_rank_file(dir + "/step-00000003", a, 0, a.options().kinds, arenas.view());
+  EXPECT_EQ(open_latest(dir, a.model()).step, 2);
+  expect_loads_exactly(dir, layout("tiny-dense", "tp=1"));
+  save_filled(dir, 4, a);
+  EXPECT_EQ(open_latest(dir, a.model()).step, 4);
+  EXPECT_TRUE(fs::exists(dir + "/step-00000002"));
+  EXPECT_FALSE(fs::exists(dir + "/step-00000001"));
+  EXPECT_FALSE(fs::exists(dir + "/step-00000003"));
+}
+
+std::string load_error(const std::string& dir, const std::string& model = "tiny-dense") {
+  try {
+    const auto dst = layout(model, "tp=1");
+    const Checkpoint c = open_latest(dir, dst.model());
+    OwnedArenas a = allocate(dst, 0);
+    load_rank(c, dst, 0, a.view());
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void patch_byte(const std::string& path, std::uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5a);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+TEST(Checkpoint, RefusesTruncatedAndCorruptedFiles) {
+  const auto a = layout("tiny-dense", "tp=2");
+  const std::string dir = fresh_dir("corrupt");
+  save_filled(dir, 7, a);
+  const std::string file = dir + "/step-00000007/rank-00001.safetensors";
+  EXPECT_EQ(load_error(dir), "");
+  EXPECT_NE(load_error(dir, "tiny-moe").find("differs"), std::string::npos);
+  // The same layout reads entries straight into place: a bad byte is still caught.
+  auto same_layout_error = [&] {
+    try {
+      const Checkpoint c = open_latest(dir, a.model());
+      OwnedArenas arenas = allocate(a, 1);
+      load_rank(c, a, 1, arenas.view());
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(same_layout_error(), "");
+
+  const auto size = fs::file_size(file);
+  patch_byte(file, size - 3);  // a data byte
+  EXPECT_NE(load_error(dir).find("fails its checksum: corrupted"), std::string::npos) << load_error(dir);
+  EXPECT_NE(same_layout_error().find("fails its checksum: corrupted"), std::string::npos) << same_layout_error();
+  patch_byte(file, size - 3);  // restored
+  EXPECT_EQ(load_error(dir), "");
+  patch_byte(file, 20);  // a header byte
+  EXPECT_NE(load_error(dir).find("corrupted"), std::string::npos) << load_error(dir);
+  patch_byte(file, 20);
+  fs::resize_file(file, size - 100);
+  EXPECT_NE(load_error(dir).find("truncated"), std::string::npos) << load_error(dir);
+  fs::resize_file(file, 4);
+  EXPECT_NE(load_error(dir).find("truncated"), std::string::npos) << load_error(dir);
+  fs::remove(file);
+  EXPECT_NE(load_error(dir).find("rank-00001.safetensors"), std::string::npos) << load_error(dir);
+  std::ofstream(dir + "/step-00000007/index.json") << "{\"format\": ";
+  EXPECT_NE(load_error(dir).find("index"), std::string::npos) << load_error(dir);
+  std::ofstream(dir + "/latest") << "../../etc\n";
+  EXPECT_NE(load_error(dir).find("corrupted"), std::string::npos) << load_error(dir);
+  fs::remove(dir + "/latest");
+  EXPECT_NE(load_error(dir).find("no complete checkpoint"), std::string::npos) << load_error(dir);
+}
+
+TEST(Checkpoint, RankFilesAreSafetensorsRecordingTheBoxes) {
+  const auto a = layout("tiny-dense", "tp=2,zero=1,dp=2");
+  const std::string dir = fresh_dir("format");
+  save_filled(dir, 3, a);
+  File f = File::open_read(dir + "/step-00000003/rank-00001.safetensors");
+  const StHeader h = read_header(f.fd(), f.size(), f.path());
+  std::size_t segments = 0;
+  for (const auto& b : a.rank_layout(1).buffers) segments += b.segments.size();
+  EXPECT_EQ(h.entries.size(), segments);
+  EXPECT_EQ(h.metadata.at("config"), a.config().str());
+  bool found = false;  // tp rank 1 holds the second half of fc2's columns: box [0,64)x[64,128)
+  for (const auto& e : h.entries) found = found || e.name == "param/layers.0.mlp.fc2.weight/0,64-64,128";
+  EXPECT_TRUE(found);
+}
+
+TEST(Export, HuggingFaceNamesAndValues) {
+  const auto a = layout("tiny-moe", "tp=2,pp=2,ep=2");
+  const std::string dir = fresh_dir("export");
+  save_filled(dir, 1, a);
+  const std::string out = dir + "/hf";
+  const auto stats = export_hf(open_latest(dir, a.model()), a.model(), out);
+  File f = File::open_read(out + "/model.safetensors");
+  const StHeader h = read_header(f.fd(), f.size(), f.path());
+  EXPECT_EQ(static_cast<std::int64_t>(h.entries.size()), stats.tensors);
+  std::map<std::string, StEntry> by_name;
+  for (const auto& e : h.entries) by_name[e.name] = e;
+  // k_proj of layer 1: rows of the qkv tensor's k head of each group, in group order.
+  const StEntry& k = by_name.at("model.layers.1.self_attn.k_proj.weight");
+  EXPECT_EQ(k.shape, (std::vector<std::int64_t>{4 * 8, 64}));  // 4 groups x head_dim 8, hidden 64
+  std::vector<std::uint16_t> data((k.end - k.begin) / 2);      // param is bf16: low 2 bytes of the word
+  read_exact(f.fd(), data.data(), k.end - k.begin, h.data_start + k.begin, f.path());
+  const auto& qkv = *std::find_if(a.tensors().begin(), a.tensors().end(),
+                                  [](const vps::TensorSpec& t) { return t.name == "layers.1.attn.qkv.weight"; });
+  const std::int64_t g = 3, row = 5, col = 7;  // group 3, row 5 of its k head, column 7
+  const std::int64_t vps_index = ((g * 4 + 2) * 8 + row) * 64 + col;  // [g, q_per_group + 2 = 4, 8, 64]
+  EXPECT_EQ(data[(g * 8 + row) * 64 + col],
+            static_cast<std::uint16_t>(testing::fill_word(qkv.id, vps::StateKind::kParam, vps_index)));
+  EXPECT_TRUE(by_name.count("model.layers.3.mlp.experts.7.down_proj.weight"));
+  EXPECT_TRUE(by_name.count("lm_head.weight"));
+  EXPECT_THROW((void)hf_tensors(vps::model_from_name("gpt3-1.3b")), InputError);
+  // Every tensor of the other families has a Hugging Face name and covers its VPS tensor.
+  vps::ModelSpec qwen2_moe = vps::model_from_name("tiny-moe");
+  qwen2_moe.family = "qwen2_moe", qwen2_moe.qk_norm = false, qwen2_moe.qkv_bias = true;
+  qwen2_moe.shared_expert_ffn = 16, qwen2_moe.shared_expert_gate = true;
+  for (const auto& m : {tiny_deepseek(), qwen2_moe}) {
+    std::map<std::string, std::int64_t> covered;  // VPS tensor -> elements exported
+    std::set<std::string> names;
+    const auto tensors = vps::build_tensors(m);
+    for (const auto& t : hf_tensors(m)) {
+      std::int64_t n = 1;
+      for (auto d : t.shape) n *= d;
+      EXPECT_EQ(n, t.box.numel()) << t.name;
+      covered[tensors[t.vps_tensor].name] += n;
+      EXPECT_TRUE(names.insert(t.name).second) << "twice: " << t.name;
+    }
+    for (const auto& t : tensors) EXPECT_EQ(covered[t.name], t.numel()) << m.family << " " << t.name;
+  }
+  EXPECT_TRUE(hf_tensors(tiny_deepseek()).size() > 0);
+}
+
+}  // namespace
+}  // namespace dynatrain::ckpt

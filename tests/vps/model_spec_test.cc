@@ -1,0 +1,187 @@
+// Model specs: parameter counts of real Hugging Face configs against the published counts, the
+// tensor set of each family, and the refusal of configs the reader cannot model exactly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "vps/model_spec.h"
+#include "vps/parallel_config.h"
+
+namespace dynatrain::vps {
+namespace {
+
+std::string config_path(const std::string& name) {
+  return std::string(DT_HF_CONFIG_DIR) + "/" + name + ".json";
+}
+
+struct Published {
+  const char* config;
+  std::int64_t params;  // as published (model card, paper or the HF safetensors index)
+};
+
+// Published counts. Exact where the model card or checkpoint gives the exact number; DeepSeek-V3
+// excludes its multi-token-prediction module (671B main model + 14B MTP), as Hugging Face's
+// DeepseekV3ForCausalLM does.
+const Published kPublished[] = {
+    {"llama-2-7b", 6'738'415'616},        {"llama-2-70b", 68'976'648'192},
+    {"llama-3-8b", 8'030'261'248},        {"qwen2-7b", 7'615'616'512},
+    {"qwen2.5-0.5b", 494'032'768},        {"qwen1.5-moe-a2.7b", 14'315'784'192},
+    {"qwen2-57b-a14b", 57'409'388'544},   {"qwen3-30b-a3b", 30'532'122'624},
+    {"mixtral-8x7b", 46'702'792'704},     {"deepseek-v2-lite", 15'706'484'224},
+    {"deepseek-v2", 235'741'434'880},     {"deepseek-v3", 671'026'419'200},
+    {"gpt2", 124'439'808},                {"gpt2-medium", 354'823'168},
+    {"pythia-1b", 1'011'781'632},         {"pythia-160m", 162'322'944},
+};
+
+TEST(ModelSpec, RealConfigsMatchPublishedParameterCounts) {
+  for (const auto& p : kPublished) {
+    const ModelSpec m = model_from_hf_config(config_path(p.config));
+    const std::int64_t count = parameter_count(m);
+    const double rel = std::abs(static_cast<double>(count - p.params)) / static_cast<double>(p.params);
+    EXPECT_LT(rel, 1e-3) << p.config << ": modelled " << count << ", published " << p.params;
+  }
+}
+
+bool has_tensor(const std::vector<TensorSpec>& ts, const std::string& name) {
+  for (const auto& t : ts)
+    if (t.name == name) return true;
+  return false;
+}
+
+TEST(ModelSpec, FamiliesHaveTheirOwnTensors) {
+  const auto qwen2 = build_tensors(model_from_hf_config(config_path("qwen2-7b")));
+  EXPECT_TRUE(has_tensor(qwen2, "layers.0.attn.qkv.bias"));
+  EXPECT_FALSE(has_tensor(qwen2, "layers.0.attn.proj.bias"));
+
+  const auto qmoe = build_tensors(model_from_hf_config(config_path("qwen2-57b-a14b")));
+  EXPECT_TRUE(has_tensor(qmoe, "layers.3.mlp.shared.fc1.weight"));
+  EXPECT_TRUE(has_tensor(qmoe, "layers.3.mlp.shared.gate.weight"));
+
+  const ModelSpec v3 = model_from_hf_config(config_path("deepseek-v3"));
+  EXPECT_EQ(v3.dense_layers, (std::vector<std::int64_t>{0, 1, 2}));
+  const auto v3t = build_tensors(v3);
+  EXPECT_TRUE(has_tensor(v3t, "layers.2.mlp.fc1.weight"));
+  EXPECT_FALSE(has_tensor(v3t, "layers.2.mlp.router.weight"));
+  EXPECT_TRUE(has_tensor(v3t, "layers.3.mlp.router.bias"));
+  EXPECT_TRUE(has_tensor(v3t, "layers.3.attn.q_up.weight"));
+  EXPECT_FALSE(has_tensor(v3t, "layers.3.attn.qkv.weight"));
+
+  const auto lite = build_tensors(model_from_hf_config(config_path("deepseek-v2-lite")));
+  EXPECT_TRUE(has_tensor(lite, "layers.1.attn.q.weight"));   // q_lora_rank null: direct q
+  EXPECT_FALSE(has_tensor(lite, "layers.1.mlp.router.bias"));  // greedy routing: no bias
+
+  const auto gpt2 = build_tensors(model_from_hf_config(config_path("gpt2")));
+  EXPECT_TRUE(has_tensor(gpt2, "embedding.position.weight"));
+  EXPECT_TRUE(has_tensor(gpt2, "layers.0.input_norm.bias"));
+  EXPECT_FALSE(has_tensor(gpt2, "output.weight"));  // tied
+}
+
+TEST(ModelSpec, QwenMoeSparseStepAndMlpOnlyLayers) {
+  const std::string path = ::testing::TempDir() + "qwen_step.json";
+  std::ofstream(path) << R"({"model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 6,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "intermediate_size": 96,
+    "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2,
+    "shared_expert_intermediate_size": 0, "decoder_sparse_step": 2, "mlp_only_layers": [3]})";
+  const ModelSpec m = model_from_hf_config(path);
+  // Sparse when (l + 1) % 2 == 0 and l not in [3]: layers 1 and 5.
+  EXPECT_EQ(m.dense_layers, (std::vector<std::int64_t>{0, 2, 3, 4}));
+  EXPECT_FALSE(m.shared_expert_gate);
+  EXPECT_FALSE(has_tensor(build_tensors(m), "layers.1.mlp.shared.gate.weight"));
+}
+
+TEST(ModelSpec, TrainerFeaturesAreListed) {
+  EXPECT_TRUE(model_from_name("tiny-dense").features_beyond_llama().empty());
+  EXPECT_TRUE(model_from_hf_config(config_path("llama-3-8b")).features_beyond_llama().empty());
+  for (const char* name : {"qwen2-7b", "qwen2-57b-a14b", "deepseek-v2-lite", "deepseek-v3", "gpt2", "pythia-1b"})
+    EXPECT_FALSE(model_from_hf_config(config_path(name)).features_beyond_llama().empty()) << name;
+}
+
+TEST(ModelSpec, SplitsOfNewTensorsDivideOrAreRefused) {
+  const ModelSpec lite = model_from_hf_config(config_path("deepseek-v2-lite"));
+  ParallelConfig ok = ParallelConfig::parse("tp=4,pp=3,dp=2,ep=8");
+  EXPECT_NO_THROW(ok.validate_for(lite));
+  ParallelConfig bad = ParallelConfig::parse("tp=3,dp=1");
+  EXPECT_THROW(bad.validate_for(lite), InputError);
+}
+
+std::string error_for(const std::string& body) {
+  const std::string path = ::testing::TempDir() + "hostile_config.json";
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << body;
+  }
+  try {
+    (void)model_from_hf_config(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const char* kLlama = R"("model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 96)";
+
+TEST(HfConfig, RefusesHostileInputNamingTheField) {
+  EXPECT_EQ(error_for(std::string("{") + kLlama + "}"), "");
+  EXPECT_NE(error_for("").find("is empty"), std::string::npos);
+  EXPECT_NE(error_for("   \n").find("is empty"), std::string::npos);
+  EXPECT_NE(error_for("hidden_size: 4").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_for("[1, 2]").find("must be a JSON object"), std::string::npos);
+  EXPECT_NE(error_for(std::string(100000, '[') + std::string(100000, ']')).find("nests deeper"),
+            std::string::npos);
+  EXPECT_NE(error_for(std::string("{") + kLlama + R"(, "tie_word_embeddings": "yes"})")
+                .find("tie_word_embeddings must be true or false"), std::string::npos);
+  EXPECT_NE(error_for(R"({"model_type": 5})").find("model_type must be a string"), std::string::npos);
+  EXPECT_NE(error_for(R"({"model_type": "bert"})").find("model_type 'bert' is not supported"), std::string::npos);
+  EXPECT_NE(error_for(R"({"hidden_size": 64})").find("model_type is required"), std::string::npos);
+  EXPECT_NE(error_for(R"({"model_type": "llama", "hidden_size": -64})").find("hidden_size=-64 is out of range"),
+            std::string::npos);
+  EXPECT_NE(error_for(R"({"model_type": "llama", "hidden_size": 64.5})").find("hidden_size must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_for(R"({"model_type": "llama", "hidden_size": 99999999999999999999})").find("hidden_size"),
+            std::string::npos);
+  EXPECT_NE(error_for(R"({"model_type": "llama", "hidden_size": 9223372036854775807})").find("out of range"),
+            std::string::npos);
+  EXPECT_NE(error_for(R"({"model_type": "llama", "num_hidden_layers": 2})").find("hidden_size is required"),
+            std::string::npos);
+  EXPECT_NE(error_for(std::string("{") + kLlama + R"(, "num_hidden_layers": 100000})")
+                .find("num_hidden_layers=100000 is out of range; valid: 1..4096"), std::string::npos);
+  // Sizes each in range whose products overflow int64 element counts.
+  EXPECT_NE(error_for(R"({"model_type": "mixtral", "hidden_size": 16777216, "num_hidden_layers": 2,
+      "num_attention_heads": 1, "vocab_size": 16777216, "intermediate_size": 16777216,
+      "num_local_experts": 16777216, "num_experts_per_tok": 1})").find("2^62"), std::string::npos);
+}
+
+TEST(HfConfig, RefusesFieldsThatChangeTheTensorSet) {
+  EXPECT_NE(error_for(std::string("{") + kLlama + R"(, "mlp_bias": true})").find("mlp_bias"), std::string::npos);
+  EXPECT_NE(error_for(std::string("{") + kLlama + R"(, "quantization_config": {"quant_method": "fp8"}})")
+                .find("quantization_config"), std::string::npos);
+  EXPECT_NE(error_for(R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 32,
+      "vocab_size": 100, "add_cross_attention": true})").find("add_cross_attention"), std::string::npos);
+  EXPECT_NE(error_for(R"({"model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 96, "moe_intermediate_size": 32,
+      "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [7]})").find("mlp_only_layers"),
+            std::string::npos);
+  // attention_bias=true is modelled for Llama (q, k, v and output biases).
+  const std::string path = ::testing::TempDir() + "llama_bias.json";
+  std::ofstream(path) << "{" << kLlama << R"(, "attention_bias": true})";
+  const auto ts = build_tensors(model_from_hf_config(path));
+  EXPECT_TRUE(has_tensor(ts, "layers.1.attn.qkv.bias"));
+  EXPECT_TRUE(has_tensor(ts, "layers.1.attn.proj.bias"));
+}
+
+TEST(HfConfig, RefusesDirectoriesAndMissingFiles) {
+  EXPECT_THROW((void)model_from_hf_config(::testing::TempDir()), InputError);
+  EXPECT_THROW((void)model_from_hf_config("/nonexistent/config.json"), InputError);
+  try {
+    (void)model_from_hf_config(DT_HF_CONFIG_DIR);
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace dynatrain::vps
