@@ -9,7 +9,10 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "common/error.h"
+#include "testing/state_oracle.h"
 #include "train/data.h"
 #include "train/trainer.h"
 
@@ -59,6 +62,33 @@ int default_threads() {
   return std::max(1, cores / local);
 }
 
+// One JSON record per switch (docs/edm.md lists the fields).
+nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p_bytes_per_s) {
+  nlohmann::json j;
+  j["step"] = step;
+  j["from"] = s.from;
+  j["to"] = s.to;
+  j["refused"] = s.refused;
+  j["world_before"] = s.world_before;
+  j["world_after"] = s.world_after;
+  j["lookahead_steps"] = s.lookahead;
+  j["prepare_s"] = s.prepare_s;
+  j["spawn_s"] = s.spawn_s;
+  j["hidden_fraction"] = s.hidden_fraction;
+  j["pause_s"] = s.total_s;
+  j["plan_s"] = s.plan_s;
+  j["transfer_s"] = s.transfer_s;
+  j["rebuild_s"] = s.rebuild_s;
+  j["bytes_sent"] = s.bytes_sent;
+  j["max_bytes_received"] = s.max_bytes_received;
+  j["p2p_bytes_per_s"] = p2p_bytes_per_s;
+  j["lower_bound_s"] = p2p_bytes_per_s > 0 ? static_cast<double>(s.max_bytes_received) / p2p_bytes_per_s : 0.0;
+  j["peak_bytes"] = s.peak_bytes;
+  j["bound_bytes"] = s.bound_bytes;
+  j["comm_creations"] = s.comm_creations;
+  return j;
+}
+
 }  // namespace
 
 int train_command(const TrainArgs& args, comm::Transport& world) {
@@ -69,69 +99,122 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   o.lr = args.lr;
   o.seed = args.seed;
   o.micro_batches = args.micro_batches;
+  o.launcher = args.launcher;
+  o.lookahead = args.lookahead;
   if (args.switch_method == "gather") o.switch_method = SwitchMethod::kGather;
   else if (args.switch_method == "engine") o.switch_method = SwitchMethod::kEngine;
   else if (!args.switch_method.empty())
     DT_INPUT_ERROR("unknown switch method '", args.switch_method, "'; valid: engine, gather");
   if (args.steps <= 0) DT_INPUT_ERROR("--steps ", args.steps, " must be positive");
+  if (args.lookahead < 0) DT_INPUT_ERROR("--lookahead ", args.lookahead, " must be 0 (auto) or positive");
   auto schedule = parse_schedule(args.schedule);
   if (args.static_layout) schedule.resize(1);
   for (auto& [step, config] : schedule) {
     Trainer::check_supported(o, config);
-    if (config.world_size() > world.size())
+    const bool first = step == schedule.front().first;
+    if (config.world_size() > world.size() && (first || !args.launcher))
       DT_INPUT_ERROR("schedule layout '", config.str(), "' at step ", step, " needs ",
                      config.world_size(), " ranks; the job has ", world.size(),
-                     " (mpirun -np ", config.world_size(), " or more)");
+                     first ? " (the first layout must fit the processes mpirun starts)"
+                           : " and this run cannot start processes");
   }
   std::string text = args.data.empty() ? embedded_text() : read_text_file(args.data);
   if (static_cast<std::int64_t>(text.size()) < args.seq + 2)
     DT_INPUT_ERROR("training text has ", text.size(), " bytes; --seq ", args.seq, " needs at least ", args.seq + 2);
   set_intra_op_threads(args.threads > 0 ? args.threads : default_threads());
 
-  const bool root = world.rank() == 0;
+  // A process started by a grow joins the running job instead of starting one.
+  std::unique_ptr<comm::Transport> joined_world = args.launcher ? args.launcher->join() : nullptr;
+  const bool joined = joined_world != nullptr;
+  const bool root = !joined && world.rank() == 0;
   const bool tty = root && isatty(fileno(stdout));
-  std::ofstream csv;
+  std::ofstream csv, json_out;
   if (root && !args.csv.empty()) csv.open(args.csv);
-  // Every rank learns whether rank 0 could open it, so all throw alike (no rank left waiting).
-  if (!comm::agree_with_root(world, args.csv.empty() || csv.is_open()))
-    DT_INPUT_ERROR("cannot write CSV file '", args.csv, "'");
+  if (root && !args.json.empty()) json_out.open(args.json);
+  // Every rank learns whether rank 0 could open them, so all throw alike (no rank left waiting).
+  if (!joined) {
+    if (!comm::agree_with_root(world, args.csv.empty() || csv.is_open()))
+      DT_INPUT_ERROR("cannot write CSV file '", args.csv, "'");
+    if (!comm::agree_with_root(world, args.json.empty() || json_out.is_open()))
+      DT_INPUT_ERROR("cannot write JSON file '", args.json, "'");
+  }
   if (csv.is_open()) {
     csv.precision(9);
     csv << "step,loss,tokens_per_s,step_s,layout,ranks,switch_plan_s,switch_transfer_s,"
-           "switch_rebuild_s,switch_total_s\n";
+           "switch_rebuild_s,switch_total_s,world,switch_pause_s\n";
   }
   if (root)
     std::printf("dynatrain train: model %s, %lld steps, global batch %lld x %lld tokens, %d ranks, %s\n",
                 o.model.name.c_str(), static_cast<long long>(args.steps),
                 static_cast<long long>(args.global_batch), static_cast<long long>(args.seq),
                 world.size(), args.static_layout || schedule.size() == 1 ? "static layout" : "switching layouts");
+  // The lower bound of every switch divides by this point-to-point bandwidth, measured once.
+  double p2p = 0;
+  if (!joined && !args.json.empty()) p2p = testing::measure_p2p_bandwidth(world, std::size_t{64} << 20);
 
-  Trainer trainer(o, schedule[0].second, world, std::move(text));
+  std::unique_ptr<Trainer> trainer =
+      joined ? Trainer::join(o, std::move(joined_world), std::move(text))
+             : std::make_unique<Trainer>(o, schedule[0].second, world, std::move(text));
   struct Tally { double tokens = 0, seconds = 0; int steps = 0; };
   std::map<std::string, Tally> per_layout;
-  std::vector<SwitchStats> switches;
+  std::vector<std::pair<std::int64_t, SwitchStats>> switches;
+  nlohmann::json records = nlohmann::json::array();
   std::size_t next = 1;
-  for (std::int64_t step = 0; step < args.steps; ++step) {
+  std::int64_t step = 0;
+  std::string preparing;  // layout being prepared, for the progress line
+
+  auto maybe_prepare = [&] {
+    if (next < schedule.size() && !trainer->preparing() && step + trainer->lookahead() >= schedule[next].first) {
+      trainer->prepare(schedule[next].second);
+      preparing = schedule[next].second.str();
+    }
+  };
+  // Returns false when this process left the job.
+  auto commit = [&](SwitchStats& sw) {
+    sw = trainer->commit();
+    preparing.clear();
+    ++next;
+    if (root) {
+      switches.emplace_back(step, sw);
+      records.push_back(switch_record(step, sw, p2p));
+      if (!sw.refused.empty()) {
+        std::printf("switch before step %lld: %s -> %s refused: %s; training continues in %s\n",
+                    static_cast<long long>(step), sw.from.c_str(), sw.to.c_str(), sw.refused.c_str(), sw.from.c_str());
+      } else {
+        std::printf("switch before step %lld: %s -> %s  processes %d -> %d  pause %.2f ms (transfer %.2f, "
+                    "rebuild %.2f)  prepare %.2f ms (spawn %.2f) hidden %.0f%%  %llu new communicators  "
+                    "(%s, %.2f MB sent)\n",
+                    static_cast<long long>(step), sw.from.c_str(), sw.to.c_str(), sw.world_before, sw.world_after,
+                    sw.total_s * 1e3, sw.transfer_s * 1e3, sw.rebuild_s * 1e3, sw.prepare_s * 1e3,
+                    sw.spawn_s * 1e3, sw.hidden_fraction * 100, static_cast<unsigned long long>(sw.comm_creations),
+                    switch_method_name(sw.method), sw.bytes_sent / 1e6);
+        if (!sw.note.empty()) std::printf("note: %s\n", sw.note.c_str());
+      }
+      std::fflush(stdout);
+    }
+    return !trainer->left();
+  };
+
+  if (joined) {  // this process was started for the switch being prepared: commit it first
+    trainer->commit();
+    step = trainer->steps_done();
+    next = 0;
+    while (next < schedule.size() && schedule[next].first <= step) ++next;
+    if (trainer->left()) return 0;
+  }
+  for (; step < args.steps; ++step) {
+    maybe_prepare();
     SwitchStats sw;
     bool switched = false;
     if (next < schedule.size() && schedule[next].first == step) {
-      sw = trainer.switch_to(schedule[next].second);
       switched = true;
-      ++next;
-      if (root) {
-        switches.push_back(sw);
-        std::printf("switch before step %lld: %s -> %s  plan %.2f ms  transfer %.2f ms  rebuild %.2f ms"
-                    "  total %.2f ms  (%s, %.2f MB sent)\n",
-                    static_cast<long long>(step), sw.from.c_str(), sw.to.c_str(),
-                    sw.plan_s * 1e3, sw.transfer_s * 1e3, sw.rebuild_s * 1e3, sw.total_s * 1e3,
-                    switch_method_name(sw.method), sw.bytes_sent / 1e6);
-        std::fflush(stdout);
-      }
+      if (!commit(sw)) break;
+      maybe_prepare();
     }
-    if (!trainer.active()) continue;  // wait in the next switch_to / finish
-    const StepStats st = trainer.step();
+    if (!trainer->active()) continue;  // wait in the next prepare / commit / finish
+    const StepStats st = trainer->step();
     if (!root) continue;
-    const std::string layout = trainer.config().str();
+    const std::string layout = trainer->config().str();
     if (!switched) {  // the first step after a switch also pays for warm caches: not counted
       auto& t = per_layout[layout];
       t.tokens += static_cast<double>(args.global_batch * args.seq);
@@ -149,26 +232,39 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
                     std::string(width - done, '.').c_str(), eta);
       bar = buf;
     }
-    std::printf("%sstep %5lld  loss %.4f  %8.0f tok/s  %7.2f ms  %s\n", bar.c_str(),
-                static_cast<long long>(step), st.loss, st.tokens_per_s, st.seconds * 1e3, layout.c_str());
+    const std::string prep = preparing.empty() ? "" : "  (preparing " + preparing + ")";
+    std::printf("%sstep %5lld  loss %.4f  %8.0f tok/s  %7.2f ms  %s  %d processes%s\n", bar.c_str(),
+                static_cast<long long>(step), st.loss, st.tokens_per_s, st.seconds * 1e3, layout.c_str(),
+                trainer->world_size(), prep.c_str());
     std::fflush(stdout);
     if (csv.is_open()) {
       csv << step << ',' << st.loss << ',' << st.tokens_per_s << ',' << st.seconds << ','
-          << plain(layout) << ',' << trainer.config().world_size();
-      if (switched) csv << ',' << sw.plan_s << ',' << sw.transfer_s << ',' << sw.rebuild_s << ',' << sw.total_s;
+          << plain(layout) << ',' << trainer->config().world_size();
+      const bool moved = switched && sw.refused.empty();
+      if (moved) csv << ',' << sw.plan_s << ',' << sw.transfer_s << ',' << sw.rebuild_s << ',' << sw.total_s;
       else csv << ",,,,";
+      csv << ',' << trainer->world_size() << ',';
+      if (moved) csv << sw.total_s;
       csv << '\n';
     }
   }
-  trainer.finish();
+  if (trainer->left()) {  // handed its state over in the last commit
+    trainer.reset();
+    if (args.launcher) args.launcher->leave();
+    return 0;
+  }
+  trainer->finish();
   if (root) {
     std::printf("summary: tokens/s by layout (steady state, first step after a switch excluded)\n");
     for (const auto& [layout, t] : per_layout)
       if (t.steps > 0)
         std::printf("  %-28s %9.0f tok/s over %d steps\n", layout.c_str(), t.tokens / t.seconds, t.steps);
-    for (const auto& s : switches)
-      std::printf("  switch %s -> %s: %.2f ms (plan %.2f, transfer %.2f, rebuild %.2f)\n", s.from.c_str(),
-                  s.to.c_str(), s.total_s * 1e3, s.plan_s * 1e3, s.transfer_s * 1e3, s.rebuild_s * 1e3);
+    for (const auto& [at, s] : switches)
+      if (s.refused.empty())
+        std::printf("  switch %s -> %s (%d -> %d processes): pause %.2f ms, prepare %.2f ms, hidden %.0f%%\n",
+                    s.from.c_str(), s.to.c_str(), s.world_before, s.world_after, s.total_s * 1e3,
+                    s.prepare_s * 1e3, s.hidden_fraction * 100);
+    if (json_out.is_open()) json_out << nlohmann::json{{"switches", records}}.dump(2) << '\n';
     std::fflush(stdout);
   }
   return 0;
