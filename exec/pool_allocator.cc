@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "common/error.h"
@@ -88,6 +89,24 @@ void PoolAllocator::release(std::byte* data, std::size_t bytes) {
   chunks_[r.chunk].live -= r.size;
   live_ -= r.size;
   insert_free(data, r);
+}
+
+std::size_t PoolAllocator::prefault(std::size_t bytes) {
+  std::lock_guard lock(mu_);
+  std::size_t free_bytes = 0;
+  for (const auto& [p, r] : free_) free_bytes += r.size;
+  if (free_bytes >= bytes) return 0;
+  const std::size_t n = round_up(bytes - free_bytes);
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(kAlign, n));
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, n);  // first touch now, not in the switch that will use it
+  const std::uint32_t id = next_chunk_++;
+  chunks_[id] = Chunk{p, n, 0};
+  reserved_ += n;
+  fresh_ += n;
+  peak_reserved_ = std::max(peak_reserved_, reserved_);
+  insert_free(p, Range{n, id});
+  return n;
 }
 
 std::size_t PoolAllocator::trim() {

@@ -39,6 +39,10 @@ class PoolAllocator final : public StateAllocator {
   // that this pool did not hand out).
   void release(std::byte* data, std::size_t bytes) override;
 
+  // Makes sure the pool holds at least `bytes` of free memory that is already touched:
+  // allocates and touches (writes every page of) a fresh chunk for what is missing, never
+  // counting it as live. Returns the bytes newly touched (0 if enough was free).
+  std::size_t prefault(std::size_t bytes);
   // Frees chunks that hold no live block. Returns the bytes given back.
   std::size_t trim();
   // Restarts peak_live/peak_reserved at the current values.
