@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "testing/state_oracle.h"
+#include "tools/job_request.h"
 #include "train/data.h"
 #include "train/trainer.h"
 
@@ -137,6 +138,8 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       DT_INPUT_ERROR("cannot write CSV file '", args.csv, "'");
     if (!comm::agree_with_root(world, args.json.empty() || json_out.is_open()))
       DT_INPUT_ERROR("cannot write JSON file '", args.json, "'");
+    if (!comm::agree_with_root(world, args.job.empty() || access(args.job.c_str(), W_OK) == 0))
+      DT_INPUT_ERROR("job directory '", args.job, "' is not a writable directory");
   }
   if (csv.is_open()) {
     csv.precision(9);
@@ -147,7 +150,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     std::printf("dynatrain train: model %s, %lld steps, global batch %lld x %lld tokens, %d ranks, %s\n",
                 o.model.name.c_str(), static_cast<long long>(args.steps),
                 static_cast<long long>(args.global_batch), static_cast<long long>(args.seq),
-                world.size(), args.static_layout || schedule.size() == 1 ? "static layout" : "switching layouts");
+                world.size(), args.static_layout || (schedule.size() == 1 && args.job.empty()) ? "static layout" : "switching layouts");
   // The lower bound of every switch divides by this point-to-point bandwidth, measured once.
   double p2p = 0;
   if (!joined && !args.json.empty()) p2p = testing::measure_p2p_bandwidth(world, std::size_t{64} << 20);
@@ -195,6 +198,42 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     return !trainer->left();
   };
 
+  // A request from `dynatrain request` (rank 0 reads it, every rank of the world agrees): the
+  // switch goes into the schedule at its step, or as soon as it can be prepared; never before
+  // a switch already being prepared. Called at every step boundary after any commit.
+  auto take_request = [&] {
+    std::string to;
+    std::int64_t at = -1;
+    if (root) {
+      if (auto q = take_job_request(args.job)) {
+        try {
+          auto c = vps::ParallelConfig::parse(q->to);
+          Trainer::check_supported(o, c);
+          to = c.str();
+          at = q->at_step;
+        } catch (const InputError& e) {
+          std::printf("request refused: %s; training continues in %s\n", e.what(), trainer->config().str().c_str());
+        }
+      }
+    }
+    std::uint64_t hdr[2] = {to.size(), static_cast<std::uint64_t>(at + 1)};
+    comm::Transport& w = trainer->world();
+    w.broadcast(hdr, sizeof(hdr), 0);
+    if (hdr[0] == 0) return;
+    to.resize(hdr[0]);
+    w.broadcast(to.data(), to.size(), 0);
+    at = hdr[1] == 0 ? step + trainer->lookahead() : static_cast<std::int64_t>(hdr[1]) - 1;
+    std::int64_t earliest = step + 1;
+    if (trainer->preparing()) earliest = std::max(earliest, schedule[next].first + 1);
+    at = std::max(at, earliest);
+    std::size_t i = next;
+    while (i < schedule.size() && schedule[i].first < at) ++i;
+    const auto config = vps::ParallelConfig::parse(to);
+    if (i < schedule.size() && schedule[i].first == at) schedule[i].second = config;
+    else schedule.insert(schedule.begin() + static_cast<std::ptrdiff_t>(i), {at, config});
+    if (root) std::printf("request: switch to %s before step %lld\n", to.c_str(), static_cast<long long>(at));
+  };
+
   if (joined) {  // this process was started for the switch being prepared: commit it first
     trainer->commit();
     step = trainer->steps_done();
@@ -209,6 +248,10 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     if (next < schedule.size() && schedule[next].first == step) {
       switched = true;
       if (!commit(sw)) break;
+      maybe_prepare();
+    }
+    if (!args.job.empty()) {
+      take_request();
       maybe_prepare();
     }
     if (!trainer->active()) continue;  // wait in the next prepare / commit / finish

@@ -42,6 +42,7 @@ struct TrainArgs {
   std::string csv;                   // --csv: per-step CSV (header: step,loss,tokens_per_s,...)
   std::string json;                  // --json: one record per switch (docs/edm.md)
   int lookahead = 0;                 // --lookahead: steps between prepare and commit; 0 = auto
+  std::string job;                   // --job DIR: take switch requests from DIR (tools/job_request.h)
   // How processes are started and ended (nullptr: the job keeps its processes; layouts must
   // fit the world). `dynatrain train` uses the MPI launcher with --hostfile / --host.
   std::shared_ptr<edm::Launcher> launcher;

@@ -27,6 +27,7 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--json", args->json, "Write one record per switch to this JSON file");
   cmd->add_option("--lookahead", args->lookahead, "Steps between preparing a switch and committing it (0: auto)")
       ->capture_default_str();
+  cmd->add_option("--job", args->job, "Directory to watch for `dynatrain request` switch requests");
   cmd->add_option("--hostfile", launch->hostfile, "MPI hostfile for processes started by a grow");
   cmd->add_option("--host", launch->hosts, "Hosts for processes started by a grow (h1,h2,...)");
   cmd->add_option("--lr", args->lr, "Adam learning rate")->capture_default_str();

@@ -719,6 +719,7 @@ SwitchStats Trainer::switch_to(const vps::ParallelConfig& config) {
 bool Trainer::left() const { return impl_->left; }
 int Trainer::world_size() const { return impl_->left ? 0 : impl_->edm->world().size(); }
 int Trainer::lookahead() const { return impl_->lookahead; }
+comm::Transport& Trainer::world() { return impl_->world(); }
 void Trainer::finish() {
   auto& e = *impl_->edm;
   const int w = impl_->cfg().world_size();

@@ -122,6 +122,7 @@ class Trainer {
   // After a commit that removed this process from the job: call nothing but the destructor.
   bool left() const;
   int world_size() const;  // processes in the job now
+  comm::Transport& world();  // the job's world now (changes at commits that grow or shrink it)
   // Steps ahead of a switch to call prepare(): TrainerOptions::lookahead, or chosen from the
   // last prepare's time and step time (equal on every rank).
   int lookahead() const;

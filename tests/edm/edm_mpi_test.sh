@@ -6,7 +6,9 @@
 #      3 and 1 in that order, the CSV's world column must say the same per phase, every switch
 #      is reported in the JSON, and the loss tracks the static run;
 #   2. a grow whose executable is missing is refused with one line and training goes on in the
-#      old layout (exit 0, world stays 2).
+#      old layout (exit 0, world stays 2);
+#   3. `dynatrain request` switches a running job at the requested step; a request the trainer
+#      cannot run is refused with one line.
 # Usage: edm_mpi_test.sh DYNATRAIN [OUT_DIR]. Needs mpirun; sets the Open MPI variables itself.
 set -euo pipefail
 BIN=$(readlink -f "$1")
@@ -49,4 +51,18 @@ DT_EDM_EXECUTABLE=/nonexistent/dynatrain mpirun -np 2 "$BIN" train --model tiny-
 grep -q "refused: cannot start 2 process(es): executable '/nonexistent/dynatrain' is missing" "$OUT/refused.log" ||
   { cat "$OUT/refused.log"; fail "no refusal line"; }
 awk -F, 'NR > 1 && $11 != 2 { bad = 1 } END { exit bad }' "$OUT/refused.csv" || fail "world changed after a refused grow"
+# A switch requested from outside (`dynatrain request`) happens at the requested step; a request
+# the trainer cannot run is refused with one line and the job goes on.
+mkdir -p "$OUT/job"
+"$BIN" request --job "$OUT/job" --to tp=2 --at-step 3 > /dev/null || fail "request command"
+mpirun -np 2 "$BIN" train --model tiny-dense --steps 6 --global-batch 4 --seq 16 --threads 1 \
+  --schedule "0:dp=2" --job "$OUT/job" --csv "$OUT/request.csv" > "$OUT/request.log" 2>&1 ||
+  { cat "$OUT/request.log"; fail "run with a request"; }
+grep -q "request: switch to tp=2,pp=1,dp=1,zero=1 before step 3" "$OUT/request.log" || { cat "$OUT/request.log"; fail "request not taken"; }
+awk -F, 'NR > 1 { want = $1 < 3 ? "tp=1 pp=1 dp=2 zero=1" : "tp=2 pp=1 dp=1 zero=1"; if ($5 != want) bad = 1 }
+         END { exit bad }' "$OUT/request.csv" || fail "requested switch not at step 3"
+"$BIN" request --job "$OUT/job" --to tp=3 > /dev/null || fail "request command (tp=3)"
+mpirun -np 2 "$BIN" train --model tiny-dense --steps 2 --global-batch 4 --seq 16 --threads 1 \
+  --schedule "0:dp=2" --job "$OUT/job" > "$OUT/request_bad.log" 2>&1 || { cat "$OUT/request_bad.log"; fail "bad request ended the job"; }
+grep -q "request refused: tp=3 does not divide" "$OUT/request_bad.log" || { cat "$OUT/request_bad.log"; fail "bad request not refused"; }
 echo "edm mpi test: ok"
