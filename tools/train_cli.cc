@@ -86,6 +86,9 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
   j["lower_bound_s"] = p2p_bytes_per_s > 0 ? static_cast<double>(s.max_bytes_received) / p2p_bytes_per_s : 0.0;
   j["peak_bytes"] = s.peak_bytes;
   j["bound_bytes"] = s.bound_bytes;
+  j["peak_over_bound"] = s.peak_over_bound;
+  j["prefaulted_bytes"] = s.prefaulted_bytes;
+  j["fresh_bytes_in_commit"] = s.fresh_bytes;
   j["comm_creations"] = s.comm_creations;
   return j;
 }

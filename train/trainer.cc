@@ -13,9 +13,8 @@
 #include "plan/planner.h"
 #include "train/data.h"
 #include "train/model.h"
-#ifdef DT_HAVE_EXEC
 #include "exec/engine.h"
-#endif
+#include "exec/pool_allocator.h"
 
 namespace dynatrain::train {
 
@@ -84,7 +83,7 @@ struct PendingSwitch {
   std::unique_ptr<vps::Layout> dst_full;  // every state kind of the new layout
   vps::RankLayout dst_full_rl, src_rl, dst_rl;
   plan::RankPlan plan;                    // this rank's part (moved kinds only)
-  bool in_plan = false;                   // rank < the planner's world size
+  std::size_t prefaulted = 0;             // bytes the prepare touched in the pool
   double plan_s = 0;
 };
 
@@ -98,6 +97,9 @@ struct Trainer::Impl {
   std::unique_ptr<vps::Layout> layout;
   vps::RankLayout rank_layout;
   vps::RankCoords rc;
+  // Every state block comes from this pool (declared before the arenas: it outlives them), so
+  // a switch builds the destination in the memory the source gives back as it drains.
+  exec::PoolAllocator pool;
   Arenas arenas;
   // Groups of the current layout, from the EDM's cache (nullptr on ranks outside it).
   std::shared_ptr<const edm::Communicators> groups;
@@ -179,11 +181,9 @@ struct Trainer::Impl {
       const auto& pb = buffer(StateKind::kParam, s.expert_group, s.bucket);
       const auto& gb = buffer(StateKind::kGrad, s.expert_group, s.bucket);
       auto opts = torch::TensorOptions().dtype(torch::kFloat);
-      torch::Tensor w = torch::from_blob(arenas.data(StateKind::kParam) + pb.arena_offset + s.offset,
-                                         s.local_shape, opts);
+      torch::Tensor w = torch::from_blob(arenas.data(pb) + s.offset, s.local_shape, opts);
       w.requires_grad_(true);
-      w.mutable_grad() = torch::from_blob(arenas.data(StateKind::kGrad) + gb.arena_offset + s.offset,
-                                          s.local_shape, opts);
+      w.mutable_grad() = torch::from_blob(arenas.data(gb) + s.offset, s.local_shape, opts);
       const std::string& n = t.name;
       if (n == "embedding.word.weight") {
         model.embedding = w;
@@ -372,6 +372,11 @@ struct Trainer::Impl {
 
   comm::Transport* shard_group(bool expert) { return expert ? edp_g : dp_g; }
 
+  void zero_kind(StateKind kind) {
+    for (const auto& b : rank_layout.buffers)
+      if (b.kind == kind && b.numel > 0) std::fill_n(arenas.data(b), b.numel, 0.0f);
+  }
+
   void adam(float* master, float* m, float* v, const float* g, std::int64_t n) const {
     const double t = static_cast<double>(step + 1);
     const double lr = opt.lr * std::min(1.0, t / static_cast<double>(std::max<std::int64_t>(opt.warmup_steps, 1)));
@@ -398,11 +403,11 @@ struct Trainer::Impl {
       const auto& sb = buffer(StateKind::kExpAvgSq, pb.expert_group, pb.bucket);
       comm::Transport* group = shard_group(pb.expert_group);
       const int n = group->size();
-      float* param = arenas.data(StateKind::kParam) + pb.arena_offset;
-      float* grad = arenas.data(StateKind::kGrad) + gb.arena_offset;
-      float* master = arenas.data(StateKind::kMaster) + mb.arena_offset;
-      float* m = arenas.data(StateKind::kExpAvg) + ab.arena_offset;
-      float* v = arenas.data(StateKind::kExpAvgSq) + sb.arena_offset;
+      float* param = arenas.data(pb);
+      float* grad = arenas.data(gb);
+      float* master = arenas.data(mb);
+      float* m = arenas.data(ab);
+      float* v = arenas.data(sb);
       if (cfg().zero >= 1 && n > 1) {
         DT_CHECK_EQ(mb.numel * n, pb.numel);
         shard_grad.resize(mb.numel);
@@ -421,8 +426,7 @@ struct Trainer::Impl {
   StepStats do_step() {
     DT_CHECK(rc.active, "step() called on rank ", world().rank(), " outside layout ", cfg().str());
     const auto t0 = Clock::now();
-    auto& grad = arenas.kind[static_cast<int>(StateKind::kGrad)];
-    std::fill(grad.begin(), grad.end(), 0.0f);
+    zero_kind(StateKind::kGrad);
     float loss = static_cast<float>(run_microbatches(nullptr));
     reduce_tp_partial_grads();
     optimizer_step();
@@ -468,6 +472,16 @@ struct Trainer::Impl {
       ps->src_rl = src->rank_layout(r);
       ps->dst_rl = dst->rank_layout(r);
     }
+    // The memory the commit needs beyond what the source gives back, touched now so that the
+    // commit never faults fresh pages: max(0, destination - source) + staging (the budget, or
+    // less when this rank moves less).
+    std::uint64_t moved = 0;
+    for (const auto* side : {&ps->plan.send, &ps->plan.recv})
+      for (const auto& [peer, pieces] : *side)
+        for (const auto& piece : pieces) moved += static_cast<std::uint64_t>(piece.box.numel()) * sizeof(float);
+    const std::size_t src = state_bytes(rank_layout), dst = state_bytes(ps->dst_full_rl);
+    const std::size_t staging = std::min<std::size_t>(exec::TransitionOptions{}.mem_budget, moved);
+    ps->prefaulted = pool.prefault((dst > src ? dst - src : 0) + staging);
     ps->plan_s = seconds_since(t0);
     pending = std::move(ps);
   }
@@ -514,18 +528,22 @@ struct Trainer::Impl {
     lookahead = static_cast<int>(carry[3]);
     model = StageModel{};  // no module may hold the old arenas past this point
 
-    Arenas next_arenas;
+    // Memory: everything below comes from the pool. Gradients are zero at a step boundary and
+    // do not move: the old ones go back first, the new ones are made last.
+    const std::size_t src_bytes = state_bytes(rank_layout), dst_bytes = state_bytes(pending->dst_full_rl);
+    pool.reset_peaks();
+    const std::size_t fresh_before = pool.fresh_bytes();
+    for (const auto& b : rank_layout.buffers)
+      if (b.kind == StateKind::kGrad) arenas.release(b);
+    Arenas next_arenas(pool);
     double transfer_s = 0;
-    std::uint64_t sent = 0, received = 0, peak = 0, bound = 0;
+    std::uint64_t sent = 0, received = 0;
+    std::size_t budget = 0;
     if (opt.switch_method == SwitchMethod::kEngine) {
-#ifdef DT_HAVE_EXEC
-      run_engine(tw, next_arenas, transfer_s, sent, received, peak, bound);
-#else
-      DT_INPUT_ERROR("switch method 'engine' needs exec/, which this build lacks; use 'gather'");
-#endif
+      budget = run_engine(tw, next_arenas, transfer_s, sent, received);
     } else {
       const auto tt0 = Clock::now();
-      next_arenas = allocate_arenas(pending->dst_full_rl);
+      next_arenas.fill_missing(pending->dst_full_rl);
       for (StateKind kind : kMovedKinds) {
         Gathered g = gather_vps(*layout, kind, arenas, tw);
         std::vector<std::vector<float>> full(layout->tensors().size());
@@ -538,11 +556,13 @@ struct Trainer::Impl {
       transfer_s = seconds_since(tt0);
     }
     const auto tr0 = Clock::now();
-    arenas = Arenas{};
+    arenas = Arenas{};  // whatever the engine did not take (nothing, for moved kinds)
+    next_arenas.fill_missing(pending->dst_full_rl);  // gradients, zero
     adopt(std::move(pending->dst_full), std::move(next_arenas), p.comms);
+    const std::uint64_t peak = pool.peak_live(), bound = std::max(src_bytes, dst_bytes) + budget;
+    const std::uint64_t fresh = pool.fresh_bytes() - fresh_before;
     if (opt.fault_drop_moments_on_switch)
-      for (StateKind k : {StateKind::kExpAvg, StateKind::kExpAvgSq})
-        std::fill(arenas.kind[static_cast<int>(k)].begin(), arenas.kind[static_cast<int>(k)].end(), 0.0f);
+      for (StateKind k : {StateKind::kExpAvg, StateKind::kExpAvgSq}) zero_kind(k);
     const double rebuild_s = seconds_since(tr0);
     const double total_s = seconds_since(t0);
     const double hidden = p.seconds > 0 ? p.hidden_seconds / p.seconds : 1.0;
@@ -560,10 +580,14 @@ struct Trainer::Impl {
       st.spawn_s = std::max(st.spawn_s, t[6]);
       st.comm_creations = std::max<std::uint64_t>(st.comm_creations, static_cast<std::uint64_t>(t[7]));
     }
-    for (const auto& b : comm::all_gather_values(tw, std::array<std::uint64_t, 4>{sent, received, peak, bound})) {
+    for (const auto& b : comm::all_gather_values(tw, std::array<std::uint64_t, 6>{
+                                                         sent, received, peak, bound, fresh, pending->prefaulted})) {
       st.bytes_sent += b[0];
       st.bytes_received += b[1];
       st.max_bytes_received = std::max(st.max_bytes_received, b[1]);
+      st.fresh_bytes = std::max(st.fresh_bytes, b[4]);
+      st.prefaulted_bytes = std::max(st.prefaulted_bytes, b[5]);
+      st.peak_over_bound = std::max(st.peak_over_bound, b[3] > 0 ? static_cast<double>(b[2]) / static_cast<double>(b[3]) : 0.0);
       if (b[2] > st.peak_bytes || (b[2] == st.peak_bytes && b[3] < st.bound_bytes)) {
         st.peak_bytes = b[2];
         st.bound_bytes = b[3];
@@ -575,72 +599,60 @@ struct Trainer::Impl {
     return st;
   }
 
-#ifdef DT_HAVE_EXEC
-  // Source buffers are borrowed from the old arenas (never freed here); destination buffers are
-  // their places in the new arenas; only staging comes from the heap.
+  // Staging and destination blocks from the pool (destinations adopted by the new arenas as the
+  // engine asks for them); source blocks, taken from the old arenas, go back to the pool as the
+  // engine drains them.
   class Allocator final : public exec::StateAllocator {
    public:
-    explicit Allocator(Arenas& next) : next_(next) {}
-    std::set<std::byte*> borrowed;
-    std::byte* allocate(std::size_t bytes) override {
-      return static_cast<std::byte*>(::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t{64}));
-    }
+    Allocator(exec::PoolAllocator& pool, Arenas& next) : pool_(pool), next_(next) {}
+    std::byte* allocate(std::size_t bytes) override { return pool_.allocate(bytes); }
     std::byte* allocate_destination(const vps::LocalBuffer& b, std::size_t bytes) override {
       DT_CHECK_EQ(bytes, static_cast<std::size_t>(b.numel) * sizeof(float));
-      std::byte* p = reinterpret_cast<std::byte*>(next_.data(b.kind) + b.arena_offset);
-      borrowed.insert(p);
+      std::byte* p = pool_.allocate(bytes);
+      next_.set(b, reinterpret_cast<float*>(p));
       return p;
     }
-    void release(std::byte* data, std::size_t) override {
-      if (data == nullptr || borrowed.erase(data) > 0) return;
-      ::operator delete(data, std::align_val_t{64});
-    }
+    void release(std::byte* data, std::size_t bytes) override { pool_.release(data, bytes); }
 
    private:
+    exec::PoolAllocator& pool_;
     Arenas& next_;
   };
 
   // Runs the prepared plan on the transition world: every rank of it takes part (ranks beyond
-  // the planner's world with an empty plan), so the commit creates no communicator.
-  void run_engine(comm::Transport& tw, Arenas& next_arenas, double& transfer_s, std::uint64_t& sent,
-                  std::uint64_t& received, std::uint64_t& peak, std::uint64_t& bound) {
+  // the planner's world with an empty plan), so the commit creates no communicator. Returns the
+  // engine's memory budget.
+  std::size_t run_engine(comm::Transport& tw, Arenas& next_arenas, double& transfer_s, std::uint64_t& sent,
+                         std::uint64_t& received) {
     const PendingSwitch& ps = *pending;
     const auto tt0 = Clock::now();
     std::vector<std::byte*> src_ptrs, dst_ptrs(ps.dst_rl.buffers.size(), nullptr);
-    next_arenas = allocate_arenas(ps.dst_full_rl);  // the engine writes straight into these
-    Allocator alloc(next_arenas);
-    for (const auto& b : ps.src_rl.buffers) {
-      auto* p = reinterpret_cast<std::byte*>(arenas.data(b.kind) + b.arena_offset);
-      src_ptrs.push_back(p);
-      alloc.borrowed.insert(p);
-    }
+    for (const auto& b : ps.src_rl.buffers) src_ptrs.push_back(reinterpret_cast<std::byte*>(arenas.take(b)));
+    Allocator alloc(pool, next_arenas);
     exec::TransitionOptions to;
     to.topology.gpus_per_node = opt.gpus_per_node;
     std::array<int, vps::kNumStateKinds> eb{4, 4, 4, 4, 4};
     exec::TransitionStats ts = exec::run_transition(ps.plan, ps.src_rl, src_ptrs, ps.dst_rl, dst_ptrs, eb, tw, alloc, to);
     sent = ts.bytes_sent;
     received = ts.bytes_received;
-    peak = ts.peak_bytes;
-    bound = std::max(ts.src_bytes, ts.dst_bytes) + to.mem_budget;
     transfer_s = seconds_since(tt0);
     for (std::size_t i = 0; i < ps.dst_rl.buffers.size(); ++i)
       DT_CHECK(dst_ptrs[i] != nullptr || ps.dst_rl.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
+    return to.mem_budget;
   }
-#endif
 
   // ---- probe ----
   Trainer::Probe probe() {
     Trainer::Probe p;
     std::vector<float> logits;
     if (rc.active) {
-      auto& grad = arenas.kind[static_cast<int>(StateKind::kGrad)];
-      std::fill(grad.begin(), grad.end(), 0.0f);
+      zero_kind(StateKind::kGrad);
       float loss = static_cast<float>(run_microbatches(&logits));
       reduce_tp_partial_grads();
       for (const auto& gb : rank_layout.buffers) {
         if (gb.kind != StateKind::kGrad) continue;
         comm::Transport* g = shard_group(gb.expert_group);
-        if (g->size() > 1) g->all_reduce_sum(arenas.data(StateKind::kGrad) + gb.arena_offset, gb.numel);
+        if (g->size() > 1) g->all_reduce_sum(arenas.data(gb), gb.numel);
       }
       active_g->all_reduce_sum(&loss, 1);
       p.loss = loss;
@@ -680,7 +692,7 @@ Trainer::Trainer(TrainerOptions options, const vps::ParallelConfig& config, comm
   impl_->edm = std::make_unique<edm::DeviceManager>(world, impl_->opt.launcher);
   auto layout = impl_->make_layout(c);
   const vps::RankLayout rl = layout->rank_layout(world.rank());
-  Arenas a = allocate_arenas(rl);
+  Arenas a(rl, impl_->pool);
   init_state(*layout, rl, a, impl_->opt.seed);
   auto& e = *impl_->edm;
   auto groups = e.cache().get(e.control(), e.ids(), c);
@@ -697,7 +709,7 @@ std::unique_ptr<Trainer> Trainer::join(TrainerOptions options, std::unique_ptr<c
   const auto current = vps::ParallelConfig::parse(im.edm->joined_current());
   const auto next = vps::ParallelConfig::parse(im.edm->joined_next());
   auto layout = im.make_layout(current);
-  Arenas a = allocate_arenas(layout->rank_layout(im.edm->world().rank()));
+  Arenas a(layout->rank_layout(im.edm->world().rank()), im.pool);
   im.adopt(std::move(layout), std::move(a), nullptr);
   im.edm->prepare_joined(next, [&im, current, next](const edm::Prepared&) { im.plan_switch(current, next); });
   return t;

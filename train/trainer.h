@@ -87,9 +87,14 @@ struct SwitchStats {
   double plan_s = 0, transfer_s = 0, rebuild_s = 0, total_s = 0;
   std::uint64_t bytes_sent = 0, bytes_received = 0;  // summed over ranks
   std::uint64_t max_bytes_received = 0;              // at the busiest rank (lower bound input)
-  // Engine memory accounting at the busiest rank: peak of live state + staging, and its bound
-  // max(source, destination) + budget.
+  // Memory of the commit at the rank closest to its bound: peak of the state and staging blocks
+  // live in the trainer's pool (exec::PoolAllocator::peak_live), and the bound
+  // max(source, destination) + budget; peak_over_bound is the largest ratio over ranks.
   std::uint64_t peak_bytes = 0, bound_bytes = 0;
+  double peak_over_bound = 0;
+  // Max over ranks: memory the prepare touched ahead (pool prefault), and memory the commit
+  // still had to take fresh from the system (first-touch on the critical path; 0 is the goal).
+  std::uint64_t prefaulted_bytes = 0, fresh_bytes = 0;
   std::uint64_t comm_creations = 0;  // communicators created for this switch (0 = all cached)
   int lookahead = 0;                 // steps between this prepare and this commit (next: lookahead())
 };

@@ -27,7 +27,7 @@ run() {  # NAME NP SCHEDULE
   awk -F': ' '/"(pause_s|lower_bound_s|prepare_s|hidden_fraction|peak_bytes|bound_bytes|comm_creations|transfer_s|max_bytes_received|p2p_bytes_per_s)"/ {
       gsub(/[",]/, "", $1); gsub(/[ ,]/, "", $2); gsub(/ /, "", $1); v[$1] = $2 }
     /^    }/ { printf "   pause %.3f s  lower bound %.3f s  ratio %.2f  transfer %.3f s  prepare %.2f s  hidden %.0f%%  peak/bound %.2f/%.2f GiB  %d MB in at busiest rank, p2p %.2f GB/s, new comms %d\n",
-                 v["pause_s"], v["lower_bound_s"], v["lower_bound_s"] > 0 ? v["pause_s"] / v["lower_bound_s"] : 0,
+                 v["pause_s"], v["lower_bound_s"], (v["lower_bound_s"] > 0 ? v["pause_s"] / v["lower_bound_s"] : 0),
                  v["transfer_s"], v["prepare_s"], 100 * v["hidden_fraction"], v["peak_bytes"] / 2^30, v["bound_bytes"] / 2^30,
                  v["max_bytes_received"] / 1e6, v["p2p_bytes_per_s"] / 1e9, v["comm_creations"] }' "$OUT/$1.json"
 }
