@@ -1,6 +1,7 @@
 #include "edm/device_manager.h"
 
 #include <chrono>
+#include <iterator>
 #include <sstream>
 #include <utility>
 
@@ -20,12 +21,14 @@ void broadcast_string(comm::Transport& t, std::string& s) {
   if (n > 0) t.broadcast(s.data(), n, 0);
 }
 
-// What world rank 0 tells a process started by a grow: "CURRENT\nNEXT\nNEXT_ID ID ID ...".
+// What world rank 0 tells a process started by a grow:
+// "CURRENT\nNEXT\nNEXT_ID ID ID ...\nPAYLOAD" (the payload may hold anything, newlines too).
 std::string join_message(const vps::ParallelConfig& current, const vps::ParallelConfig& next,
-                         ProcessId next_id, const std::vector<ProcessId>& ids) {
+                         ProcessId next_id, const std::vector<ProcessId>& ids, const std::string& payload) {
   std::ostringstream os;
   os << current.str() << '\n' << next.str() << '\n' << next_id;
   for (ProcessId id : ids) os << ' ' << id;
+  os << '\n' << payload;
   return os.str();
 }
 
@@ -47,9 +50,13 @@ DeviceManager::DeviceManager(std::unique_ptr<comm::Transport> joined, std::share
   std::istringstream in(msg);
   std::getline(in, joined_current_);
   std::getline(in, joined_next_);
-  in >> next_id_;
+  std::string id_line;
+  std::getline(in, id_line);
+  std::istringstream ids(id_line);
+  ids >> next_id_;
   ProcessId id = 0;
-  while (in >> id) ids_.push_back(id);
+  while (ids >> id) ids_.push_back(id);
+  joined_payload_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   DT_CHECK(static_cast<int>(ids_.size()) == world_->size(), "join message names ", ids_.size(),
            " processes for a world of ", world_->size());
   control_ = world_->split(0, world_->rank());
@@ -74,13 +81,14 @@ void DeviceManager::wait_for_root(comm::Transport& world, Wake what) {
   while (!req->test()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
 }
 
-void DeviceManager::prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work) {
+void DeviceManager::prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work,
+                            std::string payload) {
   DT_CHECK(!preparing(), "prepare() while another prepare is in flight");
   prepared_ = std::make_unique<Prepared>();
   error_ = nullptr;
-  thread_ = std::thread([this, current, next, work = std::move(work)]() mutable {
+  thread_ = std::thread([this, current, next, work = std::move(work), payload = std::move(payload)]() mutable {
     try {
-      run_prepare(current, next, std::move(work));
+      run_prepare(current, next, std::move(work), payload);
     } catch (...) {
       error_ = std::current_exception();
     }
@@ -88,7 +96,8 @@ void DeviceManager::prepare(const vps::ParallelConfig& current, const vps::Paral
   });
 }
 
-void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work) {
+void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work,
+                                const std::string& payload) {
   comm::Transport& ctl = *control_;
   if (ctl.rank() >= current.world_size()) wait_for_root(ctl, Wake::kPrepare);
   else wake_from(ctl, current.world_size(), Wake::kPrepare);
@@ -121,7 +130,7 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
     next_world_ = launcher_->grow(ctl, need);
     p.creations += 1;
     for (int i = 0; i < need; ++i) next_ids_.push_back(next_next_id_++);
-    std::string msg = join_message(current, next, next_next_id_, next_ids_);
+    std::string msg = join_message(current, next, next_next_id_, next_ids_, payload);
     broadcast_string(*next_world_, msg);
     next_control_ = next_world_->split(0, next_world_->rank());
     p.creations += 1;

@@ -69,15 +69,19 @@ class DeviceManager {
   Launcher* launcher() const { return launcher_.get(); }
   bool left() const { return left_; }
 
-  // In a joined process: the layout the job runs now and the one being prepared.
+  // In a joined process: the layout the job runs now, the one being prepared, and the caller's
+  // payload of that prepare (e.g. the rest of the job's schedule).
   const std::string& joined_current() const { return joined_current_; }
   const std::string& joined_next() const { return joined_next_; }
+  const std::string& joined_payload() const { return joined_payload_; }
 
   // `work` runs on the EDM's thread after the world and communicators are ready, with the rank's
   // index in the larger of the two worlds; it must not communicate.
   using Work = std::function<void(const Prepared&)>;
   // Collective over world() (ranks outside `current` layout included); returns at once.
-  void prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work);
+  // `payload` (rank 0's) reaches processes started by this prepare (joined_payload()).
+  void prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work,
+               std::string payload = {});
   // In a joined process, synchronously: the part of the starters' prepare after the grow.
   void prepare_joined(const vps::ParallelConfig& next, Work work);
   bool preparing() const { return thread_.joinable() || prepared_ != nullptr; }
@@ -97,7 +101,7 @@ class DeviceManager {
   static void wait_for_root(comm::Transport& world, Wake what);
 
  private:
-  void run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work);
+  void run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work, const std::string& payload);
   void after_grow(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work& work);
 
   comm::Transport* world_ = nullptr;
@@ -107,7 +111,7 @@ class DeviceManager {
   std::shared_ptr<Launcher> launcher_;
   CommunicatorCache cache_;
   bool left_ = false;
-  std::string joined_current_, joined_next_;
+  std::string joined_current_, joined_next_, joined_payload_;
 
   // The prepare in flight: filled by the EDM's thread, read after join.
   std::thread thread_;

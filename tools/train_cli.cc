@@ -169,9 +169,17 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   std::int64_t step = 0;
   std::string preparing;  // layout being prepared, for the progress line
 
+  // The schedule from entry `next` on, as a valid --schedule string (processes started by the
+  // switch being prepared continue from it: it holds switches requested while running).
+  auto rest_of_schedule = [&] {
+    std::string s = "0:" + trainer->config().str();
+    for (std::size_t i = next; i < schedule.size(); ++i)
+      s += ";" + std::to_string(schedule[i].first) + ":" + schedule[i].second.str();
+    return s;
+  };
   auto maybe_prepare = [&] {
     if (next < schedule.size() && !trainer->preparing() && step + trainer->lookahead() >= schedule[next].first) {
-      trainer->prepare(schedule[next].second);
+      trainer->prepare(schedule[next].second, rest_of_schedule());
       preparing = schedule[next].second.str();
     }
   };
@@ -240,6 +248,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   if (joined) {  // this process was started for the switch being prepared: commit it first
     trainer->commit();
     step = trainer->steps_done();
+    if (!trainer->joined_payload().empty()) schedule = parse_schedule(trainer->joined_payload());
     next = 0;
     while (next < schedule.size() && schedule[next].first <= step) ++next;
     if (trainer->left()) return 0;
@@ -312,6 +321,14 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
                     s.prepare_s * 1e3, s.hidden_fraction * 100);
     if (json_out.is_open()) json_out << nlohmann::json{{"switches", records}}.dump(2) << '\n';
     std::fflush(stdout);
+  }
+  // Where processes may leave a running job, every process ends that way: MPI_Finalize can wait
+  // (measured: sometimes for ever) for processes of its job that already left (docs/edm.md).
+  if (args.launcher && args.launcher->cannot_leave().empty()) {
+    csv.close();
+    json_out.close();
+    trainer.reset();
+    args.launcher->leave();
   }
   return 0;
 }

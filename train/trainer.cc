@@ -443,13 +443,13 @@ struct Trainer::Impl {
   }
 
   // ---- switch: prepare (on the EDM's thread, while steps run) + commit (at a step boundary) ----
-  void prepare(vps::ParallelConfig next) {
+  void prepare(vps::ParallelConfig next, std::string payload) {
     check_supported(opt, next);
     lookahead_used = lookahead;
     const vps::ParallelConfig current = cfg();
     edm->prepare(current, next, [this, current, next](const edm::Prepared& p) {
       if (p.refused.empty()) plan_switch(current, next);
-    });
+    }, std::move(payload));
   }
 
   // This rank's layouts and plan for the switch (no communication, no torch: safe on the EDM's
@@ -721,11 +721,14 @@ const vps::ParallelConfig& Trainer::config() const { return impl_->cfg(); }
 const vps::Layout& Trainer::layout() const { return *impl_->layout; }
 std::int64_t Trainer::steps_done() const { return impl_->step; }
 StepStats Trainer::step() { return impl_->do_step(); }
-void Trainer::prepare(const vps::ParallelConfig& config) { impl_->prepare(config); }
+void Trainer::prepare(const vps::ParallelConfig& config, std::string payload) {
+  impl_->prepare(config, std::move(payload));
+}
+const std::string& Trainer::joined_payload() const { return impl_->edm->joined_payload(); }
 bool Trainer::preparing() const { return impl_->edm->preparing(); }
 SwitchStats Trainer::commit() { return impl_->commit(); }
 SwitchStats Trainer::switch_to(const vps::ParallelConfig& config) {
-  impl_->prepare(config);
+  impl_->prepare(config, {});
   return impl_->commit();
 }
 bool Trainer::left() const { return impl_->left; }

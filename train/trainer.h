@@ -116,8 +116,11 @@ class Trainer {
   // One training step; collective over the current layout's ranks. loss is on every active rank.
   StepStats step();
   // Starts preparing a switch to `config` in the background; collective over world. Validates
-  // `config` first (InputError).
-  void prepare(const vps::ParallelConfig& config);
+  // `config` first (InputError). `payload` (rank 0's) reaches processes this switch starts
+  // (joined_payload()).
+  void prepare(const vps::ParallelConfig& config, std::string payload = {});
+  // In a process started by a grow: the payload of the prepare that started it.
+  const std::string& joined_payload() const;
   bool preparing() const;
   // At a step boundary: waits for the prepare if needed, moves the whole training state, and
   // rebuilds views; collective over the world (the larger of the old and new one).
