@@ -4,6 +4,7 @@
 // cannot start processes and is refused with the world unchanged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
