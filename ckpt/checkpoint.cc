@@ -54,7 +54,8 @@ json tensors_json(const std::vector<vps::TensorSpec>& tensors) {
 struct SegmentRef {
   vps::StateKind kind;
   vps::Segment segment;
-  std::uint64_t arena_byte = 0;
+  vps::LocalBuffer buffer;         // the segment's buffer (without its segment list)
+  std::uint64_t buffer_byte = 0;   // where the segment starts in it
   std::uint64_t bytes = 0;
 };
 
@@ -66,7 +67,7 @@ std::vector<SegmentRef> rank_segments(const vps::Layout& layout, int rank,
       [&](const vps::LocalBuffer& buf, const std::vector<vps::Segment>& segments) {
         const int elem = layout.options().elem_bytes[static_cast<int>(buf.kind)];
         for (const auto& s : segments)
-          out.push_back({buf.kind, s, static_cast<std::uint64_t>((buf.arena_offset + s.offset) * elem),
+          out.push_back({buf.kind, s, buf, static_cast<std::uint64_t>(s.offset * elem),
                          static_cast<std::uint64_t>(s.box.numel() * elem)});
       },
       kind_mask(kinds));
@@ -93,7 +94,8 @@ std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& la
   StHeader header;
   json sums = json::object();
   for (const auto& s : segments) {
-    DT_CHECK(arenas.of(s.kind) != nullptr, "no arena for kind ", vps::state_kind_name(s.kind));
+    DT_CHECK(arenas.of_buffer(s.buffer, layout.options().elem_bytes[static_cast<int>(s.kind)]) != nullptr,
+             "no memory for a buffer of kind ", vps::state_kind_name(s.kind));
     StEntry e;
     e.name = entry_name(layout, s.kind, s.segment);
     e.dtype = dtype_of_size(layout.options().elem_bytes[static_cast<int>(s.kind)]);
@@ -119,7 +121,8 @@ std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& la
   };
   for (std::size_t i = 0; i < segments.size(); ++i) {
     const auto& s = segments[i];
-    const std::byte* src = arenas.of(s.kind) + s.arena_byte;
+    const std::byte* src =
+        arenas.of_buffer(s.buffer, layout.options().elem_bytes[static_cast<int>(s.kind)]) + s.buffer_byte;
     sums[header.entries[i].name] = hex64(checksum(src, s.bytes));
     if (s.bytes >= kStage / 4) {  // large: straight from the arena
       flush();
@@ -388,9 +391,9 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
     auto dst_of = [&](const plan::Piece& q) -> std::pair<std::byte*, const vps::Segment*> {
       const vps::LocalBuffer& dbuf = dst_layout.buffers.at(q.dst_buffer);
       const vps::Segment& dseg = dbuf.segments.at(q.dst_segment);
-      std::byte* out = arenas.of(dbuf.kind);
-      DT_CHECK(out != nullptr, "no arena for kind ", vps::state_kind_name(dbuf.kind));
-      return {out + (dbuf.arena_offset + dseg.offset) * elem, &dseg};
+      std::byte* out = arenas.of_buffer(dbuf, elem);
+      DT_CHECK(out != nullptr, "no memory for a buffer of kind ", vps::state_kind_name(dbuf.kind));
+      return {out + dseg.offset * elem, &dseg};
     };
     // A whole segment that is one contiguous run at its destination is read in place.
     const plan::Piece& q0 = pieces[r.first];

@@ -34,11 +34,20 @@
 
 namespace dynatrain::ckpt {
 
-// One rank's state arenas (vps::LocalBuffer::arena_offset), indexed by StateKind; nullptr for
-// kinds the rank does not have. Element sizes come from the layout's options.
+// Where one rank's state lives. Either one arena per kind (`data`, indexed by StateKind, buffers
+// at vps::LocalBuffer::arena_offset; nullptr for kinds the rank does not have), or, when
+// `buffer` is set, one block per buffer (the trainer's pool-backed state): buffer(b) is the
+// start of b's b.numel elements. Element sizes come from the layout's options.
 struct Arenas {
   std::array<std::byte*, vps::kNumStateKinds> data{};
+  std::function<std::byte*(const vps::LocalBuffer&)> buffer;
   std::byte* of(vps::StateKind k) const { return data[static_cast<int>(k)]; }
+  // Start of buffer `b` (elements of `elem` bytes); nullptr when the rank has no memory for it.
+  std::byte* of_buffer(const vps::LocalBuffer& b, int elem) const {
+    if (buffer) return buffer(b);
+    std::byte* base = of(b.kind);
+    return base ? base + b.arena_offset * elem : nullptr;
+  }
 };
 
 std::string step_dir_name(std::int64_t step);  // "step-00000010"

@@ -2,3 +2,6 @@
 # ranks than cores (the machines here have 2).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# Lets a process leave a running job (`dynatrain train` shrinking its world) without waiting in
+# MPI_Finalize for the rest of its job (docs/edm.md).
+export OMPI_MCA_orte_allowed_exit_without_sync=1

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   add(dynatrain::tools::add_run_transition_command);
   add(dynatrain::tools::add_train_command);
   add(dynatrain::tools::add_export_command);
+  add(dynatrain::tools::add_request_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

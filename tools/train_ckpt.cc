@@ -9,10 +9,10 @@ namespace dynatrain::tools {
 
 namespace {
 
+// The trainer keeps one pool block per buffer (train/state.h).
 ckpt::Arenas view(train::Arenas& a) {
   ckpt::Arenas out;
-  for (int k = 0; k < vps::kNumStateKinds; ++k)
-    out.data[k] = a.kind[k].empty() ? nullptr : reinterpret_cast<std::byte*>(a.kind[k].data());
+  out.buffer = [&a](const vps::LocalBuffer& b) { return reinterpret_cast<std::byte*>(a.data(b)); };
   return out;
 }
 

@@ -10,7 +10,11 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "common/error.h"
+#include "testing/state_oracle.h"
+#include "tools/job_request.h"
 #include "train/data.h"
 #include "train/trainer.h"
 #include "tools/train_ckpt.h"
@@ -61,6 +65,36 @@ int default_threads() {
   return std::max(1, cores / local);
 }
 
+// One JSON record per switch (docs/edm.md lists the fields).
+nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p_bytes_per_s) {
+  nlohmann::json j;
+  j["step"] = step;
+  j["from"] = s.from;
+  j["to"] = s.to;
+  j["refused"] = s.refused;
+  j["world_before"] = s.world_before;
+  j["world_after"] = s.world_after;
+  j["lookahead_steps"] = s.lookahead;
+  j["prepare_s"] = s.prepare_s;
+  j["spawn_s"] = s.spawn_s;
+  j["hidden_fraction"] = s.hidden_fraction;
+  j["pause_s"] = s.total_s;
+  j["plan_s"] = s.plan_s;
+  j["transfer_s"] = s.transfer_s;
+  j["rebuild_s"] = s.rebuild_s;
+  j["bytes_sent"] = s.bytes_sent;
+  j["max_bytes_received"] = s.max_bytes_received;
+  j["p2p_bytes_per_s"] = p2p_bytes_per_s;
+  j["lower_bound_s"] = p2p_bytes_per_s > 0 ? static_cast<double>(s.max_bytes_received) / p2p_bytes_per_s : 0.0;
+  j["peak_bytes"] = s.peak_bytes;
+  j["bound_bytes"] = s.bound_bytes;
+  j["peak_over_bound"] = s.peak_over_bound;
+  j["prefaulted_bytes"] = s.prefaulted_bytes;
+  j["fresh_bytes_in_commit"] = s.fresh_bytes;
+  j["comm_creations"] = s.comm_creations;
+  return j;
+}
+
 }  // namespace
 
 int train_command(const TrainArgs& args, comm::Transport& world) {
@@ -71,84 +105,189 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   o.lr = args.lr;
   o.seed = args.seed;
   o.micro_batches = args.micro_batches;
+  o.launcher = args.launcher;
+  o.lookahead = args.lookahead;
   if (args.switch_method == "gather") o.switch_method = SwitchMethod::kGather;
   else if (args.switch_method == "engine") o.switch_method = SwitchMethod::kEngine;
   else if (!args.switch_method.empty())
     DT_INPUT_ERROR("unknown switch method '", args.switch_method, "'; valid: engine, gather");
   if (args.steps <= 0) DT_INPUT_ERROR("--steps ", args.steps, " must be positive");
+  if (args.lookahead < 0) DT_INPUT_ERROR("--lookahead ", args.lookahead, " must be 0 (auto) or positive");
   auto schedule = parse_schedule(args.schedule);
   if (args.static_layout) schedule.resize(1);
   for (auto& [step, config] : schedule) {
     Trainer::check_supported(o, config);
-    if (config.world_size() > world.size())
+    const bool first = step == schedule.front().first;
+    if (config.world_size() > world.size() && (first || !args.launcher))
       DT_INPUT_ERROR("schedule layout '", config.str(), "' at step ", step, " needs ",
                      config.world_size(), " ranks; the job has ", world.size(),
-                     " (mpirun -np ", config.world_size(), " or more)");
+                     first ? " (the first layout must fit the processes mpirun starts)"
+                           : " and this run cannot start processes");
   }
   std::string text = args.data.empty() ? embedded_text() : read_text_file(args.data);
   if (static_cast<std::int64_t>(text.size()) < args.seq + 2)
     DT_INPUT_ERROR("training text has ", text.size(), " bytes; --seq ", args.seq, " needs at least ", args.seq + 2);
   set_intra_op_threads(args.threads > 0 ? args.threads : default_threads());
 
-  const bool root = world.rank() == 0;
+  // A process started by a grow joins the running job instead of starting one.
+  std::unique_ptr<comm::Transport> joined_world = args.launcher ? args.launcher->join() : nullptr;
+  const bool joined = joined_world != nullptr;
+  const bool root = !joined && world.rank() == 0;
   const bool tty = root && isatty(fileno(stdout));
-  std::ofstream csv;
+  std::ofstream csv, json_out;
   if (root && !args.csv.empty()) csv.open(args.csv);
-  // Every rank learns whether rank 0 could open it, so all throw alike (no rank left waiting).
-  if (!comm::agree_with_root(world, args.csv.empty() || csv.is_open()))
-    DT_INPUT_ERROR("cannot write CSV file '", args.csv, "'");
+  if (root && !args.json.empty()) json_out.open(args.json);
+  // Every rank learns whether rank 0 could open them, so all throw alike (no rank left waiting).
+  if (!joined) {
+    if (!comm::agree_with_root(world, args.csv.empty() || csv.is_open()))
+      DT_INPUT_ERROR("cannot write CSV file '", args.csv, "'");
+    if (!comm::agree_with_root(world, args.json.empty() || json_out.is_open()))
+      DT_INPUT_ERROR("cannot write JSON file '", args.json, "'");
+    if (!comm::agree_with_root(world, args.job.empty() || access(args.job.c_str(), W_OK) == 0))
+      DT_INPUT_ERROR("job directory '", args.job, "' is not a writable directory");
+  }
   if (csv.is_open()) {
     csv.precision(9);
     csv << "step,loss,tokens_per_s,step_s,layout,ranks,switch_plan_s,switch_transfer_s,"
-           "switch_rebuild_s,switch_total_s\n";
+           "switch_rebuild_s,switch_total_s,world,switch_pause_s\n";
   }
   if (root)
     std::printf("dynatrain train: model %s, %lld steps, global batch %lld x %lld tokens, %d ranks, %s\n",
                 o.model.name.c_str(), static_cast<long long>(args.steps),
                 static_cast<long long>(args.global_batch), static_cast<long long>(args.seq),
-                world.size(), args.static_layout || schedule.size() == 1 ? "static layout" : "switching layouts");
+                world.size(), args.static_layout || (schedule.size() == 1 && args.job.empty()) ? "static layout" : "switching layouts");
+  // The lower bound of every switch divides by this point-to-point bandwidth, measured once.
+  double p2p = 0;
+  if (!joined && !args.json.empty()) p2p = testing::measure_p2p_bandwidth(world, std::size_t{64} << 20);
 
   // Resuming: start at the checkpoint's step, in the schedule's layout for that step.
   std::optional<ckpt::Checkpoint> resume;
   std::int64_t first_step = 0;
-  std::size_t next = 1;
-  if (!args.resume_dir.empty()) {
+  if (!args.resume_dir.empty() && !joined) {
     resume = ckpt::open_latest(args.resume_dir, o.model);
     first_step = resume->step;
     if (first_step >= args.steps)
       DT_INPUT_ERROR("checkpoint in '", args.resume_dir, "' is at step ", first_step, "; --steps ", args.steps,
                      " leaves nothing to train");
-    while (next < schedule.size() && schedule[next].first <= first_step) ++next;
   }
   if (args.save_every < 0) DT_INPUT_ERROR("--save-every ", args.save_every, " must be >= 0");
-  Trainer trainer(o, schedule[next - 1].second, world, std::move(text));
-  if (resume) resume_trainer(*resume, trainer, world);
+  std::size_t first_layout = 1;
+  while (first_layout < schedule.size() && schedule[first_layout].first <= first_step) ++first_layout;
+  std::unique_ptr<Trainer> trainer =
+      joined ? Trainer::join(o, std::move(joined_world), std::move(text))
+             : std::make_unique<Trainer>(o, schedule[first_layout - 1].second, world, std::move(text));
+  if (resume) resume_trainer(*resume, *trainer, world);
   struct Tally { double tokens = 0, seconds = 0; int steps = 0; };
   std::map<std::string, Tally> per_layout;
-  std::vector<SwitchStats> switches;
-  for (std::int64_t step = first_step; step < args.steps; ++step) {
+  std::vector<std::pair<std::int64_t, SwitchStats>> switches;
+  nlohmann::json records = nlohmann::json::array();
+  std::size_t next = first_layout;
+  std::int64_t step = first_step;
+  std::string preparing;  // layout being prepared, for the progress line
+
+  // The schedule from entry `next` on, as a valid --schedule string (processes started by the
+  // switch being prepared continue from it: it holds switches requested while running).
+  auto rest_of_schedule = [&] {
+    std::string s = "0:" + trainer->config().str();
+    for (std::size_t i = next; i < schedule.size(); ++i)
+      s += ";" + std::to_string(schedule[i].first) + ":" + schedule[i].second.str();
+    return s;
+  };
+  auto maybe_prepare = [&] {
+    if (next < schedule.size() && !trainer->preparing() && step + trainer->lookahead() >= schedule[next].first) {
+      trainer->prepare(schedule[next].second, rest_of_schedule());
+      preparing = schedule[next].second.str();
+    }
+  };
+  // Returns false when this process left the job.
+  auto commit = [&](SwitchStats& sw) {
+    sw = trainer->commit();
+    preparing.clear();
+    ++next;
+    if (root) {
+      switches.emplace_back(step, sw);
+      records.push_back(switch_record(step, sw, p2p));
+      if (!sw.refused.empty()) {
+        std::printf("switch before step %lld: %s -> %s refused: %s; training continues in %s\n",
+                    static_cast<long long>(step), sw.from.c_str(), sw.to.c_str(), sw.refused.c_str(), sw.from.c_str());
+      } else {
+        std::printf("switch before step %lld: %s -> %s  processes %d -> %d  pause %.2f ms (transfer %.2f, "
+                    "rebuild %.2f)  prepare %.2f ms (spawn %.2f) hidden %.0f%%  %llu new communicators  "
+                    "(%s, %.2f MB sent)\n",
+                    static_cast<long long>(step), sw.from.c_str(), sw.to.c_str(), sw.world_before, sw.world_after,
+                    sw.total_s * 1e3, sw.transfer_s * 1e3, sw.rebuild_s * 1e3, sw.prepare_s * 1e3,
+                    sw.spawn_s * 1e3, sw.hidden_fraction * 100, static_cast<unsigned long long>(sw.comm_creations),
+                    switch_method_name(sw.method), sw.bytes_sent / 1e6);
+        if (!sw.note.empty()) std::printf("note: %s\n", sw.note.c_str());
+      }
+      std::fflush(stdout);
+    }
+    return !trainer->left();
+  };
+
+  // A request from `dynatrain request` (rank 0 reads it, every rank of the world agrees): the
+  // switch goes into the schedule at its step, or as soon as it can be prepared; never before
+  // a switch already being prepared. Called at every step boundary after any commit.
+  auto take_request = [&] {
+    std::string to;
+    std::int64_t at = -1;
+    if (root) {
+      if (auto q = take_job_request(args.job)) {
+        try {
+          auto c = vps::ParallelConfig::parse(q->to);
+          Trainer::check_supported(o, c);
+          to = c.str();
+          at = q->at_step;
+        } catch (const InputError& e) {
+          std::printf("request refused: %s; training continues in %s\n", e.what(), trainer->config().str().c_str());
+        }
+      }
+    }
+    std::uint64_t hdr[2] = {to.size(), static_cast<std::uint64_t>(at + 1)};
+    comm::Transport& w = trainer->world();
+    w.broadcast(hdr, sizeof(hdr), 0);
+    if (hdr[0] == 0) return;
+    to.resize(hdr[0]);
+    w.broadcast(to.data(), to.size(), 0);
+    at = hdr[1] == 0 ? step + trainer->lookahead() : static_cast<std::int64_t>(hdr[1]) - 1;
+    std::int64_t earliest = step + 1;
+    if (trainer->preparing()) earliest = std::max(earliest, schedule[next].first + 1);
+    at = std::max(at, earliest);
+    std::size_t i = next;
+    while (i < schedule.size() && schedule[i].first < at) ++i;
+    const auto config = vps::ParallelConfig::parse(to);
+    if (i < schedule.size() && schedule[i].first == at) schedule[i].second = config;
+    else schedule.insert(schedule.begin() + static_cast<std::ptrdiff_t>(i), {at, config});
+    if (root) std::printf("request: switch to %s before step %lld\n", to.c_str(), static_cast<long long>(at));
+  };
+
+  if (joined) {  // this process was started for the switch being prepared: commit it first
+    trainer->commit();
+    step = trainer->steps_done();
+    if (!trainer->joined_payload().empty()) schedule = parse_schedule(trainer->joined_payload());
+    next = 0;
+    while (next < schedule.size() && schedule[next].first <= step) ++next;
+    if (trainer->left()) return 0;
+  }
+  for (; step < args.steps; ++step) {
     if (!args.save_dir.empty() && args.save_every > 0 && step > first_step && step % args.save_every == 0)
-      save_trainer(args.save_dir, step, trainer, world);
+      save_trainer(args.save_dir, step, *trainer, trainer->world());
+    maybe_prepare();
     SwitchStats sw;
     bool switched = false;
     if (next < schedule.size() && schedule[next].first == step) {
-      sw = trainer.switch_to(schedule[next].second);
       switched = true;
-      ++next;
-      if (root) {
-        switches.push_back(sw);
-        std::printf("switch before step %lld: %s -> %s  plan %.2f ms  transfer %.2f ms  rebuild %.2f ms"
-                    "  total %.2f ms  (%s, %.2f MB sent)\n",
-                    static_cast<long long>(step), sw.from.c_str(), sw.to.c_str(),
-                    sw.plan_s * 1e3, sw.transfer_s * 1e3, sw.rebuild_s * 1e3, sw.total_s * 1e3,
-                    switch_method_name(sw.method), sw.bytes_sent / 1e6);
-        std::fflush(stdout);
-      }
+      if (!commit(sw)) break;
+      maybe_prepare();
     }
-    if (!trainer.active()) continue;  // wait in the next switch_to / finish
-    const StepStats st = trainer.step();
+    if (!args.job.empty()) {
+      take_request();
+      maybe_prepare();
+    }
+    if (!trainer->active()) continue;  // wait in the next prepare / commit / finish
+    const StepStats st = trainer->step();
     if (!root) continue;
-    const std::string layout = trainer.config().str();
+    const std::string layout = trainer->config().str();
     if (!switched) {  // the first step after a switch also pays for warm caches: not counted
       auto& t = per_layout[layout];
       t.tokens += static_cast<double>(args.global_batch * args.seq);
@@ -166,28 +305,49 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
                     std::string(width - done, '.').c_str(), eta);
       bar = buf;
     }
-    std::printf("%sstep %5lld  loss %.4f  %8.0f tok/s  %7.2f ms  %s\n", bar.c_str(),
-                static_cast<long long>(step), st.loss, st.tokens_per_s, st.seconds * 1e3, layout.c_str());
+    const std::string prep = preparing.empty() ? "" : "  (preparing " + preparing + ")";
+    std::printf("%sstep %5lld  loss %.4f  %8.0f tok/s  %7.2f ms  %s  %d processes%s\n", bar.c_str(),
+                static_cast<long long>(step), st.loss, st.tokens_per_s, st.seconds * 1e3, layout.c_str(),
+                trainer->world_size(), prep.c_str());
     std::fflush(stdout);
     if (csv.is_open()) {
       csv << step << ',' << st.loss << ',' << st.tokens_per_s << ',' << st.seconds << ','
-          << plain(layout) << ',' << trainer.config().world_size();
-      if (switched) csv << ',' << sw.plan_s << ',' << sw.transfer_s << ',' << sw.rebuild_s << ',' << sw.total_s;
+          << plain(layout) << ',' << trainer->config().world_size();
+      const bool moved = switched && sw.refused.empty();
+      if (moved) csv << ',' << sw.plan_s << ',' << sw.transfer_s << ',' << sw.rebuild_s << ',' << sw.total_s;
       else csv << ",,,,";
+      csv << ',' << trainer->world_size() << ',';
+      if (moved) csv << sw.total_s;
       csv << '\n';
     }
   }
-  if (!args.save_dir.empty()) save_trainer(args.save_dir, args.steps, trainer, world);  // the final state
-  trainer.finish();
+  if (trainer->left()) {  // handed its state over in the last commit
+    trainer.reset();
+    if (args.launcher) args.launcher->leave();
+    return 0;
+  }
+  if (!args.save_dir.empty()) save_trainer(args.save_dir, args.steps, *trainer, trainer->world());  // the final state
+  trainer->finish();
   if (root) {
     std::printf("summary: tokens/s by layout (steady state, first step after a switch excluded)\n");
     for (const auto& [layout, t] : per_layout)
       if (t.steps > 0)
         std::printf("  %-28s %9.0f tok/s over %d steps\n", layout.c_str(), t.tokens / t.seconds, t.steps);
-    for (const auto& s : switches)
-      std::printf("  switch %s -> %s: %.2f ms (plan %.2f, transfer %.2f, rebuild %.2f)\n", s.from.c_str(),
-                  s.to.c_str(), s.total_s * 1e3, s.plan_s * 1e3, s.transfer_s * 1e3, s.rebuild_s * 1e3);
+    for (const auto& [at, s] : switches)
+      if (s.refused.empty())
+        std::printf("  switch %s -> %s (%d -> %d processes): pause %.2f ms, prepare %.2f ms, hidden %.0f%%\n",
+                    s.from.c_str(), s.to.c_str(), s.world_before, s.world_after, s.total_s * 1e3,
+                    s.prepare_s * 1e3, s.hidden_fraction * 100);
+    if (json_out.is_open()) json_out << nlohmann::json{{"switches", records}}.dump(2) << '\n';
     std::fflush(stdout);
+  }
+  // Where processes may leave a running job, every process ends that way: MPI_Finalize can wait
+  // (measured: sometimes for ever) for processes of its job that already left (docs/edm.md).
+  if (args.launcher && args.launcher->cannot_leave().empty()) {
+    csv.close();
+    json_out.close();
+    trainer.reset();
+    args.launcher->leave();
   }
   return 0;
 }

@@ -2,20 +2,28 @@
 //
 //   mpirun -np N dynatrain train --model tiny-dense|tiny-moe|config.json [--data FILE]
 //       --steps S --global-batch B --seq L --schedule "0:tp=2,pp=2,dp=2;50:tp=1,pp=2,dp=4"
-//       [--static] [--csv FILE]
+//       [--static] [--csv FILE] [--json FILE] [--lookahead K] [--hostfile F] [--host H]
 //
 // Every rank of `world` calls train_command with the same arguments. Rank 0 prints one line per
-// step (loss, tokens/s, layout) and one per switch (plan / transfer / rebuild times); when
-// stdout is a terminal the step lines become a single progress line. Ranks that the current
-// layout does not use wait (polling, without spinning in MPI) and rejoin at the next switch.
+// step (loss, tokens/s, layout, a switch being prepared) and one per switch (pause, prepare,
+// hidden share, transfer); on a terminal the step lines start with a progress bar.
+//
+// Elastic: each switch is prepared `lookahead` steps ahead on the elastic device manager's
+// thread (edm/). A layout with more ranks than the job starts the missing processes (the
+// launcher: MPI_Comm_spawn of this program with these arguments; the new processes enter
+// train_command too, see Launcher::join, and continue from the switch); ranks the new layout
+// does not use leave the job in the commit (Launcher::leave, exit status 0). A switch whose
+// processes cannot start is refused with one line and training goes on in the old layout.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "comm/transport.h"
+#include "edm/launcher.h"
 #include "vps/parallel_config.h"
 
 namespace dynatrain::tools {
@@ -24,13 +32,20 @@ struct TrainArgs {
   std::string model = "tiny-dense";  // --model: preset name or a Hugging Face config.json
   std::string data;                  // --data: text file (bytes are tokens); empty = embedded text
   std::int64_t steps = 100;          // --steps
-  std::int64_t global_batch = 16;    // --global-batch: sequences per step (all dp ranks)
+  // --global-batch: sequences per step (all dp ranks); 24 divides evenly over dp = 1, 2, 3, 4, 6, 8
+  std::int64_t global_batch = 24;
   std::int64_t seq = 64;             // --seq: tokens per sequence
   // --schedule: "STEP:CONFIG;STEP:CONFIG;..." with strictly increasing steps, the first 0;
   // CONFIG is a vps config string (tp, pp, dp, ep, zero; cp=1, etp=1, zero<=1 here).
   std::string schedule = "0:tp=1,pp=1,dp=1";
   bool static_layout = false;        // --static: run the schedule's first layout throughout
   std::string csv;                   // --csv: per-step CSV (header: step,loss,tokens_per_s,...)
+  std::string json;                  // --json: one record per switch (docs/edm.md)
+  int lookahead = 0;                 // --lookahead: steps between prepare and commit; 0 = auto
+  std::string job;                   // --job DIR: take switch requests from DIR (tools/job_request.h)
+  // How processes are started and ended (nullptr: the job keeps its processes; layouts must
+  // fit the world). `dynatrain train` uses the MPI launcher with --hostfile / --host.
+  std::shared_ptr<edm::Launcher> launcher;
   // Optional knobs (flags suggested: --lr, --seed, --micro-batches, --switch-method, --threads).
   double lr = 3e-3;
   std::uint64_t seed = 1234;

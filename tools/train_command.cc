@@ -1,4 +1,7 @@
 // `dynatrain train`: flags only; tools/train_cli.h does the work.
+#include <cstdlib>
+
+#include "edm/mpi_launcher.h"
 #include "tools/commands.h"
 #include "tools/mpi_world.h"
 #include "tools/train_cli.h"
@@ -7,6 +10,7 @@ namespace dynatrain::tools {
 
 Command add_train_command(CLI::App& app) {
   auto args = std::make_shared<tools::TrainArgs>();
+  auto launch = std::make_shared<edm::MpiLaunchSettings>();
   auto* cmd = app.add_subcommand("train", "Train a model, switching layouts on a schedule (run under mpirun)");
   cmd->add_option("--model", args->model, "tiny-dense, tiny-moe, or a Hugging Face config.json")
       ->capture_default_str();
@@ -20,6 +24,12 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--static", args->static_layout, "Run the schedule's first layout throughout");
   cmd->add_option("--csv", args->csv, "Write per-step figures to this CSV file");
+  cmd->add_option("--json", args->json, "Write one record per switch to this JSON file");
+  cmd->add_option("--lookahead", args->lookahead, "Steps between preparing a switch and committing it (0: auto)")
+      ->capture_default_str();
+  cmd->add_option("--job", args->job, "Directory to watch for `dynatrain request` switch requests");
+  cmd->add_option("--hostfile", launch->hostfile, "MPI hostfile for processes started by a grow");
+  cmd->add_option("--host", launch->hosts, "Hosts for processes started by a grow (h1,h2,...)");
   cmd->add_option("--lr", args->lr, "Adam learning rate")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed for weights and data order")->capture_default_str();
   cmd->add_option("--micro-batches", args->micro_batches, "Pipeline micro-batches (0: auto)")->capture_default_str();
@@ -31,7 +41,9 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--resume", args->resume_dir,
                   "Continue from this directory's latest checkpoint, in the schedule's layout for its step");
-  return [args] {
+  return [args, launch] {
+    if (const char* exe = std::getenv("DT_EDM_EXECUTABLE")) launch->executable = exe;
+    args->launcher = edm::make_mpi_launcher(*launch);
     return run_on_mpi_world([&](comm::Transport& world) { return tools::train_command(*args, world); });
   };
 }

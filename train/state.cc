@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include "common/error.h"
 #include "train/data.h"
@@ -20,15 +21,69 @@ vps::LayoutOptions trainer_layout_options(std::int64_t bucket_elems,
   return o;
 }
 
-Arenas allocate_arenas(const vps::RankLayout& layout) {
-  Arenas a;
-  std::array<std::int64_t, vps::kNumStateKinds> size{};
-  for (const auto& b : layout.buffers) {
-    auto& s = size[static_cast<int>(b.kind)];
-    s = std::max(s, b.arena_offset + b.numel);
+Arenas::Arenas(const vps::RankLayout& layout, exec::StateAllocator& alloc) : alloc_(&alloc) {
+  fill_missing(layout);
+}
+
+Arenas::~Arenas() { release_all(); }
+
+Arenas::Arenas(Arenas&& other) noexcept
+    : alloc_(other.alloc_), blocks_(std::exchange(other.blocks_, {})) {}
+
+Arenas& Arenas::operator=(Arenas&& other) noexcept {
+  if (this != &other) {
+    release_all();
+    alloc_ = other.alloc_;
+    blocks_ = std::exchange(other.blocks_, {});
   }
-  for (int k = 0; k < vps::kNumStateKinds; ++k) a.kind[k].assign(size[k], 0.0f);
-  return a;
+  return *this;
+}
+
+void Arenas::release_all() {
+  for (auto& [k, b] : blocks_) alloc_->release(reinterpret_cast<std::byte*>(b.data), b.bytes);
+  blocks_.clear();
+}
+
+float* Arenas::data(const vps::LocalBuffer& b) const {
+  auto it = blocks_.find(key(b));
+  return it == blocks_.end() ? nullptr : it->second.data;
+}
+
+void Arenas::set(const vps::LocalBuffer& b, float* p) {
+  DT_CHECK(alloc_ != nullptr, "Arenas without an allocator");
+  DT_CHECK(blocks_.count(key(b)) == 0, "buffer ", vps::state_kind_name(b.kind), " bucket ", b.bucket,
+           " already has a block");
+  blocks_[key(b)] = Block{p, static_cast<std::size_t>(b.numel) * sizeof(float)};
+}
+
+float* Arenas::take(const vps::LocalBuffer& b) {
+  auto it = blocks_.find(key(b));
+  if (it == blocks_.end()) return nullptr;
+  DT_CHECK_EQ(it->second.bytes, static_cast<std::size_t>(b.numel) * sizeof(float));
+  float* p = it->second.data;
+  blocks_.erase(it);
+  return p;
+}
+
+void Arenas::release(const vps::LocalBuffer& b) {
+  if (float* p = take(b)) alloc_->release(reinterpret_cast<std::byte*>(p), static_cast<std::size_t>(b.numel) * sizeof(float));
+}
+
+void Arenas::fill_missing(const vps::RankLayout& layout) {
+  DT_CHECK(alloc_ != nullptr, "Arenas without an allocator");
+  for (const auto& b : layout.buffers) {
+    if (b.numel == 0 || data(b) != nullptr) continue;
+    const std::size_t bytes = static_cast<std::size_t>(b.numel) * sizeof(float);
+    auto* p = reinterpret_cast<float*>(alloc_->allocate(bytes));
+    std::memset(p, 0, bytes);
+    blocks_[key(b)] = Block{p, bytes};
+  }
+}
+
+std::size_t state_bytes(const vps::RankLayout& layout) {
+  std::size_t total = 0;
+  for (const auto& b : layout.buffers) total += static_cast<std::size_t>(b.numel) * sizeof(float);
+  return total;
 }
 
 float init_value(const vps::ModelSpec& model, const vps::TensorSpec& t, std::int64_t index,
@@ -51,10 +106,11 @@ float init_value(const vps::ModelSpec& model, const vps::TensorSpec& t, std::int
 void init_state(const vps::Layout& layout, const vps::RankLayout& rank_layout, Arenas& arenas,
                 std::uint64_t seed) {
   const auto& tensors = layout.tensors();
-  for (auto& v : arenas.kind) std::fill(v.begin(), v.end(), 0.0f);
+  for (const auto& buf : rank_layout.buffers)
+    if (float* p = arenas.data(buf)) std::fill_n(p, buf.numel, 0.0f);
   for (const auto& buf : rank_layout.buffers) {
     if (buf.kind != StateKind::kParam && buf.kind != StateKind::kMaster) continue;
-    float* base = arenas.data(buf.kind) + buf.arena_offset;
+    float* base = arenas.data(buf);
     for (const auto& seg : buf.segments) {
       const auto& t = tensors[seg.tensor];
       for_each_row(seg.box, t.shape, [&](std::int64_t full, std::int64_t local, std::int64_t n) {
@@ -83,9 +139,10 @@ Gathered gather_vps(const vps::Layout& layout, StateKind kind, const Arenas& are
   const int active = layout.config().world_size();
   DT_CHECK(active <= world.size(), "layout needs ", active, " ranks, world has ", world.size());
   if (rank != 0) {
-    if (rank < active) {
-      const auto& arena = arenas.kind[static_cast<int>(kind)];
-      if (!arena.empty()) world.isend(arena.data(), arena.size() * sizeof(float), 0, kGatherTag)->wait();
+    if (rank < active) {  // one message per non-empty buffer, in layout order
+      const vps::RankLayout rl = layout.rank_layout(rank);
+      for (const auto* b : buffers_of(rl, kind))
+        if (b->numel > 0) world.isend(arenas.data(*b), b->numel * sizeof(float), 0, kGatherTag)->wait();
     }
     return g;
   }
@@ -99,20 +156,19 @@ Gathered gather_vps(const vps::Layout& layout, StateKind kind, const Arenas& are
   for (int r = 0; r < active; ++r) {
     const vps::RankLayout rl = layout.rank_layout(r);
     const auto bufs = buffers_of(rl, kind);
-    std::int64_t total = 0;
-    for (auto* b : bufs) total = std::max(total, b->arena_offset + b->numel);
     std::vector<float> data;
-    const float* src = arenas.data(kind);
-    if (r != 0) {
-      data.resize(total);
-      if (total > 0) world.irecv(data.data(), total * sizeof(float), r, kGatherTag)->wait();
-      src = data.data();
-    }
     for (auto* b : bufs) {
+      if (b->numel == 0) continue;
+      const float* src = arenas.data(*b);
+      if (r != 0) {
+        data.resize(b->numel);
+        world.irecv(data.data(), b->numel * sizeof(float), r, kGatherTag)->wait();
+        src = data.data();
+      }
       for (const auto& seg : b->segments) {
         auto& full = g.tensors[seg.tensor];
         auto& w = written[seg.tensor];
-        const float* from = src + b->arena_offset + seg.offset;
+        const float* from = src + seg.offset;
         for_each_row(seg.box, tensors[seg.tensor].shape,
                      [&](std::int64_t f, std::int64_t l, std::int64_t n) {
                        for (std::int64_t i = 0; i < n; ++i) {
@@ -138,7 +194,7 @@ void scatter_vps(const vps::Layout& layout, const vps::RankLayout& rank_layout, 
   const auto& tensors = layout.tensors();
   for (const auto& buf : rank_layout.buffers) {
     if (buf.kind != kind) continue;
-    float* base = arenas.data(kind) + buf.arena_offset;
+    float* base = arenas.data(buf);
     for (const auto& seg : buf.segments) {
       const auto& src = full[seg.tensor];
       for_each_row(seg.box, tensors[seg.tensor].shape,

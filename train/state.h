@@ -2,17 +2,20 @@
 // by vps::Layout, plus the functions that fill, gather and scatter it in VPS coordinates.
 //
 // Arena contract (shared with exec/ and plan/, which never see torch):
-//   arena[kind] is every LocalBuffer of that kind of RankLayout laid end to end at
-//   LocalBuffer::arena_offset; a buffer's Segment s holds box s.box of tensor s.tensor dense
-//   row-major at s.offset. Padding elements (bucket padding, vocab padding rows) belong to no
-//   segment and stay zero. Local torch parameters are views into arena[param] (trainer.cc).
+//   every LocalBuffer of the RankLayout has its own block (Arenas::data(buffer)); a buffer's
+//   Segment s holds box s.box of tensor s.tensor dense row-major at s.offset. Padding elements
+//   (bucket padding, vocab padding rows) belong to no segment and stay zero. Local torch
+//   parameters are views into the param blocks (trainer.cc).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "comm/transport.h"
+#include "exec/engine.h"
 #include "vps/layout.h"
 
 namespace dynatrain::train {
@@ -24,14 +27,48 @@ vps::LayoutOptions trainer_layout_options(std::int64_t bucket_elems,
                                               vps::StateKind::kMaster, vps::StateKind::kExpAvg,
                                               vps::StateKind::kExpAvgSq});
 
-struct Arenas {
-  std::array<std::vector<float>, vps::kNumStateKinds> kind;
-  float* data(vps::StateKind k) { return kind[static_cast<int>(k)].data(); }
-  const float* data(vps::StateKind k) const { return kind[static_cast<int>(k)].data(); }
+// The trainer's state: one block per LocalBuffer of its RankLayout (a buffer of zero elements has
+// none), each taken from a StateAllocator -- the trainer's exec::PoolAllocator, so that a switch
+// builds the destination in the memory its source gives back as it drains. Blocks created here
+// are zero-filled; every block still owned is given back when the Arenas are destroyed.
+// A buffer is named by (kind, expert group, bucket), as in the RankLayout.
+class Arenas {
+ public:
+  Arenas() = default;
+  explicit Arenas(exec::StateAllocator& alloc) : alloc_(&alloc) {}
+  // Zero-filled blocks for every buffer of `layout`.
+  Arenas(const vps::RankLayout& layout, exec::StateAllocator& alloc);
+  ~Arenas();
+  Arenas(Arenas&& other) noexcept;
+  Arenas& operator=(Arenas&& other) noexcept;
+  Arenas(const Arenas&) = delete;
+  Arenas& operator=(const Arenas&) = delete;
+
+  // The block of buffer `b` (b.numel floats); nullptr if this rank holds none.
+  float* data(const vps::LocalBuffer& b) const;
+  // Adopts `p` (from the same allocator, b.numel floats) as b's block.
+  void set(const vps::LocalBuffer& b, float* p);
+  // Gives up b's block without releasing it (the caller releases it); nullptr if none.
+  float* take(const vps::LocalBuffer& b);
+  // Releases b's block to the allocator now.
+  void release(const vps::LocalBuffer& b);
+  // Zero-filled blocks for the buffers of `layout` that have none yet.
+  void fill_missing(const vps::RankLayout& layout);
+
+ private:
+  using Key = std::tuple<int, bool, std::int32_t>;
+  static Key key(const vps::LocalBuffer& b) { return {static_cast<int>(b.kind), b.expert_group, b.bucket}; }
+  struct Block {
+    float* data = nullptr;
+    std::size_t bytes = 0;
+  };
+  void release_all();
+  exec::StateAllocator* alloc_ = nullptr;
+  std::map<Key, Block> blocks_;
 };
 
-// Zero-filled arenas sized for `layout` (kinds absent from it stay empty).
-Arenas allocate_arenas(const vps::RankLayout& layout);
+// Total bytes of the buffers of `layout` (what Arenas(layout) holds).
+std::size_t state_bytes(const vps::RankLayout& layout);
 
 // The initial value of element `index` (row-major in the full tensor) of tensor `t`: a pure
 // function of (seed, tensor id, index), so every layout starts from the same model. Norm

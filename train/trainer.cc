@@ -9,12 +9,12 @@
 #include <thread>
 
 #include "common/error.h"
+#include "edm/device_manager.h"
 #include "plan/planner.h"
 #include "train/data.h"
 #include "train/model.h"
-#ifdef DT_HAVE_EXEC
 #include "exec/engine.h"
-#endif
+#include "exec/pool_allocator.h"
 
 namespace dynatrain::train {
 
@@ -22,7 +22,7 @@ using vps::StateKind;
 
 namespace {
 
-constexpr int kTagForward = 101, kTagBackward = 102, kTagWake = 103, kTagLogits = 104;
+constexpr int kTagForward = 101, kTagBackward = 102, kTagLogits = 104;
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -77,9 +77,19 @@ void Trainer::check_supported(const TrainerOptions& o, vps::ParallelConfig& c) {
                    c.tp, ", which does not divide them");
 }
 
+// A switch being prepared: what the EDM's thread computed for this rank (no communication).
+struct PendingSwitch {
+  vps::ParallelConfig next;
+  std::unique_ptr<vps::Layout> dst_full;  // every state kind of the new layout
+  vps::RankLayout dst_full_rl, src_rl, dst_rl;
+  plan::RankPlan plan;                    // this rank's part (moved kinds only)
+  std::size_t prefaulted = 0;             // bytes the prepare touched in the pool
+  double plan_s = 0;
+};
+
 struct Trainer::Impl {
   TrainerOptions opt;
-  comm::Transport& world;
+  std::unique_ptr<edm::DeviceManager> edm;
   std::string text;
   DataCursor cursor;
   std::int64_t step = 0;
@@ -87,8 +97,21 @@ struct Trainer::Impl {
   std::unique_ptr<vps::Layout> layout;
   vps::RankLayout rank_layout;
   vps::RankCoords rc;
+  // Every state block comes from this pool (declared before the arenas: it outlives them), so
+  // a switch builds the destination in the memory the source gives back as it drains.
+  exec::PoolAllocator pool;
   Arenas arenas;
-  std::unique_ptr<comm::Transport> tp_g, dp_g, pp_g, ep_g, edp_g, active_g;
+  // Groups of the current layout, from the EDM's cache (nullptr on ranks outside it).
+  std::shared_ptr<const edm::Communicators> groups;
+  comm::Transport* tp_g = nullptr, *dp_g = nullptr, *pp_g = nullptr, *ep_g = nullptr,
+                 *edp_g = nullptr, *active_g = nullptr;
+  std::unique_ptr<PendingSwitch> pending;
+  bool left = false;
+  // Agreed at every commit (rank 0's choice). Before the first prepare has been measured:
+  // 10 steps, since starting processes can take seconds on a loaded machine.
+  int lookahead = 10;
+  int lookahead_used = 0;
+  double last_step_s = 0;
   StageModel model;
   ModelComms comms;
   std::vector<std::int64_t> stage_offsets;
@@ -98,31 +121,35 @@ struct Trainer::Impl {
   // (tokens split over tp in MoE layers).
   std::vector<torch::Tensor> tp_partial;
 
-  Impl(TrainerOptions o, comm::Transport& w, std::string t)
-      : opt(std::move(o)), world(w), text(std::move(t)) {
+  Impl(TrainerOptions o, std::string t) : opt(std::move(o)), text(std::move(t)) {
     cursor.seed = opt.seed;
+    if (opt.lookahead > 0) lookahead = opt.lookahead;
   }
+
+  comm::Transport& world() { return edm->world(); }
 
   const vps::ParallelConfig& cfg() const { return layout->config(); }
   bool active() const { return rc.active; }
 
-  // ---- construction of one layout's rank-local world ----
-  void make_groups() {
-    const auto& c = cfg();
+  // ---- one layout's groups: handed out by the EDM (edm/communicators.h) ----
+  void use_groups(std::shared_ptr<const edm::Communicators> g) {
+    groups = std::move(g);
     const bool a = rc.active;
-    const int r = world.rank();
-    tp_g = world.split(a ? r / c.tp : -1, r);
-    dp_g = world.split(a ? rc.tp + c.tp * rc.pp : -1, rc.dp);
-    pp_g = world.split(a ? rc.tp + c.tp * rc.dp : -1, rc.pp);
-    ep_g = world.split(a ? rc.pp * c.edp() + rc.edp : -1, rc.ep);
-    edp_g = world.split(a ? rc.pp * c.ep + rc.ep : -1, rc.edp);
-    active_g = world.split(a ? 0 : -1, r);
+    DT_CHECK(a == (groups != nullptr), "rank ", world().rank(), " active=", a, " but groups ",
+             groups ? "present" : "absent", " for ", cfg().str());
+    auto get = [&](edm::Group k) { return a ? &groups->group(k) : nullptr; };
+    tp_g = get(edm::Group::kTp);
+    dp_g = get(edm::Group::kDp);
+    pp_g = get(edm::Group::kPp);
+    ep_g = get(edm::Group::kEp);
+    edp_g = get(edm::Group::kEdp);
+    active_g = get(edm::Group::kActive);
     comms = {};
     if (a) {
-      comms.tp = tp_g->size() > 1 ? tp_g.get() : nullptr;
+      comms.tp = tp_g->size() > 1 ? tp_g : nullptr;
       comms.tp_size = tp_g->size();
       comms.tp_rank = tp_g->rank();
-      comms.ep = ep_g->size() > 1 ? ep_g.get() : nullptr;
+      comms.ep = ep_g->size() > 1 ? ep_g : nullptr;
       comms.ep_size = ep_g->size();
       comms.ep_rank = ep_g->rank();
     }
@@ -149,16 +176,14 @@ struct Trainer::Impl {
     model.layers.resize(stage_offsets[rc.pp + 1] - first_layer);
     micro = auto_micro_batches(opt.global_batch / c.dp, c.pp, opt.micro_batches);
     const auto& tensors = layout->tensors();
-    for (const auto& s : layout->local_shards(world.rank())) {
+    for (const auto& s : layout->local_shards(world().rank())) {
       const auto& t = tensors[s.tensor];
       const auto& pb = buffer(StateKind::kParam, s.expert_group, s.bucket);
       const auto& gb = buffer(StateKind::kGrad, s.expert_group, s.bucket);
       auto opts = torch::TensorOptions().dtype(torch::kFloat);
-      torch::Tensor w = torch::from_blob(arenas.data(StateKind::kParam) + pb.arena_offset + s.offset,
-                                         s.local_shape, opts);
+      torch::Tensor w = torch::from_blob(arenas.data(pb) + s.offset, s.local_shape, opts);
       w.requires_grad_(true);
-      w.mutable_grad() = torch::from_blob(arenas.data(StateKind::kGrad) + gb.arena_offset + s.offset,
-                                          s.local_shape, opts);
+      w.mutable_grad() = torch::from_blob(arenas.data(gb) + s.offset, s.local_shape, opts);
       const std::string& n = t.name;
       if (n == "embedding.word.weight") {
         model.embedding = w;
@@ -192,13 +217,14 @@ struct Trainer::Impl {
     }
   }
 
-  void adopt(std::unique_ptr<vps::Layout> l, Arenas a) {
+  void adopt(std::unique_ptr<vps::Layout> l, Arenas a, std::shared_ptr<const edm::Communicators> g) {
     model = StageModel{};  // drop views of the old arenas first
     layout = std::move(l);
-    rank_layout = layout->rank_layout(world.rank());
-    rc = vps::rank_coords(layout->config(), world.rank());
+    const int r = world().rank();
+    rank_layout = layout->rank_layout(r);
+    rc = vps::rank_coords(layout->config(), r);
     arenas = std::move(a);
-    make_groups();
+    use_groups(std::move(g));
     build_views();
   }
 
@@ -344,7 +370,12 @@ struct Trainer::Impl {
     }
   }
 
-  comm::Transport* shard_group(bool expert) { return expert ? edp_g.get() : dp_g.get(); }
+  comm::Transport* shard_group(bool expert) { return expert ? edp_g : dp_g; }
+
+  void zero_kind(StateKind kind) {
+    for (const auto& b : rank_layout.buffers)
+      if (b.kind == kind && b.numel > 0) std::fill_n(arenas.data(b), b.numel, 0.0f);
+  }
 
   void adam(float* master, float* m, float* v, const float* g, std::int64_t n) const {
     const double t = static_cast<double>(step + 1);
@@ -372,11 +403,11 @@ struct Trainer::Impl {
       const auto& sb = buffer(StateKind::kExpAvgSq, pb.expert_group, pb.bucket);
       comm::Transport* group = shard_group(pb.expert_group);
       const int n = group->size();
-      float* param = arenas.data(StateKind::kParam) + pb.arena_offset;
-      float* grad = arenas.data(StateKind::kGrad) + gb.arena_offset;
-      float* master = arenas.data(StateKind::kMaster) + mb.arena_offset;
-      float* m = arenas.data(StateKind::kExpAvg) + ab.arena_offset;
-      float* v = arenas.data(StateKind::kExpAvgSq) + sb.arena_offset;
+      float* param = arenas.data(pb);
+      float* grad = arenas.data(gb);
+      float* master = arenas.data(mb);
+      float* m = arenas.data(ab);
+      float* v = arenas.data(sb);
       if (cfg().zero >= 1 && n > 1) {
         DT_CHECK_EQ(mb.numel * n, pb.numel);
         shard_grad.resize(mb.numel);
@@ -393,10 +424,9 @@ struct Trainer::Impl {
   }
 
   StepStats do_step() {
-    DT_CHECK(rc.active, "step() called on rank ", world.rank(), " outside layout ", cfg().str());
+    DT_CHECK(rc.active, "step() called on rank ", world().rank(), " outside layout ", cfg().str());
     const auto t0 = Clock::now();
-    auto& grad = arenas.kind[static_cast<int>(StateKind::kGrad)];
-    std::fill(grad.begin(), grad.end(), 0.0f);
+    zero_kind(StateKind::kGrad);
     float loss = static_cast<float>(run_microbatches(nullptr));
     reduce_tp_partial_grads();
     optimizer_step();
@@ -407,169 +437,222 @@ struct Trainer::Impl {
     cursor.position += static_cast<std::uint64_t>(opt.global_batch);
     ++step;
     st.seconds = seconds_since(t0);
+    last_step_s = st.seconds;
     st.tokens_per_s = static_cast<double>(opt.global_batch * opt.seq) / st.seconds;
     return st;
   }
 
-  // ---- waiting ranks ----
-  // Rank 0 wakes every rank outside the current layout; those poll for the message.
-  void wake_waiting_ranks() {
-    const int w = cfg().world_size();
-    char token = 1;
-    if (world.rank() == 0) {
-      std::vector<std::unique_ptr<comm::Request>> reqs;
-      for (int r = w; r < world.size(); ++r) reqs.push_back(world.isend(&token, 1, r, kTagWake));
-      comm::wait_all(reqs);
-    } else if (world.rank() >= w) {
-      auto req = world.irecv(&token, 1, 0, kTagWake);
-      while (!req->test()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
+  // ---- switch: prepare (on the EDM's thread, while steps run) + commit (at a step boundary) ----
+  void prepare(vps::ParallelConfig next, std::string payload) {
+    check_supported(opt, next);
+    lookahead_used = lookahead;
+    const vps::ParallelConfig current = cfg();
+    edm->prepare(current, next, [this, current, next](const edm::Prepared& p) {
+      if (p.refused.empty()) plan_switch(current, next);
+    }, std::move(payload));
   }
 
-  // ---- switch ----
-  SwitchStats do_switch(vps::ParallelConfig next) {
-    check_supported(opt, next);
-    wake_waiting_ranks();
+  // This rank's layouts and plan for the switch (no communication, no torch: safe on the EDM's
+  // thread while the caller trains; the current layout does not change until the commit).
+  void plan_switch(const vps::ParallelConfig& current, const vps::ParallelConfig& next) {
+    const auto t0 = Clock::now();
+    auto ps = std::make_unique<PendingSwitch>();
+    const int r = world().rank();  // a rank keeps its index in the larger world
+    ps->next = next;
+    ps->dst_full = make_layout(next);
+    ps->dst_full_rl = ps->dst_full->rank_layout(r);
+    ps->plan.rank = r;
+    if (opt.switch_method == SwitchMethod::kEngine) {
+      auto src = make_layout(current, kMovedKinds);
+      auto dst = make_layout(next, kMovedKinds);
+      plan::Topology topo;
+      topo.gpus_per_node = opt.gpus_per_node;
+      plan::Planner planner(*src, *dst, topo);
+      if (r < planner.world_size()) ps->plan = planner.plan_rank(r);
+      ps->src_rl = src->rank_layout(r);
+      ps->dst_rl = dst->rank_layout(r);
+    }
+    // The memory the commit needs beyond what the source gives back, touched now so that the
+    // commit never faults fresh pages: max(0, destination - source) + staging (the budget, or
+    // less when this rank moves less).
+    std::uint64_t moved = 0;
+    for (const auto* side : {&ps->plan.send, &ps->plan.recv})
+      for (const auto& [peer, pieces] : *side)
+        for (const auto& piece : pieces) moved += static_cast<std::uint64_t>(piece.box.numel()) * sizeof(float);
+    const std::size_t src = state_bytes(rank_layout), dst = state_bytes(ps->dst_full_rl);
+    const std::size_t staging = std::min<std::size_t>(exec::TransitionOptions{}.mem_budget, moved);
+    ps->prefaulted = pool.prefault((dst > src ? dst - src : 0) + staging);
+    ps->plan_s = seconds_since(t0);
+    pending = std::move(ps);
+  }
+
+  // Rank 0's choice, agreed in the commit: enough steps for the last prepare, with a 50 %
+  // margin, to finish behind training, plus one.
+  int choose_lookahead(double prepare_s) const {
+    if (opt.lookahead > 0) return opt.lookahead;
+    const double step_s = std::max(last_step_s, 1e-4);
+    return static_cast<int>(std::clamp(std::ceil(1.5 * prepare_s / step_s) + 1.0, 1.0, 1000.0));
+  }
+
+  SwitchStats commit() {
+    edm::Prepared& p = edm->wait_prepared();
     SwitchStats st;
     st.from = cfg().str();
-    st.to = next.str();
+    st.to = p.config.str();
     st.method = opt.switch_method;
+    st.world_before = p.world_before;
+    st.world_after = p.world_before;
+    st.lookahead = lookahead_used;
+    if (!p.refused.empty()) {  // decided by rank 0 for everybody: nobody moves anything
+      st.refused = p.refused;
+      edm->discard();
+      pending.reset();
+      return st;
+    }
+    DT_CHECK(pending != nullptr, "commit() without a prepared plan");
+    st.note = p.note;
+    st.world_after = p.world_after;
+    comm::Transport& tw = edm->transition_world();
+    const int current_world = cfg().world_size();
+    if (tw.rank() >= current_world) edm::DeviceManager::wait_for_root(tw, edm::Wake::kCommit);
+    else edm::DeviceManager::wake_from(tw, current_world, edm::Wake::kCommit);
     const auto t0 = Clock::now();
-    // Carry step counter and data cursor (the data RNG state) from rank 0, which every layout holds.
-    std::uint64_t carry[3] = {static_cast<std::uint64_t>(step), cursor.seed, cursor.position};
-    world.broadcast(carry, sizeof(carry), 0);
+    // Step counter, data cursor (the data order) and the next look-ahead from rank 0, which
+    // every layout holds.
+    std::uint64_t carry[4] = {static_cast<std::uint64_t>(step), cursor.seed, cursor.position,
+                              static_cast<std::uint64_t>(choose_lookahead(p.seconds))};
+    tw.broadcast(carry, sizeof(carry), 0);
     step = static_cast<std::int64_t>(carry[0]);
     cursor.seed = carry[1];
     cursor.position = carry[2];
+    lookahead = static_cast<int>(carry[3]);
     model = StageModel{};  // no module may hold the old arenas past this point
 
-    auto dst_full = make_layout(next);
-    const vps::RankLayout dst_full_rl = dst_full->rank_layout(world.rank());
-    Arenas next_arenas;
-    double plan_s = 0, transfer_s = 0;
+    // Memory: everything below comes from the pool. Gradients are zero at a step boundary and
+    // do not move: the old ones go back first, the new ones are made last.
+    const std::size_t src_bytes = state_bytes(rank_layout), dst_bytes = state_bytes(pending->dst_full_rl);
+    pool.reset_peaks();
+    const std::size_t fresh_before = pool.fresh_bytes();
+    for (const auto& b : rank_layout.buffers)
+      if (b.kind == StateKind::kGrad) arenas.release(b);
+    Arenas next_arenas(pool);
+    double transfer_s = 0;
     std::uint64_t sent = 0, received = 0;
+    std::size_t budget = 0;
     if (opt.switch_method == SwitchMethod::kEngine) {
-#ifdef DT_HAVE_EXEC
-      run_engine(next, dst_full_rl, next_arenas, plan_s, transfer_s, sent, received);
-#else
-      DT_INPUT_ERROR("switch method 'engine' needs exec/, which this build lacks; use 'gather'");
-#endif
+      budget = run_engine(tw, next_arenas, transfer_s, sent, received);
     } else {
-      const auto tp0 = Clock::now();
-      next_arenas = allocate_arenas(dst_full_rl);
-      plan_s = seconds_since(tp0);
       const auto tt0 = Clock::now();
+      next_arenas.fill_missing(pending->dst_full_rl);
       for (StateKind kind : kMovedKinds) {
-        Gathered g = gather_vps(*layout, kind, arenas, world);
+        Gathered g = gather_vps(*layout, kind, arenas, tw);
         std::vector<std::vector<float>> full(layout->tensors().size());
         for (const auto& t : layout->tensors()) {
-          full[t.id] = world.rank() == 0 ? std::move(g.tensors[t.id]) : std::vector<float>(t.numel());
-          world.broadcast(full[t.id].data(), full[t.id].size() * sizeof(float), 0);
+          full[t.id] = tw.rank() == 0 ? std::move(g.tensors[t.id]) : std::vector<float>(t.numel());
+          tw.broadcast(full[t.id].data(), full[t.id].size() * sizeof(float), 0);
         }
-        scatter_vps(*dst_full, dst_full_rl, kind, full, next_arenas);
+        scatter_vps(*pending->dst_full, pending->dst_full_rl, kind, full, next_arenas);
       }
       transfer_s = seconds_since(tt0);
     }
     const auto tr0 = Clock::now();
-    arenas = Arenas{};
-    adopt(std::move(dst_full), std::move(next_arenas));
+    arenas = Arenas{};  // whatever the engine did not take (nothing, for moved kinds)
+    next_arenas.fill_missing(pending->dst_full_rl);  // gradients, zero
+    adopt(std::move(pending->dst_full), std::move(next_arenas), p.comms);
+    const std::uint64_t peak = pool.peak_live(), bound = std::max(src_bytes, dst_bytes) + budget;
+    const std::uint64_t fresh = pool.fresh_bytes() - fresh_before;
     if (opt.fault_drop_moments_on_switch)
-      for (StateKind k : {StateKind::kExpAvg, StateKind::kExpAvgSq})
-        std::fill(arenas.kind[static_cast<int>(k)].begin(), arenas.kind[static_cast<int>(k)].end(), 0.0f);
+      for (StateKind k : {StateKind::kExpAvg, StateKind::kExpAvgSq}) zero_kind(k);
     const double rebuild_s = seconds_since(tr0);
     const double total_s = seconds_since(t0);
-    // Max of the timings, sum of the bytes over ranks.
-    const double mine[4] = {plan_s, transfer_s, rebuild_s, total_s};
-    for (const auto& t : comm::all_gather_values(world, std::array<double, 4>{mine[0], mine[1], mine[2], mine[3]})) {
+    const double hidden = p.seconds > 0 ? p.hidden_seconds / p.seconds : 1.0;
+    // Max of the timings (min of hidden), sum and max of the bytes over ranks.
+    const std::array<double, 8> mine{pending->plan_s, transfer_s, rebuild_s, total_s, p.seconds, hidden,
+                                     p.spawn_seconds, static_cast<double>(p.creations)};
+    st.hidden_fraction = 1;
+    for (const auto& t : comm::all_gather_values(tw, mine)) {
       st.plan_s = std::max(st.plan_s, t[0]);
       st.transfer_s = std::max(st.transfer_s, t[1]);
       st.rebuild_s = std::max(st.rebuild_s, t[2]);
       st.total_s = std::max(st.total_s, t[3]);
+      st.prepare_s = std::max(st.prepare_s, t[4]);
+      st.hidden_fraction = std::min(st.hidden_fraction, t[5]);
+      st.spawn_s = std::max(st.spawn_s, t[6]);
+      st.comm_creations = std::max<std::uint64_t>(st.comm_creations, static_cast<std::uint64_t>(t[7]));
     }
-    for (const auto& b : comm::all_gather_values(world, std::array<std::uint64_t, 2>{sent, received})) {
+    for (const auto& b : comm::all_gather_values(tw, std::array<std::uint64_t, 6>{
+                                                         sent, received, peak, bound, fresh, pending->prefaulted})) {
       st.bytes_sent += b[0];
       st.bytes_received += b[1];
+      st.max_bytes_received = std::max(st.max_bytes_received, b[1]);
+      st.fresh_bytes = std::max(st.fresh_bytes, b[4]);
+      st.prefaulted_bytes = std::max(st.prefaulted_bytes, b[5]);
+      st.peak_over_bound = std::max(st.peak_over_bound, b[3] > 0 ? static_cast<double>(b[2]) / static_cast<double>(b[3]) : 0.0);
+      if (b[2] > st.peak_bytes || (b[2] == st.peak_bytes && b[3] < st.bound_bytes)) {
+        st.peak_bytes = b[2];
+        st.bound_bytes = b[3];
+      }
     }
+    pending.reset();
+    edm->adopt();
+    left = edm->left();
     return st;
   }
 
-#ifdef DT_HAVE_EXEC
-  // Source buffers are borrowed from the old arenas (never freed here); destination buffers are
-  // their places in the new arenas; only staging comes from the heap.
+  // Staging and destination blocks from the pool (destinations adopted by the new arenas as the
+  // engine asks for them); source blocks, taken from the old arenas, go back to the pool as the
+  // engine drains them.
   class Allocator final : public exec::StateAllocator {
    public:
-    explicit Allocator(Arenas& next) : next_(next) {}
-    std::set<std::byte*> borrowed;
-    std::byte* allocate(std::size_t bytes) override {
-      return static_cast<std::byte*>(::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t{64}));
-    }
+    Allocator(exec::PoolAllocator& pool, Arenas& next) : pool_(pool), next_(next) {}
+    std::byte* allocate(std::size_t bytes) override { return pool_.allocate(bytes); }
     std::byte* allocate_destination(const vps::LocalBuffer& b, std::size_t bytes) override {
       DT_CHECK_EQ(bytes, static_cast<std::size_t>(b.numel) * sizeof(float));
-      std::byte* p = reinterpret_cast<std::byte*>(next_.data(b.kind) + b.arena_offset);
-      borrowed.insert(p);
+      std::byte* p = pool_.allocate(bytes);
+      next_.set(b, reinterpret_cast<float*>(p));
       return p;
     }
-    void release(std::byte* data, std::size_t) override {
-      if (data == nullptr || borrowed.erase(data) > 0) return;
-      ::operator delete(data, std::align_val_t{64});
-    }
+    void release(std::byte* data, std::size_t bytes) override { pool_.release(data, bytes); }
 
    private:
+    exec::PoolAllocator& pool_;
     Arenas& next_;
   };
 
-  void run_engine(const vps::ParallelConfig& next, const vps::RankLayout& dst_full_rl,
-                  Arenas& next_arenas, double& plan_s, double& transfer_s, std::uint64_t& sent,
-                  std::uint64_t& received) {
-    const auto tp0 = Clock::now();
-    auto src = make_layout(cfg(), kMovedKinds);
-    auto dst = make_layout(next, kMovedKinds);
-    plan::Topology topo;
-    topo.gpus_per_node = opt.gpus_per_node;
-    plan::Planner planner(*src, *dst, topo);
-    const int W = planner.world_size();
-    const int r = world.rank();
-    plan::RankPlan rp;
-    if (r < W) rp = planner.plan_rank(r);
-    const vps::RankLayout src_rl = src->rank_layout(r), dst_rl = dst->rank_layout(r);
-    plan_s = seconds_since(tp0);
+  // Runs the prepared plan on the transition world: every rank of it takes part (ranks beyond
+  // the planner's world with an empty plan), so the commit creates no communicator. Returns the
+  // engine's memory budget.
+  std::size_t run_engine(comm::Transport& tw, Arenas& next_arenas, double& transfer_s, std::uint64_t& sent,
+                         std::uint64_t& received) {
+    const PendingSwitch& ps = *pending;
     const auto tt0 = Clock::now();
-    // The transition runs on the first W ranks of the world (same order).
-    auto sub = world.split(r < W ? 0 : -1, r);
-    std::vector<std::byte*> src_ptrs, dst_ptrs(dst_rl.buffers.size(), nullptr);
-    next_arenas = allocate_arenas(dst_full_rl);  // the engine writes straight into these
-    Allocator alloc(next_arenas);
-    for (const auto& b : src_rl.buffers) {
-      auto* p = reinterpret_cast<std::byte*>(arenas.data(b.kind) + b.arena_offset);
-      src_ptrs.push_back(p);
-      alloc.borrowed.insert(p);
-    }
-    if (sub) {
-      std::array<int, vps::kNumStateKinds> eb{4, 4, 4, 4, 4};
-      exec::TransitionStats ts =
-          exec::run_transition(rp, src_rl, src_ptrs, dst_rl, dst_ptrs, eb, *sub, alloc);
-      sent = ts.bytes_sent;
-      received = ts.bytes_received;
-    }
+    std::vector<std::byte*> src_ptrs, dst_ptrs(ps.dst_rl.buffers.size(), nullptr);
+    for (const auto& b : ps.src_rl.buffers) src_ptrs.push_back(reinterpret_cast<std::byte*>(arenas.take(b)));
+    Allocator alloc(pool, next_arenas);
+    exec::TransitionOptions to;
+    to.topology.gpus_per_node = opt.gpus_per_node;
+    std::array<int, vps::kNumStateKinds> eb{4, 4, 4, 4, 4};
+    exec::TransitionStats ts = exec::run_transition(ps.plan, ps.src_rl, src_ptrs, ps.dst_rl, dst_ptrs, eb, tw, alloc, to);
+    sent = ts.bytes_sent;
+    received = ts.bytes_received;
     transfer_s = seconds_since(tt0);
-    for (std::size_t i = 0; i < dst_rl.buffers.size(); ++i)
-      DT_CHECK(dst_ptrs[i] != nullptr || dst_rl.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
+    for (std::size_t i = 0; i < ps.dst_rl.buffers.size(); ++i)
+      DT_CHECK(dst_ptrs[i] != nullptr || ps.dst_rl.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
+    return to.mem_budget;
   }
-#endif
 
   // ---- probe ----
   Trainer::Probe probe() {
     Trainer::Probe p;
     std::vector<float> logits;
     if (rc.active) {
-      auto& grad = arenas.kind[static_cast<int>(StateKind::kGrad)];
-      std::fill(grad.begin(), grad.end(), 0.0f);
+      zero_kind(StateKind::kGrad);
       float loss = static_cast<float>(run_microbatches(&logits));
       reduce_tp_partial_grads();
       for (const auto& gb : rank_layout.buffers) {
         if (gb.kind != StateKind::kGrad) continue;
         comm::Transport* g = shard_group(gb.expert_group);
-        if (g->size() > 1) g->all_reduce_sum(arenas.data(StateKind::kGrad) + gb.arena_offset, gb.numel);
+        if (g->size() > 1) g->all_reduce_sum(arenas.data(gb), gb.numel);
       }
       active_g->all_reduce_sum(&loss, 1);
       p.loss = loss;
@@ -578,6 +661,7 @@ struct Trainer::Impl {
     const auto& c = cfg();
     const std::int64_t V = opt.model.vocab, rows = opt.global_batch * opt.seq, local_rows = rows / c.dp;
     const bool sender = rc.active && rc.pp == c.pp - 1;
+    comm::Transport& world = this->world();
     if (world.rank() != 0) {
       if (sender) world.isend(logits.data(), logits.size() * sizeof(float), 0, kTagLogits)->wait();
       return p;
@@ -604,12 +688,31 @@ Trainer::Trainer(TrainerOptions options, const vps::ParallelConfig& config, comm
   check_supported(options, c);
   if (c.world_size() > world.size())
     DT_INPUT_ERROR("layout ", c.str(), " needs ", c.world_size(), " ranks; the job has ", world.size());
-  impl_ = std::make_unique<Impl>(std::move(options), world, std::move(text));
+  impl_ = std::make_unique<Impl>(std::move(options), std::move(text));
+  impl_->edm = std::make_unique<edm::DeviceManager>(world, impl_->opt.launcher);
   auto layout = impl_->make_layout(c);
   const vps::RankLayout rl = layout->rank_layout(world.rank());
-  Arenas a = allocate_arenas(rl);
+  Arenas a(rl, impl_->pool);
   init_state(*layout, rl, a, impl_->opt.seed);
-  impl_->adopt(std::move(layout), std::move(a));
+  auto& e = *impl_->edm;
+  auto groups = e.cache().get(e.control(), e.ids(), c);
+  impl_->adopt(std::move(layout), std::move(a), std::move(groups));
+}
+
+std::unique_ptr<Trainer> Trainer::join(TrainerOptions options, std::unique_ptr<comm::Transport> joined,
+                                       std::string text) {
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->impl_ = std::make_unique<Impl>(std::move(options), std::move(text));
+  Impl& im = *t->impl_;
+  im.edm = std::make_unique<edm::DeviceManager>(std::move(joined), im.opt.launcher);
+  // The job's current layout, which this process is outside of: no state, no groups.
+  const auto current = vps::ParallelConfig::parse(im.edm->joined_current());
+  const auto next = vps::ParallelConfig::parse(im.edm->joined_next());
+  auto layout = im.make_layout(current);
+  Arenas a(layout->rank_layout(im.edm->world().rank()), im.pool);
+  im.adopt(std::move(layout), std::move(a), nullptr);
+  im.edm->prepare_joined(next, [&im, current, next](const edm::Prepared&) { im.plan_switch(current, next); });
+  return t;
 }
 
 Trainer::~Trainer() = default;
@@ -618,13 +721,29 @@ const vps::ParallelConfig& Trainer::config() const { return impl_->cfg(); }
 const vps::Layout& Trainer::layout() const { return *impl_->layout; }
 std::int64_t Trainer::steps_done() const { return impl_->step; }
 StepStats Trainer::step() { return impl_->do_step(); }
-SwitchStats Trainer::switch_to(const vps::ParallelConfig& config) { return impl_->do_switch(config); }
+void Trainer::prepare(const vps::ParallelConfig& config, std::string payload) {
+  impl_->prepare(config, std::move(payload));
+}
+const std::string& Trainer::joined_payload() const { return impl_->edm->joined_payload(); }
+bool Trainer::preparing() const { return impl_->edm->preparing(); }
+SwitchStats Trainer::commit() { return impl_->commit(); }
+SwitchStats Trainer::switch_to(const vps::ParallelConfig& config) {
+  impl_->prepare(config, {});
+  return impl_->commit();
+}
+bool Trainer::left() const { return impl_->left; }
+int Trainer::world_size() const { return impl_->left ? 0 : impl_->edm->world().size(); }
+int Trainer::lookahead() const { return impl_->lookahead; }
+comm::Transport& Trainer::world() { return impl_->world(); }
 void Trainer::finish() {
-  impl_->wake_waiting_ranks();
-  impl_->world.barrier();
+  auto& e = *impl_->edm;
+  const int w = impl_->cfg().world_size();
+  if (e.control().rank() >= w) edm::DeviceManager::wait_for_root(e.control(), edm::Wake::kFinish);
+  else edm::DeviceManager::wake_from(e.control(), w, edm::Wake::kFinish);
+  e.control().barrier();
 }
 Gathered Trainer::gather(vps::StateKind kind) {
-  return gather_vps(*impl_->layout, kind, impl_->arenas, impl_->world);
+  return gather_vps(*impl_->layout, kind, impl_->arenas, impl_->world());
 }
 Trainer::Probe Trainer::forward_backward() { return impl_->probe(); }
 Trainer::Progress Trainer::progress() const {

@@ -2,10 +2,18 @@
 // EP and ZeRO-0/1, whose state lives in VPS-laid-out arenas (state.h) so that a layout switch
 // is a plan (plan/) executed by the engine (exec/). Torch-free header; see trainer.cc.
 //
+// The job's processes, their communicators and the background preparation of a switch belong to
+// the elastic device manager (edm/); the trainer asks it for groups and worlds.
+//
 // Collective calls: step() is collective over the ranks of the current layout (others must not
-// call it); switch_to(), finish(), gather() and forward_backward() are collective over the
-// whole world transport. Ranks outside the current layout wait inside switch_to()/finish()
-// (polling, not spinning in a collective) until rank 0 wakes them.
+// call it); prepare(), commit(), switch_to(), finish(), gather() and forward_backward() are
+// collective over the whole world, in the same order on every rank. Ranks outside the current
+// layout sleep-poll inside prepare()/commit()/finish() until rank 0 wakes them.
+//
+// A switch = prepare(config) (returns at once; plan and communicators are built on the EDM's
+// thread while steps go on) + commit() at a step boundary (transfer + rebuild views). A switch
+// that needs more processes starts them (TrainerOptions::launcher); ranks that the new layout
+// does not use leave the job in the commit when the launcher allows it (left()).
 //
 // Supported (InputError otherwise): Llama/Qwen-style models (RMSNorm, SwiGLU, no biases,
 // untied embeddings, optional QK-norm, RoPE), zero in {0, 1}, cp = 1, etp = 1.
@@ -17,6 +25,7 @@
 #include <vector>
 
 #include "comm/transport.h"
+#include "edm/launcher.h"
 #include "train/state.h"
 #include "vps/layout.h"
 #include "vps/model_spec.h"
@@ -48,6 +57,12 @@ struct TrainerOptions {
   // Fault injection for tests only: zero exp_avg and exp_avg_sq after every switch (what a
   // switch that loses the optimizer state would do), to show the loss test would notice.
   bool fault_drop_moments_on_switch = false;
+  // Starts processes when a layout needs more ranks than the world has, and ends leaving ones;
+  // nullptr: the world cannot grow, and ranks outside the layout stay (idle) only if the
+  // transport cannot shrink either (the in-process one can: leaving threads return).
+  std::shared_ptr<edm::Launcher> launcher;
+  // Steps between prepare() and the commit; 0 = automatic (from the last prepare's time).
+  int lookahead = 0;
 };
 
 struct StepStats {
@@ -60,10 +75,28 @@ struct StepStats {
 struct SwitchStats {
   std::string from, to;
   SwitchMethod method = SwitchMethod::kGather;
-  // Max over ranks of each part: plan = layouts + planner; transfer = run_transition (or the
-  // gather path); rebuild = new arenas, communicators and module views.
+  std::string refused;  // non-empty: the switch did not happen (why, one line); nothing changed
+  std::string note;     // non-empty: e.g. why ranks outside the layout stay
+  int world_before = 0, world_after = 0;  // processes in the job before and after
+  // Max over ranks of each part. prepare = the background part (world, communicators, layouts,
+  // planner); hidden_fraction = min over ranks of the share of prepare that ended before the
+  // commit began; spawn = starting processes (inside prepare). The commit: transfer =
+  // run_transition (or the gather path); rebuild = new arenas and module views; total_s = the
+  // whole commit = the pause between the last step in the old layout and the first in the new.
+  double prepare_s = 0, hidden_fraction = 1, spawn_s = 0;
   double plan_s = 0, transfer_s = 0, rebuild_s = 0, total_s = 0;
   std::uint64_t bytes_sent = 0, bytes_received = 0;  // summed over ranks
+  std::uint64_t max_bytes_received = 0;              // at the busiest rank (lower bound input)
+  // Memory of the commit at the rank closest to its bound: peak of the state and staging blocks
+  // live in the trainer's pool (exec::PoolAllocator::peak_live), and the bound
+  // max(source, destination) + budget; peak_over_bound is the largest ratio over ranks.
+  std::uint64_t peak_bytes = 0, bound_bytes = 0;
+  double peak_over_bound = 0;
+  // Max over ranks: memory the prepare touched ahead (pool prefault), and memory the commit
+  // still had to take fresh from the system (first-touch on the critical path; 0 is the goal).
+  std::uint64_t prefaulted_bytes = 0, fresh_bytes = 0;
+  std::uint64_t comm_creations = 0;  // communicators created for this switch (0 = all cached)
+  int lookahead = 0;                 // steps between this prepare and this commit (next: lookahead())
 };
 
 class Trainer {
@@ -82,9 +115,30 @@ class Trainer {
 
   // One training step; collective over the current layout's ranks. loss is on every active rank.
   StepStats step();
-  // Moves the whole training state to `config` at this step boundary; collective over world.
+  // Starts preparing a switch to `config` in the background; collective over world. Validates
+  // `config` first (InputError). `payload` (rank 0's) reaches processes this switch starts
+  // (joined_payload()).
+  void prepare(const vps::ParallelConfig& config, std::string payload = {});
+  // In a process started by a grow: the payload of the prepare that started it.
+  const std::string& joined_payload() const;
+  bool preparing() const;
+  // At a step boundary: waits for the prepare if needed, moves the whole training state, and
+  // rebuilds views; collective over the world (the larger of the old and new one).
+  SwitchStats commit();
+  // prepare + commit at once.
   SwitchStats switch_to(const vps::ParallelConfig& config);
-  // Collective over world: lets waiting ranks leave. Call once at the end.
+  // After a commit that removed this process from the job: call nothing but the destructor.
+  bool left() const;
+  int world_size() const;  // processes in the job now
+  comm::Transport& world();  // the job's world now (changes at commits that grow or shrink it)
+  // Steps ahead of a switch to call prepare(): TrainerOptions::lookahead, or chosen from the
+  // last prepare's time and step time (equal on every rank).
+  int lookahead() const;
+  // In a process started by a grow: joins the job (collective with the starters' prepare) and
+  // prepares the pending switch; call commit() next. `joined` is Launcher::join()'s world.
+  static std::unique_ptr<Trainer> join(TrainerOptions options, std::unique_ptr<comm::Transport> joined,
+                                       std::string text);
+  // Collective over world: wakes waiting ranks for the end. Call once at the end.
   void finish();
 
   // ---- inspection (tests, debugging); collective over world ----
@@ -114,6 +168,7 @@ class Trainer {
   static void check_supported(const TrainerOptions& options, vps::ParallelConfig& config);
 
  private:
+  Trainer() = default;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Trainer switches at GB scale, through `dynatrain train --json` (issue 7's figures):
+#   A. 4 processes, llama-style 133M model (2.1 GB of state), tp=2,dp=2 -> pp=2,dp=2, the
+#      job's first switch (nothing warmed by an earlier switch);
+#   B. the same model on 2 processes growing to 4 (dp=2 -> tp=2,dp=2: 2 processes spawned).
+# Prints each switch's pause, its lower bound (bytes that must arrive at the busiest rank /
+# point-to-point bandwidth measured at the start of the same run), their ratio, prepare time,
+# hidden share, peak and bound. Run under `flock /tmp/dt-bench.lock` on a shared machine.
+# Usage: bench/edm/edm_bench.sh [BUILD_DIR] [OUT_DIR]
+set -euo pipefail
+BUILD=${1:-build}
+OUT=${2:-bench-out/edm}
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$OUT"
+BIN="$OUT/dynatrain"  # a copy: spawned processes run this file even if the build changes it
+cp "$BUILD/dynatrain" "$BIN"
+source "$HERE/../../scripts/mpi-env.sh"
+MODEL="$HERE/llama-133m.json"
+COMMON=(train --model "$MODEL" --global-batch 4 --seq 32 --threads 1 --steps 6 --lookahead 3)
+
+run() {  # NAME NP SCHEDULE
+  echo "== $1: mpirun -np $2 dynatrain ${COMMON[*]} --schedule \"$3\""
+  mpirun -np "$2" "$BIN" "${COMMON[@]}" --schedule "$3" --json "$OUT/$1.json" > "$OUT/$1.log" 2>&1 ||
+    { tail -20 "$OUT/$1.log"; exit 1; }
+  grep '^switch' "$OUT/$1.log"
+  # One line per switch from the JSON (no JSON tool needed: one field per line).
+  awk -F': ' '/"(pause_s|lower_bound_s|prepare_s|hidden_fraction|peak_bytes|bound_bytes|comm_creations|transfer_s|max_bytes_received|p2p_bytes_per_s)"/ {
+      gsub(/[",]/, "", $1); gsub(/[ ,]/, "", $2); gsub(/ /, "", $1); v[$1] = $2 }
+    /^    }/ { printf "   pause %.3f s  lower bound %.3f s  ratio %.2f  transfer %.3f s  prepare %.2f s  hidden %.0f%%  peak/bound %.2f/%.2f GiB  %d MB in at busiest rank, p2p %.2f GB/s, new comms %d\n",
+                 v["pause_s"], v["lower_bound_s"], (v["lower_bound_s"] > 0 ? v["pause_s"] / v["lower_bound_s"] : 0),
+                 v["transfer_s"], v["prepare_s"], 100 * v["hidden_fraction"], v["peak_bytes"] / 2^30, v["bound_bytes"] / 2^30,
+                 v["max_bytes_received"] / 1e6, v["p2p_bytes_per_s"] / 1e9, v["comm_creations"] }' "$OUT/$1.json"
+}
+
+run switch_4 4 "0:tp=2,dp=2;4:pp=2,dp=2"
+run grow_2_4 2 "0:dp=2;4:tp=2,dp=2"

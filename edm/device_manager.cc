@@ -1,0 +1,225 @@
+#include "edm/device_manager.h"
+
+#include <chrono>
+#include <iterator>
+#include <sstream>
+#include <utility>
+
+#include "common/error.h"
+
+namespace dynatrain::edm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+// Rank 0's string on every rank (length, then bytes).
+void broadcast_string(comm::Transport& t, std::string& s) {
+  std::uint64_t n = s.size();
+  t.broadcast(&n, sizeof(n), 0);
+  s.resize(n);
+  if (n > 0) t.broadcast(s.data(), n, 0);
+}
+
+// What world rank 0 tells a process started by a grow:
+// "CURRENT\nNEXT\nNEXT_ID ID ID ...\nPAYLOAD" (the payload may hold anything, newlines too).
+std::string join_message(const vps::ParallelConfig& current, const vps::ParallelConfig& next,
+                         ProcessId next_id, const std::vector<ProcessId>& ids, const std::string& payload) {
+  std::ostringstream os;
+  os << current.str() << '\n' << next.str() << '\n' << next_id;
+  for (ProcessId id : ids) os << ' ' << id;
+  os << '\n' << payload;
+  return os.str();
+}
+
+}  // namespace
+
+DeviceManager::DeviceManager(comm::Transport& world, std::shared_ptr<Launcher> launcher)
+    : world_(&world), launcher_(std::move(launcher)) {
+  control_ = world.split(0, world.rank());
+  for (int r = 0; r < world.size(); ++r) ids_.push_back(static_cast<ProcessId>(r));
+  next_id_ = static_cast<ProcessId>(world.size());
+}
+
+DeviceManager::DeviceManager(std::unique_ptr<comm::Transport> joined, std::shared_ptr<Launcher> launcher)
+    : launcher_(std::move(launcher)) {
+  owned_world_ = std::move(joined);
+  world_ = owned_world_.get();
+  std::string msg;
+  broadcast_string(*world_, msg);
+  std::istringstream in(msg);
+  std::getline(in, joined_current_);
+  std::getline(in, joined_next_);
+  std::string id_line;
+  std::getline(in, id_line);
+  std::istringstream ids(id_line);
+  ids >> next_id_;
+  ProcessId id = 0;
+  while (ids >> id) ids_.push_back(id);
+  joined_payload_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  DT_CHECK(static_cast<int>(ids_.size()) == world_->size(), "join message names ", ids_.size(),
+           " processes for a world of ", world_->size());
+  control_ = world_->split(0, world_->rank());
+}
+
+DeviceManager::~DeviceManager() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void DeviceManager::wake_from(comm::Transport& world, int first, Wake what) {
+  if (world.rank() != 0) return;
+  char token = 1;
+  std::vector<std::unique_ptr<comm::Request>> reqs;
+  for (int r = std::max(first, 1); r < world.size(); ++r)
+    reqs.push_back(world.isend(&token, 1, r, static_cast<int>(what)));
+  comm::wait_all(reqs);
+}
+
+void DeviceManager::wait_for_root(comm::Transport& world, Wake what) {
+  char token = 0;
+  auto req = world.irecv(&token, 1, 0, static_cast<int>(what));
+  while (!req->test()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
+void DeviceManager::prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work,
+                            std::string payload) {
+  DT_CHECK(!preparing(), "prepare() while another prepare is in flight");
+  prepared_ = std::make_unique<Prepared>();
+  error_ = nullptr;
+  thread_ = std::thread([this, current, next, work = std::move(work), payload = std::move(payload)]() mutable {
+    try {
+      run_prepare(current, next, std::move(work), payload);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+    prepare_end_ = now_s();
+  });
+}
+
+void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work,
+                                const std::string& payload) {
+  comm::Transport& ctl = *control_;
+  if (ctl.rank() >= current.world_size()) wait_for_root(ctl, Wake::kPrepare);
+  else wake_from(ctl, current.world_size(), Wake::kPrepare);
+  prepare_start_ = now_s();
+  Prepared& p = *prepared_;
+  p.config = next;
+  p.world_before = p.world_after = ctl.size();
+  const int need = next.world_size() - ctl.size();
+  // Rank 0 decides for everybody: R<reason> refused, S shrink the world, K keep it.
+  std::string decision;
+  if (ctl.rank() == 0) {
+    std::string reason, note;
+    if (need > 0)
+      reason = launcher_ ? launcher_->cannot_start(need)
+                         : std::string("cannot start processes: the ") + ctl.backend() + " transport has no launcher";
+    // Without a launcher nobody leaves (ranks outside the layout wait, as in a fixed job).
+    if (need < 0 && launcher_) note = launcher_->cannot_leave();
+    decision = !reason.empty() ? "R" + reason : (need < 0 && launcher_ && note.empty() ? "S" : "K" + note);
+  }
+  broadcast_string(ctl, decision);
+  if (decision[0] == 'R') {
+    p.refused = decision.substr(1);
+    return;
+  }
+  if (decision.size() > 1) p.note = "processes outside " + next.str() + " stay, idle: " + decision.substr(1);
+  next_ids_ = ids_;
+  next_next_id_ = next_id_;
+  if (need > 0) {
+    const double t0 = now_s();
+    next_world_ = launcher_->grow(ctl, need);
+    p.creations += 1;
+    for (int i = 0; i < need; ++i) next_ids_.push_back(next_next_id_++);
+    std::string msg = join_message(current, next, next_next_id_, next_ids_, payload);
+    broadcast_string(*next_world_, msg);
+    next_control_ = next_world_->split(0, next_world_->rank());
+    p.creations += 1;
+    p.spawn_seconds = now_s() - t0;
+  } else if (decision[0] == 'S') {
+    const bool stays = ctl.rank() < next.world_size();
+    next_world_ = ctl.split(stays ? 0 : -1, ctl.rank());
+    p.creations += 1;
+    next_ids_.resize(next.world_size());
+    if (stays) {
+      next_control_ = next_world_->split(0, next_world_->rank());
+      p.creations += 1;
+    } else {
+      p.leaving = true;
+    }
+  }
+  after_grow(current, next, work);
+}
+
+void DeviceManager::after_grow(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work& work) {
+  Prepared& p = *prepared_;
+  if (!p.leaving) {
+    comm::Transport& nc = next_control_ ? *next_control_ : *control_;
+    p.world_after = nc.size();
+    const std::uint64_t before = cache_.creations();
+    p.comms = cache_.get(nc, next_ids_, next);
+    p.creations += cache_.creations() - before;
+  } else {
+    p.world_after = next.world_size();
+  }
+  (void)current;
+  work(p);
+}
+
+void DeviceManager::prepare_joined(const vps::ParallelConfig& next, Work work) {
+  DT_CHECK(!preparing(), "prepare_joined() while another prepare is in flight");
+  prepared_ = std::make_unique<Prepared>();
+  prepare_start_ = now_s();
+  prepared_->config = next;
+  prepared_->world_before = prepared_->world_after = world_->size();
+  next_ids_ = ids_;
+  next_next_id_ = next_id_;
+  after_grow(vps::ParallelConfig::parse(joined_current_), next, work);
+  prepare_end_ = now_s();
+}
+
+Prepared& DeviceManager::wait_prepared() {
+  DT_CHECK(prepared_ != nullptr, "wait_prepared() without prepare()");
+  const double called = now_s();
+  if (thread_.joinable()) thread_.join();
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  Prepared& p = *prepared_;
+  p.seconds = prepare_end_ - prepare_start_;
+  p.hidden_seconds = std::max(0.0, std::min(prepare_end_, called) - prepare_start_);
+  return p;
+}
+
+comm::Transport& DeviceManager::transition_world() {
+  DT_CHECK(prepared_ != nullptr, "transition_world() without prepare()");
+  // Grow: the merged world (its control). Shrink or same size: the current world.
+  if (next_world_ && next_world_->size() > world_->size()) return *next_control_;
+  return *control_;
+}
+
+void DeviceManager::adopt() {
+  DT_CHECK(prepared_ != nullptr && !thread_.joinable(), "adopt() before wait_prepared()");
+  Prepared& p = *prepared_;
+  if (p.leaving) {
+    left_ = true;
+    cache_ = CommunicatorCache{};
+  } else if (next_world_) {
+    for (std::size_t i = next_ids_.size(); i < ids_.size(); ++i) cache_.drop_member(ids_[i]);
+    control_ = std::move(next_control_);
+    owned_world_ = std::move(next_world_);
+    world_ = owned_world_.get();
+    ids_ = next_ids_;
+    next_id_ = next_next_id_;
+  }
+  next_world_.reset();
+  next_control_.reset();
+  prepared_.reset();
+}
+
+void DeviceManager::discard() {
+  if (thread_.joinable()) thread_.join();
+  next_world_.reset();
+  next_control_.reset();
+  prepared_.reset();
+  error_ = nullptr;
+}
+
+}  // namespace dynatrain::edm

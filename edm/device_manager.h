@@ -1,0 +1,126 @@
+// The elastic device manager (EDM): owns the job's world (which processes take part, in which
+// rank order), the communicators of every layout (through the cache), and the background
+// thread that prepares the next layout while training steps run.
+//
+// A switch has two phases (design.md §5):
+//   prepare(config, work)  collective over the current world, returns at once. On the EDM's
+//                          thread: wake ranks outside the current layout; agree (rank 0
+//                          decides) whether the switch can happen; grow the world (launcher)
+//                          or split off the processes that stay; build or fetch the layout's
+//                          communicators; then run `work` (the caller's local part: plan,
+//                          memory). Collectives run on `control`, a communicator of the EDM's
+//                          own, never interleaved with training collectives.
+//   wait_prepared()        the commit's first call: joins the thread, rethrows its error.
+//   adopt()                after the caller moved the state (on transition_world()): the
+//                          prepared world becomes the world; leaving ranks get left() == true.
+//
+// Process ids: world ranks of the first job keep ids 0..n-1; processes started by a grow get the
+// next unused ids, never reused. The cache keys layouts by these ids.
+//
+// Threads: the EDM's thread and the caller's thread touch disjoint communicators; MPI must give
+// MPI_THREAD_MULTIPLE (comm::MpiSession checks it). Ranks outside the current layout never spin
+// in a collective while others train: they sleep-poll for rank 0's wake-up (wait_for_root).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/transport.h"
+#include "edm/communicators.h"
+#include "edm/launcher.h"
+
+namespace dynatrain::edm {
+
+// Phases of ranks outside the current layout, woken by rank 0 (tags on `control`).
+enum class Wake : int { kPrepare = 201, kCommit = 202, kFinish = 203 };
+
+struct Prepared {
+  vps::ParallelConfig config;
+  std::string refused;          // non-empty: the switch cannot happen (one line); nothing changed
+  std::string note;             // non-empty: something the user should know (e.g. why nobody left)
+  int world_before = 0, world_after = 0;
+  bool leaving = false;         // this process is not part of the next world
+  std::shared_ptr<const Communicators> comms;  // of `config` (nullptr on ranks outside it)
+  std::uint64_t creations = 0;  // communicators created by this prepare (cache + worlds)
+  double seconds = 0;           // wall time of the prepare on this rank
+  double hidden_seconds = 0;    // part of it that ended before wait_prepared() was called
+  double spawn_seconds = 0;     // of which starting processes and merging them
+};
+
+class DeviceManager {
+ public:
+  // A world of the processes started together (ids 0..n-1). `world` must outlive the EDM.
+  DeviceManager(comm::Transport& world, std::shared_ptr<Launcher> launcher);
+  // In a process started by a grow: `joined` is Launcher::join()'s world. Collective with the
+  // starters' prepare (receives the state of the job from world rank 0). Afterwards call
+  // prepare_joined() to run the rest of that prepare in step with the starters.
+  DeviceManager(std::unique_ptr<comm::Transport> joined, std::shared_ptr<Launcher> launcher);
+  ~DeviceManager();
+  DeviceManager(const DeviceManager&) = delete;
+  DeviceManager& operator=(const DeviceManager&) = delete;
+
+  comm::Transport& world() { return *world_; }
+  comm::Transport& control() { return *control_; }
+  const std::vector<ProcessId>& ids() const { return ids_; }
+  CommunicatorCache& cache() { return cache_; }
+  Launcher* launcher() const { return launcher_.get(); }
+  bool left() const { return left_; }
+
+  // In a joined process: the layout the job runs now, the one being prepared, and the caller's
+  // payload of that prepare (e.g. the rest of the job's schedule).
+  const std::string& joined_current() const { return joined_current_; }
+  const std::string& joined_next() const { return joined_next_; }
+  const std::string& joined_payload() const { return joined_payload_; }
+
+  // `work` runs on the EDM's thread after the world and communicators are ready, with the rank's
+  // index in the larger of the two worlds; it must not communicate.
+  using Work = std::function<void(const Prepared&)>;
+  // Collective over world() (ranks outside `current` layout included); returns at once.
+  // `payload` (rank 0's) reaches processes started by this prepare (joined_payload()).
+  void prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work,
+               std::string payload = {});
+  // In a joined process, synchronously: the part of the starters' prepare after the grow.
+  void prepare_joined(const vps::ParallelConfig& next, Work work);
+  bool preparing() const { return thread_.joinable() || prepared_ != nullptr; }
+  // Joins the prepare thread (rethrowing its error) and returns its result.
+  Prepared& wait_prepared();
+  // The world the transition runs on: the larger of the current and the prepared one (rank
+  // indices are the same in both for every process in both).
+  comm::Transport& transition_world();
+  // The prepared world becomes the world. On leaving ranks left() becomes true and world()
+  // must not be used any more.
+  void adopt();
+  // Drops a refused prepare.
+  void discard();
+
+  // Rank 0 wakes every rank of `world` at index >= first; those sleep-poll until woken.
+  static void wake_from(comm::Transport& world, int first, Wake what);
+  static void wait_for_root(comm::Transport& world, Wake what);
+
+ private:
+  void run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work, const std::string& payload);
+  void after_grow(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work& work);
+
+  comm::Transport* world_ = nullptr;
+  std::unique_ptr<comm::Transport> owned_world_, control_;
+  std::vector<ProcessId> ids_;
+  ProcessId next_id_ = 0;
+  std::shared_ptr<Launcher> launcher_;
+  CommunicatorCache cache_;
+  bool left_ = false;
+  std::string joined_current_, joined_next_, joined_payload_;
+
+  // The prepare in flight: filled by the EDM's thread, read after join.
+  std::thread thread_;
+  std::unique_ptr<Prepared> prepared_;
+  std::exception_ptr error_;
+  std::unique_ptr<comm::Transport> next_world_, next_control_;
+  std::vector<ProcessId> next_ids_;
+  ProcessId next_next_id_ = 0;
+  double prepare_start_ = 0, prepare_end_ = 0;
+};
+
+}  // namespace dynatrain::edm

@@ -1,0 +1,50 @@
+// How the elastic device manager starts and ends processes. One interface, one backend a
+// transport: mpi_launcher.h (MPI dynamic processes). Transports without one (in-process ranks)
+// cannot grow; shrinking needs no launcher (the world is split and the leavers stop).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/transport.h"
+
+namespace dynatrain::edm {
+
+class Launcher {
+ public:
+  virtual ~Launcher() = default;
+
+  // Why `count` more processes cannot be started now (one line for the user), or "" if they
+  // can. Local, no communication; the device manager asks world rank 0 and broadcasts.
+  virtual std::string cannot_start(int count) const = 0;
+  // Collective over `world`: starts `count` processes running this program with this
+  // program's arguments and returns a world of world.size() + count ranks: the old ranks
+  // first, in their order, the new ones after. Throws CommError if MPI fails.
+  virtual std::unique_ptr<comm::Transport> grow(comm::Transport& world, int count) = 0;
+
+  // In a process that grow() started: the world it was started into (the same transport its
+  // starters got back), once; nullptr in a process started any other way.
+  virtual std::unique_ptr<comm::Transport> join() = 0;
+
+  // Whether leave() can end this process while the job goes on; if not, why (one line).
+  virtual std::string cannot_leave() const = 0;
+  // Ends this process at once with exit status 0, without waiting for the rest of the job
+  // (MPI), or returns (in-process ranks: the rank's thread then returns). Call it after the
+  // trainer and its transports are destroyed.
+  virtual void leave() = 0;
+};
+
+// In-process ranks (comm/inproc, unit tests): nothing can be started; a rank leaves by
+// returning from its thread.
+class InprocLauncher final : public Launcher {
+ public:
+  std::string cannot_start(int count) const override {
+    return "cannot start " + std::to_string(count) + " process(es): in-process ranks are a fixed set of threads";
+  }
+  std::unique_ptr<comm::Transport> grow(comm::Transport&, int) override { return nullptr; }
+  std::unique_ptr<comm::Transport> join() override { return nullptr; }
+  std::string cannot_leave() const override { return {}; }
+  void leave() override {}
+};
+
+}  // namespace dynatrain::edm

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Real processes join and leave a running job (issue 7), through the dynatrain CLI:
+#   1. the issue's schedule (switches every 4 steps instead of 20, a smaller batch, to keep the
+#      test short) grows 2 -> 4 -> 6 processes by MPI_Comm_spawn and shrinks 6 -> 3 -> 1
+#      by processes leaving; `pgrep` (the processes mpirun started or spawned) must see 2, 4, 6,
+#      3 and 1 in that order, the CSV's world column must say the same per phase, every switch
+#      is reported in the JSON, and the loss tracks the static run;
+#   2. a grow whose executable is missing is refused with one line and training goes on in the
+#      old layout (exit 0, world stays 2);
+#   3. `dynatrain request` switches a running job at the requested step; a request the trainer
+#      cannot run is refused with one line.
+# Usage: edm_mpi_test.sh DYNATRAIN [OUT_DIR]. Needs mpirun; sets the Open MPI variables itself.
+set -euo pipefail
+BIN=$(readlink -f "$1")
+OUT=${2:-$(mktemp -d)}
+mkdir -p "$OUT"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_orte_allowed_exit_without_sync=1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+SCHED="0:dp=2;4:tp=2,dp=2;8:tp=2,pp=3,pp_layers=2/1/1;12:dp=3;16:dp=1"
+COMMON=(train --model tiny-dense --steps 20 --global-batch 6 --seq 32 --threads 1)
+mpirun -np 2 "$BIN" "${COMMON[@]}" --schedule "$SCHED" \
+  --csv "$OUT/elastic.csv" --json "$OUT/elastic.json" > "$OUT/elastic.log" 2>&1 &
+pid=$!
+while kill -0 "$pid" 2>/dev/null; do
+  pgrep -P "$pid" -c -x dynatrain || true
+  sleep 0.01
+done > "$OUT/ps.txt"
+wait "$pid" || { cat "$OUT/elastic.log"; fail "elastic run exited with $?"; }
+# Process counts in order, repeats collapsed; they must pass through 2 4 6 3 1 (a shrink may show
+# the leavers going one by one).
+seen=$(awk '$1 != last && $1 > 0 { printf "%s ", $1; last = $1 }' "$OUT/ps.txt")
+echo "process counts seen: $seen"
+echo " $seen" | grep -Eq ' 2 (.* )?4 (.* )?6 (.* )?3 (.* )?1 $' || fail "process counts '$seen' do not go 2, 4, 6, 3, 1"
+awk -F, 'NR > 1 { want = $1 < 4 ? 2 : $1 < 8 ? 4 : $1 < 12 ? 6 : $1 < 16 ? 3 : 1
+                  if ($11 != want) { print "step " $1 ": world " $11 ", want " want; bad = 1 } }
+         END { exit bad }' "$OUT/elastic.csv" || fail "CSV world column"
+[[ $(wc -l < "$OUT/elastic.csv") -eq 21 ]] || fail "CSV has $(wc -l < "$OUT/elastic.csv") lines, want 21"
+[[ $(grep -c '"pause_s"' "$OUT/elastic.json") -eq 4 ]] || fail "JSON does not hold 4 switches"
+
+mpirun -np 2 "$BIN" "${COMMON[@]}" --schedule "0:dp=2" --static \
+  --csv "$OUT/static.csv" > "$OUT/static.log" 2>&1 || fail "static run"
+paste -d, "$OUT/static.csv" "$OUT/elastic.csv" | awk -F, 'NR > 1 { d = $2 - $14; if (d < 0) d = -d; if (d > m) m = d }
+  END { printf "max |loss elastic - static| = %.2e\n", m; exit !(m < 1e-4) }' || fail "loss does not track the static run"
+
+# A join that cannot start is refused; the job keeps its layout and finishes.
+DT_EDM_EXECUTABLE=/nonexistent/dynatrain mpirun -np 2 "$BIN" train --model tiny-dense --steps 8 \
+  --schedule "0:dp=2;4:dp=4" --threads 1 --csv "$OUT/refused.csv" > "$OUT/refused.log" 2>&1 ||
+  { cat "$OUT/refused.log"; fail "refused grow: exit status $?"; }
+grep -q "refused: cannot start 2 process(es): executable '/nonexistent/dynatrain' is missing" "$OUT/refused.log" ||
+  { cat "$OUT/refused.log"; fail "no refusal line"; }
+awk -F, 'NR > 1 && $11 != 2 { bad = 1 } END { exit bad }' "$OUT/refused.csv" || fail "world changed after a refused grow"
+# A switch requested from outside (`dynatrain request`) happens at the requested step; a request
+# the trainer cannot run is refused with one line and the job goes on.
+mkdir -p "$OUT/job"
+"$BIN" request --job "$OUT/job" --to tp=2 --at-step 3 > /dev/null || fail "request command"
+mpirun -np 2 "$BIN" train --model tiny-dense --steps 6 --global-batch 4 --seq 16 --threads 1 \
+  --schedule "0:dp=2" --job "$OUT/job" --csv "$OUT/request.csv" > "$OUT/request.log" 2>&1 ||
+  { cat "$OUT/request.log"; fail "run with a request"; }
+grep -q "request: switch to tp=2,pp=1,dp=1,zero=1 before step 3" "$OUT/request.log" || { cat "$OUT/request.log"; fail "request not taken"; }
+awk -F, 'NR > 1 { want = $1 < 3 ? "tp=1 pp=1 dp=2 zero=1" : "tp=2 pp=1 dp=1 zero=1"; if ($5 != want) bad = 1 }
+         END { exit bad }' "$OUT/request.csv" || fail "requested switch not at step 3"
+"$BIN" request --job "$OUT/job" --to tp=3 > /dev/null || fail "request command (tp=3)"
+mpirun -np 2 "$BIN" train --model tiny-dense --steps 2 --global-batch 4 --seq 16 --threads 1 \
+  --schedule "0:dp=2" --job "$OUT/job" > "$OUT/request_bad.log" 2>&1 || { cat "$OUT/request_bad.log"; fail "bad request ended the job"; }
+grep -q "request refused: tp=3 does not divide" "$OUT/request_bad.log" || { cat "$OUT/request_bad.log"; fail "bad request not refused"; }
+echo "edm mpi test: ok"

@@ -1,0 +1,56 @@
+#include "tools/job_request.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+#include "vps/parallel_config.h"
+
+namespace dynatrain::tools {
+
+void write_job_request(const std::string& dir, const JobRequest& r) {
+  vps::ParallelConfig::parse(r.to);  // InputError names a bad config before anything is written
+  if (r.at_step < -1) DT_INPUT_ERROR("--at-step ", r.at_step, " must be a step number (>= 0)");
+  const std::string tmp = dir + "/.request." + std::to_string(getpid()), final_path = dir + "/request";
+  {
+    std::ofstream out(tmp);
+    if (!out) DT_INPUT_ERROR("cannot write to job directory '", dir, "' (does it exist?)");
+    out << "to=" << r.to << '\n';
+    if (r.at_step >= 0) out << "at_step=" << r.at_step << '\n';
+    if (!out.flush()) DT_INPUT_ERROR("cannot write to job directory '", dir, "'");
+  }
+  if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
+    DT_INPUT_ERROR("cannot place the request in job directory '", dir, "'");
+}
+
+std::optional<JobRequest> take_job_request(const std::string& dir) {
+  const std::string path = dir + "/request";
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  in.close();
+  std::remove(path.c_str());
+  JobRequest r;
+  std::string line;
+  bool ok = true;
+  while (std::getline(text, line)) {
+    if (line.rfind("to=", 0) == 0) r.to = line.substr(3);
+    else if (line.rfind("at_step=", 0) == 0) {
+      try {
+        r.at_step = std::stoll(line.substr(8));
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    } else if (!line.empty()) {
+      ok = false;
+    }
+  }
+  if (!ok || r.to.empty()) r = JobRequest{"malformed request file: " + text.str(), -1};
+  return r;
+}
+
+}  // namespace dynatrain::tools
