@@ -12,6 +12,8 @@
 #include "common/error.h"
 #include "train/data.h"
 #include "train/trainer.h"
+#include "tools/fault_injection.h"
+#include "tools/watchdog.h"
 
 namespace dynatrain::tools {
 using namespace dynatrain::train;  // the trainer this command drives
@@ -50,6 +52,12 @@ std::string plain(const std::string& config) {  // no commas, for CSV and gnuplo
   for (auto& ch : s)
     if (ch == ',') ch = ' ';
   return s;
+}
+
+std::uint64_t model_parameters(const vps::ModelSpec& model) {
+  std::uint64_t n = 0;
+  for (const auto& t : vps::build_tensors(model)) n += static_cast<std::uint64_t>(t.numel());
+  return n;
 }
 
 int default_threads() {
@@ -107,6 +115,10 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
                 world.size(), args.static_layout || schedule.size() == 1 ? "static layout" : "switching layouts");
 
   Trainer trainer(o, schedule[0].second, world, std::move(text));
+  // A peer that stops answering mid-switch ends the job (tools/watchdog.h). The deadline covers
+  // the whole model's state (weights, grads, fp32 master and two moments: 16 bytes a parameter).
+  Watchdog watchdog;
+  const double switch_deadline = switch_timeout_seconds(16 * static_cast<std::uint64_t>(model_parameters(o.model)));
   struct Tally { double tokens = 0, seconds = 0; int steps = 0; };
   std::map<std::string, Tally> per_layout;
   std::vector<SwitchStats> switches;
@@ -115,7 +127,12 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     SwitchStats sw;
     bool switched = false;
     if (next < schedule.size() && schedule[next].first == step) {
+      fault_point("switch", world.rank());
+      // Ranks the current layout leaves idle wait inside switch_to for the active ones' steps:
+      // only active ranks arm (their watchdog ends the job for everyone).
+      if (trainer.active()) watchdog.arm("the switch before step " + std::to_string(step), switch_deadline);
       sw = trainer.switch_to(schedule[next].second);
+      watchdog.disarm();
       switched = true;
       ++next;
       if (root) {
@@ -129,6 +146,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       }
     }
     if (!trainer.active()) continue;  // wait in the next switch_to / finish
+    fault_point("step", world.rank());
     const StepStats st = trainer.step();
     if (!root) continue;
     const std::string layout = trainer.config().str();
