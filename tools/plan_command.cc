@@ -13,6 +13,7 @@
 #include "plan/planner.h"
 #include "plan/stats.h"
 #include "tools/commands.h"
+#include "tools/flag_checks.h"
 
 namespace dynatrain::tools {
 
@@ -53,7 +54,16 @@ nlohmann::json totals_json(const plan::TrafficTotals& t) {
           {"inter_node_bytes", t.inter_node}, {"pieces", t.pieces}};
 }
 
+void check_flags(const PlanArgs& a) {
+  require_int_in("--gpus-per-node", a.gpus_per_node, 1, 1 << 16);
+  require_int_in("--bucket-elems", a.bucket_elems, 1, std::int64_t{1} << 40);
+  require_positive_finite("--intra-bw", a.intra_gbps, 1e6);
+  require_positive_finite("--inter-bw", a.inter_gbps, 1e6);
+  require_int_in("--transfers", a.transfers_rank, -1, 1 << 30, " (-1: none)");
+}
+
 int run_plan(const PlanArgs& a) {
+  check_flags(a);
   // The planner's own memory: peak RSS above what the process held before planning (the
   // executable's libraries, libtorch included, are resident already).
   const std::uint64_t rss_before = current_rss_bytes();
