@@ -22,6 +22,13 @@ void fault_point(const char* point, int rank) {
   fired = true;
   std::thread([sig, delay_ms] {
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    if (const char* stamp = std::getenv("DT_FAULT_STAMP")) {  // when it fired, for the test
+      if (std::FILE* f = std::fopen(stamp, "w")) {
+        const auto now = std::chrono::system_clock::now().time_since_epoch();
+        std::fprintf(f, "%.3f\n", std::chrono::duration<double>(now).count());
+        std::fclose(f);
+      }
+    }
     raise(sig);
   }).detach();
 }

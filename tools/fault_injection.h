@@ -7,6 +7,7 @@
 //     POINT   switch (a layout switch starts) or step (a training step starts)
 //     DELAY_MS  how long after the point begins (a thread fires it while the work runs)
 // The first time the point is reached on that rank, the fault fires; later points are ignored.
+// DT_FAULT_STAMP=FILE: the firing rank writes the Unix time (seconds) into FILE just before.
 #pragma once
 
 namespace dynatrain::tools {

@@ -88,6 +88,11 @@ const char* signal_name(int sig) {
 }
 
 void on_stop_signal(int sig) {
+  // Peers are looked up before the claim: until some rank claims, no handler has exited, so the
+  // ranks found gone are those that ended first (the cause), not survivors already stopping.
+  int gone[16], n_gone = 0;
+  for (int r = 0; r < g_job.size && r < JobInfo::kMaxPeers && n_gone < 16; ++r)
+    if (r != g_job.rank && g_job.peer_pid[r] != 0 && process_gone(g_job.peer_pid[r])) gone[n_gone++] = r;
   if (claim_report()) {
     char line[1024], *p = line, *end = line + sizeof line - 2;
     p = append_str(p, end, "dynatrain: error: rank ");
@@ -96,16 +101,14 @@ void on_stop_signal(int sig) {
     p = append_int(p, end, g_job.size);
     p = append_str(p, end, ": stopped by ");
     p = append_str(p, end, signal_name(sig));
-    int gone = 0;
-    for (int r = 0; r < g_job.size && r < JobInfo::kMaxPeers; ++r) {
-      if (r == g_job.rank || g_job.peer_pid[r] == 0 || !process_gone(g_job.peer_pid[r])) continue;
-      p = append_str(p, end, gone++ ? ", " : " after rank ");
-      p = append_int(p, end, r);
+    for (int i = 0; i < n_gone; ++i) {
+      p = append_str(p, end, i ? ", " : " after rank ");
+      p = append_int(p, end, gone[i]);
       p = append_str(p, end, " (pid ");
-      p = append_int(p, end, g_job.peer_pid[r]);
+      p = append_int(p, end, g_job.peer_pid[gone[i]]);
       p = append_str(p, end, ")");
     }
-    if (gone) p = append_str(p, end, " ended without a word (killed?)");
+    if (n_gone) p = append_str(p, end, " ended without a word (killed?)");
     *p++ = '\n';
     ssize_t ignored = write(STDERR_FILENO, line, static_cast<std::size_t>(p - line));
     (void)ignored;
