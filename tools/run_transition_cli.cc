@@ -142,19 +142,19 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     return false;
   };
   for (int k = 0; k < args.repeat; ++k) {
+    // Armed for the whole round (switch back, switch, gathers, verify): a peer that stops while
+    // this rank waits in any of them ends the job.
+    watchdog.arm("switch round " + std::to_string(k + 1) + " (" + src_layout.config().str() + " -> " +
+                     dst_layout.config().str() + ")", switch_deadline);
     if (k > 0) {
       world.barrier();
       a.clear();
-      watchdog.arm("the switch back " + dst_layout.config().str() + " -> " + src_layout.config().str(), switch_deadline);
       const auto s = run_transition(back, dst_rl, b, src_rl, a, eb, world, pool, opt);
-      watchdog.disarm();
       back_secs.push_back(max_of(gather_double(world, s.seconds)));
     }
     world.barrier();
-    watchdog.arm("the switch " + src_layout.config().str() + " -> " + dst_layout.config().str(), switch_deadline);
     fault_point("switch", me);
     const auto s = run_transition(fwd, src_rl, a, dst_rl, b, eb, world, pool, opt);
-    watchdog.disarm();
     forward.push_back(s);
     forward_secs.push_back(max_of(gather_double(world, s.seconds)));
     if (args.verify && (k == 0 || k == args.repeat - 1)) {
@@ -165,7 +165,9 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
       }
       verify_text = "ok";
     }
+    watchdog.disarm();
   }
+  watchdog.disarm();  // after a failed verify's break
 
   // ---- figures: the cold (first) switch, warm (the others) ----
   const TransitionStats& cold = forward.front();

@@ -119,6 +119,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   // the whole model's state (weights, grads, fp32 master and two moments: 16 bytes a parameter).
   Watchdog watchdog;
   const double switch_deadline = switch_timeout_seconds(16 * static_cast<std::uint64_t>(model_parameters(o.model)));
+  double slowest_step = 0;
   struct Tally { double tokens = 0, seconds = 0; int steps = 0; };
   std::map<std::string, Tally> per_layout;
   std::vector<SwitchStats> switches;
@@ -147,7 +148,12 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     }
     if (!trainer.active()) continue;  // wait in the next switch_to / finish
     fault_point("step", world.rank());
+    // A peer that stops answering mid-step ends the job too: the deadline is the watchdog's
+    // floor plus 20x the slowest step so far.
+    watchdog.arm("step " + std::to_string(step), switch_timeout_seconds(0) + 20 * slowest_step);
     const StepStats st = trainer.step();
+    watchdog.disarm();
+    slowest_step = std::max(slowest_step, st.seconds);
     if (!root) continue;
     const std::string layout = trainer.config().str();
     if (!switched) {  // the first step after a switch also pays for warm caches: not counted
