@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake git libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev
-          libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev libopenblas0-pthread gnuplot-nox)
+          libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev libopenblas0-pthread gnuplot-nox
+          clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -79,6 +79,11 @@ bad 1 "is not valid JSON" -- plan --model "$(j empty '')" --from tp=1 --to tp=2
 bad 1 "is not valid JSON" -- plan --model "$(j trunc '{"hidden_size": 64')" --from tp=1 --to tp=2
 bad 1 "is not valid JSON" -- plan --model "$(j binary $'\x01\x02\xff\xfe')" --from tp=1 --to tp=2
 bad 1 "is not valid JSON" -- plan --model "$(j trailing "{$base,}")" --from tp=1 --to tp=2
+python3 -c "print('[' * 100000 + ']' * 100000)" >"$tmp/deep.json" 2>/dev/null || printf '[[[]]]' >"$tmp/deep.json"
+bad 1 "lacks required field hidden_size" -- plan --model "$tmp/deep.json" --from tp=1 --to tp=2
+bad 1 "lacks required field hidden_size" -- plan --model "$(j array '[]')" --from tp=1 --to tp=2
+bad 1 "lacks required field hidden_size" -- plan --model "$(j null 'null')" --from tp=1 --to tp=2
+bad 1 "lacks required field hidden_size" -- plan --model "$(j string '"config"')" --from tp=1 --to tp=2
 bad 1 "lacks required field hidden_size" -- plan --model "$(j nohidden '{"num_hidden_layers": 2}')" --from tp=1 --to tp=2
 bad 1 "lacks required field vocab_size" -- plan --model "$(j novocab '{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}')" --from tp=1 --to tp=2
 bad 1 "hidden_size must be an integer, got \"64\"" -- plan --model "$(j strhidden "{$base, \"hidden_size\": \"64\"}")" --from tp=1 --to tp=2
