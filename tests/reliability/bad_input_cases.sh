@@ -28,6 +28,8 @@ bad 1 "pp_layers entry 99999999999" -- "${P[@]}" --from pp=2,pp_layers=999999999
 bad 1 "1048576 ranks" -- "${P[@]}" --from dp=1048576 --to tp=1
 bad 1 "1048576 ranks" -- "${P[@]}" --from tp=1024,dp=1024 --to tp=1
 bad 1 "1099511627776 ranks" -- "${P[@]}" --from tp=1024,dp=1024,pp=1024,cp=1024 --to tp=1
+bad 1 "has 131072 ranks; this command plans every rank in one process" -- "${P[@]}" --from dp=131072 --to tp=1
+bad 1 "has 32768 ranks; this command plans every rank" -- "${P[@]}" --from tp=1 --to tp=8,dp=4096
 bad 1 "dp=2097152 is out of range" -- "${P[@]}" --from dp=2097152 --to tp=1
 # ---- configs that cannot shard the model ----
 bad 1 "tp=3 does not divide 32 attention heads" -- "${P[@]}" --from tp=3 --to tp=2
