@@ -21,13 +21,13 @@ configure() {  # configure DIR FLAGS
 
 asan() {
   configure build-asan "-fsanitize=address,undefined -fno-sanitize-recover=undefined"
-  cmake --build build-asan -j"$jobs" --target test_vps test_plan test_exec_unit test_exec_inproc \
+  cmake --build build-asan -j"$jobs" --target test_vps test_plan test_input_bounds test_exec_unit test_exec_inproc \
         test_comm_inproc test_comm_mpi test_exec_mpi
   export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0:exitcode=86"
   export LSAN_OPTIONS="suppressions=$root/scripts/lsan-openmpi.supp:print_suppressions=0"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   local b=build-asan/tests
-  for t in "$b/test_vps" "$b/plan/test_plan" "$b/exec/test_exec_unit" "$b/comm/test_comm_inproc" \
+  for t in "$b/test_vps" "$b/plan/test_plan" "$b/reliability/test_input_bounds" "$b/exec/test_exec_unit" "$b/comm/test_comm_inproc" \
            "$b/exec/test_exec_inproc"; do
     echo "asan: $t"
     "$t" --gtest_brief=1
