@@ -125,8 +125,8 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     if (!trainer.active()) continue;  // wait in the next switch_to / finish
     fault_point("step", world.rank());
     // A peer that stops answering mid-step ends the job too: the deadline is the watchdog's
-    // floor plus 20x the slowest step so far.
-    watchdog.arm("step " + std::to_string(step), switch_timeout_seconds(0) + 20 * slowest_step);
+    // floor plus 10x the slowest step so far (the first step, warm-up included, is not timed).
+    if (slowest_step > 0) watchdog.arm("step " + std::to_string(step), switch_timeout_seconds(0) + 10 * slowest_step);
     const StepStats st = trainer.step();
     watchdog.disarm();
     slowest_step = std::max(slowest_step, st.seconds);
