@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <thread>
 
 #include "comm/mpi/mpi_transport.h"
@@ -126,7 +127,7 @@ void prepare_failure_path(comm::Transport& world) {
                   std::getenv("OMPI_MCA_ess_base_jobid") ? std::getenv("OMPI_MCA_ess_base_jobid") : "0");
   }
   struct Id { std::int64_t pid; std::int64_t host; };
-  const long host = gethostid();
+  const std::int64_t host = this_host_id();
   const auto ids = comm::all_gather_values(world, Id{getpid(), host});
   for (int r = 0; r < world.size() && r < JobInfo::kMaxPeers; ++r)
     if (ids[r].host == host) g_job.peer_pid[r] = static_cast<int>(ids[r].pid);
@@ -137,6 +138,12 @@ void prepare_failure_path(comm::Transport& world) {
 }
 
 }  // namespace
+
+std::int64_t this_host_id() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return static_cast<std::int64_t>(std::hash<std::string>{}(name));
+}
 
 bool is_nonzero_mpi_rank() {
   const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");

@@ -17,6 +17,7 @@
 //    messages and by scripts/mpi-env.sh for mpirun's).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -34,5 +35,9 @@ int run_on_mpi_world(const std::function<int(comm::Transport&)>& body);
 // it works before MPI starts): errors every rank raises alike before MPI starts, such as flag
 // parsing, are printed by rank 0 only.
 bool is_nonzero_mpi_rank();
+
+// A hash of this machine's host name: equal for ranks on one node, different across nodes
+// (gethostid() is not: containers on different nodes often share it).
+std::int64_t this_host_id();
 
 }  // namespace dynatrain::tools

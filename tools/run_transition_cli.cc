@@ -6,7 +6,6 @@
 #include <fstream>
 #include <numeric>
 
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +17,7 @@
 #include "vps/model_spec.h"
 #include "vps/parallel_config.h"
 #include "tools/fault_injection.h"
+#include "tools/mpi_world.h"
 #include "tools/watchdog.h"
 
 namespace dynatrain::tools {
@@ -45,11 +45,12 @@ void check_memory_fits(comm::Transport& world, std::uint64_t src_bytes, std::uin
   const std::uint64_t state = std::max(src_bytes, dst_bytes);
   const std::uint64_t need = state + std::min(budget, state) + (std::uint64_t{128} << 20);
   struct Need { std::int64_t host; std::uint64_t bytes; };
-  const auto all = comm::all_gather_values(world, Need{gethostid(), need});
+  const std::int64_t host = this_host_id();
+  const auto all = comm::all_gather_values(world, Need{host, need});
   std::uint64_t node_need = 0, rank_max = 0;
   int node_ranks = 0;
   for (const auto& n : all)
-    if (n.host == gethostid()) {
+    if (n.host == host) {
       node_need += n.bytes;
       rank_max = std::max(rank_max, n.bytes);
       ++node_ranks;
