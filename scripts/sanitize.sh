@@ -14,9 +14,9 @@ mode="${1:-all}"
 jobs=$(nproc)
 root=$(pwd)
 
-configure() {  # configure DIR FLAGS
-  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDYNATRAIN_WITH_TORCH=OFF \
-        -DCMAKE_CXX_FLAGS="$2 -fno-omit-frame-pointer" >/dev/null
+configure() {  # configure DIR FLAGS: -O1 -g1 (line tables for reports) keeps the build short
+  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=Sanitize -DDYNATRAIN_WITH_TORCH=OFF \
+        -DCMAKE_CXX_FLAGS="$2 -O1 -g1 -fno-omit-frame-pointer" >/dev/null
 }
 
 asan() {

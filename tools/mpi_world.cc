@@ -155,8 +155,11 @@ void abort_job(const char* kind, const std::string& message, int exit_code) {
     std::fprintf(stderr, "dynatrain: %s: rank %d of %d: %s\n", kind, g_job.rank, g_job.size, message.c_str());
     std::fflush(stderr);
   }
-  MPI_Abort(MPI_COMM_WORLD, exit_code);
-  _exit(exit_code);  // MPI_Abort does not return; this is in case it ever does
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  _exit(exit_code);  // without MPI (in-process ranks), or should MPI_Abort ever return
 }
 
 int run_on_mpi_world(const std::function<int(comm::Transport&)>& body) {
