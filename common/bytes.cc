@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <utility>
 
@@ -22,8 +23,14 @@ std::uint64_t parse_bytes(const std::string& text) {
       {"kib", 1ull << 10}, {"mib", 1ull << 20}, {"gib", 1ull << 30}, {"tib", 1ull << 40},
       {"k", 1ull << 10},   {"m", 1ull << 20},   {"g", 1ull << 30},
       {"kb", 1000ull},     {"mb", 1000000ull},  {"gb", 1000000000ull}, {"tb", 1000000000000ull}};
-  for (const auto& [name, scale] : kUnits)
-    if (suffix == name) return std::stoull(text.substr(0, digits)) * scale;
+  for (const auto& [name, scale] : kUnits) {
+    if (suffix != name) continue;
+    std::uint64_t count = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + digits, count);
+    if (ec != std::errc() || end != text.data() + digits || count > kMaxBytes / scale)
+      DT_INPUT_ERROR("byte size '", text, "' is too large; the largest is 1 EiB (", kMaxBytes, " bytes)");
+    return count * scale;
+  }
   DT_INPUT_ERROR("byte size '", text, "' has unknown unit '", text.substr(digits),
                  "'; valid units: B, KiB, MiB, GiB, TiB, KB, MB, GB, TB");
 }

@@ -2,9 +2,11 @@
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <new>
 
 #include "common/error.h"
 #include "tools/commands.h"
+#include "tools/mpi_world.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"DynaTrain: switch the parallel layout of a training job in memory"};
@@ -20,22 +22,29 @@ int main(int argc, char** argv) {
   add(dynatrain::tools::add_train_command);
   add(dynatrain::tools::add_export_command);
   add(dynatrain::tools::add_request_command);
+  // Under mpirun every rank parses the same flags: rank 0 alone prints help and flag errors.
+  const bool quiet = dynatrain::tools::is_nonzero_mpi_rank();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return quiet ? 0 : app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return quiet ? 0 : app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "dynatrain: error: %s (see --help)\n", e.what());
+    if (!quiet) std::fprintf(stderr, "dynatrain: error: %s (see --help)\n", e.what());
     return 2;
   }
   try {
     for (auto& [sub, run] : commands)
       if (sub->parsed()) return run();
   } catch (const dynatrain::InputError& e) {
-    std::fprintf(stderr, "dynatrain: error: %s\n", e.what());
+    // Errors reaching here come from a world of one rank, or from flag values checked before
+    // MPI starts (identical on every rank of an mpirun job: rank 0 prints).
+    if (!quiet) std::fprintf(stderr, "dynatrain: error: %s\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "dynatrain: error: out of memory (std::bad_alloc); lower the model size or --mem-budget\n");
+    return 3;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dynatrain: internal error: %s\n", e.what());
     return 3;

@@ -1,19 +1,188 @@
 #include "tools/mpi_world.h"
 
+#include <fcntl.h>
+#include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <thread>
+
 #include "comm/mpi/mpi_transport.h"
 #include "common/error.h"
 
 namespace dynatrain::tools {
 
+namespace {
+
+// Everything the signal handler reads, prepared before it is installed (no allocation there).
+struct JobInfo {
+  int rank = 0, size = 1;
+  char marker[512] = {};   // "<session dir>/dynatrain-reported"; empty: no claim needed
+  static constexpr int kMaxPeers = 4096;
+  int peer_pid[kMaxPeers] = {};  // pid of each rank on this node, 0 elsewhere
+};
+JobInfo g_job;
+
+// Grace before a rank other than 0 reports: rank 0, failing alike, reports first.
+constexpr auto kNonRootGrace = std::chrono::milliseconds(1000);
+
+// Async-signal-safe: true when this rank may print the job's one line.
+bool claim_report() {
+  if (g_job.marker[0] == '\0') return true;
+  const int fd = open(g_job.marker, O_CREAT | O_EXCL | O_WRONLY, 0600);
+  if (fd >= 0) {
+    close(fd);
+    return true;
+  }
+  return errno != EEXIST;
+}
+
+// Async-signal-safe integer append.
+char* append_int(char* p, const char* end, long v) {
+  char digits[24];
+  int n = 0;
+  if (v < 0) {
+    if (p < end) *p++ = '-';
+    v = -v;
+  }
+  do digits[n++] = static_cast<char>('0' + v % 10); while ((v /= 10) > 0 && n < 23);
+  while (n > 0 && p < end) *p++ = digits[--n];
+  return p;
+}
+
+char* append_str(char* p, const char* end, const char* s) {
+  while (*s && p < end) *p++ = *s++;
+  return p;
+}
+
+// Async-signal-safe: a process is gone when /proc/<pid> is missing or a zombie.
+bool process_gone(int pid) {
+  char path[64], *p = append_str(path, path + 40, "/proc/");
+  p = append_int(p, path + 56, pid);
+  append_str(p, path + 63, "/stat")[0] = '\0';
+  const int fd = open(path, O_RDONLY);
+  if (fd < 0) return true;
+  char buf[256];
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return true;
+  buf[n] = '\0';
+  const char* paren = nullptr;  // the state follows the last ')' (the name may hold any byte)
+  for (ssize_t i = 0; i < n; ++i)
+    if (buf[i] == ')') paren = buf + i;
+  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+  }
+}
+
+void on_stop_signal(int sig) {
+  // Peers are looked up before the claim: until some rank claims, no handler has exited, so the
+  // ranks found gone are those that ended first (the cause), not survivors already stopping.
+  int gone[16], n_gone = 0;
+  for (int r = 0; r < g_job.size && r < JobInfo::kMaxPeers && n_gone < 16; ++r)
+    if (r != g_job.rank && g_job.peer_pid[r] != 0 && process_gone(g_job.peer_pid[r])) gone[n_gone++] = r;
+  if (claim_report()) {
+    char line[1024], *p = line, *end = line + sizeof line - 2;
+    p = append_str(p, end, "dynatrain: error: rank ");
+    p = append_int(p, end, g_job.rank);
+    p = append_str(p, end, " of ");
+    p = append_int(p, end, g_job.size);
+    p = append_str(p, end, ": stopped by ");
+    p = append_str(p, end, signal_name(sig));
+    for (int i = 0; i < n_gone; ++i) {
+      p = append_str(p, end, i ? ", " : " after rank ");
+      p = append_int(p, end, gone[i]);
+      p = append_str(p, end, " (pid ");
+      p = append_int(p, end, g_job.peer_pid[gone[i]]);
+      p = append_str(p, end, ")");
+    }
+    if (n_gone) p = append_str(p, end, " ended without a word (killed?)");
+    *p++ = '\n';
+    ssize_t ignored = write(STDERR_FILENO, line, static_cast<std::size_t>(p - line));
+    (void)ignored;
+  }
+  _exit(128 + sig);
+}
+
+// Fills g_job for this rank of `world` (collective: one all-gather of pids and host ids).
+void prepare_failure_path(comm::Transport& world) {
+  g_job.rank = world.rank();
+  g_job.size = world.size();
+  if (const char* dir = std::getenv("OMPI_MCA_orte_jobfam_session_dir");
+      dir && std::strlen(dir) + 32 < sizeof g_job.marker) {
+    std::snprintf(g_job.marker, sizeof g_job.marker, "%s/dynatrain-reported-%s", dir,
+                  std::getenv("OMPI_MCA_ess_base_jobid") ? std::getenv("OMPI_MCA_ess_base_jobid") : "0");
+  }
+  struct Id { std::int64_t pid; std::int64_t host; };
+  const std::int64_t host = this_host_id();
+  const auto ids = comm::all_gather_values(world, Id{getpid(), host});
+  for (int r = 0; r < world.size() && r < JobInfo::kMaxPeers; ++r)
+    if (ids[r].host == host) g_job.peer_pid[r] = static_cast<int>(ids[r].pid);
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
+}  // namespace
+
+std::int64_t this_host_id() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return static_cast<std::int64_t>(std::hash<std::string>{}(name));
+}
+
+bool is_nonzero_mpi_rank() {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  return rank && std::strcmp(rank, "0") != 0;
+}
+
+void abort_job(const char* kind, const std::string& message, int exit_code) {
+  if (claim_report()) {
+    std::fprintf(stderr, "dynatrain: %s: rank %d of %d: %s\n", kind, g_job.rank, g_job.size, message.c_str());
+    std::fflush(stderr);
+  }
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  _exit(exit_code);  // without MPI (in-process ranks), or should MPI_Abort ever return
+}
+
 int run_on_mpi_world(const std::function<int(comm::Transport&)>& body) {
+  // The ranks' own Open MPI help messages ("MPI_ABORT was invoked ...") would follow our line.
+  setenv("OMPI_MCA_orte_execute_quiet", "1", 0);
   comm::MpiSession session;
   auto world = comm::MpiTransport::world();
+  if (world->size() == 1) return body(*world);  // tools/main.cc prints and exits
+  prepare_failure_path(*world);
+  auto fail = [&](const char* kind, const std::string& message, int code) {
+    if (world->rank() != 0) std::this_thread::sleep_for(kNonRootGrace);
+    abort_job(kind, message, code);
+  };
   try {
     return body(*world);
-  } catch (const InputError&) {
-    if (world->rank() == 0) throw;
-    return 2;
+  } catch (const InputError& e) {
+    fail("error", e.what(), 2);
+  } catch (const std::bad_alloc&) {
+    fail("error", "out of memory (std::bad_alloc); lower the model size, the ranks per node or --mem-budget", 3);
+  } catch (const std::exception& e) {
+    fail("internal error", e.what(), 3);
   }
+  return 3;  // not reached: fail() aborts the job
 }
 
 }  // namespace dynatrain::tools

@@ -1,15 +1,43 @@
-// Runs a command body on the MPI world (initialising MPI for the duration). Works with or
-// without mpirun: a plain start is a world of one rank.
+// Runs a command body on the MPI world (initialising MPI for the duration), and owns the job's
+// one failure path. Works with or without mpirun: a plain start is a world of one rank.
+//
+// Failure contract (docs/errors.md, "Failure handling"): any failure on any rank ends the whole
+// job within seconds with ONE line on stderr naming the rank and the cause, and a non-zero exit.
+//  * An exception on a rank of a world of more than one: the rank prints
+//    "dynatrain: error: rank R of N: <message>" (InputError, exit 2) or
+//    "dynatrain: internal error: rank R of N: <message>" (anything else, exit 3) and calls
+//    MPI_Abort, so peers never wait in a collective for it. Ranks other than 0 first wait a
+//    grace period: an error every rank raises alike is then printed by rank 0 alone.
+//  * SIGTERM / SIGINT / SIGHUP (mpirun forwards them; mpirun also sends SIGTERM to the
+//    survivors when a rank dies): the first rank of the node to get one prints one line naming
+//    the signal and any rank on this node whose process is gone, then exits 128 + signal.
+//  * One line per job: ranks of one node claim the report through a marker file in Open MPI's
+//    per-job session directory (mpirun removes it). A rank that loses the claim stays silent.
+//  * Open MPI's own banners are suppressed (orte_execute_quiet, set in-process for the ranks'
+//    messages and by scripts/mpi-env.sh for mpirun's).
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <string>
 
 #include "comm/transport.h"
 
 namespace dynatrain::tools {
 
-// InputError thrown identically on every rank is re-thrown on rank 0 only (the CLI prints one
-// line), other ranks return exit code 2 quietly.
 int run_on_mpi_world(const std::function<int(comm::Transport&)>& body);
+
+// Ends the whole job from this rank: prints "dynatrain: <kind>: rank R of N: <message>" unless
+// another rank of the node already reported, then MPI_Abort(exit_code). Safe from any thread.
+[[noreturn]] void abort_job(const char* kind, const std::string& message, int exit_code);
+
+// True when this process is a rank other than 0 of an mpirun job (read from the environment, so
+// it works before MPI starts): errors every rank raises alike before MPI starts, such as flag
+// parsing, are printed by rank 0 only.
+bool is_nonzero_mpi_rank();
+
+// A hash of this machine's host name: equal for ranks on one node, different across nodes
+// (gethostid() is not: containers on different nodes often share it).
+std::int64_t this_host_id();
 
 }  // namespace dynatrain::tools

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <numeric>
 
+
 #include <nlohmann/json.hpp>
 
 #include "common/bytes.h"
@@ -15,12 +16,52 @@
 #include "plan/planner.h"
 #include "vps/model_spec.h"
 #include "vps/parallel_config.h"
+#include "tools/fault_injection.h"
+#include "tools/mpi_world.h"
+#include "tools/watchdog.h"
 
 namespace dynatrain::tools {
 using namespace dynatrain::testing;  // the state oracle (testing/state_oracle.h)
 using namespace dynatrain::exec;  // the engine this command drives
 
 namespace {
+
+// Bytes the kernel could still give this node ("MemAvailable"); 0 when unknown.
+std::uint64_t node_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  std::uint64_t kib = 0;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib << 10;
+  return 0;
+}
+
+// Refuses, before anything is allocated, a switch whose state cannot fit in this node's memory
+// ("needs X per rank, have Y") instead of leaving it to the kernel's out-of-memory killer.
+// Per rank: max(src, dst) + staging (the engine's bound) + the bandwidth probe's buffers.
+// Collective (one all-gather); every rank of a node reaches the same verdict.
+void check_memory_fits(comm::Transport& world, std::uint64_t src_bytes, std::uint64_t dst_bytes,
+                       std::uint64_t budget) {
+  const std::uint64_t state = std::max(src_bytes, dst_bytes);
+  const std::uint64_t need = state + std::min(budget, state) + (std::uint64_t{128} << 20);
+  struct Need { std::int64_t host; std::uint64_t bytes; };
+  const std::int64_t host = this_host_id();
+  const auto all = comm::all_gather_values(world, Need{host, need});
+  std::uint64_t node_need = 0, rank_max = 0;
+  int node_ranks = 0;
+  for (const auto& n : all)
+    if (n.host == host) {
+      node_need += n.bytes;
+      rank_max = std::max(rank_max, n.bytes);
+      ++node_ranks;
+    }
+  const std::uint64_t have = node_available_bytes();
+  if (have > 0 && node_need > have)
+    DT_INPUT_ERROR("the switch needs up to ", format_bytes(static_cast<double>(rank_max)), " per rank, ",
+                   format_bytes(static_cast<double>(node_need)), " for the ", node_ranks,
+                   " ranks on this node, which has ", format_bytes(static_cast<double>(have)),
+                   " available; use more nodes, a smaller model or a smaller --mem-budget");
+}
 
 double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 std::uint64_t max_of(const std::vector<std::uint64_t>& v) { return *std::max_element(v.begin(), v.end()); }
@@ -62,13 +103,22 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   const vps::RankLayout src_rl = fwd_planner.src_rank_layout(me), dst_rl = fwd_planner.dst_rank_layout(me);
   const auto& eb = lo.elem_bytes;
 
-  std::uint64_t largest_local = 0;
+  std::uint64_t largest_local = 0, state_local = 0;
   for (const auto* rl : {&src_rl, &dst_rl})
-    for (const auto& buf : rl->buffers)
-      largest_local = std::max<std::uint64_t>(largest_local, static_cast<std::uint64_t>(buf.numel) *
-                                                                 eb[static_cast<int>(buf.kind)]);
+    for (const auto& buf : rl->buffers) {
+      const std::uint64_t bytes = static_cast<std::uint64_t>(buf.numel) * eb[static_cast<int>(buf.kind)];
+      largest_local = std::max(largest_local, bytes);
+      state_local += bytes;
+    }
+  check_memory_fits(world, static_cast<std::uint64_t>(src_rl.bytes(lo)), static_cast<std::uint64_t>(dst_rl.bytes(lo)),
+                    args.mem_budget);
   const auto largest_all = gather_u64(world, largest_local);
   const std::uint64_t largest = *std::max_element(largest_all.begin(), largest_all.end());
+  // A peer that stops answering mid-switch ends the job (tools/watchdog.h); the deadline grows
+  // with the most state any rank holds before and after.
+  const auto state_all = gather_u64(world, state_local);
+  const double switch_deadline = switch_timeout_seconds(*std::max_element(state_all.begin(), state_all.end()));
+  Watchdog watchdog;
 
   PoolAllocator pool;
   std::vector<std::byte*> a = allocate_filled(src_layout, src_rl, pool), b;
@@ -111,6 +161,10 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     return false;
   };
   for (int k = 0; k < args.repeat; ++k) {
+    // Armed for the whole round (switch back, switch, gathers, verify): a peer that stops while
+    // this rank waits in any of them ends the job.
+    watchdog.arm("switch round " + std::to_string(k + 1) + " (" + src_layout.config().str() + " -> " +
+                     dst_layout.config().str() + ")", switch_deadline);
     if (k > 0) {
       world.barrier();
       a.clear();
@@ -118,6 +172,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
       back_secs.push_back(max_of(gather_double(world, s.seconds)));
     }
     world.barrier();
+    fault_point("switch", me);
     const auto s = run_transition(fwd, src_rl, a, dst_rl, b, eb, world, pool, opt);
     forward.push_back(s);
     forward_secs.push_back(max_of(gather_double(world, s.seconds)));
@@ -129,7 +184,9 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
       }
       verify_text = "ok";
     }
+    watchdog.disarm();
   }
+  watchdog.disarm();  // after a failed verify's break
 
   // ---- figures: the cold (first) switch, warm (the others) ----
   const TransitionStats& cold = forward.front();

@@ -2,6 +2,7 @@
 #include "common/bytes.h"
 #include "tools/run_transition_cli.h"
 #include "tools/commands.h"
+#include "tools/flag_checks.h"
 #include "tools/mpi_world.h"
 
 namespace dynatrain::tools {
@@ -23,8 +24,7 @@ Command add_run_transition_command(CLI::App& app) {
                 "(as the elastic device manager does while training runs); reported as prepare_seconds");
   cmd->add_flag("--verify", args->verify, "Check every destination element; exit 1 on the first wrong one");
   cmd->add_option("--repeat", args->repeat, "Timed forward switches (first cold, rest warm)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->capture_default_str();
   cmd->add_option("--json", args->json, "Write the figures as JSON to this file");
   cmd->add_option("--bucket-elems", args->bucket_elems, "ZeRO bucket size in elements (0: 40M)")
       ->capture_default_str();
@@ -33,7 +33,11 @@ Command add_run_transition_command(CLI::App& app) {
   cmd->add_option("--placement", args->placement, "Which process takes each destination rank: fixed, auto, or a list")
       ->capture_default_str();
   return [args, budget] {
+    // Checked before MPI starts: identical on every rank, printed once by rank 0.
     args->mem_budget = parse_bytes(*budget);
+    require_int_in("--repeat", args->repeat, 1, 1'000'000);
+    require_int_in("--bucket-elems", args->bucket_elems, 0, std::int64_t{1} << 40, " (0: 40M)");
+    require_int_in("--gpus-per-node", args->gpus_per_node, 1, 1 << 16);
     return run_on_mpi_world([&](comm::Transport& world) { return tools::run_transition_command(*args, world); });
   };
 }

@@ -17,37 +17,15 @@
 #include "tools/job_request.h"
 #include "train/data.h"
 #include "train/trainer.h"
+#include "tools/fault_injection.h"
+#include "tools/watchdog.h"
 #include "tools/train_ckpt.h"
 
 namespace dynatrain::tools {
 using namespace dynatrain::train;  // the trainer this command drives
 
 
-std::vector<std::pair<std::int64_t, vps::ParallelConfig>> parse_schedule(const std::string& text) {
-  std::vector<std::pair<std::int64_t, vps::ParallelConfig>> out;
-  std::stringstream items(text);
-  std::string item;
-  while (std::getline(items, item, ';')) {
-    if (item.find_first_not_of(" \t") == std::string::npos) continue;
-    const auto colon = item.find(':');
-    if (colon == std::string::npos)
-      DT_INPUT_ERROR("schedule entry '", item, "' must be STEP:CONFIG, e.g. 0:tp=2,pp=2,dp=2");
-    std::int64_t step = 0;
-    try {
-      std::size_t used = 0;
-      step = std::stoll(item.substr(0, colon), &used);
-      if (used != colon) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      DT_INPUT_ERROR("schedule entry '", item, "': '", item.substr(0, colon), "' is not a step number");
-    }
-    if (out.empty() && step != 0) DT_INPUT_ERROR("schedule must start at step 0, got '", item, "'");
-    if (!out.empty() && step <= out.back().first)
-      DT_INPUT_ERROR("schedule steps must increase: '", item, "' after step ", out.back().first);
-    out.emplace_back(step, vps::ParallelConfig::parse(item.substr(colon + 1)));
-  }
-  if (out.empty()) DT_INPUT_ERROR("empty schedule; e.g. --schedule \"0:tp=2,pp=2,dp=2;50:dp=8\"");
-  return out;
-}
+// parse_schedule: tools/schedule.cc (no torch, so the fuzz target can build it).
 
 namespace {
 
@@ -56,6 +34,12 @@ std::string plain(const std::string& config) {  // no commas, for CSV and gnuplo
   for (auto& ch : s)
     if (ch == ',') ch = ' ';
   return s;
+}
+
+std::uint64_t model_parameters(const vps::ModelSpec& model) {
+  std::uint64_t n = 0;
+  for (const auto& t : vps::build_tensors(model)) n += static_cast<std::uint64_t>(t.numel());
+  return n;
 }
 
 int default_threads() {
@@ -177,6 +161,11 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       joined ? Trainer::join(o, std::move(joined_world), std::move(text))
              : std::make_unique<Trainer>(o, schedule[first_layout - 1].second, world, std::move(text));
   if (resume) resume_trainer(*resume, *trainer, world);
+  // A peer that stops answering mid-switch ends the job (tools/watchdog.h). The deadline covers
+  // the whole model's state (weights, grads, fp32 master and two moments: 16 bytes a parameter).
+  Watchdog watchdog;
+  const double switch_deadline = switch_timeout_seconds(16 * static_cast<std::uint64_t>(model_parameters(o.model)));
+  double slowest_step = 0;
   struct Tally { double tokens = 0, seconds = 0; int steps = 0; };
   std::map<std::string, Tally> per_layout;
   std::vector<std::pair<std::int64_t, SwitchStats>> switches;
@@ -276,8 +265,14 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     SwitchStats sw;
     bool switched = false;
     if (next < schedule.size() && schedule[next].first == step) {
+      fault_point("switch", trainer->world().rank());
+      // A peer that stops answering mid-switch ends the job (tools/watchdog.h). Ranks the current
+      // layout leaves idle wait for the active ones: only active ranks arm.
+      if (trainer->active()) watchdog.arm("the switch before step " + std::to_string(step), switch_deadline);
       switched = true;
-      if (!commit(sw)) break;
+      const bool stays = commit(sw);
+      watchdog.disarm();
+      if (!stays) break;
       maybe_prepare();
     }
     if (!args.job.empty()) {
@@ -285,7 +280,13 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       maybe_prepare();
     }
     if (!trainer->active()) continue;  // wait in the next prepare / commit / finish
+    fault_point("step", trainer->world().rank());
+    // A peer that stops answering mid-step ends the job too: the deadline is the watchdog's
+    // floor plus 10x the slowest step so far (the first step, warm-up included, is not timed).
+    if (slowest_step > 0) watchdog.arm("step " + std::to_string(step), switch_timeout_seconds(0) + 10 * slowest_step);
     const StepStats st = trainer->step();
+    watchdog.disarm();
+    slowest_step = std::max(slowest_step, st.seconds);
     if (!root) continue;
     const std::string layout = trainer->config().str();
     if (!switched) {  // the first step after a switch also pays for warm caches: not counted

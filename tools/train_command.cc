@@ -3,6 +3,7 @@
 
 #include "edm/mpi_launcher.h"
 #include "tools/commands.h"
+#include "tools/flag_checks.h"
 #include "tools/mpi_world.h"
 #include "tools/train_cli.h"
 
@@ -15,11 +16,10 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--model", args->model, "tiny-dense, tiny-moe, or a Hugging Face config.json")
       ->capture_default_str();
   cmd->add_option("--data", args->data, "Text file to train on (bytes are tokens); default: embedded text");
-  cmd->add_option("--steps", args->steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", args->steps, "Optimizer steps")->capture_default_str();
   cmd->add_option("--global-batch", args->global_batch, "Sequences per step over all dp ranks")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seq", args->seq, "Tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str();
+  cmd->add_option("--seq", args->seq, "Tokens per sequence")->capture_default_str();
   cmd->add_option("--schedule", args->schedule, "STEP:CONFIG;... e.g. \"0:tp=2,pp=2,dp=2;50:tp=1,pp=2,dp=4\"")
       ->capture_default_str();
   cmd->add_flag("--static", args->static_layout, "Run the schedule's first layout throughout");
@@ -42,6 +42,13 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--resume", args->resume_dir,
                   "Continue from this directory's latest checkpoint, in the schedule's layout for its step");
   return [args, launch] {
+    // Checked before MPI starts: identical on every rank, printed once by rank 0.
+    require_int_in("--steps", args->steps, 1, 1'000'000'000);
+    require_int_in("--global-batch", args->global_batch, 1, 1 << 20);
+    require_int_in("--seq", args->seq, 1, 1 << 20);
+    require_positive_finite("--lr", args->lr, 1e3);
+    require_int_in("--micro-batches", args->micro_batches, 0, 1 << 20, " (0: auto)");
+    require_int_in("--threads", args->threads, 0, 4096, " (0: cores / local ranks)");
     if (const char* exe = std::getenv("DT_EDM_EXECUTABLE")) launch->executable = exe;
     args->launcher = edm::make_mpi_launcher(*launch);
     return run_on_mpi_world([&](comm::Transport& world) { return tools::train_command(*args, world); });

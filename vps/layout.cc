@@ -53,11 +53,39 @@ std::int64_t RankLayout::bytes(const LayoutOptions& options) const {
   return total;
 }
 
+namespace {
+
+// Sizes stay far from int64 overflow everywhere below (boxes, flat offsets, byte counts, the
+// planner's sums) because every tensor and the whole model are bounded here, once.
+constexpr std::int64_t kMaxModelElems = std::int64_t{1} << 50;  // ~1.1e15, 16000x llama2-70b
+
+void check_model_size(const std::string& model, const std::vector<TensorSpec>& tensors) {
+  std::int64_t total = 0;
+  for (const auto& t : tensors) {
+    std::int64_t n = 1;
+    for (auto extent : t.shape)
+      if (extent < 1 || __builtin_mul_overflow(n, extent, &n) || n > kMaxModelElems)
+        DT_INPUT_ERROR("model '", model, "': tensor ", t.name, " (an extent of ", extent,
+                       ") is empty or beyond this build's limit of ", kMaxModelElems,
+                       " elements a model; check hidden, ffn, heads, head_dim and vocab sizes");
+    total += n;
+    if (total > kMaxModelElems)
+      DT_INPUT_ERROR("model '", model, "' has more than ", kMaxModelElems,
+                     " elements, beyond this build's limit; check hidden, ffn, layers and vocab sizes");
+  }
+}
+
+}  // namespace
+
 Layout::Layout(const ModelSpec& model, ParallelConfig config, LayoutOptions options)
     : model_(model), config_(std::move(config)), options_(std::move(options)),
       shard_cache_(std::make_shared<ShardCache>()) {
   config_.validate_for(model_);
+  if (model_.layers > kMaxLayers)  // build_tensors makes a few tensors a layer: bound it first
+    DT_INPUT_ERROR("model '", model_.name, "': num_hidden_layers=", model_.layers,
+                   " is beyond this build's limit of ", kMaxLayers);
   tensors_ = build_tensors(model_);
+  check_model_size(model_.name, tensors_);
   if (options_.bucket_elems <= 0)
     DT_INPUT_ERROR("bucket size ", options_.bucket_elems, " must be positive");
 }

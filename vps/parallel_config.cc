@@ -18,13 +18,21 @@ std::int64_t parse_int(const std::string& key, const std::string& value, const s
   return v;
 }
 
+// "1, 2, 4, 8": found in O(sqrt n) (a hostile head count of 1e12 must not loop), at most 64
+// listed; beyond 1e14 (a sqrt over 1e7 steps) only the count is described.
 std::string divisors_of(std::int64_t n) {
-  std::string s;
-  for (std::int64_t d = 1; d <= n; ++d)
+  if (n < 1) return "none";
+  if (n > 100'000'000'000'000) return "the divisors of " + std::to_string(n);
+  std::vector<std::int64_t> low, high;
+  for (std::int64_t d = 1; d * d <= n; ++d)
     if (n % d == 0) {
-      if (!s.empty()) s += ", ";
-      s += std::to_string(d);
+      low.push_back(d);
+      if (d != n / d) high.push_back(n / d);
     }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  std::string s;
+  for (std::size_t i = 0; i < low.size() && i < 64; ++i) s += (i ? ", " : "") + std::to_string(low[i]);
+  if (low.size() > 64) s += ", ... (" + std::to_string(low.size()) + " in all)";
   return s;
 }
 
@@ -58,6 +66,8 @@ std::string ParallelConfig::str() const {
 ParallelConfig ParallelConfig::parse(const std::string& text) {
   ParallelConfig c;
   if (text.empty()) DT_INPUT_ERROR("empty config string; expected e.g. tp=2,pp=2,dp=4");
+  if (text.front() == ',' || text.back() == ',' || text.find(",,") != std::string::npos)
+    DT_INPUT_ERROR("config '", text, "' has an empty item (a stray comma); expected e.g. tp=2,pp=2,dp=4");
   std::stringstream items(text);
   std::string item;
   std::vector<std::string> seen;
@@ -72,7 +82,14 @@ ParallelConfig ParallelConfig::parse(const std::string& text) {
     if (key == "pp_layers") {
       std::stringstream parts(value);
       std::string part;
-      while (std::getline(parts, part, '/')) c.pp_layers.push_back(parse_int(key, part, text));
+      while (std::getline(parts, part, '/')) {
+        const std::int64_t layers = parse_int(key, part, text);
+        if (layers < 1 || layers > kMaxLayers)
+          DT_INPUT_ERROR("config '", text, "': pp_layers entry ", layers, " is out of range; valid: 1..", kMaxLayers);
+        c.pp_layers.push_back(layers);
+      }
+      if (value.empty() || value.back() == '/' || c.pp_layers.size() > static_cast<std::size_t>(kMaxLayers))
+        DT_INPUT_ERROR("config '", text, "': pp_layers=", value, " must be layer counts joined by '/', e.g. 24/23/23/24");
       continue;
     }
     int* field = key == "tp"     ? &c.tp
@@ -92,6 +109,10 @@ ParallelConfig ParallelConfig::parse(const std::string& text) {
                      key == "zero" ? "zero: 0, 1, 2, 3" : "values: positive integers");
     *field = static_cast<int>(v);
   }
+  const std::int64_t world = std::int64_t{c.tp} * c.cp * c.dp * c.pp;  // each <= 2^20: no overflow
+  if (world > kMaxWorldSize)
+    DT_INPUT_ERROR("config '", text, "' has tp*cp*dp*pp = ", world, " ranks; the most supported is ",
+                   kMaxWorldSize);
   if (!c.pp_layers.empty() && static_cast<int>(c.pp_layers.size()) != c.pp)
     DT_INPUT_ERROR("config '", text, "': pp_layers lists ", c.pp_layers.size(),
                    " stages but pp=", c.pp);

@@ -1,3 +1,4 @@
+#include "testing/seed.h"
 #include "tests/exec/exec_cases.h"
 
 #include <algorithm>
@@ -110,7 +111,7 @@ std::vector<TransitionCase> large_buffer_cases(int ranks, std::size_t budget) {
 }
 
 std::vector<TransitionCase> transition_cases(int ranks, int per_kind) {
-  std::mt19937 rng(static_cast<unsigned>(1000 + ranks));
+  std::mt19937 rng(testing::test_seed(static_cast<std::uint32_t>(1000 + ranks)));  // DT_TEST_SEED
   std::vector<TransitionCase> out;
   const char* kinds[] = {"tp", "pp", "dp", "ep", "zero", "grow", "shrink", "hybrid"};
   for (const char* kind : kinds) {

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "tools/run_transition_cli.h"
 #include "tests/exec/exec_cases.h"
+#include "testing/seed.h"
 
 namespace dynatrain::exec {
 using tools::RunTransitionArgs;
@@ -45,7 +46,7 @@ TEST_P(InprocTransition, MovesEveryElementWithinBudget) {
   try {
     comm::run_ranks(ranks, [&](comm::Transport& t) { cases::run_case(c, t); }, test_options());
   } catch (const std::exception& e) {
-    FAIL() << c.name() << " on " << ranks << " ranks: " << e.what();
+    FAIL() << c.name() << " on " << ranks << " ranks: " << e.what() << " (" << testing::seed_note() << ")";
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "comm/mpi/mpi_transport.h"
 #include "tests/exec/exec_cases.h"
+#include "testing/seed.h"
 
 int main(int argc, char** argv) {
   using namespace dynatrain;
@@ -44,7 +45,8 @@ int main(int argc, char** argv) {
       if (me == 0) std::printf("[ok] np4 zero-copy keeps\n");
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "[rank %d] case %s FAILED: %s\n", me, current.c_str(), e.what());
+    std::fprintf(stderr, "[rank %d] case %s FAILED (%s): %s\n", me, current.c_str(),
+                 testing::seed_note().c_str(), e.what());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

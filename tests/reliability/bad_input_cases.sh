@@ -1,0 +1,186 @@
+# The cases of tests/reliability/bad_inputs.sh, sourced by it: `bad NP WANT -- ARGS...`.
+# WANT is a substring of the one expected line: it names the bad value. $tmp is a scratch dir.
+
+P=(plan --model llama2-7b)
+M=(plan --model tiny-moe)
+
+# ---- config grammar (vps/parallel_config) ----
+for cfg in "" "tp" "tp=" "tp=x" "tp=1.5" "tp=2x" "tp=0x10" "tp=0" "tp=-1" "tp=99999999999999999999" \
+           "tp=1048577" "foo=2" "TP=2" " tp=2" "tp=2;dp=2" "tp=2:dp=2"; do
+  want="$cfg"; [[ -z $cfg ]] && want="empty config"
+  bad 1 "$want" -- "${P[@]}" --from "$cfg" --to tp=2
+done
+bad 1 "stray comma" -- "${P[@]}" --from tp=2, --to tp=1
+bad 1 "stray comma" -- "${P[@]}" --from ,tp=2 --to tp=1
+bad 1 "stray comma" -- "${P[@]}" --from tp=2,,dp=2 --to tp=1
+bad 1 "stray comma" -- "${P[@]}" --from tp=1 --to dp=2,
+bad 1 "tp is given twice" -- "${P[@]}" --from tp=2,tp=4 --to tp=1
+bad 1 "zero=4 is out of range" -- "${P[@]}" --from zero=4 --to tp=1
+bad 1 "zero=-1 is out of range" -- "${P[@]}" --from zero=-1 --to tp=1
+bad 1 "pp_layers lists 2 stages but pp=1" -- "${P[@]}" --from pp_layers=16/16 --to tp=1
+bad 1 "pp_layers=a/b" -- "${P[@]}" --from pp=2,pp_layers=a/b --to tp=1
+bad 1 "pp_layers=" -- "${P[@]}" --from pp=2,pp_layers= --to tp=1
+bad 1 "pp_layers=16/" -- "${P[@]}" --from pp=2,pp_layers=16/ --to tp=1
+bad 1 "pp_layers entry 0" -- "${P[@]}" --from pp=2,pp_layers=0/32 --to tp=1
+bad 1 "pp_layers entry -4" -- "${P[@]}" --from pp=2,pp_layers=36/-4 --to tp=1
+bad 1 "pp_layers sum to 33" -- "${P[@]}" --from pp=2,pp_layers=16/17 --to tp=1
+bad 1 "pp_layers entry 99999999999" -- "${P[@]}" --from pp=2,pp_layers=99999999999/1 --to tp=1
+bad 1 "1048576 ranks" -- "${P[@]}" --from dp=1048576 --to tp=1
+bad 1 "1048576 ranks" -- "${P[@]}" --from tp=1024,dp=1024 --to tp=1
+bad 1 "1099511627776 ranks" -- "${P[@]}" --from tp=1024,dp=1024,pp=1024,cp=1024 --to tp=1
+bad 1 "has 131072 ranks; this command plans every rank in one process" -- "${P[@]}" --from dp=131072 --to tp=1
+bad 1 "has 32768 ranks; this command plans every rank" -- "${P[@]}" --from tp=1 --to tp=8,dp=4096
+bad 1 "dp=2097152 is out of range" -- "${P[@]}" --from dp=2097152 --to tp=1
+# ---- configs that cannot shard the model ----
+bad 1 "tp=3 does not divide 32 attention heads" -- "${P[@]}" --from tp=3 --to tp=2
+bad 1 "tp=64 does not divide 32 attention heads" -- "${P[@]}" --from tp=64 --to tp=2
+bad 1 "tp=5 does not divide 64 attention heads" -- plan --model llama2-70b --from tp=5 --to tp=8
+bad 1 "pp=33 exceeds the model's 32 layers" -- "${P[@]}" --from pp=33 --to tp=1
+bad 1 "pp=3 does not divide 32 layers" -- "${P[@]}" --from pp=3 --to tp=1
+bad 1 "ep=2, etp=1: model 'llama2-7b' has no experts" -- "${P[@]}" --from ep=2,dp=2 --to tp=1
+bad 1 "ep=3 does not divide" -- "${M[@]}" --from ep=3,dp=3 --to tp=1
+bad 1 "ep*etp=4" -- "${M[@]}" --from ep=4,dp=2 --to tp=1
+bad 1 "etp=3 does not divide" -- "${M[@]}" --from etp=3,dp=3 --to tp=1
+bad 1 "tp=3 does not divide" -- "${P[@]}" --from tp=1 --to tp=3,pp=2
+bad 1 "pp=64 exceeds" -- "${P[@]}" --from tp=1 --to pp=64
+# ---- plan flags ----
+T=(plan --model tiny-dense --from tp=1 --to tp=2)
+bad 1 "unknown model 'gpt5'" -- plan --model gpt5 --from tp=1 --to tp=2
+bad 1 "unknown model ''" -- plan --model "" --from tp=1 --to tp=2
+bad 1 "unknown model 'llama2-7B'" -- plan --model llama2-7B --from tp=1 --to tp=2
+bad 1 "--gpus-per-node 0" -- "${T[@]}" --gpus-per-node 0
+bad 1 "--gpus-per-node -8" -- "${T[@]}" --gpus-per-node -8
+bad 1 "--gpus-per-node" -- "${T[@]}" --gpus-per-node x
+bad 1 "--gpus-per-node" -- "${T[@]}" --gpus-per-node 99999999999
+bad 1 "--bucket-elems 0" -- "${T[@]}" --bucket-elems 0
+bad 1 "--bucket-elems -5" -- "${T[@]}" --bucket-elems -5
+bad 1 "--bucket-elems" -- "${T[@]}" --bucket-elems 1e6
+bad 1 "--intra-bw 0" -- "${T[@]}" --intra-bw 0
+bad 1 "--intra-bw -1" -- "${T[@]}" --intra-bw -1
+bad 1 "--intra-bw nan" -- "${T[@]}" --intra-bw nan
+bad 1 "--intra-bw inf" -- "${T[@]}" --intra-bw inf
+bad 1 "--inter-bw 0" -- "${T[@]}" --inter-bw 0
+bad 1 "--inter-bw" -- "${T[@]}" --inter-bw fast
+bad 1 "--transfers 99" -- "${T[@]}" --transfers 99
+bad 1 "--transfers -2" -- "${T[@]}" --transfers -2
+bad 1 "unknown state kind 'momentum'" -- "${T[@]}" --states momentum
+bad 1 "empty state kind list" -- "${T[@]}" --states ""
+bad 1 "cannot write --json file '/nonexistent/dir/p.json'" -- "${T[@]}" --json /nonexistent/dir/p.json
+bad 1 "cannot write --json file '/'" -- "${T[@]}" --json /
+bad 1 "--frm" -- "${T[@]}" --frm tp=1
+bad 1 "--from" -- plan --model tiny-dense --from
+bad 1 "extra-word" -- plan --model tiny-dense extra-word
+bad 1 "dynatrain" -- plann --model tiny-dense
+bad 1 "A subcommand is required" --
+
+# ---- Hugging Face config.json (the cases the reader refuses cleanly today) ----
+j() { printf '%s' "$2" >"$tmp/$1.json"; echo "$tmp/$1.json"; }
+base='"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 300'
+bad 1 "cannot open model config '/nonexistent/config.json'" -- plan --model /nonexistent/config.json --from tp=1 --to tp=2
+bad 1 "is not valid JSON" -- plan --model "$(j empty '')" --from tp=1 --to tp=2
+bad 1 "is not valid JSON" -- plan --model "$(j trunc '{"hidden_size": 64')" --from tp=1 --to tp=2
+bad 1 "is not valid JSON" -- plan --model "$(j binary $'\x01\x02\xff\xfe')" --from tp=1 --to tp=2
+bad 1 "is not valid JSON" -- plan --model "$(j trailing "{$base,}")" --from tp=1 --to tp=2
+python3 -c "print('[' * 100000 + ']' * 100000)" >"$tmp/deep.json" 2>/dev/null || printf '[[[]]]' >"$tmp/deep.json"
+bad 1 "lacks required field hidden_size" -- plan --model "$tmp/deep.json" --from tp=1 --to tp=2
+bad 1 "lacks required field hidden_size" -- plan --model "$(j array '[]')" --from tp=1 --to tp=2
+bad 1 "lacks required field hidden_size" -- plan --model "$(j null 'null')" --from tp=1 --to tp=2
+bad 1 "lacks required field hidden_size" -- plan --model "$(j string '"config"')" --from tp=1 --to tp=2
+bad 1 "lacks required field hidden_size" -- plan --model "$(j nohidden '{"num_hidden_layers": 2}')" --from tp=1 --to tp=2
+bad 1 "lacks required field vocab_size" -- plan --model "$(j novocab '{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}')" --from tp=1 --to tp=2
+bad 1 "hidden_size must be an integer, got \"64\"" -- plan --model "$(j strhidden "{$base, \"hidden_size\": \"64\"}")" --from tp=1 --to tp=2
+bad 1 "num_attention_heads must be an integer, got 4.5" -- plan --model "$(j floatheads "{$base, \"num_attention_heads\": 4.5}")" --from tp=1 --to tp=2
+bad 1 "vocab_size must be an integer, got [300]" -- plan --model "$(j arrvocab "{$base, \"vocab_size\": [300]}")" --from tp=1 --to tp=2
+bad 1 "hidden_size=0 must be positive" -- plan --model "$(j zerohidden "{$base, \"hidden_size\": 0}")" --from tp=1 --to tp=2
+bad 1 "hidden_size=-64 must be positive" -- plan --model "$(j neghidden "{$base, \"hidden_size\": -64}")" --from tp=1 --to tp=2
+bad 1 "num_hidden_layers=0 must be positive" -- plan --model "$(j zerolayers "{$base, \"num_hidden_layers\": 0}")" --from tp=1 --to tp=2
+bad 1 "vocab_size=-1 must be positive" -- plan --model "$(j negvocab "{$base, \"vocab_size\": -1}")" --from tp=1 --to tp=2
+bad 1 "num_key_value_heads=3 must divide num_attention_heads=4" -- plan --model "$(j kv3 "{$base, \"num_key_value_heads\": 3}")" --from tp=1 --to tp=2
+bad 1 "num_experts_per_tok=9 exceeds num_experts=8" -- plan --model "$(j topk "{$base, \"num_experts\": 8, \"num_experts_per_tok\": 9}")" --from tp=1 --to tp=2
+bad 1 "tp=3 does not divide 4 attention heads" -- plan --model "$(j ok "{$base}")" --from tp=3 --to tp=2
+bad 1 "tp=6 exceeds the 4 key/value heads" -- plan --model "$(j gqa "{$base, \"hidden_size\": 96, \"num_attention_heads\": 12, \"num_key_value_heads\": 4, \"intermediate_size\": 192}")" --from tp=6 --to tp=2
+bad 1 "beyond this build's limit" -- plan --model "$(j hugehidden "{$base, \"hidden_size\": 4611686018427387904, \"intermediate_size\": 4611686018427387904}")" --from tp=1 --to tp=2
+bad 1 "beyond this build's limit" -- plan --model "$(j hugevocab "{$base, \"vocab_size\": 9223372036854775807}")" --from tp=1 --to tp=2
+bad 1 "num_hidden_layers=1000000000000" -- plan --model "$(j hugelayers "{$base, \"num_hidden_layers\": 1000000000000}")" --from tp=1 --to tp=2
+bad 1 "does not divide 1000000000000 attention heads" -- plan --model "$(j hugeheads "{$base, \"num_attention_heads\": 1000000000000, \"num_key_value_heads\": 1000000000000, \"head_dim\": 16}")" --from tp=3 --to tp=2
+
+# ---- run-transition flags (checked before MPI starts) ----
+R=(run-transition --model tiny-dense --from tp=1 --to tp=1)
+bad 1 "byte size 'lots'" -- "${R[@]}" --mem-budget lots
+bad 1 "byte size '-1'" -- "${R[@]}" --mem-budget -1
+bad 1 "byte size ''" -- "${R[@]}" --mem-budget ""
+bad 1 "byte size '1XB' has unknown unit 'XB'" -- "${R[@]}" --mem-budget 1XB
+bad 1 "byte size '1.5GiB'" -- "${R[@]}" --mem-budget 1.5GiB
+bad 1 "byte size '99999999999999999999999' is too large" -- "${R[@]}" --mem-budget 99999999999999999999999
+bad 1 "byte size '99999999999TiB' is too large" -- "${R[@]}" --mem-budget 99999999999TiB
+bad 1 "byte size '2000000TiB' is too large" -- "${R[@]}" --mem-budget 2000000TiB
+bad 1 "--repeat 0" -- "${R[@]}" --repeat 0
+bad 1 "--repeat -3" -- "${R[@]}" --repeat -3
+bad 1 "--bucket-elems -5" -- "${R[@]}" --bucket-elems -5
+bad 1 "--gpus-per-node 0" -- "${R[@]}" --gpus-per-node 0
+bad 1 "unknown state kind 'weights'" -- "${R[@]}" --states weights
+bad 1 "needs 2 ranks but the job has 1" -- run-transition --model tiny-dense --from tp=1 --to tp=2
+bad 1 "tp=3 does not divide 8 attention heads" -- run-transition --model tiny-dense --from tp=3 --to tp=1
+bad 1 "stray comma" -- run-transition --model tiny-dense --from tp=1, --to tp=1
+bad 1 "--to is required" -- run-transition --model tiny-dense --from tp=1
+bad 1 "per rank" -- run-transition --model gpt3-175b --from tp=1 --to tp=1
+bad 1 "per rank" -- run-transition --model llama2-70b --from tp=1 --to tp=1 --states param
+
+# ---- under mpirun: printed once, whichever ranks raise it ----
+bad 2 "tp=3 does not divide 8 attention heads" -- run-transition --model tiny-dense --from tp=3 --to tp=1
+bad 4 "tp=3 does not divide 8 attention heads" -- run-transition --model tiny-dense --from tp=3 --to tp=1
+bad 2 "stray comma" -- run-transition --model tiny-dense --from dp=2, --to tp=2
+bad 2 "byte size 'lots'" -- run-transition --model tiny-dense --from dp=2 --to tp=2 --mem-budget lots
+bad 4 "--repeat 0" -- run-transition --model tiny-dense --from dp=2 --to tp=2 --repeat 0
+bad 2 "needs 4 ranks but the job has 2" -- run-transition --model tiny-dense --from dp=2 --to tp=4
+bad 2 "cannot write --json file '/nonexistent/dir/x.json'" -- run-transition --model tiny-dense --from dp=2 --to tp=2 --json /nonexistent/dir/x.json
+bad 2 "per rank" -- run-transition --model gpt3-175b --from dp=2 --to tp=2
+bad 2 "is not valid JSON" -- run-transition --model "$tmp/trunc.json" --from dp=2 --to tp=2
+bad 4 "--from is required" -- run-transition --model tiny-dense --frm tp=1 --to tp=2
+
+# ---- train ----
+if [[ $with_train == 1 ]]; then
+  D=(train --model tiny-dense --global-batch 4 --seq 16)
+  bad 1 "--steps 0 is out of range" -- "${D[@]}" --steps 0
+  bad 1 "--steps -5 is out of range" -- "${D[@]}" --steps -5
+  bad 1 "--steps" -- "${D[@]}" --steps ten
+  bad 1 "--steps 10000000000 is out of range" -- "${D[@]}" --steps 10000000000
+  bad 1 "--global-batch 0" -- train --model tiny-dense --steps 2 --global-batch 0
+  bad 1 "--global-batch -4" -- train --model tiny-dense --steps 2 --global-batch -4
+  bad 1 "--seq 0" -- train --model tiny-dense --steps 2 --seq 0
+  bad 1 "--seq 99999999" -- train --model tiny-dense --steps 2 --seq 99999999
+  bad 1 "--lr nan" -- "${D[@]}" --steps 2 --lr nan
+  bad 1 "--lr inf" -- "${D[@]}" --steps 2 --lr inf
+  bad 1 "--lr -0.1" -- "${D[@]}" --steps 2 --lr -0.1
+  bad 1 "--lr 0" -- "${D[@]}" --steps 2 --lr 0
+  bad 1 "--lr" -- "${D[@]}" --steps 2 --lr fast
+  bad 1 "--micro-batches -1" -- "${D[@]}" --steps 2 --micro-batches -1
+  bad 1 "--threads -2" -- "${D[@]}" --steps 2 --threads -2
+  bad 1 "--threads 100000" -- "${D[@]}" --steps 2 --threads 100000
+  bad 1 "unknown switch method 'magic'" -- "${D[@]}" --steps 2 --switch-method magic
+  bad 1 "unknown model 'gpt5'" -- train --model gpt5 --steps 2
+  bad 1 "empty schedule" -- "${D[@]}" --steps 2 --schedule ""
+  bad 1 "empty schedule" -- "${D[@]}" --steps 2 --schedule ";;"
+  bad 1 "schedule entry 'tp=1' must be STEP:CONFIG" -- "${D[@]}" --steps 2 --schedule "tp=1"
+  bad 1 "'x' is not a step number" -- "${D[@]}" --steps 2 --schedule "x:tp=1"
+  bad 1 "'0x' is not a step number" -- "${D[@]}" --steps 2 --schedule "0x:tp=1"
+  bad 1 "schedule must start at step 0, got '5:tp=1'" -- "${D[@]}" --steps 2 --schedule "5:tp=1"
+  bad 1 "schedule steps must increase: '0:dp=1'" -- "${D[@]}" --steps 2 --schedule "0:tp=1;0:dp=1"
+  bad 1 "stray comma" -- "${D[@]}" --steps 2 --schedule "0:tp=1,"
+  bad 1 "tp=3 does not divide 8 attention heads" -- "${D[@]}" --steps 3 --schedule "0:tp=3"
+  bad 1 "needs 2 ranks; the job has 1" -- "${D[@]}" --steps 3 --schedule "0:dp=2"
+  bad 1 "needs 4 ranks; the job has 1" -- "${D[@]}" --steps 3 --schedule "0:tp=1;1:tp=4"
+  bad 1 "cannot open data file '/nonexistent/data.txt'" -- "${D[@]}" --steps 2 --data /nonexistent/data.txt
+  bad 1 "cannot write CSV file '/nonexistent/dir/t.csv'" -- "${D[@]}" --steps 2 --csv /nonexistent/dir/t.csv
+  bad 1 "cannot write CSV file '/'" -- "${D[@]}" --steps 2 --csv /
+  printf 'tiny' >"$tmp/short.txt"
+  bad 1 "training text has 4 bytes" -- "${D[@]}" --steps 2 --data "$tmp/short.txt"
+  bad 1 "is not valid JSON" -- train --model "$tmp/trunc.json" --steps 2
+  bad 2 "tp=3 does not divide 8 attention heads" -- "${D[@]}" --steps 3 --schedule "0:tp=3"
+  bad 2 "--steps 0 is out of range" -- "${D[@]}" --steps 0
+  bad 4 "--lr nan" -- "${D[@]}" --steps 2 --lr nan
+  bad 2 "schedule steps must increase" -- "${D[@]}" --steps 3 --schedule "0:dp=2;2:tp=2;1:dp=1"
+  bad 2 "needs 4 ranks; the job has 2" -- "${D[@]}" --steps 3 --schedule "0:dp=2;1:tp=4"
+  bad 2 "cannot write CSV file '/nonexistent/dir/x.csv'" -- "${D[@]}" --steps 2 --schedule "0:dp=2" --csv /nonexistent/dir/x.csv
+  bad 4 "cannot open data file" -- "${D[@]}" --steps 2 --schedule "0:dp=4" --data /nonexistent/data.txt
+fi

@@ -1,0 +1,68 @@
+#include "tools/watchdog.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "tools/mpi_world.h"
+
+namespace dynatrain::tools {
+
+double switch_timeout_seconds(std::uint64_t bytes) {
+  double floor_s = 60;
+  if (const char* v = std::getenv("DT_WATCHDOG_S")) {
+    char* end = nullptr;
+    const double parsed = std::strtod(v, &end);
+    if (end != v && *end == '\0' && parsed > 0) floor_s = parsed;
+  }
+  return floor_s + static_cast<double>(bytes) / 50e6;
+}
+
+Watchdog::Watchdog() : thread_([this] { watch(); }) {}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void Watchdog::arm(std::string phase, double seconds) {
+  {
+    std::lock_guard lock(mutex_);
+    armed_ = true;
+    phase_ = std::move(phase);
+    seconds_ = seconds;
+    deadline_ = std::chrono::steady_clock::now() +
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+  }
+  changed_.notify_all();
+}
+
+void Watchdog::disarm() {
+  {
+    std::lock_guard lock(mutex_);
+    armed_ = false;
+  }
+  changed_.notify_all();
+}
+
+void Watchdog::watch() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    if (!armed_) {
+      changed_.wait(lock);
+      continue;
+    }
+    if (changed_.wait_until(lock, deadline_) == std::cv_status::timeout && armed_ && !stopping_ &&
+        std::chrono::steady_clock::now() >= deadline_) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%.0f", seconds_);
+      abort_job("error", "no progress for " + std::string(seconds) + " s during " + phase_ +
+                             "; a peer stopped answering (raise DT_WATCHDOG_S if it is only slow)", 3);
+    }
+  }
+}
+
+}  // namespace dynatrain::tools

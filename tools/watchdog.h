@@ -1,0 +1,50 @@
+// Ends the job when a rank makes no progress in a phase that needs its peers (a switch): a peer
+// that stops answering (stopped, livelocked, cut off) would otherwise leave every other rank
+// waiting in MPI forever. Open MPI itself ends the job when a process dies; this covers peers
+// that are alive but silent.
+//
+//   Watchdog dog;                                  // one thread per rank, idle until armed
+//   dog.arm("switch tp=2 -> tp=4", switch_timeout_seconds(bytes));
+//   ... run_transition(...) ...
+//   dog.disarm();
+//
+// On expiry: tools::abort_job prints "dynatrain: error: rank R of N: no progress for T s during
+// <phase>; a peer stopped answering" and aborts the MPI job (exit 3).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace dynatrain::tools {
+
+// Deadline for moving `bytes` into or out of one rank: DT_WATCHDOG_S (default 60) plus the bytes
+// at 50 MB/s, a rate far below any link this runs on (so a slow but working peer never trips it).
+double switch_timeout_seconds(std::uint64_t bytes);
+
+class Watchdog {
+ public:
+  Watchdog();
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  void arm(std::string phase, double seconds);
+  void disarm();
+
+ private:
+  void watch();
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool armed_ = false, stopping_ = false;
+  std::string phase_;
+  double seconds_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+  std::thread thread_;  // last: starts after the fields above exist
+};
+
+}  // namespace dynatrain::tools
