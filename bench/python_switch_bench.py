@@ -25,7 +25,7 @@ import dynatrain
 
 
 def bench_model(layers: int) -> str:
-    config = {"hidden_size": 1024, "num_hidden_layers": layers, "num_attention_heads": 16, "num_key_value_heads": 8,
+    config = {"model_type": "llama", "hidden_size": 1024, "num_hidden_layers": layers, "num_attention_heads": 16, "num_key_value_heads": 8,
               "head_dim": 64, "intermediate_size": 2816, "vocab_size": 16000, "tie_word_embeddings": False}
     path = None
     if MPI.COMM_WORLD.rank == 0:

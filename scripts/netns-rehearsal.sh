@@ -38,7 +38,7 @@ echo "link: $(python3 -c "import json,sys; l=json.loads(sys.argv[1]); print(f\"{
 
 # ~400 MB of state (bf16 weights + grads, fp32 optimizer): 25M parameters.
 cat >"$DTC_STATE/model.json" <<'JSON'
-{"hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8,
+{"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8,
  "intermediate_size": 2048, "vocab_size": 8000, "tie_word_embeddings": false}
 JSON
 printf '| switch | placement | inter-node | cold | warm | link-aware bound | warm / bound | busiest link | verify |\n|---|---|---|---|---|---|---|---|---|\n'

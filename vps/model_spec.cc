@@ -86,6 +86,11 @@ void ModelSpec::validate() const {
   };
   positive("hidden_size", hidden);
   positive("num_hidden_layers", layers);
+  // build_tensors makes a few tensors a layer: bound the count before anything is built.
+  constexpr std::int64_t kMaxModelLayers = std::int64_t{1} << 20;
+  if (layers > kMaxModelLayers)
+    DT_INPUT_ERROR("model '", name, "': num_hidden_layers=", layers, " is beyond this build's limit of ",
+                   kMaxModelLayers);
   positive("num_attention_heads", heads);
   positive("num_key_value_heads", kv_heads);
   positive("head_dim", head_dim);

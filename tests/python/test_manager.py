@@ -167,7 +167,7 @@ def test_switch_moves_exactly_the_planned_bytes(world, model):
 def test_hugging_face_config_json(world, tmp_path):
     import json
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                                 "num_key_value_heads": 2, "intermediate_size": 64, "vocab_size": 100}))
     cfgs = [c for c in ("tp=2", "pp=2", "dp=2", "tp=1") if world.size >= 2 or c == "tp=1"]
     m = dynatrain.Manager(world, path, cfgs[0], bucket_elems=1000)
