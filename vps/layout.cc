@@ -80,10 +80,7 @@ void check_model_size(const std::string& model, const std::vector<TensorSpec>& t
 Layout::Layout(const ModelSpec& model, ParallelConfig config, LayoutOptions options)
     : model_(model), config_(std::move(config)), options_(std::move(options)),
       shard_cache_(std::make_shared<ShardCache>()) {
-  config_.validate_for(model_);
-  if (model_.layers > kMaxLayers)  // build_tensors makes a few tensors a layer: bound it first
-    DT_INPUT_ERROR("model '", model_.name, "': num_hidden_layers=", model_.layers,
-                   " is beyond this build's limit of ", kMaxLayers);
+  config_.validate_for(model_);  // ModelSpec::validate bounds the layer count first
   tensors_ = build_tensors(model_);
   check_model_size(model_.name, tensors_);
   if (options_.bucket_elems <= 0)
