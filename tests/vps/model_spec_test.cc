@@ -108,7 +108,9 @@ TEST(ModelSpec, SplitsOfNewTensorsDivideOrAreRefused) {
 }
 
 std::string error_for(const std::string& body) {
-  const std::string path = ::testing::TempDir() + "hostile_config.json";
+  // One file per test: ctest runs each test as its own process, several at once.
+  const std::string path = ::testing::TempDir() + "hostile_config_" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".json";
   {
     std::ofstream out(path, std::ios::trunc);
     out << body;
