@@ -150,6 +150,10 @@ bool is_nonzero_mpi_rank() {
   return rank && std::strcmp(rank, "0") != 0;
 }
 
+void wait_for_root_report() {
+  if (is_nonzero_mpi_rank()) std::this_thread::sleep_for(kNonRootGrace);
+}
+
 void abort_job(const char* kind, const std::string& message, int exit_code) {
   if (claim_report()) {
     std::fprintf(stderr, "dynatrain: %s: rank %d of %d: %s\n", kind, g_job.rank, g_job.size, message.c_str());

@@ -35,6 +35,10 @@ int run_on_mpi_world(const std::function<int(comm::Transport&)>& body);
 // it works before MPI starts): errors every rank raises alike before MPI starts, such as flag
 // parsing, are printed by rank 0 only.
 bool is_nonzero_mpi_rank();
+// A rank other than 0 that fails before MPI starts with an error every rank raises alike calls
+// this before exiting: it waits the same grace as the MPI failure path, so that mpirun does not
+// end the job (rank 0 included) before rank 0 has printed the error.
+void wait_for_root_report();
 
 // A hash of this machine's host name: equal for ranks on one node, different across nodes
 // (gethostid() is not: containers on different nodes often share it).
