@@ -13,6 +13,7 @@
 #include "plan/planner.h"
 #include "train/data.h"
 #include "train/model.h"
+#include "train/zero.h"
 #include "exec/engine.h"
 #include "exec/pool_allocator.h"
 
@@ -62,7 +63,6 @@ void Trainer::check_supported(const TrainerOptions& o, vps::ParallelConfig& c) {
                    "SwiGLU, no biases, no learned positions, untied embeddings, routed experts only)");
   if (m.head_dim % 2 != 0) DT_INPUT_ERROR("model '", m.name, "': head_dim=", m.head_dim, " must be even (RoPE)");
   c.validate_for(m);
-  if (c.zero > 1) DT_INPUT_ERROR("zero=", c.zero, " is not supported by the reference trainer; valid: zero=0, zero=1");
   if (c.cp != 1) DT_INPUT_ERROR("cp=", c.cp, " is not supported by the reference trainer; valid: cp=1");
   if (c.etp != 1) DT_INPUT_ERROR("etp=", c.etp, " is not supported by the reference trainer; valid: etp=1");
   if (o.global_batch <= 0 || o.seq <= 0) DT_INPUT_ERROR("global batch and seq must be positive");
@@ -101,6 +101,8 @@ struct Trainer::Impl {
   // a switch builds the destination in the memory the source gives back as it drains.
   exec::PoolAllocator pool;
   Arenas arenas;
+  // ZeRO-2/3: full-bucket working copies of the sharded param / grad buffers (zero.h).
+  ZeroWork zero_work;
   // Groups of the current layout, from the EDM's cache (nullptr on ranks outside it).
   std::shared_ptr<const edm::Communicators> groups;
   comm::Transport* tp_g = nullptr, *dp_g = nullptr, *pp_g = nullptr, *ep_g = nullptr,
@@ -181,9 +183,9 @@ struct Trainer::Impl {
       const auto& pb = buffer(StateKind::kParam, s.expert_group, s.bucket);
       const auto& gb = buffer(StateKind::kGrad, s.expert_group, s.bucket);
       auto opts = torch::TensorOptions().dtype(torch::kFloat);
-      torch::Tensor w = torch::from_blob(arenas.data(pb) + s.offset, s.local_shape, opts);
+      torch::Tensor w = torch::from_blob(zero_work.full(StateKind::kParam, pb, arenas) + s.offset, s.local_shape, opts);
       w.requires_grad_(true);
-      w.mutable_grad() = torch::from_blob(arenas.data(gb) + s.offset, s.local_shape, opts);
+      w.mutable_grad() = torch::from_blob(zero_work.full(StateKind::kGrad, gb, arenas) + s.offset, s.local_shape, opts);
       const std::string& n = t.name;
       if (n == "embedding.word.weight") {
         model.embedding = w;
@@ -225,6 +227,8 @@ struct Trainer::Impl {
     rc = vps::rank_coords(layout->config(), r);
     arenas = std::move(a);
     use_groups(std::move(g));
+    if (rc.active) zero_work.reset(rank_layout, cfg().zero, dp_g->size(), edp_g->size());
+    else zero_work = ZeroWork{};
     build_views();
   }
 
@@ -391,10 +395,33 @@ struct Trainer::Impl {
     }
   }
 
-  // ZeRO-1: reduce-scatter each bucket's grads over its shard group, Adam on the shard,
-  // all-gather the params. ZeRO-0: all-reduce, Adam on the full bucket.
+  // Gradients to zero before a backward: the grad state buffers and the working copies that
+  // autograd accumulates into at zero >= 2.
+  void zero_grads() {
+    zero_kind(StateKind::kGrad);
+    zero_work.zero_grads();
+  }
+
+  // ZeRO-3: each param bucket all-gathered from its shards into the working copy the model
+  // computes on (the whole stage at once, before the forward). No-op below zero=3.
+  void gather_params() {
+    if (cfg().zero < 3) return;
+    for (const auto& pb : rank_layout.buffers)
+      if (pb.kind == StateKind::kParam)
+        all_gather_or_copy(*shard_group(pb.expert_group), arenas.data(pb), zero_work.full(StateKind::kParam, pb, arenas),
+                           pb.numel);
+  }
+
+  // Per bucket, over its shard group (dp for dense buckets, edp for expert buckets):
+  //   ZeRO-0: all-reduce the grads, Adam on the full bucket, params = master;
+  //   ZeRO-1: reduce-scatter the grads into a scratch shard, Adam on the shard, all-gather the
+  //           params from the master shards;
+  //   ZeRO-2: the same, reduce-scattered into the grad state shard (kept: gather(kGrad) reads it);
+  //   ZeRO-3: the same, and the param state shard = master shard (no all-gather: the next
+  //           forward gathers, gather_params()).
   void optimizer_step() {
-    std::vector<float> shard_grad;
+    const int zero = cfg().zero;
+    std::vector<float> scratch;
     for (const auto& pb : rank_layout.buffers) {
       if (pb.kind != StateKind::kParam) continue;
       const auto& gb = buffer(StateKind::kGrad, pb.expert_group, pb.bucket);
@@ -402,31 +429,36 @@ struct Trainer::Impl {
       const auto& ab = buffer(StateKind::kExpAvg, pb.expert_group, pb.bucket);
       const auto& sb = buffer(StateKind::kExpAvgSq, pb.expert_group, pb.bucket);
       comm::Transport* group = shard_group(pb.expert_group);
-      const int n = group->size();
       float* param = arenas.data(pb);
-      float* grad = arenas.data(gb);
+      float* grad = zero_work.full(StateKind::kGrad, gb, arenas);  // the full bucket's gradient
       float* master = arenas.data(mb);
       float* m = arenas.data(ab);
       float* v = arenas.data(sb);
-      if (cfg().zero >= 1 && n > 1) {
-        DT_CHECK_EQ(mb.numel * n, pb.numel);
-        shard_grad.resize(mb.numel);
-        group->reduce_scatter_sum(grad, shard_grad.data(), mb.numel);
-        adam(master, m, v, shard_grad.data(), mb.numel);
-        group->all_gather(master, param, mb.numel);
-      } else {
+      if (zero == 0) {
         DT_CHECK_EQ(mb.numel, pb.numel);
-        if (n > 1) group->all_reduce_sum(grad, pb.numel);
+        if (group->size() > 1) group->all_reduce_sum(grad, pb.numel);
         adam(master, m, v, grad, pb.numel);
         std::memcpy(param, master, pb.numel * sizeof(float));
+        continue;
       }
+      const std::int64_t shard = mb.numel;
+      float* shard_grad = arenas.data(gb);
+      if (zero < 2) {
+        scratch.resize(shard);
+        shard_grad = scratch.data();
+      }
+      reduce_scatter_or_copy(*group, grad, shard_grad, shard);
+      adam(master, m, v, shard_grad, shard);
+      if (zero >= 3) std::memcpy(param, master, shard * sizeof(float));
+      else all_gather_or_copy(*group, master, param, shard);
     }
   }
 
   StepStats do_step() {
     DT_CHECK(rc.active, "step() called on rank ", world().rank(), " outside layout ", cfg().str());
     const auto t0 = Clock::now();
-    zero_kind(StateKind::kGrad);
+    zero_grads();
+    gather_params();
     float loss = static_cast<float>(run_microbatches(nullptr));
     reduce_tp_partial_grads();
     optimizer_step();
@@ -646,13 +678,15 @@ struct Trainer::Impl {
     Trainer::Probe p;
     std::vector<float> logits;
     if (rc.active) {
-      zero_kind(StateKind::kGrad);
+      zero_grads();
+      gather_params();
       float loss = static_cast<float>(run_microbatches(&logits));
       reduce_tp_partial_grads();
       for (const auto& gb : rank_layout.buffers) {
         if (gb.kind != StateKind::kGrad) continue;
         comm::Transport* g = shard_group(gb.expert_group);
-        if (g->size() > 1) g->all_reduce_sum(arenas.data(gb), gb.numel);
+        if (cfg().zero >= 2) reduce_scatter_or_copy(*g, zero_work.full(StateKind::kGrad, gb, arenas), arenas.data(gb), gb.numel);
+        else if (g->size() > 1) g->all_reduce_sum(arenas.data(gb), gb.numel);
       }
       active_g->all_reduce_sum(&loss, 1);
       p.loss = loss;

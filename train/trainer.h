@@ -16,7 +16,8 @@
 // does not use leave the job in the commit when the launcher allows it (left()).
 //
 // Supported (InputError otherwise): Llama/Qwen-style models (RMSNorm, SwiGLU, no biases,
-// untied embeddings, optional QK-norm, RoPE), zero in {0, 1}, cp = 1, etp = 1.
+// untied embeddings, optional QK-norm, RoPE), zero 0-3 (ZeRO-2/3 through train/zero.h), cp = 1,
+// etp = 1.
 #pragma once
 
 #include <cstdint>

@@ -91,7 +91,8 @@ class DenseMatchesReference : public ::testing::TestWithParam<std::string> {};
 TEST_P(DenseMatchesReference, LogitsAndGradients) { expect_matches_reference("tiny-dense", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Train, DenseMatchesReference,
                          ::testing::Values("tp=2", "tp=4", "tp=8", "dp=2,zero=0", "dp=4", "pp=2",
-                                           "pp=4", "tp=2,pp=2,dp=2"),
+                                           "pp=4", "tp=2,pp=2,dp=2", "dp=4,zero=2", "tp=2,dp=2,zero=3",
+                                           "pp=2,dp=2,zero=3"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& ch : s) if (ch == ',' || ch == '=') ch = '_';
@@ -102,7 +103,8 @@ class MoeMatchesReference : public ::testing::TestWithParam<std::string> {};
 TEST_P(MoeMatchesReference, LogitsAndGradients) { expect_matches_reference("tiny-moe", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Train, MoeMatchesReference,
                          ::testing::Values("dp=2,ep=2", "dp=4,ep=4", "tp=2,ep=2", "tp=2,dp=2,ep=4",
-                                           "tp=4", "pp=2,dp=2,ep=2"),
+                                           "tp=4", "pp=2,dp=2,ep=2", "dp=4,ep=2,zero=2",
+                                           "tp=2,dp=2,ep=2,zero=3"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& ch : s) if (ch == ',' || ch == '=') ch = '_';
@@ -138,9 +140,10 @@ TEST(Train, DistributedAdamMatchesReference) {
   for (const std::string model : {"tiny-dense", "tiny-moe"}) {
     const auto o = tiny(model);
     const auto ref = state_after(o, "dp=1,zero=0", 3);
-    for (const std::string config : {"dp=4,zero=1", "tp=2,dp=2,zero=1", "dp=2,zero=0"}) {
+    for (const std::string config : {"dp=4,zero=1", "tp=2,dp=2,zero=1", "dp=2,zero=0", "dp=4,zero=2",
+                                     "tp=2,dp=2,zero=3", "dp=1,zero=3"}) {
       std::string c = config;
-      if (model == "tiny-moe") c += ",ep=2";
+      if (model == "tiny-moe" && config.rfind("dp=1", 0) != 0) c += ",ep=2";
       const auto got = state_after(o, c, 3);
       ASSERT_EQ(got.size(), ref.size());
       for (std::size_t k = 0; k < got.size(); ++k)
@@ -216,6 +219,11 @@ std::vector<SwitchCase> switch_cases() {
     cases.push_back({"tiny-dense", "pp=2", "tp=8,zero=0", 8, m});
     cases.push_back({"tiny-moe", "dp=2,ep=2", "tp=2,dp=2,ep=4", 4, m});
     cases.push_back({"tiny-moe", "pp=2,dp=2,ep=2", "dp=4,ep=2,zero=0", 4, m});
+    // Across ZeRO stages: sharded grads (2) and sharded params (3) in and out.
+    cases.push_back({"tiny-dense", "dp=2,zero=1", "dp=2,zero=3", 4, m});
+    cases.push_back({"tiny-dense", "dp=2,zero=3", "tp=2,zero=2", 4, m});
+    cases.push_back({"tiny-dense", "tp=2,dp=2,zero=2", "dp=4,zero=0", 4, m});
+    cases.push_back({"tiny-moe", "dp=4,ep=2,zero=3", "tp=2,dp=2,ep=4,zero=2", 4, m});
   }
   return cases;
 }
@@ -257,8 +265,7 @@ std::vector<double> losses(const TrainerOptions& o, int world_size,
 double loss_tolerance(const std::string& model) { return model == "tiny-moe" ? 2e-3 : 1e-4; }
 
 void expect_tracks(const std::string& model, const std::vector<std::pair<int, std::string>>& schedule,
-                   int world_size, bool check_fault = false) {
-  const int steps = 60;
+                   int world_size, bool check_fault = false, int steps = 60) {
   const auto o = tiny(model, 8, 32);
   const auto stat = losses(o, world_size, {schedule[0]}, steps);
   const auto other = losses(o, world_size, {schedule[1].second.empty() ? schedule[0] : std::pair{0, schedule[1].second}}, steps);
@@ -272,7 +279,7 @@ void expect_tracks(const std::string& model, const std::vector<std::pair<int, st
     worst = std::max(worst, std::abs(dyn[i] - stat[i]));
     EXPECT_NEAR(dyn[i], stat[i], kLossTolerance) << "step " << i;
   }
-  EXPECT_LT(stat.back(), stat.front() - 0.5) << "the model should learn";
+  EXPECT_LT(stat.back(), stat.front() - (steps >= 60 ? 0.5 : 0.2)) << "the model should learn";
   double fault_worst = 0;
   if (check_fault) {  // negative control: a switch that loses the Adam moments must be caught
     auto faulty = o;
@@ -401,6 +408,30 @@ TEST(Train, ShrinkLeavesAndARefusedGrowKeepsTraining) {
   for (std::size_t i = 0; i < dyn.size(); ++i) EXPECT_NEAR(dyn[i], stat[i], loss_tolerance("tiny-dense")) << "step " << i;
 }
 
+// Every ZeRO stage in one run: sharded grads and params enter and leave the layout (30 steps,
+// a switch every 5, to keep the suite short).
+TEST(Train, DenseLossTracksStaticRunAcrossZeroStages) {
+  expect_tracks("tiny-dense",
+                {{0, "dp=2,zero=1"},
+                 {5, "dp=2,zero=3"},       // params sharded
+                 {10, "tp=2,zero=2"},      // grads sharded, TP
+                 {15, "dp=4,zero=0"},      // replicated optimizer
+                 {20, "tp=2,dp=2,zero=3"},
+                 {25, "pp=2,dp=2,zero=2"}},
+                4, /*check_fault=*/false, /*steps=*/30);
+}
+
+TEST(Train, MoeLossTracksStaticRunAcrossZeroStages) {
+  expect_tracks("tiny-moe",
+                {{0, "dp=2,ep=2,zero=1"},
+                 {5, "dp=4,ep=2,zero=3"},
+                 {10, "tp=2,dp=2,ep=4,zero=2"},
+                 {15, "dp=4,ep=4,zero=0"},
+                 {20, "pp=2,dp=2,ep=2,zero=3"},
+                 {25, "tp=2,dp=2,ep=2,zero=2"}},
+                4, /*check_fault=*/false, /*steps=*/30);
+}
+
 TEST(Train, ScheduleParsing) {
   auto s = parse_schedule("0:tp=2,pp=2,dp=2;50:tp=1,pp=2,dp=4");
   ASSERT_EQ(s.size(), 2u);
@@ -413,7 +444,7 @@ TEST(Train, ScheduleParsing) {
 
 TEST(Train, UnsupportedConfigsAreInputErrors) {
   auto o = tiny("tiny-dense");
-  for (const std::string c : {"dp=2,zero=2", "cp=2", "dp=3"}) {
+  for (const std::string c : {"cp=2", "dp=3", "dp=2,etp=2"}) {
     auto config = cfg(c);
     EXPECT_THROW(Trainer::check_supported(o, config), InputError) << c;
   }

@@ -1,0 +1,42 @@
+#include "train/zero.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace dynatrain::train {
+
+void ZeroWork::reset(const vps::RankLayout& layout, int zero, int dense_shards, int expert_shards) {
+  copies_.clear();
+  for (const auto& b : layout.buffers) {
+    if (b.kind != vps::StateKind::kMaster) continue;
+    const std::int64_t full = b.numel * (b.expert_group ? expert_shards : dense_shards);
+    for (vps::StateKind kind : {vps::StateKind::kParam, vps::StateKind::kGrad})
+      if (vps::is_sharded(kind, zero))
+        copies_[{static_cast<int>(kind), b.expert_group, b.bucket}].assign(full, 0.0f);
+  }
+}
+
+float* ZeroWork::full(vps::StateKind kind, const vps::LocalBuffer& state_buffer, const Arenas& arenas) {
+  DT_CHECK(state_buffer.kind == kind, "buffer ", state_buffer.id, " is not of kind ", vps::state_kind_name(kind));
+  auto it = copies_.find({static_cast<int>(kind), state_buffer.expert_group, state_buffer.bucket});
+  return it == copies_.end() ? arenas.data(state_buffer) : it->second.data();
+}
+
+void ZeroWork::zero_grads() {
+  for (auto& [key, copy] : copies_)
+    if (std::get<0>(key) == static_cast<int>(vps::StateKind::kGrad)) std::fill(copy.begin(), copy.end(), 0.0f);
+}
+
+void all_gather_or_copy(comm::Transport& group, const float* shard, float* full, std::int64_t count) {
+  if (group.size() == 1) std::memcpy(full, shard, static_cast<std::size_t>(count) * sizeof(float));
+  else group.all_gather(shard, full, static_cast<std::size_t>(count));
+}
+
+void reduce_scatter_or_copy(comm::Transport& group, const float* full, float* shard, std::int64_t count) {
+  if (group.size() == 1) std::memcpy(shard, full, static_cast<std::size_t>(count) * sizeof(float));
+  else group.reduce_scatter_sum(full, shard, static_cast<std::size_t>(count));
+}
+
+}  // namespace dynatrain::train
