@@ -37,6 +37,16 @@ Tensor all_gather0(const Tensor& x, comm::Transport* g) {
   return out;
 }
 
+// Sum over the ranks of g of x, of which this rank keeps rows [rank * n / size, ...) (dim 0).
+Tensor reduce_scatter0(const Tensor& x, comm::Transport* g) {
+  Tensor in = x.contiguous();
+  auto sizes = in.sizes().vec();
+  sizes[0] /= g->size();
+  Tensor out = torch::empty(sizes, in.options());
+  g->reduce_scatter_sum(in.data_ptr<float>(), out.data_ptr<float>(), static_cast<std::size_t>(out.numel()));
+  return out;
+}
+
 Tensor rows_of_rank(const Tensor& x, int rank, int size) {
   const std::int64_t per = x.size(0) / size;
   return x.narrow(0, rank * per, per).contiguous();
@@ -84,6 +94,30 @@ struct GatherRowsTp : Function<GatherRowsTp> {
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     auto* t = from_handle(ctx->saved_data["g"]);
     return {rows_of_rank(grad[0], t->rank(), t->size()), Tensor()};
+  }
+};
+
+// Forward: all-gather of the rows over g; backward: reduce-scatter (sum) of the row gradients,
+// since every rank of g computes with all of the rows (expert TP's token gather).
+struct GatherRowsSumGrad : Function<GatherRowsSumGrad> {
+  static Tensor forward(AutogradContext* ctx, Tensor x, std::int64_t g) {
+    ctx->saved_data["g"] = g;
+    return all_gather0(x, from_handle(g));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    return {reduce_scatter0(grad[0], from_handle(ctx->saved_data["g"])), Tensor()};
+  }
+};
+
+// Forward: reduce-scatter (sum) of partial rows, this rank's 1/size of them; backward:
+// all-gather of the row gradients (expert TP's row-parallel fc2 outputs).
+struct ReduceScatterRows : Function<ReduceScatterRows> {
+  static Tensor forward(AutogradContext* ctx, Tensor x, std::int64_t g) {
+    ctx->saved_data["g"] = g;
+    return reduce_scatter0(x, from_handle(g));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    return {all_gather0(grad[0], from_handle(ctx->saved_data["g"])), Tensor()};
   }
 };
 
@@ -275,7 +309,9 @@ Tensor moe_mlp(const LayerWeights& w, const vps::ModelSpec& spec, const ModelCom
   const std::int64_t mb = x.size(0), s = x.size(1), h = x.size(2);
   Tensor flat = rms_norm(x, w.post_norm).reshape({mb * s, h});
   if (c.tp_size > 1) flat = SplitRowsTp::apply(flat, to_handle(c.tp));
-  Tensor y = moe(w, spec, c, flat);
+  if (c.etp_size > 1) flat = GatherRowsSumGrad::apply(flat, to_handle(c.etp));
+  Tensor y = moe(w, spec, c, flat);  // partial over etp: each rank ran 1/etp of the ffn rows
+  if (c.etp_size > 1) y = ReduceScatterRows::apply(y, to_handle(c.etp));
   if (c.tp_size > 1) y = GatherRowsTp::apply(y, to_handle(c.tp));
   return y.view({mb, s, h});
 }

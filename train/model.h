@@ -6,12 +6,16 @@
 // all-reduce backward); row-parallel outputs through reduce_from_tp (all-reduce forward,
 // identity backward). The MoE layer splits the tokens over the tp ranks (each tp rank routes a
 // distinct 1/tp of them, so no token reaches an expert twice) and all-gathers the result.
+// Expert TP (etp > 1, etp divides tp): the etp group is etp consecutive ranks of the tp group;
+// its ranks all-gather their tokens, each runs its 1/etp slice of every expert's ffn rows
+// (column-parallel fc1, row-parallel fc2) on all of them, and a reduce-scatter sums the partial
+// outputs back to each rank's own tokens. The ep all-to-all runs between ranks of equal etp index.
 //
 // Local shard shapes are those of vps::Layout::local_shards (docs/vps.md):
 //   qkv  [groups_l, q_l + 2, d, h]  (q heads of each local group, then k, then v)
 //   proj [h, heads_l * d]   fc1 [2, ffn_l, h] (gate; up)   fc2 [h, ffn_l]
 //   embedding / output [vocab_l, h] (rows [tp_rank * vocab_l, ...))
-//   experts fc1 [experts_l, 2, fe, h], fc2 [experts_l, h, fe]   router [experts, h]
+//   experts fc1 [experts_l, 2, fe_l, h], fc2 [experts_l, h, fe_l] (fe_l = fe / etp)   router [experts, h]
 #pragma once
 
 #include <torch/torch.h>
@@ -27,8 +31,10 @@ namespace dynatrain::train {
 struct ModelComms {
   comm::Transport* tp = nullptr;
   comm::Transport* ep = nullptr;
+  comm::Transport* etp = nullptr;  // expert tensor parallel group (a split of tp)
   int tp_size = 1, tp_rank = 0;
   int ep_size = 1, ep_rank = 0;
+  int etp_size = 1;
 };
 
 struct LayerWeights {

@@ -64,7 +64,9 @@ void Trainer::check_supported(const TrainerOptions& o, vps::ParallelConfig& c) {
   if (m.head_dim % 2 != 0) DT_INPUT_ERROR("model '", m.name, "': head_dim=", m.head_dim, " must be even (RoPE)");
   c.validate_for(m);
   if (c.cp != 1) DT_INPUT_ERROR("cp=", c.cp, " is not supported by the reference trainer; valid: cp=1");
-  if (c.etp != 1) DT_INPUT_ERROR("etp=", c.etp, " is not supported by the reference trainer; valid: etp=1");
+  if (c.tp % c.etp != 0)
+    DT_INPUT_ERROR("etp=", c.etp, " does not divide tp=", c.tp, " (", c.str(),
+                   "); the reference trainer's expert TP splits each tp group: valid etp divides tp");
   if (o.global_batch <= 0 || o.seq <= 0) DT_INPUT_ERROR("global batch and seq must be positive");
   if (o.global_batch % c.dp != 0)
     DT_INPUT_ERROR("global batch ", o.global_batch, " is not divisible by dp=", c.dp, " (", c.str(), ")");
@@ -105,6 +107,9 @@ struct Trainer::Impl {
   ZeroWork zero_work;
   // Groups of the current layout, from the EDM's cache (nullptr on ranks outside it).
   std::shared_ptr<const edm::Communicators> groups;
+  // Expert TP: etp consecutive ranks of the tp group (etp divides tp), split from tp_g when a
+  // layout with etp > 1 is adopted (the EDM's cache has no etp group).
+  std::unique_ptr<comm::Transport> etp_g;
   comm::Transport* tp_g = nullptr, *dp_g = nullptr, *pp_g = nullptr, *ep_g = nullptr,
                  *edp_g = nullptr, *active_g = nullptr;
   std::unique_ptr<PendingSwitch> pending;
@@ -154,6 +159,12 @@ struct Trainer::Impl {
       comms.ep = ep_g->size() > 1 ? ep_g : nullptr;
       comms.ep_size = ep_g->size();
       comms.ep_rank = ep_g->rank();
+      const int etp = cfg().etp;
+      etp_g = etp > 1 ? tp_g->split(tp_g->rank() / etp, tp_g->rank() % etp) : nullptr;
+      comms.etp = etp_g.get();
+      comms.etp_size = etp;
+    } else {
+      etp_g.reset();
     }
   }
 

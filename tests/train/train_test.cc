@@ -104,7 +104,8 @@ TEST_P(MoeMatchesReference, LogitsAndGradients) { expect_matches_reference("tiny
 INSTANTIATE_TEST_SUITE_P(Train, MoeMatchesReference,
                          ::testing::Values("dp=2,ep=2", "dp=4,ep=4", "tp=2,ep=2", "tp=2,dp=2,ep=4",
                                            "tp=4", "pp=2,dp=2,ep=2", "dp=4,ep=2,zero=2",
-                                           "tp=2,dp=2,ep=2,zero=3"),
+                                           "tp=2,dp=2,ep=2,zero=3", "tp=2,etp=2", "tp=4,etp=2",
+                                           "tp=2,dp=2,ep=2,etp=2", "tp=4,etp=4,zero=3"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& ch : s) if (ch == ',' || ch == '=') ch = '_';
@@ -224,6 +225,9 @@ std::vector<SwitchCase> switch_cases() {
     cases.push_back({"tiny-dense", "dp=2,zero=3", "tp=2,zero=2", 4, m});
     cases.push_back({"tiny-dense", "tp=2,dp=2,zero=2", "dp=4,zero=0", 4, m});
     cases.push_back({"tiny-moe", "dp=4,ep=2,zero=3", "tp=2,dp=2,ep=4,zero=2", 4, m});
+    // Expert TP in and out.
+    cases.push_back({"tiny-moe", "tp=2,dp=2,ep=2,etp=2", "tp=4,etp=4", 4, m});
+    cases.push_back({"tiny-moe", "dp=4,ep=4", "tp=2,dp=2,etp=2,zero=2", 4, m});
   }
   return cases;
 }
@@ -432,6 +436,18 @@ TEST(Train, MoeLossTracksStaticRunAcrossZeroStages) {
                 4, /*check_fault=*/false, /*steps=*/30);
 }
 
+// Expert TP (etp 2 and 4) entering and leaving, with EP, ZeRO-3 and a plain EP layout.
+TEST(Train, MoeLossTracksStaticRunAcrossExpertTp) {
+  expect_tracks("tiny-moe",
+                {{0, "dp=2,ep=2"},
+                 {5, "tp=2,dp=2,ep=2,etp=2"},
+                 {10, "tp=4,etp=4,zero=3"},
+                 {15, "tp=2,etp=2"},
+                 {20, "tp=4,ep=2,etp=2"},
+                 {25, "dp=4,ep=4"}},
+                4, /*check_fault=*/false, /*steps=*/30);
+}
+
 TEST(Train, ScheduleParsing) {
   auto s = parse_schedule("0:tp=2,pp=2,dp=2;50:tp=1,pp=2,dp=4");
   ASSERT_EQ(s.size(), 2u);
@@ -444,9 +460,14 @@ TEST(Train, ScheduleParsing) {
 
 TEST(Train, UnsupportedConfigsAreInputErrors) {
   auto o = tiny("tiny-dense");
-  for (const std::string c : {"cp=2", "dp=3", "dp=2,etp=2"}) {
+  for (const std::string c : {"cp=2", "dp=3"}) {
     auto config = cfg(c);
     EXPECT_THROW(Trainer::check_supported(o, config), InputError) << c;
+  }
+  auto moe = tiny("tiny-moe");
+  for (const std::string c : {"dp=2,etp=2", "tp=2,dp=2,etp=4"}) {  // etp must divide tp
+    auto config = cfg(c);
+    EXPECT_THROW(Trainer::check_supported(moe, config), InputError) << c;
   }
   auto gpt = tiny("gpt3-1.3b");
   auto one = cfg("dp=1");
