@@ -73,51 +73,36 @@ struct ReduceFromTp : Function<ReduceFromTp> {
   }
 };
 
-// Forward: this rank's 1/tp of the rows; backward: all-gather of the row gradients.
-struct SplitRowsTp : Function<SplitRowsTp> {
-  static Tensor forward(AutogradContext* ctx, Tensor x, std::int64_t g) {
+// Rows of a [n, ...] tensor spread over a group g. `sum` = 0: the rows are replicated over g
+// and each rank takes its 1/size; `sum` = 1: each rank holds a partial sum of all rows (or uses
+// all rows, for the gradient), so the split is a reduce-scatter.
+Tensor split_rows(const Tensor& x, comm::Transport* g, bool sum) {
+  return sum ? reduce_scatter0(x, g) : rows_of_rank(x, g->rank(), g->size());
+}
+
+// Forward: this rank's 1/size of the rows (sum: of their sum over g); backward: all-gather of
+// the row gradients.
+struct SplitRows : Function<SplitRows> {
+  static Tensor forward(AutogradContext* ctx, Tensor x, std::int64_t g, std::int64_t sum) {
     ctx->saved_data["g"] = g;
-    auto* t = from_handle(g);
-    return rows_of_rank(x, t->rank(), t->size());
+    return split_rows(x, from_handle(g), sum != 0);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
-    return {all_gather0(grad[0], from_handle(ctx->saved_data["g"])), Tensor()};
+    return {all_gather0(grad[0], from_handle(ctx->saved_data["g"])), Tensor(), Tensor()};
   }
 };
 
-// Forward: all-gather of the rows; backward: this rank's rows of the gradient.
-struct GatherRowsTp : Function<GatherRowsTp> {
-  static Tensor forward(AutogradContext* ctx, Tensor x, std::int64_t g) {
+// Forward: all-gather of the rows; backward: this rank's rows of the gradient (sum: of its sum
+// over g, when every rank of g computed with all rows, as expert TP's token gather does).
+struct GatherRows : Function<GatherRows> {
+  static Tensor forward(AutogradContext* ctx, Tensor x, std::int64_t g, std::int64_t sum) {
     ctx->saved_data["g"] = g;
+    ctx->saved_data["sum"] = sum;
     return all_gather0(x, from_handle(g));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
-    auto* t = from_handle(ctx->saved_data["g"]);
-    return {rows_of_rank(grad[0], t->rank(), t->size()), Tensor()};
-  }
-};
-
-// Forward: all-gather of the rows over g; backward: reduce-scatter (sum) of the row gradients,
-// since every rank of g computes with all of the rows (expert TP's token gather).
-struct GatherRowsSumGrad : Function<GatherRowsSumGrad> {
-  static Tensor forward(AutogradContext* ctx, Tensor x, std::int64_t g) {
-    ctx->saved_data["g"] = g;
-    return all_gather0(x, from_handle(g));
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grad) {
-    return {reduce_scatter0(grad[0], from_handle(ctx->saved_data["g"])), Tensor()};
-  }
-};
-
-// Forward: reduce-scatter (sum) of partial rows, this rank's 1/size of them; backward:
-// all-gather of the row gradients (expert TP's row-parallel fc2 outputs).
-struct ReduceScatterRows : Function<ReduceScatterRows> {
-  static Tensor forward(AutogradContext* ctx, Tensor x, std::int64_t g) {
-    ctx->saved_data["g"] = g;
-    return reduce_scatter0(x, from_handle(g));
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grad) {
-    return {all_gather0(grad[0], from_handle(ctx->saved_data["g"])), Tensor()};
+    return {split_rows(grad[0], from_handle(ctx->saved_data["g"]), ctx->saved_data["sum"].toInt() != 0),
+            Tensor(), Tensor()};
   }
 };
 
@@ -308,11 +293,11 @@ Tensor moe(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& 
 Tensor moe_mlp(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& c, const Tensor& x) {
   const std::int64_t mb = x.size(0), s = x.size(1), h = x.size(2);
   Tensor flat = rms_norm(x, w.post_norm).reshape({mb * s, h});
-  if (c.tp_size > 1) flat = SplitRowsTp::apply(flat, to_handle(c.tp));
-  if (c.etp_size > 1) flat = GatherRowsSumGrad::apply(flat, to_handle(c.etp));
+  if (c.tp_size > 1) flat = SplitRows::apply(flat, to_handle(c.tp), 0);
+  if (c.etp_size > 1) flat = GatherRows::apply(flat, to_handle(c.etp), 1);
   Tensor y = moe(w, spec, c, flat);  // partial over etp: each rank ran 1/etp of the ffn rows
-  if (c.etp_size > 1) y = ReduceScatterRows::apply(y, to_handle(c.etp));
-  if (c.tp_size > 1) y = GatherRowsTp::apply(y, to_handle(c.tp));
+  if (c.etp_size > 1) y = SplitRows::apply(y, to_handle(c.etp), 1);
+  if (c.tp_size > 1) y = GatherRows::apply(y, to_handle(c.tp), 0);
   return y.view({mb, s, h});
 }
 
