@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "common/error.h"
 
@@ -147,19 +148,23 @@ struct AllToAllRows : Function<AllToAllRows> {
 
 // Cross-entropy over vocab-parallel logits [N, vocab_l] (columns [v0, v0 + vocab_l) of the
 // vocab): per-token loss [N]. max, sum of exponentials and the target logit are combined over
-// the tp group; the backward needs no communication.
+// the tp group; the backward needs no communication. A rank whose shard is only vocab padding
+// (vocab_l = 0 valid columns) still takes part in every collective: its max is -inf, its sum of
+// exponentials and target logit 0.
 struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
   static Tensor forward(AutogradContext* ctx, Tensor logits, Tensor targets, std::int64_t v0,
                         std::int64_t g) {
     auto* t = from_handle(g);
     const std::int64_t vl = logits.size(1);
-    Tensor m = std::get<0>(logits.max(1));
+    Tensor m = vl > 0 ? std::get<0>(logits.max(1))
+                      : torch::full({logits.size(0)}, -std::numeric_limits<float>::infinity(), logits.options());
     if (t != nullptr) m = std::get<0>(all_gather0(m.unsqueeze(0), t).max(0));
     Tensor e = (logits - m.unsqueeze(1)).exp();
     Tensor sum = e.sum(1);
     Tensor in_range = (targets >= v0).logical_and(targets < v0 + vl);
-    Tensor idx = (targets - v0).clamp(0, vl - 1);
-    Tensor target_logit = logits.gather(1, idx.unsqueeze(1)).squeeze(1) * in_range.to(torch::kFloat);
+    Tensor idx = (targets - v0).clamp(0, std::max<std::int64_t>(vl - 1, 0));
+    Tensor target_logit = vl > 0 ? logits.gather(1, idx.unsqueeze(1)).squeeze(1) * in_range.to(torch::kFloat)
+                                 : torch::zeros({logits.size(0)}, logits.options());
     if (t != nullptr) {
       sum = all_reduce(sum, t);
       target_logit = all_reduce(target_logit, t);
@@ -172,7 +177,7 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
     auto saved = ctx->get_saved_variables();
     Tensor g = saved[0].clone();
     Tensor hit = saved[2].to(torch::kFloat);
-    g.scatter_add_(1, saved[1].unsqueeze(1), -hit.unsqueeze(1));
+    if (g.size(1) > 0) g.scatter_add_(1, saved[1].unsqueeze(1), -hit.unsqueeze(1));
     return {g * grad[0].unsqueeze(1), Tensor(), Tensor(), Tensor()};
   }
 };
@@ -329,9 +334,9 @@ Tensor loss_forward(const StageModel& m, const ModelComms& c, const Tensor& x,
                     const Tensor& targets, Tensor* logits) {
   const std::int64_t h = x.size(2);
   Tensor xi = copy_to_tp(rms_norm(x, m.final_norm), c).reshape({-1, h});
-  // Vocab padding rows (if any) are not part of the model: drop their columns.
+  // Vocab padding rows (if any) are not part of the model: drop their columns (all of them on a
+  // rank that holds only padding; it still joins the cross-entropy's collectives).
   const std::int64_t valid = std::clamp<std::int64_t>(m.spec.vocab - m.vocab_start, 0, m.output.size(0));
-  DT_CHECK(valid > 0, "tp rank holds only vocab padding rows");
   Tensor l = torch::matmul(xi, m.output.narrow(0, 0, valid).t());
   if (logits) *logits = l.detach();
   return VocabParallelCrossEntropy::apply(l, targets.reshape({-1}), m.vocab_start,

@@ -705,7 +705,11 @@ struct Trainer::Impl {
     // Logits of the last stage to rank 0: rows by dp rank, columns by tp rank.
     const auto& c = cfg();
     const std::int64_t V = opt.model.vocab, rows = opt.global_batch * opt.seq, local_rows = rows / c.dp;
-    const bool sender = rc.active && rc.pp == c.pp - 1;
+    // Vocab rows per tp rank as vps/layout.cc pads them; a rank of only padding sends nothing.
+    const std::int64_t pad_to = opt.model.vocab_divisible_by * c.tp;
+    const std::int64_t vl = (V + pad_to - 1) / pad_to * pad_to / c.tp;
+    auto valid_of = [&](int tp_rank) { return std::clamp<std::int64_t>(V - tp_rank * vl, 0, vl); };
+    const bool sender = rc.active && rc.pp == c.pp - 1 && valid_of(rc.tp) > 0;
     comm::Transport& world = this->world();
     if (world.rank() != 0) {
       if (sender) world.isend(logits.data(), logits.size() * sizeof(float), 0, kTagLogits)->wait();
@@ -714,9 +718,8 @@ struct Trainer::Impl {
     p.logits.assign(rows * V, 0.0f);
     for (int r = 0; r < c.world_size(); ++r) {
       const auto k = vps::rank_coords(c, r);
-      if (k.pp != c.pp - 1) continue;
-      const std::int64_t vl = (V + c.tp - 1) / c.tp;  // tiny models: no padding, vl = V / tp
-      const std::int64_t v0 = k.tp * vl, valid = std::min(vl, V - v0);
+      const std::int64_t v0 = k.tp * vl, valid = valid_of(k.tp);
+      if (k.pp != c.pp - 1 || valid == 0) continue;
       std::vector<float> buf(local_rows * valid);
       if (r == 0) buf = logits;
       else world.irecv(buf.data(), buf.size() * sizeof(float), r, kTagLogits)->wait();

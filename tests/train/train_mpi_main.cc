@@ -1,5 +1,7 @@
 // Runs train_command under mpirun with a schedule that switches through TP, PP, DP resize (with
 // waiting ranks) and back, checking that it completes and writes a CSV with every step.
+// Optional arguments MODEL SCHEDULE CSV replace the model, the schedule and the CSV path (the
+// vocabulary-padding test: ranks that hold only padding rows of the vocabulary).
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -22,6 +24,11 @@ int main(int argc, char** argv) {
     args.schedule = "0:tp=2,dp=2;6:pp=2,dp=2;12:dp=1;18:tp=2,pp=2";
     args.csv = "train_mpi_test.csv";
     args.threads = 1;
+    if (argc == 4) {
+      args.model = argv[1];
+      args.schedule = argv[2];
+      args.csv = argv[3];
+    }
     try {
       rc = tools::train_command(args, *world);
     } catch (const Error& e) {

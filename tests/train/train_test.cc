@@ -112,6 +112,34 @@ INSTANTIATE_TEST_SUITE_P(Train, MoeMatchesReference,
                            return s;
                          });
 
+// A vocabulary of 256 padded to a multiple of 128 * tp (Megatron's padding): at tp=3 the last
+// rank, at tp=4 the last two hold only padding rows of the embedding and output layer. They
+// contribute zeros to the embedding and -inf / 0 to the cross-entropy's max and sums, and take
+// part in every collective (tests/train/vocab_padding_llama.json is the same model for mpirun).
+TrainerOptions padded_vocab() {
+  auto o = tiny("tiny-dense");
+  o.model.name = "tiny-dense-padded-vocab";
+  o.model.hidden = 96;
+  o.model.heads = o.model.kv_heads = 12;
+  o.model.head_dim = 8;
+  o.model.ffn = 192;
+  o.model.vocab_divisible_by = 128;
+  return o;
+}
+
+TEST(Train, RanksHoldingOnlyVocabPaddingMatchReference) {
+  const auto o = padded_vocab();
+  const auto ref = probe(o, "dp=1");
+  const auto tensors = vps::build_tensors(o.model);
+  for (const std::string config : {"tp=3", "tp=4", "tp=4,zero=3"}) {
+    const auto got = probe(o, config);
+    EXPECT_NEAR(got.loss, ref.loss, 1e-5 * std::abs(ref.loss)) << config;
+    expect_close(got.logits, ref.logits, 1e-5, 1e-6, config + " logits");
+    for (const auto& t : tensors)
+      expect_close(got.grads[t.id], ref.grads[t.id], 1e-4, 1e-9, config + " grad " + t.name);
+  }
+}
+
 // The distributed Adam (ZeRO-1 reduce-scatter / shard update / all-gather) against ZeRO-0 on
 // one rank: params and optimizer state after 3 steps.
 std::vector<std::vector<std::vector<float>>> state_after(const TrainerOptions& o, const std::string& config,
@@ -446,6 +474,14 @@ TEST(Train, MoeLossTracksStaticRunAcrossExpertTp) {
                  {20, "tp=4,ep=2,etp=2"},
                  {25, "dp=4,ep=4"}},
                 4, /*check_fault=*/false, /*steps=*/30);
+}
+
+TEST(Train, SwitchIntoAndOutOfPaddingOnlyRanksTracksStaticRun) {
+  const auto o = padded_vocab();
+  const auto stat = losses(o, 4, {{0, "dp=1"}}, 12);
+  const auto dyn = losses(o, 4, {{0, "tp=4"}, {4, "tp=3"}, {8, "tp=2,dp=2"}}, 12);
+  ASSERT_EQ(dyn.size(), stat.size());
+  for (std::size_t i = 0; i < dyn.size(); ++i) EXPECT_NEAR(dyn[i], stat[i], 1e-4) << "step " << i;
 }
 
 TEST(Train, ScheduleParsing) {
