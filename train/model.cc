@@ -226,11 +226,16 @@ Tensor attention(const LayerWeights& w, const vps::ModelSpec& spec, const ModelC
   return reduce_from_tp(torch::matmul(o, w.proj.t()), c);
 }
 
+// Tensor-parallel SwiGLU MLP of normed input xn: fc1 [2, ffn_l, h] column-, fc2 [h, ffn_l] row-parallel.
+Tensor swiglu_mlp(const Tensor& fc1, const Tensor& fc2, const ModelComms& c, const Tensor& xn) {
+  Tensor xi = copy_to_tp(xn, c);
+  Tensor gate = torch::matmul(xi, fc1.select(0, 0).t());
+  Tensor up = torch::matmul(xi, fc1.select(0, 1).t());
+  return reduce_from_tp(torch::matmul(torch::silu(gate) * up, fc2.t()), c);
+}
+
 Tensor dense_mlp(const LayerWeights& w, const ModelComms& c, const Tensor& x) {
-  Tensor xi = copy_to_tp(rms_norm(x, w.post_norm), c);
-  Tensor gate = torch::matmul(xi, w.fc1.select(0, 0).t());
-  Tensor up = torch::matmul(xi, w.fc1.select(0, 1).t());
-  return reduce_from_tp(torch::matmul(torch::silu(gate) * up, w.fc2.t()), c);
+  return swiglu_mlp(w.fc1, w.fc2, c, rms_norm(x, w.post_norm));
 }
 
 // Top-k MoE over tokens x [T, h] (this tp rank's share), experts spread over the ep group.
@@ -297,13 +302,18 @@ Tensor moe(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& 
 
 Tensor moe_mlp(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& c, const Tensor& x) {
   const std::int64_t mb = x.size(0), s = x.size(1), h = x.size(2);
-  Tensor flat = rms_norm(x, w.post_norm).reshape({mb * s, h});
+  Tensor xn = rms_norm(x, w.post_norm);
+  Tensor flat = xn.reshape({mb * s, h});
   if (c.tp_size > 1) flat = SplitRows::apply(flat, to_handle(c.tp), 0);
   if (c.etp_size > 1) flat = GatherRows::apply(flat, to_handle(c.etp), 1);
   Tensor y = moe(w, spec, c, flat);  // partial over etp: each rank ran 1/etp of the ffn rows
   if (c.etp_size > 1) y = SplitRows::apply(y, to_handle(c.etp), 1);
   if (c.tp_size > 1) y = GatherRows::apply(y, to_handle(c.tp), 0);
-  return y.view({mb, s, h});
+  y = y.view({mb, s, h});
+  if (!w.shared_fc1.defined()) return y;
+  Tensor shared = swiglu_mlp(w.shared_fc1, w.shared_fc2, c, xn);
+  if (w.shared_gate.defined()) shared = shared * torch::sigmoid(torch::matmul(xn, w.shared_gate.t()));
+  return y + shared;
 }
 
 }  // namespace
@@ -325,7 +335,7 @@ Tensor layers_forward(const StageModel& m, const ModelComms& c, Tensor x) {
   Tensor mask = torch::ones({s, s}, torch::kBool).triu(1);
   for (const auto& w : m.layers) {
     x = x + attention(w, m.spec, c, x, cos, sin, mask);
-    x = x + (m.spec.is_moe() ? moe_mlp(w, m.spec, c, x) : dense_mlp(w, c, x));
+    x = x + (w.router.defined() ? moe_mlp(w, m.spec, c, x) : dense_mlp(w, c, x));
   }
   return x;
 }

@@ -15,6 +15,7 @@
 //   qkv  [groups_l, q_l + 2, d, h]  (q heads of each local group, then k, then v)
 //   proj [h, heads_l * d]   fc1 [2, ffn_l, h] (gate; up)   fc2 [h, ffn_l]
 //   embedding / output [vocab_l, h] (rows [tp_rank * vocab_l, ...))
+//   shared fc1 [2, fs_l, h], fc2 [h, fs_l], gate [1, h] (replicated)
 //   experts fc1 [experts_l, 2, fe_l, h], fc2 [experts_l, h, fe_l] (fe_l = fe / etp)   router [experts, h]
 #pragma once
 
@@ -40,7 +41,10 @@ struct ModelComms {
 struct LayerWeights {
   torch::Tensor input_norm, qkv, q_norm, k_norm, proj, post_norm;
   torch::Tensor fc1, fc2;                     // dense MLP
-  torch::Tensor router, expert_fc1, expert_fc2;  // MoE
+  torch::Tensor router, expert_fc1, expert_fc2;  // MoE (undefined in a dense layer of an MoE model)
+  // Shared expert of an MoE layer (Qwen2-MoE, DeepSeek): a SwiGLU MLP over every token, split
+  // like the dense MLP, added to the routed output; scaled by sigmoid(x . shared_gate) if defined.
+  torch::Tensor shared_fc1, shared_fc2, shared_gate;
 };
 
 struct StageModel {

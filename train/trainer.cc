@@ -57,10 +57,14 @@ const char* switch_method_name(SwitchMethod m) {
 void Trainer::check_supported(const TrainerOptions& o, vps::ParallelConfig& c) {
   const auto& m = o.model;
   m.validate();
-  if (const auto extra = m.features_beyond_llama(); !extra.empty())
-    DT_INPUT_ERROR("model '", m.name, "' has ", extra.front(),
-                   "; the reference trainer supports Llama/Qwen3-style models only (RMSNorm, "
-                   "SwiGLU, no biases, no learned positions, untied embeddings, routed experts only)");
+  // Of ModelSpec::features_beyond_llama, the ones the trainer's model implements.
+  static const std::set<std::string> kImplemented = {"shared experts", "dense layers among MoE layers"};
+  for (const auto& extra : m.features_beyond_llama())
+    if (!kImplemented.contains(extra))
+      DT_INPUT_ERROR("model '", m.name, "' has ", extra,
+                     "; the reference trainer supports Llama/Qwen-style models only (RMSNorm, SwiGLU, "
+                     "no biases, no learned positions, untied embeddings; MoE with optional shared "
+                     "experts, shared-expert gate and dense layers)");
   if (m.head_dim % 2 != 0) DT_INPUT_ERROR("model '", m.name, "': head_dim=", m.head_dim, " must be even (RoPE)");
   c.validate_for(m);
   if (c.cp != 1) DT_INPUT_ERROR("cp=", c.cp, " is not supported by the reference trainer; valid: cp=1");
@@ -220,6 +224,9 @@ struct Trainer::Impl {
         else if (suffix == "mlp.router.weight") L.router = w;
         else if (suffix == "mlp.experts.fc1.weight") L.expert_fc1 = w;
         else if (suffix == "mlp.experts.fc2.weight") L.expert_fc2 = w;
+        else if (suffix == "mlp.shared.fc1.weight") L.shared_fc1 = w;
+        else if (suffix == "mlp.shared.fc2.weight") L.shared_fc2 = w;
+        else if (suffix == "mlp.shared.gate.weight") L.shared_gate = w;
         else DT_CHECK(false, "unexpected tensor ", n);
         if (suffix.find("q_norm") != std::string::npos || suffix.find("k_norm") != std::string::npos ||
             suffix.find("router") != std::string::npos)
