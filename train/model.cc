@@ -200,8 +200,49 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }
 
+// cos and sin [s, dim/2] of RoPE over `dim` dims at positions 0..s-1.
+std::pair<Tensor, Tensor> rope_tables(std::int64_t s, std::int64_t dim) {
+  Tensor inv_freq = torch::pow(10000.0, -torch::arange(0, dim, 2, torch::kFloat) / static_cast<double>(dim));
+  Tensor angle = torch::arange(s, torch::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);
+  return {angle.cos(), angle.sin()};
+}
+
+// Multi-head latent attention (DeepSeek-V2): q (optionally through a normed low-rank q_down),
+// a shared compressed kv (kv_down -> RMSNorm -> per-head kv_up) plus one RoPE key part shared
+// by all heads. The down projections are replicated and see every rank's local heads only, so
+// their gradients are partial over tp (completed by the trainer, like q_norm / k_norm).
+Tensor mla_attention(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& c,
+                     const Tensor& x, const Tensor& mask) {
+  const std::int64_t mb = x.size(0), s = x.size(1), h = spec.hidden;
+  const std::int64_t nope = spec.qk_nope_dim, rd = spec.qk_rope_dim, vd = spec.v_head_dim, r = spec.kv_lora_rank;
+  Tensor xi = copy_to_tp(rms_norm(x, w.input_norm), c);
+  Tensor q;
+  if (w.q_down.defined()) {
+    Tensor cq = rms_norm(torch::matmul(xi, w.q_down.t()), w.q_down_norm);
+    q = torch::matmul(cq, w.q_up.reshape({-1, spec.q_lora_rank}).t());
+  } else {
+    q = torch::matmul(xi, w.q.reshape({-1, h}).t());
+  }
+  const std::int64_t heads = q.size(-1) / (nope + rd);
+  q = q.view({mb, s, heads, nope + rd});
+  Tensor kv_down = torch::matmul(xi, w.kv_down.t());  // [mb, s, r + rd]
+  Tensor kv = torch::matmul(rms_norm(kv_down.narrow(-1, 0, r), w.kv_down_norm), w.kv_up.reshape({-1, r}).t())
+                  .view({mb, s, heads, nope + vd});
+  auto [cos, sin] = rope_tables(s, rd);
+  Tensor q_pe = rope(q.narrow(-1, nope, rd), cos.view({1, s, 1, rd / 2}), sin.view({1, s, 1, rd / 2}));
+  Tensor k_pe = rope(kv_down.narrow(-1, r, rd), cos.view({1, s, rd / 2}), sin.view({1, s, rd / 2}));
+  Tensor qf = torch::cat({q.narrow(-1, 0, nope), q_pe}, -1).transpose(1, 2);
+  Tensor kf = torch::cat({kv.narrow(-1, 0, nope), k_pe.unsqueeze(2).expand({mb, s, heads, rd})}, -1).transpose(1, 2);
+  Tensor v = kv.narrow(-1, nope, vd).transpose(1, 2);
+  Tensor scores = torch::matmul(qf, kf.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(nope + rd)));
+  scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  Tensor o = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({mb, s, heads * vd});
+  return reduce_from_tp(torch::matmul(o, w.proj.t()), c);
+}
+
 Tensor attention(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& c,
                  const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& mask) {
+  if (w.kv_down.defined()) return mla_attention(w, spec, c, x, mask);
   const std::int64_t mb = x.size(0), s = x.size(1), h = spec.hidden, d = spec.head_dim;
   const std::int64_t groups = w.qkv.size(0), ql = w.qkv.size(1) - 2, heads = groups * ql;
   Tensor xi = copy_to_tp(rms_norm(x, w.input_norm), c);
@@ -329,9 +370,7 @@ Tensor embed_forward(const StageModel& m, const ModelComms& c, const Tensor& tok
 
 Tensor layers_forward(const StageModel& m, const ModelComms& c, Tensor x) {
   const std::int64_t s = x.size(1), d = m.spec.head_dim;
-  Tensor inv_freq = torch::pow(10000.0, -torch::arange(0, d, 2, torch::kFloat) / static_cast<double>(d));
-  Tensor angle = torch::arange(s, torch::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);  // [s, d/2]
-  Tensor cos = angle.cos(), sin = angle.sin();
+  auto [cos, sin] = rope_tables(s, d);  // [s, d/2]
   Tensor mask = torch::ones({s, s}, torch::kBool).triu(1);
   for (const auto& w : m.layers) {
     x = x + attention(w, m.spec, c, x, cos, sin, mask);

@@ -15,6 +15,8 @@
 //   qkv  [groups_l, q_l + 2, d, h]  (q heads of each local group, then k, then v)
 //   proj [h, heads_l * d]   fc1 [2, ffn_l, h] (gate; up)   fc2 [h, ffn_l]
 //   embedding / output [vocab_l, h] (rows [tp_rank * vocab_l, ...))
+//   MLA: q_up [heads_l, qk, q_lora] or q [heads_l, qk, h] (qk = nope + rope), q_down [q_lora, h],
+//        kv_down [kv_lora + rope, h], kv_up [heads_l, nope + v, kv_lora], proj [h, heads_l * v]
 //   shared fc1 [2, fs_l, h], fc2 [h, fs_l], gate [1, h] (replicated)
 //   experts fc1 [experts_l, 2, fe_l, h], fc2 [experts_l, h, fe_l] (fe_l = fe / etp)   router [experts, h]
 #pragma once
@@ -40,6 +42,9 @@ struct ModelComms {
 
 struct LayerWeights {
   torch::Tensor input_norm, qkv, q_norm, k_norm, proj, post_norm;
+  // MLA (DeepSeek-V2/V3), instead of qkv: replicated down projections and their norms,
+  // column-parallel (over heads) up projections; q directly when there is no q_lora_rank.
+  torch::Tensor q_down, q_down_norm, q_up, q, kv_down, kv_down_norm, kv_up;
   torch::Tensor fc1, fc2;                     // dense MLP
   torch::Tensor router, expert_fc1, expert_fc2;  // MoE (undefined in a dense layer of an MoE model)
   // Shared expert of an MoE layer (Qwen2-MoE, DeepSeek): a SwiGLU MLP over every token, split

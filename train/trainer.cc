@@ -58,7 +58,8 @@ void Trainer::check_supported(const TrainerOptions& o, vps::ParallelConfig& c) {
   const auto& m = o.model;
   m.validate();
   // Of ModelSpec::features_beyond_llama, the ones the trainer's model implements.
-  static const std::set<std::string> kImplemented = {"shared experts", "dense layers among MoE layers"};
+  static const std::set<std::string> kImplemented = {"shared experts", "dense layers among MoE layers",
+                                                     "MLA attention"};
   for (const auto& extra : m.features_beyond_llama())
     if (!kImplemented.contains(extra))
       DT_INPUT_ERROR("model '", m.name, "' has ", extra,
@@ -66,6 +67,8 @@ void Trainer::check_supported(const TrainerOptions& o, vps::ParallelConfig& c) {
                      "no biases, no learned positions, untied embeddings; MoE with optional shared "
                      "experts, shared-expert gate and dense layers)");
   if (m.head_dim % 2 != 0) DT_INPUT_ERROR("model '", m.name, "': head_dim=", m.head_dim, " must be even (RoPE)");
+  if (m.is_mla() && m.qk_rope_dim % 2 != 0)
+    DT_INPUT_ERROR("model '", m.name, "': qk_rope_head_dim=", m.qk_rope_dim, " must be even (RoPE)");
   c.validate_for(m);
   if (c.cp != 1) DT_INPUT_ERROR("cp=", c.cp, " is not supported by the reference trainer; valid: cp=1");
   if (c.tp % c.etp != 0)
@@ -128,8 +131,8 @@ struct Trainer::Impl {
   std::vector<std::int64_t> stage_offsets;
   int micro = 1;
 
-  // Tensors whose gradient is partial over tp: q_norm, k_norm (local heads only) and the router
-  // (tokens split over tp in MoE layers).
+  // Tensors whose gradient is partial over tp: q_norm, k_norm and MLA's down projections and
+  // their norms (local heads only) and the router (tokens split over tp in MoE layers).
   std::vector<torch::Tensor> tp_partial;
 
   Impl(TrainerOptions o, std::string t) : opt(std::move(o)), text(std::move(t)) {
@@ -218,6 +221,13 @@ struct Trainer::Impl {
         else if (suffix == "attn.q_norm.weight") L.q_norm = w;
         else if (suffix == "attn.k_norm.weight") L.k_norm = w;
         else if (suffix == "attn.proj.weight") L.proj = w;
+        else if (suffix == "attn.q_down.weight") L.q_down = w;
+        else if (suffix == "attn.q_down_norm.weight") L.q_down_norm = w;
+        else if (suffix == "attn.q_up.weight") L.q_up = w;
+        else if (suffix == "attn.q.weight") L.q = w;
+        else if (suffix == "attn.kv_down.weight") L.kv_down = w;
+        else if (suffix == "attn.kv_down_norm.weight") L.kv_down_norm = w;
+        else if (suffix == "attn.kv_up.weight") L.kv_up = w;
         else if (suffix == "post_attn_norm.weight") L.post_norm = w;
         else if (suffix == "mlp.fc1.weight") L.fc1 = w;
         else if (suffix == "mlp.fc2.weight") L.fc2 = w;
@@ -229,7 +239,7 @@ struct Trainer::Impl {
         else if (suffix == "mlp.shared.gate.weight") L.shared_gate = w;
         else DT_CHECK(false, "unexpected tensor ", n);
         if (suffix.find("q_norm") != std::string::npos || suffix.find("k_norm") != std::string::npos ||
-            suffix.find("router") != std::string::npos)
+            suffix.find("router") != std::string::npos || suffix.find("_down") != std::string::npos)
           tp_partial.push_back(w);
       } else {
         DT_CHECK(false, "unexpected tensor ", n);
