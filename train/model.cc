@@ -246,7 +246,9 @@ Tensor attention(const LayerWeights& w, const vps::ModelSpec& spec, const ModelC
   const std::int64_t mb = x.size(0), s = x.size(1), h = spec.hidden, d = spec.head_dim;
   const std::int64_t groups = w.qkv.size(0), ql = w.qkv.size(1) - 2, heads = groups * ql;
   Tensor xi = copy_to_tp(rms_norm(x, w.input_norm), c);
-  Tensor qkv = torch::matmul(xi, w.qkv.reshape({-1, h}).t()).view({mb, s, groups, ql + 2, d});
+  Tensor qkv = torch::matmul(xi, w.qkv.reshape({-1, h}).t());
+  if (w.qkv_bias.defined()) qkv = qkv + w.qkv_bias.reshape({-1});
+  qkv = qkv.view({mb, s, groups, ql + 2, d});
   Tensor q = qkv.narrow(3, 0, ql);
   Tensor k = qkv.select(3, ql);
   Tensor v = qkv.select(3, ql + 1);

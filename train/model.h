@@ -42,6 +42,7 @@ struct ModelComms {
 
 struct LayerWeights {
   torch::Tensor input_norm, qkv, q_norm, k_norm, proj, post_norm;
+  torch::Tensor qkv_bias;  // [groups_l, q_l + 2, d] (Qwen2), undefined without q/k/v biases
   // MLA (DeepSeek-V2/V3), instead of qkv: replicated down projections and their norms,
   // column-parallel (over heads) up projections; q directly when there is no q_lora_rank.
   torch::Tensor q_down, q_down_norm, q_up, q, kv_down, kv_down_norm, kv_up;

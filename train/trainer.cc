@@ -61,11 +61,11 @@ void Trainer::check_supported(const TrainerOptions& o, vps::ParallelConfig& c) {
   static const std::set<std::string> kImplemented = {"shared experts", "dense layers among MoE layers",
                                                      "MLA attention"};
   for (const auto& extra : m.features_beyond_llama())
-    if (!kImplemented.contains(extra))
+    if (!kImplemented.contains(extra) && !(extra == "attention biases" && m.qkv_bias && !m.proj_bias && !m.bias))
       DT_INPUT_ERROR("model '", m.name, "' has ", extra,
                      "; the reference trainer supports Llama/Qwen-style models only (RMSNorm, SwiGLU, "
-                     "no biases, no learned positions, untied embeddings; MoE with optional shared "
-                     "experts, shared-expert gate and dense layers)");
+                     "no biases but Qwen2's q/k/v bias, no learned positions, untied embeddings; MoE "
+                     "with optional shared experts, shared-expert gate and dense layers; MLA)");
   if (m.head_dim % 2 != 0) DT_INPUT_ERROR("model '", m.name, "': head_dim=", m.head_dim, " must be even (RoPE)");
   if (m.is_mla() && m.qk_rope_dim % 2 != 0)
     DT_INPUT_ERROR("model '", m.name, "': qk_rope_head_dim=", m.qk_rope_dim, " must be even (RoPE)");
@@ -218,6 +218,7 @@ struct Trainer::Impl {
         const std::string suffix = n.substr(n.find('.', 7) + 1);
         if (suffix == "input_norm.weight") L.input_norm = w;
         else if (suffix == "attn.qkv.weight") L.qkv = w;
+        else if (suffix == "attn.qkv.bias") L.qkv_bias = w;
         else if (suffix == "attn.q_norm.weight") L.q_norm = w;
         else if (suffix == "attn.k_norm.weight") L.k_norm = w;
         else if (suffix == "attn.proj.weight") L.proj = w;
@@ -392,13 +393,20 @@ struct Trainer::Impl {
     const auto& m = opt.model;
     if (comms.tp_size <= m.kv_heads) return;
     const std::int64_t per_group = comms.tp_size / m.kv_heads, g = comms.tp_rank / per_group;
-    for (auto& L : model.layers) {
-      torch::Tensor grad = L.qkv.mutable_grad();  // [1, q_l + 2, d, h]
+    // grad [1, q_l + 2, d, ...]: the k and v rows of query group g, summed over the tp ranks
+    // that share the group.
+    auto complete_kv_rows = [&](torch::Tensor grad) {
       const std::int64_t ql = grad.size(1) - 2;
-      torch::Tensor buf = torch::zeros({m.kv_heads, 2, m.head_dim, m.hidden});
+      auto shape = grad[0].narrow(0, ql, 2).sizes().vec();
+      shape.insert(shape.begin(), m.kv_heads);
+      torch::Tensor buf = torch::zeros(shape);
       buf[g].copy_(grad[0].narrow(0, ql, 2));
       tp_g->all_reduce_sum(buf.data_ptr<float>(), buf.numel());
       grad[0].narrow(0, ql, 2).copy_(buf[g]);
+    };
+    for (auto& L : model.layers) {
+      complete_kv_rows(L.qkv.mutable_grad());  // [1, q_l + 2, d, h]
+      if (L.qkv_bias.defined()) complete_kv_rows(L.qkv_bias.mutable_grad());  // [1, q_l + 2, d]
     }
   }
 

@@ -28,7 +28,8 @@ using vps::StateKind;
 
 // Presets, plus tiny versions of the Qwen2-MoE and DeepSeek MoE shapes: "tiny-qwen2-moe" (a
 // shared expert with its sigmoid gate in every MoE layer) and "tiny-deepseek-moe" (a shared
-// expert without gate, layer 0 dense as with first_k_dense_replace = 1); "tiny-mla" (dense, MLA
+// expert without gate, layer 0 dense as with first_k_dense_replace = 1); "tiny-qwen2" (dense
+// with q/k/v biases; tiny-qwen2-moe has them too); "tiny-mla" (dense, MLA
 // attention with queries projected directly) and "tiny-deepseek-v2" (tiny-deepseek-moe with MLA
 // and a q_lora_rank).
 vps::ModelSpec with_mla(vps::ModelSpec m, std::int64_t q_lora_rank) {
@@ -43,6 +44,12 @@ vps::ModelSpec with_mla(vps::ModelSpec m, std::int64_t q_lora_rank) {
 }
 
 vps::ModelSpec test_model(const std::string& name) {
+  if (name == "tiny-qwen2") {
+    auto m = vps::model_from_name("tiny-dense");
+    m.name = name;
+    m.qkv_bias = true;
+    return m;
+  }
   if (name == "tiny-mla") {
     auto m = with_mla(vps::model_from_name("tiny-dense"), 0);
     m.name = name;
@@ -58,6 +65,7 @@ vps::ModelSpec test_model(const std::string& name) {
     m.name = name;
     m.shared_expert_ffn = 48;
     m.shared_expert_gate = name == "tiny-qwen2-moe";
+    m.qkv_bias = name == "tiny-qwen2-moe";  // Qwen2-MoE has q/k/v biases
     if (name == "tiny-deepseek-moe") {
       m.shared_expert_ffn = 64;
       m.ffn = 128;
@@ -187,6 +195,16 @@ TEST_P(SharedExpertMoeMatchesReference, LogitsAndGradients) {
   for (const std::string model : {"tiny-qwen2-moe", "tiny-deepseek-moe", "tiny-deepseek-v2"})
     expect_matches_reference(model, GetParam());
 }
+
+// Qwen2's q/k/v biases, including tp > kv heads (the k/v bias rows shared by tp ranks).
+class QkvBiasMatchesReference : public ::testing::TestWithParam<std::string> {};
+TEST_P(QkvBiasMatchesReference, LogitsAndGradients) { expect_matches_reference("tiny-qwen2", GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Train, QkvBiasMatchesReference, ::testing::Values("tp=2,dp=2,zero=2", "tp=8"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (auto& ch : s) if (ch == ',' || ch == '=') ch = '_';
+                           return s;
+                         });
 
 class MlaMatchesReference : public ::testing::TestWithParam<std::string> {};
 TEST_P(MlaMatchesReference, LogitsAndGradients) { expect_matches_reference("tiny-mla", GetParam()); }
@@ -595,6 +613,10 @@ TEST(Train, ModelFamiliesBeyondLlamaAreRefused) {
   auto one = cfg("dp=1");
   auto qkv_bias = tiny("tiny-dense");
   qkv_bias.model.qkv_bias = true;
+  auto proj_bias = qkv_bias;
+  proj_bias.model.proj_bias = true;
+  auto linear_bias = tiny("tiny-dense");
+  linear_bias.model.bias = true;
   auto shared = tiny("tiny-moe");
   shared.model.shared_expert_ffn = 32;
   auto dense_first = tiny("tiny-moe");
@@ -604,9 +626,9 @@ TEST(Train, ModelFamiliesBeyondLlamaAreRefused) {
   mla.model.kv_heads = mla.model.heads;
   mla.model.kv_lora_rank = 16, mla.model.qk_nope_dim = 4, mla.model.qk_rope_dim = 4;
   mla.model.v_head_dim = 8, mla.model.head_dim = 8;
-  for (auto* o : {&qkv_bias})
+  for (auto* o : {&proj_bias, &linear_bias})
     EXPECT_THROW(Trainer::check_supported(*o, one), InputError) << o->model.features_beyond_llama().front();
-  for (auto* o : {&shared, &dense_first, &mla})  // implemented (SharedExpertMoeMatchesReference)
+  for (auto* o : {&qkv_bias, &shared, &dense_first, &mla})  // implemented (*MatchesReference)
     EXPECT_NO_THROW(Trainer::check_supported(*o, one)) << o->model.features_beyond_llama().front();
   auto llama = tiny("tiny-dense");
   EXPECT_NO_THROW(Trainer::check_supported(llama, one));
