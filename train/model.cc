@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "train/context_parallel.h"
 
 namespace dynatrain::train {
 
@@ -200,11 +201,28 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }
 
-// cos and sin [s, dim/2] of RoPE over `dim` dims at positions 0..s-1.
-std::pair<Tensor, Tensor> rope_tables(std::int64_t s, std::int64_t dim) {
+// The global positions of this rank's local tokens (s of them), as a float tensor [s].
+Tensor local_positions(const ModelComms& c, std::int64_t s) {
+  const auto p = cp_positions(c.cp_rank, c.cp_size, s * c.cp_size);
+  return torch::tensor(p, torch::kLong).to(torch::kFloat);
+}
+
+// cos and sin [s, dim/2] of RoPE over `dim` dims at this rank's positions.
+std::pair<Tensor, Tensor> rope_tables(const ModelComms& c, std::int64_t s, std::int64_t dim) {
   Tensor inv_freq = torch::pow(10000.0, -torch::arange(0, dim, 2, torch::kFloat) / static_cast<double>(dim));
-  Tensor angle = torch::arange(s, torch::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);
+  Tensor angle = local_positions(c, s).unsqueeze(1) * inv_freq.unsqueeze(0);
   return {angle.cos(), angle.sin()};
+}
+
+// Keys / values [mb, s_l, ...] of every cp rank, concatenated along positions in cp rank order
+// (forward all-gather; backward reduce-scatter: every rank's queries used all of them).
+Tensor gather_seq(const Tensor& x, const ModelComms& c) {
+  if (c.cp_size == 1) return x;
+  std::vector<std::int64_t> to_front(x.dim()), back(x.dim());
+  for (std::int64_t i = 0; i < x.dim(); ++i) to_front[i] = back[i] = i;
+  std::swap(to_front[0], to_front[1]);
+  Tensor g = GatherRows::apply(x.permute(to_front).contiguous(), to_handle(c.cp), 1);
+  return g.permute(to_front);
 }
 
 // Multi-head latent attention (DeepSeek-V2): q (optionally through a normed low-rank q_down),
@@ -228,12 +246,13 @@ Tensor mla_attention(const LayerWeights& w, const vps::ModelSpec& spec, const Mo
   Tensor kv_down = torch::matmul(xi, w.kv_down.t());  // [mb, s, r + rd]
   Tensor kv = torch::matmul(rms_norm(kv_down.narrow(-1, 0, r), w.kv_down_norm), w.kv_up.reshape({-1, r}).t())
                   .view({mb, s, heads, nope + vd});
-  auto [cos, sin] = rope_tables(s, rd);
+  auto [cos, sin] = rope_tables(c, s, rd);
   Tensor q_pe = rope(q.narrow(-1, nope, rd), cos.view({1, s, 1, rd / 2}), sin.view({1, s, 1, rd / 2}));
   Tensor k_pe = rope(kv_down.narrow(-1, r, rd), cos.view({1, s, rd / 2}), sin.view({1, s, rd / 2}));
   Tensor qf = torch::cat({q.narrow(-1, 0, nope), q_pe}, -1).transpose(1, 2);
-  Tensor kf = torch::cat({kv.narrow(-1, 0, nope), k_pe.unsqueeze(2).expand({mb, s, heads, rd})}, -1).transpose(1, 2);
-  Tensor v = kv.narrow(-1, nope, vd).transpose(1, 2);
+  Tensor kf = gather_seq(torch::cat({kv.narrow(-1, 0, nope), k_pe.unsqueeze(2).expand({mb, s, heads, rd})}, -1), c)
+                  .transpose(1, 2);
+  Tensor v = gather_seq(kv.narrow(-1, nope, vd), c).transpose(1, 2);
   Tensor scores = torch::matmul(qf, kf.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(nope + rd)));
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   Tensor o = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({mb, s, heads * vd});
@@ -258,11 +277,14 @@ Tensor attention(const LayerWeights& w, const vps::ModelSpec& spec, const ModelC
   }
   q = rope(q, cos.view({1, s, 1, 1, d / 2}), sin.view({1, s, 1, 1, d / 2}));
   k = rope(k, cos.view({1, s, 1, d / 2}), sin.view({1, s, 1, d / 2}));
-  k = k.unsqueeze(3).expand({mb, s, groups, ql, d});
-  v = v.unsqueeze(3).expand({mb, s, groups, ql, d});
+  k = gather_seq(k, c);
+  v = gather_seq(v, c);
+  const std::int64_t sk = k.size(1);  // key positions: s * cp
+  k = k.unsqueeze(3).expand({mb, sk, groups, ql, d});
+  v = v.unsqueeze(3).expand({mb, sk, groups, ql, d});
   q = q.reshape({mb, s, heads, d}).transpose(1, 2);
-  k = k.reshape({mb, s, heads, d}).transpose(1, 2);
-  v = v.reshape({mb, s, heads, d}).transpose(1, 2);
+  k = k.reshape({mb, sk, heads, d}).transpose(1, 2);
+  v = v.reshape({mb, sk, heads, d}).transpose(1, 2);
   Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   Tensor o = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({mb, s, heads * d});
@@ -372,8 +394,15 @@ Tensor embed_forward(const StageModel& m, const ModelComms& c, const Tensor& tok
 
 Tensor layers_forward(const StageModel& m, const ModelComms& c, Tensor x) {
   const std::int64_t s = x.size(1), d = m.spec.head_dim;
-  auto [cos, sin] = rope_tables(s, d);  // [s, d/2]
+  auto [cos, sin] = rope_tables(c, s, d);  // [s, d/2]
+  // Causal mask [s, s * cp]: key position after query position (keys in gather_seq's order).
   Tensor mask = torch::ones({s, s}, torch::kBool).triu(1);
+  if (c.cp_size > 1) {
+    std::vector<std::int64_t> keys;
+    for (int r = 0; r < c.cp_size; ++r)
+      for (auto p : cp_positions(r, c.cp_size, s * c.cp_size)) keys.push_back(p);
+    mask = torch::tensor(keys, torch::kLong).unsqueeze(0) > local_positions(c, s).to(torch::kLong).unsqueeze(1);
+  }
   for (const auto& w : m.layers) {
     x = x + attention(w, m.spec, c, x, cos, sin, mask);
     x = x + (w.router.defined() ? moe_mlp(w, m.spec, c, x) : dense_mlp(w, c, x));

@@ -10,6 +10,9 @@
 // its ranks all-gather their tokens, each runs its 1/etp slice of every expert's ffn rows
 // (column-parallel fc1, row-parallel fc2) on all of them, and a reduce-scatter sums the partial
 // outputs back to each rank's own tokens. The ep all-to-all runs between ranks of equal etp index.
+// Context parallel (cp > 1): activations hold the rank's s/cp positions (context_parallel.h);
+// attention all-gathers keys and values over cp (backward: reduce-scatter) and masks by global
+// position; every other op is per token.
 //
 // Local shard shapes are those of vps::Layout::local_shards (docs/vps.md):
 //   qkv  [groups_l, q_l + 2, d, h]  (q heads of each local group, then k, then v)
@@ -35,6 +38,8 @@ struct ModelComms {
   comm::Transport* tp = nullptr;
   comm::Transport* ep = nullptr;
   comm::Transport* etp = nullptr;  // expert tensor parallel group (a split of tp)
+  comm::Transport* cp = nullptr;   // context parallel group (context_parallel.h)
+  int cp_size = 1, cp_rank = 0;
   int tp_size = 1, tp_rank = 0;
   int ep_size = 1, ep_rank = 0;
   int etp_size = 1;
@@ -61,7 +66,7 @@ struct StageModel {
   std::int64_t vocab_start = 0;  // first vocab row of the local embedding / output shard
 };
 
-// Token ids [mb, s] (int64) -> hidden [mb, s, h] (first stage).
+// Token ids [mb, s] (int64; s = this cp rank's positions) -> hidden [mb, s, h] (first stage).
 torch::Tensor embed_forward(const StageModel& m, const ModelComms& c, const torch::Tensor& tokens);
 // Runs every layer of the stage.
 torch::Tensor layers_forward(const StageModel& m, const ModelComms& c, torch::Tensor x);

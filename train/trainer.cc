@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "edm/device_manager.h"
 #include "plan/planner.h"
+#include "train/context_parallel.h"
 #include "train/data.h"
 #include "train/model.h"
 #include "train/zero.h"
@@ -70,7 +71,9 @@ void Trainer::check_supported(const TrainerOptions& o, vps::ParallelConfig& c) {
   if (m.is_mla() && m.qk_rope_dim % 2 != 0)
     DT_INPUT_ERROR("model '", m.name, "': qk_rope_head_dim=", m.qk_rope_dim, " must be even (RoPE)");
   c.validate_for(m);
-  if (c.cp != 1) DT_INPUT_ERROR("cp=", c.cp, " is not supported by the reference trainer; valid: cp=1");
+  if (c.cp > 1 && o.seq % (2 * c.cp) != 0)
+    DT_INPUT_ERROR("seq ", o.seq, " is not divisible by 2*cp=", 2 * c.cp, " (", c.str(),
+                   "): context parallelism cuts each sequence into 2*cp equal chunks");
   if (c.tp % c.etp != 0)
     DT_INPUT_ERROR("etp=", c.etp, " does not divide tp=", c.tp, " (", c.str(),
                    "); the reference trainer's expert TP splits each tp group: valid etp divides tp");
@@ -81,8 +84,8 @@ void Trainer::check_supported(const TrainerOptions& o, vps::ParallelConfig& c) {
   const int micro = auto_micro_batches(local, c.pp, o.micro_batches);
   if (local % micro != 0)
     DT_INPUT_ERROR(micro, " micro-batches do not divide the per-dp-rank batch ", local, " (", c.str(), ")");
-  if (m.is_moe() && (local / micro * o.seq) % c.tp != 0)
-    DT_INPUT_ERROR("MoE layers split the ", local / micro * o.seq, " tokens of a micro-batch over tp=",
+  if (m.is_moe() && (local / micro * (o.seq / c.cp)) % c.tp != 0)
+    DT_INPUT_ERROR("MoE layers split the ", local / micro * (o.seq / c.cp), " tokens of a micro-batch over tp=",
                    c.tp, ", which does not divide them");
 }
 
@@ -117,6 +120,10 @@ struct Trainer::Impl {
   // Expert TP: etp consecutive ranks of the tp group (etp divides tp), split from tp_g when a
   // layout with etp > 1 is adopted (the EDM's cache has no etp group).
   std::unique_ptr<comm::Transport> etp_g;
+  // Context parallel: the cp group, and the dp x cp group that shards and reduces dense state
+  // (index cp_rank + cp * dp_rank), split from the active group when cp > 1.
+  comm::Transport* cp_g = nullptr;
+  std::unique_ptr<comm::Transport> dpcp_g;
   comm::Transport* tp_g = nullptr, *dp_g = nullptr, *pp_g = nullptr, *ep_g = nullptr,
                  *edp_g = nullptr, *active_g = nullptr;
   std::unique_ptr<PendingSwitch> pending;
@@ -170,8 +177,16 @@ struct Trainer::Impl {
       etp_g = etp > 1 ? tp_g->split(tp_g->rank() / etp, tp_g->rank() % etp) : nullptr;
       comms.etp = etp_g.get();
       comms.etp_size = etp;
+      const auto& c = cfg();
+      cp_g = &groups->group(edm::Group::kCp);
+      dpcp_g = c.cp > 1 ? active_g->split(rc.tp + c.tp * rc.pp, rc.dense_shard) : nullptr;
+      comms.cp = c.cp > 1 ? cp_g : nullptr;
+      comms.cp_size = c.cp;
+      comms.cp_rank = rc.cp;
     } else {
       etp_g.reset();
+      cp_g = nullptr;
+      dpcp_g.reset();
     }
   }
 
@@ -256,7 +271,7 @@ struct Trainer::Impl {
     rc = vps::rank_coords(layout->config(), r);
     arenas = std::move(a);
     use_groups(std::move(g));
-    if (rc.active) zero_work.reset(rank_layout, cfg().zero, dp_g->size(), edp_g->size());
+    if (rc.active) zero_work.reset(rank_layout, cfg().zero, shard_group(false)->size(), edp_g->size());
     else zero_work = ZeroWork{};
     build_views();
   }
@@ -286,13 +301,18 @@ struct Trainer::Impl {
   // the summed loss (last stage, tp rank 0; 0 elsewhere).
   double run_microbatches(std::vector<float>* logits_out) {
     const auto& c = cfg();
-    const std::int64_t local_b = opt.global_batch / c.dp, mb = local_b / micro, s = opt.seq;
+    const std::int64_t local_b = opt.global_batch / c.dp, mb = local_b / micro, s = opt.seq / c.cp;
     const std::int64_t h = opt.model.hidden;
     std::vector<std::int64_t> tok, tgt;
-    sample_windows(text, cursor, rc.dp * local_b, local_b, s, tok, tgt);
-    torch::Tensor tokens = torch::tensor(tok, torch::kLong).view({local_b, s});
-    torch::Tensor targets = torch::tensor(tgt, torch::kLong).view({local_b, s});
-    const double scale = 1.0 / static_cast<double>(opt.global_batch * s);
+    sample_windows(text, cursor, rc.dp * local_b, local_b, opt.seq, tok, tgt);
+    torch::Tensor tokens = torch::tensor(tok, torch::kLong).view({local_b, opt.seq});
+    torch::Tensor targets = torch::tensor(tgt, torch::kLong).view({local_b, opt.seq});
+    if (c.cp > 1) {  // this cp rank's positions of every sequence
+      torch::Tensor pos = torch::tensor(cp_positions(rc.cp, c.cp, opt.seq), torch::kLong);
+      tokens = tokens.index_select(1, pos);
+      targets = targets.index_select(1, pos);
+    }
+    const double scale = 1.0 / static_cast<double>(opt.global_batch * opt.seq);
     const int stage = rc.pp, stages = c.pp;
     const bool first = stage == 0, last = stage == stages - 1;
     std::vector<torch::Tensor> inputs(micro), outputs(micro), logits;
@@ -410,7 +430,7 @@ struct Trainer::Impl {
     }
   }
 
-  comm::Transport* shard_group(bool expert) { return expert ? edp_g : dp_g; }
+  comm::Transport* shard_group(bool expert) { return expert ? edp_g : dpcp_g ? dpcp_g.get() : dp_g; }
 
   void zero_kind(StateKind kind) {
     for (const auto& b : rank_layout.buffers)
@@ -745,11 +765,15 @@ struct Trainer::Impl {
       const auto k = vps::rank_coords(c, r);
       const std::int64_t v0 = k.tp * vl, valid = valid_of(k.tp);
       if (k.pp != c.pp - 1 || valid == 0) continue;
-      std::vector<float> buf(local_rows * valid);
+      std::vector<float> buf(local_rows / c.cp * valid);
       if (r == 0) buf = logits;
       else world.irecv(buf.data(), buf.size() * sizeof(float), r, kTagLogits)->wait();
-      for (std::int64_t i = 0; i < local_rows; ++i)
-        std::memcpy(&p.logits[(k.dp * local_rows + i) * V + v0], &buf[i * valid], valid * sizeof(float));
+      // Row i of rank r: sequence i / sl of its dp rank, position pos[i % sl] (context_parallel.h).
+      const std::int64_t S = opt.seq, sl = S / c.cp;
+      const auto pos = cp_positions(k.cp, c.cp, S);
+      for (std::int64_t i = 0; i < local_rows / c.cp; ++i)
+        std::memcpy(&p.logits[(k.dp * local_rows + i / sl * S + pos[i % sl]) * V + v0], &buf[i * valid],
+                    valid * sizeof(float));
     }
     return p;
   }

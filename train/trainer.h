@@ -1,5 +1,5 @@
 // The reference trainer: one rank's part of a GPT / MoE training job under DP, TP, PP (1F1B),
-// EP and ZeRO-0/1, whose state lives in VPS-laid-out arenas (state.h) so that a layout switch
+// CP, EP, expert TP and ZeRO-0/1/2/3, whose state lives in VPS-laid-out arenas (state.h) so that a layout switch
 // is a plan (plan/) executed by the engine (exec/). Torch-free header; see trainer.cc.
 //
 // The job's processes, their communicators and the background preparation of a switch belong to
@@ -15,9 +15,9 @@
 // that needs more processes starts them (TrainerOptions::launcher); ranks that the new layout
 // does not use leave the job in the commit when the launcher allows it (left()).
 //
-// Supported (InputError otherwise): Llama/Qwen-style models (RMSNorm, SwiGLU, no biases,
-// untied embeddings, optional QK-norm, RoPE), zero 0-3 (ZeRO-2/3 through train/zero.h), cp = 1,
-// etp = 1.
+// Supported (InputError otherwise; check_supported): Llama/Qwen/DeepSeek-style models (RMSNorm,
+// SwiGLU, no biases but q/k/v, untied embeddings, optional QK-norm, RoPE, MLA, shared experts),
+// zero 0-3 (ZeRO-2/3 through train/zero.h), etp dividing tp, cp with seq divisible by 2*cp.
 #pragma once
 
 #include <cstdint>

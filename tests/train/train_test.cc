@@ -142,7 +142,8 @@ TEST_P(DenseMatchesReference, LogitsAndGradients) { expect_matches_reference("ti
 INSTANTIATE_TEST_SUITE_P(Train, DenseMatchesReference,
                          ::testing::Values("tp=2", "tp=4", "tp=8", "dp=2,zero=0", "dp=4", "pp=2",
                                            "pp=4", "tp=2,pp=2,dp=2", "dp=4,zero=2", "tp=2,dp=2,zero=3",
-                                           "pp=2,dp=2,zero=3"),
+                                           "pp=2,dp=2,zero=3", "cp=2", "cp=4", "tp=2,cp=2,zero=3",
+                                           "pp=2,cp=2,zero=0"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& ch : s) if (ch == ',' || ch == '=') ch = '_';
@@ -155,7 +156,8 @@ INSTANTIATE_TEST_SUITE_P(Train, MoeMatchesReference,
                          ::testing::Values("dp=2,ep=2", "dp=4,ep=4", "tp=2,ep=2", "tp=2,dp=2,ep=4",
                                            "tp=4", "pp=2,dp=2,ep=2", "dp=4,ep=2,zero=2",
                                            "tp=2,dp=2,ep=2,zero=3", "tp=2,etp=2", "tp=4,etp=2",
-                                           "tp=2,dp=2,ep=2,etp=2", "tp=4,etp=4,zero=3"),
+                                           "tp=2,dp=2,ep=2,etp=2", "tp=4,etp=4,zero=3", "cp=2,ep=2",
+                                           "tp=2,cp=2,ep=2,etp=2,zero=2"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& ch : s) if (ch == ',' || ch == '=') ch = '_';
@@ -209,7 +211,7 @@ INSTANTIATE_TEST_SUITE_P(Train, QkvBiasMatchesReference, ::testing::Values("tp=2
 class MlaMatchesReference : public ::testing::TestWithParam<std::string> {};
 TEST_P(MlaMatchesReference, LogitsAndGradients) { expect_matches_reference("tiny-mla", GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Train, MlaMatchesReference,
-                         ::testing::Values("tp=2", "tp=8", "tp=2,dp=2,zero=3", "pp=2,dp=2,zero=2"),
+                         ::testing::Values("tp=2", "tp=8", "tp=2,dp=2,zero=3", "pp=2,dp=2,zero=2", "tp=2,cp=2"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& ch : s) if (ch == ',' || ch == '=') ch = '_';
@@ -342,6 +344,9 @@ std::vector<SwitchCase> switch_cases() {
     cases.push_back({"tiny-deepseek-moe", "pp=2,dp=2,ep=2", "tp=4,ep=2,zero=2", 4, m});
     // MLA.
     cases.push_back({"tiny-deepseek-v2", "tp=2,dp=2,ep=2,etp=2,zero=3", "pp=2,dp=2,ep=2", 4, m});
+    // Context parallel in and out.
+    cases.push_back({"tiny-dense", "tp=2,cp=2", "cp=2,dp=2,zero=3", 4, m});
+    cases.push_back({"tiny-moe", "cp=2,dp=2,ep=4", "tp=2,cp=2,ep=2,zero=2", 4, m});
     // Expert TP in and out.
     cases.push_back({"tiny-moe", "tp=2,dp=2,ep=2,etp=2", "tp=4,etp=4", 4, m});
     cases.push_back({"tiny-moe", "dp=4,ep=4", "tp=2,dp=2,etp=2,zero=2", 4, m});
@@ -553,6 +558,18 @@ TEST(Train, MoeLossTracksStaticRunAcrossZeroStages) {
                 4, /*check_fault=*/false, /*steps=*/18);
 }
 
+// Context parallel (load-balanced causal split) entering and leaving, with TP, PP and ZeRO-3.
+TEST(Train, DenseLossTracksStaticRunAcrossContextParallel) {
+  expect_tracks("tiny-dense",
+                {{0, "tp=2,dp=2"},
+                 {3, "cp=2,dp=2"},
+                 {6, "tp=2,cp=2,zero=3"},
+                 {9, "cp=4,zero=2"},
+                 {12, "pp=2,cp=2"},
+                 {15, "dp=4"}},
+                4, /*check_fault=*/false, /*steps=*/18);
+}
+
 // Expert TP (etp 2 and 4) entering and leaving, with EP, ZeRO-3 and a plain EP layout.
 TEST(Train, MoeLossTracksStaticRunAcrossExpertTp) {
   expect_tracks("tiny-moe",
@@ -595,7 +612,7 @@ TEST(Train, ScheduleParsing) {
 
 TEST(Train, UnsupportedConfigsAreInputErrors) {
   auto o = tiny("tiny-dense");
-  for (const std::string c : {"cp=2", "dp=3"}) {
+  for (const std::string c : {"cp=3", "dp=3"}) {  // seq 16: not 2*cp chunks; batch 8 over dp
     auto config = cfg(c);
     EXPECT_THROW(Trainer::check_supported(o, config), InputError) << c;
   }
