@@ -36,7 +36,7 @@ struct TrainArgs {
   std::int64_t global_batch = 24;
   std::int64_t seq = 64;             // --seq: tokens per sequence
   // --schedule: "STEP:CONFIG;STEP:CONFIG;..." with strictly increasing steps, the first 0;
-  // CONFIG is a vps config string (tp, pp, dp, ep, etp, zero; cp=1 here; docs/train.md).
+  // CONFIG is a vps config string (tp, pp, dp, cp, ep, etp, zero; limits: docs/train.md).
   std::string schedule = "0:tp=1,pp=1,dp=1";
   bool static_layout = false;        // --static: run the schedule's first layout throughout
   std::string csv;                   // --csv: per-step CSV (header: step,loss,tokens_per_s,...)
