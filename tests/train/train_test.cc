@@ -590,8 +590,10 @@ TEST(Train, SwitchIntoAndOutOfPaddingOnlyRanksTracksStaticRun) {
   for (std::size_t i = 0; i < dyn.size(); ++i) EXPECT_NEAR(dyn[i], stat[i], 1e-4) << "step " << i;
 }
 
-TEST(Train, QwenMoeAndDeepSeekShapesLossTracksStaticRun) {
-  for (const std::string model : {"tiny-qwen2-moe", "tiny-deepseek-v2"})  // v2: shared expert, dense layer 0, MLA
+TEST(Train, DeepSeekShapeLossTracksStaticRun) {
+  // tiny-deepseek-v2: shared expert, dense layer 0 and MLA in one model (tiny-qwen2-moe's gate
+  // and q/k/v biases are covered by the reference and lossless-switch tests).
+  for (const std::string model : {"tiny-deepseek-v2"})
     expect_tracks(model,
                   {{0, "dp=2,ep=2"},
                    {4, "tp=2,dp=2,ep=2,etp=2,zero=3"},
