@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <queue>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 
@@ -34,6 +35,8 @@ struct Message {
   std::uint32_t version = 0;
   std::vector<int> ports;
   int bottleneck = -1;  // the port that set its rate last
+  bool copy = false;    // a copy on process src (== dst) at `base` bytes/s, not a message
+  double base = 0;
 };
 
 struct Process {
@@ -43,6 +46,7 @@ struct Process {
   double blocked_since = 0;
   double copy = 0, wait = 0, finish = 0;
   std::map<int, double> wait_by_port;
+  int active = 0;  // copies and messages in flight it is an end of (busy when > 0)
 };
 
 enum class What : std::uint8_t { kWake, kStart, kEnd };
@@ -69,6 +73,16 @@ class Simulation {
     nics_ = nodes * c_.nics_per_node;
     ports_.resize(ports_.size() + 2 * static_cast<std::size_t>(nics_));
     for (int n = 0; n < 2 * nics_; ++n) ports_[4 * world_ + n].rate = c_.nic;
+    busy_.assign(static_cast<std::size_t>(nodes), 0);
+    if (opt_.cpu_cores > 0)  // rates measured with all N processes of a node busy: a full core is N / C of that
+      for (int p = 0; p < world_; ++p) {
+        const int n = topo_.node_of(p);
+        const int on_node = std::min(topo_.gpus_per_node, world_ - n * topo_.gpus_per_node);
+        const double full = std::max(1.0, static_cast<double>(on_node) / opt_.cpu_cores);
+        ports_[4 * p + 0].rate *= full;
+        ports_[4 * p + 1].rate *= full;
+        full_core_.push_back(full);
+      }
   }
 
   SimResult run() {
@@ -104,8 +118,8 @@ class Simulation {
         r.busiest_link = port_name(static_cast<int>(i));
       }
     }
-    r.messages = msgs_.size();
-    for (const auto& m : msgs_) r.bytes += m.bytes;
+    for (const auto& m : msgs_)
+      if (!m.copy) ++r.messages, r.bytes += m.bytes;
     return r;
   }
 
@@ -162,6 +176,13 @@ class Simulation {
       const double share = ports_[p].rate / static_cast<double>(ports_[p].flows.size());
       if (share < m.rate) m.rate = share, m.bottleneck = p;
     }
+    if (opt_.cpu_cores > 0) {  // CPU time: a copy byte costs 1 / copy, a message byte 1 / (2 link) at each end
+      if (m.copy) m.rate = m.base * full_core_[m.src] * share(m.src);
+      else
+        for (int p : {m.src, m.dst}) m.rate = std::min(m.rate, 2 * ports_[4 * p].rate * share(p));
+    } else if (m.copy) {
+      m.rate = m.base;
+    }
     ++m.version;
     push({now_ + m.remaining / m.rate, What::kEnd, id, m.version});
   }
@@ -172,6 +193,31 @@ class Simulation {
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
     for (int id : touched) rerate(id);
   }
+  // The share of a core process p runs at (1 unless SimOptions::cpu_cores).
+  double speed(int p) const {
+    if (opt_.cpu_cores <= 0) return 1.0;
+    return std::min(1.0, static_cast<double>(opt_.cpu_cores) / std::max(1, busy_[topo_.node_of(p)]));
+  }
+  // The share of a core each of process p's copies and messages in flight gets (equal time).
+  double share(int p) const { return speed(p) / std::max(1, procs_[p].active); }
+  // Process p starts (+1) or ends (-1) a copy or message; true when shares of a core changed.
+  bool activity(int p, int delta) {
+    const bool was = procs_[p].active > 0;
+    procs_[p].active += delta;
+    const bool is = procs_[p].active > 0;
+    busy_[topo_.node_of(p)] += static_cast<int>(is) - static_cast<int>(was);
+    return opt_.cpu_cores > 0;
+  }
+  // After message id started or ended: new shares on its ports, or, when a node's busy count
+  // changed (cpu_cores), for everything in flight.
+  void rerate_after(int id, bool everything) {
+    if (everything) {
+      for (int f : inflight_) rerate(f);
+      return;
+    }
+    rerate_ports(msgs_[id].ports);
+    if (msgs_[id].copy && !msgs_[id].done) rerate(id);
+  }
   void start(int id) {
     Message& m = msgs_[id];
     m.last = now_;
@@ -179,7 +225,10 @@ class Simulation {
       ports_[p].flows.push_back(id);
       ports_[p].bytes += m.bytes;
     }
-    rerate_ports(m.ports);
+    inflight_.insert(id);
+    bool changed = activity(m.src, +1);
+    if (m.dst != m.src) changed |= activity(m.dst, +1);
+    rerate_after(id, changed);
   }
   void end(int id) {
     Message& m = msgs_[id];
@@ -188,17 +237,26 @@ class Simulation {
       auto& f = ports_[p].flows;
       f.erase(std::find(f.begin(), f.end(), id));
     }
-    rerate_ports(m.ports);
-    for (int p : {m.src, m.dst})
-      if (procs_[p].blocked_on == id) push({now_, What::kWake, p, 0});
+    inflight_.erase(id);
+    bool changed = activity(m.src, -1);
+    if (m.dst != m.src) changed |= activity(m.dst, -1);
+    rerate_after(id, changed);
+    if (procs_[m.src].blocked_on == id) push({now_, What::kWake, m.src, 0});
+    if (m.dst != m.src && procs_[m.dst].blocked_on == id) push({now_, What::kWake, m.dst, 0});
   }
 
-  // Copies `bytes` at `rate` on process p: true when it takes time (p wakes when it is over).
+  // Copies `bytes` at `rate` (a full core's) on process p: true when it takes time (p waits for
+  // it as for a message, and wakes when it is over).
   bool busy(int p, double bytes, double rate) {
     if (bytes <= 0 || rate <= 0) return false;
-    const double d = bytes / rate;
-    procs_[p].copy += d;
-    push({now_ + d, What::kWake, p, 0});
+    const int id = static_cast<int>(msgs_.size());
+    Message m;
+    m.src = m.dst = p, m.bytes = static_cast<std::uint64_t>(bytes), m.remaining = bytes;
+    m.copy = true, m.base = rate, m.started = true;
+    msgs_.push_back(std::move(m));
+    procs_[p].blocked_on = id;
+    procs_[p].blocked_since = now_;
+    start(id);
     return true;
   }
   // True when p must wait for message id.
@@ -212,9 +270,13 @@ class Simulation {
   void step(int p) {
     Process& pr = procs_[p];
     if (pr.blocked_on >= 0) {
-      const int b = msgs_[pr.blocked_on].bottleneck;
-      pr.wait += now_ - pr.blocked_since;
-      pr.wait_by_port[b] += now_ - pr.blocked_since;
+      const Message& b = msgs_[pr.blocked_on];
+      if (b.copy) {
+        pr.copy += now_ - pr.blocked_since;
+      } else {
+        pr.wait += now_ - pr.blocked_since;
+        pr.wait_by_port[b.bottleneck] += now_ - pr.blocked_since;
+      }
       pr.blocked_on = -1;
     }
     const auto& events = traces_[p].events;
@@ -268,6 +330,9 @@ class Simulation {
   std::vector<Message> msgs_;
   std::map<std::tuple<int, int, int, std::uint32_t>, int> index_;
   std::vector<Process> procs_;
+  std::vector<int> busy_;          // per node: busy processes
+  std::vector<double> full_core_;  // per process: a full core's rate over the measured (cpu_cores)
+  std::set<int> inflight_;         // copies and messages in flight
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap_;
   double now_ = 0;
 };

@@ -16,8 +16,8 @@
 //     costs bytes / fresh_rate (0: free, the pool recycles pages: a warm switch). A wait blocks
 //     the process until its message is done; messages flow while the process copies, so the
 //     engine's two rounds in flight and its keeps overlap the network as they do for real.
-//   - Nothing else: no agreement collectives, no planning, no CPU contention between processes
-//     beyond what the measured rates already contain.
+//   - Nothing else: no agreement collectives, no planning. CPU contention only where asked
+//     (SimOptions::cpu_cores: processes sharing a few cores, as on this machine).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +31,15 @@ namespace dynatrain::sim {
 
 struct SimOptions {
   double fresh_rate = 0;  // bytes/s of first-touch destination memory; 0: free (warm)
+  // CPU cores each node's processes share; 0: not modelled (GPUs: copies and transfers run
+  // on their own engines). With C > 0 (this machine: the shared-memory transport and every
+  // copy are CPU work) the cluster's rates are read as measured with every process of a node
+  // busy at once (N processes; a full core is N / C times faster, 1 when N <= C). A process
+  // gets min(1, C / k) of a core while k processes of its node are busy, split evenly over its
+  // copies and messages in flight; a copy byte costs 1 / copy of a full core, a message byte
+  // 1 / (2 gpu_link) at each end (the measurement sends and receives at once). The link ports
+  // stay as they are (at a full core's rate).
+  int cpu_cores = 0;
 };
 
 struct SimResult {

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "sim/trace.h"
@@ -67,7 +68,10 @@ SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& pla
   for (int r = 0; r < world.size(); ++r)
     if ((r ^ 1) < world.size()) lat_sum += lats[r], ++pairs;
   c.intra_latency = c.inter_latency = pairs > 0 ? lat_sum / pairs : 0;
-  if (world.rank() == 0) out.result = sim::simulate(sim::trace_switch(planner, elem_bytes, options), c);
+  // The shared-memory transport and every copy are work for this machine's cores.
+  out.cpu_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (world.rank() == 0)
+    out.result = sim::simulate(sim::trace_switch(planner, elem_bytes, options), c, {.cpu_cores = out.cpu_cores});
   return out;
 }
 

@@ -5,8 +5,9 @@
 // of 64 MiB between warm buffers) and its message latency (ping-pong of 8 bytes with rank^1);
 // rank 0 then traces every process's engine schedule (sim/trace.h) and plays it through
 // `this-machine`: the measured p2p bandwidth `p2p_bytes_per_s` as every process's link, the
-// mean copy rate and mean latency over ranks. Processes sit on nodes as `options.topology`
-// says; between nodes the same measured p2p rate is taken (a one-machine run has no other).
+// mean copy rate and mean latency over ranks, the machine's cores shared by its processes
+// (SimOptions::cpu_cores). Processes sit on nodes as `options.topology` says; between nodes the
+// same measured p2p rate is taken (a one-machine run has no other).
 #pragma once
 
 #include <array>
@@ -21,6 +22,7 @@ namespace dynatrain::tools {
 
 struct SwitchPrediction {
   sim::Cluster cluster;  // this-machine as measured
+  int cpu_cores = 0;     // cores the processes share
   sim::SimResult result; // valid on rank 0 only
 };
 

@@ -287,6 +287,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     if (predicted) {
       j["predicted_seconds"] = predicted->result.seconds;  // compare with warm_seconds (warm pool)
       j["predicted_cluster"] = sim::to_json(predicted->cluster);
+      j["predicted_cpu_cores"] = predicted->cpu_cores;
     }
     std::fprintf(out, "run-transition %s: %s -> %s on %d ranks (%s), budget %s\n", model.name.c_str(),
                  src_layout.config().str().c_str(), dst_layout.config().str().c_str(), world.size(),

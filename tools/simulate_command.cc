@@ -32,6 +32,7 @@ struct SimulateArgs {
   std::string states = "all";
   bool at_step_boundary = false;
   double fresh_gbps = 0;
+  int cpu_cores = 0;
   std::string json_path;
 };
 
@@ -45,6 +46,7 @@ constexpr int kMaxSimulatedProcesses = 4096;
 
 int run_simulate(const SimulateArgs& a) {
   require_int_in("--bucket-elems", a.bucket_elems, 1, std::int64_t{1} << 40);
+  require_int_in("--cpu-cores", a.cpu_cores, 0, 1 << 16, " (0: not modelled)");
   if (!(a.fresh_gbps >= 0) || a.fresh_gbps > 1e6)
     DT_INPUT_ERROR("--fresh-gbps ", a.fresh_gbps, " is not valid; give 0 (free: warm pool) or a positive rate in GB/s");
   if (a.placement != "fixed" && a.placement != "auto")
@@ -79,7 +81,8 @@ int run_simulate(const SimulateArgs& a) {
   const auto traces = sim::trace_switch(planner, lo.elem_bytes, opt);
   const double trace_s = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
-  const sim::SimResult r = sim::simulate(traces, cluster, {.fresh_rate = a.fresh_gbps * 1e9});
+  const sim::SimResult r =
+      sim::simulate(traces, cluster, {.fresh_rate = a.fresh_gbps * 1e9, .cpu_cores = a.cpu_cores});
   const double sim_s = seconds_since(t0);
 
   std::printf("simulate %s: %s (%d ranks) -> %s (%d ranks), placement %s, budget %s\n", model.name.c_str(),
@@ -98,6 +101,7 @@ int run_simulate(const SimulateArgs& a) {
     j["placement"] = a.placement;
     j["budget_bytes"] = budget;
     j["at_step_boundary"] = a.at_step_boundary;
+    j["cpu_cores"] = a.cpu_cores;
     j["cluster"] = sim::to_json(cluster);
     j["predicted_seconds"] = r.seconds;
     j["lower_bound_seconds"] = bound.seconds;
@@ -141,6 +145,10 @@ Command add_simulate_command(CLI::App& app) {
   cmd->add_flag("--at-step-boundary", args->at_step_boundary, "Gradients are not moved (run-transition's flag)");
   cmd->add_option("--fresh-gbps", args->fresh_gbps,
                   "First-touch rate of fresh destination memory, GB/s (0: free, the warm pool)")
+      ->capture_default_str();
+  cmd->add_option("--cpu-cores", args->cpu_cores,
+                  "Cores each node's processes share, for CPU-only runs (0: GPUs, not modelled); the "
+                  "cluster's rates are then read as measured with all processes busy (sim/simulator.h)")
       ->capture_default_str();
   cmd->add_option("--json", args->json_path, "Write the prediction as JSON to this file");
   return [args] { return run_simulate(*args); };

@@ -3,7 +3,8 @@
 # machine: every row is one `dynatrain run-transition --json` under mpirun (warm: --repeat 4
 # --prefault, the warm mean over the 3 warm switches), whose JSON carries predicted_seconds,
 # the simulator's prediction for that very run from the p2p bandwidth, copy rate and latency
-# measured in the same run (tools/predict_switch.h). Prints a Markdown table: predicted vs
+# measured in the same run and this machine's cores shared by the processes
+# (tools/predict_switch.h). Prints a Markdown table: predicted vs
 # measured and the error per row (goal |error| <= 25 %).
 #   bench/sim/validate.sh [BUILD_DIR]        BUILD_DIR defaults to ./build (needs `dynatrain`)
 # Run it under `flock /tmp/dt-bench.lock` on a shared machine. About 5 minutes, ~6 GB peak.
