@@ -196,7 +196,7 @@ class Simulation {
   // The share of a core process p runs at (1 unless SimOptions::cpu_cores).
   double speed(int p) const {
     if (opt_.cpu_cores <= 0) return 1.0;
-    return std::min(1.0, static_cast<double>(opt_.cpu_cores) / std::max(1, busy_[topo_.node_of(p)]));
+    return std::min(1.0, opt_.cpu_cores / std::max(1, busy_[topo_.node_of(p)]));
   }
   // The share of a core each of process p's copies and messages in flight gets (equal time).
   double share(int p) const { return speed(p) / std::max(1, procs_[p].active); }

@@ -31,7 +31,8 @@ namespace dynatrain::sim {
 
 struct SimOptions {
   double fresh_rate = 0;  // bytes/s of first-touch destination memory; 0: free (warm)
-  // CPU cores each node's processes share; 0: not modelled (GPUs: copies and transfers run
+  // CPU cores each node's processes share (may be fractional: the cores they get on a loaded
+  // machine, tools/predict_switch.h); 0: not modelled (GPUs: copies and transfers run
   // on their own engines). With C > 0 (this machine: the shared-memory transport and every
   // copy are CPU work) the cluster's rates are read as measured with every process of a node
   // busy at once (N processes; a full core is N / C times faster, 1 when N <= C). A process
@@ -39,7 +40,7 @@ struct SimOptions {
   // copies and messages in flight; a copy byte costs 1 / copy of a full core, a message byte
   // 1 / (2 gpu_link) at each end (the measurement sends and receives at once). The link ports
   // stay as they are (at a full core's rate).
-  int cpu_cores = 0;
+  double cpu_cores = 0;
 };
 
 struct SimResult {

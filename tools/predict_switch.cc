@@ -3,7 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <numeric>
-#include <thread>
+#include <algorithm>
 #include <vector>
 
 #include "sim/trace.h"
@@ -19,17 +19,23 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
 
-// This rank's memcpy rate with every rank copying at once (best of three 64 MiB copies).
-double copy_rate(comm::Transport& world) {
+// This rank's memcpy rate (best of three 64 MiB copies) with every rank copying at once, or
+// (`alone`) with rank 0 copying while the others wait in a barrier.
+double copy_rate(comm::Transport& world, bool alone = false) {
   constexpr std::size_t kBytes = std::size_t{64} << 20;
   std::vector<std::byte> a(kBytes, std::byte{1}), b(kBytes, std::byte{2});
   world.barrier();
+  if (alone && world.rank() != 0) {
+    world.barrier();
+    return 0;
+  }
   double best = 1e30;
   for (int i = 0; i < 3; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     std::memcpy(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(), kBytes);
     best = std::min(best, since(t0));
   }
+  if (alone) world.barrier();
   return kBytes / std::max(best, 1e-9);
 }
 
@@ -52,6 +58,7 @@ SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& pla
                                 const std::array<int, vps::kNumStateKinds>& elem_bytes,
                                 const exec::TransitionOptions& options, double p2p_bytes_per_s) {
   const auto copies = testing::gather_double(world, copy_rate(world));
+  const double solo = copy_rate(world, true);  // rank 0 only
   const double lat = latency(world);
   const auto lats = testing::gather_double(world, lat);
   SwitchPrediction out;
@@ -68,8 +75,9 @@ SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& pla
   for (int r = 0; r < world.size(); ++r)
     if ((r ^ 1) < world.size()) lat_sum += lats[r], ++pairs;
   c.intra_latency = c.inter_latency = pairs > 0 ? lat_sum / pairs : 0;
-  // The shared-memory transport and every copy are work for this machine's cores.
-  out.cpu_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // The shared-memory transport and every copy are work for the cores these processes get.
+  const double n = world.size();
+  out.cpu_cores = solo > 0 ? std::clamp(n * c.copy / solo, 1.0, n) : n;
   if (world.rank() == 0)
     out.result = sim::simulate(sim::trace_switch(planner, elem_bytes, options), c, {.cpu_cores = out.cpu_cores});
   return out;

@@ -32,7 +32,7 @@ struct SimulateArgs {
   std::string states = "all";
   bool at_step_boundary = false;
   double fresh_gbps = 0;
-  int cpu_cores = 0;
+  double cpu_cores = 0;
   std::string json_path;
 };
 
@@ -46,7 +46,8 @@ constexpr int kMaxSimulatedProcesses = 4096;
 
 int run_simulate(const SimulateArgs& a) {
   require_int_in("--bucket-elems", a.bucket_elems, 1, std::int64_t{1} << 40);
-  require_int_in("--cpu-cores", a.cpu_cores, 0, 1 << 16, " (0: not modelled)");
+  if (!(a.cpu_cores >= 0) || a.cpu_cores > 1e6)
+    DT_INPUT_ERROR("--cpu-cores ", a.cpu_cores, " is not valid; give 0 (not modelled) or the cores a node's processes share");
   if (!(a.fresh_gbps >= 0) || a.fresh_gbps > 1e6)
     DT_INPUT_ERROR("--fresh-gbps ", a.fresh_gbps, " is not valid; give 0 (free: warm pool) or a positive rate in GB/s");
   if (a.placement != "fixed" && a.placement != "auto")

@@ -30,21 +30,23 @@ rows() {
 ROWS
 }
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-echo "| np | switch | max in per rank | p2p GB/s | copy GB/s | latency us | measured warm s | predicted s | error |"
-echo "|---|---|---|---|---|---|---|---|---|"
+out="$here/out/sim"  # one JSON per row (run-transition --json), for a closer look
+mkdir -p "$out"
+echo "| np | switch | max in per rank | p2p GB/s | copy GB/s | cores | latency us | measured warm s | predicted s | error |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+n=0
 worst=0
 while IFS='|' read -r np label model from to; do
+  n=$((n + 1))
   mpirun -np "$np" "$exe" run-transition --model "$here/models/$model/config.json" --from "$from" --to "$to" \
-    --mem-budget 256MiB --bucket-elems 4000000 --prefault --repeat 4 --json "$tmp/r.json" > "$tmp/r.txt" < /dev/null
-  worst=$(python3 - "$np" "$label" "$tmp/r.json" "$worst" <<'PY'
+    --mem-budget 256MiB --bucket-elems 4000000 --prefault --repeat 4 --json "$out/row$n.json" > "$out/row$n.txt" < /dev/null
+  worst=$(python3 - "$np" "$label" "$out/row$n.json" "$worst" <<'PY'
 import json, sys
 np_, label, r, worst = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3])), float(sys.argv[4])
 c = r["predicted_cluster"]
 err = r["predicted_seconds"] / r["warm_seconds"] - 1
 print(f'| {np_} | {label} | {r["max_rank_bytes_received"] / 1e9:.2f} GB | {c["gpu_link_gb_per_s"]:.2f} | {c["copy_gb_per_s"]:.2f} '
-      f'| {c["intra_latency_us"]:.0f} | {r["warm_seconds"]:.3f} | {r["predicted_seconds"]:.3f} | {100 * err:+.0f} % |', file=sys.stderr)
+      f'| {r["predicted_cpu_cores"]:.2f} | {c["intra_latency_us"]:.0f} | {r["warm_seconds"]:.3f} | {r["predicted_seconds"]:.3f} | {100 * err:+.0f} % |', file=sys.stderr)
 print(max(worst, abs(err)))
 PY
   )

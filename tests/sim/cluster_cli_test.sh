@@ -47,5 +47,5 @@ assert j["lower_bound_seconds"] > 0 and j["messages"] > 0 and j["critical_link"]
 PY
 expect 2 "--placement 'best' is not valid; valid: fixed, auto" -- simulate --cluster a800-16x8 --model tiny-dense \
        --from tp=2 --to dp=2 --placement best
-expect 2 "--cpu-cores -1 is out of range" -- simulate --cluster a800-16x8 --model tiny-dense --from tp=2 --to dp=2 --cpu-cores -1
+expect 2 "--cpu-cores -1 is not valid" -- simulate --cluster a800-16x8 --model tiny-dense --from tp=2 --to dp=2 --cpu-cores -1
 exit $fail
