@@ -32,8 +32,8 @@ ROWS
 
 out="$here/out/sim"  # one JSON per row (run-transition --json), for a closer look
 mkdir -p "$out"
-echo "| np | switch | max in per rank | p2p GB/s | copy GB/s | cores | latency us | measured warm s | predicted s | error |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| np | switch | max in per rank | p2p GB/s | copy GB/s | cores | latency us | measured warm s (mean / fastest) | predicted s | error vs mean | vs fastest |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 n=0
 worst=0
 while IFS='|' read -r np label model from to; do
@@ -45,8 +45,9 @@ import json, sys
 np_, label, r, worst = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3])), float(sys.argv[4])
 c = r["predicted_cluster"]
 err = r["predicted_seconds"] / r["warm_seconds"] - 1
+err_min = r["predicted_seconds"] / r["warm_min_seconds"] - 1
 print(f'| {np_} | {label} | {r["max_rank_bytes_received"] / 1e9:.2f} GB | {c["gpu_link_gb_per_s"]:.2f} | {c["copy_gb_per_s"]:.2f} '
-      f'| {r["predicted_cpu_cores"]:.2f} | {c["intra_latency_us"]:.0f} | {r["warm_seconds"]:.3f} | {r["predicted_seconds"]:.3f} | {100 * err:+.0f} % |', file=sys.stderr)
+      f'| {r["predicted_cpu_cores"]:.2f} | {c["intra_latency_us"]:.0f} | {r["warm_seconds"]:.3f} / {r["warm_min_seconds"]:.3f} | {r["predicted_seconds"]:.3f} | {100 * err:+.0f} % | {100 * err_min:+.0f} % |', file=sys.stderr)
 print(max(worst, abs(err)))
 PY
   )
