@@ -41,7 +41,7 @@ struct Message {
 
 struct Process {
   std::size_t pc = 0;
-  int phase = 0;
+  int phase = 0;        // progress inside event pc: 0 not begun; 1 copy done / receive done
   int blocked_on = -1;  // message
   double blocked_since = 0;
   double copy = 0, wait = 0, finish = 0;
@@ -284,7 +284,10 @@ class Simulation {
       const ScheduleEvent& e = events[pr.pc];
       switch (e.kind) {
         case ScheduleEvent::Kind::kPost:
-          if (pr.phase == 0 && (pr.phase = 1, busy(p, static_cast<double>(e.pack_bytes), c_.copy))) return;
+          if (pr.phase == 0) {  // pack first, then post
+            pr.phase = 1;
+            if (busy(p, static_cast<double>(e.pack_bytes), c_.copy)) return;
+          }
           if (e.send_bytes > 0) {
             const int id = message(p, e.peer, e.wave, e.round, e.send_bytes);
             msgs_[id].send_post = now_;
@@ -297,10 +300,16 @@ class Simulation {
           }
           break;
         case ScheduleEvent::Kind::kKeep:
-          if (pr.phase == 0 && (pr.phase = 1, busy(p, static_cast<double>(e.bytes), c_.copy))) return;
+          if (pr.phase == 0) {
+            pr.phase = 1;
+            if (busy(p, static_cast<double>(e.bytes), c_.copy)) return;
+          }
           break;
         case ScheduleEvent::Kind::kFresh:
-          if (pr.phase == 0 && (pr.phase = 1, busy(p, static_cast<double>(e.bytes), opt_.fresh_rate))) return;
+          if (pr.phase == 0) {
+            pr.phase = 1;
+            if (busy(p, static_cast<double>(e.bytes), opt_.fresh_rate)) return;
+          }
           break;
         case ScheduleEvent::Kind::kWait: {
           const auto recv = index_.find({e.peer, p, e.wave, e.round});
