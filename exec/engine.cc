@@ -110,8 +110,10 @@ class Engine {
       }
     }
     cut_waves(order);
+    trace_ = opt_.trace;
     stats_.predicted_peak_bytes = execute(true);
-    stats_.peak_bytes = execute(false);
+    trace_ = nullptr;
+    stats_.peak_bytes = opt_.dry_only ? stats_.predicted_peak_bytes : execute(false);
     const bool desc = order == WaveOrder::kDescending;
     stats_.wave_order = order == WaveOrder::kAscending ? "ascending"
                         : desc                         ? "descending"
@@ -174,7 +176,7 @@ class Engine {
     src_left_.assign(sl_.buffers.size(), 0);
     for (std::size_t i = 0; i < sl_.buffers.size(); ++i) {
       src_size_[i] = static_cast<std::uint64_t>(sl_.buffers[i].numel) * elem(sl_.buffers[i].kind);
-      DT_CHECK(src_size_[i] == 0 || src_[i] != nullptr, "source buffer ", i, " has no data");
+      DT_CHECK(src_size_[i] == 0 || src_[i] != nullptr || opt_.dry_only, "source buffer ", i, " has no data");
       src_total_ += src_size_[i];
     }
     dst_size_.resize(dl_.buffers.size());
@@ -608,6 +610,7 @@ class Engine {
       return;
     }
     grow(m, dst_size_[b]);
+    if (trace_) trace_->fresh(dst_size_[b]);
     if (dry) return;
     const auto t0 = Clock::now();
     const auto& buf = dl_.buffers[b];
@@ -637,6 +640,7 @@ class Engine {
     m.committed[b][gi] = 1;
     const std::uint64_t n = granule_size(dst_size_[b], gi);
     grow(m, n);
+    if (trace_) trace_->fresh(n);
     if (dry) return;
     const auto t0 = Clock::now();
     alloc_.commit(dst_[b], gi * granule_, n);
@@ -667,6 +671,7 @@ class Engine {
     for (std::uint32_t i : keeps_[w]) {
       const plan::Piece& p = wp_.keep[i];
       touch(m, dry, p, 0, p.box.numel());
+      if (trace_) trace_->keep(piece_bytes(p));
       if (!dry) {
         const auto t0 = Clock::now();
         const auto& s = src_seg(p);
@@ -767,6 +772,14 @@ class Engine {
     }
   }
 
+  void trace_post(const auto& rd, const Flight& f) {
+    trace_->post(rd.wave, rd.peer, static_cast<std::uint32_t>(rd.round), f.sc ? f.sc->bytes : 0, f.sc && !f.s_direct,
+                 f.rc ? f.rc->bytes : 0);
+  }
+  void trace_wait(const auto& rd, const Flight& f) {
+    trace_->wait(rd.wave, rd.peer, static_cast<std::uint32_t>(rd.round), f.rc && !f.r_direct ? f.rc->bytes : 0);
+  }
+
   std::uint64_t execute(bool dry) {
     Mem m;
     m.left = src_left_;
@@ -831,6 +844,7 @@ class Engine {
       const PeerWork& pw = work_[rd.wave].at(rd.peer);
       post_send(m, dry, rd.peer, pw, rd.round, fl[k % 2], send_stage[k % 2]);
       post_recv(m, dry, rd.peer, pw, rd.round, fl[k % 2], recv_stage[k % 2]);
+      if (trace_) trace_post(rd, fl[k % 2]);
       keeps_through(rd.wave);
     };
     if (!rounds_.empty()) post(0);
@@ -838,6 +852,7 @@ class Engine {
       if (k + 1 < rounds_.size()) post(k + 1);
       finish_recv(m, dry, rounds_[k].peer, fl[k % 2]);
       finish_send(m, dry, rounds_[k].peer, fl[k % 2]);
+      if (trace_) trace_wait(rounds_[k], fl[k % 2]);
     }
     keeps_through(nwaves_ - 1);
     for (std::uint32_t b = 0; b < src_size_.size(); ++b)
@@ -873,6 +888,7 @@ class Engine {
   const TransitionOptions& opt_;
 
   TransitionStats stats_;
+  ScheduleTrace* trace_ = nullptr;  // set during the dry run that records the schedule
   std::size_t cap_ = 0;
   std::vector<std::uint64_t> src_size_, dst_size_, src_left_;
   std::uint64_t src_total_ = 0, dst_total_ = 0;

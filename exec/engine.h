@@ -29,6 +29,7 @@
 
 #include "comm/transport.h"
 #include "exec/memory_ops.h"
+#include "exec/schedule_trace.h"
 #include "plan/plan.h"
 #include "vps/layout.h"
 
@@ -96,6 +97,12 @@ struct TransitionOptions {
   // materialised zeroed. At a step boundary gradients hold nothing the next step needs:
   // `zeroed_kinds = kStepBoundaryKinds` (run-transition --at-step-boundary; the trainer's rule).
   std::uint32_t zeroed_kinds = 0;
+  // When set, receives this rank's schedule (exec/schedule_trace.h), recorded by the dry run
+  // that precedes the real one: the same code path, so the trace is what the real run does.
+  ScheduleTrace* trace = nullptr;
+  // Agree and dry-run only (for the simulator, sim/trace.h): no data moves, nothing is
+  // allocated or released, `src` may hold nullptr for every buffer and `dst` stays empty.
+  bool dry_only = false;
 };
 
 inline constexpr std::uint32_t kStepBoundaryKinds = 1u << static_cast<int>(vps::StateKind::kGrad);

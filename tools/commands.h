@@ -14,5 +14,6 @@ Command add_run_transition_command(CLI::App& app);
 Command add_train_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
 Command add_request_command(CLI::App& app);
+Command add_simulate_command(CLI::App& app);
 
 }  // namespace dynatrain::tools

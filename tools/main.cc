@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   add(dynatrain::tools::add_train_command);
   add(dynatrain::tools::add_export_command);
   add(dynatrain::tools::add_request_command);
+  add(dynatrain::tools::add_simulate_command);
   // Under mpirun every rank parses the same flags: rank 0 alone prints help and flag errors.
   const bool quiet = dynatrain::tools::is_nonzero_mpi_rank();
   try {

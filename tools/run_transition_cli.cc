@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <numeric>
+#include <optional>
 
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "vps/parallel_config.h"
 #include "tools/fault_injection.h"
 #include "tools/mpi_world.h"
+#include "tools/predict_switch.h"
 #include "tools/watchdog.h"
 
 namespace dynatrain::tools {
@@ -230,6 +232,9 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   const nlohmann::json warm_phases = phases_of(forward.back());
   release_all(dst_layout, dst_rl, b, pool);
   release_all(src_layout, src_rl, a, pool);
+  // The simulator's prediction for this switch from rates measured now (--json only: it costs a trace).
+  const std::optional<SwitchPrediction> predicted =
+      args.json.empty() ? std::nullopt : std::optional(predict_switch(world, fwd_planner, eb, opt, bw));
 
   if (root) {
     nlohmann::json j;
@@ -279,6 +284,11 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["verify"] = verify_text;
     j["placement"] = placed.str();
     j["largest_buffer_bytes"] = largest;
+    if (predicted) {
+      j["predicted_seconds"] = predicted->result.seconds;  // compare with warm_seconds (warm pool)
+      j["predicted_cluster"] = sim::to_json(predicted->cluster);
+      j["predicted_cpu_cores"] = predicted->cpu_cores;
+    }
     std::fprintf(out, "run-transition %s: %s -> %s on %d ranks (%s), budget %s\n", model.name.c_str(),
                  src_layout.config().str().c_str(), dst_layout.config().str().c_str(), world.size(),
                  world.backend(), format_bytes(static_cast<double>(args.mem_budget)).c_str());
@@ -298,6 +308,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
                  format_bytes(static_cast<double>(sum_of(kept_zero_copy))).c_str());
     std::fprintf(out, "  p2p bandwidth        %s/s per rank (all pairs at once)\n", format_bytes(bw).c_str());
     std::fprintf(out, "  lower_bound_seconds  %.6f\n", lower);
+    if (predicted) std::fprintf(out, "  predicted_seconds    %.6f (simulator, this machine's rates)\n", predicted->result.seconds);
     std::fprintf(out, "  ratio                %.2f cold", lower > 0 ? cold_s / lower : 0.0);
     if (warm_mean > 0 && lower > 0) std::fprintf(out, ", %.2f warm", warm_mean / lower);
     std::fprintf(out, "\n");

@@ -46,6 +46,10 @@ expect 2 "mlp_bias" -- plan --model "$tmp/mlp_bias.json" --describe
 # run-transition on one process (a world of one rank), and its errors.
 expect 0 "verify: ok" -- run-transition --model tiny-moe --from tp=1,zero=1 --to tp=1,zero=0 --verify --repeat 2 --json "$tmp/rt.json"
 grep -q '"lower_bound_seconds"' "$tmp/rt.json" || { echo "FAIL: run-transition --json lacks lower_bound_seconds"; fail=1; }
+# One rank whose state is handed over whole (zero-copy keeps): nothing to copy or send, so the
+# simulator's prediction is 0.
+python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["predicted_seconds"] == 0' "$tmp/rt.json" ||
+  { echo "FAIL: run-transition --json lacks predicted_seconds (the simulator's), 0 here"; fail=1; }
 expect 2 "needs 2 ranks but the job has 1" -- run-transition --model tiny-dense --from tp=1 --to tp=2
 expect 2 "byte size 'lots'" -- run-transition --model tiny-dense --from tp=1 --to tp=1 --mem-budget lots
 

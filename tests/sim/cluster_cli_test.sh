@@ -35,4 +35,17 @@ expect 2 "unknown cluster 'tpu-pod'; valid: a800-16x8" -- plan --model tiny-dens
 sed 's/"nic_gb_per_s"/"nic_gbps"/' "$tmp/two.json" >"$tmp/typo.json"
 expect 2 "unknown field \"nic_gbps\"" -- plan --model tiny-dense --from tp=2 --to dp=2 --cluster "$tmp/typo.json"
 expect 2 "cannot open cluster file" -- plan --model tiny-dense --from tp=2 --to dp=2 --cluster /nonexistent.json
+# `simulate`: the engine's schedule through the same cluster; the prediction is never below the
+# busiest link's time, and bad flags are one line and exit 2.
+expect 0 "predicted_seconds" -- simulate --cluster "$tmp/two.json" --model tiny-moe --from dp=4,ep=2 --to tp=2,dp=2,ep=4 \
+       --placement auto --mem-budget 64KiB --json "$tmp/s.json"
+python3 - "$tmp/s.json" <<'PY' || fail=1
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["predicted_seconds"] >= j["busiest_link_seconds"] > 0, j
+assert j["lower_bound_seconds"] > 0 and j["messages"] > 0 and j["critical_link"], j
+PY
+expect 2 "--placement 'best' is not valid; valid: fixed, auto" -- simulate --cluster a800-16x8 --model tiny-dense \
+       --from tp=2 --to dp=2 --placement best
+expect 2 "--cpu-cores -1 is not valid" -- simulate --cluster a800-16x8 --model tiny-dense --from tp=2 --to dp=2 --cpu-cores -1
 exit $fail

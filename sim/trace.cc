@@ -1,0 +1,55 @@
+#include "sim/trace.h"
+
+#include "comm/inproc/inproc_transport.h"
+#include "common/error.h"
+#include "exec/pool_allocator.h"
+
+namespace dynatrain::sim {
+
+namespace {
+
+// An allocator that is never asked for memory (dry_only) but answers what the engine asks
+// before its dry run the way the chosen allocator does.
+class DryAllocator final : public exec::StateAllocator {
+ public:
+  explicit DryAllocator(bool pool) : pool_(pool) {}
+  std::byte* allocate(std::size_t) override { throw InvariantError("a dry run asked for memory"); }
+  void release(std::byte*, std::size_t) override { throw InvariantError("a dry run released memory"); }
+  std::size_t pagewise_min_bytes() const override {
+    return pool_ ? exec::PoolAllocator::kMappedBytes : SIZE_MAX;
+  }
+  bool can_adopt() const override { return pool_; }
+
+ private:
+  bool pool_;
+};
+
+}  // namespace
+
+std::vector<exec::ScheduleTrace> trace_switch(const plan::Planner& planner,
+                                              const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                                              const exec::TransitionOptions& options, bool pool) {
+  const int world = planner.world_size();
+  // Plans and layouts first, on this thread (the planner's caches are not shared across threads).
+  const std::vector<plan::RankPlan> plans = planner.plan_all();
+  std::vector<vps::RankLayout> src(world), dst(world);
+  for (int p = 0; p < world; ++p) {
+    src[p] = planner.src_rank_layout(p);
+    dst[p] = planner.dst_rank_layout(p);
+  }
+  std::vector<exec::ScheduleTrace> traces(world);
+  comm::run_ranks(world, [&](comm::Transport& t) {
+    const int me = t.rank();
+    exec::TransitionOptions opt = options;
+    opt.dry_only = true;
+    opt.trace = &traces[me];
+    traces[me].rank = me;
+    traces[me].world = world;
+    DryAllocator alloc(pool);
+    std::vector<std::byte*> s(src[me].buffers.size(), nullptr), d;
+    exec::run_transition(plans[me], src[me], s, dst[me], d, elem_bytes, t, alloc, opt);
+  });
+  return traces;
+}
+
+}  // namespace dynatrain::sim

@@ -1,0 +1,24 @@
+// Every process's schedule for one switch, from the engine itself: all processes run the
+// engine's agreement and dry run (TransitionOptions::dry_only) as threads of this process over
+// the in-process transport, each recording its ScheduleTrace (exec/schedule_trace.h). No data
+// moves and no state memory is allocated; the schedule is the one the real run would execute
+// with the same plan, memory budget, topology and allocator kind.
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include "exec/engine.h"
+#include "exec/schedule_trace.h"
+#include "plan/planner.h"
+
+namespace dynatrain::sim {
+
+// `options.trace` and `options.dry_only` are set per process; the rest is passed through.
+// The allocator kind decides zero-copy keeps and page-wise buffers: `pool` true for the
+// engine's PoolAllocator (what run-transition and the trainer use), false for the default.
+std::vector<exec::ScheduleTrace> trace_switch(const plan::Planner& planner,
+                                              const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                                              const exec::TransitionOptions& options, bool pool = true);
+
+}  // namespace dynatrain::sim

@@ -1,0 +1,182 @@
+// The switch-time simulator on hand-checkable schedules, and on the engine's own traces.
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "plan/planner.h"
+#include "sim/link_bound.h"
+#include "sim/simulator.h"
+#include "sim/trace.h"
+#include "vps/model_spec.h"
+
+namespace dynatrain::sim {
+namespace {
+
+using exec::ScheduleTrace;
+
+// Round numbers: rates in GB/s (1e9 bytes/s), no latency unless a test sets one.
+Cluster toy(int gpus_per_node, int nics_per_node) {
+  Cluster c;
+  c.name = "toy";
+  c.nodes = 2;
+  c.gpus_per_node = gpus_per_node;
+  c.gpu_link = 5e9;
+  c.nics_per_node = nics_per_node;
+  c.nic = 10e9;
+  c.pcie = 100e9;
+  c.copy = 10e9;
+  return c;
+}
+std::vector<ScheduleTrace> traces(int n) {
+  std::vector<ScheduleTrace> t(n);
+  for (int p = 0; p < n; ++p) t[p].rank = p, t[p].world = n;
+  return t;
+}
+constexpr std::uint64_t kGB = 1'000'000'000;
+
+TEST(Simulator, SingleMessageTakesLatencyPlusBytesOverTheLink) {
+  Cluster c = toy(2, 1);
+  c.intra_latency = 5e-6;
+  auto t = traces(2);
+  t[0].post(0, 1, 0, kGB, false, 0);
+  t[0].wait(0, 1, 0, 0);
+  t[1].post(0, 0, 0, 0, false, kGB);
+  t[1].wait(0, 0, 0, 0);
+  const SimResult r = simulate(t, c);
+  EXPECT_NEAR(r.seconds, 5e-6 + 0.2, 1e-9);  // 1 GB at 5 GB/s
+  EXPECT_EQ(r.messages, 1u);
+  EXPECT_EQ(r.busiest_link, "node 0 GPU 0 link out");  // out and in tie; the first port wins
+  EXPECT_NEAR(r.utilisation(), 0.2 / (0.2 + 5e-6), 1e-9);
+  EXPECT_EQ(r.critical_link, "node 0 GPU 0 link out");  // on a tie, the first port of the message
+}
+
+TEST(Simulator, TwoMessagesSharingANicEachGetHalf) {
+  // Node 0: GPUs 0, 1 behind one NIC of 10 GB/s; each sends 1 GB to its twin on node 1.
+  auto t = traces(4);
+  for (int p : {0, 1}) {
+    t[p].post(0, p + 2, 0, kGB, false, 0);
+    t[p].wait(0, p + 2, 0, 0);
+    t[p + 2].post(0, p, 0, 0, false, kGB);
+    t[p + 2].wait(0, p, 0, 0);
+  }
+  EXPECT_NEAR(simulate(t, toy(2, 1)).seconds, 0.2, 1e-9);  // 5 GB/s each
+  const SimResult own = simulate(t, toy(2, 2));            // a NIC each: 10 GB/s each
+  EXPECT_NEAR(own.seconds, 0.1, 1e-9);
+  EXPECT_EQ(own.busiest_link, "node 0 NIC 0 out");
+}
+
+TEST(Simulator, PipelineOfRoundsOverlapsPackWithTheWire) {
+  // Process 0 sends three packed 1 GB rounds to process 1 in the engine's order (two in
+  // flight): post 0, post 1, wait 0, post 2, wait 1, wait 2. Pack 0.1 s each, the wire 0.2 s.
+  // 0.1: round 0 starts; 0.2: round 1 starts, both at half rate; 0.4: round 0 done, pack 2;
+  // 0.5: round 1 done, round 2 starts alone; 0.7: done. Serial would be 3 x 0.3 = 0.9 s.
+  auto t = traces(2);
+  t[0].post(0, 1, 0, kGB, true, 0);
+  t[0].post(0, 1, 1, kGB, true, 0);
+  t[0].wait(0, 1, 0, 0);
+  t[0].post(0, 1, 2, kGB, true, 0);
+  t[0].wait(0, 1, 1, 0);
+  t[0].wait(0, 1, 2, 0);
+  t[1].post(0, 0, 0, 0, false, kGB);
+  t[1].post(0, 0, 1, 0, false, kGB);
+  t[1].wait(0, 0, 0, 0);
+  t[1].post(0, 0, 2, 0, false, kGB);
+  t[1].wait(0, 0, 1, 0);
+  t[1].wait(0, 0, 2, 0);
+  const SimResult r = simulate(t, toy(2, 1));
+  EXPECT_NEAR(r.seconds, 0.7, 1e-9);
+  EXPECT_EQ(r.messages, 3u);
+  EXPECT_NEAR(r.busiest_link_seconds, 0.6, 1e-9);
+}
+
+TEST(Simulator, KeepOverlapsATransferUnpackDoesNot) {
+  // Process 0: post a 1 GB send (0.2 s on the wire), keep 1 GB (0.1 s), wait. Process 1
+  // receives into staging and unpacks 1 GB (0.1 s) after the message is in.
+  auto t = traces(2);
+  t[0].post(0, 1, 0, kGB, false, 0);
+  t[0].keep(kGB);
+  t[0].wait(0, 1, 0, 0);
+  t[1].post(0, 0, 0, 0, false, kGB);
+  t[1].wait(0, 0, 0, kGB);
+  const SimResult r = simulate(t, toy(2, 1));
+  EXPECT_NEAR(r.seconds, 0.3, 1e-9);
+  EXPECT_EQ(r.last_process, 1);
+  EXPECT_NEAR(r.last_copy_seconds, 0.1, 1e-9);
+  EXPECT_NEAR(r.last_wait_seconds, 0.2, 1e-9);
+}
+
+TEST(Simulator, FreshMemoryCostsOnlyWhenGiven) {
+  auto t = traces(1);
+  t[0].fresh(kGB);
+  EXPECT_EQ(simulate(t, toy(2, 1)).seconds, 0);
+  EXPECT_NEAR(simulate(t, toy(2, 1), {.fresh_rate = 1e9}).seconds, 1.0, 1e-9);
+}
+
+TEST(Simulator, ProcessesSharingCoresRunAtTheirShare) {
+  // cpu_cores 1, 2 processes on the node: the copy rate 10 GB/s was measured with both busy,
+  // so a full core copies 20 GB/s. One copying alone: 0.05 s; both at once: 0.1 s each.
+  auto t = traces(2);
+  t[0].keep(kGB);
+  EXPECT_NEAR(simulate(t, toy(2, 1), {.cpu_cores = 1}).seconds, 0.05, 1e-9);
+  t[1].keep(kGB);
+  EXPECT_NEAR(simulate(t, toy(2, 1), {.cpu_cores = 1}).seconds, 0.1, 1e-9);
+  EXPECT_NEAR(simulate(t, toy(2, 1), {.cpu_cores = 2}).seconds, 0.1, 1e-9);  // a core each: as measured
+  // A message (1 GB, link 5 GB/s as measured with both busy: 10 GB/s on a full core) while
+  // the receiver also copies 1 GB. One core, both busy: half a core each; the receiver splits
+  // its half over the copy (0.25 x 20 = 5 GB/s) and the message (0.25 x 2 x 10 = 5 GB/s):
+  // both end at 0.2 s.
+  auto u = traces(2);
+  u[0].post(0, 1, 0, kGB, false, 0);
+  u[0].wait(0, 1, 0, 0);
+  u[1].post(0, 0, 0, 0, false, kGB);
+  u[1].keep(kGB);
+  u[1].wait(0, 0, 0, 0);
+  EXPECT_NEAR(simulate(u, toy(2, 1), {.cpu_cores = 1}).seconds, 0.2, 1e-9);
+  EXPECT_NEAR(simulate(u, toy(2, 1)).seconds, 0.2, 1e-9);  // without: the wire's 0.2 s, the copy hidden
+  // The same message alone (no copy): the receiver's half core moves 0.5 x 2 x 10 = 10 GB/s,
+  // the link port 10 GB/s: 0.1 s.
+  auto v = traces(2);
+  v[0].post(0, 1, 0, kGB, false, 0);
+  v[0].wait(0, 1, 0, 0);
+  v[1].post(0, 0, 0, 0, false, kGB);
+  v[1].wait(0, 0, 0, 0);
+  EXPECT_NEAR(simulate(v, toy(2, 1), {.cpu_cores = 1}).seconds, 0.1, 1e-9);
+}
+
+TEST(Simulator, UnpairedOrMismatchedMessagesAreInvariantErrors) {
+  auto t = traces(2);
+  t[0].post(0, 1, 0, kGB, false, 0);
+  t[0].wait(0, 1, 0, 0);
+  EXPECT_THROW(simulate(t, toy(2, 1)), InvariantError);  // nobody receives it
+  t[1].post(0, 0, 0, 0, false, kGB / 2);
+  EXPECT_THROW(simulate(t, toy(2, 1)), InvariantError);  // sizes differ
+}
+
+// The engine's own schedule: every process's trace pairs up, moves the plan's bytes, and the
+// prediction is at least the link-aware lower bound of the same plan on the same cluster.
+TEST(Simulator, EngineTracesOfARealSwitchPairUpAndRespectTheBound) {
+  const vps::ModelSpec model = vps::model_from_name("tiny-moe");
+  vps::LayoutOptions lo;
+  const vps::Layout src(model, vps::ParallelConfig::parse("dp=4,ep=2"), lo);
+  const vps::Layout dst(model, vps::ParallelConfig::parse("tp=2,dp=2,ep=4"), lo);
+  Cluster c = toy(2, 1);
+  c.gpu_link = 1e6, c.nic = 1e5, c.pcie = 1e6, c.copy = 1e7;  // tiny model, slow links: bytes dominate
+  const plan::Planner planner(src, dst, c.topology(4));
+  exec::TransitionOptions opt;
+  opt.mem_budget = 4096;  // several waves and chunks
+  opt.topology = c.topology(4);
+  const auto tr = trace_switch(planner, lo.elem_bytes, opt);
+  ASSERT_EQ(tr.size(), 4u);
+  const SimResult r = simulate(tr, c);
+  std::uint64_t planned = 0;
+  for (const auto& p : planner.plan_all())
+    for (const auto& [peer, pieces] : p.send)
+      for (const auto& piece : pieces) planned += piece.box.numel() * lo.elem_bytes[static_cast<int>(piece.kind)];
+  EXPECT_EQ(r.bytes, planned);
+  EXPECT_GT(r.messages, 8u);
+  const LinkBound bound = link_lower_bound(planner.plan_all(), lo.elem_bytes, c);
+  EXPECT_GE(r.seconds, bound.busiest_link_seconds * (1 - 1e-9));
+  EXPECT_LT(r.seconds, 10 * bound.seconds);
+}
+
+}  // namespace
+}  // namespace dynatrain::sim

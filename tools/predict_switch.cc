@@ -1,0 +1,86 @@
+#include "tools/predict_switch.h"
+
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <algorithm>
+#include <vector>
+
+#include "sim/trace.h"
+#include "testing/state_oracle.h"
+
+namespace dynatrain::tools {
+
+namespace {
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
+
+// This rank's memcpy rate (best of three 64 MiB copies) with every rank copying at once, or
+// (`alone`) with rank 0 copying while the others wait in a barrier.
+double copy_rate(comm::Transport& world, bool alone = false) {
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  std::vector<std::byte> a(kBytes, std::byte{1}), b(kBytes, std::byte{2});
+  world.barrier();
+  if (alone && world.rank() != 0) {
+    world.barrier();
+    return 0;
+  }
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(), kBytes);
+    best = std::min(best, since(t0));
+  }
+  if (alone) world.barrier();
+  return kBytes / std::max(best, 1e-9);
+}
+
+// One-way latency of a small message between rank and rank^1, all pairs at once.
+double latency(comm::Transport& world) {
+  constexpr int kIters = 200;
+  const int peer = world.rank() ^ 1;
+  std::array<std::byte, 8> out{}, in{};
+  world.barrier();
+  if (peer >= world.size()) return 0;
+  world.sendrecv(out.data(), out.size(), peer, in.data(), in.size(), peer, 11);  // warm-up
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kIters; ++i) world.sendrecv(out.data(), out.size(), peer, in.data(), in.size(), peer, 11);
+  return since(t0) / kIters;
+}
+
+}  // namespace
+
+SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& planner,
+                                const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                                const exec::TransitionOptions& options, double p2p_bytes_per_s) {
+  const auto copies = testing::gather_double(world, copy_rate(world));
+  const double solo = copy_rate(world, true);  // rank 0 only
+  const double lat = latency(world);
+  const auto lats = testing::gather_double(world, lat);
+  SwitchPrediction out;
+  sim::Cluster& c = out.cluster;
+  c.name = "this-machine";
+  c.origin = "measured in this run";
+  c.nodes = 0;
+  c.gpus_per_node = options.topology.gpus_per_node;
+  c.nics_per_node = 1;
+  c.gpu_link = c.nic = c.pcie = p2p_bytes_per_s;
+  c.copy = mean(copies);
+  double lat_sum = 0;
+  int pairs = 0;
+  for (int r = 0; r < world.size(); ++r)
+    if ((r ^ 1) < world.size()) lat_sum += lats[r], ++pairs;
+  c.intra_latency = c.inter_latency = pairs > 0 ? lat_sum / pairs : 0;
+  // The shared-memory transport and every copy are work for the cores these processes get.
+  const double n = world.size();
+  out.cpu_cores = solo > 0 ? std::clamp(n * c.copy / solo, 1.0, n) : n;
+  if (world.rank() == 0)
+    out.result = sim::simulate(sim::trace_switch(planner, elem_bytes, options), c, {.cpu_cores = out.cpu_cores});
+  return out;
+}
+
+}  // namespace dynatrain::tools

@@ -1,0 +1,36 @@
+// The simulator's prediction for the switch run-transition is timing, from rates measured in
+// the same run on this machine (issue 9, item 3: the validation of sim/simulator.h).
+//
+// Collective over `world`: every rank measures, with all ranks at once, its copy rate (memcpy
+// of 64 MiB between warm buffers) and its message latency (ping-pong of 8 bytes with rank^1);
+// rank 0 also measures its copy rate alone. Rank 0 then traces every process's engine schedule
+// (sim/trace.h) and plays it through `this-machine`: the measured p2p bandwidth
+// `p2p_bytes_per_s` as every process's link, the mean copy rate and mean latency over ranks,
+// and the cores the processes share (SimOptions::cpu_cores) as measured: N x (mean rate with
+// all at once) / (rate alone), between 1 and N (on an idle 2-core machine about 2; on one
+// loaded by others nearer N: a process then gains little when the others are idle).
+// Processes sit on nodes as `options.topology` says; between nodes the same measured p2p rate
+// is taken (a one-machine run has no other).
+#pragma once
+
+#include <array>
+
+#include "comm/transport.h"
+#include "exec/engine.h"
+#include "plan/planner.h"
+#include "sim/cluster.h"
+#include "sim/simulator.h"
+
+namespace dynatrain::tools {
+
+struct SwitchPrediction {
+  sim::Cluster cluster;  // this-machine as measured
+  double cpu_cores = 0;  // cores the processes share, as measured
+  sim::SimResult result; // valid on rank 0 only
+};
+
+SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& planner,
+                                const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                                const exec::TransitionOptions& options, double p2p_bytes_per_s);
+
+}  // namespace dynatrain::tools

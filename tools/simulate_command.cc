@@ -1,0 +1,158 @@
+// `dynatrain simulate`: predict a switch's time on a described cluster by playing every
+// process's engine schedule (sim/trace.h) through the link model (sim/simulator.h).
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "common/bytes.h"
+#include "common/error.h"
+#include "plan/placement.h"
+#include "plan/planner.h"
+#include "sim/cluster.h"
+#include "sim/link_bound.h"
+#include "sim/simulator.h"
+#include "sim/trace.h"
+#include "tools/commands.h"
+#include "tools/flag_checks.h"
+
+namespace dynatrain::tools {
+
+namespace {
+
+struct SimulateArgs {
+  std::string cluster;
+  std::string model = "llama2-70b";
+  std::string from = "tp=8,pp=4,dp=4";
+  std::string to = "tp=4,pp=8,dp=4";
+  std::string placement = "fixed";
+  std::string mem_budget = "256MiB";
+  std::int64_t bucket_elems = 40'000'000;
+  std::string states = "all";
+  bool at_step_boundary = false;
+  double fresh_gbps = 0;
+  double cpu_cores = 0;
+  std::string json_path;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The engine traces every process as a thread of this process; beyond this the threads and
+// their schedules outgrow one machine (sim/README.md).
+constexpr int kMaxSimulatedProcesses = 4096;
+
+int run_simulate(const SimulateArgs& a) {
+  require_int_in("--bucket-elems", a.bucket_elems, 1, std::int64_t{1} << 40);
+  if (!(a.cpu_cores >= 0) || a.cpu_cores > 1e6)
+    DT_INPUT_ERROR("--cpu-cores ", a.cpu_cores, " is not valid; give 0 (not modelled) or the cores a node's processes share");
+  if (!(a.fresh_gbps >= 0) || a.fresh_gbps > 1e6)
+    DT_INPUT_ERROR("--fresh-gbps ", a.fresh_gbps, " is not valid; give 0 (free: warm pool) or a positive rate in GB/s");
+  if (a.placement != "fixed" && a.placement != "auto")
+    DT_INPUT_ERROR("--placement '", a.placement, "' is not valid; valid: fixed, auto");
+  const std::uint64_t budget = parse_bytes(a.mem_budget);
+  const sim::Cluster cluster = sim::cluster_from_spec(a.cluster);
+  const vps::ModelSpec model = vps::model_from_name(a.model);
+  vps::LayoutOptions lo;
+  lo.kinds = vps::parse_state_kinds(a.states);
+  lo.bucket_elems = a.bucket_elems;
+  const vps::Layout src(model, vps::ParallelConfig::parse(a.from), lo);
+  const vps::Layout dst(model, vps::ParallelConfig::parse(a.to), lo);
+  const int processes = std::max(src.config().world_size(), dst.config().world_size());
+  if (processes > kMaxSimulatedProcesses)
+    DT_INPUT_ERROR("simulate: the switch needs ", processes, " processes; this command traces each as a thread and takes at most ",
+                   kMaxSimulatedProcesses);
+  const plan::Topology topo = cluster.topology(processes);
+
+  auto t0 = std::chrono::steady_clock::now();
+  const plan::SwitchPlacement placement{
+      {}, a.placement == "auto" ? plan::auto_placement(src, dst, topo, {}, cluster.bandwidth()) : plan::Placement{}};
+  const plan::Planner planner(src, dst, topo, placement);
+  const auto plans = planner.plan_all();
+  const double plan_s = seconds_since(t0);
+  const sim::LinkBound bound = sim::link_lower_bound(plans, lo.elem_bytes, cluster);
+
+  exec::TransitionOptions opt;
+  opt.mem_budget = budget;
+  opt.topology = topo;
+  if (a.at_step_boundary) opt.zeroed_kinds = exec::kStepBoundaryKinds;
+  t0 = std::chrono::steady_clock::now();
+  const auto traces = sim::trace_switch(planner, lo.elem_bytes, opt);
+  const double trace_s = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  const sim::SimResult r =
+      sim::simulate(traces, cluster, {.fresh_rate = a.fresh_gbps * 1e9, .cpu_cores = a.cpu_cores});
+  const double sim_s = seconds_since(t0);
+
+  std::printf("simulate %s: %s (%d ranks) -> %s (%d ranks), placement %s, budget %s\n", model.name.c_str(),
+              src.config().str().c_str(), src.config().world_size(), dst.config().str().c_str(),
+              dst.config().world_size(), a.placement.c_str(), format_bytes(static_cast<double>(budget)).c_str());
+  std::cout << sim::format_link_bound(bound, cluster, processes);
+  std::cout << sim::format_sim(r);
+  std::printf("  predicted / lower bound %.2f; took %.3g s to plan, %.3g s to trace the engine, %.3g s to simulate\n",
+              bound.seconds > 0 ? r.seconds / bound.seconds : 0.0, plan_s, trace_s, sim_s);
+  if (!a.json_path.empty()) {
+    nlohmann::json j;
+    j["model"] = model.name;
+    j["from"] = src.config().str();
+    j["to"] = dst.config().str();
+    j["processes"] = processes;
+    j["placement"] = a.placement;
+    j["budget_bytes"] = budget;
+    j["at_step_boundary"] = a.at_step_boundary;
+    j["cpu_cores"] = a.cpu_cores;
+    j["cluster"] = sim::to_json(cluster);
+    j["predicted_seconds"] = r.seconds;
+    j["lower_bound_seconds"] = bound.seconds;
+    j["busiest_link"] = r.busiest_link;
+    j["busiest_link_seconds"] = r.busiest_link_seconds;
+    j["busiest_link_bytes"] = r.busiest_link_bytes;
+    j["busiest_link_utilisation"] = r.utilisation();
+    j["critical_process"] = r.last_process;
+    j["critical_copy_seconds"] = r.last_copy_seconds;
+    j["critical_wait_seconds"] = r.last_wait_seconds;
+    j["critical_link"] = r.critical_link;
+    j["messages"] = r.messages;
+    j["bytes_moved"] = r.bytes;
+    j["trace_events"] = r.events;
+    j["plan_seconds"] = plan_s;
+    j["trace_seconds"] = trace_s;
+    j["simulate_seconds"] = sim_s;
+    std::ofstream out(a.json_path);
+    if (!out) DT_INPUT_ERROR("cannot write --json file '", a.json_path, "'");
+    out << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_simulate_command(CLI::App& app) {
+  auto args = std::make_shared<SimulateArgs>();
+  auto* cmd = app.add_subcommand("simulate", "Predict a switch's time on a described cluster (docs/cluster.md)");
+  cmd->add_option("--cluster", args->cluster,
+                  "a800-16x8, a800-16x8-4nic, h100-nx8, this-machine or a JSON file (docs/cluster.md)")
+      ->required();
+  cmd->add_option("--model", args->model, "Preset name or path to a Hugging Face config.json")->capture_default_str();
+  cmd->add_option("--from", args->from, "Source config")->capture_default_str();
+  cmd->add_option("--to", args->to, "Destination config")->capture_default_str();
+  cmd->add_option("--placement", args->placement, "fixed or auto (plan --placement)")->capture_default_str();
+  cmd->add_option("--mem-budget", args->mem_budget, "The engine's staging budget per rank, e.g. 256MiB")
+      ->capture_default_str();
+  cmd->add_option("--bucket-elems", args->bucket_elems, "ZeRO bucket size in elements")->capture_default_str();
+  cmd->add_option("--states", args->states, "State kinds: all, optimizer, or a list")->capture_default_str();
+  cmd->add_flag("--at-step-boundary", args->at_step_boundary, "Gradients are not moved (run-transition's flag)");
+  cmd->add_option("--fresh-gbps", args->fresh_gbps,
+                  "First-touch rate of fresh destination memory, GB/s (0: free, the warm pool)")
+      ->capture_default_str();
+  cmd->add_option("--cpu-cores", args->cpu_cores,
+                  "Cores each node's processes share, for CPU-only runs (0: GPUs, not modelled); the "
+                  "cluster's rates are then read as measured with all processes busy (sim/simulator.h)")
+      ->capture_default_str();
+  cmd->add_option("--json", args->json_path, "Write the prediction as JSON to this file");
+  return [args] { return run_simulate(*args); };
+}
+
+}  // namespace dynatrain::tools
