@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/error.h"
 #include "vps/parallel_config.h"
@@ -51,6 +52,28 @@ std::optional<JobRequest> take_job_request(const std::string& dir) {
   }
   if (!ok || r.to.empty()) r = JobRequest{"malformed request file: " + text.str(), -1};
   return r;
+}
+
+namespace {
+constexpr int kTagJobHeader = 211, kTagJobBody = 212;
+}
+
+void send_job_sync(comm::Transport& world, int to, const JobSync& msg, const std::string& body) {
+  DT_CHECK_EQ(msg.body_bytes, body.size());
+  world.isend(&msg, sizeof(msg), to, kTagJobHeader)->wait();
+  if (!body.empty()) world.isend(body.data(), body.size(), to, kTagJobBody)->wait();
+}
+
+JobSync receive_job_sync(comm::Transport& world, std::string& body, bool sleep_poll) {
+  JobSync msg;
+  auto req = world.irecv(&msg, sizeof(msg), 0, kTagJobHeader);
+  if (sleep_poll)
+    while (!req->test()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  else
+    req->wait();
+  body.assign(msg.body_bytes, '\0');
+  if (!body.empty()) world.irecv(body.data(), body.size(), 0, kTagJobBody)->wait();
+  return msg;
 }
 
 }  // namespace dynatrain::tools

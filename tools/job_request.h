@@ -12,6 +12,8 @@
 #include <optional>
 #include <string>
 
+#include "comm/transport.h"
+
 namespace dynatrain::tools {
 
 struct JobRequest {
@@ -26,5 +28,19 @@ void write_job_request(const std::string& dir, const JobRequest& request);
 // Reads and removes DIR/request; nullopt when there is none. A malformed file becomes a request
 // whose `to` is the file's text, so that the job refuses it with a message.
 std::optional<JobRequest> take_job_request(const std::string& dir);
+
+// How rank 0 of a `train --job` run tells the other ranks, once per step, the schedule it took
+// requests into (tools/train_cli.cc). Point-to-point on the world with tags of their own, so
+// that ranks outside the current layout can wait for it without spinning in a collective.
+enum JobSyncKind : std::uint64_t { kJobSchedule = 1, kJobEnd = 2 };
+struct JobSync {
+  std::uint64_t kind = kJobSchedule;
+  std::int64_t step = 0;        // the step whose boundary this is
+  std::uint64_t body_bytes = 0;  // the schedule from the current layout on (--schedule syntax)
+};
+void send_job_sync(comm::Transport& world, int to, const JobSync& msg, const std::string& body);
+// From world rank 0. sleep_poll: test every 2 ms instead of blocking inside MPI (ranks that
+// may wait for many steps).
+JobSync receive_job_sync(comm::Transport& world, std::string& body, bool sleep_poll);
 
 }  // namespace dynatrain::tools

@@ -68,8 +68,20 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
   j["rebuild_s"] = s.rebuild_s;
   j["bytes_sent"] = s.bytes_sent;
   j["max_bytes_received"] = s.max_bytes_received;
+  // The bound divides by the link the switch's bytes took (measured after its commit), or by
+  // the run-start figure when that was not measured.
+  const auto bound = [&](double rate) { return rate > 0 ? static_cast<double>(s.max_bytes_received) / rate : 0.0; };
   j["p2p_bytes_per_s"] = p2p_bytes_per_s;
-  j["lower_bound_s"] = p2p_bytes_per_s > 0 ? static_cast<double>(s.max_bytes_received) / p2p_bytes_per_s : 0.0;
+  j["link_bytes_per_s"] = s.link_bytes_per_s;
+  j["link_path"] = s.link_path;
+  j["lower_bound_s"] = bound(s.link_bytes_per_s > 0 ? s.link_bytes_per_s : p2p_bytes_per_s);
+  j["lower_bound_run_start_s"] = bound(p2p_bytes_per_s);
+  const auto& ph = s.phases;
+  j["commit_phases_s"] = {{"carry", ph.carry},           {"engine_pack", ph.engine_pack},
+                          {"engine_unpack", ph.engine_unpack}, {"engine_keep", ph.engine_keep},
+                          {"engine_wait", ph.engine_wait},     {"engine_alloc", ph.engine_alloc},
+                          {"engine_agree", ph.engine_agree},   {"free", ph.free},
+                          {"grads", ph.grads},                 {"views", ph.views}};
   j["peak_bytes"] = s.peak_bytes;
   j["bound_bytes"] = s.bound_bytes;
   j["peak_over_bound"] = s.peak_over_bound;
@@ -91,6 +103,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   o.micro_batches = args.micro_batches;
   o.launcher = args.launcher;
   o.lookahead = args.lookahead;
+  o.measure_link = !args.json.empty();
   if (args.switch_method == "gather") o.switch_method = SwitchMethod::kGather;
   else if (args.switch_method == "engine") o.switch_method = SwitchMethod::kEngine;
   else if (!args.switch_method.empty())
@@ -214,40 +227,73 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     return !trainer->left();
   };
 
-  // A request from `dynatrain request` (rank 0 reads it, every rank of the world agrees): the
-  // switch goes into the schedule at its step, or as soon as it can be prepared; never before
-  // a switch already being prepared. Called at every step boundary after any commit.
+  // A request from `dynatrain request` (rank 0 reads it and decides): the switch goes into the
+  // schedule at its step, or as soon as it can be prepared; never before a switch already being
+  // prepared. Rank 0 only; the others learn the schedule in sync_job().
   auto take_request = [&] {
-    std::string to;
-    std::int64_t at = -1;
-    if (root) {
-      if (auto q = take_job_request(args.job)) {
-        try {
-          auto c = vps::ParallelConfig::parse(q->to);
-          Trainer::check_supported(o, c);
-          to = c.str();
-          at = q->at_step;
-        } catch (const InputError& e) {
-          std::printf("request refused: %s; training continues in %s\n", e.what(), trainer->config().str().c_str());
-        }
-      }
+    auto q = take_job_request(args.job);
+    if (!q) return;
+    vps::ParallelConfig config;
+    try {
+      config = vps::ParallelConfig::parse(q->to);
+      Trainer::check_supported(o, config);
+    } catch (const InputError& e) {
+      std::printf("request refused: %s; training continues in %s\n", e.what(), trainer->config().str().c_str());
+      return;
     }
-    std::uint64_t hdr[2] = {to.size(), static_cast<std::uint64_t>(at + 1)};
-    comm::Transport& w = trainer->world();
-    w.broadcast(hdr, sizeof(hdr), 0);
-    if (hdr[0] == 0) return;
-    to.resize(hdr[0]);
-    w.broadcast(to.data(), to.size(), 0);
-    at = hdr[1] == 0 ? step + trainer->lookahead() : static_cast<std::int64_t>(hdr[1]) - 1;
+    std::int64_t at = q->at_step >= 0 ? q->at_step : step + trainer->lookahead();
     std::int64_t earliest = step + 1;
     if (trainer->preparing()) earliest = std::max(earliest, schedule[next].first + 1);
     at = std::max(at, earliest);
     std::size_t i = next;
     while (i < schedule.size() && schedule[i].first < at) ++i;
-    const auto config = vps::ParallelConfig::parse(to);
     if (i < schedule.size() && schedule[i].first == at) schedule[i].second = config;
     else schedule.insert(schedule.begin() + static_cast<std::ptrdiff_t>(i), {at, config});
-    if (root) std::printf("request: switch to %s before step %lld\n", to.c_str(), static_cast<long long>(at));
+    std::printf("request: switch to %s before step %lld\n", config.str().c_str(), static_cast<long long>(at));
+  };
+  // With --job, once per step after any commit: rank 0 takes a request and sends the schedule
+  // (with the step) to the other ranks. Ranks of the current layout get it every step; ranks
+  // outside it only when they have something to do before the next sync (a prepare, a commit,
+  // a checkpoint) and otherwise wait here without spinning (a sleep-polled receive), as they
+  // do in a prepare without --job. Returns false when rank 0 ends the run (kJobEnd).
+  auto save_due = [&](std::int64_t s) {
+    return !args.save_dir.empty() && args.save_every > 0 && s > first_step && s < args.steps && s % args.save_every == 0;
+  };
+  auto outside_needed = [&] {  // on rank 0: must ranks outside the layout run to the next sync?
+    if (save_due(step + 1)) return true;
+    if (next >= schedule.size()) return false;
+    const std::int64_t at = schedule[next].first;
+    if (trainer->preparing()) return at == step + 1 && step + 1 < args.steps;  // the next commit
+    return step + trainer->lookahead() >= at ||                                // a prepare now
+           (step + 1 < args.steps && step + 1 + trainer->lookahead() >= at);   // or next step
+  };
+  bool outside_waiting = false;  // rank 0: ranks outside the layout wait for a message
+  auto sync_job = [&]() -> bool {
+    comm::Transport& w = trainer->world();
+    const int layout_ranks = trainer->config().world_size();
+    if (w.rank() == 0) {
+      take_request();
+      const bool wake_outside = outside_needed();
+      std::string body = rest_of_schedule();
+      JobSync msg{kJobSchedule, step, body.size()};
+      for (int r = 1; r < w.size(); ++r)
+        if (r < layout_ranks || wake_outside) send_job_sync(w, r, msg, body);
+      outside_waiting = !wake_outside;
+      return true;
+    }
+    std::string body;
+    const JobSync msg = receive_job_sync(w, body, /*sleep_poll=*/w.rank() >= layout_ranks);
+    if (msg.kind == kJobEnd) return false;
+    step = msg.step;
+    schedule = parse_schedule(body);
+    next = 1;  // entry 0 is the current layout
+    return true;
+  };
+  auto end_job = [&] {  // rank 0, after the last step: release ranks waiting in sync_job
+    comm::Transport& w = trainer->world();
+    if (args.job.empty() || w.rank() != 0 || !outside_waiting) return;
+    for (int r = trainer->config().world_size(); r < w.size(); ++r)
+      send_job_sync(w, r, JobSync{kJobEnd, step, 0}, {});
   };
 
   if (joined) {  // this process was started for the switch being prepared: commit it first
@@ -276,7 +322,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       maybe_prepare();
     }
     if (!args.job.empty()) {
-      take_request();
+      if (!sync_job()) break;
       maybe_prepare();
     }
     if (!trainer->active()) continue;  // wait in the next prepare / commit / finish
@@ -322,6 +368,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       csv << '\n';
     }
   }
+  end_job();
   if (trainer->left()) {  // handed its state over in the last commit
     trainer.reset();
     if (args.launcher) args.launcher->leave();

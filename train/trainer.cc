@@ -22,7 +22,7 @@ using vps::StateKind;
 
 namespace {
 
-constexpr int kTagForward = 101, kTagBackward = 102, kTagLogits = 104;
+constexpr int kTagForward = 101, kTagBackward = 102, kTagLogits = 104, kTagLink = 105;
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -107,6 +107,7 @@ struct Trainer::Impl {
                  *edp_g = nullptr, *active_g = nullptr;
   std::unique_ptr<PendingSwitch> pending;
   bool left = false;
+  bool grads_stale = false;  // gradient buffers hold garbage since the last commit (until zeroed)
   // Agreed at every commit (rank 0's choice). Before the first prepare has been measured:
   // 10 steps, since starting processes can take seconds on a loaded machine.
   int lookahead = 10;
@@ -217,11 +218,13 @@ struct Trainer::Impl {
     }
   }
 
-  void adopt(std::unique_ptr<vps::Layout> l, Arenas a, std::shared_ptr<const edm::Communicators> g) {
+  // `prepared`: this rank's layout of `l` when already computed (a switch's prepare).
+  void adopt(std::unique_ptr<vps::Layout> l, Arenas a, std::shared_ptr<const edm::Communicators> g,
+             vps::RankLayout* prepared = nullptr) {
     model = StageModel{};  // drop views of the old arenas first
     layout = std::move(l);
     const int r = world().rank();
-    rank_layout = layout->rank_layout(r);
+    rank_layout = prepared ? std::move(*prepared) : layout->rank_layout(r);
     rc = vps::rank_coords(layout->config(), r);
     arenas = std::move(a);
     use_groups(std::move(g));
@@ -522,6 +525,8 @@ struct Trainer::Impl {
     std::uint64_t carry[4] = {static_cast<std::uint64_t>(step), cursor.seed, cursor.position,
                               static_cast<std::uint64_t>(choose_lookahead(p.seconds))};
     tw.broadcast(carry, sizeof(carry), 0);
+    SwitchStats::Phases ph;
+    ph.carry = seconds_since(t0);
     step = static_cast<std::int64_t>(carry[0]);
     cursor.seed = carry[1];
     cursor.position = carry[2];
@@ -540,7 +545,7 @@ struct Trainer::Impl {
     std::uint64_t sent = 0, received = 0;
     std::size_t budget = 0;
     if (opt.switch_method == SwitchMethod::kEngine) {
-      budget = run_engine(tw, next_arenas, transfer_s, sent, received);
+      budget = run_engine(tw, next_arenas, transfer_s, sent, received, ph);
     } else {
       const auto tt0 = Clock::now();
       next_arenas.fill_missing(pending->dst_full_rl);
@@ -557,8 +562,13 @@ struct Trainer::Impl {
     }
     const auto tr0 = Clock::now();
     arenas = Arenas{};  // whatever the engine did not take (nothing, for moved kinds)
-    next_arenas.fill_missing(pending->dst_full_rl);  // gradients, zero
-    adopt(std::move(pending->dst_full), std::move(next_arenas), p.comms);
+    ph.free = seconds_since(tr0);
+    auto tg0 = Clock::now();
+    take_gradients(next_arenas);
+    ph.grads = seconds_since(tg0);
+    tg0 = Clock::now();
+    adopt(std::move(pending->dst_full), std::move(next_arenas), p.comms, &pending->dst_full_rl);
+    ph.views = seconds_since(tg0);
     const std::uint64_t peak = pool.peak_live(), bound = std::max(src_bytes, dst_bytes) + budget;
     const std::uint64_t fresh = pool.fresh_bytes() - fresh_before;
     if (opt.fault_drop_moments_on_switch)
@@ -580,8 +590,17 @@ struct Trainer::Impl {
       st.spawn_s = std::max(st.spawn_s, t[6]);
       st.comm_creations = std::max<std::uint64_t>(st.comm_creations, static_cast<std::uint64_t>(t[7]));
     }
-    for (const auto& b : comm::all_gather_values(tw, std::array<std::uint64_t, 6>{
-                                                         sent, received, peak, bound, fresh, pending->prefaulted})) {
+    const std::array<double, 10> phases{ph.carry, ph.engine_pack, ph.engine_unpack, ph.engine_keep, ph.engine_wait,
+                                        ph.engine_alloc, ph.engine_agree, ph.free, ph.grads, ph.views};
+    for (const auto& t : comm::all_gather_values(tw, phases)) {
+      double* out[] = {&st.phases.carry, &st.phases.engine_pack, &st.phases.engine_unpack, &st.phases.engine_keep,
+                       &st.phases.engine_wait, &st.phases.engine_alloc, &st.phases.engine_agree, &st.phases.free,
+                       &st.phases.grads, &st.phases.views};
+      for (std::size_t i = 0; i < t.size(); ++i) *out[i] = std::max(*out[i], t[i]);
+    }
+    const auto per_rank = comm::all_gather_values(tw, std::array<std::uint64_t, 8>{
+        sent, received, peak, bound, fresh, pending->prefaulted, top_sender(), opt.launcher ? opt.launcher->job_id() : 0});
+    for (const auto& b : per_rank) {
       st.bytes_sent += b[0];
       st.bytes_received += b[1];
       st.max_bytes_received = std::max(st.max_bytes_received, b[1]);
@@ -593,10 +612,62 @@ struct Trainer::Impl {
         st.bound_bytes = b[3];
       }
     }
+    if (opt.measure_link) measure_link(tw, per_rank, st);
     pending.reset();
     edm->adopt();
     left = edm->left();
     return st;
+  }
+
+  // The new layout's gradient buffers, from the pool and not zeroed: every step starts by
+  // zeroing them, and the readers between steps (gather, arenas) zero them first
+  // (grads_stale), so the pause does not pay for a second memset of every gradient.
+  void take_gradients(Arenas& next_arenas) {
+    for (const auto& b : pending->dst_full_rl.buffers)
+      if (b.kind == StateKind::kGrad && b.numel > 0 && next_arenas.data(b) == nullptr)
+        next_arenas.set(b, reinterpret_cast<float*>(pool.allocate(static_cast<std::size_t>(b.numel) * sizeof(float))));
+    next_arenas.fill_missing(pending->dst_full_rl);  // any other buffer the engine did not make, zero
+    grads_stale = true;
+  }
+  void zero_stale_gradients() {
+    if (grads_stale && rc.active) zero_kind(StateKind::kGrad);
+    grads_stale = false;
+  }
+
+  // The peer this rank receives the most bytes from in the pending plan (its own rank if none).
+  std::uint64_t top_sender() const {
+    std::uint64_t best = 0, top = static_cast<std::uint64_t>(pending->plan.rank);
+    for (const auto& [peer, pieces] : pending->plan.recv) {
+      std::uint64_t bytes = 0;
+      for (const auto& piece : pieces) bytes += static_cast<std::uint64_t>(piece.box.numel()) * sizeof(float);
+      if (bytes > best) best = bytes, top = static_cast<std::uint64_t>(peer);
+    }
+    return top;
+  }
+
+  // The lower bound's link, on the path the switch's bytes took: the busiest receiver and the
+  // peer it received most from exchange 64 MiB (after a warm-up) while every other rank of the
+  // transition world waits. per_rank[r] = {.., [1] received, .., [6] top sender, [7] job id}.
+  void measure_link(comm::Transport& tw, const std::vector<std::array<std::uint64_t, 8>>& per_rank, SwitchStats& st) {
+    int busiest = 0;
+    for (int r = 0; r < static_cast<int>(per_rank.size()); ++r)
+      if (per_rank[r][1] > per_rank[busiest][1]) busiest = r;
+    const int sender = static_cast<int>(per_rank[busiest][6]);
+    st.link_path = per_rank[busiest][7] == per_rank[sender][7] ? "same job" : "between jobs";
+    double rate = 0;
+    const int me = tw.rank();
+    if (sender != busiest && (me == busiest || me == sender)) {
+      const int peer = me == busiest ? sender : busiest;
+      const std::size_t bytes = std::size_t{64} << 20;
+      std::vector<std::byte> out(bytes, std::byte{1}), in(bytes);
+      tw.sendrecv(out.data(), bytes, peer, in.data(), bytes, peer, kTagLink);  // warm-up
+      const auto t0 = Clock::now();
+      constexpr int kIters = 3;
+      for (int i = 0; i < kIters; ++i) tw.sendrecv(out.data(), bytes, peer, in.data(), bytes, peer, kTagLink);
+      rate = static_cast<double>(bytes) * kIters / seconds_since(t0);
+    }
+    tw.broadcast(&rate, sizeof(rate), busiest);
+    st.link_bytes_per_s = rate;
   }
 
   // Staging and destination blocks from the pool (destinations adopted by the new arenas as the
@@ -623,7 +694,7 @@ struct Trainer::Impl {
   // the planner's world with an empty plan), so the commit creates no communicator. Returns the
   // engine's memory budget.
   std::size_t run_engine(comm::Transport& tw, Arenas& next_arenas, double& transfer_s, std::uint64_t& sent,
-                         std::uint64_t& received) {
+                         std::uint64_t& received, SwitchStats::Phases& ph) {
     const PendingSwitch& ps = *pending;
     const auto tt0 = Clock::now();
     std::vector<std::byte*> src_ptrs, dst_ptrs(ps.dst_rl.buffers.size(), nullptr);
@@ -636,6 +707,12 @@ struct Trainer::Impl {
     sent = ts.bytes_sent;
     received = ts.bytes_received;
     transfer_s = seconds_since(tt0);
+    ph.engine_pack = ts.pack_seconds;
+    ph.engine_unpack = ts.unpack_seconds;
+    ph.engine_keep = ts.keep_seconds;
+    ph.engine_wait = ts.wait_seconds;
+    ph.engine_alloc = ts.alloc_seconds;
+    ph.engine_agree = ts.agree_seconds;
     for (std::size_t i = 0; i < ps.dst_rl.buffers.size(); ++i)
       DT_CHECK(dst_ptrs[i] != nullptr || ps.dst_rl.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
     return to.mem_budget;
@@ -743,6 +820,7 @@ void Trainer::finish() {
   e.control().barrier();
 }
 Gathered Trainer::gather(vps::StateKind kind) {
+  if (kind == vps::StateKind::kGrad) impl_->zero_stale_gradients();
   return gather_vps(*impl_->layout, kind, impl_->arenas, impl_->world());
 }
 Trainer::Probe Trainer::forward_backward() { return impl_->probe(); }
@@ -754,7 +832,10 @@ void Trainer::restore_progress(const Progress& p) {
   impl_->cursor.seed = p.data_seed;
   impl_->cursor.position = p.data_position;
 }
-Arenas& Trainer::arenas() { return impl_->arenas; }
+Arenas& Trainer::arenas() {
+  impl_->zero_stale_gradients();
+  return impl_->arenas;
+}
 
 }  // namespace dynatrain::train
 

@@ -63,6 +63,9 @@ struct TrainerOptions {
   std::shared_ptr<edm::Launcher> launcher;
   // Steps between prepare() and the commit; 0 = automatic (from the last prepare's time).
   int lookahead = 0;
+  // Measure each switch's link after its commit (SwitchStats::link_bytes_per_s); costs one
+  // 64 MiB exchange per switch, outside the pause.
+  bool measure_link = false;
 };
 
 struct StepStats {
@@ -97,6 +100,21 @@ struct SwitchStats {
   std::uint64_t prefaulted_bytes = 0, fresh_bytes = 0;
   std::uint64_t comm_creations = 0;  // communicators created for this switch (0 = all cached)
   int lookahead = 0;                 // steps between this prepare and this commit (next: lookahead())
+  // Where the pause went, max over ranks of each part (seconds; they need not sum to total_s).
+  // carry: step / data cursor broadcast; engine_*: exec::TransitionStats' own split of the
+  // transfer (pack, unpack, keeps, waiting for peers, allocator, wave agreement); free: the old
+  // arenas back to the pool; grads: the new gradient buffers materialised; views: layout,
+  // groups and module views of the new arenas.
+  struct Phases {
+    double carry = 0, engine_pack = 0, engine_unpack = 0, engine_keep = 0, engine_wait = 0,
+           engine_alloc = 0, engine_agree = 0, free = 0, grads = 0, views = 0;
+  } phases;
+  // The link under the busiest receiver, measured right after the commit (outside total_s) when
+  // TrainerOptions::measure_link is set: bytes/s of a 64 MiB exchange between that rank and the
+  // peer it receives most from, alone on the transition world; "same job" or "between jobs"
+  // (processes started by different mpirun / MPI_Comm_spawn calls talk over TCP here).
+  double link_bytes_per_s = 0;
+  std::string link_path;
 };
 
 class Trainer {

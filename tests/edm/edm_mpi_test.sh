@@ -8,7 +8,8 @@
 #   2. a grow whose executable is missing is refused with one line and training goes on in the
 #      old layout (exit 0, world stays 2);
 #   3. `dynatrain request` switches a running job at the requested step; a request the trainer
-#      cannot run is refused with one line.
+#      cannot run is refused with one line;
+#   4. with --job, a rank outside the layout waits without spinning (CPU time) and joins on request.
 # Usage: edm_mpi_test.sh DYNATRAIN [OUT_DIR]. Needs mpirun; sets the Open MPI variables itself.
 set -euo pipefail
 BIN=$(readlink -f "$1")
@@ -65,4 +66,35 @@ awk -F, 'NR > 1 { want = $1 < 3 ? "tp=1 pp=1 dp=2 zero=1" : "tp=2 pp=1 dp=1 zero
 mpirun -np 2 "$BIN" train --model tiny-dense --steps 2 --global-batch 4 --seq 16 --threads 1 \
   --schedule "0:dp=2" --job "$OUT/job" > "$OUT/request_bad.log" 2>&1 || { cat "$OUT/request_bad.log"; fail "bad request ended the job"; }
 grep -q "request refused: tp=3 does not divide" "$OUT/request_bad.log" || { cat "$OUT/request_bad.log"; fail "bad request not refused"; }
+# With --job, a rank outside the layout waits for rank 0 without spinning: 3 processes train
+# dp=2 (rank 2 idle) until a request brings in dp=3 at step 40. Over steps 5-35 the idle rank
+# must use under a tenth of the CPU time of the least busy active rank (a per-step broadcast,
+# as before, used 23 %; the sleep-polled wait 1 %), and the switch must still happen.
+rm -rf "$OUT/idle" && mkdir -p "$OUT/idle"
+"$BIN" request --job "$OUT/idle" --to dp=3 --at-step 40 > /dev/null || fail "request command (dp=3)"
+mpirun -np 3 "$BIN" train --model tiny-dense --steps 44 --global-batch 12 --seq 64 --threads 1 \
+  --schedule "0:dp=2" --job "$OUT/idle" --csv "$OUT/idle.csv" > "$OUT/idle.log" 2>&1 &
+pid=$!
+declare -A rank_of at5 at35
+cpu_s() { awk '{ print ($14 + $15) / 100 }' "/proc/$1/stat" 2>/dev/null; }
+while kill -0 "$pid" 2>/dev/null; do
+  for p in $(pgrep -P "$pid" -x dynatrain); do
+    [ -n "${rank_of[$p]:-}" ] || rank_of[$p]=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+    if [ -z "${at5[$p]:-}" ] && grep -q "step     5 " "$OUT/idle.log"; then at5[$p]=$(cpu_s "$p"); fi
+    if [ -z "${at35[$p]:-}" ] && grep -q "step    35 " "$OUT/idle.log"; then at35[$p]=$(cpu_s "$p"); fi
+  done
+  sleep 0.05
+done
+wait "$pid" || { cat "$OUT/idle.log"; fail "idle-rank run exited with $?"; }
+awk -F, 'NR > 1 { want = $1 < 40 ? "tp=1 pp=1 dp=2 zero=1" : "tp=1 pp=1 dp=3 zero=1"; if ($5 != want) bad = 1 }
+         END { exit bad }' "$OUT/idle.csv" || fail "requested dp=3 not at step 40"
+idle="" busy=""
+for p in "${!rank_of[@]}"; do
+  [ -n "${at5[$p]:-}" ] && [ -n "${at35[$p]:-}" ] || fail "no CPU sample of process $p (rank ${rank_of[$p]})"
+  used=$(awk -v a="${at5[$p]}" -v b="${at35[$p]}" 'BEGIN { print b - a }')
+  if [ "${rank_of[$p]}" = 2 ]; then idle=$used; else busy="$busy $used"; fi
+done
+echo "CPU seconds over steps 5-35: idle rank $idle, active ranks$busy"
+awk -v i="$idle" -v b="$busy" 'BEGIN { n = split(b, a, " "); m = a[1]; for (k = 2; k <= n; ++k) if (a[k] < m) m = a[k];
+  exit !(i != "" && n == 2 && i < 0.1 * m) }' || fail "the idle rank used $idle CPU s against$busy (spinning?)"
 echo "edm mpi test: ok"
