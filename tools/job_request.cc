@@ -68,7 +68,7 @@ JobSync receive_job_sync(comm::Transport& world, std::string& body, bool sleep_p
   JobSync msg;
   auto req = world.irecv(&msg, sizeof(msg), 0, kTagJobHeader);
   if (sleep_poll)
-    while (!req->test()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    while (!req->test()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   else
     req->wait();
   body.assign(msg.body_bytes, '\0');

@@ -39,8 +39,8 @@ struct JobSync {
   std::uint64_t body_bytes = 0;  // the schedule from the current layout on (--schedule syntax)
 };
 void send_job_sync(comm::Transport& world, int to, const JobSync& msg, const std::string& body);
-// From world rank 0. sleep_poll: test every 2 ms instead of blocking inside MPI (ranks that
-// may wait for many steps).
+// From world rank 0. sleep_poll: test every 10 ms instead of blocking inside MPI (ranks that
+// may wait for many steps; they are woken a step before they have work).
 JobSync receive_job_sync(comm::Transport& world, std::string& body, bool sleep_poll);
 
 }  // namespace dynatrain::tools

@@ -88,6 +88,7 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
   j["prefaulted_bytes"] = s.prefaulted_bytes;
   j["fresh_bytes_in_commit"] = s.fresh_bytes;
   j["comm_creations"] = s.comm_creations;
+  j["placement"] = s.placement;
   return j;
 }
 
@@ -104,6 +105,9 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   o.launcher = args.launcher;
   o.lookahead = args.lookahead;
   o.measure_link = !args.json.empty();
+  if (args.placement == "fixed") o.placement = TrainerOptions::Placement::kFixed;
+  else if (args.placement == "auto") o.placement = TrainerOptions::Placement::kAuto;
+  else DT_INPUT_ERROR("unknown --placement '", args.placement, "'; valid: fixed, auto");
   if (args.switch_method == "gather") o.switch_method = SwitchMethod::kGather;
   else if (args.switch_method == "engine") o.switch_method = SwitchMethod::kEngine;
   else if (!args.switch_method.empty())
@@ -215,11 +219,11 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       } else {
         std::printf("switch before step %lld: %s -> %s  processes %d -> %d  pause %.2f ms (transfer %.2f, "
                     "rebuild %.2f)  prepare %.2f ms (spawn %.2f) hidden %.0f%%  %llu new communicators  "
-                    "(%s, %.2f MB sent)\n",
+                    "(%s, %.2f MB sent, placement %s)\n",
                     static_cast<long long>(step), sw.from.c_str(), sw.to.c_str(), sw.world_before, sw.world_after,
                     sw.total_s * 1e3, sw.transfer_s * 1e3, sw.rebuild_s * 1e3, sw.prepare_s * 1e3,
                     sw.spawn_s * 1e3, sw.hidden_fraction * 100, static_cast<unsigned long long>(sw.comm_creations),
-                    switch_method_name(sw.method), sw.bytes_sent / 1e6);
+                    switch_method_name(sw.method), sw.bytes_sent / 1e6, sw.placement.c_str());
         if (!sw.note.empty()) std::printf("note: %s\n", sw.note.c_str());
       }
       std::fflush(stdout);

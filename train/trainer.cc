@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "edm/device_manager.h"
+#include "plan/placement.h"
 #include "plan/planner.h"
 #include "train/data.h"
 #include "train/model.h"
@@ -83,6 +84,8 @@ struct PendingSwitch {
   std::unique_ptr<vps::Layout> dst_full;  // every state kind of the new layout
   vps::RankLayout dst_full_rl, src_rl, dst_rl;
   plan::RankPlan plan;                    // this rank's part (moved kinds only)
+  plan::Placement placement;              // process (transition world rank) of every new rank
+  int new_rank = -1;                      // this process's rank in the new layout (-1: none)
   std::size_t prefaulted = 0;             // bytes the prepare touched in the pool
   double plan_s = 0;
 };
@@ -107,6 +110,7 @@ struct Trainer::Impl {
                  *edp_g = nullptr, *active_g = nullptr;
   std::unique_ptr<PendingSwitch> pending;
   bool left = false;
+  int layout_rank = 0;       // this process's rank in the current layout (>= its size: none)
   bool grads_stale = false;  // gradient buffers hold garbage since the last commit (until zeroed)
   // Agreed at every commit (rank 0's choice). Before the first prepare has been measured:
   // 10 steps, since starting processes can take seconds on a loaded machine.
@@ -177,7 +181,7 @@ struct Trainer::Impl {
     model.layers.resize(stage_offsets[rc.pp + 1] - first_layer);
     micro = auto_micro_batches(opt.global_batch / c.dp, c.pp, opt.micro_batches);
     const auto& tensors = layout->tensors();
-    for (const auto& s : layout->local_shards(world().rank())) {
+    for (const auto& s : layout->local_shards(layout_rank)) {
       const auto& t = tensors[s.tensor];
       const auto& pb = buffer(StateKind::kParam, s.expert_group, s.bucket);
       const auto& gb = buffer(StateKind::kGrad, s.expert_group, s.bucket);
@@ -219,11 +223,14 @@ struct Trainer::Impl {
   }
 
   // `prepared`: this rank's layout of `l` when already computed (a switch's prepare).
+  // `rank`: this process's rank in `l` when it differs from its world rank (a commit, before
+  // the new world is adopted; -1: none, so outside the layout).
   void adopt(std::unique_ptr<vps::Layout> l, Arenas a, std::shared_ptr<const edm::Communicators> g,
-             vps::RankLayout* prepared = nullptr) {
+             vps::RankLayout* prepared = nullptr, int rank = -2) {
     model = StageModel{};  // drop views of the old arenas first
     layout = std::move(l);
-    const int r = world().rank();
+    const int r = rank == -2 ? world().rank() : rank == -1 ? layout->config().world_size() + world().rank() : rank;
+    layout_rank = r;
     rank_layout = prepared ? std::move(*prepared) : layout->rank_layout(r);
     rc = vps::rank_coords(layout->config(), r);
     arenas = std::move(a);
@@ -451,29 +458,55 @@ struct Trainer::Impl {
     lookahead_used = lookahead;
     const vps::ParallelConfig current = cfg();
     edm->prepare(current, next, [this, current, next](const edm::Prepared& p) {
-      if (p.refused.empty()) plan_switch(current, next);
-    }, std::move(payload));
+      if (p.refused.empty()) plan_switch(current, next, plan::Placement(p.process_of_rank));
+    }, std::move(payload), place(current, next));
+  }
+
+  // The EDM's placement callback (runs on its thread on every rank, same answer everywhere).
+  edm::DeviceManager::Place place(const vps::ParallelConfig& current, const vps::ParallelConfig& next) const {
+    if (opt.placement != TrainerOptions::Placement::kAuto || opt.switch_method != SwitchMethod::kEngine) return {};
+    return [this, current, next](int processes) -> std::vector<int> {
+      auto src = make_layout(current, kMovedKinds);
+      auto dst = make_layout(next, kMovedKinds);
+      if (processes != std::max(current.world_size(), next.world_size())) return {};
+      plan::Topology topo;
+      topo.gpus_per_node = opt.gpus_per_node;
+      const plan::Placement chosen = plan::auto_placement(*src, *dst, topo);
+      if (chosen.process_of(0) != 0) return {};  // rank 0 must stay on process 0: fixed
+      return chosen.processes_of(next.world_size());
+    };
   }
 
   // This rank's layouts and plan for the switch (no communication, no torch: safe on the EDM's
   // thread while the caller trains; the current layout does not change until the commit).
-  void plan_switch(const vps::ParallelConfig& current, const vps::ParallelConfig& next) {
+  void plan_switch(const vps::ParallelConfig& current, const vps::ParallelConfig& next, plan::Placement placement) {
     const auto t0 = Clock::now();
     auto ps = std::make_unique<PendingSwitch>();
-    const int r = world().rank();  // a rank keeps its index in the larger world
+    // This process's rank in the transition world: in the current world, a process keeps its
+    // index in the world a grow merges; the new layout's ranks sit where `placement` says.
+    const int r = world().rank();
     ps->next = next;
+    ps->placement = placement;
+    ps->new_rank = r < std::max(current.world_size(), next.world_size()) ? placement.rank_of(r, next.world_size()) : -1;
+    if (placement.is_identity()) ps->new_rank = r;
     ps->dst_full = make_layout(next);
-    ps->dst_full_rl = ps->dst_full->rank_layout(r);
+    // A process without a new rank holds nothing (a rank index beyond the layout).
+    ps->dst_full_rl = ps->dst_full->rank_layout(ps->new_rank >= 0 ? ps->new_rank : next.world_size() + r);
     ps->plan.rank = r;
     if (opt.switch_method == SwitchMethod::kEngine) {
       auto src = make_layout(current, kMovedKinds);
       auto dst = make_layout(next, kMovedKinds);
       plan::Topology topo;
       topo.gpus_per_node = opt.gpus_per_node;
-      plan::Planner planner(*src, *dst, topo);
-      if (r < planner.world_size()) ps->plan = planner.plan_rank(r);
-      ps->src_rl = src->rank_layout(r);
-      ps->dst_rl = dst->rank_layout(r);
+      plan::Planner planner(*src, *dst, topo, {{}, placement});
+      if (r < planner.world_size()) {
+        ps->plan = planner.plan_rank(r);
+        ps->src_rl = planner.src_rank_layout(r);
+        ps->dst_rl = planner.dst_rank_layout(r);
+      } else {
+        ps->src_rl = src->rank_layout(r);
+        ps->dst_rl = dst->rank_layout(r);
+      }
     }
     // The memory the commit needs beyond what the source gives back, touched now so that the
     // commit never faults fresh pages: max(0, destination - source) + staging (the budget, or
@@ -567,7 +600,8 @@ struct Trainer::Impl {
     take_gradients(next_arenas);
     ph.grads = seconds_since(tg0);
     tg0 = Clock::now();
-    adopt(std::move(pending->dst_full), std::move(next_arenas), p.comms, &pending->dst_full_rl);
+    st.placement = pending->placement.str();
+    adopt(std::move(pending->dst_full), std::move(next_arenas), p.comms, &pending->dst_full_rl, pending->new_rank);
     ph.views = seconds_since(tg0);
     const std::uint64_t peak = pool.peak_live(), bound = std::max(src_bytes, dst_bytes) + budget;
     const std::uint64_t fresh = pool.fresh_bytes() - fresh_before;
@@ -788,7 +822,9 @@ std::unique_ptr<Trainer> Trainer::join(TrainerOptions options, std::unique_ptr<c
   auto layout = im.make_layout(current);
   Arenas a(layout->rank_layout(im.edm->world().rank()), im.pool);
   im.adopt(std::move(layout), std::move(a), nullptr);
-  im.edm->prepare_joined(next, [&im, current, next](const edm::Prepared&) { im.plan_switch(current, next); });
+  im.edm->prepare_joined(next, [&im, current, next](const edm::Prepared& p) {
+    im.plan_switch(current, next, plan::Placement(p.process_of_rank));
+  }, im.place(current, next));
   return t;
 }
 

@@ -63,6 +63,10 @@ struct TrainerOptions {
   std::shared_ptr<edm::Launcher> launcher;
   // Steps between prepare() and the commit; 0 = automatic (from the last prepare's time).
   int lookahead = 0;
+  // Which process takes which rank of the next layout (plan/placement.h): kFixed = rank r on
+  // process r; kAuto = plan::auto_placement (fewest bytes to move), used where it keeps rank 0
+  // on process 0 (the job's I/O runs there), else kFixed. The new world is ordered by it.
+  enum class Placement { kFixed, kAuto } placement = Placement::kAuto;
   // Measure each switch's link after its commit (SwitchStats::link_bytes_per_s); costs one
   // 64 MiB exchange per switch, outside the pause.
   bool measure_link = false;
@@ -99,6 +103,8 @@ struct SwitchStats {
   // still had to take fresh from the system (first-touch on the critical path; 0 is the goal).
   std::uint64_t prefaulted_bytes = 0, fresh_bytes = 0;
   std::uint64_t comm_creations = 0;  // communicators created for this switch (0 = all cached)
+  // "fixed", or the process of every new rank ("0,2,1,3") when placement moved ranks.
+  std::string placement = "fixed";
   int lookahead = 0;                 // steps between this prepare and this commit (next: lookahead())
   // Where the pause went, max over ranks of each part (seconds; they need not sum to total_s).
   // carry: step / data cursor broadcast; engine_*: exec::TransitionStats' own split of the
