@@ -133,34 +133,27 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
   std::vector<int> placed = place ? place(std::max(ctl.size(), next.world_size())) : std::vector<int>{};
   bool identity = true;
   for (int r = 0; r < static_cast<int>(placed.size()); ++r) identity = identity && placed[r] == r;
+  if (need > 0) {  // the merged world; with a placement it is reordered below
+    const double t0 = now_s();
+    grown_world_ = launcher_->grow(ctl, need);
+    p.creations += 1;
+    for (int i = 0; i < need; ++i) next_ids_.push_back(next_next_id_++);
+    std::string msg = join_message(current, next, next_next_id_, next_ids_, payload);
+    broadcast_string(*grown_world_, msg);
+    grown_control_ = grown_world_->split(0, grown_world_->rank());
+    p.creations += 1;
+    p.spawn_seconds = now_s() - t0;
+  }
   if (!identity) {
-    DT_CHECK(!placed.empty() && placed[0] == 0, "placement moves rank 0 off process 0");
-    if (need > 0) {  // grow first, reorder after (below)
-      const double t0 = now_s();
-      grown_world_ = launcher_->grow(ctl, need);
-      p.creations += 1;
-      for (int i = 0; i < need; ++i) next_ids_.push_back(next_next_id_++);
-      std::string msg = join_message(current, next, next_next_id_, next_ids_, payload);
-      broadcast_string(*grown_world_, msg);
-      grown_control_ = grown_world_->split(0, grown_world_->rank());
-      p.creations += 1;
-      p.spawn_seconds = now_s() - t0;
-    }
+    DT_CHECK(placed[0] == 0, "placement moves rank 0 off process 0");
     p.process_of_rank = placed;
     reorder(next, placed, may_leave == "1");
     after_grow(next, work, {}, false);
     return;
   }
   if (need > 0) {
-    const double t0 = now_s();
-    next_world_ = launcher_->grow(ctl, need);
-    p.creations += 1;
-    for (int i = 0; i < need; ++i) next_ids_.push_back(next_next_id_++);
-    std::string msg = join_message(current, next, next_next_id_, next_ids_, payload);
-    broadcast_string(*next_world_, msg);
-    next_control_ = next_world_->split(0, next_world_->rank());
-    p.creations += 1;
-    p.spawn_seconds = now_s() - t0;
+    next_world_ = std::move(grown_world_);
+    next_control_ = std::move(grown_control_);
   } else if (decision[0] == 'S') {
     const bool stays = ctl.rank() < next.world_size();
     next_world_ = ctl.split(stays ? 0 : -1, ctl.rank());
