@@ -83,14 +83,14 @@ void DeviceManager::wait_for_root(comm::Transport& world, Wake what) {
 }
 
 void DeviceManager::prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work,
-                            std::string payload, Place place) {
+                            std::string payload, Place place, std::vector<int> vacate) {
   DT_CHECK(!preparing(), "prepare() while another prepare is in flight");
   prepared_ = std::make_unique<Prepared>();
   error_ = nullptr;
   thread_ = std::thread([this, current, next, work = std::move(work), payload = std::move(payload),
-                         place = std::move(place)]() mutable {
+                         place = std::move(place), vacate = std::move(vacate)]() mutable {
     try {
-      run_prepare(current, next, std::move(work), payload, place);
+      run_prepare(current, next, std::move(work), payload, place, vacate);
     } catch (...) {
       error_ = std::current_exception();
     }
@@ -99,7 +99,7 @@ void DeviceManager::prepare(const vps::ParallelConfig& current, const vps::Paral
 }
 
 void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work,
-                                const std::string& payload, const Place& place) {
+                                const std::string& payload, const Place& place, const std::vector<int>& vacate) {
   comm::Transport& ctl = *control_;
   if (ctl.rank() >= current.world_size()) wait_for_root(ctl, Wake::kPrepare);
   else wake_from(ctl, current.world_size(), Wake::kPrepare);
@@ -107,7 +107,8 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
   Prepared& p = *prepared_;
   p.config = next;
   p.world_before = p.world_after = ctl.size();
-  const int need = next.world_size() - ctl.size();
+  // Processes to start: what the layout lacks once the vacated ones are gone.
+  const int need = next.world_size() - (ctl.size() - static_cast<int>(vacate.size()));
   // Rank 0 decides for everybody: R<reason> refused, S shrink the world, K keep it.
   std::string decision;
   if (ctl.rank() == 0) {
@@ -117,6 +118,10 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
                          : std::string("cannot start processes: the ") + ctl.backend() + " transport has no launcher";
     // Without a launcher nobody leaves (ranks outside the layout wait, as in a fixed job).
     if (need < 0 && launcher_) note = launcher_->cannot_leave();
+    if (reason.empty() && !vacate.empty()) {
+      const std::string why = launcher_ ? launcher_->cannot_leave() : "the transport has no launcher";
+      if (!why.empty()) reason = "cannot vacate processes: " + why;
+    }
     decision = !reason.empty() ? "R" + reason : (need < 0 && launcher_ && note.empty() ? "S" : "K" + note);
   }
   broadcast_string(ctl, decision);
@@ -130,9 +135,13 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
   // Where placement orders the next world, processes it leaves out may go (rank 0 says so).
   std::string may_leave = ctl.rank() == 0 && launcher_ && launcher_->cannot_leave().empty() ? "1" : "0";
   broadcast_string(ctl, may_leave);
-  std::vector<int> placed = place ? place(std::max(ctl.size(), next.world_size())) : std::vector<int>{};
+  std::vector<int> placed = place ? place(ctl.size() + std::max(need, 0)) : std::vector<int>{};
   bool identity = true;
   for (int r = 0; r < static_cast<int>(placed.size()); ++r) identity = identity && placed[r] == r;
+  for (int v : vacate) {
+    const bool placed_on_v = identity ? v < next.world_size() : std::find(placed.begin(), placed.end(), v) != placed.end();
+    DT_CHECK(!placed_on_v && v != 0, "placement gives a rank to vacated process ", v);
+  }
   if (need > 0) {  // the merged world; with a placement it is reordered below
     const double t0 = now_s();
     grown_world_ = launcher_->grow(ctl, need);
@@ -143,12 +152,16 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
     grown_control_ = grown_world_->split(0, grown_world_->rank());
     p.creations += 1;
     p.spawn_seconds = now_s() - t0;
+    // The placement and whether leftovers leave, for the new processes (they cannot compute it).
+    std::string msg_placed = may_leave + ' ';
+    for (int q : placed) msg_placed += std::to_string(q) + ' ';
+    broadcast_string(*grown_control_, msg_placed);
   }
   if (!identity) {
     DT_CHECK(placed[0] == 0, "placement moves rank 0 off process 0");
     p.process_of_rank = placed;
     reorder(next, placed, may_leave == "1");
-    after_grow(next, work, {}, false);
+    after_grow(next, work);
     return;
   }
   if (need > 0) {
@@ -166,7 +179,7 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
       p.leaving = true;
     }
   }
-  after_grow(next, work, {}, false);
+  after_grow(next, work);
 }
 
 // The next world ordered by placement: the process of rank r becomes rank r; processes that
@@ -195,17 +208,8 @@ void DeviceManager::reorder(const vps::ParallelConfig& next, const std::vector<i
   }
 }
 
-void DeviceManager::after_grow(const vps::ParallelConfig& next, Work& work, const Place& place, bool may_leave) {
+void DeviceManager::after_grow(const vps::ParallelConfig& next, Work& work) {
   Prepared& p = *prepared_;
-  if (place) {  // a joined process: the starters' placement, in step with them
-    const std::vector<int> placed = place(world_->size());
-    bool identity = true;
-    for (int r = 0; r < static_cast<int>(placed.size()); ++r) identity = identity && placed[r] == r;
-    if (!identity) {
-      p.process_of_rank = placed;
-      reorder(next, placed, may_leave);
-    }
-  }
   if (!p.leaving) {
     comm::Transport& nc = next_control_ ? *next_control_ : *control_;
     p.world_after = nc.size();
@@ -218,7 +222,7 @@ void DeviceManager::after_grow(const vps::ParallelConfig& next, Work& work, cons
   work(p);
 }
 
-void DeviceManager::prepare_joined(const vps::ParallelConfig& next, Work work, Place place) {
+void DeviceManager::prepare_joined(const vps::ParallelConfig& next, Work work) {
   DT_CHECK(!preparing(), "prepare_joined() while another prepare is in flight");
   prepared_ = std::make_unique<Prepared>();
   prepare_start_ = now_s();
@@ -226,8 +230,20 @@ void DeviceManager::prepare_joined(const vps::ParallelConfig& next, Work work, P
   prepared_->world_before = prepared_->world_after = world_->size();
   next_ids_ = ids_;
   next_next_id_ = next_id_;
-  // A grow's placement gives every process of the merged world a rank: nobody is left over.
-  after_grow(next, work, place, false);
+  std::string msg_placed;
+  broadcast_string(*control_, msg_placed);  // "MAY_LEAVE PLACEMENT..." (no placement: identity)
+  std::istringstream in(msg_placed);
+  int may_leave = 0;
+  in >> may_leave;
+  std::vector<int> placed;
+  for (int q = 0; in >> q;) placed.push_back(q);
+  bool identity = true;
+  for (int r = 0; r < static_cast<int>(placed.size()); ++r) identity = identity && placed[r] == r;
+  if (!identity) {
+    prepared_->process_of_rank = placed;
+    reorder(next, placed, may_leave == 1);
+  }
+  after_grow(next, work);
   prepare_end_ = now_s();
 }
 

@@ -89,10 +89,14 @@ class DeviceManager {
   // `payload` (rank 0's) reaches processes started by this prepare (joined_payload()).
   // With a placement that is not the identity, the next world is ordered by it: process
   // place()[r] becomes rank r, and processes that take no rank leave (or wait, idle, at the end).
+  // `vacate`: world ranks that must take no rank of `next` and leave (a GPU reclaimed); as many
+  // processes are started as the layout then lacks, and `place` must leave them out. Rank 0
+  // cannot be vacated (it runs the job's I/O).
   void prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work,
-               std::string payload = {}, Place place = {});
-  // In a joined process, synchronously: the part of the starters' prepare after the grow.
-  void prepare_joined(const vps::ParallelConfig& next, Work work, Place place = {});
+               std::string payload = {}, Place place = {}, std::vector<int> vacate = {});
+  // In a joined process, synchronously: the part of the starters' prepare after the grow (the
+  // starters' placement arrives from them).
+  void prepare_joined(const vps::ParallelConfig& next, Work work);
   bool preparing() const { return thread_.joinable() || prepared_ != nullptr; }
   // Joins the prepare thread (rethrowing its error) and returns its result.
   Prepared& wait_prepared();
@@ -111,8 +115,8 @@ class DeviceManager {
 
  private:
   void run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work, const std::string& payload,
-                   const Place& place);
-  void after_grow(const vps::ParallelConfig& next, Work& work, const Place& place, bool may_leave);
+                   const Place& place, const std::vector<int>& vacate);
+  void after_grow(const vps::ParallelConfig& next, Work& work);
   void reorder(const vps::ParallelConfig& next, const std::vector<int>& process_of_rank, bool may_leave);
 
   comm::Transport* world_ = nullptr;

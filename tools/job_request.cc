@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -15,12 +16,14 @@ namespace dynatrain::tools {
 void write_job_request(const std::string& dir, const JobRequest& r) {
   vps::ParallelConfig::parse(r.to);  // InputError names a bad config before anything is written
   if (r.at_step < -1) DT_INPUT_ERROR("--at-step ", r.at_step, " must be a step number (>= 0)");
+  parse_rank_list(r.vacate);  // InputError names a bad rank
   const std::string tmp = dir + "/.request." + std::to_string(getpid()), final_path = dir + "/request";
   {
     std::ofstream out(tmp);
     if (!out) DT_INPUT_ERROR("cannot write to job directory '", dir, "' (does it exist?)");
     out << "to=" << r.to << '\n';
     if (r.at_step >= 0) out << "at_step=" << r.at_step << '\n';
+    if (!r.vacate.empty()) out << "vacate=" << r.vacate << '\n';
     if (!out.flush()) DT_INPUT_ERROR("cannot write to job directory '", dir, "'");
   }
   if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
@@ -46,12 +49,34 @@ std::optional<JobRequest> take_job_request(const std::string& dir) {
       } catch (const std::exception&) {
         ok = false;
       }
+    } else if (line.rfind("vacate=", 0) == 0) {
+      r.vacate = line.substr(7);
     } else if (!line.empty()) {
       ok = false;
     }
   }
-  if (!ok || r.to.empty()) r = JobRequest{"malformed request file: " + text.str(), -1};
+  if (!ok || r.to.empty()) r = JobRequest{"malformed request file: " + text.str(), -1, {}};
   return r;
+}
+
+std::vector<int> parse_rank_list(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    std::size_t used = 0;
+    int v = -1;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || item.empty() || v < 0)
+      DT_INPUT_ERROR("'", item, "' in rank list '", text, "' is not a rank (a non-negative integer)");
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 namespace {

@@ -116,10 +116,14 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   if (args.lookahead < 0) DT_INPUT_ERROR("--lookahead ", args.lookahead, " must be 0 (auto) or positive");
   auto schedule = parse_schedule(args.schedule);
   if (args.static_layout) schedule.resize(1);
+  // A process started by a grow joins the running job instead of starting one (its own MPI
+  // world holds only the processes started with it: the schedule's sizes do not apply to it).
+  std::unique_ptr<comm::Transport> joined_world = args.launcher ? args.launcher->join() : nullptr;
+  const bool joined = joined_world != nullptr;
   for (auto& [step, config] : schedule) {
     Trainer::check_supported(o, config);
     const bool first = step == schedule.front().first;
-    if (config.world_size() > world.size() && (first || !args.launcher))
+    if (!joined && config.world_size() > world.size() && (first || !args.launcher))
       DT_INPUT_ERROR("schedule layout '", config.str(), "' at step ", step, " needs ",
                      config.world_size(), " ranks; the job has ", world.size(),
                      first ? " (the first layout must fit the processes mpirun starts)"
@@ -130,9 +134,6 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     DT_INPUT_ERROR("training text has ", text.size(), " bytes; --seq ", args.seq, " needs at least ", args.seq + 2);
   set_intra_op_threads(args.threads > 0 ? args.threads : default_threads());
 
-  // A process started by a grow joins the running job instead of starting one.
-  std::unique_ptr<comm::Transport> joined_world = args.launcher ? args.launcher->join() : nullptr;
-  const bool joined = joined_world != nullptr;
   const bool root = !joined && world.rank() == 0;
   const bool tty = root && isatty(fileno(stdout));
   std::ofstream csv, json_out;
@@ -191,17 +192,38 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   std::int64_t step = first_step;
   std::string preparing;  // layout being prepared, for the progress line
 
+  // Switches that must vacate world ranks (requested with `dynatrain request --vacate`), by step.
+  std::map<std::int64_t, std::vector<int>> vacate_at;
   // The schedule from entry `next` on, as a valid --schedule string (processes started by the
-  // switch being prepared continue from it: it holds switches requested while running).
+  // switch being prepared continue from it: it holds switches requested while running), then
+  // "|STEP:R1,R2;..." for the switches among them that vacate ranks.
   auto rest_of_schedule = [&] {
-    std::string s = "0:" + trainer->config().str();
-    for (std::size_t i = next; i < schedule.size(); ++i)
+    std::string s = "0:" + trainer->config().str(), v;
+    for (std::size_t i = next; i < schedule.size(); ++i) {
       s += ";" + std::to_string(schedule[i].first) + ":" + schedule[i].second.str();
-    return s;
+      if (auto it = vacate_at.find(schedule[i].first); it != vacate_at.end()) {
+        v += (v.empty() ? "" : ";") + std::to_string(it->first) + ":";
+        for (std::size_t k = 0; k < it->second.size(); ++k) v += (k ? "," : "") + std::to_string(it->second[k]);
+      }
+    }
+    return v.empty() ? s : s + "|" + v;
+  };
+  auto adopt_rest_of_schedule = [&](const std::string& text) {  // the inverse, on another rank
+    const auto bar = text.find('|');
+    schedule = parse_schedule(text.substr(0, bar));
+    vacate_at.clear();
+    if (bar == std::string::npos) return;
+    std::stringstream items(text.substr(bar + 1));
+    std::string item;
+    while (std::getline(items, item, ';')) {
+      const auto colon = item.find(':');
+      vacate_at[std::stoll(item.substr(0, colon))] = parse_rank_list(item.substr(colon + 1));
+    }
   };
   auto maybe_prepare = [&] {
     if (next < schedule.size() && !trainer->preparing() && step + trainer->lookahead() >= schedule[next].first) {
-      trainer->prepare(schedule[next].second, rest_of_schedule());
+      const auto v = vacate_at.find(schedule[next].first);
+      trainer->prepare(schedule[next].second, rest_of_schedule(), v == vacate_at.end() ? std::vector<int>{} : v->second);
       preparing = schedule[next].second.str();
     }
   };
@@ -238,9 +260,15 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     auto q = take_job_request(args.job);
     if (!q) return;
     vps::ParallelConfig config;
+    std::vector<int> vacate;
     try {
       config = vps::ParallelConfig::parse(q->to);
       Trainer::check_supported(o, config);
+      vacate = parse_rank_list(q->vacate);
+      for (int v : vacate)
+        if (v < 1 || v >= trainer->world_size())
+          DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 1..", trainer->world_size() - 1,
+                         " (rank 0 runs the job's I/O and stays)");
     } catch (const InputError& e) {
       std::printf("request refused: %s; training continues in %s\n", e.what(), trainer->config().str().c_str());
       return;
@@ -253,7 +281,10 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     while (i < schedule.size() && schedule[i].first < at) ++i;
     if (i < schedule.size() && schedule[i].first == at) schedule[i].second = config;
     else schedule.insert(schedule.begin() + static_cast<std::ptrdiff_t>(i), {at, config});
-    std::printf("request: switch to %s before step %lld\n", config.str().c_str(), static_cast<long long>(at));
+    if (vacate.empty()) vacate_at.erase(at);
+    else vacate_at[at] = vacate;
+    std::printf("request: switch to %s before step %lld%s\n", config.str().c_str(), static_cast<long long>(at),
+                vacate.empty() ? "" : (", vacating ranks " + q->vacate).c_str());
   };
   // With --job, once per step after any commit: rank 0 takes a request and sends the schedule
   // (with the step) to the other ranks. Ranks of the current layout get it every step; ranks
@@ -289,7 +320,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     const JobSync msg = receive_job_sync(w, body, /*sleep_poll=*/w.rank() >= layout_ranks);
     if (msg.kind == kJobEnd) return false;
     step = msg.step;
-    schedule = parse_schedule(body);
+    adopt_rest_of_schedule(body);
     next = 1;  // entry 0 is the current layout
     return true;
   };
@@ -303,7 +334,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   if (joined) {  // this process was started for the switch being prepared: commit it first
     trainer->commit();
     step = trainer->steps_done();
-    if (!trainer->joined_payload().empty()) schedule = parse_schedule(trainer->joined_payload());
+    if (!trainer->joined_payload().empty()) adopt_rest_of_schedule(trainer->joined_payload());
     next = 0;
     while (next < schedule.size() && schedule[next].first <= step) ++next;
     if (trainer->left()) return 0;

@@ -453,17 +453,44 @@ struct Trainer::Impl {
   }
 
   // ---- switch: prepare (on the EDM's thread, while steps run) + commit (at a step boundary) ----
-  void prepare(vps::ParallelConfig next, std::string payload) {
+  void prepare(vps::ParallelConfig next, std::string payload, std::vector<int> vacate) {
     check_supported(opt, next);
+    for (int v : vacate)
+      if (v <= 0 || v >= world().size())
+        DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 1..", world().size() - 1,
+                       " (rank 0 runs the job's I/O and stays)");
+    if (opt.switch_method != SwitchMethod::kEngine && !vacate.empty())
+      DT_INPUT_ERROR("vacating processes needs the engine switch method");
     lookahead_used = lookahead;
     const vps::ParallelConfig current = cfg();
     edm->prepare(current, next, [this, current, next](const edm::Prepared& p) {
       if (p.refused.empty()) plan_switch(current, next, plan::Placement(p.process_of_rank));
-    }, std::move(payload), place(current, next));
+    }, std::move(payload), place(current, next, vacate), vacate);
+  }
+
+  // Vacating: rank r stays on process r unless that process is vacated or missing; the other
+  // ranks take the remaining processes in order (processes started for the switch last).
+  static std::vector<int> place_around(int ranks, int processes, const std::vector<int>& vacate) {
+    std::vector<bool> used(static_cast<std::size_t>(processes), false);
+    for (int v : vacate) used.at(v) = true;
+    std::vector<int> out(static_cast<std::size_t>(ranks), -1);
+    for (int r = 0; r < ranks && r < processes; ++r)
+      if (!used[r]) out[r] = r, used[r] = true;
+    int q = 0;
+    for (int& p : out)
+      if (p < 0) {
+        while (used.at(q)) ++q;
+        p = q;
+        used[q] = true;
+      }
+    return out;
   }
 
   // The EDM's placement callback (runs on its thread on every rank, same answer everywhere).
-  edm::DeviceManager::Place place(const vps::ParallelConfig& current, const vps::ParallelConfig& next) const {
+  edm::DeviceManager::Place place(const vps::ParallelConfig& current, const vps::ParallelConfig& next,
+                                  const std::vector<int>& vacate) const {
+    if (!vacate.empty())
+      return [ranks = next.world_size(), vacate](int processes) { return place_around(ranks, processes, vacate); };
     if (opt.placement != TrainerOptions::Placement::kAuto || opt.switch_method != SwitchMethod::kEngine) return {};
     return [this, current, next](int processes) -> std::vector<int> {
       auto src = make_layout(current, kMovedKinds);
@@ -487,8 +514,7 @@ struct Trainer::Impl {
     const int r = world().rank();
     ps->next = next;
     ps->placement = placement;
-    ps->new_rank = r < std::max(current.world_size(), next.world_size()) ? placement.rank_of(r, next.world_size()) : -1;
-    if (placement.is_identity()) ps->new_rank = r;
+    ps->new_rank = placement.is_identity() ? r : placement.rank_of(r, next.world_size());
     ps->dst_full = make_layout(next);
     // A process without a new rank holds nothing (a rank index beyond the layout).
     ps->dst_full_rl = ps->dst_full->rank_layout(ps->new_rank >= 0 ? ps->new_rank : next.world_size() + r);
@@ -824,7 +850,7 @@ std::unique_ptr<Trainer> Trainer::join(TrainerOptions options, std::unique_ptr<c
   im.adopt(std::move(layout), std::move(a), nullptr);
   im.edm->prepare_joined(next, [&im, current, next](const edm::Prepared& p) {
     im.plan_switch(current, next, plan::Placement(p.process_of_rank));
-  }, im.place(current, next));
+  });
   return t;
 }
 
@@ -834,14 +860,14 @@ const vps::ParallelConfig& Trainer::config() const { return impl_->cfg(); }
 const vps::Layout& Trainer::layout() const { return *impl_->layout; }
 std::int64_t Trainer::steps_done() const { return impl_->step; }
 StepStats Trainer::step() { return impl_->do_step(); }
-void Trainer::prepare(const vps::ParallelConfig& config, std::string payload) {
-  impl_->prepare(config, std::move(payload));
+void Trainer::prepare(const vps::ParallelConfig& config, std::string payload, std::vector<int> vacate) {
+  impl_->prepare(config, std::move(payload), std::move(vacate));
 }
 const std::string& Trainer::joined_payload() const { return impl_->edm->joined_payload(); }
 bool Trainer::preparing() const { return impl_->edm->preparing(); }
 SwitchStats Trainer::commit() { return impl_->commit(); }
 SwitchStats Trainer::switch_to(const vps::ParallelConfig& config) {
-  impl_->prepare(config, {});
+  impl_->prepare(config, {}, {});
   return impl_->commit();
 }
 bool Trainer::left() const { return impl_->left; }

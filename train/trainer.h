@@ -142,7 +142,9 @@ class Trainer {
   // Starts preparing a switch to `config` in the background; collective over world. Validates
   // `config` first (InputError). `payload` (rank 0's) reaches processes this switch starts
   // (joined_payload()).
-  void prepare(const vps::ParallelConfig& config, std::string payload = {});
+  // `vacate`: world ranks that must hold nothing after the switch and leave (not 0); the
+  // layout's ranks go to the others, in order, and to processes started for the rest.
+  void prepare(const vps::ParallelConfig& config, std::string payload = {}, std::vector<int> vacate = {});
   // In a process started by a grow: the payload of the prepare that started it.
   const std::string& joined_payload() const;
   bool preparing() const;

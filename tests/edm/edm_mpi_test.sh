@@ -9,7 +9,8 @@
 #      old layout (exit 0, world stays 2);
 #   3. `dynatrain request` switches a running job at the requested step; a request the trainer
 #      cannot run is refused with one line;
-#   4. with --job, a rank outside the layout waits without spinning (CPU time) and joins on request.
+#   4. with --job, a rank outside the layout waits without spinning (CPU time) and joins on request;
+#   5. `request --vacate 1,2`: new processes take the vacated ranks, the vacated processes exit.
 # Usage: edm_mpi_test.sh DYNATRAIN [OUT_DIR]. Needs mpirun; sets the Open MPI variables itself.
 set -euo pipefail
 BIN=$(readlink -f "$1")
@@ -97,4 +98,27 @@ done
 echo "CPU seconds over steps 5-35: idle rank $idle, active ranks$busy"
 awk -v i="$idle" -v b="$busy" 'BEGIN { n = split(b, a, " "); m = a[1]; for (k = 2; k <= n; ++k) if (a[k] < m) m = a[k];
   exit !(i != "" && n == 2 && i < 0.1 * m) }' || fail "the idle rank used $idle CPU s against$busy (spinning?)"
+# A request that vacates ranks 1 and 2 of a 3-process dp=3 job: two processes are started,
+# take their ranks (placement 0,3,4), the vacated ones hand over their state and exit (3 -> 5 ->
+# 3 processes), and the loss tracks the static run.
+rm -rf "$OUT/vacate" && mkdir -p "$OUT/vacate"
+"$BIN" request --job "$OUT/vacate" --to dp=3 --vacate 1,2 --at-step 4 > /dev/null || fail "request command (--vacate)"
+VCOMMON=(train --model tiny-dense --steps 10 --global-batch 6 --seq 16 --threads 1 --schedule "0:dp=3")
+mpirun -np 3 "$BIN" "${VCOMMON[@]}" --static --csv "$OUT/vacate_static.csv" > "$OUT/vacate_static.log" 2>&1 ||
+  { cat "$OUT/vacate_static.log"; fail "static dp=3 run"; }
+mpirun -np 3 "$BIN" "${VCOMMON[@]}" --job "$OUT/vacate" --lookahead 2 --csv "$OUT/vacate.csv" > "$OUT/vacate.log" 2>&1 &
+pid=$!
+while kill -0 "$pid" 2>/dev/null; do
+  pgrep -P "$pid" -c -x dynatrain || true
+  sleep 0.01
+done > "$OUT/vacate_ps.txt"
+wait "$pid" || { cat "$OUT/vacate.log"; fail "vacating run exited with $?"; }
+grep -q "placement 0,3,4" "$OUT/vacate.log" || { cat "$OUT/vacate.log"; fail "vacated ranks not placed on new processes"; }
+seen=$(awk '$1 != last && $1 > 0 { printf "%s ", $1; last = $1 }' "$OUT/vacate_ps.txt")
+echo "process counts seen (vacate): $seen"
+echo " $seen" | grep -Eq ' 3 (.* )?5 (.* )?3 ' || fail "process counts '$seen' do not go 3, 5, 3 (then the end)"
+paste -d, "$OUT/vacate_static.csv" "$OUT/vacate.csv" | awk -F, 'NR > 1 { d = $2 - $14; if (d < 0) d = -d; if (d > m) m = d; n++ }
+  END { printf "max |loss vacate - static| = %.2e over %d steps\n", m, n; exit !(n == 10 && m < 1e-4) }' ||
+  fail "loss does not track the static run after vacating"
+"$BIN" request --job "$OUT/vacate" --to dp=3 --vacate 1,x > /dev/null 2>&1 && fail "request --vacate 1,x accepted"
 echo "edm mpi test: ok"
