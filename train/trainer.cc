@@ -658,8 +658,8 @@ struct Trainer::Impl {
                        &st.phases.grads, &st.phases.views};
       for (std::size_t i = 0; i < t.size(); ++i) *out[i] = std::max(*out[i], t[i]);
     }
-    const auto per_rank = comm::all_gather_values(tw, std::array<std::uint64_t, 8>{
-        sent, received, peak, bound, fresh, pending->prefaulted, top_sender(), opt.launcher ? opt.launcher->job_id() : 0});
+    const auto per_rank = comm::all_gather_values(tw, std::array<std::uint64_t, 7>{
+        sent, received, peak, bound, fresh, pending->prefaulted, opt.launcher ? opt.launcher->job_id() : 0});
     for (const auto& b : per_rank) {
       st.bytes_sent += b[0];
       st.bytes_received += b[1];
@@ -694,40 +694,44 @@ struct Trainer::Impl {
     grads_stale = false;
   }
 
-  // The peer this rank receives the most bytes from in the pending plan (its own rank if none).
-  std::uint64_t top_sender() const {
-    std::uint64_t best = 0, top = static_cast<std::uint64_t>(pending->plan.rank);
-    for (const auto& [peer, pieces] : pending->plan.recv) {
-      std::uint64_t bytes = 0;
-      for (const auto& piece : pieces) bytes += static_cast<std::uint64_t>(piece.box.numel()) * sizeof(float);
-      if (bytes > best) best = bytes, top = static_cast<std::uint64_t>(peer);
-    }
-    return top;
-  }
-
-  // The lower bound's link, on the path the switch's bytes took: the busiest receiver and the
-  // peer it received most from exchange 64 MiB (after a warm-up) while every other rank of the
-  // transition world waits. per_rank[r] = {.., [1] received, .., [6] top sender, [7] job id}.
-  void measure_link(comm::Transport& tw, const std::vector<std::array<std::uint64_t, 8>>& per_rank, SwitchStats& st) {
+  // The lower bound's link, on the path the switch's bytes took: every rank that sent to the
+  // busiest receiver sends it 64 MiB at once (after a warm-up round) while the other ranks of
+  // the transition world wait; rate = bytes that arrived / time at the busiest rank.
+  // per_rank[r] = {.., [1] bytes received, .., [6] job id}.
+  void measure_link(comm::Transport& tw, const std::vector<std::array<std::uint64_t, 7>>& per_rank, SwitchStats& st) {
     int busiest = 0;
     for (int r = 0; r < static_cast<int>(per_rank.size()); ++r)
       if (per_rank[r][1] > per_rank[busiest][1]) busiest = r;
-    const int sender = static_cast<int>(per_rank[busiest][6]);
-    st.link_path = per_rank[busiest][7] == per_rank[sender][7] ? "same job" : "between jobs";
-    double rate = 0;
     const int me = tw.rank();
-    if (sender != busiest && (me == busiest || me == sender)) {
-      const int peer = me == busiest ? sender : busiest;
-      const std::size_t bytes = std::size_t{64} << 20;
-      std::vector<std::byte> out(bytes, std::byte{1}), in(bytes);
-      tw.sendrecv(out.data(), bytes, peer, in.data(), bytes, peer, kTagLink);  // warm-up
-      const auto t0 = Clock::now();
-      constexpr int kIters = 3;
-      for (int i = 0; i < kIters; ++i) tw.sendrecv(out.data(), bytes, peer, in.data(), bytes, peer, kTagLink);
-      rate = static_cast<double>(bytes) * kIters / seconds_since(t0);
+    const std::size_t bytes = std::size_t{64} << 20;
+    std::vector<int> senders;  // on the busiest rank: the peers it received from
+    if (me == busiest)
+      for (const auto& [peer, pieces] : pending->plan.recv)
+        if (peer != me && !pieces.empty()) senders.push_back(peer);
+    const bool sends = me != busiest && pending->plan.send.count(busiest) > 0 && !pending->plan.send.at(busiest).empty();
+    std::vector<std::byte> buf(sends ? bytes : senders.size() * bytes, std::byte{1});
+    double rate = 0;
+    std::uint64_t path = 0;  // bit 0: a sender of the same job, bit 1: of another job
+    auto round = [&] {
+      std::vector<std::unique_ptr<comm::Request>> reqs;
+      for (std::size_t i = 0; i < senders.size(); ++i)
+        reqs.push_back(tw.irecv(buf.data() + i * bytes, bytes, senders[i], kTagLink));
+      if (sends) reqs.push_back(tw.isend(buf.data(), bytes, busiest, kTagLink));
+      comm::wait_all(reqs);
+    };
+    round();  // warm-up: connections made, pages touched
+    tw.barrier();
+    const auto t0 = Clock::now();
+    constexpr int kRounds = 2;
+    for (int i = 0; i < kRounds; ++i) round();
+    if (me == busiest && !senders.empty()) {
+      rate = static_cast<double>(bytes * senders.size() * kRounds) / seconds_since(t0);
+      for (int q : senders) path |= per_rank[q][6] == per_rank[me][6] ? 1u : 2u;
     }
     tw.broadcast(&rate, sizeof(rate), busiest);
+    tw.broadcast(&path, sizeof(path), busiest);
     st.link_bytes_per_s = rate;
+    st.link_path = path == 1 ? "same job" : path == 2 ? "between jobs" : path == 3 ? "mixed" : "none";
   }
 
   // Staging and destination blocks from the pool (destinations adopted by the new arenas as the

@@ -115,10 +115,11 @@ struct SwitchStats {
     double carry = 0, engine_pack = 0, engine_unpack = 0, engine_keep = 0, engine_wait = 0,
            engine_alloc = 0, engine_agree = 0, free = 0, grads = 0, views = 0;
   } phases;
-  // The link under the busiest receiver, measured right after the commit (outside total_s) when
-  // TrainerOptions::measure_link is set: bytes/s of a 64 MiB exchange between that rank and the
-  // peer it receives most from, alone on the transition world; "same job" or "between jobs"
-  // (processes started by different mpirun / MPI_Comm_spawn calls talk over TCP here).
+  // The link into the busiest receiver, measured right after the commit (outside total_s) when
+  // TrainerOptions::measure_link is set: bytes/s arriving there when every rank that sent to it
+  // in the switch sends it 64 MiB at once, the rest of the transition world idle; its senders
+  // are of the "same job", "between jobs" or "mixed" (processes started by different mpirun /
+  // MPI_Comm_spawn calls talk over TCP here).
   double link_bytes_per_s = 0;
   std::string link_path;
 };

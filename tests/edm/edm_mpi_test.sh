@@ -19,16 +19,21 @@ mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_orte_allowed_exit_without_sync=1
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# count_processes PID FILE: the number of dynatrain processes under mpirun PID, every 10 ms,
+# one line each, until it ends.
+count_processes() {
+  while kill -0 "$1" 2>/dev/null; do
+    pgrep -P "$1" -c -x dynatrain || true
+    sleep 0.01
+  done > "$2"
+}
 
 SCHED="0:dp=2;4:tp=2,dp=2;8:tp=2,pp=3,pp_layers=2/1/1;12:dp=3;16:dp=1"
 COMMON=(train --model tiny-dense --steps 20 --global-batch 6 --seq 32 --threads 1)
 mpirun -np 2 "$BIN" "${COMMON[@]}" --schedule "$SCHED" \
   --csv "$OUT/elastic.csv" --json "$OUT/elastic.json" > "$OUT/elastic.log" 2>&1 &
 pid=$!
-while kill -0 "$pid" 2>/dev/null; do
-  pgrep -P "$pid" -c -x dynatrain || true
-  sleep 0.01
-done > "$OUT/ps.txt"
+count_processes "$pid" "$OUT/ps.txt"
 wait "$pid" || { cat "$OUT/elastic.log"; fail "elastic run exited with $?"; }
 # Process counts in order, repeats collapsed; they must pass through 2 4 6 3 1 (a shrink may show
 # the leavers going one by one).
@@ -108,10 +113,7 @@ mpirun -np 3 "$BIN" "${VCOMMON[@]}" --static --csv "$OUT/vacate_static.csv" > "$
   { cat "$OUT/vacate_static.log"; fail "static dp=3 run"; }
 mpirun -np 3 "$BIN" "${VCOMMON[@]}" --job "$OUT/vacate" --lookahead 2 --csv "$OUT/vacate.csv" > "$OUT/vacate.log" 2>&1 &
 pid=$!
-while kill -0 "$pid" 2>/dev/null; do
-  pgrep -P "$pid" -c -x dynatrain || true
-  sleep 0.01
-done > "$OUT/vacate_ps.txt"
+count_processes "$pid" "$OUT/vacate_ps.txt"
 wait "$pid" || { cat "$OUT/vacate.log"; fail "vacating run exited with $?"; }
 grep -q "placement 0,3,4" "$OUT/vacate.log" || { cat "$OUT/vacate.log"; fail "vacated ranks not placed on new processes"; }
 seen=$(awk '$1 != last && $1 > 0 { printf "%s ", $1; last = $1 }' "$OUT/vacate_ps.txt")
