@@ -1,5 +1,6 @@
 #include "edm/device_manager.h"
 
+#include <algorithm>
 #include <chrono>
 #include <iterator>
 #include <sstream>
@@ -82,13 +83,14 @@ void DeviceManager::wait_for_root(comm::Transport& world, Wake what) {
 }
 
 void DeviceManager::prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work,
-                            std::string payload) {
+                            std::string payload, Place place, std::vector<int> vacate) {
   DT_CHECK(!preparing(), "prepare() while another prepare is in flight");
   prepared_ = std::make_unique<Prepared>();
   error_ = nullptr;
-  thread_ = std::thread([this, current, next, work = std::move(work), payload = std::move(payload)]() mutable {
+  thread_ = std::thread([this, current, next, work = std::move(work), payload = std::move(payload),
+                         place = std::move(place), vacate = std::move(vacate)]() mutable {
     try {
-      run_prepare(current, next, std::move(work), payload);
+      run_prepare(current, next, std::move(work), payload, place, vacate);
     } catch (...) {
       error_ = std::current_exception();
     }
@@ -97,7 +99,7 @@ void DeviceManager::prepare(const vps::ParallelConfig& current, const vps::Paral
 }
 
 void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work,
-                                const std::string& payload) {
+                                const std::string& payload, const Place& place, const std::vector<int>& vacate) {
   comm::Transport& ctl = *control_;
   if (ctl.rank() >= current.world_size()) wait_for_root(ctl, Wake::kPrepare);
   else wake_from(ctl, current.world_size(), Wake::kPrepare);
@@ -105,7 +107,8 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
   Prepared& p = *prepared_;
   p.config = next;
   p.world_before = p.world_after = ctl.size();
-  const int need = next.world_size() - ctl.size();
+  // Processes to start: what the layout lacks once the vacated ones are gone.
+  const int need = next.world_size() - (ctl.size() - static_cast<int>(vacate.size()));
   // Rank 0 decides for everybody: R<reason> refused, S shrink the world, K keep it.
   std::string decision;
   if (ctl.rank() == 0) {
@@ -115,6 +118,10 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
                          : std::string("cannot start processes: the ") + ctl.backend() + " transport has no launcher";
     // Without a launcher nobody leaves (ranks outside the layout wait, as in a fixed job).
     if (need < 0 && launcher_) note = launcher_->cannot_leave();
+    if (reason.empty() && !vacate.empty()) {
+      const std::string why = launcher_ ? launcher_->cannot_leave() : "the transport has no launcher";
+      if (!why.empty()) reason = "cannot vacate processes: " + why;
+    }
     decision = !reason.empty() ? "R" + reason : (need < 0 && launcher_ && note.empty() ? "S" : "K" + note);
   }
   broadcast_string(ctl, decision);
@@ -125,16 +132,41 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
   if (decision.size() > 1) p.note = "processes outside " + next.str() + " stay, idle: " + decision.substr(1);
   next_ids_ = ids_;
   next_next_id_ = next_id_;
-  if (need > 0) {
+  // Where placement orders the next world, processes it leaves out may go (rank 0 says so).
+  std::string may_leave = ctl.rank() == 0 && launcher_ && launcher_->cannot_leave().empty() ? "1" : "0";
+  broadcast_string(ctl, may_leave);
+  std::vector<int> placed = place ? place(ctl.size() + std::max(need, 0)) : std::vector<int>{};
+  bool identity = true;
+  for (int r = 0; r < static_cast<int>(placed.size()); ++r) identity = identity && placed[r] == r;
+  for (int v : vacate) {
+    const bool placed_on_v = identity ? v < next.world_size() : std::find(placed.begin(), placed.end(), v) != placed.end();
+    DT_CHECK(!placed_on_v && v != 0, "placement gives a rank to vacated process ", v);
+  }
+  if (need > 0) {  // the merged world; with a placement it is reordered below
     const double t0 = now_s();
-    next_world_ = launcher_->grow(ctl, need);
+    grown_world_ = launcher_->grow(ctl, need);
     p.creations += 1;
     for (int i = 0; i < need; ++i) next_ids_.push_back(next_next_id_++);
     std::string msg = join_message(current, next, next_next_id_, next_ids_, payload);
-    broadcast_string(*next_world_, msg);
-    next_control_ = next_world_->split(0, next_world_->rank());
+    broadcast_string(*grown_world_, msg);
+    grown_control_ = grown_world_->split(0, grown_world_->rank());
     p.creations += 1;
     p.spawn_seconds = now_s() - t0;
+    // The placement and whether leftovers leave, for the new processes (they cannot compute it).
+    std::string msg_placed = may_leave + ' ';
+    for (int q : placed) msg_placed += std::to_string(q) + ' ';
+    broadcast_string(*grown_control_, msg_placed);
+  }
+  if (!identity) {
+    DT_CHECK(placed[0] == 0, "placement moves rank 0 off process 0");
+    p.process_of_rank = placed;
+    reorder(next, placed, may_leave == "1");
+    after_grow(next, work);
+    return;
+  }
+  if (need > 0) {
+    next_world_ = std::move(grown_world_);
+    next_control_ = std::move(grown_control_);
   } else if (decision[0] == 'S') {
     const bool stays = ctl.rank() < next.world_size();
     next_world_ = ctl.split(stays ? 0 : -1, ctl.rank());
@@ -147,10 +179,36 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
       p.leaving = true;
     }
   }
-  after_grow(current, next, work);
+  after_grow(next, work);
 }
 
-void DeviceManager::after_grow(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work& work) {
+// The next world ordered by placement: the process of rank r becomes rank r; processes that
+// take no rank leave when they may (else they follow, idle, in their order). Collective over
+// the transition world.
+void DeviceManager::reorder(const vps::ParallelConfig& next, const std::vector<int>& process_of_rank, bool may_leave) {
+  Prepared& p = *prepared_;
+  comm::Transport& tc = grown_control_ ? *grown_control_ : *control_;
+  const int me = tc.rank(), ranks = next.world_size();
+  const auto it = std::find(process_of_rank.begin(), process_of_rank.end(), me);
+  const bool takes = it != process_of_rank.end();
+  const int key = takes ? static_cast<int>(it - process_of_rank.begin()) : ranks + me;
+  std::vector<ProcessId> all = next_ids_;  // transition world ids, by transition rank
+  next_world_ = tc.split(takes || !may_leave ? 0 : -1, key);
+  p.creations += 1;
+  next_ids_.clear();
+  for (int r = 0; r < ranks; ++r) next_ids_.push_back(all[process_of_rank[r]]);
+  if (!may_leave)
+    for (int q = 0; q < tc.size(); ++q)
+      if (std::find(process_of_rank.begin(), process_of_rank.end(), q) == process_of_rank.end()) next_ids_.push_back(all[q]);
+  if (next_world_) {
+    next_control_ = next_world_->split(0, next_world_->rank());
+    p.creations += 1;
+  } else {
+    p.leaving = true;
+  }
+}
+
+void DeviceManager::after_grow(const vps::ParallelConfig& next, Work& work) {
   Prepared& p = *prepared_;
   if (!p.leaving) {
     comm::Transport& nc = next_control_ ? *next_control_ : *control_;
@@ -161,7 +219,6 @@ void DeviceManager::after_grow(const vps::ParallelConfig& current, const vps::Pa
   } else {
     p.world_after = next.world_size();
   }
-  (void)current;
   work(p);
 }
 
@@ -173,7 +230,20 @@ void DeviceManager::prepare_joined(const vps::ParallelConfig& next, Work work) {
   prepared_->world_before = prepared_->world_after = world_->size();
   next_ids_ = ids_;
   next_next_id_ = next_id_;
-  after_grow(vps::ParallelConfig::parse(joined_current_), next, work);
+  std::string msg_placed;
+  broadcast_string(*control_, msg_placed);  // "MAY_LEAVE PLACEMENT..." (no placement: identity)
+  std::istringstream in(msg_placed);
+  int may_leave = 0;
+  in >> may_leave;
+  std::vector<int> placed;
+  for (int q = 0; in >> q;) placed.push_back(q);
+  bool identity = true;
+  for (int r = 0; r < static_cast<int>(placed.size()); ++r) identity = identity && placed[r] == r;
+  if (!identity) {
+    prepared_->process_of_rank = placed;
+    reorder(next, placed, may_leave == 1);
+  }
+  after_grow(next, work);
   prepare_end_ = now_s();
 }
 
@@ -191,6 +261,7 @@ Prepared& DeviceManager::wait_prepared() {
 comm::Transport& DeviceManager::transition_world() {
   DT_CHECK(prepared_ != nullptr, "transition_world() without prepare()");
   // Grow: the merged world (its control). Shrink or same size: the current world.
+  if (grown_control_) return *grown_control_;
   if (next_world_ && next_world_->size() > world_->size()) return *next_control_;
   return *control_;
 }
@@ -202,7 +273,8 @@ void DeviceManager::adopt() {
     left_ = true;
     cache_ = CommunicatorCache{};
   } else if (next_world_) {
-    for (std::size_t i = next_ids_.size(); i < ids_.size(); ++i) cache_.drop_member(ids_[i]);
+    for (ProcessId id : ids_)
+      if (std::find(next_ids_.begin(), next_ids_.end(), id) == next_ids_.end()) cache_.drop_member(id);
     control_ = std::move(next_control_);
     owned_world_ = std::move(next_world_);
     world_ = owned_world_.get();
@@ -211,6 +283,8 @@ void DeviceManager::adopt() {
   }
   next_world_.reset();
   next_control_.reset();
+  grown_world_.reset();
+  grown_control_.reset();
   prepared_.reset();
 }
 
@@ -218,6 +292,8 @@ void DeviceManager::discard() {
   if (thread_.joinable()) thread_.join();
   next_world_.reset();
   next_control_.reset();
+  grown_world_.reset();
+  grown_control_.reset();
   prepared_.reset();
   error_ = nullptr;
 }

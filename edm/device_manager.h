@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+
 #include "comm/transport.h"
 #include "edm/communicators.h"
 #include "edm/launcher.h"
@@ -43,6 +44,7 @@ struct Prepared {
   std::string note;             // non-empty: something the user should know (e.g. why nobody left)
   int world_before = 0, world_after = 0;
   bool leaving = false;         // this process is not part of the next world
+  std::vector<int> process_of_rank;  // placement of the next layout in the transition world
   std::shared_ptr<const Communicators> comms;  // of `config` (nullptr on ranks outside it)
   std::uint64_t creations = 0;  // communicators created by this prepare (cache + worlds)
   double seconds = 0;           // wall time of the prepare on this rank
@@ -78,11 +80,22 @@ class DeviceManager {
   // `work` runs on the EDM's thread after the world and communicators are ready, with the rank's
   // index in the larger of the two worlds; it must not communicate.
   using Work = std::function<void(const Prepared&)>;
+  // Placement: given the number of processes of the transition world (the current world, plus
+  // those a grow starts), the process that takes each rank of the next layout (empty: rank r on
+  // process r). Runs on the EDM's thread on every rank and must give the same answer on every
+  // one (no communication). Process 0 must keep rank 0 (it runs the job's I/O).
+  using Place = std::function<std::vector<int>(int processes)>;
   // Collective over world() (ranks outside `current` layout included); returns at once.
   // `payload` (rank 0's) reaches processes started by this prepare (joined_payload()).
+  // With a placement that is not the identity, the next world is ordered by it: process
+  // place()[r] becomes rank r, and processes that take no rank leave (or wait, idle, at the end).
+  // `vacate`: world ranks that must take no rank of `next` and leave (a GPU reclaimed); as many
+  // processes are started as the layout then lacks, and `place` must leave them out. Rank 0
+  // cannot be vacated (it runs the job's I/O).
   void prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work,
-               std::string payload = {});
-  // In a joined process, synchronously: the part of the starters' prepare after the grow.
+               std::string payload = {}, Place place = {}, std::vector<int> vacate = {});
+  // In a joined process, synchronously: the part of the starters' prepare after the grow (the
+  // starters' placement arrives from them).
   void prepare_joined(const vps::ParallelConfig& next, Work work);
   bool preparing() const { return thread_.joinable() || prepared_ != nullptr; }
   // Joins the prepare thread (rethrowing its error) and returns its result.
@@ -101,8 +114,10 @@ class DeviceManager {
   static void wait_for_root(comm::Transport& world, Wake what);
 
  private:
-  void run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work, const std::string& payload);
-  void after_grow(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work& work);
+  void run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work, const std::string& payload,
+                   const Place& place, const std::vector<int>& vacate);
+  void after_grow(const vps::ParallelConfig& next, Work& work);
+  void reorder(const vps::ParallelConfig& next, const std::vector<int>& process_of_rank, bool may_leave);
 
   comm::Transport* world_ = nullptr;
   std::unique_ptr<comm::Transport> owned_world_, control_;
@@ -118,6 +133,9 @@ class DeviceManager {
   std::unique_ptr<Prepared> prepared_;
   std::exception_ptr error_;
   std::unique_ptr<comm::Transport> next_world_, next_control_;
+  // A grow that is then reordered by placement: the merged world (the transition's) and its
+  // control, kept until adopt().
+  std::unique_ptr<comm::Transport> grown_world_, grown_control_;
   std::vector<ProcessId> next_ids_;
   ProcessId next_next_id_ = 0;
   double prepare_start_ = 0, prepare_end_ = 0;

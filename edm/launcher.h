@@ -3,6 +3,7 @@
 // cannot grow; shrinking needs no launcher (the world is split and the leavers stop).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,11 @@ class Launcher {
   // (MPI), or returns (in-process ranks: the rank's thread then returns). Call it after the
   // trainer and its transports are destroyed.
   virtual void leave() = 0;
+
+  // The job this process belongs to (processes started together share one; every grow starts
+  // a new one). Processes of one Open MPI job talk over shared memory, of different jobs over
+  // TCP loopback (docs/edm.md); reports name the path with it.
+  virtual std::uint64_t job_id() const { return 0; }
 };
 
 // In-process ranks (comm/inproc, unit tests): nothing can be started; a rank leaves by

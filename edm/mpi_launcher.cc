@@ -106,6 +106,11 @@ class MpiLauncher final : public Launcher {
            "OMPI_MCA_orte_allowed_exit_without_sync=1 (scripts/mpi-env.sh sets it)";
   }
 
+  std::uint64_t job_id() const override {
+    const char* v = std::getenv("OMPI_MCA_ess_base_jobid");  // set by Open MPI in every process
+    return v != nullptr ? std::strtoull(v, nullptr, 10) : 0;
+  }
+
   void leave() override {
     std::fflush(stdout);
     std::fflush(stderr);

@@ -43,6 +43,9 @@ class Placement {
   std::vector<int> processes_of(int ranks) const;
   // "fixed" for the identity, else the comma-separated list parse() reads.
   std::string str() const;
+  // One more than the highest process the map names (0 for the identity): a placement onto
+  // processes beyond both layouts (new processes, while others are vacated) widens the plan.
+  int processes() const { return static_cast<int>(rank_of_.size()); }
   // Ranks of a `ranks`-rank layout that sit on another process than under the identity.
   int moved_ranks(int ranks) const;
 

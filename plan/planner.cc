@@ -101,7 +101,8 @@ Planner::Planner(const vps::Layout& src, const vps::Layout& dst, Topology topolo
 Planner::~Planner() = default;
 
 int Planner::world_size() const {
-  return std::max(src_.config().world_size(), dst_.config().world_size());
+  return std::max({src_.config().world_size(), dst_.config().world_size(), placement_.src.processes(),
+                   placement_.dst.processes()});
 }
 
 int Planner::src_rank_of(int process) const {

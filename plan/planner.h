@@ -42,6 +42,7 @@ class Planner {
           SwitchPlacement placement = {});
   ~Planner();
 
+  // Processes the plan spans: both layouts, and every process a placement names.
   int world_size() const;
   const SwitchPlacement& placement() const { return placement_; }
   // The layout rank `process` holds before / takes after the switch, or -1 when none.

@@ -11,10 +11,14 @@ Command add_request_command(CLI::App& app) {
   cmd->add_option("--job", *dir, "The job's directory (train --job DIR)")->required();
   cmd->add_option("--to", req->to, "Layout to switch to, e.g. tp=2,dp=4")->required();
   cmd->add_option("--at-step", req->at_step, "Step before which to switch (default: as soon as prepared)");
+  cmd->add_option("--vacate", req->vacate,
+                  "World ranks that must hold nothing afterwards and leave, e.g. 1,3 (not 0); "
+                  "processes are started for the ranks they held");
   return [dir, req] {
     write_job_request(*dir, *req);
-    std::printf("request: %s -> %s%s\n", dir->c_str(), req->to.c_str(),
-                req->at_step >= 0 ? (" at step " + std::to_string(req->at_step)).c_str() : "");
+    std::printf("request: %s -> %s%s%s\n", dir->c_str(), req->to.c_str(),
+                req->at_step >= 0 ? (" at step " + std::to_string(req->at_step)).c_str() : "",
+                req->vacate.empty() ? "" : (", vacating ranks " + req->vacate).c_str());
     return 0;
   };
 }

@@ -68,14 +68,27 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
   j["rebuild_s"] = s.rebuild_s;
   j["bytes_sent"] = s.bytes_sent;
   j["max_bytes_received"] = s.max_bytes_received;
+  // The bound divides by the link the switch's bytes took (measured after its commit), or by
+  // the run-start figure when that was not measured.
+  const auto bound = [&](double rate) { return rate > 0 ? static_cast<double>(s.max_bytes_received) / rate : 0.0; };
   j["p2p_bytes_per_s"] = p2p_bytes_per_s;
-  j["lower_bound_s"] = p2p_bytes_per_s > 0 ? static_cast<double>(s.max_bytes_received) / p2p_bytes_per_s : 0.0;
+  j["link_bytes_per_s"] = s.link_bytes_per_s;
+  j["link_path"] = s.link_path;
+  j["lower_bound_s"] = bound(s.link_bytes_per_s > 0 ? s.link_bytes_per_s : p2p_bytes_per_s);
+  j["lower_bound_run_start_s"] = bound(p2p_bytes_per_s);
+  const auto& ph = s.phases;
+  j["commit_phases_s"] = {{"carry", ph.carry},           {"engine_pack", ph.engine_pack},
+                          {"engine_unpack", ph.engine_unpack}, {"engine_keep", ph.engine_keep},
+                          {"engine_wait", ph.engine_wait},     {"engine_alloc", ph.engine_alloc},
+                          {"engine_agree", ph.engine_agree},   {"free", ph.free},
+                          {"grads", ph.grads},                 {"views", ph.views}};
   j["peak_bytes"] = s.peak_bytes;
   j["bound_bytes"] = s.bound_bytes;
   j["peak_over_bound"] = s.peak_over_bound;
   j["prefaulted_bytes"] = s.prefaulted_bytes;
   j["fresh_bytes_in_commit"] = s.fresh_bytes;
   j["comm_creations"] = s.comm_creations;
+  j["placement"] = s.placement;
   return j;
 }
 
@@ -91,6 +104,10 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   o.micro_batches = args.micro_batches;
   o.launcher = args.launcher;
   o.lookahead = args.lookahead;
+  o.measure_link = !args.json.empty();
+  if (args.placement == "fixed") o.placement = TrainerOptions::Placement::kFixed;
+  else if (args.placement == "auto") o.placement = TrainerOptions::Placement::kAuto;
+  else DT_INPUT_ERROR("unknown --placement '", args.placement, "'; valid: fixed, auto");
   if (args.switch_method == "gather") o.switch_method = SwitchMethod::kGather;
   else if (args.switch_method == "engine") o.switch_method = SwitchMethod::kEngine;
   else if (!args.switch_method.empty())
@@ -99,10 +116,14 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   if (args.lookahead < 0) DT_INPUT_ERROR("--lookahead ", args.lookahead, " must be 0 (auto) or positive");
   auto schedule = parse_schedule(args.schedule);
   if (args.static_layout) schedule.resize(1);
+  // A process started by a grow joins the running job instead of starting one (its own MPI
+  // world holds only the processes started with it: the schedule's sizes do not apply to it).
+  std::unique_ptr<comm::Transport> joined_world = args.launcher ? args.launcher->join() : nullptr;
+  const bool joined = joined_world != nullptr;
   for (auto& [step, config] : schedule) {
     Trainer::check_supported(o, config);
     const bool first = step == schedule.front().first;
-    if (config.world_size() > world.size() && (first || !args.launcher))
+    if (!joined && config.world_size() > world.size() && (first || !args.launcher))
       DT_INPUT_ERROR("schedule layout '", config.str(), "' at step ", step, " needs ",
                      config.world_size(), " ranks; the job has ", world.size(),
                      first ? " (the first layout must fit the processes mpirun starts)"
@@ -113,9 +134,6 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     DT_INPUT_ERROR("training text has ", text.size(), " bytes; --seq ", args.seq, " needs at least ", args.seq + 2);
   set_intra_op_threads(args.threads > 0 ? args.threads : default_threads());
 
-  // A process started by a grow joins the running job instead of starting one.
-  std::unique_ptr<comm::Transport> joined_world = args.launcher ? args.launcher->join() : nullptr;
-  const bool joined = joined_world != nullptr;
   const bool root = !joined && world.rank() == 0;
   const bool tty = root && isatty(fileno(stdout));
   std::ofstream csv, json_out;
@@ -174,17 +192,38 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   std::int64_t step = first_step;
   std::string preparing;  // layout being prepared, for the progress line
 
+  // Switches that must vacate world ranks (requested with `dynatrain request --vacate`), by step.
+  std::map<std::int64_t, std::vector<int>> vacate_at;
   // The schedule from entry `next` on, as a valid --schedule string (processes started by the
-  // switch being prepared continue from it: it holds switches requested while running).
+  // switch being prepared continue from it: it holds switches requested while running), then
+  // "|STEP:R1,R2;..." for the switches among them that vacate ranks.
   auto rest_of_schedule = [&] {
-    std::string s = "0:" + trainer->config().str();
-    for (std::size_t i = next; i < schedule.size(); ++i)
+    std::string s = "0:" + trainer->config().str(), v;
+    for (std::size_t i = next; i < schedule.size(); ++i) {
       s += ";" + std::to_string(schedule[i].first) + ":" + schedule[i].second.str();
-    return s;
+      if (auto it = vacate_at.find(schedule[i].first); it != vacate_at.end()) {
+        v += (v.empty() ? "" : ";") + std::to_string(it->first) + ":";
+        for (std::size_t k = 0; k < it->second.size(); ++k) v += (k ? "," : "") + std::to_string(it->second[k]);
+      }
+    }
+    return v.empty() ? s : s + "|" + v;
+  };
+  auto adopt_rest_of_schedule = [&](const std::string& text) {  // the inverse, on another rank
+    const auto bar = text.find('|');
+    schedule = parse_schedule(text.substr(0, bar));
+    vacate_at.clear();
+    if (bar == std::string::npos) return;
+    std::stringstream items(text.substr(bar + 1));
+    std::string item;
+    while (std::getline(items, item, ';')) {
+      const auto colon = item.find(':');
+      vacate_at[std::stoll(item.substr(0, colon))] = parse_rank_list(item.substr(colon + 1));
+    }
   };
   auto maybe_prepare = [&] {
     if (next < schedule.size() && !trainer->preparing() && step + trainer->lookahead() >= schedule[next].first) {
-      trainer->prepare(schedule[next].second, rest_of_schedule());
+      const auto v = vacate_at.find(schedule[next].first);
+      trainer->prepare(schedule[next].second, rest_of_schedule(), v == vacate_at.end() ? std::vector<int>{} : v->second);
       preparing = schedule[next].second.str();
     }
   };
@@ -202,11 +241,11 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       } else {
         std::printf("switch before step %lld: %s -> %s  processes %d -> %d  pause %.2f ms (transfer %.2f, "
                     "rebuild %.2f)  prepare %.2f ms (spawn %.2f) hidden %.0f%%  %llu new communicators  "
-                    "(%s, %.2f MB sent)\n",
+                    "(%s, %.2f MB sent, placement %s)\n",
                     static_cast<long long>(step), sw.from.c_str(), sw.to.c_str(), sw.world_before, sw.world_after,
                     sw.total_s * 1e3, sw.transfer_s * 1e3, sw.rebuild_s * 1e3, sw.prepare_s * 1e3,
                     sw.spawn_s * 1e3, sw.hidden_fraction * 100, static_cast<unsigned long long>(sw.comm_creations),
-                    switch_method_name(sw.method), sw.bytes_sent / 1e6);
+                    switch_method_name(sw.method), sw.bytes_sent / 1e6, sw.placement.c_str());
         if (!sw.note.empty()) std::printf("note: %s\n", sw.note.c_str());
       }
       std::fflush(stdout);
@@ -214,46 +253,88 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     return !trainer->left();
   };
 
-  // A request from `dynatrain request` (rank 0 reads it, every rank of the world agrees): the
-  // switch goes into the schedule at its step, or as soon as it can be prepared; never before
-  // a switch already being prepared. Called at every step boundary after any commit.
+  // A request from `dynatrain request` (rank 0 reads it and decides): the switch goes into the
+  // schedule at its step, or as soon as it can be prepared; never before a switch already being
+  // prepared. Rank 0 only; the others learn the schedule in sync_job().
   auto take_request = [&] {
-    std::string to;
-    std::int64_t at = -1;
-    if (root) {
-      if (auto q = take_job_request(args.job)) {
-        try {
-          auto c = vps::ParallelConfig::parse(q->to);
-          Trainer::check_supported(o, c);
-          to = c.str();
-          at = q->at_step;
-        } catch (const InputError& e) {
-          std::printf("request refused: %s; training continues in %s\n", e.what(), trainer->config().str().c_str());
-        }
-      }
+    auto q = take_job_request(args.job);
+    if (!q) return;
+    vps::ParallelConfig config;
+    std::vector<int> vacate;
+    try {
+      config = vps::ParallelConfig::parse(q->to);
+      Trainer::check_supported(o, config);
+      vacate = parse_rank_list(q->vacate);
+      for (int v : vacate)
+        if (v < 1 || v >= trainer->world_size())
+          DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 1..", trainer->world_size() - 1,
+                         " (rank 0 runs the job's I/O and stays)");
+    } catch (const InputError& e) {
+      std::printf("request refused: %s; training continues in %s\n", e.what(), trainer->config().str().c_str());
+      return;
     }
-    std::uint64_t hdr[2] = {to.size(), static_cast<std::uint64_t>(at + 1)};
-    comm::Transport& w = trainer->world();
-    w.broadcast(hdr, sizeof(hdr), 0);
-    if (hdr[0] == 0) return;
-    to.resize(hdr[0]);
-    w.broadcast(to.data(), to.size(), 0);
-    at = hdr[1] == 0 ? step + trainer->lookahead() : static_cast<std::int64_t>(hdr[1]) - 1;
+    std::int64_t at = q->at_step >= 0 ? q->at_step : step + trainer->lookahead();
     std::int64_t earliest = step + 1;
     if (trainer->preparing()) earliest = std::max(earliest, schedule[next].first + 1);
     at = std::max(at, earliest);
     std::size_t i = next;
     while (i < schedule.size() && schedule[i].first < at) ++i;
-    const auto config = vps::ParallelConfig::parse(to);
     if (i < schedule.size() && schedule[i].first == at) schedule[i].second = config;
     else schedule.insert(schedule.begin() + static_cast<std::ptrdiff_t>(i), {at, config});
-    if (root) std::printf("request: switch to %s before step %lld\n", to.c_str(), static_cast<long long>(at));
+    if (vacate.empty()) vacate_at.erase(at);
+    else vacate_at[at] = vacate;
+    std::printf("request: switch to %s before step %lld%s\n", config.str().c_str(), static_cast<long long>(at),
+                vacate.empty() ? "" : (", vacating ranks " + q->vacate).c_str());
+  };
+  // With --job, once per step after any commit: rank 0 takes a request and sends the schedule
+  // (with the step) to the other ranks. Ranks of the current layout get it every step; ranks
+  // outside it only when they have something to do before the next sync (a prepare, a commit,
+  // a checkpoint) and otherwise wait here without spinning (a sleep-polled receive), as they
+  // do in a prepare without --job. Returns false when rank 0 ends the run (kJobEnd).
+  auto save_due = [&](std::int64_t s) {
+    return !args.save_dir.empty() && args.save_every > 0 && s > first_step && s < args.steps && s % args.save_every == 0;
+  };
+  auto outside_needed = [&] {  // on rank 0: must ranks outside the layout run to the next sync?
+    if (save_due(step + 1)) return true;
+    if (next >= schedule.size()) return false;
+    const std::int64_t at = schedule[next].first;
+    if (trainer->preparing()) return at == step + 1 && step + 1 < args.steps;  // the next commit
+    return step + trainer->lookahead() >= at ||                                // a prepare now
+           (step + 1 < args.steps && step + 1 + trainer->lookahead() >= at);   // or next step
+  };
+  bool outside_waiting = false;  // rank 0: ranks outside the layout wait for a message
+  auto sync_job = [&]() -> bool {
+    comm::Transport& w = trainer->world();
+    const int layout_ranks = trainer->config().world_size();
+    if (w.rank() == 0) {
+      take_request();
+      const bool wake_outside = outside_needed();
+      std::string body = rest_of_schedule();
+      JobSync msg{kJobSchedule, step, body.size()};
+      for (int r = 1; r < w.size(); ++r)
+        if (r < layout_ranks || wake_outside) send_job_sync(w, r, msg, body);
+      outside_waiting = !wake_outside;
+      return true;
+    }
+    std::string body;
+    const JobSync msg = receive_job_sync(w, body, /*sleep_poll=*/w.rank() >= layout_ranks);
+    if (msg.kind == kJobEnd) return false;
+    step = msg.step;
+    adopt_rest_of_schedule(body);
+    next = 1;  // entry 0 is the current layout
+    return true;
+  };
+  auto end_job = [&] {  // rank 0, after the last step: release ranks waiting in sync_job
+    comm::Transport& w = trainer->world();
+    if (args.job.empty() || w.rank() != 0 || !outside_waiting) return;
+    for (int r = trainer->config().world_size(); r < w.size(); ++r)
+      send_job_sync(w, r, JobSync{kJobEnd, step, 0}, {});
   };
 
   if (joined) {  // this process was started for the switch being prepared: commit it first
     trainer->commit();
     step = trainer->steps_done();
-    if (!trainer->joined_payload().empty()) schedule = parse_schedule(trainer->joined_payload());
+    if (!trainer->joined_payload().empty()) adopt_rest_of_schedule(trainer->joined_payload());
     next = 0;
     while (next < schedule.size() && schedule[next].first <= step) ++next;
     if (trainer->left()) return 0;
@@ -276,7 +357,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       maybe_prepare();
     }
     if (!args.job.empty()) {
-      take_request();
+      if (!sync_job()) break;
       maybe_prepare();
     }
     if (!trainer->active()) continue;  // wait in the next prepare / commit / finish
@@ -322,6 +403,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       csv << '\n';
     }
   }
+  end_job();
   if (trainer->left()) {  // handed its state over in the last commit
     trainer.reset();
     if (args.launcher) args.launcher->leave();

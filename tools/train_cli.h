@@ -2,7 +2,7 @@
 //
 //   mpirun -np N dynatrain train --model tiny-dense|tiny-moe|config.json [--data FILE]
 //       --steps S --global-batch B --seq L --schedule "0:tp=2,pp=2,dp=2;50:tp=1,pp=2,dp=4"
-//       [--static] [--csv FILE] [--json FILE] [--lookahead K] [--hostfile F] [--host H]
+//       [--static] [--csv FILE] [--json FILE] [--lookahead K] [--placement fixed|auto] [--hostfile F] [--host H]
 //
 // Every rank of `world` calls train_command with the same arguments. Rank 0 prints one line per
 // step (loss, tokens/s, layout, a switch being prepared) and one per switch (pause, prepare,
@@ -42,6 +42,7 @@ struct TrainArgs {
   std::string csv;                   // --csv: per-step CSV (header: step,loss,tokens_per_s,...)
   std::string json;                  // --json: one record per switch (docs/edm.md)
   int lookahead = 0;                 // --lookahead: steps between prepare and commit; 0 = auto
+  std::string placement = "auto";    // --placement: fixed | auto (which process takes which rank)
   std::string job;                   // --job DIR: take switch requests from DIR (tools/job_request.h)
   // How processes are started and ended (nullptr: the job keeps its processes; layouts must
   // fit the world). `dynatrain train` uses the MPI launcher with --hostfile / --host.

@@ -25,6 +25,9 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("--static", args->static_layout, "Run the schedule's first layout throughout");
   cmd->add_option("--csv", args->csv, "Write per-step figures to this CSV file");
   cmd->add_option("--json", args->json, "Write one record per switch to this JSON file");
+  cmd->add_option("--placement", args->placement,
+                  "Which process takes which rank of a new layout: fixed (rank r on process r) or auto "
+                  "(fewest bytes moved, rank 0 kept on process 0)");
   cmd->add_option("--lookahead", args->lookahead, "Steps between preparing a switch and committing it (0: auto)")
       ->capture_default_str();
   cmd->add_option("--job", args->job, "Directory to watch for `dynatrain request` switch requests");

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "edm/device_manager.h"
+#include "plan/placement.h"
 #include "plan/planner.h"
 #include "train/context_parallel.h"
 #include "train/data.h"
@@ -24,7 +25,7 @@ using vps::StateKind;
 
 namespace {
 
-constexpr int kTagForward = 101, kTagBackward = 102, kTagLogits = 104;
+constexpr int kTagForward = 101, kTagBackward = 102, kTagLogits = 104, kTagLink = 105;
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -95,6 +96,8 @@ struct PendingSwitch {
   std::unique_ptr<vps::Layout> dst_full;  // every state kind of the new layout
   vps::RankLayout dst_full_rl, src_rl, dst_rl;
   plan::RankPlan plan;                    // this rank's part (moved kinds only)
+  plan::Placement placement;              // process (transition world rank) of every new rank
+  int new_rank = -1;                      // this process's rank in the new layout (-1: none)
   std::size_t prefaulted = 0;             // bytes the prepare touched in the pool
   double plan_s = 0;
 };
@@ -128,6 +131,8 @@ struct Trainer::Impl {
                  *edp_g = nullptr, *active_g = nullptr;
   std::unique_ptr<PendingSwitch> pending;
   bool left = false;
+  int layout_rank = 0;       // this process's rank in the current layout (>= its size: none)
+  bool grads_stale = false;  // gradient buffers hold garbage since the last commit (until zeroed)
   // Agreed at every commit (rank 0's choice). Before the first prepare has been measured:
   // 10 steps, since starting processes can take seconds on a loaded machine.
   int lookahead = 10;
@@ -211,7 +216,7 @@ struct Trainer::Impl {
     model.layers.resize(stage_offsets[rc.pp + 1] - first_layer);
     micro = auto_micro_batches(opt.global_batch / c.dp, c.pp, opt.micro_batches);
     const auto& tensors = layout->tensors();
-    for (const auto& s : layout->local_shards(world().rank())) {
+    for (const auto& s : layout->local_shards(layout_rank)) {
       const auto& t = tensors[s.tensor];
       const auto& pb = buffer(StateKind::kParam, s.expert_group, s.bucket);
       const auto& gb = buffer(StateKind::kGrad, s.expert_group, s.bucket);
@@ -263,11 +268,16 @@ struct Trainer::Impl {
     }
   }
 
-  void adopt(std::unique_ptr<vps::Layout> l, Arenas a, std::shared_ptr<const edm::Communicators> g) {
+  // `prepared`: this rank's layout of `l` when already computed (a switch's prepare).
+  // `rank`: this process's rank in `l` when it differs from its world rank (a commit, before
+  // the new world is adopted; -1: none, so outside the layout).
+  void adopt(std::unique_ptr<vps::Layout> l, Arenas a, std::shared_ptr<const edm::Communicators> g,
+             vps::RankLayout* prepared = nullptr, int rank = -2) {
     model = StageModel{};  // drop views of the old arenas first
     layout = std::move(l);
-    const int r = world().rank();
-    rank_layout = layout->rank_layout(r);
+    const int r = rank == -2 ? world().rank() : rank == -1 ? layout->config().world_size() + world().rank() : rank;
+    layout_rank = r;
+    rank_layout = prepared ? std::move(*prepared) : layout->rank_layout(r);
     rc = vps::rank_coords(layout->config(), r);
     arenas = std::move(a);
     use_groups(std::move(g));
@@ -531,34 +541,86 @@ struct Trainer::Impl {
   }
 
   // ---- switch: prepare (on the EDM's thread, while steps run) + commit (at a step boundary) ----
-  void prepare(vps::ParallelConfig next, std::string payload) {
+  void prepare(vps::ParallelConfig next, std::string payload, std::vector<int> vacate) {
     check_supported(opt, next);
+    for (int v : vacate)
+      if (v <= 0 || v >= world().size())
+        DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 1..", world().size() - 1,
+                       " (rank 0 runs the job's I/O and stays)");
+    if (opt.switch_method != SwitchMethod::kEngine && !vacate.empty())
+      DT_INPUT_ERROR("vacating processes needs the engine switch method");
     lookahead_used = lookahead;
     const vps::ParallelConfig current = cfg();
     edm->prepare(current, next, [this, current, next](const edm::Prepared& p) {
-      if (p.refused.empty()) plan_switch(current, next);
-    }, std::move(payload));
+      if (p.refused.empty()) plan_switch(current, next, plan::Placement(p.process_of_rank));
+    }, std::move(payload), place(current, next, vacate), vacate);
+  }
+
+  // Vacating: rank r stays on process r unless that process is vacated or missing; the other
+  // ranks take the remaining processes in order (processes started for the switch last).
+  static std::vector<int> place_around(int ranks, int processes, const std::vector<int>& vacate) {
+    std::vector<bool> used(static_cast<std::size_t>(processes), false);
+    for (int v : vacate) used.at(v) = true;
+    std::vector<int> out(static_cast<std::size_t>(ranks), -1);
+    for (int r = 0; r < ranks && r < processes; ++r)
+      if (!used[r]) out[r] = r, used[r] = true;
+    int q = 0;
+    for (int& p : out)
+      if (p < 0) {
+        while (used.at(q)) ++q;
+        p = q;
+        used[q] = true;
+      }
+    return out;
+  }
+
+  // The EDM's placement callback (runs on its thread on every rank, same answer everywhere).
+  edm::DeviceManager::Place place(const vps::ParallelConfig& current, const vps::ParallelConfig& next,
+                                  const std::vector<int>& vacate) const {
+    if (!vacate.empty())
+      return [ranks = next.world_size(), vacate](int processes) { return place_around(ranks, processes, vacate); };
+    if (opt.placement != TrainerOptions::Placement::kAuto || opt.switch_method != SwitchMethod::kEngine) return {};
+    return [this, current, next](int processes) -> std::vector<int> {
+      auto src = make_layout(current, kMovedKinds);
+      auto dst = make_layout(next, kMovedKinds);
+      if (processes != std::max(current.world_size(), next.world_size())) return {};
+      plan::Topology topo;
+      topo.gpus_per_node = opt.gpus_per_node;
+      const plan::Placement chosen = plan::auto_placement(*src, *dst, topo);
+      if (chosen.process_of(0) != 0) return {};  // rank 0 must stay on process 0: fixed
+      return chosen.processes_of(next.world_size());
+    };
   }
 
   // This rank's layouts and plan for the switch (no communication, no torch: safe on the EDM's
   // thread while the caller trains; the current layout does not change until the commit).
-  void plan_switch(const vps::ParallelConfig& current, const vps::ParallelConfig& next) {
+  void plan_switch(const vps::ParallelConfig& current, const vps::ParallelConfig& next, plan::Placement placement) {
     const auto t0 = Clock::now();
     auto ps = std::make_unique<PendingSwitch>();
-    const int r = world().rank();  // a rank keeps its index in the larger world
+    // This process's rank in the transition world: in the current world, a process keeps its
+    // index in the world a grow merges; the new layout's ranks sit where `placement` says.
+    const int r = world().rank();
     ps->next = next;
+    ps->placement = placement;
+    ps->new_rank = placement.is_identity() ? r : placement.rank_of(r, next.world_size());
     ps->dst_full = make_layout(next);
-    ps->dst_full_rl = ps->dst_full->rank_layout(r);
+    // A process without a new rank holds nothing (a rank index beyond the layout).
+    ps->dst_full_rl = ps->dst_full->rank_layout(ps->new_rank >= 0 ? ps->new_rank : next.world_size() + r);
     ps->plan.rank = r;
     if (opt.switch_method == SwitchMethod::kEngine) {
       auto src = make_layout(current, kMovedKinds);
       auto dst = make_layout(next, kMovedKinds);
       plan::Topology topo;
       topo.gpus_per_node = opt.gpus_per_node;
-      plan::Planner planner(*src, *dst, topo);
-      if (r < planner.world_size()) ps->plan = planner.plan_rank(r);
-      ps->src_rl = src->rank_layout(r);
-      ps->dst_rl = dst->rank_layout(r);
+      plan::Planner planner(*src, *dst, topo, {{}, placement});
+      if (r < planner.world_size()) {
+        ps->plan = planner.plan_rank(r);
+        ps->src_rl = planner.src_rank_layout(r);
+        ps->dst_rl = planner.dst_rank_layout(r);
+      } else {
+        ps->src_rl = src->rank_layout(r);
+        ps->dst_rl = dst->rank_layout(r);
+      }
     }
     // The memory the commit needs beyond what the source gives back, touched now so that the
     // commit never faults fresh pages: max(0, destination - source) + staging (the budget, or
@@ -610,6 +672,8 @@ struct Trainer::Impl {
     std::uint64_t carry[4] = {static_cast<std::uint64_t>(step), cursor.seed, cursor.position,
                               static_cast<std::uint64_t>(choose_lookahead(p.seconds))};
     tw.broadcast(carry, sizeof(carry), 0);
+    SwitchStats::Phases ph;
+    ph.carry = seconds_since(t0);
     step = static_cast<std::int64_t>(carry[0]);
     cursor.seed = carry[1];
     cursor.position = carry[2];
@@ -628,7 +692,7 @@ struct Trainer::Impl {
     std::uint64_t sent = 0, received = 0;
     std::size_t budget = 0;
     if (opt.switch_method == SwitchMethod::kEngine) {
-      budget = run_engine(tw, next_arenas, transfer_s, sent, received);
+      budget = run_engine(tw, next_arenas, transfer_s, sent, received, ph);
     } else {
       const auto tt0 = Clock::now();
       next_arenas.fill_missing(pending->dst_full_rl);
@@ -645,8 +709,14 @@ struct Trainer::Impl {
     }
     const auto tr0 = Clock::now();
     arenas = Arenas{};  // whatever the engine did not take (nothing, for moved kinds)
-    next_arenas.fill_missing(pending->dst_full_rl);  // gradients, zero
-    adopt(std::move(pending->dst_full), std::move(next_arenas), p.comms);
+    ph.free = seconds_since(tr0);
+    auto tg0 = Clock::now();
+    take_gradients(next_arenas);
+    ph.grads = seconds_since(tg0);
+    tg0 = Clock::now();
+    st.placement = pending->placement.str();
+    adopt(std::move(pending->dst_full), std::move(next_arenas), p.comms, &pending->dst_full_rl, pending->new_rank);
+    ph.views = seconds_since(tg0);
     const std::uint64_t peak = pool.peak_live(), bound = std::max(src_bytes, dst_bytes) + budget;
     const std::uint64_t fresh = pool.fresh_bytes() - fresh_before;
     if (opt.fault_drop_moments_on_switch)
@@ -668,8 +738,17 @@ struct Trainer::Impl {
       st.spawn_s = std::max(st.spawn_s, t[6]);
       st.comm_creations = std::max<std::uint64_t>(st.comm_creations, static_cast<std::uint64_t>(t[7]));
     }
-    for (const auto& b : comm::all_gather_values(tw, std::array<std::uint64_t, 6>{
-                                                         sent, received, peak, bound, fresh, pending->prefaulted})) {
+    const std::array<double, 10> phases{ph.carry, ph.engine_pack, ph.engine_unpack, ph.engine_keep, ph.engine_wait,
+                                        ph.engine_alloc, ph.engine_agree, ph.free, ph.grads, ph.views};
+    for (const auto& t : comm::all_gather_values(tw, phases)) {
+      double* out[] = {&st.phases.carry, &st.phases.engine_pack, &st.phases.engine_unpack, &st.phases.engine_keep,
+                       &st.phases.engine_wait, &st.phases.engine_alloc, &st.phases.engine_agree, &st.phases.free,
+                       &st.phases.grads, &st.phases.views};
+      for (std::size_t i = 0; i < t.size(); ++i) *out[i] = std::max(*out[i], t[i]);
+    }
+    const auto per_rank = comm::all_gather_values(tw, std::array<std::uint64_t, 7>{
+        sent, received, peak, bound, fresh, pending->prefaulted, opt.launcher ? opt.launcher->job_id() : 0});
+    for (const auto& b : per_rank) {
       st.bytes_sent += b[0];
       st.bytes_received += b[1];
       st.max_bytes_received = std::max(st.max_bytes_received, b[1]);
@@ -681,10 +760,66 @@ struct Trainer::Impl {
         st.bound_bytes = b[3];
       }
     }
+    if (opt.measure_link) measure_link(tw, per_rank, st);
     pending.reset();
     edm->adopt();
     left = edm->left();
     return st;
+  }
+
+  // The new layout's gradient buffers, from the pool and not zeroed: every step starts by
+  // zeroing them, and the readers between steps (gather, arenas) zero them first
+  // (grads_stale), so the pause does not pay for a second memset of every gradient.
+  void take_gradients(Arenas& next_arenas) {
+    for (const auto& b : pending->dst_full_rl.buffers)
+      if (b.kind == StateKind::kGrad && b.numel > 0 && next_arenas.data(b) == nullptr)
+        next_arenas.set(b, reinterpret_cast<float*>(pool.allocate(static_cast<std::size_t>(b.numel) * sizeof(float))));
+    next_arenas.fill_missing(pending->dst_full_rl);  // any other buffer the engine did not make, zero
+    grads_stale = true;
+  }
+  void zero_stale_gradients() {
+    if (grads_stale && rc.active) zero_kind(StateKind::kGrad);
+    grads_stale = false;
+  }
+
+  // The lower bound's link, on the path the switch's bytes took: every rank that sent to the
+  // busiest receiver sends it 64 MiB at once (after a warm-up round) while the other ranks of
+  // the transition world wait; rate = bytes that arrived / time at the busiest rank.
+  // per_rank[r] = {.., [1] bytes received, .., [6] job id}.
+  void measure_link(comm::Transport& tw, const std::vector<std::array<std::uint64_t, 7>>& per_rank, SwitchStats& st) {
+    int busiest = 0;
+    for (int r = 0; r < static_cast<int>(per_rank.size()); ++r)
+      if (per_rank[r][1] > per_rank[busiest][1]) busiest = r;
+    const int me = tw.rank();
+    const std::size_t bytes = std::size_t{64} << 20;
+    std::vector<int> senders;  // on the busiest rank: the peers it received from
+    if (me == busiest)
+      for (const auto& [peer, pieces] : pending->plan.recv)
+        if (peer != me && !pieces.empty()) senders.push_back(peer);
+    const bool sends = me != busiest && pending->plan.send.count(busiest) > 0 && !pending->plan.send.at(busiest).empty();
+    std::vector<std::byte> buf(sends ? bytes : senders.size() * bytes, std::byte{1});
+    double rate = 0;
+    std::uint64_t path = 0;  // bit 0: a sender of the same job, bit 1: of another job
+    auto round = [&] {
+      std::vector<std::unique_ptr<comm::Request>> reqs;
+      for (std::size_t i = 0; i < senders.size(); ++i)
+        reqs.push_back(tw.irecv(buf.data() + i * bytes, bytes, senders[i], kTagLink));
+      if (sends) reqs.push_back(tw.isend(buf.data(), bytes, busiest, kTagLink));
+      comm::wait_all(reqs);
+    };
+    round();  // warm-up: connections made, pages touched
+    tw.barrier();
+    const auto t0 = Clock::now();
+    constexpr int kRounds = 2;
+    for (int i = 0; i < kRounds; ++i) round();
+    if (me == busiest && !senders.empty()) {
+      rate = static_cast<double>(bytes * senders.size() * kRounds) / seconds_since(t0);
+      for (int q : senders) path |= per_rank[q][6] == per_rank[me][6] ? 1u : 2u;
+    }
+    tw.broadcast(&rate, sizeof(rate), busiest);
+    tw.broadcast(&path, sizeof(path), busiest);
+    st.link_bytes_per_s = rate;
+    st.link_path = path == 1 ? "same job" : path == 2 ? "between jobs" : path == 3 ? "mixed" : "none";
   }
 
   // Staging and destination blocks from the pool (destinations adopted by the new arenas as the
@@ -711,7 +846,7 @@ struct Trainer::Impl {
   // the planner's world with an empty plan), so the commit creates no communicator. Returns the
   // engine's memory budget.
   std::size_t run_engine(comm::Transport& tw, Arenas& next_arenas, double& transfer_s, std::uint64_t& sent,
-                         std::uint64_t& received) {
+                         std::uint64_t& received, SwitchStats::Phases& ph) {
     const PendingSwitch& ps = *pending;
     const auto tt0 = Clock::now();
     std::vector<std::byte*> src_ptrs, dst_ptrs(ps.dst_rl.buffers.size(), nullptr);
@@ -724,6 +859,12 @@ struct Trainer::Impl {
     sent = ts.bytes_sent;
     received = ts.bytes_received;
     transfer_s = seconds_since(tt0);
+    ph.engine_pack = ts.pack_seconds;
+    ph.engine_unpack = ts.unpack_seconds;
+    ph.engine_keep = ts.keep_seconds;
+    ph.engine_wait = ts.wait_seconds;
+    ph.engine_alloc = ts.alloc_seconds;
+    ph.engine_agree = ts.agree_seconds;
     for (std::size_t i = 0; i < ps.dst_rl.buffers.size(); ++i)
       DT_CHECK(dst_ptrs[i] != nullptr || ps.dst_rl.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
     return to.mem_budget;
@@ -808,7 +949,9 @@ std::unique_ptr<Trainer> Trainer::join(TrainerOptions options, std::unique_ptr<c
   auto layout = im.make_layout(current);
   Arenas a(layout->rank_layout(im.edm->world().rank()), im.pool);
   im.adopt(std::move(layout), std::move(a), nullptr);
-  im.edm->prepare_joined(next, [&im, current, next](const edm::Prepared&) { im.plan_switch(current, next); });
+  im.edm->prepare_joined(next, [&im, current, next](const edm::Prepared& p) {
+    im.plan_switch(current, next, plan::Placement(p.process_of_rank));
+  });
   return t;
 }
 
@@ -818,14 +961,14 @@ const vps::ParallelConfig& Trainer::config() const { return impl_->cfg(); }
 const vps::Layout& Trainer::layout() const { return *impl_->layout; }
 std::int64_t Trainer::steps_done() const { return impl_->step; }
 StepStats Trainer::step() { return impl_->do_step(); }
-void Trainer::prepare(const vps::ParallelConfig& config, std::string payload) {
-  impl_->prepare(config, std::move(payload));
+void Trainer::prepare(const vps::ParallelConfig& config, std::string payload, std::vector<int> vacate) {
+  impl_->prepare(config, std::move(payload), std::move(vacate));
 }
 const std::string& Trainer::joined_payload() const { return impl_->edm->joined_payload(); }
 bool Trainer::preparing() const { return impl_->edm->preparing(); }
 SwitchStats Trainer::commit() { return impl_->commit(); }
 SwitchStats Trainer::switch_to(const vps::ParallelConfig& config) {
-  impl_->prepare(config, {});
+  impl_->prepare(config, {}, {});
   return impl_->commit();
 }
 bool Trainer::left() const { return impl_->left; }
@@ -840,6 +983,7 @@ void Trainer::finish() {
   e.control().barrier();
 }
 Gathered Trainer::gather(vps::StateKind kind) {
+  if (kind == vps::StateKind::kGrad) impl_->zero_stale_gradients();
   return gather_vps(*impl_->layout, kind, impl_->arenas, impl_->world());
 }
 Trainer::Probe Trainer::forward_backward() { return impl_->probe(); }
@@ -851,7 +995,10 @@ void Trainer::restore_progress(const Progress& p) {
   impl_->cursor.seed = p.data_seed;
   impl_->cursor.position = p.data_position;
 }
-Arenas& Trainer::arenas() { return impl_->arenas; }
+Arenas& Trainer::arenas() {
+  impl_->zero_stale_gradients();
+  return impl_->arenas;
+}
 
 }  // namespace dynatrain::train
 

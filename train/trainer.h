@@ -64,6 +64,13 @@ struct TrainerOptions {
   std::shared_ptr<edm::Launcher> launcher;
   // Steps between prepare() and the commit; 0 = automatic (from the last prepare's time).
   int lookahead = 0;
+  // Which process takes which rank of the next layout (plan/placement.h): kFixed = rank r on
+  // process r; kAuto = plan::auto_placement (fewest bytes to move), used where it keeps rank 0
+  // on process 0 (the job's I/O runs there), else kFixed. The new world is ordered by it.
+  enum class Placement { kFixed, kAuto } placement = Placement::kAuto;
+  // Measure each switch's link after its commit (SwitchStats::link_bytes_per_s); costs one
+  // 64 MiB exchange per switch, outside the pause.
+  bool measure_link = false;
 };
 
 struct StepStats {
@@ -97,7 +104,25 @@ struct SwitchStats {
   // still had to take fresh from the system (first-touch on the critical path; 0 is the goal).
   std::uint64_t prefaulted_bytes = 0, fresh_bytes = 0;
   std::uint64_t comm_creations = 0;  // communicators created for this switch (0 = all cached)
+  // "fixed", or the process of every new rank ("0,2,1,3") when placement moved ranks.
+  std::string placement = "fixed";
   int lookahead = 0;                 // steps between this prepare and this commit (next: lookahead())
+  // Where the pause went, max over ranks of each part (seconds; they need not sum to total_s).
+  // carry: step / data cursor broadcast; engine_*: exec::TransitionStats' own split of the
+  // transfer (pack, unpack, keeps, waiting for peers, allocator, wave agreement); free: the old
+  // arenas back to the pool; grads: the new gradient buffers materialised; views: layout,
+  // groups and module views of the new arenas.
+  struct Phases {
+    double carry = 0, engine_pack = 0, engine_unpack = 0, engine_keep = 0, engine_wait = 0,
+           engine_alloc = 0, engine_agree = 0, free = 0, grads = 0, views = 0;
+  } phases;
+  // The link into the busiest receiver, measured right after the commit (outside total_s) when
+  // TrainerOptions::measure_link is set: bytes/s arriving there when every rank that sent to it
+  // in the switch sends it 64 MiB at once, the rest of the transition world idle; its senders
+  // are of the "same job", "between jobs" or "mixed" (processes started by different mpirun /
+  // MPI_Comm_spawn calls talk over TCP here).
+  double link_bytes_per_s = 0;
+  std::string link_path;
 };
 
 class Trainer {
@@ -119,7 +144,9 @@ class Trainer {
   // Starts preparing a switch to `config` in the background; collective over world. Validates
   // `config` first (InputError). `payload` (rank 0's) reaches processes this switch starts
   // (joined_payload()).
-  void prepare(const vps::ParallelConfig& config, std::string payload = {});
+  // `vacate`: world ranks that must hold nothing after the switch and leave (not 0); the
+  // layout's ranks go to the others, in order, and to processes started for the rest.
+  void prepare(const vps::ParallelConfig& config, std::string payload = {}, std::vector<int> vacate = {});
   // In a process started by a grow: the payload of the prepare that started it.
   const std::string& joined_payload() const;
   bool preparing() const;

@@ -8,7 +8,10 @@
 #   2. a grow whose executable is missing is refused with one line and training goes on in the
 #      old layout (exit 0, world stays 2);
 #   3. `dynatrain request` switches a running job at the requested step; a request the trainer
-#      cannot run is refused with one line.
+#      cannot run is refused with one line;
+#   4. with --job, a rank outside the layout waits without spinning (CPU time) and joins on request;
+#   5. `request --vacate 1,2`: new processes take the vacated ranks, the vacated processes exit;
+#      vacating rank 0 is refused with one line.
 # Usage: edm_mpi_test.sh DYNATRAIN [OUT_DIR]. Needs mpirun; sets the Open MPI variables itself.
 set -euo pipefail
 BIN=$(readlink -f "$1")
@@ -17,16 +20,21 @@ mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_orte_allowed_exit_without_sync=1
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# count_processes PID FILE: the number of dynatrain processes under mpirun PID, every 10 ms,
+# one line each, until it ends.
+count_processes() {
+  while kill -0 "$1" 2>/dev/null; do
+    pgrep -P "$1" -c -x dynatrain || true
+    sleep 0.01
+  done > "$2"
+}
 
 SCHED="0:dp=2;4:tp=2,dp=2;8:tp=2,pp=3,pp_layers=2/1/1;12:dp=3;16:dp=1"
 COMMON=(train --model tiny-dense --steps 20 --global-batch 6 --seq 32 --threads 1)
 mpirun -np 2 "$BIN" "${COMMON[@]}" --schedule "$SCHED" \
   --csv "$OUT/elastic.csv" --json "$OUT/elastic.json" > "$OUT/elastic.log" 2>&1 &
 pid=$!
-while kill -0 "$pid" 2>/dev/null; do
-  pgrep -P "$pid" -c -x dynatrain || true
-  sleep 0.01
-done > "$OUT/ps.txt"
+count_processes "$pid" "$OUT/ps.txt"
 wait "$pid" || { cat "$OUT/elastic.log"; fail "elastic run exited with $?"; }
 # Process counts in order, repeats collapsed; they must pass through 2 4 6 3 1 (a shrink may show
 # the leavers going one by one).
@@ -65,4 +73,60 @@ awk -F, 'NR > 1 { want = $1 < 3 ? "tp=1 pp=1 dp=2 zero=1" : "tp=2 pp=1 dp=1 zero
 mpirun -np 2 "$BIN" train --model tiny-dense --steps 2 --global-batch 4 --seq 16 --threads 1 \
   --schedule "0:dp=2" --job "$OUT/job" > "$OUT/request_bad.log" 2>&1 || { cat "$OUT/request_bad.log"; fail "bad request ended the job"; }
 grep -q "request refused: tp=3 does not divide" "$OUT/request_bad.log" || { cat "$OUT/request_bad.log"; fail "bad request not refused"; }
+# With --job, a rank outside the layout waits for rank 0 without spinning: 3 processes train
+# dp=2 (rank 2 idle) until a request brings in dp=3 at step 40. Over steps 5-35 the idle rank
+# must use under a tenth of the CPU time of the least busy active rank (a per-step broadcast,
+# as before, used 23 %; the sleep-polled wait 1 %), and the switch must still happen.
+rm -rf "$OUT/idle" && mkdir -p "$OUT/idle"
+"$BIN" request --job "$OUT/idle" --to dp=3 --at-step 40 > /dev/null || fail "request command (dp=3)"
+mpirun -np 3 "$BIN" train --model tiny-dense --steps 44 --global-batch 12 --seq 64 --threads 1 \
+  --schedule "0:dp=2" --job "$OUT/idle" --csv "$OUT/idle.csv" > "$OUT/idle.log" 2>&1 &
+pid=$!
+declare -A rank_of at5 at35
+cpu_s() { awk '{ print ($14 + $15) / 100 }' "/proc/$1/stat" 2>/dev/null; }
+while kill -0 "$pid" 2>/dev/null; do
+  for p in $(pgrep -P "$pid" -x dynatrain); do
+    [ -n "${rank_of[$p]:-}" ] || rank_of[$p]=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+    if [ -z "${at5[$p]:-}" ] && grep -q "step     5 " "$OUT/idle.log"; then at5[$p]=$(cpu_s "$p"); fi
+    if [ -z "${at35[$p]:-}" ] && grep -q "step    35 " "$OUT/idle.log"; then at35[$p]=$(cpu_s "$p"); fi
+  done
+  sleep 0.05
+done
+wait "$pid" || { cat "$OUT/idle.log"; fail "idle-rank run exited with $?"; }
+awk -F, 'NR > 1 { want = $1 < 40 ? "tp=1 pp=1 dp=2 zero=1" : "tp=1 pp=1 dp=3 zero=1"; if ($5 != want) bad = 1 }
+         END { exit bad }' "$OUT/idle.csv" || fail "requested dp=3 not at step 40"
+idle="" busy=""
+for p in "${!rank_of[@]}"; do
+  [ -n "${at5[$p]:-}" ] && [ -n "${at35[$p]:-}" ] || fail "no CPU sample of process $p (rank ${rank_of[$p]})"
+  used=$(awk -v a="${at5[$p]}" -v b="${at35[$p]}" 'BEGIN { print b - a }')
+  if [ "${rank_of[$p]}" = 2 ]; then idle=$used; else busy="$busy $used"; fi
+done
+echo "CPU seconds over steps 5-35: idle rank $idle, active ranks$busy"
+awk -v i="$idle" -v b="$busy" 'BEGIN { n = split(b, a, " "); m = a[1]; for (k = 2; k <= n; ++k) if (a[k] < m) m = a[k];
+  exit !(i != "" && n == 2 && i < 0.1 * m) }' || fail "the idle rank used $idle CPU s against$busy (spinning?)"
+# A request that vacates ranks 1 and 2 of a 3-process dp=3 job: two processes are started,
+# take their ranks (placement 0,3,4), the vacated ones hand over their state and exit (3 -> 5 ->
+# 3 processes), and the loss tracks the static run.
+rm -rf "$OUT/vacate" && mkdir -p "$OUT/vacate"
+"$BIN" request --job "$OUT/vacate" --to dp=3 --vacate 1,2 --at-step 4 > /dev/null || fail "request command (--vacate)"
+VCOMMON=(train --model tiny-dense --steps 10 --global-batch 6 --seq 16 --threads 1 --schedule "0:dp=3")
+mpirun -np 3 "$BIN" "${VCOMMON[@]}" --static --csv "$OUT/vacate_static.csv" > "$OUT/vacate_static.log" 2>&1 ||
+  { cat "$OUT/vacate_static.log"; fail "static dp=3 run"; }
+mpirun -np 3 "$BIN" "${VCOMMON[@]}" --job "$OUT/vacate" --lookahead 2 --csv "$OUT/vacate.csv" > "$OUT/vacate.log" 2>&1 &
+pid=$!
+count_processes "$pid" "$OUT/vacate_ps.txt"
+wait "$pid" || { cat "$OUT/vacate.log"; fail "vacating run exited with $?"; }
+grep -q "placement 0,3,4" "$OUT/vacate.log" || { cat "$OUT/vacate.log"; fail "vacated ranks not placed on new processes"; }
+seen=$(awk '$1 != last && $1 > 0 { printf "%s ", $1; last = $1 }' "$OUT/vacate_ps.txt")
+echo "process counts seen (vacate): $seen"
+echo " $seen" | grep -Eq ' 3 (.* )?5 (.* )?3 ' || fail "process counts '$seen' do not go 3, 5, 3 (then the end)"
+paste -d, "$OUT/vacate_static.csv" "$OUT/vacate.csv" | awk -F, 'NR > 1 { d = $2 - $14; if (d < 0) d = -d; if (d > m) m = d; n++ }
+  END { printf "max |loss vacate - static| = %.2e over %d steps\n", m, n; exit !(n == 10 && m < 1e-4) }' ||
+  fail "loss does not track the static run after vacating"
+"$BIN" request --job "$OUT/vacate" --to dp=3 --vacate 1,x > /dev/null 2>&1 && fail "request --vacate 1,x accepted"
+# Rank 0 runs the job's I/O: a request to vacate it is refused by the job with one line.
+"$BIN" request --job "$OUT/vacate" --to dp=3 --vacate 0 > /dev/null || fail "request command (--vacate 0)"
+mpirun -np 3 "$BIN" train --model tiny-dense --steps 2 --global-batch 6 --seq 16 --threads 1 --schedule "0:dp=3" --job "$OUT/vacate" > "$OUT/vacate0.log" 2>&1 ||
+  { cat "$OUT/vacate0.log"; fail "a refused vacate ended the job"; }
+grep -q "request refused: cannot vacate rank 0" "$OUT/vacate0.log" || { cat "$OUT/vacate0.log"; fail "vacating rank 0 not refused"; }
 echo "edm mpi test: ok"

@@ -494,41 +494,58 @@ TEST(Train, PreparedWhileStepsRunAndSwitchBackUsesCachedCommunicators) {
 
 // With a launcher that lets ranks leave (threads return), a shrink ends the ranks the new
 // layout does not use; a later grow that cannot start processes is refused and the job goes on
-// in its layout with nothing lost (the loss still tracks the static run).
-TEST(Train, ShrinkLeavesAndARefusedGrowKeepsTraining) {
+// in its layout with nothing lost (the loss still tracks the static run). With fixed placement
+// the highest ranks leave; with auto placement the processes it gives no rank leave, and the
+// new world is ordered by it (process placement[r] becomes rank r).
+void shrink_then_refused_grow(TrainerOptions::Placement placement) {
   auto o = tiny("tiny-dense", 8, 32);
   const auto stat = losses(o, 4, {{0, "dp=4"}}, 10);
   o.launcher = std::make_shared<edm::InprocLauncher>();
+  o.placement = placement;
   std::vector<double> dyn;
   std::mutex mu;
-  std::vector<int> left;
-  std::string refused;
+  std::vector<int> left, stayed_as;  // stayed_as[new rank] = old rank
+  std::string refused, placed;
   comm::run_ranks(4, [&](comm::Transport& world) {
     set_intra_op_threads(1);
     Trainer t(o, cfg("dp=4"), world, embedded_text());
+    const int old_rank = world.rank();
     for (int s = 0; s < 10; ++s) {
       if (s == 3) {
         auto sw = t.switch_to(cfg("dp=2"));
+        std::lock_guard<std::mutex> lock(mu);
         if (t.left()) {
-          std::lock_guard<std::mutex> lock(mu);
-          left.push_back(world.rank());
+          left.push_back(old_rank);
           return;
         }
         EXPECT_EQ(sw.world_after, 2);
         EXPECT_EQ(t.world_size(), 2);
+        if (t.world().rank() == 0) placed = sw.placement;
+        stayed_as.resize(2, -1);
+        stayed_as.at(t.world().rank()) = old_rank;
       }
       if (s == 6) {
         auto sw = t.switch_to(cfg("dp=4"));
-        if (world.rank() == 0) refused = sw.refused;
+        if (t.world().rank() == 0) refused = sw.refused;
         EXPECT_EQ(t.config().str(), cfg("dp=2").str());
       }
       auto st = t.step();
-      if (world.rank() == 0) dyn.push_back(st.loss);
+      if (t.world().rank() == 0) dyn.push_back(st.loss);
     }
     t.finish();
   });
   std::sort(left.begin(), left.end());
-  EXPECT_EQ(left, (std::vector<int>{2, 3}));
+  if (placement == TrainerOptions::Placement::kFixed) {
+    EXPECT_EQ(placed, "fixed");
+    EXPECT_EQ(left, (std::vector<int>{2, 3}));
+  } else {
+    ASSERT_NE(placed, "fixed") << "auto placement kept the identity: the test no longer covers a reorder";
+    EXPECT_EQ(placed, std::to_string(stayed_as[0]) + "," + std::to_string(stayed_as[1]));
+    std::vector<int> all = left;
+    all.insert(all.end(), stayed_as.begin(), stayed_as.end());
+    std::sort(all.begin(), all.end());
+    EXPECT_EQ(all, (std::vector<int>{0, 1, 2, 3}));
+  }
   EXPECT_NE(refused.find("cannot start 2 process(es)"), std::string::npos) << refused;
   ASSERT_EQ(dyn.size(), stat.size());
   for (std::size_t i = 0; i < dyn.size(); ++i) EXPECT_NEAR(dyn[i], stat[i], loss_tolerance("tiny-dense")) << "step " << i;
@@ -600,6 +617,11 @@ TEST(Train, DeepSeekShapeLossTracksStaticRun) {
                    {8, "pp=2,dp=2,ep=2"},
                    {12, "tp=4,ep=2,zero=2"}},
                   4, /*check_fault=*/false, /*steps=*/16);
+}
+
+TEST(Train, ShrinkLeavesAndARefusedGrowKeepsTraining) { shrink_then_refused_grow(TrainerOptions::Placement::kFixed); }
+TEST(Train, AutoPlacementChoosesWhoLeavesAndOrdersTheNewWorld) {
+  shrink_then_refused_grow(TrainerOptions::Placement::kAuto);
 }
 
 TEST(Train, ScheduleParsing) {
