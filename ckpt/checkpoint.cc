@@ -144,8 +144,18 @@ std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& la
   return written;
 }
 
+const char* save_phase_name(SavePhase phase) {
+  switch (phase) {
+    case SavePhase::kBegin: return "save-begin";
+    case SavePhase::kWritten: return "save-written";
+    case SavePhase::kIndexed: return "save-index";
+  }
+  return "?";
+}
+
 void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout,
-            const std::vector<vps::StateKind>& kinds, const json& trainer_state) {
+            const std::vector<vps::StateKind>& kinds, const json& trainer_state,
+            const std::function<void()>& before_switch) {
   const std::string name = step_dir_name(step);
   const fs::path step_dir = fs::path(dir) / name;
   json index;
@@ -175,6 +185,7 @@ void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout
   index["files"] = files;
   write_file_atomic((step_dir / "index.json").string(), index.dump(1) + "\n");
   sync_dir(step_dir.string());
+  if (before_switch) before_switch();
 
   // The pointer switch: from here on the new checkpoint is the latest.
   const fs::path latest = fs::path(dir) / "latest";
@@ -206,7 +217,10 @@ void on_all_ranks(comm::Transport& world, const std::string& what, const std::fu
 
 void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
           const std::vector<vps::StateKind>& kinds, const Arenas& arenas, const json& trainer_state,
-          comm::Transport& world) {
+          comm::Transport& world, const SaveObserver& observer) {
+  auto observe = [&](SavePhase phase) {
+    if (observer) observer(phase, world.rank());
+  };
   const fs::path step_dir = fs::path(dir) / step_dir_name(step);
   on_all_ranks(world, "checkpoint save", [&] {
     if (world.rank() != 0) return;
@@ -222,11 +236,14 @@ void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
     sync_dir(dir);
   });
   on_all_ranks(world, "checkpoint save", [&] {
-    if (world.rank() < layout.config().world_size())
+    observe(SavePhase::kBegin);
+    if (world.rank() < layout.config().world_size()) {
       write_rank_file(step_dir.string(), layout, world.rank(), kinds, arenas);
+      observe(SavePhase::kWritten);
+    }
   });
   on_all_ranks(world, "checkpoint save", [&] {
-    if (world.rank() == 0) commit(dir, step, layout, kinds, trainer_state);
+    if (world.rank() == 0) commit(dir, step, layout, kinds, trainer_state, [&] { observe(SavePhase::kIndexed); });
   });
 }
 

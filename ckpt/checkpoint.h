@@ -57,14 +57,26 @@ std::string rank_file_name(int rank);          // "rank-00003.safetensors"
 // Writes and fsyncs `rank`'s file of `kinds` into `step_dir`; returns its bytes. Not collective.
 std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& layout, int rank,
                               const std::vector<vps::StateKind>& kinds, const Arenas& arenas);
+// The phases of a save, in order, as reported to a SaveObserver on the rank where they happen
+// (a test hook: `dynatrain train` lets tools/fault_injection.h kill a rank there).
+//   kBegin    every rank, before it writes its rank file
+//   kWritten  every rank of the layout, after its rank file is written and fsync'd
+//   kIndexed  rank 0, after the index is written and fsync'd, before `latest` is switched
+enum class SavePhase { kBegin, kWritten, kIndexed };
+const char* save_phase_name(SavePhase phase);  // "save-begin", "save-written", "save-index"
+using SaveObserver = std::function<void(SavePhase phase, int rank)>;
+
 // After every rank of `layout` wrote its file into DIR/step_dir_name(step): writes the index,
-// switches DIR/latest to it and removes checkpoints older than the previous one. One process.
+// switches DIR/latest to it and removes checkpoints older than the previous one. One process;
+// `before_switch` (if set) runs between the index and the pointer switch.
 void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout,
-            const std::vector<vps::StateKind>& kinds, const nlohmann::json& trainer_state);
+            const std::vector<vps::StateKind>& kinds, const nlohmann::json& trainer_state,
+            const std::function<void()>& before_switch = {});
 // Collective over `world` (ranks outside the layout pass empty arenas): the whole save.
+// A process that dies at any point leaves `latest` naming the previous complete checkpoint.
 void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
           const std::vector<vps::StateKind>& kinds, const Arenas& arenas,
-          const nlohmann::json& trainer_state, comm::Transport& world);
+          const nlohmann::json& trainer_state, comm::Transport& world, const SaveObserver& observer = {});
 
 // Collective over `world`: runs `work` on every rank and rethrows on every rank if it threw on
 // any (the rank's own InputError, or one saying another rank failed), so that no rank is left

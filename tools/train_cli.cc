@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -40,6 +41,11 @@ std::uint64_t model_parameters(const vps::ModelSpec& model) {
   std::uint64_t n = 0;
   for (const auto& t : vps::build_tensors(model)) n += static_cast<std::uint64_t>(t.numel());
   return n;
+}
+
+bool same_directory(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return a == b || std::filesystem::equivalent(a, b, ec);
 }
 
 int default_threads() {
@@ -155,6 +161,13 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
                      " leaves nothing to train");
   }
   if (args.save_every < 0) DT_INPUT_ERROR("--save-every ", args.save_every, " must be >= 0");
+  // Periodic saves; none at the step just resumed from, unless saving into another directory
+  // (that first save is then the resumed state itself).
+  const bool resumed_elsewhere = resume && !args.save_dir.empty() && !same_directory(args.save_dir, args.resume_dir);
+  auto save_point = [&](std::int64_t s) {
+    return !args.save_dir.empty() && args.save_every > 0 && s % args.save_every == 0 &&
+           (s > first_step || resumed_elsewhere);
+  };
   std::size_t first_layout = 1;
   while (first_layout < schedule.size() && schedule[first_layout].first <= first_step) ++first_layout;
   std::unique_ptr<Trainer> trainer =
@@ -259,8 +272,10 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     if (trainer->left()) return 0;
   }
   for (; step < args.steps; ++step) {
-    if (!args.save_dir.empty() && args.save_every > 0 && step > first_step && step % args.save_every == 0)
+    if (save_point(step)) {
+      csv.flush();  // a supervisor that restarts from this checkpoint keeps the rows before it
       save_trainer(args.save_dir, step, *trainer, trainer->world());
+    }
     maybe_prepare();
     SwitchStats sw;
     bool switched = false;
