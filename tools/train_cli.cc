@@ -21,6 +21,7 @@
 #include "tools/fault_injection.h"
 #include "tools/watchdog.h"
 #include "tools/train_ckpt.h"
+#include "tools/train_memory.h"
 
 namespace dynatrain::tools {
 using namespace dynatrain::train;  // the trainer this command drives
@@ -122,6 +123,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   // A process started by a grow joins the running job instead of starting one.
   std::unique_ptr<comm::Transport> joined_world = args.launcher ? args.launcher->join() : nullptr;
   const bool joined = joined_world != nullptr;
+  if (!joined) check_train_memory(o, schedule, world);  // "needs X per rank, have Y", before allocating
   const bool root = !joined && world.rank() == 0;
   const bool tty = root && isatty(fileno(stdout));
   std::ofstream csv, json_out;

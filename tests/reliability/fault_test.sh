@@ -73,6 +73,34 @@ fault() {
   fi
 }
 
+# ckpt_intact DIR: after a save of step 8 killed midway (TR_SAVE), DIR/latest still names step 4,
+# and resuming it (saving at once into another directory) gives byte-identical rank files.
+lost=0
+ckpt_intact() {
+  local dir="$1" latest
+  latest=$(cat "$dir/latest" 2>/dev/null)
+  if [[ $latest != step-00000004 ]]; then
+    echo "FAIL: state lost: $dir/latest is '$latest' after a killed save, want step-00000004"
+    lost=$((lost + 1))
+    return
+  fi
+  # --steps 5: the resumed state is saved at step 4 (another directory), then one step
+  if ! timeout 120 "$mpiexec" -np 4 "$dt" "${TR_RESUME[@]}" "$dir.resumed" --resume "$dir" >"$dir.log" 2>&1; then
+    echo "FAIL: state lost: resume from $dir failed:"; sed 's/^/    | /' "$dir.log" | tail -5
+    lost=$((lost + 1))
+    return
+  fi
+  local f
+  for f in "$dir"/step-00000004/rank-*.safetensors; do
+    if ! cmp -s "$f" "$dir.resumed/step-00000004/${f##*/}"; then
+      echo "FAIL: state lost: the state resumed from $dir differs from ${f##*/}"
+      lost=$((lost + 1))
+      return
+    fi
+  done
+  echo "    latest still step 4; resumed state byte-identical to its 4 rank files"
+}
+
 rt() { echo run-transition --model tiny-moe --verify --repeat "$1" --from "$2" --to "$3" --json; }
 fault 2 "rank 0 of 2: stopped by SIGTERM after rank 1" kill:1:switch:0 -- $(rt 20 tp=2,zero=0 dp=2,ep=2)
 fault 4 "after rank 2" kill:2:switch:5 -- $(rt 20 tp=2,dp=2 pp=2,dp=2,ep=2)
@@ -96,6 +124,22 @@ if [[ $with_train == 1 ]]; then
   fault 2 "s during step" stop:1:step:1000 -- "${TR_LONG[@]}" --schedule "0:tp=2" --csv
   fault 4 "after rank 2" kill:2:step:10 -- "${TR[@]/tiny-dense/tiny-moe}" --schedule "0:dp=4,ep=2" --csv
   fault 4 "stopped by SIGTERM" term-mpirun:loss -- "${TR_LONG[@]}" --schedule "0:tp=2,dp=2" --csv
+  # A rank killed during a checkpoint save (the second one, at step 8; ckpt::SavePhase): before
+  # its data write, during it, after it (fsync'd, before the index), after the index (before
+  # `latest` is switched). The job ends as above, and the state is not lost: `latest` still
+  # names step 4, and a resume from it is bit-identical to it (ckpt_intact).
+  TR_SAVE=("${TR[@]:0:9}" --steps 12 --schedule "0:tp=2,dp=2" --save-every 4 --save)
+  TR_RESUME=("${TR[@]:0:9}" --steps 5 --schedule "0:tp=2,dp=2" --save-every 4 --save)
+  fault 4 "after rank 1" kill:1:save-begin:0:1 -- "${TR_SAVE[@]}" "$tmp/ck1" --csv
+  ckpt_intact "$tmp/ck1"
+  fault 4 "after rank 2" kill:2:save-begin:2:1 -- "${TR_SAVE[@]}" "$tmp/ck2" --csv
+  ckpt_intact "$tmp/ck2"
+  fault 4 "after rank 3" kill:3:save-written:0:1 -- "${TR_SAVE[@]}" "$tmp/ck3" --csv
+  ckpt_intact "$tmp/ck3"
+  fault 4 "after rank 0" kill:0:save-written:0:1 -- "${TR_SAVE[@]}" "$tmp/ck4" --csv
+  ckpt_intact "$tmp/ck4"
+  fault 4 "after rank 0" kill:0:save-index:0:1 -- "${TR_SAVE[@]}" "$tmp/ck5" --csv
+  ckpt_intact "$tmp/ck5"
   printf '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
     "intermediate_size": 128, "vocab_size": 256}' >"$tmp/h64.json"
   # An exception on some ranks only (the trainer refuses ranks that hold only vocabulary
@@ -103,5 +147,5 @@ if [[ $with_train == 1 ]]; then
   fault 4 "holds only vocab padding" none -- train --model "$tmp/h64.json" --global-batch 4 --seq 16 --steps 3 --schedule "0:tp=4" --csv
 fi
 echo "faults: $tried injected, $clean ended cleanly (one line, non-zero exit, <= 10 s, nothing left running);" \
-     "$vader extra Open MPI lines ('Read -1' / libevent 'Epoll')"
-((tried == clean))
+     "state lost after a killed checkpoint save: $lost; $vader extra Open MPI lines ('Read -1' / libevent 'Epoll')"
+((tried == clean && lost == 0))
