@@ -47,10 +47,10 @@ Command add_train_command(CLI::App& app) {
                   "Run without mpirun: start the job on --np processes and restart it from the last "
                   "checkpoint, on one process fewer, up to K times when a process dies (tools/supervisor.h)")
       ->capture_default_str();
-  cmd->add_option("--np", supervise_settings->np, "With --max-restarts: processes to start");
+  auto* np_flag = cmd->add_option("--np", supervise_settings->np, "With --max-restarts: processes to start");
   cmd->add_option("--mpirun", supervise_settings->mpirun, "With --max-restarts: the mpirun to start the job with")
       ->capture_default_str();
-  return [args, launch, supervise_settings] {
+  return [args, launch, supervise_settings, np_flag] {
     // Checked before MPI starts: identical on every rank, printed once by rank 0.
     require_int_in("--steps", args->steps, 1, 1'000'000'000);
     require_int_in("--global-batch", args->global_batch, 1, 1 << 20);
@@ -60,6 +60,7 @@ Command add_train_command(CLI::App& app) {
     require_int_in("--threads", args->threads, 0, 4096, " (0: cores / local ranks)");
     require_int_in("--max-restarts", supervise_settings->max_restarts, 0, 1000);
     if (supervise_settings->max_restarts > 0) {  // the supervisor: outside MPI, it starts mpirun
+      if (np_flag->count() == 0) DT_INPUT_ERROR("--max-restarts needs --np N, the processes to start");
       require_int_in("--np", supervise_settings->np, 1, 131072);
       supervise_settings->argv = train_argv_for_job();
       return supervise(*args, *supervise_settings);
