@@ -11,13 +11,15 @@
 //   DynaTrain    exec::run_transition, cold (first switch) and warm (after switching back)
 //   naive        for every (tensor, kind): all-gather the full tensor to every rank, then slice
 //                the destination out of it (allocate every destination first, free sources last)
-//   ckpt-restart every rank writes its state to a file and fsyncs it (save), drops it from the
-//                page cache, then reads the rows of every piece its new layout needs from the
-//                owners' files (load), as a resharding checkpoint loader does. Process restart
-//                itself (MPI, libtorch, communicators) is not counted, so this favours it.
+//   ckpt-restart the checkpoint module (ckpt/, as `train --save / --resume`): ckpt::save of the
+//                source state (rank files, index, pointer, every fsync), the files dropped from
+//                the page cache, then ckpt::load_rank of each rank's new layout (load). Process
+//                restart itself (MPI, libtorch, communicators) is not counted here, so this
+//                favours it; bench/run_ckpt_bench.sh adds a measured restart.
 // Every result is verified element by element against the content oracle. Rank 0 prints one
 // Markdown table row per switch. A last section times a one-to-all fan-out, broadcast vs p2p.
 #include <algorithm>
+#include <filesystem>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/checkpoint.h"
 #include "comm/mpi/mpi_transport.h"
 #include "common/bytes.h"
 #include "common/error.h"
@@ -107,47 +110,32 @@ double measure_copy_bandwidth(dt::comm::Transport& t, std::size_t bytes, int ite
   return static_cast<double>(bytes) / best;
 }
 
-// Byte offset of each buffer of `rl` in its rank's checkpoint file (buffers back to back).
-std::vector<std::uint64_t> file_offsets(const dt::vps::RankLayout& rl, const std::array<int, 5>& eb) {
-  std::vector<std::uint64_t> at(rl.buffers.size() + 1, 0);
-  for (std::size_t i = 0; i < rl.buffers.size(); ++i)
-    at[i + 1] = at[i] + static_cast<std::uint64_t>(rl.buffers[i].numel) * eb[static_cast<int>(rl.buffers[i].kind)];
-  return at;
-}
-
-void check_io(bool ok, const char* what, const std::string& path) {
-  if (!ok) throw dt::InputError(std::string(what) + " failed on '" + path + "': " + std::strerror(errno));
-}
-
-// The checkpoint-restart baseline; returns {save seconds, load seconds} on this rank. `a` (the
-// source state) is released after the save, `b` holds the destination state after the load.
+// The checkpoint-restart baseline through ckpt/, the module `train --save / --resume` uses;
+// returns {save seconds, load seconds} on this rank. ckpt::save writes the source state `a`
+// (rank files, index, pointer switch, every fsync); each rank drops its file from the page cache
+// (a restarted job reads from disk) and releases `a`; then ckpt::load_rank fills this rank's
+// destination `b` in fresh memory, reading only the checksum chunks it needs, each verified.
 std::pair<double, double> ckpt_restart_switch(const dt::vps::Layout& src, const dt::vps::Layout& dst,
-                                              const dt::plan::RankPlan& plan, std::vector<std::byte*>& a,
-                                              std::vector<std::byte*>& b, dt::comm::Transport& t,
-                                              dt::exec::PoolAllocator& pool, const std::string& dir) {
+                                              std::vector<std::byte*>& a, std::vector<std::byte*>& b,
+                                              dt::comm::Transport& t, dt::exec::PoolAllocator& pool,
+                                              const std::string& dir) {
   const int me = t.rank();
   const auto& eb = src.options().elem_bytes;
   const auto my_src = src.rank_layout(me), my_dst = dst.rank_layout(me);
-  auto path_of = [&](int r) { return dir + "/rank" + std::to_string(r) + ".bin"; };
+  const std::string root = dir + "/dt-transition-bench-ckpt";
+  if (me == 0) std::filesystem::remove_all(root);
+  auto arenas_of = [](std::vector<std::byte*>& buffers) {
+    dt::ckpt::Arenas arenas;
+    arenas.buffer = [&buffers](const dt::vps::LocalBuffer& lb) { return buffers.at(lb.id); };
+    return arenas;
+  };
   t.barrier();
   auto t0 = Clock::now();
-  {
-    const std::string path = path_of(me);
-    const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
-    check_io(fd >= 0, "open", path);
-    for (std::size_t i = 0; i < my_src.buffers.size(); ++i) {
-      std::size_t left = static_cast<std::size_t>(my_src.buffers[i].numel) * eb[static_cast<int>(my_src.buffers[i].kind)];
-      const std::byte* p = a[i];
-      while (left > 0) {
-        const ssize_t n = ::write(fd, p, left);
-        check_io(n > 0, "write", path);
-        p += n;
-        left -= static_cast<std::size_t>(n);
-      }
-    }
-    check_io(::fsync(fd) == 0, "fsync", path);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // a restarted job reads from disk, not cache
-    ::close(fd);
+  dt::ckpt::save(root, 1, src, src.options().kinds, arenas_of(a), {{"bench", true}}, t);
+  if (me < src.config().world_size()) {  // a restarted job reads from disk, not from the cache
+    const std::string path = root + "/" + dt::ckpt::step_dir_name(1) + "/" + dt::ckpt::rank_file_name(me);
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd >= 0) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), ::close(fd);
   }
   dt::testing::release_all(src, my_src, a, pool);
   t.barrier();
@@ -161,43 +149,11 @@ std::pair<double, double> ckpt_restart_switch(const dt::vps::Layout& src, const 
       std::memset(b[j], 0, bytes);
     }
   }
-  std::map<int, std::pair<int, std::vector<std::uint64_t>>> files;  // rank -> (fd, buffer offsets)
-  std::map<int, dt::vps::RankLayout> layouts;
-  std::vector<std::byte> rows;
-  auto load = [&](const dt::plan::Piece& p) {
-    auto it = files.find(p.src_rank);
-    if (it == files.end()) {
-      layouts.emplace(p.src_rank, src.rank_layout(p.src_rank));
-      const std::string path = path_of(p.src_rank);
-      const int fd = ::open(path.c_str(), O_RDONLY);
-      check_io(fd >= 0, "open", path);
-      it = files.emplace(p.src_rank, std::make_pair(fd, file_offsets(layouts.at(p.src_rank), eb))).first;
-    }
-    const auto& seg = layouts.at(p.src_rank).buffers[p.src_buffer].segments[p.src_segment];
-    const std::size_t e = static_cast<std::size_t>(eb[static_cast<int>(p.kind)]);
-    // The piece's rows of the source segment are contiguous in the file: read them whole.
-    dt::vps::Box row_box = seg.box;
-    row_box.lo[0] = p.box.lo[0];
-    row_box.hi[0] = p.box.hi[0];
-    rows.resize(static_cast<std::size_t>(row_box.numel()) * e);
-    const std::uint64_t at = it->second.second[p.src_buffer] +
-                             static_cast<std::uint64_t>(seg.offset + seg.box.linear_index(row_box.lo)) * e;
-    std::size_t done = 0;
-    while (done < rows.size()) {
-      const ssize_t n = ::pread(it->second.first, rows.data() + done, rows.size() - done, static_cast<off_t>(at + done));
-      check_io(n > 0, "read", path_of(p.src_rank));
-      done += static_cast<std::size_t>(n);
-    }
-    const auto& dseg = my_dst.buffers[p.dst_buffer].segments[p.dst_segment];
-    dt::exec::copy_box(p.box, rows.data(), row_box, b[p.dst_buffer] + dseg.offset * e, dseg.box, e);
-  };
-  for (const auto& p : plan.keep) load(p);
-  for (const auto& [peer, pieces] : plan.recv)
-    for (const auto& p : pieces) load(p);
-  for (auto& [r, f] : files) ::close(f.first);
+  const dt::ckpt::Checkpoint c = dt::ckpt::open_latest(root, dst.model());
+  dt::ckpt::load_rank(c, dst, me, arenas_of(b));
   t.barrier();
   const double load_s = since(t0);
-  ::unlink(path_of(me).c_str());
+  if (me == 0) std::filesystem::remove_all(root);
   return {save_s, load_s};
 }
 
@@ -330,7 +286,7 @@ int main(int argc, char** argv) {
     // Back once more for the checkpoint-restart baseline.
     world->barrier();
     dt::exec::run_transition(back, dl, b, sl, a, lo.elem_bytes, *world, pool, opt);
-    const auto [save_local, load_local] = ckpt_restart_switch(src, dst, fwd, a, b, *world, pool, ckpt_dir);
+    const auto [save_local, load_local] = ckpt_restart_switch(src, dst, a, b, *world, pool, ckpt_dir);
     const double save_s = max_d(*world, save_local), load_s = max_d(*world, load_local);
     verify(dst, dl, b);
     dt::testing::release_all(dst, dl, b, pool);

@@ -23,6 +23,7 @@ namespace {
 constexpr const char* kFormat = "dynatrain-checkpoint-1";
 constexpr std::uint64_t kMaxIndexBytes = std::uint64_t{256} << 20;
 
+
 std::string box_text(const vps::Box& b) {
   std::string lo, hi;
   for (int d = 0; d < b.ndim; ++d) {
@@ -89,7 +90,9 @@ std::string rank_file_name(int rank) {
 }
 
 std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& layout, int rank,
-                              const std::vector<vps::StateKind>& kinds, const Arenas& arenas) {
+                              const std::vector<vps::StateKind>& kinds, const Arenas& arenas,
+                              std::uint64_t chunk_bytes) {
+  DT_CHECK(chunk_bytes > 0, "checksum chunks of 0 bytes");
   const auto segments = rank_segments(layout, rank, kinds);
   StHeader header;
   json sums = json::object();
@@ -101,11 +104,13 @@ std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& la
     e.dtype = dtype_of_size(layout.options().elem_bytes[static_cast<int>(s.kind)]);
     for (int d = 0; d < s.segment.box.ndim; ++d) e.shape.push_back(s.segment.box.extent(d));
     DT_CHECK(!sums.contains(e.name), "entry ", e.name, " twice on rank ", rank);
-    sums[e.name] = std::string(16, '0');  // fixed width: the header's length does not change
+    // One checksum per chunk, fixed width: the header's length does not change when they are set.
+    sums[e.name] = json::array();
+    for (std::uint64_t c = 0; c * chunk_bytes < s.bytes; ++c) sums[e.name].push_back(std::string(16, '0'));
     header.entries.push_back(std::move(e));
   }
   header.metadata = {{"format", kFormat}, {"rank", std::to_string(rank)}, {"config", layout.config().str()},
-                     {"checksums", sums.dump()}};
+                     {"chunk_bytes", std::to_string(chunk_bytes)}, {"checksums", sums.dump()}};
   std::string encoded = encode_header(header);
 
   const std::string path = (fs::path(step_dir) / rank_file_name(rank)).string();
@@ -123,7 +128,9 @@ std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& la
     const auto& s = segments[i];
     const std::byte* src =
         arenas.of_buffer(s.buffer, layout.options().elem_bytes[static_cast<int>(s.kind)]) + s.buffer_byte;
-    sums[header.entries[i].name] = hex64(checksum(src, s.bytes));
+    auto& chunk_sums = sums[header.entries[i].name];
+    for (std::uint64_t c = 0, at = 0; at < s.bytes; ++c, at += chunk_bytes)
+      chunk_sums[c] = hex64(checksum(src + at, std::min(chunk_bytes, s.bytes - at)));
     if (s.bytes >= kStage / 4) {  // large: straight from the arena
       flush();
       write_exact(f.fd(), src, s.bytes, written, path);
@@ -144,8 +151,18 @@ std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& la
   return written;
 }
 
+const char* save_phase_name(SavePhase phase) {
+  switch (phase) {
+    case SavePhase::kBegin: return "save-begin";
+    case SavePhase::kWritten: return "save-written";
+    case SavePhase::kIndexed: return "save-index";
+  }
+  return "?";
+}
+
 void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout,
-            const std::vector<vps::StateKind>& kinds, const json& trainer_state) {
+            const std::vector<vps::StateKind>& kinds, const json& trainer_state,
+            const std::function<void()>& before_switch) {
   const std::string name = step_dir_name(step);
   const fs::path step_dir = fs::path(dir) / name;
   json index;
@@ -175,6 +192,7 @@ void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout
   index["files"] = files;
   write_file_atomic((step_dir / "index.json").string(), index.dump(1) + "\n");
   sync_dir(step_dir.string());
+  if (before_switch) before_switch();
 
   // The pointer switch: from here on the new checkpoint is the latest.
   const fs::path latest = fs::path(dir) / "latest";
@@ -206,7 +224,10 @@ void on_all_ranks(comm::Transport& world, const std::string& what, const std::fu
 
 void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
           const std::vector<vps::StateKind>& kinds, const Arenas& arenas, const json& trainer_state,
-          comm::Transport& world) {
+          comm::Transport& world, const SaveObserver& observer) {
+  auto observe = [&](SavePhase phase) {
+    if (observer) observer(phase, world.rank());
+  };
   const fs::path step_dir = fs::path(dir) / step_dir_name(step);
   on_all_ranks(world, "checkpoint save", [&] {
     if (world.rank() != 0) return;
@@ -222,11 +243,14 @@ void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
     sync_dir(dir);
   });
   on_all_ranks(world, "checkpoint save", [&] {
-    if (world.rank() < layout.config().world_size())
+    observe(SavePhase::kBegin);
+    if (world.rank() < layout.config().world_size()) {
       write_rank_file(step_dir.string(), layout, world.rank(), kinds, arenas);
+      observe(SavePhase::kWritten);
+    }
   });
   on_all_ranks(world, "checkpoint save", [&] {
-    if (world.rank() == 0) commit(dir, step, layout, kinds, trainer_state);
+    if (world.rank() == 0) commit(dir, step, layout, kinds, trainer_state, [&] { observe(SavePhase::kIndexed); });
   });
 }
 
@@ -294,13 +318,14 @@ struct OpenFile {
   File file;
   StHeader header;
   std::map<std::string, const StEntry*> by_name;
-  json checksums;
+  json checksums;                // entry -> one hex checksum per chunk (or one for the whole entry)
+  std::uint64_t chunk_bytes = 0;  // 0: files written before chunked checksums (whole entries only)
 };
 
 std::unique_ptr<OpenFile> open_checked(const Checkpoint& c, int r) {
   const FileInfo& info = c.files.at(r);
   const std::string path = c.step_dir + "/" + info.name;
-  auto f = std::make_unique<OpenFile>(OpenFile{File::open_read(path), {}, {}, {}});
+  auto f = std::make_unique<OpenFile>(OpenFile{File::open_read(path), {}, {}, {}, 0});
   const std::uint64_t bytes = f->file.size();
   if (bytes != info.bytes)
     DT_INPUT_ERROR("checkpoint file '", path, "' has ", bytes, " bytes, the index says ", info.bytes, ": ",
@@ -313,10 +338,32 @@ std::unique_ptr<OpenFile> open_checked(const Checkpoint& c, int r) {
   for (const auto& e : f->header.entries) f->by_name[e.name] = &e;
   try {
     f->checksums = json::parse(f->header.metadata.at("checksums"));
+    const auto chunk = f->header.metadata.find("chunk_bytes");
+    if (chunk != f->header.metadata.end()) f->chunk_bytes = std::stoull(chunk->second);
+    if (chunk != f->header.metadata.end() && f->chunk_bytes == 0) throw std::invalid_argument("chunk_bytes 0");
   } catch (const std::exception& e) {
     DT_INPUT_ERROR("checkpoint file '", path, "': no entry checksums in its header (corrupted)");
   }
   return f;
+}
+
+bool sum_missing(const json& sums, json::const_iterator it) {
+  return it == sums.end() || !(it->is_string() || it->is_array());
+}
+
+// Whether bytes [lo, hi) of an entry of `bytes` bytes, read into `data`, match its checksums:
+// one per chunk of `chunk` bytes (lo and hi on chunk boundaries, or hi == bytes), or, with
+// chunk == 0, one for the whole entry (lo == 0, hi == bytes).
+bool sums_match(const json& sums, const std::byte* data, std::uint64_t lo, std::uint64_t hi, std::uint64_t bytes,
+                std::uint64_t chunk) {
+  if (chunk == 0) return sums.is_string() && sums.get<std::string>() == hex64(checksum(data, bytes));
+  if (sums.size() != (bytes + chunk - 1) / chunk) return false;
+  for (std::uint64_t at = lo; at < hi; at += chunk) {
+    const auto& sum = sums[at / chunk];
+    if (!sum.is_string() || sum.get<std::string>() != hex64(checksum(data + (at - lo), std::min(chunk, bytes - at))))
+      return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -395,35 +442,56 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
       DT_CHECK(out != nullptr, "no memory for a buffer of kind ", vps::state_kind_name(dbuf.kind));
       return {out + dseg.offset * elem, &dseg};
     };
-    // A whole segment that is one contiguous run at its destination is read in place.
+    const auto sums = r.file->checksums.find(r.entry->name);
+    if (sum_missing(r.file->checksums, sums))
+      DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
+                     "' has no checksum: corrupted");
+    // The part of the entry the pieces need: rows [r0, r1) of its first dimension, contiguous in
+    // the file, widened to whole checksum chunks. Files without chunk sums are read whole.
+    const vps::Box& sbox = r.segment->box;
+    const std::uint64_t cb = sums->is_array() ? r.file->chunk_bytes : 0;
+    vps::Box part = sbox;
+    if (cb > 0 && bytes > 0) {
+      part.lo[0] = sbox.hi[0];
+      part.hi[0] = sbox.lo[0];
+      for (std::size_t i = r.first; i < r.last; ++i) {
+        part.lo[0] = std::min(part.lo[0], pieces[i].box.lo[0]);
+        part.hi[0] = std::max(part.hi[0], pieces[i].box.hi[0]);
+      }
+    }
+    const std::uint64_t row_bytes = bytes == 0 ? 0 : bytes / static_cast<std::uint64_t>(sbox.extent(0));
+    const std::uint64_t need_lo = static_cast<std::uint64_t>(part.lo[0] - sbox.lo[0]) * row_bytes;
+    const std::uint64_t need_hi = static_cast<std::uint64_t>(part.hi[0] - sbox.lo[0]) * row_bytes;
+    const std::uint64_t read_lo = cb > 0 ? need_lo / cb * cb : 0;
+    const std::uint64_t read_hi = cb > 0 ? std::min<std::uint64_t>(bytes, (need_hi + cb - 1) / cb * cb) : bytes;
+    // One piece that is exactly the part read and one contiguous run at its destination is read
+    // in place.
     const plan::Piece& q0 = pieces[r.first];
     std::byte* target = nullptr;
-    if (r.last - r.first == 1 && q0.box == r.segment->box) {
+    if (r.last - r.first == 1 && q0.box == part && read_lo == need_lo && read_hi == need_hi) {
       const auto [out, dseg] = dst_of(q0);
       const std::int64_t at = exec::contiguous_offset(q0.box, 0, q0.box.numel(), dseg->box);
       if (at >= 0) target = out + at * elem;
     }
     const bool in_place = target != nullptr;
     if (!in_place) {
-      stage.resize(bytes);
+      stage.resize(read_hi - read_lo);
       target = stage.data();
     }
-    read_exact(r.file->file.fd(), target, bytes, r.file->header.data_start + r.entry->begin, r.file->file.path());
-    stats.bytes_read += bytes;
-    if (in_place) stats.bytes_in_place += bytes;
-    const auto sum = r.file->checksums.find(r.entry->name);
-    if (sum == r.file->checksums.end() || *sum != hex64(checksum(target, bytes)))
+    read_exact(r.file->file.fd(), target, read_hi - read_lo, r.file->header.data_start + r.entry->begin + read_lo,
+               r.file->file.path());
+    stats.bytes_read += read_hi - read_lo;
+    if (in_place) stats.bytes_in_place += read_hi - read_lo;
+    if (!sums_match(*sums, target, read_lo, read_hi, bytes, cb))
       DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
                      "' fails its checksum: corrupted");
+    const std::byte* from = target + (need_lo - read_lo);
     for (std::size_t i = r.first; i < r.last; ++i) {
       const plan::Piece& q = pieces[i];
-      if (in_place) {
-        stats.bytes_loaded += bytes;
-        continue;
-      }
-      const auto [out, dseg] = dst_of(q);
-      exec::copy_box(q.box, stage.data(), r.segment->box, out, dseg->box, elem);
       stats.bytes_loaded += static_cast<std::uint64_t>(q.box.numel() * elem);
+      if (in_place) continue;
+      const auto [out, dseg] = dst_of(q);
+      exec::copy_box(q.box, from, part, out, dseg->box, elem);
     }
   }
   return stats;

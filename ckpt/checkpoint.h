@@ -54,17 +54,34 @@ std::string step_dir_name(std::int64_t step);  // "step-00000010"
 std::string rank_file_name(int rank);          // "rank-00003.safetensors"
 
 // ---- saving ----
+// Every entry is checksummed in chunks of this many bytes (the last one shorter; XXH3-64 each),
+// so that a load that needs only part of an entry reads and verifies only the chunks it covers.
+constexpr std::uint64_t kChecksumChunkBytes = std::uint64_t{4} << 20;
+
 // Writes and fsyncs `rank`'s file of `kinds` into `step_dir`; returns its bytes. Not collective.
 std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& layout, int rank,
-                              const std::vector<vps::StateKind>& kinds, const Arenas& arenas);
+                              const std::vector<vps::StateKind>& kinds, const Arenas& arenas,
+                              std::uint64_t chunk_bytes = kChecksumChunkBytes);
+// The phases of a save, in order, as reported to a SaveObserver on the rank where they happen
+// (a test hook: `dynatrain train` lets tools/fault_injection.h kill a rank there).
+//   kBegin    every rank, before it writes its rank file
+//   kWritten  every rank of the layout, after its rank file is written and fsync'd
+//   kIndexed  rank 0, after the index is written and fsync'd, before `latest` is switched
+enum class SavePhase { kBegin, kWritten, kIndexed };
+const char* save_phase_name(SavePhase phase);  // "save-begin", "save-written", "save-index"
+using SaveObserver = std::function<void(SavePhase phase, int rank)>;
+
 // After every rank of `layout` wrote its file into DIR/step_dir_name(step): writes the index,
-// switches DIR/latest to it and removes checkpoints older than the previous one. One process.
+// switches DIR/latest to it and removes checkpoints older than the previous one. One process;
+// `before_switch` (if set) runs between the index and the pointer switch.
 void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout,
-            const std::vector<vps::StateKind>& kinds, const nlohmann::json& trainer_state);
+            const std::vector<vps::StateKind>& kinds, const nlohmann::json& trainer_state,
+            const std::function<void()>& before_switch = {});
 // Collective over `world` (ranks outside the layout pass empty arenas): the whole save.
+// A process that dies at any point leaves `latest` naming the previous complete checkpoint.
 void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
           const std::vector<vps::StateKind>& kinds, const Arenas& arenas,
-          const nlohmann::json& trainer_state, comm::Transport& world);
+          const nlohmann::json& trainer_state, comm::Transport& world, const SaveObserver& observer = {});
 
 // Collective over `world`: runs `work` on every rank and rethrows on every rank if it threw on
 // any (the rank's own InputError, or one saying another rank failed), so that no rank is left
@@ -95,7 +112,8 @@ struct Checkpoint {
 Checkpoint open_latest(const std::string& dir, const vps::ModelSpec& model);
 
 struct LoadStats {
-  std::uint64_t bytes_read = 0;  // file bytes read (whole entries)
+  std::uint64_t bytes_read = 0;  // file bytes read: of each entry, the checksum chunks covering
+                                 // the rows (first dimension) the pieces need
   std::uint64_t bytes_loaded = 0;  // bytes written into the arenas
   std::uint64_t bytes_in_place = 0;  // of bytes_read, read straight into the arenas (no copy)
   std::int64_t files_opened = 0;

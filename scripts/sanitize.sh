@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sanitizer builds of the core, without the libtorch trainer (DYNATRAIN_WITH_TORCH=OFF):
-#   asan  build-asan/: vps, plan, exec, comm, testing, tools under AddressSanitizer +
+#   asan  build-asan/: vps, plan, exec, comm, testing, tools, ckpt under AddressSanitizer +
 #         UndefinedBehaviorSanitizer (any report fails: -fno-sanitize-recover, halt_on_error),
 #         their unit tests, the in-process transition and transport tests, and the MPI ones
 #         under mpirun -np 2 and 4. Open MPI's own leaks are suppressed (scripts/lsan-openmpi.supp).
@@ -22,7 +22,7 @@ configure() {  # configure DIR FLAGS: -O1 -g1 (line tables for reports) keeps th
 asan() {
   configure build-asan "-fsanitize=address,undefined -fno-sanitize-recover=undefined"
   cmake --build build-asan -j"$jobs" --target test_vps test_plan test_input_bounds test_exec_unit test_exec_inproc \
-        test_comm_inproc test_comm_mpi test_exec_mpi
+        test_comm_inproc test_comm_mpi test_exec_mpi test_ckpt
   # Full stacks (Open MPI is built without frame pointers) and its plugins kept loaded, so the
   # suppressions can match Open MPI's own leaks by library name.
   export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0:exitcode=86:fast_unwind_on_malloc=0"
@@ -31,7 +31,7 @@ asan() {
   export OMPI_MCA_mca_base_component_disable_dlclose=1
   local b=build-asan/tests
   for t in "$b/test_vps" "$b/plan/test_plan" "$b/reliability/test_input_bounds" "$b/exec/test_exec_unit" "$b/comm/test_comm_inproc" \
-           "$b/exec/test_exec_inproc"; do
+           "$b/exec/test_exec_inproc" "$b/ckpt/test_ckpt"; do
     echo "asan: $t"
     "$t" --gtest_brief=1
   done

@@ -1,13 +1,21 @@
-// Test hook: kills or stops this process at a named point, so fault tests can hit a step or a
-// switch on purpose (tests/reliability/fault_test.sh). Inert unless DT_FAULT is set.
+// Test hook: kills or stops this process at a named point, so fault tests can hit a step, a
+// switch or a phase of a checkpoint save on purpose (tests/reliability/fault_test.sh). Inert
+// unless DT_FAULT is set.
 //
-//   DT_FAULT=ACTION:RANK:POINT:DELAY_MS     e.g. kill:1:switch:50   stop:2:step:0
+//   DT_FAULT=ACTION:RANK:POINT:DELAY_MS[:SKIP]     e.g. kill:1:switch:50   stop:2:step:0
 //     ACTION  kill (SIGKILL) or stop (SIGSTOP: alive but silent, for the watchdog)
 //     RANK    world rank that faults
-//     POINT   switch (a layout switch starts) or step (a training step starts)
-//     DELAY_MS  how long after the point begins (a thread fires it while the work runs)
-// The first time the point is reached on that rank, the fault fires; later points are ignored.
-// DT_FAULT_STAMP=FILE: the firing rank writes the Unix time (seconds) into FILE just before.
+//     POINT   switch (a layout switch starts), step (a training step starts), or a phase of a
+//             checkpoint save (ckpt/checkpoint.h, SavePhase): save-begin (before the rank file
+//             is written), save-written (the rank file is written and fsync'd), save-index (rank
+//             0: the index is written, `latest` not yet switched)
+//     DELAY_MS  how long after the point begins (a thread fires it while the work runs);
+//             0 fires at once on the calling thread, so the point's work never starts
+//     SKIP    the fault fires the (SKIP+1)-th time the point is reached on that rank (default 0)
+// Once fired, later points are ignored.
+// DT_FAULT_STAMP=FILE: the firing rank writes the Unix time (seconds) into FILE just before;
+// when FILE already exists the fault does not fire (once per stamp: a job restarted by
+// `train --max-restarts` with the same environment is not hit again).
 #pragma once
 
 namespace dynatrain::tools {

@@ -18,6 +18,7 @@
 #include "vps/model_spec.h"
 #include "vps/parallel_config.h"
 #include "tools/fault_injection.h"
+#include "tools/memory_check.h"
 #include "tools/mpi_world.h"
 #include "tools/predict_switch.h"
 #include "tools/watchdog.h"
@@ -28,41 +29,13 @@ using namespace dynatrain::exec;  // the engine this command drives
 
 namespace {
 
-// Bytes the kernel could still give this node ("MemAvailable"); 0 when unknown.
-std::uint64_t node_available_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key, unit;
-  std::uint64_t kib = 0;
-  while (meminfo >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib << 10;
-  return 0;
-}
-
-// Refuses, before anything is allocated, a switch whose state cannot fit in this node's memory
-// ("needs X per rank, have Y") instead of leaving it to the kernel's out-of-memory killer.
+// Refuses a switch whose state cannot fit in this node's memory (tools/memory_check.h).
 // Per rank: max(src, dst) + staging (the engine's bound) + the bandwidth probe's buffers.
-// Collective (one all-gather); every rank of a node reaches the same verdict.
 void check_memory_fits(comm::Transport& world, std::uint64_t src_bytes, std::uint64_t dst_bytes,
                        std::uint64_t budget) {
   const std::uint64_t state = std::max(src_bytes, dst_bytes);
-  const std::uint64_t need = state + std::min(budget, state) + (std::uint64_t{128} << 20);
-  struct Need { std::int64_t host; std::uint64_t bytes; };
-  const std::int64_t host = this_host_id();
-  const auto all = comm::all_gather_values(world, Need{host, need});
-  std::uint64_t node_need = 0, rank_max = 0;
-  int node_ranks = 0;
-  for (const auto& n : all)
-    if (n.host == host) {
-      node_need += n.bytes;
-      rank_max = std::max(rank_max, n.bytes);
-      ++node_ranks;
-    }
-  const std::uint64_t have = node_available_bytes();
-  if (have > 0 && node_need > have)
-    DT_INPUT_ERROR("the switch needs up to ", format_bytes(static_cast<double>(rank_max)), " per rank, ",
-                   format_bytes(static_cast<double>(node_need)), " for the ", node_ranks,
-                   " ranks on this node, which has ", format_bytes(static_cast<double>(have)),
-                   " available; use more nodes, a smaller model or a smaller --mem-budget");
+  check_node_memory(world, state + std::min(budget, state) + (std::uint64_t{128} << 20), "the switch",
+                    "use more nodes, a smaller model or a smaller --mem-budget");
 }
 
 double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }

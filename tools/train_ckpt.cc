@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/error.h"
+#include "tools/fault_injection.h"
 
 namespace dynatrain::tools {
 
@@ -33,7 +34,9 @@ void save_trainer(const std::string& dir, std::int64_t step, train::Trainer& tra
   const auto p = trainer.progress();
   if (world.rank() == 0) DT_CHECK_EQ(p.step, step);
   const nlohmann::json state = {{"step", step}, {"data_seed", p.data_seed}, {"data_position", p.data_position}};
-  ckpt::save(dir, step, trainer.layout(), saved_kinds(), view(trainer.arenas()), state, world);
+  // Fault tests kill a rank at a chosen phase of the save (tools/fault_injection.h).
+  const auto observer = [](ckpt::SavePhase phase, int rank) { fault_point(ckpt::save_phase_name(phase), rank); };
+  ckpt::save(dir, step, trainer.layout(), saved_kinds(), view(trainer.arenas()), state, world, observer);
   if (world.rank() == 0) {
     std::printf("saved checkpoint of step %lld to %s/%s in %.3f s\n", static_cast<long long>(step),
                 dir.c_str(), ckpt::step_dir_name(step).c_str(), seconds_since(t0));

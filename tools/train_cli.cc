@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "tools/fault_injection.h"
 #include "tools/watchdog.h"
 #include "tools/train_ckpt.h"
+#include "tools/train_memory.h"
 
 namespace dynatrain::tools {
 using namespace dynatrain::train;  // the trainer this command drives
@@ -40,6 +42,11 @@ std::uint64_t model_parameters(const vps::ModelSpec& model) {
   std::uint64_t n = 0;
   for (const auto& t : vps::build_tensors(model)) n += static_cast<std::uint64_t>(t.numel());
   return n;
+}
+
+bool same_directory(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return a == b || std::filesystem::equivalent(a, b, ec);
 }
 
 int default_threads() {
@@ -134,6 +141,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     DT_INPUT_ERROR("training text has ", text.size(), " bytes; --seq ", args.seq, " needs at least ", args.seq + 2);
   set_intra_op_threads(args.threads > 0 ? args.threads : default_threads());
 
+  if (!joined) check_train_memory(o, schedule, world);  // "needs X per rank, have Y", before allocating
   const bool root = !joined && world.rank() == 0;
   const bool tty = root && isatty(fileno(stdout));
   std::ofstream csv, json_out;
@@ -173,6 +181,13 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
                      " leaves nothing to train");
   }
   if (args.save_every < 0) DT_INPUT_ERROR("--save-every ", args.save_every, " must be >= 0");
+  // Periodic saves; none at the step just resumed from, unless saving into another directory
+  // (that first save is then the resumed state itself).
+  const bool resumed_elsewhere = resume && !args.save_dir.empty() && !same_directory(args.save_dir, args.resume_dir);
+  auto save_point = [&](std::int64_t s) {
+    return !args.save_dir.empty() && args.save_every > 0 && s % args.save_every == 0 &&
+           (s > first_step || resumed_elsewhere);
+  };
   std::size_t first_layout = 1;
   while (first_layout < schedule.size() && schedule[first_layout].first <= first_step) ++first_layout;
   std::unique_ptr<Trainer> trainer =
@@ -340,8 +355,10 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     if (trainer->left()) return 0;
   }
   for (; step < args.steps; ++step) {
-    if (!args.save_dir.empty() && args.save_every > 0 && step > first_step && step % args.save_every == 0)
+    if (save_point(step)) {
+      csv.flush();  // a supervisor that restarts from this checkpoint keeps the rows before it
       save_trainer(args.save_dir, step, *trainer, trainer->world());
+    }
     maybe_prepare();
     SwitchStats sw;
     bool switched = false;

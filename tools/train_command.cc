@@ -5,6 +5,7 @@
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
 #include "tools/mpi_world.h"
+#include "tools/supervisor.h"
 #include "tools/train_cli.h"
 
 namespace dynatrain::tools {
@@ -12,6 +13,7 @@ namespace dynatrain::tools {
 Command add_train_command(CLI::App& app) {
   auto args = std::make_shared<tools::TrainArgs>();
   auto launch = std::make_shared<edm::MpiLaunchSettings>();
+  auto supervise_settings = std::make_shared<tools::SuperviseSettings>();
   auto* cmd = app.add_subcommand("train", "Train a model, switching layouts on a schedule (run under mpirun)");
   cmd->add_option("--model", args->model, "tiny-dense, tiny-moe, or a Hugging Face config.json")
       ->capture_default_str();
@@ -44,7 +46,14 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--resume", args->resume_dir,
                   "Continue from this directory's latest checkpoint, in the schedule's layout for its step");
-  return [args, launch] {
+  cmd->add_option("--max-restarts", supervise_settings->max_restarts,
+                  "Run without mpirun: start the job on --np processes and restart it from the last "
+                  "checkpoint, on one process fewer, up to K times when a process dies (tools/supervisor.h)")
+      ->capture_default_str();
+  auto* np_flag = cmd->add_option("--np", supervise_settings->np, "With --max-restarts: processes to start");
+  cmd->add_option("--mpirun", supervise_settings->mpirun, "With --max-restarts: the mpirun to start the job with")
+      ->capture_default_str();
+  return [args, launch, supervise_settings, np_flag] {
     // Checked before MPI starts: identical on every rank, printed once by rank 0.
     require_int_in("--steps", args->steps, 1, 1'000'000'000);
     require_int_in("--global-batch", args->global_batch, 1, 1 << 20);
@@ -52,6 +61,13 @@ Command add_train_command(CLI::App& app) {
     require_positive_finite("--lr", args->lr, 1e3);
     require_int_in("--micro-batches", args->micro_batches, 0, 1 << 20, " (0: auto)");
     require_int_in("--threads", args->threads, 0, 4096, " (0: cores / local ranks)");
+    require_int_in("--max-restarts", supervise_settings->max_restarts, 0, 1000);
+    if (supervise_settings->max_restarts > 0) {  // the supervisor: outside MPI, it starts mpirun
+      if (np_flag->count() == 0) DT_INPUT_ERROR("--max-restarts needs --np N, the processes to start");
+      require_int_in("--np", supervise_settings->np, 1, 131072);
+      supervise_settings->argv = train_argv_for_job();
+      return supervise(*args, *supervise_settings);
+    }
     if (const char* exe = std::getenv("DT_EDM_EXECUTABLE")) launch->executable = exe;
     args->launcher = edm::make_mpi_launcher(*launch);
     return run_on_mpi_world([&](comm::Transport& world) { return tools::train_command(*args, world); });

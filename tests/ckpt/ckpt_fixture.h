@@ -24,7 +24,9 @@ struct OwnedArenas {
 OwnedArenas allocate(const vps::Layout& layout, int rank);
 // Fills every segment of `rank` with the oracle.
 OwnedArenas filled(const vps::Layout& layout, int rank);
-// Saves `layout` (all ranks filled with the oracle) as checkpoint `step` of `dir`.
-void save_filled(const std::string& dir, std::int64_t step, const vps::Layout& layout);
+// Saves `layout` (all ranks filled with the oracle) as checkpoint `step` of `dir`, entries
+// checksummed in chunks of `chunk_bytes`.
+void save_filled(const std::string& dir, std::int64_t step, const vps::Layout& layout,
+                 std::uint64_t chunk_bytes = kChecksumChunkBytes);
 
 }  // namespace dynatrain::ckpt

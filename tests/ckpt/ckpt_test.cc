@@ -43,8 +43,8 @@ std::string fresh_dir(const std::string& name) {
 }
 
 // Loads every rank of `dst` from the latest checkpoint of `dir` and checks every segment byte.
-// Returns the bytes read in place (no staging copy).
-std::uint64_t expect_loads_exactly(const std::string& dir, const vps::Layout& dst) {
+// Returns the bytes read in place (no staging copy); `read` (if given) gets the file bytes read.
+std::uint64_t expect_loads_exactly(const std::string& dir, const vps::Layout& dst, std::uint64_t* read = nullptr) {
   const Checkpoint c = open_latest(dir, dst.model());
   std::uint64_t loaded = 0, expected = 0, in_place = 0;
   for (int r = 0; r < dst.config().world_size(); ++r) {
@@ -52,6 +52,7 @@ std::uint64_t expect_loads_exactly(const std::string& dir, const vps::Layout& ds
     const LoadStats stats = load_rank(c, dst, r, a.view());
     loaded += stats.bytes_loaded;
     in_place += stats.bytes_in_place;
+    if (read) *read += stats.bytes_read;
     for (const auto& b : dst.rank_layout(r).buffers) {
       const int elem = dst.options().elem_bytes[static_cast<int>(b.kind)];
       for (const auto& s : b.segments) expected += static_cast<std::uint64_t>(s.box.numel() * elem);
@@ -84,6 +85,47 @@ TEST(Checkpoint, LoadsIntoOtherLayoutsAndProcessCounts) {
   save_filled(dense, 1, layout("tiny-dense", "tp=8,dp=1,zero=1"));
   expect_loads_exactly(dense, layout("tiny-dense", "tp=2,pp=2,dp=3,zero=1"));
   expect_loads_exactly(dense, layout("tiny-dense", "tp=1"));
+}
+
+// Chunked checksums let a rank read only the rows of an entry it needs: into a finer tp split,
+// column-parallel entries are read once over all ranks, not once per rank. Every byte is still
+// right, and a flipped byte in a chunk that is read is refused.
+TEST(Checkpoint, PartialReadsReadOnlyTheChunksTheyNeedAndVerifyThem) {
+  const auto from = layout("tiny-dense", "tp=1,zero=0");
+  const auto to = layout("tiny-dense", "tp=4,dp=1,zero=0");
+  const std::string whole = fresh_dir("whole"), partial = fresh_dir("partial");
+  save_filled(whole, 1, from, std::uint64_t{1} << 40);  // one chunk an entry: whole reads
+  save_filled(partial, 1, from, 256);
+  std::uint64_t read_whole = 0, read_partial = 0;
+  expect_loads_exactly(whole, to, &read_whole);
+  expect_loads_exactly(partial, to, &read_partial);
+  EXPECT_LT(read_partial * 4, read_whole * 3) << read_partial << " vs " << read_whole;  // 0.73 here
+  expect_loads_exactly(partial, layout("tiny-dense", "tp=2,pp=2,dp=1,zero=1"));  // ZeRO shards, pp
+
+  // Flip one byte in the middle of rank 0's data: a load that reads that chunk is refused.
+  const std::string file = partial + "/step-00000001/" + rank_file_name(0);
+  const auto size = fs::file_size(file);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size / 2));
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x5a);
+    f.seekp(static_cast<std::streamoff>(size / 2));
+    f.write(&byte, 1);
+  }
+  const Checkpoint c = open_latest(partial, to.model());
+  int refused = 0;
+  for (int r = 0; r < to.config().world_size(); ++r) {
+    OwnedArenas a = allocate(to, r);
+    try {
+      load_rank(c, to, r, a.view());
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("fails its checksum: corrupted"), std::string::npos) << e.what();
+      ++refused;
+    }
+  }
+  EXPECT_GE(refused, 1);
 }
 
 // A tiny DeepSeek-style model: MLA with a query low-rank projection, shared experts, router

@@ -73,6 +73,39 @@ fault() {
   fi
 }
 
+# ckpt_intact DIR [ANY]: after a save of step 8 killed midway (TR_SAVE), DIR/latest still names
+# step 4 (with ANY: step 4, or step 8 when a delayed kill landed only after that save was
+# complete), and resuming it (saving at once into another directory) gives byte-identical rank
+# files.
+lost=0
+ckpt_intact() {
+  local dir="$1" any="${2:-}" latest
+  latest=$(cat "$dir/latest" 2>/dev/null)
+  if [[ $latest != step-00000004 && ! ($any == any && $latest == step-00000008) ]]; then
+    echo "FAIL: state lost: $dir/latest is '$latest' after a killed save, want step-00000004"
+    lost=$((lost + 1))
+    return
+  fi
+  local step=${latest#step-}
+  step=$((10#$step))
+  # --steps STEP+1: the resumed state is saved at once (another directory), then one step
+  if ! timeout 120 "$mpiexec" -np 4 "$dt" "${TR_RESUME[@]}" "$dir.resumed" --resume "$dir" --steps $((step + 1)) \
+      >"$dir.log" 2>&1; then
+    echo "FAIL: state lost: resume from $dir failed:"; sed 's/^/    | /' "$dir.log" | tail -5
+    lost=$((lost + 1))
+    return
+  fi
+  local f
+  for f in "$dir/$latest"/rank-*.safetensors; do
+    if ! cmp -s "$f" "$dir.resumed/$latest/${f##*/}"; then
+      echo "FAIL: state lost: the state resumed from $dir differs from ${f##*/}"
+      lost=$((lost + 1))
+      return
+    fi
+  done
+  echo "    latest is $latest; resumed state byte-identical to its 4 rank files"
+}
+
 rt() { echo run-transition --model tiny-moe --verify --repeat "$1" --from "$2" --to "$3" --json; }
 fault 2 "rank 0 of 2: stopped by SIGTERM after rank 1" kill:1:switch:0 -- $(rt 20 tp=2,zero=0 dp=2,ep=2)
 fault 4 "after rank 2" kill:2:switch:5 -- $(rt 20 tp=2,dp=2 pp=2,dp=2,ep=2)
@@ -96,9 +129,25 @@ if [[ $with_train == 1 ]]; then
   fault 2 "s during step" stop:1:step:1000 -- "${TR_LONG[@]}" --schedule "0:tp=2" --csv
   fault 4 "after rank 2" kill:2:step:10 -- "${TR[@]/tiny-dense/tiny-moe}" --schedule "0:dp=4,ep=2" --csv
   fault 4 "stopped by SIGTERM" term-mpirun:loss -- "${TR_LONG[@]}" --schedule "0:tp=2,dp=2" --csv
+  # A rank killed during a checkpoint save (the second one, at step 8; ckpt::SavePhase): before
+  # its data write, during it, after it (fsync'd, before the index), after the index (before
+  # `latest` is switched). The job ends as above, and the state is not lost: `latest` still
+  # names step 4, and a resume from it is bit-identical to it (ckpt_intact).
+  TR_SAVE=("${TR[@]:0:9}" --steps 12 --schedule "0:tp=2,dp=2" --save-every 4 --save)
+  TR_RESUME=("${TR[@]:0:9}" --schedule "0:tp=2,dp=2" --save-every 4 --save)
+  fault 4 "after rank 1" kill:1:save-begin:0:1 -- "${TR_SAVE[@]}" "$tmp/ck1" --csv
+  ckpt_intact "$tmp/ck1"
+  fault 4 "after rank 2" kill:2:save-begin:2:1 -- "${TR_SAVE[@]}" "$tmp/ck2" --csv
+  ckpt_intact "$tmp/ck2" any  # 2 ms into the save: usually mid-write, on a fast disk after it
+  fault 4 "after rank 3" kill:3:save-written:0:1 -- "${TR_SAVE[@]}" "$tmp/ck3" --csv
+  ckpt_intact "$tmp/ck3"
+  fault 4 "after rank 0" kill:0:save-written:0:1 -- "${TR_SAVE[@]}" "$tmp/ck4" --csv
+  ckpt_intact "$tmp/ck4"
+  fault 4 "after rank 0" kill:0:save-index:0:1 -- "${TR_SAVE[@]}" "$tmp/ck5" --csv
+  ckpt_intact "$tmp/ck5"
   # (A rank holding only vocabulary padding used to throw here; it now trains:
   # tests/train's train_mpi_vocab_padding_np4.)
 fi
 echo "faults: $tried injected, $clean ended cleanly (one line, non-zero exit, <= 10 s, nothing left running);" \
-     "$vader extra Open MPI lines ('Read -1' / libevent 'Epoll')"
-((tried == clean))
+     "state lost after a killed checkpoint save: $lost; $vader extra Open MPI lines ('Read -1' / libevent 'Epoll')"
+((tried == clean && lost == 0))

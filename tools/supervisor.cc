@@ -1,0 +1,274 @@
+#include "tools/supervisor.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <tuple>
+
+#include "ckpt/checkpoint.h"
+#include "common/error.h"
+
+namespace dynatrain::tools {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// ---- the command line ----
+
+// Removes `flag` (and its value, when it takes one) in both "--flag value" and "--flag=value" forms.
+std::vector<std::string> without_flag(const std::vector<std::string>& argv, const std::string& flag, bool has_value) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    if (argv[i] == flag) {
+      if (has_value) ++i;
+      continue;
+    }
+    if (has_value && argv[i].rfind(flag + "=", 0) == 0) continue;
+    out.push_back(argv[i]);
+  }
+  return out;
+}
+
+// ---- one attempt: mpirun as a child, its stdout passed through and read for progress ----
+
+volatile sig_atomic_t g_signal = 0;
+volatile pid_t g_child = 0;
+
+void forward_signal(int sig) {
+  g_signal = sig;
+  if (g_child > 0) kill(g_child, sig);
+}
+
+struct Attempt {
+  int exit_code = 0;
+  std::int64_t last_step = -1;  // the last step rank 0 reported done (-1: none)
+};
+
+Attempt run_job(const std::vector<std::string>& cmd) {
+  int out[2];
+  if (pipe(out) != 0) DT_INPUT_ERROR("cannot create a pipe for the job: ", std::strerror(errno));
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) DT_INPUT_ERROR("cannot start '", cmd.front(), "': ", std::strerror(errno));
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    close(out[0]);
+    close(out[1]);
+    std::vector<char*> argv;
+    for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "dynatrain: error: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+    _exit(2);
+  }
+  g_child = pid;
+  close(out[1]);
+  Attempt a;
+  std::string pending;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = read(out[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    std::fwrite(buf, 1, static_cast<std::size_t>(n), stdout);
+    std::fflush(stdout);
+    pending.append(buf, static_cast<std::size_t>(n));
+    for (std::size_t eol; (eol = pending.find('\n')) != std::string::npos; pending.erase(0, eol + 1)) {
+      // "step N  loss ..." (after a progress bar when rank 0 has a terminal)
+      long long step = 0;
+      int matched = 0;  // characters up to "loss": the whole pattern matched
+      const std::size_t at = pending.find("step ");
+      if (at < eol && std::sscanf(pending.c_str() + at, "step %lld  loss%n", &step, &matched) == 1 && matched > 0)
+        a.last_step = step;
+    }
+  }
+  close(out[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  a.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return a;
+}
+
+// ---- the CSV: every step once, from the attempt that kept it ----
+
+struct CsvPart {
+  std::string path;
+  std::int64_t keep_below = INT64_MAX;  // rows of later steps were trained again by the next attempt
+  int restart = 0;                      // this attempt's number (0: the first)
+  std::int64_t steps_lost = 0;          // lost by the attempt before it
+};
+
+void assemble_csv(const std::string& out_path, const std::vector<CsvPart>& parts) {
+  std::ofstream out(out_path);
+  if (!out) DT_INPUT_ERROR("cannot write CSV file '", out_path, "'");
+  bool header = false;
+  std::string mark;  // restart columns waiting for the next row written
+  for (const auto& p : parts) {
+    if (p.restart > 0) mark = std::to_string(p.restart) + "," + std::to_string(p.steps_lost);
+    std::ifstream in(p.path);
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    if (!header) out << line << ",restart,steps_lost\n";
+    header = true;
+    while (std::getline(in, line)) {
+      if (line.empty() || std::stoll(line) >= p.keep_below) continue;
+      out << line << ',' << (mark.empty() ? "," : mark) << '\n';
+      mark.clear();
+    }
+  }
+  for (const auto& p : parts) fs::remove(p.path);
+}
+
+// The layout of the schedule at `step` (the last entry at or before it).
+vps::ParallelConfig layout_at(const std::string& schedule, std::int64_t step) {
+  const auto entries = parse_schedule(schedule);
+  vps::ParallelConfig c = entries.front().second;
+  for (const auto& [at, config] : entries)
+    if (at <= step) c = config;
+  return c;
+}
+
+std::vector<int> divisors_descending(int n) {
+  std::vector<int> out;
+  for (int d = n; d >= 1; --d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+}  // namespace
+
+vps::ParallelConfig choose_restart_layout(const train::TrainerOptions& options, const vps::ParallelConfig& previous,
+                                          int processes) {
+  for (int world = processes; world >= 1; --world) {
+    std::optional<vps::ParallelConfig> best;
+    auto key = [&](const vps::ParallelConfig& c) {
+      return std::make_tuple(c.tp == previous.tp, c.pp == previous.pp, c.ep == previous.ep, c.dp);
+    };
+    for (int tp : divisors_descending(world))
+      for (int pp : divisors_descending(world / tp))
+        for (int ep : divisors_descending(previous.ep)) {
+          vps::ParallelConfig c;
+          c.tp = tp;
+          c.pp = pp;
+          c.dp = world / (tp * pp);
+          c.ep = ep;
+          c.zero = previous.zero;
+          try {
+            train::Trainer::check_supported(options, c);
+          } catch (const InputError&) {
+            continue;
+          }
+          if (!best || key(c) > key(*best)) best = c;
+        }
+    if (best) return *best;
+  }
+  DT_INPUT_ERROR("no layout of ", processes, " or fewer processes can train model '", options.model.name,
+                 "' with global batch ", options.global_batch);
+}
+
+std::vector<std::string> train_argv_for_job() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> argv;
+  for (std::string a; std::getline(in, a, '\0');) argv.push_back(a);
+  std::size_t train = 1;
+  while (train < argv.size() && argv[train] != "train") ++train;
+  std::vector<std::string> out(argv.begin() + static_cast<std::ptrdiff_t>(std::min(train + 1, argv.size())), argv.end());
+  out = without_flag(out, "--max-restarts", true);
+  out = without_flag(out, "--np", true);
+  return without_flag(out, "--mpirun", true);
+}
+
+int supervise(const TrainArgs& args, const SuperviseSettings& s) {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE"))
+    DT_INPUT_ERROR("--max-restarts starts mpirun itself: run `dynatrain train --max-restarts ",
+                   s.max_restarts, " --np N ...` without mpirun in front");
+  if (s.np < 1) DT_INPUT_ERROR("--max-restarts needs --np N, the processes to start (N >= 1)");
+  if (args.save_dir.empty())
+    DT_INPUT_ERROR("--max-restarts needs --save DIR (and --save-every N): a restart resumes from DIR's last checkpoint");
+  train::TrainerOptions o;
+  o.model = vps::model_from_name(args.model);
+  o.global_batch = args.global_batch;
+  o.seq = args.seq;
+  o.micro_batches = args.micro_batches;
+  char self[PATH_MAX] = {};
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0) DT_INPUT_ERROR("cannot find this executable (/proc/self/exe)");
+
+  std::vector<std::string> base = s.argv;
+  for (const char* flag : {"--schedule", "--resume", "--csv"}) base = without_flag(base, flag, true);
+  base = without_flag(base, "--static", false);
+
+  struct sigaction sa = {};
+  sa.sa_handler = forward_signal;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+
+  std::string schedule = args.static_layout ? "0:" + parse_schedule(args.schedule).front().second.str() : args.schedule;
+  std::string resume = args.resume_dir;
+  int np = s.np;
+  std::vector<CsvPart> parts;
+  int code = 0;
+  for (int attempt = 0;; ++attempt) {
+    std::vector<std::string> cmd = {s.mpirun, "-np", std::to_string(np), self, "train"};
+    cmd.insert(cmd.end(), base.begin(), base.end());
+    cmd.insert(cmd.end(), {"--schedule", schedule});
+    if (!resume.empty()) cmd.insert(cmd.end(), {"--resume", resume});
+    if (!args.csv.empty()) {
+      if (parts.empty()) parts.push_back({});
+      parts.back().path = args.csv + ".attempt-" + std::to_string(attempt);
+      cmd.insert(cmd.end(), {"--csv", parts.back().path});
+    }
+    const Attempt a = run_job(cmd);
+    code = a.exit_code;
+    if (code == 0 || code == 2 || g_signal) break;  // done, bad input (the same again), or stopped
+    if (attempt == s.max_restarts) {
+      std::printf("supervise: the job ended with exit %d; no restarts left (--max-restarts %d)\n", code,
+                  s.max_restarts);
+      break;
+    }
+    // From the last complete checkpoint (or the start), on one process fewer.
+    std::int64_t from = 0;
+    vps::ParallelConfig previous = layout_at(schedule, a.last_step < 0 ? 0 : a.last_step);
+    if (fs::exists(fs::path(args.save_dir) / "latest")) {
+      const ckpt::Checkpoint c = ckpt::open_latest(args.save_dir, o.model);
+      from = c.step;
+      previous = c.config;
+      resume = args.save_dir;
+    } else if (!args.resume_dir.empty()) {
+      from = ckpt::open_latest(args.resume_dir, o.model).step;
+    }
+    if (from >= args.steps) {  // the final checkpoint was written: the training is complete
+      std::printf("supervise: the job ended with exit %d after its final checkpoint (step %lld); done\n", code,
+                  static_cast<long long>(from));
+      code = 0;
+      break;
+    }
+    const std::int64_t lost = std::max<std::int64_t>(0, a.last_step + 1 - from);
+    const vps::ParallelConfig next = choose_restart_layout(o, previous, std::max(1, np - 1));
+    np = next.world_size();
+    schedule = "0:" + next.str();
+    std::printf("supervise: the job ended with exit %d after step %lld; restart %d of %d from step %lld "
+                "(%lld steps lost) on %d processes in %s\n",
+                code, static_cast<long long>(a.last_step), attempt + 1, s.max_restarts, static_cast<long long>(from),
+                static_cast<long long>(lost), np, next.str().c_str());
+    std::fflush(stdout);
+    if (!parts.empty()) {
+      parts.back().keep_below = from;
+      parts.push_back({"", INT64_MAX, attempt + 1, lost});
+    }
+  }
+  if (!parts.empty()) assemble_csv(args.csv, parts);
+  return code;
+}
+
+}  // namespace dynatrain::tools

@@ -1,0 +1,51 @@
+// `dynatrain train --max-restarts K --np N ...`: a job that survives a lost process.
+//
+// Run WITHOUT mpirun: this process stays outside the MPI job and starts it (`mpirun -np N
+// dynatrain train ...`), because Open MPI ends every rank of a job when one of them dies, so
+// nothing inside the job can outlive the loss. When the job fails for any reason other than bad
+// input (exit 2), the supervisor restarts it, at most K times:
+//   * on one process fewer than before (the lost one's slot is taken to be gone, as for a failed
+//     GPU or node), in the layout choose_restart_layout picks for that count;
+//   * from the save directory's last complete checkpoint (`--resume DIR`), or from the start
+//     when the job died before its first checkpoint. Steps done after that checkpoint are lost
+//     and trained again: at most --save-every.
+//   * after a restart the job stays in that layout (the schedule's later switches were planned
+//     for the processes it had).
+// The CSV (--csv) is assembled from the attempts: every step once, from the attempt that kept
+// it, with two more columns: `restart` (the attempt's number on its first row, else empty) and
+// `steps_lost` (steps trained by the failed attempt after its last checkpoint). Rank 0's stdout
+// passes through; the supervisor adds one line per restart. SIGINT / SIGTERM to the supervisor
+// go to mpirun and end the job without a restart.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tools/train_cli.h"
+#include "train/trainer.h"
+#include "vps/parallel_config.h"
+
+namespace dynatrain::tools {
+
+struct SuperviseSettings {
+  int max_restarts = 0;             // --max-restarts K
+  int np = 0;                       // --np N: processes of the first attempt
+  std::string mpirun = "mpirun";    // --mpirun: the launcher (its path or name)
+  std::vector<std::string> argv;    // the train command line to pass on (without supervisor flags)
+};
+
+// The layout a job restarted on at most `processes` processes runs in: of the layouts the
+// trainer supports for these options (zero and ep kept where they fit, cp = etp = 1):
+// the most processes, then the same tp as `previous`, then the same pp, then the same ep, then
+// the most dp. Throws InputError when not even one process can run the model.
+vps::ParallelConfig choose_restart_layout(const train::TrainerOptions& options, const vps::ParallelConfig& previous,
+                                          int processes);
+
+// The supervisor loop; returns the exit code of the command (0 when the job finished).
+int supervise(const TrainArgs& args, const SuperviseSettings& settings);
+
+// The command line of this process after `train`, minus the supervisor's own flags
+// (--max-restarts, --np, --mpirun), from /proc/self/cmdline.
+std::vector<std::string> train_argv_for_job();
+
+}  // namespace dynatrain::tools
