@@ -75,6 +75,12 @@ void check_model_size(const std::string& model, const std::vector<TensorSpec>& t
   }
 }
 
+void check_options(const LayoutOptions& o) {
+  if (o.bucket_elems <= 0) DT_INPUT_ERROR("bucket size ", o.bucket_elems, " must be positive");
+  if (o.align_elems < 1 || o.align_elems > (std::int64_t{1} << 20))
+    DT_INPUT_ERROR("alignment ", o.align_elems, " elements is outside 1..", std::int64_t{1} << 20);
+}
+
 }  // namespace
 
 Layout::Layout(const ModelSpec& model, ParallelConfig config, LayoutOptions options)
@@ -83,8 +89,7 @@ Layout::Layout(const ModelSpec& model, ParallelConfig config, LayoutOptions opti
   config_.validate_for(model_);  // ModelSpec::validate bounds the layer count first
   tensors_ = build_tensors(model_);
   check_model_size(model_.name, tensors_);
-  if (options_.bucket_elems <= 0)
-    DT_INPUT_ERROR("bucket size ", options_.bucket_elems, " must be positive");
+  check_options(options_);
 }
 
 namespace {
@@ -148,8 +153,7 @@ Layout::Layout(std::vector<TensorSpec> tensors, const ModelSpec& model, Parallel
     : model_(model), config_(std::move(config)), options_(std::move(options)),
       tensors_(std::move(tensors)), shard_cache_(std::make_shared<ShardCache>()) {
   validate_custom(tensors_, model_, config_);
-  if (options_.bucket_elems <= 0)
-    DT_INPUT_ERROR("bucket size ", options_.bucket_elems, " must be positive");
+  check_options(options_);
 }
 
 namespace {
@@ -296,8 +300,8 @@ std::vector<LocalShard> Layout::compute_shards(int rank) const {
       s.expert_group = expert_group;
       shard_tensor(model_, config_, rc, t, s);
       s.bucket = bucket;
-      s.offset = fill;
-      fill += s.numel;
+      s.offset = round_up(fill, options_.align_elems);
+      fill = s.offset + s.numel;
       shards.push_back(std::move(s));
       if (fill >= options_.bucket_elems) {
         ++bucket;
@@ -343,7 +347,7 @@ void Layout::visit_buffers(int rank, const BufferVisitor& visit, unsigned kind_m
       buckets.back().size = shards[i].offset + shards[i].numel;
     }
     for (auto& b : buckets)
-      if (config_.zero >= 1) b.size = round_up(b.size, shard_count);
+      if (config_.zero >= 1) b.size = round_up(b.size, shard_count * options_.align_elems);
     for (std::size_t bi = 0; bi < buckets.size(); ++bi) {
       const Bucket& b = buckets[bi];
       // Segments of the whole bucket and of this rank's shard of it; each kind uses one of them.
