@@ -49,6 +49,9 @@ class PoolAllocator final : public StateAllocator {
   // Page-wise memory (engine.h): every block of at least kMappedBytes supports it.
   std::size_t pagewise_min_bytes() const override { return kMappedBytes; }
   bool can_adopt() const override { return true; }
+  bool can_move_pages() const override { return true; }
+  void move_pages(std::byte* from, std::size_t from_offset, std::byte* to, std::size_t to_offset,
+                  std::size_t bytes) override;
   std::byte* reserve(std::size_t bytes) override;
   void commit(std::byte* base, std::size_t offset, std::size_t bytes) override;
   void decommit(std::byte* base, std::size_t offset, std::size_t bytes) override;
