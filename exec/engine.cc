@@ -38,7 +38,7 @@ struct Chunk {
 // Both sides of a pair run this on the same piece list and capacity, so they agree.
 std::vector<Chunk> cut_chunks(const std::vector<plan::Piece>& pieces,
                               const std::vector<std::uint32_t>& order,
-                              const std::array<int, vps::kNumStateKinds>& eb, std::size_t cap) {
+                              const vps::ElemBytes& eb, std::size_t cap) {
   std::vector<Chunk> out;
   Chunk cur;
   for (std::uint32_t i : order) {
@@ -80,7 +80,7 @@ class Engine {
  public:
   Engine(const plan::RankPlan& plan, const vps::RankLayout& sl, std::vector<std::byte*>& src,
          const vps::RankLayout& dl, std::vector<std::byte*>& dst,
-         const std::array<int, vps::kNumStateKinds>& eb, comm::Transport& t, StateAllocator& alloc,
+         const vps::ElemBytes& eb, comm::Transport& t, StateAllocator& alloc,
          const TransitionOptions& opt)
       : plan_(plan), sl_(sl), src_(src), dl_(dl), dst_(dst), eb_(eb), t_(t), alloc_(alloc),
         opt_(opt) {}
@@ -979,7 +979,7 @@ class Engine {
   std::vector<std::byte*>& src_;
   const vps::RankLayout& dl_;
   std::vector<std::byte*>& dst_;
-  const std::array<int, vps::kNumStateKinds>& eb_;
+  const vps::ElemBytes& eb_;
   comm::Transport& t_;
   StateAllocator& alloc_;
   const TransitionOptions& opt_;
@@ -1022,7 +1022,7 @@ bool broadcast_preferred(int receivers, int off_node, std::uint64_t bytes) {
 TransitionStats run_transition(const plan::RankPlan& plan, const vps::RankLayout& src_layout,
                                std::vector<std::byte*>& src, const vps::RankLayout& dst_layout,
                                std::vector<std::byte*>& dst,
-                               const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                               const vps::ElemBytes& elem_bytes,
                                comm::Transport& transport, StateAllocator& alloc,
                                const TransitionOptions& options) {
   Engine engine(plan, src_layout, src, dst_layout, dst, elem_bytes, transport, alloc, options);

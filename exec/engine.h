@@ -111,7 +111,7 @@ struct TransitionOptions {
   std::uint32_t zeroed_kinds = 0;
 };
 
-inline constexpr std::uint32_t kStepBoundaryKinds = 1u << static_cast<int>(vps::StateKind::kGrad);
+inline constexpr std::uint32_t kStepBoundaryKinds = vps::kind_bit(vps::StateKind::kGrad);
 
 struct TransitionStats {
   double seconds = 0;
@@ -162,7 +162,7 @@ struct TransitionStats {
 TransitionStats run_transition(const plan::RankPlan& plan, const vps::RankLayout& src_layout,
                                std::vector<std::byte*>& src, const vps::RankLayout& dst_layout,
                                std::vector<std::byte*>& dst,
-                               const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                               const vps::ElemBytes& elem_bytes,
                                comm::Transport& transport, StateAllocator& alloc,
                                const TransitionOptions& options = {});
 

@@ -3,49 +3,10 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <sstream>
 
 #include "common/error.h"
 
 namespace dynatrain::vps {
-
-const char* state_kind_name(StateKind kind) {
-  switch (kind) {
-    case StateKind::kParam: return "param";
-    case StateKind::kGrad: return "grad";
-    case StateKind::kMaster: return "master";
-    case StateKind::kExpAvg: return "exp_avg";
-    case StateKind::kExpAvgSq: return "exp_avg_sq";
-  }
-  return "?";
-}
-
-std::vector<StateKind> parse_state_kinds(const std::string& text) {
-  if (text == "all")
-    return {StateKind::kParam, StateKind::kGrad, StateKind::kMaster, StateKind::kExpAvg,
-            StateKind::kExpAvgSq};
-  if (text == "optimizer")
-    return {StateKind::kParam, StateKind::kMaster, StateKind::kExpAvg, StateKind::kExpAvgSq};
-  std::vector<StateKind> kinds;
-  std::stringstream items(text);
-  std::string item;
-  while (std::getline(items, item, ',')) {
-    bool found = false;
-    for (int k = 0; k < kNumStateKinds; ++k) {
-      if (item == state_kind_name(static_cast<StateKind>(k))) {
-        if (std::find(kinds.begin(), kinds.end(), static_cast<StateKind>(k)) == kinds.end())
-          kinds.push_back(static_cast<StateKind>(k));
-        found = true;
-      }
-    }
-    if (!found)
-      DT_INPUT_ERROR("unknown state kind '", item,
-                     "'; valid: param, grad, master, exp_avg, exp_avg_sq, or 'all', 'optimizer'");
-  }
-  if (kinds.empty()) DT_INPUT_ERROR("empty state kind list; valid: param, grad, master, exp_avg, exp_avg_sq");
-  std::sort(kinds.begin(), kinds.end());
-  return kinds;
-}
 
 std::int64_t RankLayout::bytes(const LayoutOptions& options) const {
   std::int64_t total = 0;

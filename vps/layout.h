@@ -31,18 +31,14 @@
 #include "vps/box.h"
 #include "vps/model_spec.h"
 #include "vps/parallel_config.h"
+#include "vps/state_kind.h"
 
 namespace dynatrain::vps {
 
-enum class StateKind : std::uint8_t { kParam, kGrad, kMaster, kExpAvg, kExpAvgSq };
-inline constexpr int kNumStateKinds = 5;
-const char* state_kind_name(StateKind kind);
-// Parses "param,master,exp_avg,exp_avg_sq", "all" or "optimizer"; throws InputError otherwise.
-std::vector<StateKind> parse_state_kinds(const std::string& text);
-
 struct LayoutOptions {
-  // Bytes per element of each state kind, indexed by StateKind (bf16 weights, fp32 optimizer).
-  std::array<int, kNumStateKinds> elem_bytes{2, 2, 4, 4, 4};
+  // Bytes per element of each state kind, indexed by StateKind (vps/state_kind.h: bf16 weights
+  // and grads, fp32 optimizer).
+  ElemBytes elem_bytes = mixed_elem_bytes();
   // Minimum bucket size in elements; Megatron uses max(40M, 1M * dp).
   std::int64_t bucket_elems = 40'000'000;
   std::vector<StateKind> kinds = parse_state_kinds("all");

@@ -256,7 +256,7 @@ void message_count_case(comm::Transport& t) {
   // Each rank receives 3/4 of every tp-split tensor of every kind: check the byte count exactly.
   const vps::ModelSpec model = vps::model_from_name(c.model);
   std::uint64_t want = 0;
-  const std::array<int, vps::kNumStateKinds> eb = vps::LayoutOptions{}.elem_bytes;
+  const vps::ElemBytes eb = vps::LayoutOptions{}.elem_bytes;
   for (const auto& ts : vps::build_tensors(model)) {
     if (ts.split == vps::TpSplit::kReplicated) continue;
     for (int k = 0; k < vps::kNumStateKinds; ++k)
