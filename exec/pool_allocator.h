@@ -12,6 +12,8 @@
 //          are copied and no page is touched for the first time); only when no spare page is
 //          left does it use fresh pages, which the first write faults in.
 //   prefault(n)  makes sure at least n bytes of spare pages exist, touching fresh ones if needed.
+//   move_pages   moves live pages of one mapped block into not-live pages of another (mremap):
+//                the engine's remapped keeps; live bytes do not change.
 //
 // Accounting (what tests and the CLI report):
 //   live      bytes handed out and live: small blocks (rounded) + live pages   -> peak_live()
