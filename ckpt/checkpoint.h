@@ -102,7 +102,7 @@ struct Checkpoint {
   vps::ParallelConfig config;
   std::int64_t bucket_elems = 0;
   std::vector<vps::StateKind> kinds;
-  std::array<int, vps::kNumStateKinds> elem_bytes{};
+  vps::ElemBytes elem_bytes{};
   std::vector<FileInfo> files;  // file r holds source rank r
   nlohmann::json trainer;       // opaque trainer state saved with it
 };

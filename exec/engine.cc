@@ -38,7 +38,7 @@ struct Chunk {
 // Both sides of a pair run this on the same piece list and capacity, so they agree.
 std::vector<Chunk> cut_chunks(const std::vector<plan::Piece>& pieces,
                               const std::vector<std::uint32_t>& order,
-                              const std::array<int, vps::kNumStateKinds>& eb, std::size_t cap) {
+                              const vps::ElemBytes& eb, std::size_t cap) {
   std::vector<Chunk> out;
   Chunk cur;
   for (std::uint32_t i : order) {
@@ -63,6 +63,12 @@ std::vector<Chunk> cut_chunks(const std::vector<plan::Piece>& pieces,
   return out;
 }
 
+// Whole pages of a kept run moved by StateAllocator::move_pages: byte offsets into the source
+// and the destination buffer (multiples of kPageBytes) and the length.
+struct Remap {
+  std::uint64_t src_at = 0, dst_at = 0, bytes = 0;
+};
+
 struct PeerWork {
   std::vector<Chunk> send, recv;
 };
@@ -74,7 +80,7 @@ class Engine {
  public:
   Engine(const plan::RankPlan& plan, const vps::RankLayout& sl, std::vector<std::byte*>& src,
          const vps::RankLayout& dl, std::vector<std::byte*>& dst,
-         const std::array<int, vps::kNumStateKinds>& eb, comm::Transport& t, StateAllocator& alloc,
+         const vps::ElemBytes& eb, comm::Transport& t, StateAllocator& alloc,
          const TransitionOptions& opt)
       : plan_(plan), sl_(sl), src_(src), dl_(dl), dst_(dst), eb_(eb), t_(t), alloc_(alloc),
         opt_(opt) {}
@@ -88,6 +94,7 @@ class Engine {
     split_plan();
     agree_waves();
     choose_pagewise();
+    find_remaps();
     stats_.agree_seconds = secs(t0);
     const std::uint64_t floor = std::max(src_total_, dst_total_);
     WaveOrder order = opt_.order;
@@ -462,6 +469,76 @@ class Engine {
     for (const auto& p : wp_.keep) count_reads(p);
     for (const auto& [q, v] : wp_.send) for (const auto& p : v) count_reads(p);
   }
+  // Remapped keeps: a kept piece that is one contiguous run in its source and its destination
+  // buffer, both page-mapped blocks (>= pagewise_min_bytes) at offsets congruent modulo a page,
+  // has its whole pages moved (StateAllocator::move_pages) instead of copied; the partial pages
+  // at its ends are copied. A source page qualifies only when this keep is its only reader
+  // (moving takes it away). Memory is accounted exactly as for a copy (the destination granule
+  // or buffer when first written, the source when drained), so the dry run does not change; the
+  // destination pages a remap fills are never committed (commit_range skips them).
+  void find_remaps() {
+    keep_remaps_.assign(wp_.keep.size(), {});
+    dst_remapped_.assign(dst_size_.size(), {});
+    if (!alloc_.can_move_pages()) return;
+    const std::uint64_t min_bytes = alloc_.pagewise_min_bytes();
+    struct Candidate {
+      std::uint32_t keep = 0;
+      std::uint64_t src_at = 0, dst_at = 0, bytes = 0;  // the piece's contiguous byte runs
+    };
+    std::vector<Candidate> cands;
+    std::vector<char> read_counted(src_size_.size(), 0);
+    for (std::uint32_t i = 0; i < wp_.keep.size(); ++i) {
+      const plan::Piece& p = wp_.keep[i];
+      if (src_size_[p.src_buffer] < min_bytes || dst_size_[p.dst_buffer] < min_bytes) continue;
+      const std::int64_t n = p.box.numel();
+      const std::int64_t so = contiguous_offset(p.box, 0, n, src_seg(p).box);
+      const std::int64_t dof = contiguous_offset(p.box, 0, n, dst_seg(p).box);
+      if (so < 0 || dof < 0) continue;
+      const std::uint64_t e = elem(p.kind);
+      const Candidate c{i, static_cast<std::uint64_t>(src_seg(p).offset + so) * e,
+                        static_cast<std::uint64_t>(dst_seg(p).offset + dof) * e, static_cast<std::uint64_t>(n) * e};
+      if (c.src_at % kPageBytes != c.dst_at % kPageBytes || c.bytes < kPageBytes) continue;
+      cands.push_back(c);
+      read_counted[p.src_buffer] = 1;
+    }
+    if (cands.empty()) return;
+    // Bytes read from each page of the candidates' source buffers, by every keep and send.
+    std::vector<std::vector<std::uint32_t>> reads(src_size_.size());
+    for (std::size_t b = 0; b < src_size_.size(); ++b)
+      if (read_counted[b]) reads[b].assign((src_size_[b] + kPageBytes - 1) / kPageBytes, 0);
+    auto count = [&](const plan::Piece& p) {
+      auto& r = reads[p.src_buffer];
+      if (r.empty()) return;
+      for_each_byte_run(p, 0, p.box.numel(), true, [&](std::uint64_t at, std::uint64_t n) {
+        while (n > 0) {
+          const std::uint64_t part = std::min<std::uint64_t>(n, kPageBytes - at % kPageBytes);
+          r[at / kPageBytes] += static_cast<std::uint32_t>(part);
+          at += part;
+          n -= part;
+        }
+      });
+    };
+    for (const auto& p : wp_.keep) count(p);
+    for (const auto& [q, v] : wp_.send) for (const auto& p : v) count(p);
+    for (const Candidate& c : cands) {
+      const auto& r = reads[wp_.keep[c.keep].src_buffer];
+      const std::uint64_t first = (c.src_at + kPageBytes - 1) / kPageBytes, last = (c.src_at + c.bytes) / kPageBytes;
+      for (std::uint64_t pg = first; pg < last;) {
+        if (r[pg] != kPageBytes) {
+          ++pg;
+          continue;
+        }
+        std::uint64_t end = pg;
+        while (end < last && r[end] == kPageBytes) ++end;
+        const std::uint64_t at = pg * kPageBytes, bytes = (end - pg) * kPageBytes;
+        const std::uint64_t dst_at = at - c.src_at + c.dst_at;
+        keep_remaps_[c.keep].push_back({at, dst_at, bytes});
+        dst_remapped_[wp_.keep[c.keep].dst_buffer].push_back({dst_at, bytes});
+        pg = end;
+      }
+    }
+    for (auto& v : dst_remapped_) std::sort(v.begin(), v.end());
+  }
   std::size_t granules(std::uint64_t bytes) const { return static_cast<std::size_t>((bytes + granule_ - 1) / granule_); }
   std::uint64_t granule_size(std::uint64_t buffer_bytes, std::size_t gi) const {
     return std::min<std::uint64_t>(granule_, buffer_bytes - gi * granule_);
@@ -614,7 +691,12 @@ class Engine {
     if (dry) return;
     const auto t0 = Clock::now();
     const auto& buf = dl_.buffers[b];
-    dst_[b] = alloc_.allocate_destination(buf, dst_size_[b]);
+    if (dst_remapped_[b].empty()) {
+      dst_[b] = alloc_.allocate_destination(buf, dst_size_[b]);
+    } else {  // remapped keeps fill some of its pages: only the others are committed
+      dst_[b] = alloc_.reserve(dst_size_[b]);
+      commit_range(b, 0, dst_size_[b]);
+    }
     zero_padding(b, 0, dst_size_[b]);
     stats_.alloc_seconds += secs(t0);
   }
@@ -635,6 +717,16 @@ class Engine {
     }
     zero(at, dst_size_[b]);
   }
+  // Commits [lo, hi) of destination buffer b except the pages that remapped keeps fill.
+  void commit_range(std::uint32_t b, std::uint64_t lo, std::uint64_t hi) {
+    for (const auto& [at, bytes] : dst_remapped_[b]) {
+      if (at >= hi) break;
+      if (at + bytes <= lo) continue;
+      if (at > lo) alloc_.commit(dst_[b], lo, at - lo);
+      lo = std::max(lo, at + bytes);
+    }
+    if (lo < hi) alloc_.commit(dst_[b], lo, hi - lo);
+  }
   void commit_dst(Mem& m, bool dry, std::uint32_t b, std::size_t gi) {
     if (m.committed[b][gi]) return;
     m.committed[b][gi] = 1;
@@ -643,7 +735,7 @@ class Engine {
     if (trace_) trace_->fresh(n);
     if (dry) return;
     const auto t0 = Clock::now();
-    alloc_.commit(dst_[b], gi * granule_, n);
+    commit_range(b, gi * granule_, gi * granule_ + n);
     zero_padding(b, gi * granule_, gi * granule_ + n);
     stats_.alloc_seconds += secs(t0);
   }
@@ -677,13 +769,33 @@ class Engine {
         const auto& s = src_seg(p);
         const auto& d = dst_seg(p);
         const std::size_t e = elem(p.kind);
-        copy_box(p.box, src_[p.src_buffer] + s.offset * e, s.box, dst_[p.dst_buffer] + d.offset * e,
-                 d.box, e, alloc_);
+        if (keep_remaps_[i].empty())
+          copy_box(p.box, src_[p.src_buffer] + s.offset * e, s.box, dst_[p.dst_buffer] + d.offset * e,
+                   d.box, e, alloc_);
+        else
+          remap_keep(p, keep_remaps_[i]);
         stats_.bytes_kept += piece_bytes(p);
         stats_.keep_seconds += secs(t0);
       }
       consume(m, dry, p, 0, p.box.numel());
     }
+  }
+
+  // A contiguous keep with remapped pages: those are moved, the bytes around them copied.
+  void remap_keep(const plan::Piece& p, const std::vector<Remap>& remaps) {
+    const std::uint64_t e = elem(p.kind), n = piece_bytes(p);
+    const std::uint64_t src_at = static_cast<std::uint64_t>(src_seg(p).offset + contiguous_offset(p.box, 0, p.box.numel(), src_seg(p).box)) * e;
+    const std::uint64_t dst_at = static_cast<std::uint64_t>(dst_seg(p).offset + contiguous_offset(p.box, 0, p.box.numel(), dst_seg(p).box)) * e;
+    std::byte* src = src_[p.src_buffer];
+    std::byte* dst = dst_[p.dst_buffer];
+    std::uint64_t at = src_at;  // source bytes [src_at, at) are done
+    for (const Remap& r : remaps) {
+      if (r.src_at > at) alloc_.copy(dst + (at - src_at + dst_at), src + at, r.src_at - at);
+      alloc_.move_pages(src, r.src_at, dst, r.dst_at, r.bytes);
+      stats_.kept_remapped_bytes += r.bytes;
+      at = r.src_at + r.bytes;
+    }
+    if (src_at + n > at) alloc_.copy(dst + (at - src_at + dst_at), src + at, src_at + n - at);
   }
 
   // Posts the receive of round r (straight into the destination when the chunk is one
@@ -882,7 +994,7 @@ class Engine {
   std::vector<std::byte*>& src_;
   const vps::RankLayout& dl_;
   std::vector<std::byte*>& dst_;
-  const std::array<int, vps::kNumStateKinds>& eb_;
+  const vps::ElemBytes& eb_;
   comm::Transport& t_;
   StateAllocator& alloc_;
   const TransitionOptions& opt_;
@@ -901,6 +1013,9 @@ class Engine {
   std::vector<std::vector<std::uint64_t>> unread_init_;
   std::vector<int> adopted_src_, adopted_dst_;  // source buffer -> destination buffer it becomes
   std::vector<std::uint64_t> adopted_bytes_;    // segment bytes of each adopted source buffer
+  std::vector<std::vector<Remap>> keep_remaps_;  // per wp_.keep piece, in source order
+  // Per destination buffer: the (byte offset, bytes) page ranges remapped keeps fill, sorted.
+  std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> dst_remapped_;
   std::vector<int> wave_of_key_;
   std::vector<float> key_stats_;  // all ranks' (load, net) per key (agree_waves)
   int nwaves_ = 0;
@@ -923,7 +1038,7 @@ bool broadcast_preferred(int receivers, int off_node, std::uint64_t bytes) {
 TransitionStats run_transition(const plan::RankPlan& plan, const vps::RankLayout& src_layout,
                                std::vector<std::byte*>& src, const vps::RankLayout& dst_layout,
                                std::vector<std::byte*>& dst,
-                               const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                               const vps::ElemBytes& elem_bytes,
                                comm::Transport& transport, StateAllocator& alloc,
                                const TransitionOptions& options) {
   Engine engine(plan, src_layout, src, dst_layout, dst, elem_bytes, transport, alloc, options);

@@ -67,6 +67,19 @@ class StateAllocator : public MemoryOps {
   // (a zero-copy keep) instead of copying it. The default (arenas: destinations must sit in the
   // new arena) says no.
   virtual bool can_adopt() const { return false; }
+  // True when move_pages() works on blocks of at least pagewise_min_bytes(): a kept run that
+  // sits at a new offset (page-congruent) is then moved by remapping its whole pages instead of
+  // copying them (a remapped keep, exec/README.md). The default says no.
+  virtual bool can_move_pages() const { return false; }
+  // Moves the live pages [from_offset, from_offset + bytes) of block `from` to
+  // [to_offset, to_offset + bytes) of block `to` (offsets and bytes multiples of kPageBytes;
+  // ranges that do not overlap). The target pages must not be live (reserved, never committed);
+  // afterwards they are live and hold the source's bytes, and the source pages are gone as by
+  // decommit(). No byte is copied. Only called when can_move_pages().
+  virtual void move_pages(std::byte* from, std::size_t from_offset, std::byte* to, std::size_t to_offset,
+                          std::size_t bytes) {
+    (void)from, (void)from_offset, (void)to, (void)to_offset, (void)bytes;
+  }
   // Address space for `bytes`; no page is live until commit(). Released with release().
   virtual std::byte* reserve(std::size_t bytes) { return allocate(bytes); }
   // Makes [offset, offset + bytes) of `base` live (contents unspecified).
@@ -105,7 +118,7 @@ struct TransitionOptions {
   bool dry_only = false;
 };
 
-inline constexpr std::uint32_t kStepBoundaryKinds = 1u << static_cast<int>(vps::StateKind::kGrad);
+inline constexpr std::uint32_t kStepBoundaryKinds = vps::kind_bit(vps::StateKind::kGrad);
 
 struct TransitionStats {
   double seconds = 0;
@@ -117,6 +130,10 @@ struct TransitionStats {
   // Kept bytes that were not copied: source buffers handed over as destination buffers because
   // they hold the identical segments at identical offsets (part of bytes_kept).
   std::uint64_t kept_zero_copy_bytes = 0;
+  // Kept bytes moved by remapping whole pages (StateAllocator::move_pages) of runs that sit at a
+  // new offset (part of bytes_kept, apart from kept_zero_copy_bytes); the partial pages at the
+  // ends of such a run are copied.
+  std::uint64_t kept_remapped_bytes = 0;
   std::uint64_t messages = 0;        // point-to-point messages sent by this rank
   std::uint64_t zero_copy_sends = 0, zero_copy_recvs = 0;  // messages without pack / unpack
   std::uint64_t broadcasts = 0;      // broadcast collectives this rank took part in
@@ -152,7 +169,7 @@ struct TransitionStats {
 TransitionStats run_transition(const plan::RankPlan& plan, const vps::RankLayout& src_layout,
                                std::vector<std::byte*>& src, const vps::RankLayout& dst_layout,
                                std::vector<std::byte*>& dst,
-                               const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                               const vps::ElemBytes& elem_bytes,
                                comm::Transport& transport, StateAllocator& alloc,
                                const TransitionOptions& options = {});
 

@@ -35,14 +35,14 @@ std::byte* map_untouched(std::size_t bytes) {
 // range stays mapped, empty (MREMAP_DONTUNMAP), so no other mapping can take its addresses
 // while its block lives. mremap moves within one kernel mapping only; a run that spans several
 // is moved in halves.
-void move_pages(std::byte* from, std::byte* to, std::size_t bytes) {
+void remap_range(std::byte* from, std::byte* to, std::size_t bytes) {
   void* r = ::mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to);
   if (r != MAP_FAILED) return;
   DT_CHECK(errno == EFAULT && bytes > kPageBytes, "mremap of ", bytes, " bytes failed: ",
            std::strerror(errno));
   const std::size_t half = round_up(bytes / 2, kPageBytes);
-  move_pages(from, to, half);
-  move_pages(from + half, to + half, bytes - half);
+  remap_range(from, to, half);
+  remap_range(from + half, to + half, bytes - half);
 }
 }  // namespace
 
@@ -151,7 +151,7 @@ std::size_t PoolAllocator::take_spares(std::byte* to, std::size_t bytes) {
     DT_CHECK(from + n <= to || to + bytes <= from, "commit over pages that are spare in place");
     spares_.erase(it);
     if (have > n) spares_.emplace(from + n, have - n);
-    move_pages(from, to + done, n);
+    remap_range(from, to + done, n);
     // The empty range left behind: part of a live block (kMoved), else nobody's.
     auto owner = mapped_.upper_bound(from);
     if (owner != mapped_.begin() && std::prev(owner)->first + std::prev(owner)->second.bytes >= from + n) {
@@ -217,6 +217,23 @@ std::byte* PoolAllocator::allocate(std::size_t bytes) {
   std::byte* p = reserve_locked(bytes);
   commit_locked(p, 0, bytes);
   return p;
+}
+
+void PoolAllocator::move_pages(std::byte* from, std::size_t from_offset, std::byte* to, std::size_t to_offset,
+                               std::size_t bytes) {
+  std::lock_guard lock(mu_);
+  DT_CHECK(bytes % kPageBytes == 0 && bytes > 0, "move of ", bytes, " bytes: not whole pages");
+  DT_CHECK(from + from_offset + bytes <= to + to_offset || to + to_offset + bytes <= from + from_offset,
+           "move of overlapping page ranges");
+  Mapped& a = mapped_block(from, from_offset, bytes);
+  Mapped& b = mapped_block(to, to_offset, bytes);
+  const std::size_t fa = from_offset / kPageBytes, fb = to_offset / kPageBytes, n = bytes / kPageBytes;
+  for (std::size_t k = 0; k < n; ++k) {
+    DT_CHECK(a.pages[fa + k] == kLive, "move of a page that is not live");
+    DT_CHECK(b.pages[fb + k] == kUntouched || b.pages[fb + k] == kMoved, "move onto a page that is in use");
+  }
+  remap_range(from + from_offset, to + to_offset, bytes);
+  for (std::size_t k = 0; k < n; ++k) a.pages[fa + k] = kMoved, b.pages[fb + k] = kLive;
 }
 
 std::byte* PoolAllocator::reserve(std::size_t bytes) {

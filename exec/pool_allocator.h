@@ -12,6 +12,8 @@
 //          are copied and no page is touched for the first time); only when no spare page is
 //          left does it use fresh pages, which the first write faults in.
 //   prefault(n)  makes sure at least n bytes of spare pages exist, touching fresh ones if needed.
+//   move_pages   moves live pages of one mapped block into not-live pages of another (mremap):
+//                the engine's remapped keeps; live bytes do not change.
 //
 // Accounting (what tests and the CLI report):
 //   live      bytes handed out and live: small blocks (rounded) + live pages   -> peak_live()
@@ -49,6 +51,9 @@ class PoolAllocator final : public StateAllocator {
   // Page-wise memory (engine.h): every block of at least kMappedBytes supports it.
   std::size_t pagewise_min_bytes() const override { return kMappedBytes; }
   bool can_adopt() const override { return true; }
+  bool can_move_pages() const override { return true; }
+  void move_pages(std::byte* from, std::size_t from_offset, std::byte* to, std::size_t to_offset,
+                  std::size_t bytes) override;
   std::byte* reserve(std::size_t bytes) override;
   void commit(std::byte* base, std::size_t offset, std::size_t bytes) override;
   void decommit(std::byte* base, std::size_t offset, std::size_t bytes) override;

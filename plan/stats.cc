@@ -48,7 +48,7 @@ nlohmann::json stats_json(const PlanStats& stats, const std::vector<vps::StateKi
 }
 
 PlanStats compute_stats(const std::vector<RankPlan>& plans,
-                        const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                        const vps::ElemBytes& elem_bytes,
                         const Topology& topology, const Bandwidth& bw) {
   PlanStats s;
   const std::size_t world = plans.size();

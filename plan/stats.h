@@ -41,7 +41,7 @@ struct PlanStats {
 
 // From every rank's plan (plan_all). Counts each piece once, on its receiving side.
 PlanStats compute_stats(const std::vector<RankPlan>& plans,
-                        const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                        const vps::ElemBytes& elem_bytes,
                         const Topology& topology, const Bandwidth& bandwidth = {});
 
 // Every rank's plan with the timings `dynatrain plan` reports: the whole plan, and one rank's

@@ -53,6 +53,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   vps::LayoutOptions lo;
   lo.kinds = vps::parse_state_kinds(args.kinds);
   if (args.bucket_elems > 0) lo.bucket_elems = args.bucket_elems;
+  if (args.align_pages) lo.align_elems = vps::kPageAlignElems;
   const vps::Layout src_layout(model, from, lo), dst_layout(model, to, lo);
   const int need = std::max(src_layout.config().world_size(), dst_layout.config().world_size());
   if (need > world.size())
@@ -170,6 +171,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   const auto messages = gather_u64(world, cold.messages);
   const auto kept = gather_u64(world, cold.bytes_kept);
   const auto kept_zero_copy = gather_u64(world, cold.kept_zero_copy_bytes);
+  const auto kept_remapped = gather_u64(world, cold.kept_remapped_bytes);
   const auto saved_sent = gather_u64(world, cold.skipped_bytes_sent);
   const auto saved_kept = gather_u64(world, cold.skipped_bytes_kept);
   const auto peaks = gather_u64(world, cold.peak_bytes);
@@ -243,6 +245,10 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["bytes_kept"] = sum_of(kept);
     j["kept_zero_copy_bytes"] = sum_of(kept_zero_copy);  // handed over, not copied
     j["kept_zero_copy_share"] = sum_of(kept) > 0 ? static_cast<double>(sum_of(kept_zero_copy)) / sum_of(kept) : 0.0;
+    j["kept_remapped_bytes"] = sum_of(kept_remapped);  // whole pages moved by mremap, not copied
+    j["kept_not_copied_share"] =
+        sum_of(kept) > 0 ? static_cast<double>(sum_of(kept_zero_copy) + sum_of(kept_remapped)) / sum_of(kept) : 0.0;
+    j["align_pages"] = args.align_pages;
     j["at_step_boundary"] = args.at_step_boundary;
     j["saved_bytes_moved"] = sum_of(saved_sent);   // not sent: zeroed kinds (--at-step-boundary)
     j["saved_bytes_kept"] = sum_of(saved_kept);    // not copied locally
@@ -276,9 +282,10 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
                    forward_secs.size() - 1);
     std::fprintf(out, "  bytes_moved          %s (max into one rank %s)\n", format_bytes(static_cast<double>(sum_of(sent))).c_str(),
                  format_bytes(static_cast<double>(max_of(received))).c_str());
-    std::fprintf(out, "  bytes kept           %s (%s of them not copied: buffers handed over)\n",
+    std::fprintf(out, "  bytes kept           %s (not copied: %s in buffers handed over, %s in remapped pages)\n",
                  format_bytes(static_cast<double>(sum_of(kept))).c_str(),
-                 format_bytes(static_cast<double>(sum_of(kept_zero_copy))).c_str());
+                 format_bytes(static_cast<double>(sum_of(kept_zero_copy))).c_str(),
+                 format_bytes(static_cast<double>(sum_of(kept_remapped))).c_str());
     std::fprintf(out, "  p2p bandwidth        %s/s per rank (all pairs at once)\n", format_bytes(bw).c_str());
     std::fprintf(out, "  lower_bound_seconds  %.6f\n", lower);
     if (predicted) std::fprintf(out, "  predicted_seconds    %.6f (simulator, this machine's rates)\n", predicted->result.seconds);

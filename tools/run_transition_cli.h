@@ -34,6 +34,8 @@ struct RunTransitionArgs {
   int gpus_per_node = 8;                  // --gpus-per-node (planner source choice)
   std::string placement = "fixed";        // --placement fixed|auto|list (plan/placement.h)
   bool at_step_boundary = false;          // --at-step-boundary: grads zeroed, not moved
+  bool align_pages = false;               // --align-pages: tensors start on page boundaries
+                                          // (vps::kPageAlignElems), so kept runs can be remapped
   bool prefault = false;                  // --prefault: touch the pool's growth before the
                                           // cold switch, timed apart (prepare_seconds)
 };

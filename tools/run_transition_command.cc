@@ -22,6 +22,9 @@ Command add_run_transition_command(CLI::App& app) {
   cmd->add_flag("--prefault", args->prefault,
                 "Touch the memory the switch needs beyond the source's before the first switch "
                 "(as the elastic device manager does while training runs); reported as prepare_seconds");
+  cmd->add_flag("--align-pages", args->align_pages,
+                "Start every tensor on a 4 KiB page boundary in its buffers, so kept tensors that move "
+                "to a new offset are remapped instead of copied (kept_remapped_bytes)");
   cmd->add_flag("--verify", args->verify, "Check every destination element; exit 1 on the first wrong one");
   cmd->add_option("--repeat", args->repeat, "Timed forward switches (first cold, rest warm)")
       ->capture_default_str();

@@ -15,7 +15,7 @@ using vps::StateKind;
 vps::LayoutOptions trainer_layout_options(std::int64_t bucket_elems,
                                           std::vector<vps::StateKind> kinds) {
   vps::LayoutOptions o;
-  o.elem_bytes = {4, 4, 4, 4, 4};
+  o.elem_bytes = vps::fp32_elem_bytes();
   o.bucket_elems = bucket_elems;
   o.kinds = std::move(kinds);
   return o;

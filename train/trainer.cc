@@ -854,7 +854,7 @@ struct Trainer::Impl {
     Allocator alloc(pool, next_arenas);
     exec::TransitionOptions to;
     to.topology.gpus_per_node = opt.gpus_per_node;
-    std::array<int, vps::kNumStateKinds> eb{4, 4, 4, 4, 4};
+    const vps::ElemBytes eb = vps::fp32_elem_bytes();
     exec::TransitionStats ts = exec::run_transition(ps.plan, ps.src_rl, src_ptrs, ps.dst_rl, dst_ptrs, eb, tw, alloc, to);
     sent = ts.bytes_sent;
     received = ts.bytes_received;

@@ -3,49 +3,10 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <sstream>
 
 #include "common/error.h"
 
 namespace dynatrain::vps {
-
-const char* state_kind_name(StateKind kind) {
-  switch (kind) {
-    case StateKind::kParam: return "param";
-    case StateKind::kGrad: return "grad";
-    case StateKind::kMaster: return "master";
-    case StateKind::kExpAvg: return "exp_avg";
-    case StateKind::kExpAvgSq: return "exp_avg_sq";
-  }
-  return "?";
-}
-
-std::vector<StateKind> parse_state_kinds(const std::string& text) {
-  if (text == "all")
-    return {StateKind::kParam, StateKind::kGrad, StateKind::kMaster, StateKind::kExpAvg,
-            StateKind::kExpAvgSq};
-  if (text == "optimizer")
-    return {StateKind::kParam, StateKind::kMaster, StateKind::kExpAvg, StateKind::kExpAvgSq};
-  std::vector<StateKind> kinds;
-  std::stringstream items(text);
-  std::string item;
-  while (std::getline(items, item, ',')) {
-    bool found = false;
-    for (int k = 0; k < kNumStateKinds; ++k) {
-      if (item == state_kind_name(static_cast<StateKind>(k))) {
-        if (std::find(kinds.begin(), kinds.end(), static_cast<StateKind>(k)) == kinds.end())
-          kinds.push_back(static_cast<StateKind>(k));
-        found = true;
-      }
-    }
-    if (!found)
-      DT_INPUT_ERROR("unknown state kind '", item,
-                     "'; valid: param, grad, master, exp_avg, exp_avg_sq, or 'all', 'optimizer'");
-  }
-  if (kinds.empty()) DT_INPUT_ERROR("empty state kind list; valid: param, grad, master, exp_avg, exp_avg_sq");
-  std::sort(kinds.begin(), kinds.end());
-  return kinds;
-}
 
 std::int64_t RankLayout::bytes(const LayoutOptions& options) const {
   std::int64_t total = 0;
@@ -75,6 +36,12 @@ void check_model_size(const std::string& model, const std::vector<TensorSpec>& t
   }
 }
 
+void check_options(const LayoutOptions& o) {
+  if (o.bucket_elems <= 0) DT_INPUT_ERROR("bucket size ", o.bucket_elems, " must be positive");
+  if (o.align_elems < 1 || o.align_elems > (std::int64_t{1} << 20))
+    DT_INPUT_ERROR("alignment ", o.align_elems, " elements is outside 1..", std::int64_t{1} << 20);
+}
+
 }  // namespace
 
 Layout::Layout(const ModelSpec& model, ParallelConfig config, LayoutOptions options)
@@ -83,8 +50,7 @@ Layout::Layout(const ModelSpec& model, ParallelConfig config, LayoutOptions opti
   config_.validate_for(model_);  // ModelSpec::validate bounds the layer count first
   tensors_ = build_tensors(model_);
   check_model_size(model_.name, tensors_);
-  if (options_.bucket_elems <= 0)
-    DT_INPUT_ERROR("bucket size ", options_.bucket_elems, " must be positive");
+  check_options(options_);
 }
 
 namespace {
@@ -148,8 +114,7 @@ Layout::Layout(std::vector<TensorSpec> tensors, const ModelSpec& model, Parallel
     : model_(model), config_(std::move(config)), options_(std::move(options)),
       tensors_(std::move(tensors)), shard_cache_(std::make_shared<ShardCache>()) {
   validate_custom(tensors_, model_, config_);
-  if (options_.bucket_elems <= 0)
-    DT_INPUT_ERROR("bucket size ", options_.bucket_elems, " must be positive");
+  check_options(options_);
 }
 
 namespace {
@@ -296,8 +261,8 @@ std::vector<LocalShard> Layout::compute_shards(int rank) const {
       s.expert_group = expert_group;
       shard_tensor(model_, config_, rc, t, s);
       s.bucket = bucket;
-      s.offset = fill;
-      fill += s.numel;
+      s.offset = round_up(fill, options_.align_elems);
+      fill = s.offset + s.numel;
       shards.push_back(std::move(s));
       if (fill >= options_.bucket_elems) {
         ++bucket;
@@ -343,7 +308,7 @@ void Layout::visit_buffers(int rank, const BufferVisitor& visit, unsigned kind_m
       buckets.back().size = shards[i].offset + shards[i].numel;
     }
     for (auto& b : buckets)
-      if (config_.zero >= 1) b.size = round_up(b.size, shard_count);
+      if (config_.zero >= 1) b.size = round_up(b.size, shard_count * options_.align_elems);
     for (std::size_t bi = 0; bi < buckets.size(); ++bi) {
       const Bucket& b = buckets[bi];
       // Segments of the whole bucket and of this rank's shard of it; each kind uses one of them.

@@ -31,22 +31,27 @@
 #include "vps/box.h"
 #include "vps/model_spec.h"
 #include "vps/parallel_config.h"
+#include "vps/state_kind.h"
 
 namespace dynatrain::vps {
 
-enum class StateKind : std::uint8_t { kParam, kGrad, kMaster, kExpAvg, kExpAvgSq };
-inline constexpr int kNumStateKinds = 5;
-const char* state_kind_name(StateKind kind);
-// Parses "param,master,exp_avg,exp_avg_sq", "all" or "optimizer"; throws InputError otherwise.
-std::vector<StateKind> parse_state_kinds(const std::string& text);
-
 struct LayoutOptions {
-  // Bytes per element of each state kind, indexed by StateKind (bf16 weights, fp32 optimizer).
-  std::array<int, kNumStateKinds> elem_bytes{2, 2, 4, 4, 4};
+  // Bytes per element of each state kind, indexed by StateKind (vps/state_kind.h: bf16 weights
+  // and grads, fp32 optimizer).
+  ElemBytes elem_bytes = mixed_elem_bytes();
   // Minimum bucket size in elements; Megatron uses max(40M, 1M * dp).
   std::int64_t bucket_elems = 40'000'000;
   std::vector<StateKind> kinds = parse_state_kinds("all");
+  // Every local tensor shard starts at a multiple of `align_elems` elements in its bucket, and
+  // with ZeRO (zero >= 1) each bucket is padded to a multiple of align_elems * shard count, so
+  // every shard of it starts at such a multiple too; the gaps are padding. 1: packed (the
+  // default). kPageAlignElems puts every tensor on a 4 KiB page boundary in every buffer of
+  // every kind, so a kept tensor that sits at a new offset after a switch can be moved by
+  // remapping its pages instead of copying them (exec/README.md).
+  std::int64_t align_elems = 1;
 };
+// 2048 elements: a page of 2-byte elements, two pages of 4-byte ones.
+inline constexpr std::int64_t kPageAlignElems = 2048;
 
 // A box of one logical tensor stored dense row-major at `offset` elements into its buffer.
 struct Segment {

@@ -30,6 +30,7 @@ std::string TransitionCase::name() const {
   if (order == WaveOrder::kAscending) s += "_asc";
   if (order == WaveOrder::kDescending) s += "_desc";
   if (zeroed_kinds != 0) s += "_stepboundary";
+  if (align_pages) s += "_aligned";
   for (char& ch : s)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -105,6 +106,7 @@ std::vector<TransitionCase> large_buffer_cases(int ranks, std::size_t budget) {
     c.model = c.model == "tiny-moe" ? "mid-moe" : "mid-dense";
     c.bucket_elems = 40'000'000;  // Megatron's default bucket
     c.budget = budget;
+    c.align_pages = out.size() % 2 == 1;
     out.push_back(c);
   }
   return out;
@@ -170,6 +172,7 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   const vps::ModelSpec model = case_model(c.model);
   vps::LayoutOptions lo;
   lo.bucket_elems = c.bucket_elems;
+  if (c.align_pages) lo.align_elems = vps::kPageAlignElems;
   const vps::Layout src(model, vps::ParallelConfig::parse(c.from), lo);
   const vps::Layout dst(model, vps::ParallelConfig::parse(c.to), lo);
   const int me = t.rank();
@@ -209,6 +212,8 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   CASE_REQUIRE(s.bytes_sent == want[0][0], s.bytes_sent, " vs ", want[0][0]);
   CASE_REQUIRE(s.bytes_received == want[0][1], s.bytes_received, " vs ", want[0][1]);
   CASE_REQUIRE(s.bytes_kept == want[0][2], s.bytes_kept, " vs ", want[0][2]);
+  CASE_REQUIRE(s.kept_zero_copy_bytes + s.kept_remapped_bytes <= s.bytes_kept);
+  CASE_REQUIRE(s.kept_remapped_bytes % kPageBytes == 0, s.kept_remapped_bytes);
   CASE_REQUIRE(s.skipped_bytes_sent == want[1][0] && s.skipped_bytes_received == want[1][1] &&
                s.skipped_bytes_kept == want[1][2]);
   CASE_REQUIRE(c.zeroed_kinds == 0 || s.zeroed_bytes > 0 || dl.buffers.empty());
@@ -251,7 +256,7 @@ void message_count_case(comm::Transport& t) {
   // Each rank receives 3/4 of every tp-split tensor of every kind: check the byte count exactly.
   const vps::ModelSpec model = vps::model_from_name(c.model);
   std::uint64_t want = 0;
-  const std::array<int, vps::kNumStateKinds> eb = vps::LayoutOptions{}.elem_bytes;
+  const vps::ElemBytes eb = vps::LayoutOptions{}.elem_bytes;
   for (const auto& ts : vps::build_tensors(model)) {
     if (ts.split == vps::TpSplit::kReplicated) continue;
     for (int k = 0; k < vps::kNumStateKinds; ++k)
@@ -291,6 +296,44 @@ void zero_copy_keep_case(comm::Transport& t) {
   for (auto v : gather_u64(t, part.kept_zero_copy_bytes)) handed += v;
   for (auto v : gather_u64(t, part.bytes_kept)) kept += v;
   CASE_REQUIRE(handed > 0 && handed < kept, handed, " of ", kept);
+}
+
+// mid-dense (one 40M-element bucket a kind: 2-16 MiB buffers, page-wise at 8 MiB) with
+// page-aligned tensors. pp=2,dp=2 -> pp=4: a stage's kept layers sit at new offsets in its
+// buffers; dp=4 -> dp=2 (zero=1): the optimizer shards grow around the kept half. Unaligned, the
+// PP switch remaps almost nothing (offsets agree modulo a page only by chance).
+void remapped_keep_case(comm::Transport& t) {
+  TransitionCase c;
+  c.kind = "remap";
+  c.model = "mid-dense";
+  c.bucket_elems = 40'000'000;
+  c.budget = 8 << 20;
+  c.world = 4;
+  c.align_pages = true;
+  CASE_REQUIRE(t.size() == 4);
+  auto not_copied_share = [&](std::uint64_t* remapped_out) {
+    const TransitionStats s = run_case(c, t);
+    std::uint64_t kept = 0, not_copied = 0, remapped = 0;
+    for (auto v : gather_u64(t, s.bytes_kept)) kept += v;
+    for (auto v : gather_u64(t, s.kept_zero_copy_bytes + s.kept_remapped_bytes)) not_copied += v;
+    for (auto v : gather_u64(t, s.kept_remapped_bytes)) remapped += v;
+    CASE_REQUIRE(kept > 0, c.name());
+    *remapped_out = remapped;
+    return static_cast<double>(not_copied) / static_cast<double>(kept);
+  };
+  std::uint64_t remapped = 0;
+  for (const auto& [from, to] : {std::pair<const char*, const char*>{"pp=2,dp=2", "pp=4"}, {"dp=4", "dp=2"}}) {
+    c.from = from;
+    c.to = to;
+    const double share = not_copied_share(&remapped);
+    CASE_REQUIRE(share >= 0.8, c.name(), ": ", share, " of kept bytes not copied");
+    CASE_REQUIRE(remapped > 0, c.name());
+  }
+  c.from = "pp=2,dp=2";
+  c.to = "pp=4";
+  c.align_pages = false;
+  const double unaligned = not_copied_share(&remapped);
+  CASE_REQUIRE(unaligned < 0.8, "unaligned PP: ", unaligned);
 }
 
 }  // namespace dynatrain::exec::cases

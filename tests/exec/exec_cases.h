@@ -33,6 +33,7 @@ struct TransitionCase {
   WaveOrder order = WaveOrder::kAuto;
   int world = 0;  // ranks the switch needs: max of both configs' world sizes
   std::uint32_t zeroed_kinds = 0;  // TransitionOptions::zeroed_kinds (at a step boundary: grads)
+  bool align_pages = false;  // LayoutOptions::align_elems = kPageAlignElems: remapped keeps
   std::string name() const;
 };
 inline void PrintTo(const TransitionCase& c, std::ostream* os) { *os << c.name(); }
@@ -45,6 +46,7 @@ std::vector<TransitionCase> transition_cases(int ranks, int per_kind = 1);
 // The same switches on "mid-dense" / "mid-moe" (tiny-* with hidden 256, vocab 2048: 4M
 // parameters) with Megatron's 40M-element buckets, so that every buffer (2-16 MiB) is larger
 // than a small `budget`: the page-wise path (exec/README.md) is what keeps the peak bounded.
+// Every other case lays tensors out page-aligned, so kept tensors at new offsets are remapped.
 std::vector<TransitionCase> large_buffer_cases(int ranks, std::size_t budget);
 // A model name of the cases: mid-dense, mid-moe, or anything vps::model_from_name accepts.
 vps::ModelSpec case_model(const std::string& name);
@@ -59,5 +61,10 @@ void message_count_case(comm::Transport& t);
 
 // Zero-copy keeps on exactly 4 ranks: kept buffers that stay identical are handed over.
 void zero_copy_keep_case(comm::Transport& t);
+
+// Remapped keeps on exactly 4 ranks, page-aligned layouts, Megatron-sized buckets, 8 MiB budget:
+// a PP and a DP switch keep >= 80 % of their kept bytes without a copy (handed over or moved
+// by remapping pages at a new offset), every destination byte verified, the peak asserted.
+void remapped_keep_case(comm::Transport& t);
 
 }  // namespace dynatrain::exec::cases

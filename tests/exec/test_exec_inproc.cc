@@ -74,6 +74,10 @@ TEST(InprocTransitionFixed, KeptBuffersHandedOverWithoutCopy) {
   comm::run_ranks(4, [](comm::Transport& t) { cases::zero_copy_keep_case(t); }, test_options());
 }
 
+TEST(InprocTransitionFixed, KeptRunsAtNewOffsetsRemappedNotCopied) {
+  comm::run_ranks(4, [](comm::Transport& t) { cases::remapped_keep_case(t); }, test_options());
+}
+
 TEST(InprocTransitionFixed, MessageCountsPerRank) {
   comm::run_ranks(4, [](comm::Transport& t) { cases::message_count_case(t); }, test_options());
 }

@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
       current = "zero_copy_keep_case";
       exec::cases::zero_copy_keep_case(*world);
       if (me == 0) std::printf("[ok] np4 zero-copy keeps\n");
+      current = "remapped_keep_case";
+      exec::cases::remapped_keep_case(*world);
+      if (me == 0) std::printf("[ok] np4 remapped keeps\n");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] case %s FAILED (%s): %s\n", me, current.c_str(),

@@ -198,6 +198,39 @@ TEST(PoolAllocator, PageWiseBlocksRecycleSparePagesAndKeepContents) {
   EXPECT_EQ(pool.reserved_bytes(), pool.spare_bytes());
 }
 
+// move_pages: live pages of one block become the pages of another (no copy, no fresh memory),
+// the source pages are gone as after decommit, and every misuse is refused.
+TEST(PoolAllocator, MovePagesMovesLivePagesWithoutCopy) {
+  PoolAllocator pool;
+  const std::size_t n = 16 * kPageBytes;
+  std::byte* a = pool.allocate(n);
+  for (std::size_t i = 0; i < 16; ++i) std::memset(a + i * kPageBytes, static_cast<int>(i + 1), kPageBytes);
+  std::byte* b = pool.reserve(n);
+  pool.commit(b, 0, 4 * kPageBytes);
+  const std::size_t fresh = pool.fresh_bytes(), live = pool.live_bytes();
+  pool.move_pages(a, 4 * kPageBytes, b, 8 * kPageBytes, 4 * kPageBytes);
+  EXPECT_EQ(pool.live_bytes(), live);
+  EXPECT_EQ(pool.fresh_bytes(), fresh);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(b[(8 + i) * kPageBytes], static_cast<std::byte>(5 + i));
+    EXPECT_EQ(b[(8 + i) * kPageBytes + kPageBytes - 1], static_cast<std::byte>(5 + i));
+  }
+  EXPECT_EQ(a[3 * kPageBytes], std::byte{4});  // neighbours stay
+  EXPECT_EQ(a[8 * kPageBytes], std::byte{9});
+  EXPECT_THROW(pool.move_pages(a, 0, b, 0, kPageBytes), InvariantError);             // onto a live page
+  EXPECT_THROW(pool.move_pages(a, 4 * kPageBytes, b, 12 * kPageBytes, kPageBytes), InvariantError);  // moved away
+  EXPECT_THROW(pool.move_pages(a, 0, b, 12 * kPageBytes, 100), InvariantError);      // not whole pages
+  EXPECT_THROW(pool.move_pages(a, 0, a, kPageBytes, 2 * kPageBytes), InvariantError);  // overlapping
+  pool.decommit(a, 4 * kPageBytes, 4 * kPageBytes);  // already gone: nothing changes
+  EXPECT_EQ(pool.live_bytes(), live);
+  pool.commit(a, 4 * kPageBytes, 4 * kPageBytes);  // the holes can be made live again
+  std::memset(a + 4 * kPageBytes, 0x55, 4 * kPageBytes);
+  EXPECT_EQ(pool.live_bytes(), live + 4 * kPageBytes);
+  pool.release(a, n);
+  pool.release(b, n);
+  EXPECT_EQ(pool.live_bytes(), 0u);
+}
+
 TEST(PoolAllocator, PrefaultTouchesSparePagesThatLaterAllocationsUse) {
   PoolAllocator pool;
   EXPECT_EQ(pool.prefault(1 << 20), std::size_t{1} << 20);

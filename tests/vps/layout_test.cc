@@ -116,6 +116,60 @@ TEST(Layout, ZeroThreeShardsEveryKind) {
   expect_exact_holders(model_from_name("tiny-dense"), "tp=2,pp=2,dp=2,zero=3", 777);
 }
 
+// align_elems = kPageAlignElems: every tensor starts on a page in every buffer of every kind
+// (with ZeRO, in every rank's shard too), the holders stay exact, and the default packs.
+TEST(Layout, PageAlignedTensorsStartOnPagesInEveryBuffer) {
+  for (const char* cfg : {"tp=2,pp=2,dp=2,zero=1", "dp=4,zero=3", "pp=2,dp=2,zero=0"}) {
+    LayoutOptions o;
+    o.bucket_elems = 5000;
+    o.align_elems = kPageAlignElems;
+    const Layout layout(model_from_name("tiny-dense"), ParallelConfig::parse(cfg), o);
+    for (int r = 0; r < layout.config().world_size(); ++r) {
+      for (const auto& s : layout.local_shards(r)) EXPECT_EQ(s.offset % kPageAlignElems, 0) << cfg;
+      for (const auto& buf : layout.rank_layout(r).buffers) {
+        const std::int64_t page = 4096 / o.elem_bytes[static_cast<int>(buf.kind)];
+        std::uint32_t last = ~0u;
+        for (const auto& seg : buf.segments) {
+          const bool starts_tensor_here = seg.tensor != last && seg.box.numel() > 0 &&
+                                          seg.box == layout.tensors()[seg.tensor].full_box();
+          if (starts_tensor_here) EXPECT_EQ(seg.offset % page, 0) << cfg << " rank " << r;
+          last = seg.tensor;
+        }
+      }
+    }
+  }
+  LayoutOptions packed;
+  packed.bucket_elems = 5000;
+  const Layout a(model_from_name("tiny-dense"), ParallelConfig::parse("dp=2"), packed);
+  std::int64_t end = 0;
+  for (const auto& s : a.local_shards(0)) {
+    if (s.bucket == 0) EXPECT_EQ(s.offset, end);
+    end = s.offset + s.numel;
+  }
+  packed.align_elems = 0;
+  EXPECT_THROW(Layout(model_from_name("tiny-dense"), ParallelConfig::parse("dp=2"), packed), InputError);
+}
+
+// The state-kind table (vps/state_kind.h) is what names, parses and sizes kinds.
+TEST(StateKinds, OneTableNamesParsesAndSizesEveryKind) {
+  EXPECT_EQ(mixed_elem_bytes(), (ElemBytes{2, 2, 4, 4, 4}));
+  EXPECT_EQ(LayoutOptions{}.elem_bytes, mixed_elem_bytes());
+  EXPECT_EQ(fp32_elem_bytes(), (ElemBytes{4, 4, 4, 4, 4}));
+  for (const auto& k : kStateKinds) EXPECT_EQ(parse_state_kinds(k.name), std::vector<StateKind>{k.kind});
+  EXPECT_EQ(parse_state_kinds("all").size(), static_cast<std::size_t>(kNumStateKinds));
+  EXPECT_EQ(parse_state_kinds("optimizer"),
+            (std::vector<StateKind>{StateKind::kParam, StateKind::kMaster, StateKind::kExpAvg, StateKind::kExpAvgSq}));
+  EXPECT_EQ(parse_state_kinds("exp_avg,param,param"), (std::vector<StateKind>{StateKind::kParam, StateKind::kExpAvg}));
+  EXPECT_STREQ(state_kind_name(StateKind::kExpAvgSq), "exp_avg_sq");
+  EXPECT_EQ(kind_bit(StateKind::kGrad), 2u);
+  try {
+    parse_state_kinds("momentum");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("valid: param, grad, master, exp_avg, exp_avg_sq"), std::string::npos) << e.what();
+  }
+}
+
 
 // A user's own tensor list (the Python binding's models): the same holder rules apply.
 std::vector<TensorSpec> custom_tensors(int layers) {
