@@ -763,7 +763,11 @@ class Engine {
     for (std::uint32_t i : keeps_[w]) {
       const plan::Piece& p = wp_.keep[i];
       touch(m, dry, p, 0, p.box.numel());
-      if (trace_) trace_->keep(piece_bytes(p));
+      if (trace_) {  // the simulator costs copied bytes only: remapped pages move no byte
+        std::uint64_t remapped = 0;
+        for (const Remap& r : keep_remaps_[i]) remapped += r.bytes;
+        trace_->keep(piece_bytes(p) - remapped);
+      }
       if (!dry) {
         const auto t0 = Clock::now();
         const auto& s = src_seg(p);
