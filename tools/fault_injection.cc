@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -24,7 +25,7 @@ void stamp_and_raise(int sig, int delay_ms) {
       std::fclose(f);
     }
   }
-  raise(sig);
+  if (sig != 0) raise(sig);
 }
 
 }  // namespace
@@ -41,8 +42,12 @@ void fault_point(const char* point, int rank) {
   if (fault_rank != rank || std::strcmp(where, point) != 0) return;
   if (reached[point]++ < skip) return;
   if (const char* stamp = std::getenv("DT_FAULT_STAMP"); stamp && access(stamp, F_OK) == 0) return;
-  const int sig = std::strcmp(action, "stop") == 0 ? SIGSTOP : SIGKILL;
   fired = true;
+  if (std::strcmp(action, "throw") == 0) {  // an exception on this rank only, at once
+    stamp_and_raise(0, 0);
+    throw std::runtime_error(std::string("injected fault at '") + point + "'");
+  }
+  const int sig = std::strcmp(action, "stop") == 0 ? SIGSTOP : SIGKILL;
   if (delay_ms <= 0) {
     stamp_and_raise(sig, 0);
     return;  // after a SIGSTOP, once continued

@@ -3,9 +3,11 @@
 // unless DT_FAULT is set.
 //
 //   DT_FAULT=ACTION:RANK:POINT:DELAY_MS[:SKIP]     e.g. kill:1:switch:50   stop:2:step:0
-//     ACTION  kill (SIGKILL) or stop (SIGSTOP: alive but silent, for the watchdog)
+//     ACTION  kill (SIGKILL), stop (SIGSTOP: alive but silent, for the watchdog) or throw (a
+//             std::runtime_error on this rank only, at once: the other ranks are left waiting)
 //     RANK    world rank that faults
-//     POINT   switch (a layout switch starts), step (a training step starts), or a phase of a
+//     POINT   switch (a layout switch starts), step (a training step starts), prepare (the
+//             background prepare of the next switch starts, train only), or a phase of a
 //             checkpoint save (ckpt/checkpoint.h, SavePhase): save-begin (before the rank file
 //             is written), save-written (the rank file is written and fsync'd), save-index (rank
 //             0: the index is written, `latest` not yet switched)

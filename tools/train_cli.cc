@@ -239,6 +239,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     if (next < schedule.size() && !trainer->preparing() && step + trainer->lookahead() >= schedule[next].first) {
       const auto v = vacate_at.find(schedule[next].first);
       trainer->prepare(schedule[next].second, rest_of_schedule(), v == vacate_at.end() ? std::vector<int>{} : v->second);
+      fault_point("prepare", trainer->world().rank());  // fires DELAY_MS into the background prepare
       preparing = schedule[next].second.str();
     }
   };

@@ -126,6 +126,11 @@ if [[ $with_train == 1 ]]; then
   fault 4 "after rank 1" kill:1:switch:20 -- "${TR[@]}" --schedule "0:dp=4;3:tp=4" --csv
   fault 2 "no progress for 3 s during the switch before step 3" stop:1:switch:0 -- "${TR[@]}" --schedule "0:dp=2;3:tp=2" --csv
   fault 2 "after rank 0" kill:0:switch:0 -- "${TR[@]}" --schedule "0:tp=2;2:pp=2" --csv
+  # During the background prepare of the next switch (its plan, communicators and pool
+  # prefault run while steps go on): rank 1 killed 5 ms into it.
+  fault 4 "after rank 1" kill:1:prepare:5 -- "${TR[@]}" --schedule "0:dp=4;6:tp=2,dp=2" --csv
+  # An exception on one rank only (its peers wait in the step's collectives): used to hang.
+  fault 4 "injected fault at 'step'" throw:2:step:0:3 -- "${TR[@]}" --schedule "0:tp=2,dp=2" --csv
   fault 2 "s during step" stop:1:step:1000 -- "${TR_LONG[@]}" --schedule "0:tp=2" --csv
   fault 4 "after rank 2" kill:2:step:10 -- "${TR[@]/tiny-dense/tiny-moe}" --schedule "0:dp=4,ep=2" --csv
   fault 4 "stopped by SIGTERM" term-mpirun:loss -- "${TR_LONG[@]}" --schedule "0:tp=2,dp=2" --csv
