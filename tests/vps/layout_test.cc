@@ -143,7 +143,9 @@ TEST(Layout, PageAlignedTensorsStartOnPagesInEveryBuffer) {
   const Layout a(model_from_name("tiny-dense"), ParallelConfig::parse("dp=2"), packed);
   std::int64_t end = 0;
   for (const auto& s : a.local_shards(0)) {
-    if (s.bucket == 0) EXPECT_EQ(s.offset, end);
+    if (s.bucket == 0) {
+      EXPECT_EQ(s.offset, end);
+    }
     end = s.offset + s.numel;
   }
   packed.align_elems = 0;
