@@ -12,6 +12,7 @@ std::unique_ptr<Communicators> Communicators::create(comm::Transport& parent,
   auto c = std::make_unique<Communicators>();
   c->config_ = config;
   for (Group g : kAllGroups) {
+    if (!group_needed(config, g)) continue;  // the same on every rank: the config is
     const Colour col = group_colour(config, parent.rank(), g);
     c->groups_[static_cast<int>(g)] = parent.split(col.colour, col.key);
   }
@@ -20,7 +21,8 @@ std::unique_ptr<Communicators> Communicators::create(comm::Transport& parent,
 
 comm::Transport& Communicators::group(Group g) const {
   const auto& t = groups_[static_cast<int>(g)];
-  DT_CHECK(t != nullptr, "no ", group_name(g), " group: this rank is outside layout ", config_.str());
+  DT_CHECK(t != nullptr, "no ", group_name(g), " group: this rank is outside layout ", config_.str(),
+           " or the layout has none (group_needed)");
   return *t;
 }
 
@@ -53,7 +55,7 @@ std::shared_ptr<const Communicators> CommunicatorCache::get(comm::Transport& par
     return it->second.comms;
   }
   std::shared_ptr<const Communicators> comms = Communicators::create(parent, config);
-  creations_ += kNumGroups;
+  creations_ += static_cast<std::uint64_t>(groups_needed(config));
   if (!in_layout) return nullptr;
   entries_[key] = Entry{std::vector<ProcessId>(members.begin(), members.begin() + config.world_size()), comms};
   return comms;

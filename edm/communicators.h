@@ -1,8 +1,9 @@
 // Communicators of one layout on one world, and the cache that makes a layout seen before cost
 // no new communicator.
 //
-//   Communicators::create(parent, config)  splits `parent` once per group kind (rank_order.h):
-//                                          7 collective splits over every rank of `parent`.
+//   Communicators::create(parent, config)  splits `parent` once per group kind the layout has
+//                                          (rank_order.h: 7, plus etp and dpcp where etp > 1,
+//                                          cp > 1), collective over every rank of `parent`.
 //   CommunicatorCache::get(parent, members, config)
 //                                          the Communicators of `config` whose ranks are the
 //                                          processes `members[0 .. config.world_size())`;
@@ -41,6 +42,8 @@ class Communicators {
 
   const vps::ParallelConfig& config() const { return config_; }
   bool member() const { return groups_[static_cast<int>(Group::kActive)] != nullptr; }
+  // Whether this rank holds a group of kind g (a member, and the layout has it: group_needed).
+  bool has(Group g) const { return groups_[static_cast<int>(g)] != nullptr; }
   // The group of kind g this rank belongs to; InvariantError on ranks outside the layout.
   comm::Transport& group(Group g) const;
 

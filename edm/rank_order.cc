@@ -10,6 +10,8 @@ const char* group_name(Group g) {
     case Group::kPp: return "pp";
     case Group::kEp: return "ep";
     case Group::kEdp: return "edp";
+    case Group::kEtp: return "etp";
+    case Group::kDpCp: return "dpcp";
     case Group::kActive: return "active";
   }
   return "?";
@@ -25,9 +27,23 @@ Colour group_colour(const vps::ParallelConfig& c, int rank, Group g) {
     case Group::kPp: return {k.tp + c.tp * (k.cp + c.cp * k.dp), k.pp};
     case Group::kEp: return {k.etp + c.etp * (k.edp + c.edp() * k.pp), k.ep};
     case Group::kEdp: return {k.etp + c.etp * (k.ep + c.ep * k.pp), k.edp};
+    case Group::kEtp: return {k.tp / c.etp + (c.tp / c.etp) * (k.cp + c.cp * (k.dp + c.dp * k.pp)), k.tp % c.etp};
+    case Group::kDpCp: return {k.tp + c.tp * k.pp, k.dense_shard};
     case Group::kActive: return {0, rank};
   }
   return {};
+}
+
+bool group_needed(const vps::ParallelConfig& c, Group g) {
+  if (g == Group::kEtp) return c.etp > 1 && c.tp % c.etp == 0;  // the trainer's rule (etp | tp)
+  if (g == Group::kDpCp) return c.cp > 1;
+  return true;
+}
+
+int groups_needed(const vps::ParallelConfig& c) {
+  int n = 0;
+  for (Group g : kAllGroups) n += group_needed(c, g) ? 1 : 0;
+  return n;
 }
 
 }  // namespace dynatrain::edm

@@ -120,13 +120,12 @@ struct Trainer::Impl {
   ZeroWork zero_work;
   // Groups of the current layout, from the EDM's cache (nullptr on ranks outside it).
   std::shared_ptr<const edm::Communicators> groups;
-  // Expert TP: etp consecutive ranks of the tp group (etp divides tp), split from tp_g when a
-  // layout with etp > 1 is adopted (the EDM's cache has no etp group).
-  std::unique_ptr<comm::Transport> etp_g;
+  // Expert TP: etp consecutive ranks of the tp group (etp divides tp); nullptr when etp = 1.
+  comm::Transport* etp_g = nullptr;
   // Context parallel: the cp group, and the dp x cp group that shards and reduces dense state
-  // (index cp_rank + cp * dp_rank), split from the active group when cp > 1.
+  // (index cp_rank + cp * dp_rank); dpcp_g is nullptr when cp = 1. All from the EDM's cache.
   comm::Transport* cp_g = nullptr;
-  std::unique_ptr<comm::Transport> dpcp_g;
+  comm::Transport* dpcp_g = nullptr;
   comm::Transport* tp_g = nullptr, *dp_g = nullptr, *pp_g = nullptr, *ep_g = nullptr,
                  *edp_g = nullptr, *active_g = nullptr;
   std::unique_ptr<PendingSwitch> pending;
@@ -179,19 +178,20 @@ struct Trainer::Impl {
       comms.ep_size = ep_g->size();
       comms.ep_rank = ep_g->rank();
       const int etp = cfg().etp;
-      etp_g = etp > 1 ? tp_g->split(tp_g->rank() / etp, tp_g->rank() % etp) : nullptr;
-      comms.etp = etp_g.get();
+      etp_g = groups->has(edm::Group::kEtp) ? &groups->group(edm::Group::kEtp) : nullptr;
+      DT_CHECK((etp_g != nullptr) == (etp > 1), "etp=", etp, " but the EDM's groups ", etp_g ? "have" : "lack", " an etp group");
+      comms.etp = etp_g;
       comms.etp_size = etp;
       const auto& c = cfg();
       cp_g = &groups->group(edm::Group::kCp);
-      dpcp_g = c.cp > 1 ? active_g->split(rc.tp + c.tp * rc.pp, rc.dense_shard) : nullptr;
+      dpcp_g = groups->has(edm::Group::kDpCp) ? &groups->group(edm::Group::kDpCp) : nullptr;
       comms.cp = c.cp > 1 ? cp_g : nullptr;
       comms.cp_size = c.cp;
       comms.cp_rank = rc.cp;
     } else {
-      etp_g.reset();
+      etp_g = nullptr;
       cp_g = nullptr;
-      dpcp_g.reset();
+      dpcp_g = nullptr;
     }
   }
 
@@ -440,7 +440,7 @@ struct Trainer::Impl {
     }
   }
 
-  comm::Transport* shard_group(bool expert) { return expert ? edp_g : dpcp_g ? dpcp_g.get() : dp_g; }
+  comm::Transport* shard_group(bool expert) { return expert ? edp_g : dpcp_g ? dpcp_g : dp_g; }
 
   void zero_kind(StateKind kind) {
     for (const auto& b : rank_layout.buffers)

@@ -21,7 +21,7 @@ namespace {
 vps::ParallelConfig cfg(const std::string& s) { return vps::ParallelConfig::parse(s); }
 
 // The coordinates that must agree inside a group of kind g, and g's own coordinate.
-std::vector<int> others(const vps::RankCoords& k, Group g) {
+std::vector<int> others(const vps::ParallelConfig& c, const vps::RankCoords& k, Group g) {
   switch (g) {
     case Group::kTp: return {k.cp, k.dp, k.pp};
     case Group::kCp: return {k.tp, k.dp, k.pp};
@@ -29,11 +29,13 @@ std::vector<int> others(const vps::RankCoords& k, Group g) {
     case Group::kPp: return {k.tp, k.cp, k.dp};
     case Group::kEp: return {k.etp, k.edp, k.pp};
     case Group::kEdp: return {k.etp, k.ep, k.pp};
+    case Group::kEtp: return {k.cp, k.dp, k.pp, k.tp / c.etp};
+    case Group::kDpCp: return {k.tp, k.pp};
     case Group::kActive: return {};
   }
   return {};
 }
-int own(const vps::RankCoords& k, Group g, int rank) {
+int own(const vps::ParallelConfig& c, const vps::RankCoords& k, Group g, int rank) {
   switch (g) {
     case Group::kTp: return k.tp;
     case Group::kCp: return k.cp;
@@ -41,31 +43,37 @@ int own(const vps::RankCoords& k, Group g, int rank) {
     case Group::kPp: return k.pp;
     case Group::kEp: return k.ep;
     case Group::kEdp: return k.edp;
+    case Group::kEtp: return k.tp % c.etp;
+    case Group::kDpCp: return k.dense_shard;
     case Group::kActive: return rank;
   }
   return -1;
 }
 
 TEST(RankOrder, SameColourExactlyWhenOtherCoordinatesAgree) {
-  for (const char* text : {"tp=2,pp=2,dp=2", "tp=2,cp=2,dp=3", "pp=3,dp=2,ep=2", "tp=2,dp=4,ep=4,pp=2", "dp=1"}) {
+  for (const char* text : {"tp=2,pp=2,dp=2", "tp=2,cp=2,dp=3", "pp=3,dp=2,ep=2", "tp=2,dp=4,ep=4,pp=2", "dp=1",
+                           "tp=4,cp=2,dp=2,ep=2,etp=2,pp=2"}) {
     const auto c = cfg(text);
     const int w = c.world_size();
+    EXPECT_EQ(groups_needed(c), 7 + (c.etp > 1 ? 1 : 0) + (c.cp > 1 ? 1 : 0)) << text;
     for (Group g : kAllGroups) {
+      if (!group_needed(c, g)) continue;
       std::map<int, int> members;  // colour -> count
       for (int a = 0; a < w; ++a) {
         const auto ka = vps::rank_coords(c, a);
         const Colour ca = group_colour(c, a, g);
         ASSERT_GE(ca.colour, 0) << text << " " << group_name(g);
-        EXPECT_EQ(ca.key, own(ka, g, a)) << text << " " << group_name(g) << " rank " << a;
+        EXPECT_EQ(ca.key, own(c, ka, g, a)) << text << " " << group_name(g) << " rank " << a;
         ++members[ca.colour];
         for (int b = 0; b < w; ++b) {
           const bool same = group_colour(c, b, g).colour == ca.colour;
-          EXPECT_EQ(same, others(vps::rank_coords(c, b), g) == others(ka, g))
+          EXPECT_EQ(same, others(c, vps::rank_coords(c, b), g) == others(c, ka, g))
               << text << " " << group_name(g) << " ranks " << a << ", " << b;
         }
       }
       const int size = g == Group::kTp ? c.tp : g == Group::kCp ? c.cp : g == Group::kDp ? c.dp
-                     : g == Group::kPp ? c.pp : g == Group::kEp ? c.ep : g == Group::kEdp ? c.edp() : w;
+                     : g == Group::kPp ? c.pp : g == Group::kEp ? c.ep : g == Group::kEdp ? c.edp()
+                     : g == Group::kEtp ? c.etp : g == Group::kDpCp ? c.dp * c.cp : w;
       for (const auto& [colour, n] : members) EXPECT_EQ(n, size) << text << " " << group_name(g);
     }
     EXPECT_EQ(group_colour(c, w, Group::kTp).colour, -1) << "rank outside the layout";
@@ -77,12 +85,18 @@ TEST(CommunicatorCache, LayoutSwitchedBackToCostsNoCreation) {
     CommunicatorCache cache;
     const std::vector<ProcessId> ids = {0, 1, 2, 3};
     auto a = cache.get(world, ids, cfg("dp=4"));
-    EXPECT_EQ(cache.creations(), std::uint64_t{kNumGroups});
+    EXPECT_EQ(cache.creations(), 7u);
     auto b = cache.get(world, ids, cfg("tp=2,dp=2"));
-    EXPECT_EQ(cache.creations(), std::uint64_t{2 * kNumGroups});
+    EXPECT_EQ(cache.creations(), 14u);
     auto a2 = cache.get(world, ids, cfg("dp=4"));
-    EXPECT_EQ(cache.creations(), std::uint64_t{2 * kNumGroups}) << "switch back must reuse";
+    EXPECT_EQ(cache.creations(), 14u) << "switch back must reuse";
     EXPECT_EQ(cache.hits(), 1u);
+    // etp > 1 and cp > 1 add their groups (expert TP; the dp x cp group of dense state).
+    auto e = cache.get(world, ids, cfg("tp=2,cp=2,etp=2"));
+    EXPECT_EQ(cache.creations(), 14u + 9u);
+    EXPECT_EQ(e->group(Group::kEtp).size(), 2);
+    EXPECT_EQ(e->group(Group::kDpCp).size(), 2);
+    EXPECT_FALSE(a->has(Group::kEtp));
     EXPECT_EQ(a.get(), a2.get());
     // The groups are the right ones: the dp group of tp=2,dp=2 sums the ranks of one tp column.
     float v = static_cast<float>(world.rank());
@@ -92,7 +106,7 @@ TEST(CommunicatorCache, LayoutSwitchedBackToCostsNoCreation) {
     auto c = cache.get(world, {0, 1, 2, 7}, cfg("dp=4"));
     EXPECT_NE(c.get(), a.get());
     cache.drop_member(7);
-    EXPECT_EQ(cache.size(), 2u);
+    EXPECT_EQ(cache.size(), 3u);  // dp=4, tp=2,dp=2 and tp=2,cp=2,etp=2 over processes 0-3
   });
 }
 
@@ -117,7 +131,7 @@ TEST(DeviceManager, PrepareRunsOnItsOwnThreadWhileTheCallerCommunicates) {
     EXPECT_EQ(sum, 200.0f);
     Prepared& p = edm.wait_prepared();
     EXPECT_TRUE(ran);
-    EXPECT_EQ(p.creations, std::uint64_t{kNumGroups});
+    EXPECT_EQ(p.creations, 7u);
     EXPECT_EQ(p.world_before, 4);
     EXPECT_EQ(p.world_after, 4);
     ASSERT_NE(p.comms, nullptr);

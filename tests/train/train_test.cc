@@ -447,6 +447,33 @@ TEST(Train, MoeLossTracksStaticRunWithSwitchEvery10Steps) {
 // rank the pool's live peak stays within max(source, destination) + budget; the loss tracks the
 // static run. (Fresh memory a commit still takes, from fragments too small to reuse, is
 // printed, not asserted: see docs/edm.md.)
+// Expert TP and context parallel have groups of their own (etp, dp x cp): they come from the
+// EDM's cache like every other group, so a layout switched back to creates none in its commit.
+// (Fixed placement: an auto placement that reorders the world adds the new world's own two
+// communicators in the prepare, which this test does not count.)
+TEST(Train, ExpertTpAndContextParallelGroupsComeFromTheCache) {
+  auto o = tiny("tiny-moe", 8, 16);
+  o.placement = TrainerOptions::Placement::kFixed;
+  std::vector<SwitchStats> sws;
+  const std::vector<std::string> to = {"tp=2,dp=2,ep=2,etp=2", "dp=4,ep=2", "tp=2,dp=2,ep=2,etp=2", "cp=2,dp=2,ep=2"};
+  comm::run_ranks(4, [&](comm::Transport& world) {
+    set_intra_op_threads(1);
+    Trainer t(o, cfg("dp=4,ep=2"), world, embedded_text());
+    for (std::size_t i = 0; i < to.size(); ++i) {
+      t.prepare(cfg(to[i]));
+      auto sw = t.commit();
+      if (world.rank() == 0) sws.push_back(sw);
+      t.step();
+    }
+    t.finish();
+  });
+  ASSERT_EQ(sws.size(), 4u);
+  EXPECT_EQ(sws[0].comm_creations, 8u) << "a new layout with etp > 1: 7 groups and the etp group";
+  EXPECT_EQ(sws[1].comm_creations, 0u) << "the first layout is cached";
+  EXPECT_EQ(sws[2].comm_creations, 0u) << "switching back to an etp layout must reuse its groups";
+  EXPECT_EQ(sws[3].comm_creations, 8u) << "a new layout with cp > 1: 7 groups and the dp x cp group";
+}
+
 TEST(Train, PreparedWhileStepsRunAndSwitchBackUsesCachedCommunicators) {
   const auto o = tiny("tiny-dense", 8, 32);
   const auto stat = losses(o, 4, {{0, "tp=2,dp=2"}}, 12);
