@@ -141,9 +141,28 @@ std::vector<int> min_cost_assignment(int rows, int cols, const std::vector<std::
   return col_of_row;
 }
 
+namespace {
+// Makes every assignment that gives rank 0 to another process than 0, or process 0 to another
+// rank, cost more than any assignment that does not (more than the sum of every row's largest
+// cost), so the exact solver pins rank 0 and solves the rest as before.
+void pin_rank0(std::vector<std::int64_t>& cost, int ranks, const std::vector<int>& columns) {
+  const int cols = static_cast<int>(columns.size());
+  const auto zero = std::find(columns.begin(), columns.end(), 0);
+  if (zero == columns.end()) DT_INPUT_ERROR("rank 0 must stay on process 0, but process 0 is not eligible");
+  const int c0 = static_cast<int>(zero - columns.begin());
+  std::int64_t big = 1;
+  for (int q = 0; q < ranks; ++q)
+    big += *std::max_element(cost.begin() + static_cast<std::ptrdiff_t>(q) * cols,
+                             cost.begin() + static_cast<std::ptrdiff_t>(q + 1) * cols);
+  for (int c = 0; c < cols; ++c)
+    if (c != c0) cost[static_cast<std::size_t>(c)] = big;  // rank 0 elsewhere
+  for (int q = 1; q < ranks; ++q) cost[static_cast<std::size_t>(q) * cols + c0] = big;  // process 0 to another rank
+}
+}  // namespace
+
 Placement auto_placement(const vps::Layout& src, const vps::Layout& dst, const Topology& topology,
                          const Placement& src_placement, const Bandwidth& bandwidth,
-                         const std::vector<int>& eligible) {
+                         const std::vector<int>& eligible, bool rank0_on_process0) {
   const Planner planner(src, dst, topology, SwitchPlacement{src_placement, {}});
   const Affinity a = planner.affinity();
   std::vector<int> columns = eligible;  // the processes that may take a rank
@@ -176,6 +195,7 @@ Placement auto_placement(const vps::Layout& src, const vps::Layout& dst, const T
       cost[static_cast<std::size_t>(q) * cols + c] = weighted * scale + (p != q ? 1 : 0);
     }
   }
+  if (rank0_on_process0 && a.ranks > 0) pin_rank0(cost, a.ranks, columns);
   std::vector<int> process_of = min_cost_assignment(a.ranks, cols, cost);
   for (int& p : process_of) p = columns[p];
   return Placement(std::move(process_of));

@@ -72,9 +72,12 @@ struct SwitchPlacement {
 // `eligible`: the processes that may take a rank (empty: every process of the job), for when
 // the leaving processes are not the placement's choice (a node is being drained); InputError
 // when fewer than the destination's ranks.
+// `rank0_on_process0`: rank 0 is taken by process 0 (the trainer's rank 0 runs the job's I/O),
+// and the other ranks are placed at the least cost around it; InputError if process 0 is not
+// eligible.
 Placement auto_placement(const vps::Layout& src, const vps::Layout& dst, const Topology& topology,
                          const Placement& src_placement = {}, const Bandwidth& bandwidth = {},
-                         const std::vector<int>& eligible = {});
+                         const std::vector<int>& eligible = {}, bool rank0_on_process0 = false);
 
 // Solves the assignment problem: rows (ranks) <= columns (processes), cost[row * cols + col];
 // returns the column of every row, minimising the total. Exposed for tests.

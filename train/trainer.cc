@@ -586,8 +586,9 @@ struct Trainer::Impl {
       if (processes != std::max(current.world_size(), next.world_size())) return {};
       plan::Topology topo;
       topo.gpus_per_node = opt.gpus_per_node;
-      const plan::Placement chosen = plan::auto_placement(*src, *dst, topo);
-      if (chosen.process_of(0) != 0) return {};  // rank 0 must stay on process 0: fixed
+      // Rank 0 stays on process 0 (it runs the job's I/O); the other ranks are placed around it.
+      const plan::Placement chosen = plan::auto_placement(*src, *dst, topo, {}, {}, {}, /*rank0_on_process0=*/true);
+      DT_CHECK(chosen.process_of(0) == 0, "auto placement moved rank 0 to process ", chosen.process_of(0));
       return chosen.processes_of(next.world_size());
     };
   }

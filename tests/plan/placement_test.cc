@@ -150,6 +150,20 @@ TEST(AutoPlacement, UndoesAPermutedSourceSoEverythingStaysInPlace) {
   EXPECT_EQ(auto_stats.total.intra_node + auto_stats.total.inter_node, 0u);
   EXPECT_EQ(auto_stats.messages, 0u);
   EXPECT_TRUE(check_plan(layout, layout, plans, placed).ok);
+
+  // With rank 0 pinned to process 0 (the trainer's rule), the rest is still solved: the tp
+  // partner of the pinned rank and the other dp replica stay where they are held (fewer bytes
+  // move than under fixed placement), and the plan is an exact cover.
+  const Placement pinned = auto_placement(layout, layout, topo, perm, {}, {}, /*rank0_on_process0=*/true);
+  EXPECT_EQ(pinned.process_of(0), 0);
+  EXPECT_EQ(pinned, Placement::parse("0,1,3,2"));
+  const SwitchPlacement pinned_placed{perm, pinned};
+  const auto pinned_plans = plan_with(layout, layout, topo, pinned_placed);
+  const auto pinned_stats = compute_stats(pinned_plans, layout.options().elem_bytes, topo);
+  EXPECT_LT(pinned_stats.total.intra_node + pinned_stats.total.inter_node,
+            fixed_stats.total.intra_node + fixed_stats.total.inter_node);
+  EXPECT_TRUE(check_plan(layout, layout, pinned_plans, pinned_placed).ok);
+  EXPECT_THROW(auto_placement(layout, layout, topo, perm, {}, {1, 2, 3, 4}, true), InputError);
 }
 
 TEST(AutoPlacement, OnlyEligibleProcessesTakeRanks) {
