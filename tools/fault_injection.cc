@@ -16,8 +16,7 @@ namespace dynatrain::tools {
 
 namespace {
 
-void stamp_and_raise(int sig, int delay_ms) {
-  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+void write_stamp() {
   if (const char* stamp = std::getenv("DT_FAULT_STAMP")) {  // when it fired, for the test
     if (std::FILE* f = std::fopen(stamp, "w")) {
       const auto now = std::chrono::system_clock::now().time_since_epoch();
@@ -25,7 +24,12 @@ void stamp_and_raise(int sig, int delay_ms) {
       std::fclose(f);
     }
   }
-  if (sig != 0) raise(sig);
+}
+
+void stamp_and_raise(int sig, int delay_ms) {
+  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  write_stamp();
+  raise(sig);
 }
 
 }  // namespace
@@ -44,7 +48,7 @@ void fault_point(const char* point, int rank) {
   if (const char* stamp = std::getenv("DT_FAULT_STAMP"); stamp && access(stamp, F_OK) == 0) return;
   fired = true;
   if (std::strcmp(action, "throw") == 0) {  // an exception on this rank only, at once
-    stamp_and_raise(0, 0);
+    write_stamp();
     throw std::runtime_error(std::string("injected fault at '") + point + "'");
   }
   const int sig = std::strcmp(action, "stop") == 0 ? SIGSTOP : SIGKILL;
