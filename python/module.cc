@@ -17,6 +17,7 @@
 #include "plan/planner.h"
 #include "plan/stats.h"
 #include "python/manager.h"
+#include "vps/state_kind.h"
 
 namespace py = pybind11;
 
@@ -311,5 +312,11 @@ PYBIND11_MODULE(_native, m) {
         py::arg("gpus_per_node"), py::arg("states"), py::arg("bucket_elems"), py::arg("check"),
         py::arg("intra_bw"), py::arg("inter_bw"));
   m.def("preset_names", &vps::preset_names);
+  // The state kinds in StateKind order, from the one table (vps/state_kind.h).
+  m.def("state_kinds", [] {
+    std::vector<std::string> names;
+    for (const auto& k : vps::kStateKinds) names.emplace_back(k.name);
+    return names;
+  });
   python::bind_manager(m);
 }

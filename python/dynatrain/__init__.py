@@ -26,7 +26,7 @@ from ._native import CommError, InternalError
 
 __all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "CommError", "InternalError"]
 
-KINDS = ("param", "grad", "master", "exp_avg", "exp_avg_sq")
+KINDS = tuple(_native.state_kinds())  # vps/state_kind.h, in StateKind order
 GROUPS = ("tp", "cp", "dp", "dp_cp", "pp", "ep", "etp", "edp")
 _DTYPES = {4: torch.float32, 2: torch.bfloat16}
 
