@@ -347,16 +347,19 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       send_job_sync(w, r, JobSync{kJobEnd, step, 0}, {});
   };
 
+  // A process started for a switch joins at its commit, which comes after that step's periodic
+  // save (the old world saved it): it must not save that step again on its own.
+  std::int64_t joined_at = -1;
   if (joined) {  // this process was started for the switch being prepared: commit it first
     trainer->commit();
-    step = trainer->steps_done();
+    step = joined_at = trainer->steps_done();
     if (!trainer->joined_payload().empty()) adopt_rest_of_schedule(trainer->joined_payload());
     next = 0;
     while (next < schedule.size() && schedule[next].first <= step) ++next;
     if (trainer->left()) return 0;
   }
   for (; step < args.steps; ++step) {
-    if (save_point(step)) {
+    if (save_point(step) && step != joined_at) {
       csv.flush();  // a supervisor that restarts from this checkpoint keeps the rows before it
       save_trainer(args.save_dir, step, *trainer, trainer->world());
     }

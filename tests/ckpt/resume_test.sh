@@ -42,4 +42,10 @@ run 2 --steps 10 --schedule "0:tp=1,dp=2" --resume "$tmp/ck" >"$tmp/bad.log" 2>&
 code=$?
 [[ $code != 0 && $code != 124 ]] && grep -q "rank-00002.safetensors.*checksum: corrupted" "$tmp/bad.log" ||
   { echo "FAIL: corrupted file -> exit $code"; cat "$tmp/bad.log"; exit 1; }
-echo "ok: save, resume in another layout and process count, export read back, corruption refused"
+# A periodic save on the step of a grow: the old world saves it before the commit and the
+# started processes must not save it again (they used to, alone, and the job hung).
+run 2 --steps 6 --save-every 4 --schedule "0:dp=2;4:dp=4" --save "$tmp/grow" >"$tmp/g.log" 2>&1 ||
+  { echo "FAIL: save on a grow step"; cat "$tmp/g.log"; exit 1; }
+[[ $(grep -c "saved checkpoint of step 4" "$tmp/g.log") == 1 && $(cat "$tmp/grow/latest") == step-00000006 &&
+   -f "$tmp/grow/step-00000006/rank-00003.safetensors" ]] || { echo "FAIL: saves around the grow"; cat "$tmp/g.log"; exit 1; }
+echo "ok: save, resume in another layout and process count, export read back, corruption refused, save on a grow step"
