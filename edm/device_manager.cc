@@ -140,7 +140,7 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
   for (int r = 0; r < static_cast<int>(placed.size()); ++r) identity = identity && placed[r] == r;
   for (int v : vacate) {
     const bool placed_on_v = identity ? v < next.world_size() : std::find(placed.begin(), placed.end(), v) != placed.end();
-    DT_CHECK(!placed_on_v && v != 0, "placement gives a rank to vacated process ", v);
+    DT_CHECK(!placed_on_v, "placement gives a rank to vacated process ", v);
   }
   if (need > 0) {  // the merged world; with a placement it is reordered below
     const double t0 = now_s();
@@ -158,7 +158,6 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
     broadcast_string(*grown_control_, msg_placed);
   }
   if (!identity) {
-    DT_CHECK(placed[0] == 0, "placement moves rank 0 off process 0");
     p.process_of_rank = placed;
     reorder(next, placed, may_leave == "1");
     after_grow(next, work);

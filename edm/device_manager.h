@@ -83,15 +83,16 @@ class DeviceManager {
   // Placement: given the number of processes of the transition world (the current world, plus
   // those a grow starts), the process that takes each rank of the next layout (empty: rank r on
   // process r). Runs on the EDM's thread on every rank and must give the same answer on every
-  // one (no communication). Process 0 must keep rank 0 (it runs the job's I/O).
+  // one (no communication). The process given rank 0 becomes the job's leader (it runs the
+  // job's I/O); the caller hands the leader's state over in its commit.
   using Place = std::function<std::vector<int>(int processes)>;
   // Collective over world() (ranks outside `current` layout included); returns at once.
   // `payload` (rank 0's) reaches processes started by this prepare (joined_payload()).
   // With a placement that is not the identity, the next world is ordered by it: process
   // place()[r] becomes rank r, and processes that take no rank leave (or wait, idle, at the end).
   // `vacate`: world ranks that must take no rank of `next` and leave (a GPU reclaimed); as many
-  // processes are started as the layout then lacks, and `place` must leave them out. Rank 0
-  // cannot be vacated (it runs the job's I/O).
+  // processes are started as the layout then lacks, and `place` must leave them out. Every rank
+  // may be vacated, rank 0 included (a whole-job migration: the next world is all new processes).
   void prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work,
                std::string payload = {}, Place place = {}, std::vector<int> vacate = {});
   // In a joined process, synchronously: the part of the starters' prepare after the grow (the

@@ -546,9 +546,8 @@ struct Trainer::Impl {
   void prepare(vps::ParallelConfig next, std::string payload, std::vector<int> vacate) {
     check_supported(opt, next);
     for (int v : vacate)
-      if (v <= 0 || v >= world().size())
-        DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 1..", world().size() - 1,
-                       " (rank 0 runs the job's I/O and stays)");
+      if (v < 0 || v >= world().size())
+        DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 0..", world().size() - 1);
     if (opt.switch_method != SwitchMethod::kEngine && !vacate.empty())
       DT_INPUT_ERROR("vacating processes needs the engine switch method");
     lookahead_used = lookahead;
@@ -588,7 +587,8 @@ struct Trainer::Impl {
       if (processes != std::max(current.world_size(), next.world_size())) return {};
       plan::Topology topo;
       topo.gpus_per_node = opt.gpus_per_node;
-      // Rank 0 stays on process 0 (it runs the job's I/O); the other ranks are placed around it.
+      // Rank 0 stays on process 0 (the job's leader moves only when a request vacates it); the
+      // other ranks are placed around it.
       const plan::Placement chosen = plan::auto_placement(*src, *dst, topo, {}, {}, {}, /*rank0_on_process0=*/true);
       DT_CHECK(chosen.process_of(0) == 0, "auto placement moved rank 0 to process ", chosen.process_of(0));
       return chosen.processes_of(next.world_size());
@@ -647,7 +647,7 @@ struct Trainer::Impl {
     return static_cast<int>(std::clamp(std::ceil(1.5 * prepare_s / step_s) + 1.0, 1.0, 1000.0));
   }
 
-  SwitchStats commit() {
+  SwitchStats commit(std::string leader_state) {
     edm::Prepared& p = edm->wait_prepared();
     SwitchStats st;
     st.from = cfg().str();
@@ -670,17 +670,30 @@ struct Trainer::Impl {
     if (tw.rank() >= current_world) edm::DeviceManager::wait_for_root(tw, edm::Wake::kCommit);
     else edm::DeviceManager::wake_from(tw, current_world, edm::Wake::kCommit);
     const auto t0 = Clock::now();
-    // Step counter, data cursor (the data order) and the next look-ahead from rank 0, which
+    // Step counter, data cursor (the data order), the next look-ahead and the world's size
+    // before the switch (processes started by it count the merged world) from rank 0, which
     // every layout holds.
-    std::uint64_t carry[4] = {static_cast<std::uint64_t>(step), cursor.seed, cursor.position,
-                              static_cast<std::uint64_t>(choose_lookahead(p.seconds))};
+    std::uint64_t carry[5] = {static_cast<std::uint64_t>(step), cursor.seed, cursor.position,
+                              static_cast<std::uint64_t>(choose_lookahead(p.seconds)),
+                              static_cast<std::uint64_t>(p.world_before)};
     tw.broadcast(carry, sizeof(carry), 0);
     SwitchStats::Phases ph;
-    ph.carry = seconds_since(t0);
     step = static_cast<std::int64_t>(carry[0]);
     cursor.seed = carry[1];
     cursor.position = carry[2];
     lookahead = static_cast<int>(carry[3]);
+    st.world_before = static_cast<int>(carry[4]);
+    // The job's leader (world rank 0) moves when the placement gives rank 0 to another
+    // process: the caller's leader state goes along, to every rank of the transition world.
+    if (!p.process_of_rank.empty() && p.process_of_rank[0] != 0) {
+      std::uint64_t n = leader_state.size();
+      tw.broadcast(&n, sizeof(n), 0);
+      leader_state.resize(n);
+      if (n > 0) tw.broadcast(leader_state.data(), n, 0);
+      st.leader_state = std::move(leader_state);
+      st.leader_moved = true;
+    }
+    ph.carry = seconds_since(t0);
     model = StageModel{};  // no module may hold the old arenas past this point
 
     // Memory: everything below comes from the pool. Gradients are zero at a step boundary and
@@ -969,10 +982,10 @@ void Trainer::prepare(const vps::ParallelConfig& config, std::string payload, st
 }
 const std::string& Trainer::joined_payload() const { return impl_->edm->joined_payload(); }
 bool Trainer::preparing() const { return impl_->edm->preparing(); }
-SwitchStats Trainer::commit() { return impl_->commit(); }
+SwitchStats Trainer::commit(std::string leader_state) { return impl_->commit(std::move(leader_state)); }
 SwitchStats Trainer::switch_to(const vps::ParallelConfig& config) {
   impl_->prepare(config, {}, {});
-  return impl_->commit();
+  return impl_->commit({});
 }
 bool Trainer::left() const { return impl_->left; }
 int Trainer::world_size() const { return impl_->left ? 0 : impl_->edm->world().size(); }
