@@ -23,6 +23,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -120,8 +121,21 @@ class DeviceManager {
   void after_grow(const vps::ParallelConfig& next, Work& work);
   void reorder(const vps::ParallelConfig& next, const std::vector<int>& process_of_rank, bool may_leave);
 
+  // A world and its control communicator, shared with the world cache.
+  struct World {
+    std::shared_ptr<comm::Transport> world, control;
+  };
+  // Adds (world, control) under its processes in rank order.
+  void remember_world(const std::vector<ProcessId>& order, std::shared_ptr<comm::Transport> world,
+                      std::shared_ptr<comm::Transport> control);
+
   comm::Transport* world_ = nullptr;
-  std::unique_ptr<comm::Transport> owned_world_, control_;
+  std::shared_ptr<comm::Transport> owned_world_, control_;
+  // Worlds by their processes in rank order (the current one included), so that a placement
+  // that orders the processes as a world seen before (a switch back under auto placement)
+  // creates no communicator. Same contract as the CommunicatorCache: rank 0 of the transition
+  // world decides hit or miss; entries with a process that left are dropped in adopt().
+  std::map<std::vector<ProcessId>, World> worlds_;
   std::vector<ProcessId> ids_;
   ProcessId next_id_ = 0;
   std::shared_ptr<Launcher> launcher_;
@@ -133,7 +147,7 @@ class DeviceManager {
   std::thread thread_;
   std::unique_ptr<Prepared> prepared_;
   std::exception_ptr error_;
-  std::unique_ptr<comm::Transport> next_world_, next_control_;
+  std::shared_ptr<comm::Transport> next_world_, next_control_;
   // A grow that is then reordered by placement: the merged world (the transition's) and its
   // control, kept until adopt().
   std::unique_ptr<comm::Transport> grown_world_, grown_control_;
