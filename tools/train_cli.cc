@@ -76,6 +76,9 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
   j["rebuild_s"] = s.rebuild_s;
   j["bytes_sent"] = s.bytes_sent;
   j["max_bytes_received"] = s.max_bytes_received;
+  j["bytes_kept"] = s.bytes_kept;
+  j["kept_remapped_bytes"] = s.kept_remapped_bytes;
+  j["kept_zero_copy_bytes"] = s.kept_zero_copy_bytes;
   // The bound divides by the link the switch's bytes took (measured after its commit), or by
   // the run-start figure when that was not measured.
   const auto bound = [&](double rate) { return rate > 0 ? static_cast<double>(s.max_bytes_received) / rate : 0.0; };

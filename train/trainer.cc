@@ -706,9 +706,10 @@ struct Trainer::Impl {
     Arenas next_arenas(pool);
     double transfer_s = 0;
     std::uint64_t sent = 0, received = 0;
+    std::array<std::uint64_t, 3> kept{};
     std::size_t budget = 0;
     if (opt.switch_method == SwitchMethod::kEngine) {
-      budget = run_engine(tw, next_arenas, transfer_s, sent, received, ph);
+      budget = run_engine(tw, next_arenas, transfer_s, sent, received, ph, kept);
     } else {
       const auto tt0 = Clock::now();
       next_arenas.fill_missing(pending->dst_full_rl);
@@ -776,6 +777,11 @@ struct Trainer::Impl {
         st.bound_bytes = b[3];
       }
     }
+    for (const auto& k : comm::all_gather_values(tw, kept)) {
+      st.bytes_kept += k[0];
+      st.kept_remapped_bytes += k[1];
+      st.kept_zero_copy_bytes += k[2];
+    }
     if (opt.measure_link) measure_link(tw, per_rank, st);
     pending.reset();
     edm->adopt();
@@ -838,9 +844,12 @@ struct Trainer::Impl {
     st.link_path = path == 1 ? "same job" : path == 2 ? "between jobs" : path == 3 ? "mixed" : "none";
   }
 
-  // Staging and destination blocks from the pool (destinations adopted by the new arenas as the
-  // engine asks for them); source blocks, taken from the old arenas, go back to the pool as the
-  // engine drains them.
+  // Staging and destination blocks from the pool; source blocks, taken from the old arenas, go
+  // back to the pool as the engine drains them. Page-wise memory is the pool's (exec/engine.h):
+  // large sources are given back page by page, large destinations built in pieces, a source
+  // buffer identical to a destination one is adopted as it is (zero-copy keep), and kept runs
+  // at page-congruent offsets are moved by remapping pages. Destinations the engine made by
+  // reserve() or adoption reach the new arenas from its output pointers (adopt_outputs).
   class Allocator final : public exec::StateAllocator {
    public:
     Allocator(exec::PoolAllocator& pool, Arenas& next) : pool_(pool), next_(next) {}
@@ -852,6 +861,25 @@ struct Trainer::Impl {
       return p;
     }
     void release(std::byte* data, std::size_t bytes) override { pool_.release(data, bytes); }
+    std::size_t pagewise_min_bytes() const override { return pool_.pagewise_min_bytes(); }
+    bool can_adopt() const override { return true; }
+    bool can_move_pages() const override { return true; }
+    void move_pages(std::byte* from, std::size_t from_offset, std::byte* to, std::size_t to_offset,
+                    std::size_t bytes) override {
+      pool_.move_pages(from, from_offset, to, to_offset, bytes);
+    }
+    std::byte* reserve(std::size_t bytes) override { return pool_.reserve(bytes); }
+    void commit(std::byte* base, std::size_t offset, std::size_t bytes) override { pool_.commit(base, offset, bytes); }
+    void decommit(std::byte* base, std::size_t offset, std::size_t bytes) override {
+      pool_.decommit(base, offset, bytes);
+    }
+    // After the transition: destination buffers not made by allocate_destination() join the
+    // new arenas (their size is the buffer's, as release() will be told).
+    void adopt_outputs(const vps::RankLayout& dst, const std::vector<std::byte*>& ptrs) {
+      for (std::size_t i = 0; i < dst.buffers.size(); ++i)
+        if (ptrs[i] != nullptr && next_.data(dst.buffers[i]) == nullptr)
+          next_.set(dst.buffers[i], reinterpret_cast<float*>(ptrs[i]));
+    }
 
    private:
     exec::PoolAllocator& pool_;
@@ -861,8 +889,9 @@ struct Trainer::Impl {
   // Runs the prepared plan on the transition world: every rank of it takes part (ranks beyond
   // the planner's world with an empty plan), so the commit creates no communicator. Returns the
   // engine's memory budget.
+  // kept: bytes kept, of which remapped and zero-copy (exec::TransitionStats).
   std::size_t run_engine(comm::Transport& tw, Arenas& next_arenas, double& transfer_s, std::uint64_t& sent,
-                         std::uint64_t& received, SwitchStats::Phases& ph) {
+                         std::uint64_t& received, SwitchStats::Phases& ph, std::array<std::uint64_t, 3>& kept) {
     const PendingSwitch& ps = *pending;
     const auto tt0 = Clock::now();
     std::vector<std::byte*> src_ptrs, dst_ptrs(ps.dst_rl.buffers.size(), nullptr);
@@ -881,6 +910,8 @@ struct Trainer::Impl {
     ph.engine_wait = ts.wait_seconds;
     ph.engine_alloc = ts.alloc_seconds;
     ph.engine_agree = ts.agree_seconds;
+    alloc.adopt_outputs(ps.dst_rl, dst_ptrs);
+    kept = {ts.bytes_kept, ts.kept_remapped_bytes, ts.kept_zero_copy_bytes};
     for (std::size_t i = 0; i < ps.dst_rl.buffers.size(); ++i)
       DT_CHECK(dst_ptrs[i] != nullptr || ps.dst_rl.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
     return to.mem_budget;

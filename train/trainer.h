@@ -95,6 +95,9 @@ struct SwitchStats {
   double plan_s = 0, transfer_s = 0, rebuild_s = 0, total_s = 0;
   std::uint64_t bytes_sent = 0, bytes_received = 0;  // summed over ranks
   std::uint64_t max_bytes_received = 0;              // at the busiest rank (lower bound input)
+  // Summed over ranks: bytes kept on their rank, and of those the bytes not copied: moved by
+  // remapping pages, or buffers handed over as they are (exec::TransitionStats).
+  std::uint64_t bytes_kept = 0, kept_remapped_bytes = 0, kept_zero_copy_bytes = 0;
   // Memory of the commit at the rank closest to its bound: peak of the state and staging blocks
   // live in the trainer's pool (exec::PoolAllocator::peak_live), and the bound
   // max(source, destination) + budget; peak_over_bound is the largest ratio over ranks.
