@@ -292,8 +292,9 @@ struct Trainer::Impl {
                                            std::vector<StateKind> kinds = {
                                                StateKind::kParam, StateKind::kGrad, StateKind::kMaster,
                                                StateKind::kExpAvg, StateKind::kExpAvgSq}) const {
-    return std::make_unique<vps::Layout>(opt.model, c,
-                                         trainer_layout_options(opt.bucket_elems, std::move(kinds)));
+    vps::LayoutOptions lo = trainer_layout_options(opt.bucket_elems, std::move(kinds));
+    if (opt.align_pages) lo.align_elems = vps::kPageAlignElems;
+    return std::make_unique<vps::Layout>(opt.model, c, lo);
   }
 
   // ---- one step ----

@@ -71,6 +71,11 @@ struct TrainerOptions {
   // Measure each switch's link after its commit (SwitchStats::link_bytes_per_s); costs one
   // 64 MiB exchange per switch, outside the pause.
   bool measure_link = false;
+  // Every tensor of every layout starts on a page boundary (vps::LayoutOptions::align_elems =
+  // kPageAlignElems; the gaps are padding), so that a switch moves kept tensors that sit at a
+  // new offset by remapping their pages instead of copying them
+  // (SwitchStats::kept_remapped_bytes). Costs up to a page of padding per tensor and buffer.
+  bool align_pages = false;
 };
 
 struct StepStats {
