@@ -671,12 +671,12 @@ struct Trainer::Impl {
     if (tw.rank() >= current_world) edm::DeviceManager::wait_for_root(tw, edm::Wake::kCommit);
     else edm::DeviceManager::wake_from(tw, current_world, edm::Wake::kCommit);
     const auto t0 = Clock::now();
-    // Step counter, data cursor (the data order), the next look-ahead and the world's size
-    // before the switch (processes started by it count the merged world) from rank 0, which
-    // every layout holds.
-    std::uint64_t carry[5] = {static_cast<std::uint64_t>(step), cursor.seed, cursor.position,
+    // Step counter, data cursor (the data order), the next look-ahead, the world's size before
+    // the switch (processes started by it count the merged world) and this switch's look-ahead
+    // (processes started by it did not prepare it) from rank 0, which every layout holds.
+    std::uint64_t carry[6] = {static_cast<std::uint64_t>(step), cursor.seed, cursor.position,
                               static_cast<std::uint64_t>(choose_lookahead(p.seconds)),
-                              static_cast<std::uint64_t>(p.world_before)};
+                              static_cast<std::uint64_t>(p.world_before), static_cast<std::uint64_t>(lookahead_used)};
     tw.broadcast(carry, sizeof(carry), 0);
     SwitchStats::Phases ph;
     step = static_cast<std::int64_t>(carry[0]);
@@ -684,6 +684,7 @@ struct Trainer::Impl {
     cursor.position = carry[2];
     lookahead = static_cast<int>(carry[3]);
     st.world_before = static_cast<int>(carry[4]);
+    st.lookahead = static_cast<int>(carry[5]);
     // The job's leader (world rank 0) moves when the placement gives rank 0 to another
     // process: the caller's leader state goes along, to every rank of the transition world.
     if (!p.process_of_rank.empty() && p.process_of_rank[0] != 0) {
