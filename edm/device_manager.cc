@@ -40,6 +40,13 @@ DeviceManager::DeviceManager(comm::Transport& world, std::shared_ptr<Launcher> l
   control_ = world.split(0, world.rank());
   for (int r = 0; r < world.size(); ++r) ids_.push_back(static_cast<ProcessId>(r));
   next_id_ = static_cast<ProcessId>(world.size());
+  // The caller owns this world (no-op deleter); the cache only hands it back.
+  remember_world(ids_, std::shared_ptr<comm::Transport>(&world, [](comm::Transport*) {}), control_);
+}
+
+void DeviceManager::remember_world(const std::vector<ProcessId>& order, std::shared_ptr<comm::Transport> world,
+                                   std::shared_ptr<comm::Transport> control) {
+  worlds_[order] = World{std::move(world), std::move(control)};
 }
 
 DeviceManager::DeviceManager(std::unique_ptr<comm::Transport> joined, std::shared_ptr<Launcher> launcher)
@@ -61,6 +68,7 @@ DeviceManager::DeviceManager(std::unique_ptr<comm::Transport> joined, std::share
   DT_CHECK(static_cast<int>(ids_.size()) == world_->size(), "join message names ", ids_.size(),
            " processes for a world of ", world_->size());
   control_ = world_->split(0, world_->rank());
+  // Remembered once prepare_joined() knows it stays the world (as the starters do).
 }
 
 DeviceManager::~DeviceManager() {
@@ -140,7 +148,7 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
   for (int r = 0; r < static_cast<int>(placed.size()); ++r) identity = identity && placed[r] == r;
   for (int v : vacate) {
     const bool placed_on_v = identity ? v < next.world_size() : std::find(placed.begin(), placed.end(), v) != placed.end();
-    DT_CHECK(!placed_on_v && v != 0, "placement gives a rank to vacated process ", v);
+    DT_CHECK(!placed_on_v, "placement gives a rank to vacated process ", v);
   }
   if (need > 0) {  // the merged world; with a placement it is reordered below
     const double t0 = now_s();
@@ -158,7 +166,6 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
     broadcast_string(*grown_control_, msg_placed);
   }
   if (!identity) {
-    DT_CHECK(placed[0] == 0, "placement moves rank 0 off process 0");
     p.process_of_rank = placed;
     reorder(next, placed, may_leave == "1");
     after_grow(next, work);
@@ -167,6 +174,7 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
   if (need > 0) {
     next_world_ = std::move(grown_world_);
     next_control_ = std::move(grown_control_);
+    remember_world(next_ids_, next_world_, next_control_);
   } else if (decision[0] == 'S') {
     const bool stays = ctl.rank() < next.world_size();
     next_world_ = ctl.split(stays ? 0 : -1, ctl.rank());
@@ -175,6 +183,7 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
     if (stays) {
       next_control_ = next_world_->split(0, next_world_->rank());
       p.creations += 1;
+      remember_world(next_ids_, next_world_, next_control_);
     } else {
       p.leaving = true;
     }
@@ -191,21 +200,33 @@ void DeviceManager::reorder(const vps::ParallelConfig& next, const std::vector<i
   const int me = tc.rank(), ranks = next.world_size();
   const auto it = std::find(process_of_rank.begin(), process_of_rank.end(), me);
   const bool takes = it != process_of_rank.end();
+  const bool member = takes || !may_leave;
   const int key = takes ? static_cast<int>(it - process_of_rank.begin()) : ranks + me;
   std::vector<ProcessId> all = next_ids_;  // transition world ids, by transition rank
-  next_world_ = tc.split(takes || !may_leave ? 0 : -1, key);
-  p.creations += 1;
   next_ids_.clear();
   for (int r = 0; r < ranks; ++r) next_ids_.push_back(all[process_of_rank[r]]);
   if (!may_leave)
     for (int q = 0; q < tc.size(); ++q)
       if (std::find(process_of_rank.begin(), process_of_rank.end(), q) == process_of_rank.end()) next_ids_.push_back(all[q]);
-  if (next_world_) {
-    next_control_ = next_world_->split(0, next_world_->rank());
-    p.creations += 1;
-  } else {
-    p.leaving = true;
+  p.leaving = !member;
+  // A world of these processes in this order seen before: no split (rank 0 decides; every
+  // member of that world holds it, since it was made with all of them and none has left).
+  const auto cached = worlds_.find(next_ids_);
+  char hit = cached != worlds_.end() ? 1 : 0;
+  tc.broadcast(&hit, 1, 0);
+  if (hit) {
+    if (!member) return;
+    DT_CHECK(cached != worlds_.end(), "process ", all[me], " lacks the cached world that rank 0 holds");
+    next_world_ = cached->second.world;
+    next_control_ = cached->second.control;
+    return;
   }
+  next_world_ = tc.split(member ? 0 : -1, key);
+  p.creations += 1;
+  if (!member) return;
+  next_control_ = next_world_->split(0, next_world_->rank());
+  p.creations += 1;
+  remember_world(next_ids_, next_world_, next_control_);
 }
 
 void DeviceManager::after_grow(const vps::ParallelConfig& next, Work& work) {
@@ -242,6 +263,8 @@ void DeviceManager::prepare_joined(const vps::ParallelConfig& next, Work work) {
   if (!identity) {
     prepared_->process_of_rank = placed;
     reorder(next, placed, may_leave == 1);
+  } else {
+    remember_world(ids_, owned_world_, control_);
   }
   after_grow(next, work);
   prepare_end_ = now_s();
@@ -272,9 +295,13 @@ void DeviceManager::adopt() {
   if (p.leaving) {
     left_ = true;
     cache_ = CommunicatorCache{};
+    worlds_.clear();
   } else if (next_world_) {
     for (ProcessId id : ids_)
-      if (std::find(next_ids_.begin(), next_ids_.end(), id) == next_ids_.end()) cache_.drop_member(id);
+      if (std::find(next_ids_.begin(), next_ids_.end(), id) == next_ids_.end()) {
+        cache_.drop_member(id);
+        std::erase_if(worlds_, [id](const auto& w) { return std::find(w.first.begin(), w.first.end(), id) != w.first.end(); });
+      }
     control_ = std::move(next_control_);
     owned_world_ = std::move(next_world_);
     world_ = owned_world_.get();

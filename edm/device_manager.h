@@ -23,6 +23,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -83,15 +84,16 @@ class DeviceManager {
   // Placement: given the number of processes of the transition world (the current world, plus
   // those a grow starts), the process that takes each rank of the next layout (empty: rank r on
   // process r). Runs on the EDM's thread on every rank and must give the same answer on every
-  // one (no communication). Process 0 must keep rank 0 (it runs the job's I/O).
+  // one (no communication). The process given rank 0 becomes the job's leader (it runs the
+  // job's I/O); the caller hands the leader's state over in its commit.
   using Place = std::function<std::vector<int>(int processes)>;
   // Collective over world() (ranks outside `current` layout included); returns at once.
   // `payload` (rank 0's) reaches processes started by this prepare (joined_payload()).
   // With a placement that is not the identity, the next world is ordered by it: process
   // place()[r] becomes rank r, and processes that take no rank leave (or wait, idle, at the end).
   // `vacate`: world ranks that must take no rank of `next` and leave (a GPU reclaimed); as many
-  // processes are started as the layout then lacks, and `place` must leave them out. Rank 0
-  // cannot be vacated (it runs the job's I/O).
+  // processes are started as the layout then lacks, and `place` must leave them out. Every rank
+  // may be vacated, rank 0 included (a whole-job migration: the next world is all new processes).
   void prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work,
                std::string payload = {}, Place place = {}, std::vector<int> vacate = {});
   // In a joined process, synchronously: the part of the starters' prepare after the grow (the
@@ -119,8 +121,21 @@ class DeviceManager {
   void after_grow(const vps::ParallelConfig& next, Work& work);
   void reorder(const vps::ParallelConfig& next, const std::vector<int>& process_of_rank, bool may_leave);
 
+  // A world and its control communicator, shared with the world cache.
+  struct World {
+    std::shared_ptr<comm::Transport> world, control;
+  };
+  // Adds (world, control) under its processes in rank order.
+  void remember_world(const std::vector<ProcessId>& order, std::shared_ptr<comm::Transport> world,
+                      std::shared_ptr<comm::Transport> control);
+
   comm::Transport* world_ = nullptr;
-  std::unique_ptr<comm::Transport> owned_world_, control_;
+  std::shared_ptr<comm::Transport> owned_world_, control_;
+  // Worlds by their processes in rank order (the current one included), so that a placement
+  // that orders the processes as a world seen before (a switch back under auto placement)
+  // creates no communicator. Same contract as the CommunicatorCache: rank 0 of the transition
+  // world decides hit or miss; entries with a process that left are dropped in adopt().
+  std::map<std::vector<ProcessId>, World> worlds_;
   std::vector<ProcessId> ids_;
   ProcessId next_id_ = 0;
   std::shared_ptr<Launcher> launcher_;
@@ -132,7 +147,7 @@ class DeviceManager {
   std::thread thread_;
   std::unique_ptr<Prepared> prepared_;
   std::exception_ptr error_;
-  std::unique_ptr<comm::Transport> next_world_, next_control_;
+  std::shared_ptr<comm::Transport> next_world_, next_control_;
   // A grow that is then reordered by placement: the merged world (the transition's) and its
   // control, kept until adopt().
   std::unique_ptr<comm::Transport> grown_world_, grown_control_;

@@ -14,9 +14,11 @@
 namespace dynatrain::tools {
 
 void write_job_request(const std::string& dir, const JobRequest& r) {
-  vps::ParallelConfig::parse(r.to);  // InputError names a bad config before anything is written
+  // InputError names a bad config before anything is written; a migration may keep the layout.
+  if (r.to.empty() && r.vacate != kVacateAll) DT_INPUT_ERROR("a request needs --to CONFIG (or --migrate)");
+  if (!r.to.empty()) vps::ParallelConfig::parse(r.to);
   if (r.at_step < -1) DT_INPUT_ERROR("--at-step ", r.at_step, " must be a step number (>= 0)");
-  parse_rank_list(r.vacate);  // InputError names a bad rank
+  if (r.vacate != kVacateAll) parse_rank_list(r.vacate);  // InputError names a bad rank
   const std::string tmp = dir + "/.request." + std::to_string(getpid()), final_path = dir + "/request";
   {
     std::ofstream out(tmp);
@@ -55,7 +57,7 @@ std::optional<JobRequest> take_job_request(const std::string& dir) {
       ok = false;
     }
   }
-  if (!ok || r.to.empty()) r = JobRequest{"malformed request file: " + text.str(), -1, {}};
+  if (!ok || (r.to.empty() && r.vacate != kVacateAll)) r = JobRequest{"malformed request file: " + text.str(), -1, {}};
   return r;
 }
 

@@ -4,7 +4,8 @@
 // as soon as the switch can be prepared. How a cluster scheduler tells a job that GPUs came or
 // went.
 //
-// File format (one key a line): "to=CONFIG" and optionally "at_step=S", "vacate=R1,R2". Written to a temporary
+// File format (one key a line): "to=CONFIG" and optionally "at_step=S", "vacate=R1,R2" (or
+// "vacate=all": `request --migrate`). Written to a temporary
 // name and renamed, so the job never reads half a request.
 #pragma once
 
@@ -20,8 +21,10 @@ namespace dynatrain::tools {
 struct JobRequest {
   std::string to;             // config string
   std::int64_t at_step = -1;  // -1: as soon as possible
-  std::string vacate;         // world ranks that must hold nothing and leave ("1,3"); "" = none
+  std::string vacate;         // world ranks that must hold nothing and leave ("1,3"); "" = none;
+                              // kVacateAll = every process of the job (a whole-job migration)
 };
+inline constexpr const char* kVacateAll = "all";
 
 // "1,3" -> {1, 3}; InputError naming the bad token (ranks are non-negative integers).
 std::vector<int> parse_rank_list(const std::string& text);

@@ -21,6 +21,7 @@
 #include "tools/fault_injection.h"
 #include "tools/watchdog.h"
 #include "tools/train_ckpt.h"
+#include "tools/train_leader.h"
 #include "tools/train_memory.h"
 
 namespace dynatrain::tools {
@@ -75,6 +76,9 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
   j["rebuild_s"] = s.rebuild_s;
   j["bytes_sent"] = s.bytes_sent;
   j["max_bytes_received"] = s.max_bytes_received;
+  j["bytes_kept"] = s.bytes_kept;
+  j["kept_remapped_bytes"] = s.kept_remapped_bytes;
+  j["kept_zero_copy_bytes"] = s.kept_zero_copy_bytes;
   // The bound divides by the link the switch's bytes took (measured after its commit), or by
   // the run-start figure when that was not measured.
   const auto bound = [&](double rate) { return rate > 0 ? static_cast<double>(s.max_bytes_received) / rate : 0.0; };
@@ -112,6 +116,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   o.launcher = args.launcher;
   o.lookahead = args.lookahead;
   o.measure_link = !args.json.empty();
+  o.align_pages = args.align_pages;
   if (args.placement == "fixed") o.placement = TrainerOptions::Placement::kFixed;
   else if (args.placement == "auto") o.placement = TrainerOptions::Placement::kAuto;
   else DT_INPUT_ERROR("unknown --placement '", args.placement, "'; valid: fixed, auto");
@@ -142,11 +147,14 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   set_intra_op_threads(args.threads > 0 ? args.threads : default_threads());
 
   if (!joined) check_train_memory(o, schedule, world);  // "needs X per rank, have Y", before allocating
-  const bool root = !joined && world.rank() == 0;
-  const bool tty = root && isatty(fileno(stdout));
+  // The job's leader (tools/train_leader.h): world rank 0 of the current world; the role moves
+  // with rank 0 in a commit (take_over_as_leader below).
+  bool leader = !joined && world.rank() == 0;
+  bool tty = leader && isatty(fileno(stdout));
+  LeaderState ls;  // the leader's state beyond the VPS state (meaningful on the leader only)
   std::ofstream csv, json_out;
-  if (root && !args.csv.empty()) csv.open(args.csv);
-  if (root && !args.json.empty()) json_out.open(args.json);
+  if (leader && !args.csv.empty()) csv.open(args.csv);
+  if (leader && !args.json.empty()) json_out.open(args.json);
   // Every rank learns whether rank 0 could open them, so all throw alike (no rank left waiting).
   if (!joined) {
     if (!comm::agree_with_root(world, args.csv.empty() || csv.is_open()))
@@ -161,14 +169,13 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     csv << "step,loss,tokens_per_s,step_s,layout,ranks,switch_plan_s,switch_transfer_s,"
            "switch_rebuild_s,switch_total_s,world,switch_pause_s\n";
   }
-  if (root)
+  if (leader)
     std::printf("dynatrain train: model %s, %lld steps, global batch %lld x %lld tokens, %d ranks, %s\n",
                 o.model.name.c_str(), static_cast<long long>(args.steps),
                 static_cast<long long>(args.global_batch), static_cast<long long>(args.seq),
                 world.size(), args.static_layout || (schedule.size() == 1 && args.job.empty()) ? "static layout" : "switching layouts");
   // The lower bound of every switch divides by this point-to-point bandwidth, measured once.
-  double p2p = 0;
-  if (!joined && !args.json.empty()) p2p = testing::measure_p2p_bandwidth(world, std::size_t{64} << 20);
+  if (!joined && !args.json.empty()) ls.p2p_bytes_per_s = testing::measure_p2p_bandwidth(world, std::size_t{64} << 20);
 
   // Resuming: start at the checkpoint's step, in the schedule's layout for that step.
   std::optional<ckpt::Checkpoint> resume;
@@ -199,10 +206,6 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   Watchdog watchdog;
   const double switch_deadline = switch_timeout_seconds(16 * static_cast<std::uint64_t>(model_parameters(o.model)));
   double slowest_step = 0;
-  struct Tally { double tokens = 0, seconds = 0; int steps = 0; };
-  std::map<std::string, Tally> per_layout;
-  std::vector<std::pair<std::int64_t, SwitchStats>> switches;
-  nlohmann::json records = nlohmann::json::array();
   std::size_t next = first_layout;
   std::int64_t step = first_step;
   std::string preparing;  // layout being prepared, for the progress line
@@ -243,14 +246,34 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       preparing = schedule[next].second.str();
     }
   };
-  // Returns false when this process left the job.
-  auto commit = [&](SwitchStats& sw) {
-    sw = trainer->commit();
-    preparing.clear();
-    ++next;
-    if (root) {
-      switches.emplace_back(step, sw);
-      records.push_back(switch_record(step, sw, p2p));
+  // After a commit that gave rank 0 to this process: the old leader's state arrives in the
+  // commit; the files continue in append mode (the old leader flushed them before the commit).
+  auto take_over_as_leader = [&](const SwitchStats& sw) {
+    DT_CHECK(sw.leader_moved, "world rank 0 changed process without a leader hand-over");
+    ls = LeaderState::parse(sw.leader_state);
+    adopt_rest_of_schedule(ls.schedule);
+    next = 0;
+    while (next < schedule.size() && schedule[next].first <= step) ++next;
+    if (!args.csv.empty()) csv.open(args.csv, std::ios::app);
+    if (!args.json.empty()) json_out.open(args.json);
+    // Only this process knows; the error ends the job through the CLI's one failure path.
+    if (!args.csv.empty() && !csv.is_open()) DT_INPUT_ERROR("the new leader cannot append to CSV file '", args.csv, "'");
+    if (!args.json.empty() && !json_out.is_open()) DT_INPUT_ERROR("the new leader cannot write JSON file '", args.json, "'");
+    csv.precision(9);
+    tty = isatty(fileno(stdout));
+    leader = true;
+    std::printf("leader: process %d took over the job's I/O as world rank 0 before step %lld\n",
+                static_cast<int>(getpid()), static_cast<long long>(step));
+  };
+  // After every commit (joined processes included): the leader role follows world rank 0, and
+  // the leader reports the switch. Returns false when this process left the job.
+  auto after_commit = [&](const SwitchStats& sw) {
+    const bool leads = !trainer->left() && trainer->world().rank() == 0;
+    if (!leads) leader = false;
+    else if (!leader) take_over_as_leader(sw);
+    else if (sw.leader_moved) DT_CHECK(false, "the leader kept world rank 0 in a commit that moved it");
+    if (leader) {
+      ls.records.push_back(switch_record(step, sw, ls.p2p_bytes_per_s));
       if (!sw.refused.empty()) {
         std::printf("switch before step %lld: %s -> %s refused: %s; training continues in %s\n",
                     static_cast<long long>(step), sw.from.c_str(), sw.to.c_str(), sw.refused.c_str(), sw.from.c_str());
@@ -268,6 +291,18 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     }
     return !trainer->left();
   };
+  auto commit = [&](SwitchStats& sw) {
+    std::string handed;
+    if (leader) {  // the leader's state, in case the commit moves rank 0 to another process
+      csv.flush();
+      ls.schedule = rest_of_schedule();
+      handed = ls.serialize();
+    }
+    sw = trainer->commit(std::move(handed));
+    preparing.clear();
+    ++next;
+    return after_commit(sw);
+  };
 
   // A request from `dynatrain request` (rank 0 reads it and decides): the switch goes into the
   // schedule at its step, or as soon as it can be prepared; never before a switch already being
@@ -278,13 +313,16 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     vps::ParallelConfig config;
     std::vector<int> vacate;
     try {
-      config = vps::ParallelConfig::parse(q->to);
+      config = q->to.empty() ? trainer->config() : vps::ParallelConfig::parse(q->to);
       Trainer::check_supported(o, config);
-      vacate = parse_rank_list(q->vacate);
+      if (q->vacate == kVacateAll) {  // `request --migrate`: every process of the job now
+        for (int r = 0; r < trainer->world_size(); ++r) vacate.push_back(r);
+      } else {
+        vacate = parse_rank_list(q->vacate);
+      }
       for (int v : vacate)
-        if (v < 1 || v >= trainer->world_size())
-          DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 1..", trainer->world_size() - 1,
-                         " (rank 0 runs the job's I/O and stays)");
+        if (v >= trainer->world_size())
+          DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 0..", trainer->world_size() - 1);
     } catch (const InputError& e) {
       std::printf("request refused: %s; training continues in %s\n", e.what(), trainer->config().str().c_str());
       return;
@@ -340,9 +378,9 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     next = 1;  // entry 0 is the current layout
     return true;
   };
-  auto end_job = [&] {  // rank 0, after the last step: release ranks waiting in sync_job
+  auto end_job = [&] {  // the leader, after the last step: release ranks waiting in sync_job
+    if (args.job.empty() || !leader || !outside_waiting) return;
     comm::Transport& w = trainer->world();
-    if (args.job.empty() || w.rank() != 0 || !outside_waiting) return;
     for (int r = trainer->config().world_size(); r < w.size(); ++r)
       send_job_sync(w, r, JobSync{kJobEnd, step, 0}, {});
   };
@@ -351,12 +389,12 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   // save (the old world saved it): it must not save that step again on its own.
   std::int64_t joined_at = -1;
   if (joined) {  // this process was started for the switch being prepared: commit it first
-    trainer->commit();
+    const SwitchStats sw = trainer->commit();
     step = joined_at = trainer->steps_done();
     if (!trainer->joined_payload().empty()) adopt_rest_of_schedule(trainer->joined_payload());
     next = 0;
     while (next < schedule.size() && schedule[next].first <= step) ++next;
-    if (trainer->left()) return 0;
+    if (!after_commit(sw)) return 0;  // (takes the leader role when the commit gave it rank 0)
   }
   for (; step < args.steps; ++step) {
     if (save_point(step) && step != joined_at) {
@@ -389,10 +427,10 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     const StepStats st = trainer->step();
     watchdog.disarm();
     slowest_step = std::max(slowest_step, st.seconds);
-    if (!root) continue;
+    if (!leader) continue;
     const std::string layout = trainer->config().str();
     if (!switched) {  // the first step after a switch also pays for warm caches: not counted
-      auto& t = per_layout[layout];
+      auto& t = ls.per_layout[layout];
       t.tokens += static_cast<double>(args.global_batch * args.seq);
       t.seconds += st.seconds;
       ++t.steps;
@@ -432,17 +470,18 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   }
   if (!args.save_dir.empty()) save_trainer(args.save_dir, args.steps, *trainer, trainer->world());  // the final state
   trainer->finish();
-  if (root) {
+  if (leader) {
     std::printf("summary: tokens/s by layout (steady state, first step after a switch excluded)\n");
-    for (const auto& [layout, t] : per_layout)
+    for (const auto& [layout, t] : ls.per_layout)
       if (t.steps > 0)
         std::printf("  %-28s %9.0f tok/s over %d steps\n", layout.c_str(), t.tokens / t.seconds, t.steps);
-    for (const auto& [at, s] : switches)
-      if (s.refused.empty())
+    for (const auto& r : ls.records)
+      if (r["refused"].get<std::string>().empty())
         std::printf("  switch %s -> %s (%d -> %d processes): pause %.2f ms, prepare %.2f ms, hidden %.0f%%\n",
-                    s.from.c_str(), s.to.c_str(), s.world_before, s.world_after, s.total_s * 1e3,
-                    s.prepare_s * 1e3, s.hidden_fraction * 100);
-    if (json_out.is_open()) json_out << nlohmann::json{{"switches", records}}.dump(2) << '\n';
+                    r["from"].get<std::string>().c_str(), r["to"].get<std::string>().c_str(),
+                    r["world_before"].get<int>(), r["world_after"].get<int>(), r["pause_s"].get<double>() * 1e3,
+                    r["prepare_s"].get<double>() * 1e3, r["hidden_fraction"].get<double>() * 100);
+    if (json_out.is_open()) json_out << nlohmann::json{{"switches", ls.records}}.dump(2) << '\n';
     std::fflush(stdout);
   }
   // Where processes may leave a running job, every process ends that way: MPI_Finalize can wait

@@ -33,6 +33,9 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--lookahead", args->lookahead, "Steps between preparing a switch and committing it (0: auto)")
       ->capture_default_str();
   cmd->add_option("--job", args->job, "Directory to watch for `dynatrain request` switch requests");
+  cmd->add_flag("--align-pages", args->align_pages,
+                "Start every tensor of the state on a page boundary, so that switches move kept tensors "
+                "by remapping pages instead of copying them");
   cmd->add_option("--hostfile", launch->hostfile, "MPI hostfile for processes started by a grow");
   cmd->add_option("--host", launch->hosts, "Hosts for processes started by a grow (h1,h2,...)");
   cmd->add_option("--lr", args->lr, "Adam learning rate")->capture_default_str();

@@ -292,8 +292,9 @@ struct Trainer::Impl {
                                            std::vector<StateKind> kinds = {
                                                StateKind::kParam, StateKind::kGrad, StateKind::kMaster,
                                                StateKind::kExpAvg, StateKind::kExpAvgSq}) const {
-    return std::make_unique<vps::Layout>(opt.model, c,
-                                         trainer_layout_options(opt.bucket_elems, std::move(kinds)));
+    vps::LayoutOptions lo = trainer_layout_options(opt.bucket_elems, std::move(kinds));
+    if (opt.align_pages) lo.align_elems = vps::kPageAlignElems;
+    return std::make_unique<vps::Layout>(opt.model, c, lo);
   }
 
   // ---- one step ----
@@ -546,9 +547,8 @@ struct Trainer::Impl {
   void prepare(vps::ParallelConfig next, std::string payload, std::vector<int> vacate) {
     check_supported(opt, next);
     for (int v : vacate)
-      if (v <= 0 || v >= world().size())
-        DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 1..", world().size() - 1,
-                       " (rank 0 runs the job's I/O and stays)");
+      if (v < 0 || v >= world().size())
+        DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 0..", world().size() - 1);
     if (opt.switch_method != SwitchMethod::kEngine && !vacate.empty())
       DT_INPUT_ERROR("vacating processes needs the engine switch method");
     lookahead_used = lookahead;
@@ -588,7 +588,8 @@ struct Trainer::Impl {
       if (processes != std::max(current.world_size(), next.world_size())) return {};
       plan::Topology topo;
       topo.gpus_per_node = opt.gpus_per_node;
-      // Rank 0 stays on process 0 (it runs the job's I/O); the other ranks are placed around it.
+      // Rank 0 stays on process 0 (the job's leader moves only when a request vacates it); the
+      // other ranks are placed around it.
       const plan::Placement chosen = plan::auto_placement(*src, *dst, topo, {}, {}, {}, /*rank0_on_process0=*/true);
       DT_CHECK(chosen.process_of(0) == 0, "auto placement moved rank 0 to process ", chosen.process_of(0));
       return chosen.processes_of(next.world_size());
@@ -647,7 +648,7 @@ struct Trainer::Impl {
     return static_cast<int>(std::clamp(std::ceil(1.5 * prepare_s / step_s) + 1.0, 1.0, 1000.0));
   }
 
-  SwitchStats commit() {
+  SwitchStats commit(std::string leader_state) {
     edm::Prepared& p = edm->wait_prepared();
     SwitchStats st;
     st.from = cfg().str();
@@ -670,17 +671,31 @@ struct Trainer::Impl {
     if (tw.rank() >= current_world) edm::DeviceManager::wait_for_root(tw, edm::Wake::kCommit);
     else edm::DeviceManager::wake_from(tw, current_world, edm::Wake::kCommit);
     const auto t0 = Clock::now();
-    // Step counter, data cursor (the data order) and the next look-ahead from rank 0, which
-    // every layout holds.
-    std::uint64_t carry[4] = {static_cast<std::uint64_t>(step), cursor.seed, cursor.position,
-                              static_cast<std::uint64_t>(choose_lookahead(p.seconds))};
+    // Step counter, data cursor (the data order), the next look-ahead, the world's size before
+    // the switch (processes started by it count the merged world) and this switch's look-ahead
+    // (processes started by it did not prepare it) from rank 0, which every layout holds.
+    std::uint64_t carry[6] = {static_cast<std::uint64_t>(step), cursor.seed, cursor.position,
+                              static_cast<std::uint64_t>(choose_lookahead(p.seconds)),
+                              static_cast<std::uint64_t>(p.world_before), static_cast<std::uint64_t>(lookahead_used)};
     tw.broadcast(carry, sizeof(carry), 0);
     SwitchStats::Phases ph;
-    ph.carry = seconds_since(t0);
     step = static_cast<std::int64_t>(carry[0]);
     cursor.seed = carry[1];
     cursor.position = carry[2];
     lookahead = static_cast<int>(carry[3]);
+    st.world_before = static_cast<int>(carry[4]);
+    st.lookahead = static_cast<int>(carry[5]);
+    // The job's leader (world rank 0) moves when the placement gives rank 0 to another
+    // process: the caller's leader state goes along, to every rank of the transition world.
+    if (!p.process_of_rank.empty() && p.process_of_rank[0] != 0) {
+      std::uint64_t n = leader_state.size();
+      tw.broadcast(&n, sizeof(n), 0);
+      leader_state.resize(n);
+      if (n > 0) tw.broadcast(leader_state.data(), n, 0);
+      st.leader_state = std::move(leader_state);
+      st.leader_moved = true;
+    }
+    ph.carry = seconds_since(t0);
     model = StageModel{};  // no module may hold the old arenas past this point
 
     // Memory: everything below comes from the pool. Gradients are zero at a step boundary and
@@ -693,9 +708,10 @@ struct Trainer::Impl {
     Arenas next_arenas(pool);
     double transfer_s = 0;
     std::uint64_t sent = 0, received = 0;
+    std::array<std::uint64_t, 3> kept{};
     std::size_t budget = 0;
     if (opt.switch_method == SwitchMethod::kEngine) {
-      budget = run_engine(tw, next_arenas, transfer_s, sent, received, ph);
+      budget = run_engine(tw, next_arenas, transfer_s, sent, received, ph, kept);
     } else {
       const auto tt0 = Clock::now();
       next_arenas.fill_missing(pending->dst_full_rl);
@@ -763,6 +779,11 @@ struct Trainer::Impl {
         st.bound_bytes = b[3];
       }
     }
+    for (const auto& k : comm::all_gather_values(tw, kept)) {
+      st.bytes_kept += k[0];
+      st.kept_remapped_bytes += k[1];
+      st.kept_zero_copy_bytes += k[2];
+    }
     if (opt.measure_link) measure_link(tw, per_rank, st);
     pending.reset();
     edm->adopt();
@@ -825,9 +846,12 @@ struct Trainer::Impl {
     st.link_path = path == 1 ? "same job" : path == 2 ? "between jobs" : path == 3 ? "mixed" : "none";
   }
 
-  // Staging and destination blocks from the pool (destinations adopted by the new arenas as the
-  // engine asks for them); source blocks, taken from the old arenas, go back to the pool as the
-  // engine drains them.
+  // Staging and destination blocks from the pool; source blocks, taken from the old arenas, go
+  // back to the pool as the engine drains them. Page-wise memory is the pool's (exec/engine.h):
+  // large sources are given back page by page, large destinations built in pieces, a source
+  // buffer identical to a destination one is adopted as it is (zero-copy keep), and kept runs
+  // at page-congruent offsets are moved by remapping pages. Destinations the engine made by
+  // reserve() or adoption reach the new arenas from its output pointers (adopt_outputs).
   class Allocator final : public exec::StateAllocator {
    public:
     Allocator(exec::PoolAllocator& pool, Arenas& next) : pool_(pool), next_(next) {}
@@ -839,6 +863,25 @@ struct Trainer::Impl {
       return p;
     }
     void release(std::byte* data, std::size_t bytes) override { pool_.release(data, bytes); }
+    std::size_t pagewise_min_bytes() const override { return pool_.pagewise_min_bytes(); }
+    bool can_adopt() const override { return true; }
+    bool can_move_pages() const override { return true; }
+    void move_pages(std::byte* from, std::size_t from_offset, std::byte* to, std::size_t to_offset,
+                    std::size_t bytes) override {
+      pool_.move_pages(from, from_offset, to, to_offset, bytes);
+    }
+    std::byte* reserve(std::size_t bytes) override { return pool_.reserve(bytes); }
+    void commit(std::byte* base, std::size_t offset, std::size_t bytes) override { pool_.commit(base, offset, bytes); }
+    void decommit(std::byte* base, std::size_t offset, std::size_t bytes) override {
+      pool_.decommit(base, offset, bytes);
+    }
+    // After the transition: destination buffers not made by allocate_destination() join the
+    // new arenas (their size is the buffer's, as release() will be told).
+    void adopt_outputs(const vps::RankLayout& dst, const std::vector<std::byte*>& ptrs) {
+      for (std::size_t i = 0; i < dst.buffers.size(); ++i)
+        if (ptrs[i] != nullptr && next_.data(dst.buffers[i]) == nullptr)
+          next_.set(dst.buffers[i], reinterpret_cast<float*>(ptrs[i]));
+    }
 
    private:
     exec::PoolAllocator& pool_;
@@ -848,8 +891,9 @@ struct Trainer::Impl {
   // Runs the prepared plan on the transition world: every rank of it takes part (ranks beyond
   // the planner's world with an empty plan), so the commit creates no communicator. Returns the
   // engine's memory budget.
+  // kept: bytes kept, of which remapped and zero-copy (exec::TransitionStats).
   std::size_t run_engine(comm::Transport& tw, Arenas& next_arenas, double& transfer_s, std::uint64_t& sent,
-                         std::uint64_t& received, SwitchStats::Phases& ph) {
+                         std::uint64_t& received, SwitchStats::Phases& ph, std::array<std::uint64_t, 3>& kept) {
     const PendingSwitch& ps = *pending;
     const auto tt0 = Clock::now();
     std::vector<std::byte*> src_ptrs, dst_ptrs(ps.dst_rl.buffers.size(), nullptr);
@@ -868,6 +912,8 @@ struct Trainer::Impl {
     ph.engine_wait = ts.wait_seconds;
     ph.engine_alloc = ts.alloc_seconds;
     ph.engine_agree = ts.agree_seconds;
+    alloc.adopt_outputs(ps.dst_rl, dst_ptrs);
+    kept = {ts.bytes_kept, ts.kept_remapped_bytes, ts.kept_zero_copy_bytes};
     for (std::size_t i = 0; i < ps.dst_rl.buffers.size(); ++i)
       DT_CHECK(dst_ptrs[i] != nullptr || ps.dst_rl.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
     return to.mem_budget;
@@ -969,10 +1015,10 @@ void Trainer::prepare(const vps::ParallelConfig& config, std::string payload, st
 }
 const std::string& Trainer::joined_payload() const { return impl_->edm->joined_payload(); }
 bool Trainer::preparing() const { return impl_->edm->preparing(); }
-SwitchStats Trainer::commit() { return impl_->commit(); }
+SwitchStats Trainer::commit(std::string leader_state) { return impl_->commit(std::move(leader_state)); }
 SwitchStats Trainer::switch_to(const vps::ParallelConfig& config) {
   impl_->prepare(config, {}, {});
-  return impl_->commit();
+  return impl_->commit({});
 }
 bool Trainer::left() const { return impl_->left; }
 int Trainer::world_size() const { return impl_->left ? 0 : impl_->edm->world().size(); }

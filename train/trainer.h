@@ -71,6 +71,11 @@ struct TrainerOptions {
   // Measure each switch's link after its commit (SwitchStats::link_bytes_per_s); costs one
   // 64 MiB exchange per switch, outside the pause.
   bool measure_link = false;
+  // Every tensor of every layout starts on a page boundary (vps::LayoutOptions::align_elems =
+  // kPageAlignElems; the gaps are padding), so that a switch moves kept tensors that sit at a
+  // new offset by remapping their pages instead of copying them
+  // (SwitchStats::kept_remapped_bytes). Costs up to a page of padding per tensor and buffer.
+  bool align_pages = false;
 };
 
 struct StepStats {
@@ -95,6 +100,9 @@ struct SwitchStats {
   double plan_s = 0, transfer_s = 0, rebuild_s = 0, total_s = 0;
   std::uint64_t bytes_sent = 0, bytes_received = 0;  // summed over ranks
   std::uint64_t max_bytes_received = 0;              // at the busiest rank (lower bound input)
+  // Summed over ranks: bytes kept on their rank, and of those the bytes not copied: moved by
+  // remapping pages, or buffers handed over as they are (exec::TransitionStats).
+  std::uint64_t bytes_kept = 0, kept_remapped_bytes = 0, kept_zero_copy_bytes = 0;
   // Memory of the commit at the rank closest to its bound: peak of the state and staging blocks
   // live in the trainer's pool (exec::PoolAllocator::peak_live), and the bound
   // max(source, destination) + budget; peak_over_bound is the largest ratio over ranks.
@@ -123,6 +131,10 @@ struct SwitchStats {
   // MPI_Comm_spawn calls talk over TCP here).
   double link_bytes_per_s = 0;
   std::string link_path;
+  // The placement gave rank 0 to another process (the job's leader moved; whole-job migration):
+  // leader_state is the old leader's Trainer::commit argument, on every rank.
+  bool leader_moved = false;
+  std::string leader_state;
 };
 
 class Trainer {
@@ -144,15 +156,20 @@ class Trainer {
   // Starts preparing a switch to `config` in the background; collective over world. Validates
   // `config` first (InputError). `payload` (rank 0's) reaches processes this switch starts
   // (joined_payload()).
-  // `vacate`: world ranks that must hold nothing after the switch and leave (not 0); the
-  // layout's ranks go to the others, in order, and to processes started for the rest.
+  // `vacate`: world ranks that must hold nothing after the switch and leave (rank 0 too: the
+  // leader role then moves, see commit()); the layout's ranks go to the others, in order, and
+  // to processes started for the rest.
   void prepare(const vps::ParallelConfig& config, std::string payload = {}, std::vector<int> vacate = {});
   // In a process started by a grow: the payload of the prepare that started it.
   const std::string& joined_payload() const;
   bool preparing() const;
   // At a step boundary: waits for the prepare if needed, moves the whole training state, and
   // rebuilds views; collective over the world (the larger of the old and new one).
-  SwitchStats commit();
+  // `leader_state` (world rank 0's; others pass nothing): the caller's state of the job's leader
+  // beyond the VPS state (its files, reports, schedule). When the placement gives rank 0 to
+  // another process, the leader role moves there and every rank gets this in
+  // SwitchStats::leader_state.
+  SwitchStats commit(std::string leader_state = {});
   // prepare + commit at once.
   SwitchStats switch_to(const vps::ParallelConfig& config);
   // After a commit that removed this process from the job: call nothing but the destructor.

@@ -3,7 +3,9 @@
 #   A. 4 processes, llama-style 133M model (2.1 GB of state), tp=2,dp=2 -> pp=2,dp=2, the
 #      job's first switch (nothing warmed by an earlier switch);
 #      with the default placement (auto) and again with --placement fixed;
-#   B. the same model on 2 processes growing to 4 (dp=2 -> tp=2,dp=2: 2 processes spawned).
+#   B. the same model on 2 processes growing to 4 (dp=2 -> tp=2,dp=2: 2 processes spawned);
+#   C. A (auto placement) and B again with --align-pages: page-aligned tensors, so kept tensors
+#      at a new offset are moved by remapping pages instead of copied (kept / remapped below).
 # Prints each switch's pause, its lower bound (bytes that must arrive at the busiest rank /
 # bandwidth of the link they took, measured right after the commit in the same run; the
 # run-start figure beside it), their ratio, prepare time, hidden share, peak and bound, and
@@ -36,9 +38,13 @@ run() {  # NAME NP SCHEDULE [EXTRA ARGS]
                  v["lower_bound_run_start_s"], v["comm_creations"]
                printf "   commit phases (max over ranks, s): carry %.3f  engine pack %.3f unpack %.3f keep %.3f wait %.3f alloc %.3f agree %.3f  free %.3f  grads %.3f  views %.3f  (rebuild %.3f)\n",
                  v["carry"], v["engine_pack"], v["engine_unpack"], v["engine_keep"], v["engine_wait"], v["engine_alloc"],
-                 v["engine_agree"], v["free"], v["grads"], v["views"], v["rebuild_s"] }' "$OUT/$1.json"
+                 v["engine_agree"], v["free"], v["grads"], v["views"], v["rebuild_s"]
+               printf "   kept %.0f MB, of which remapped %.0f MB and zero-copy %.0f MB (summed over ranks)\n",
+                 v["bytes_kept"] / 1e6, v["kept_remapped_bytes"] / 1e6, v["kept_zero_copy_bytes"] / 1e6 }' "$OUT/$1.json"
 }
 
 run switch_4 4 "0:tp=2,dp=2;4:pp=2,dp=2"
 run switch_4_fixed 4 "0:tp=2,dp=2;4:pp=2,dp=2" --placement fixed
 run grow_2_4 2 "0:dp=2;4:tp=2,dp=2"
+run switch_4_aligned 4 "0:tp=2,dp=2;4:pp=2,dp=2" --align-pages
+run grow_2_4_aligned 2 "0:dp=2;4:tp=2,dp=2" --align-pages

@@ -519,6 +519,66 @@ TEST(Train, PreparedWhileStepsRunAndSwitchBackUsesCachedCommunicators) {
   for (std::size_t i = 0; i < dyn.size(); ++i) EXPECT_NEAR(dyn[i], stat[i], loss_tolerance("tiny-dense")) << "step " << i;
 }
 
+// Auto placement that reorders the world (tp=4 -> pp=2,tp=2 moves two ranks to other processes):
+// the first switch splits the 7 groups and the reordered world and its control; switching back
+// and forth again finds the worlds by their processes in rank order and the groups in the
+// cache, so neither its prepare nor its commit creates a communicator.
+TEST(Train, AutoPlacementSwitchBackReusesTheReorderedWorld) {
+  auto o = tiny("tiny-dense", 8, 32);
+  o.placement = TrainerOptions::Placement::kAuto;
+  std::vector<SwitchStats> sws;
+  const std::vector<std::string> to = {"pp=2,tp=2", "tp=4", "pp=2,tp=2"};
+  comm::run_ranks(4, [&](comm::Transport& world) {
+    set_intra_op_threads(1);
+    Trainer t(o, cfg("tp=4"), world, embedded_text());
+    for (const auto& c : to) {
+      t.prepare(cfg(c));
+      auto sw = t.commit();
+      if (t.world().rank() == 0) sws.push_back(sw);
+      t.step();
+    }
+    t.finish();
+  });
+  ASSERT_EQ(sws.size(), 3u);
+  ASSERT_NE(sws[0].placement, "fixed") << "auto placement kept the identity: the test no longer covers a reorder";
+  EXPECT_EQ(sws[0].comm_creations, 7u + 2u) << "a new layout on a reordered world: 7 groups, the world, its control";
+  EXPECT_EQ(sws[1].comm_creations, 0u) << "switching back (placement " << sws[1].placement << ") must reuse the world and groups";
+  EXPECT_EQ(sws[2].comm_creations, 0u) << "switching forth again (placement " << sws[2].placement << ") must reuse them";
+}
+
+// With page-aligned tensors (TrainerOptions::align_pages) the commit's kept tensors that sit at a
+// new offset are moved by remapping pages (the pool's page-wise memory reaches the engine):
+// some kept bytes are remapped, the peak stays within its bound, and the loss tracks the static
+// run (which is packed: the padding changes nothing).
+TEST(Train, AlignedPagesSwitchRemapsKeptTensors) {
+  auto o = tiny("tiny-dense", 8, 32);
+  const auto stat = losses(o, 4, {{0, "tp=2,dp=2"}}, 6);
+  o.align_pages = true;
+  std::vector<double> dyn;
+  std::vector<SwitchStats> sws;
+  comm::run_ranks(4, [&](comm::Transport& world) {
+    set_intra_op_threads(1);
+    Trainer t(o, cfg("tp=2,dp=2"), world, embedded_text());
+    for (int s = 0; s < 6; ++s) {
+      if (s == 2 || s == 4) {
+        auto sw = t.switch_to(cfg(s == 2 ? "pp=2,dp=2" : "tp=2,dp=2"));
+        if (world.rank() == 0) sws.push_back(sw);
+      }
+      auto st = t.step();
+      if (world.rank() == 0) dyn.push_back(st.loss);
+    }
+    t.finish();
+  });
+  ASSERT_EQ(sws.size(), 2u);
+  for (const auto& sw : sws) {
+    EXPECT_GT(sw.kept_remapped_bytes, 0u) << sw.from << " -> " << sw.to << ": no kept byte was remapped";
+    EXPECT_LE(sw.kept_remapped_bytes + sw.kept_zero_copy_bytes, sw.bytes_kept);
+    EXPECT_LE(sw.peak_over_bound, 1.0) << "some rank's pool peak exceeds max(source, destination) + budget";
+  }
+  ASSERT_EQ(dyn.size(), stat.size());
+  for (std::size_t i = 0; i < dyn.size(); ++i) EXPECT_NEAR(dyn[i], stat[i], loss_tolerance("tiny-dense")) << "step " << i;
+}
+
 // With a launcher that lets ranks leave (threads return), a shrink ends the ranks the new
 // layout does not use; a later grow that cannot start processes is refused and the job goes on
 // in its layout with nothing lost (the loss still tracks the static run). With fixed placement

@@ -1,0 +1,33 @@
+// The job's leader in `dynatrain train`: the process holding world rank 0 of the *current*
+// world runs the job's I/O: the CSV, the --json switch records, the step and switch lines, the
+// summary, and reading requests from --job DIR. The role moves with rank 0: when a commit gives
+// rank 0 to another process (a request vacating rank 0, e.g. a whole-job migration), the old
+// leader's LeaderState travels in that commit (Trainer::commit's leader_state, broadcast on the
+// transition world) and the new leader opens the files in append mode and carries on. Torch-free.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace dynatrain::tools {
+
+struct LeaderState {
+  struct Tally {  // steady-state throughput of one layout (first step after a switch excluded)
+    double tokens = 0, seconds = 0;
+    int steps = 0;
+  };
+  std::map<std::string, Tally> per_layout;
+  nlohmann::json records = nlohmann::json::array();  // one per switch so far (--json)
+  double p2p_bytes_per_s = 0;  // point-to-point bandwidth measured once at the start of the run
+  // The schedule from the current layout on (--schedule syntax, then "|STEP:R1,R2;..." for
+  // switches that vacate ranks): it holds the requests taken so far.
+  std::string schedule;
+
+  std::string serialize() const;
+  // The inverse; InvariantError when `blob` is not serialize()'s output.
+  static LeaderState parse(const std::string& blob);
+};
+
+}  // namespace dynatrain::tools
