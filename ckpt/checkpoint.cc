@@ -366,9 +366,38 @@ bool sums_match(const json& sums, const std::byte* data, std::uint64_t lo, std::
   return true;
 }
 
+// The byte ranges [lo, hi) of an entry (`bytes` bytes, storage of box `sbox`) that a load of
+// pieces [first, last) reads, in file order: every contiguous run the pieces need in the
+// entry's row-major storage (one per row for a split on dim 1, one in all for a split on dim 0)
+// widened to whole checksum chunks of `chunk` bytes (the whole entry when chunk == 0), then
+// merged with the next range when the gap between them is at most `merge_gap` bytes.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> read_ranges(const std::vector<plan::Piece>& pieces,
+                                                                 std::size_t first, std::size_t last,
+                                                                 const vps::Box& sbox, int elem,
+                                                                 std::uint64_t bytes, std::uint64_t chunk,
+                                                                 std::uint64_t merge_gap) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs, out;
+  if (bytes == 0) return out;
+  if (chunk == 0) return {{0, bytes}};
+  for (std::size_t i = first; i < last; ++i)
+    exec::for_each_run(pieces[i].box, 0, pieces[i].box.numel(), sbox, [&](std::int64_t at, std::int64_t n) {
+      const std::uint64_t lo = static_cast<std::uint64_t>(at) * elem, hi = static_cast<std::uint64_t>(at + n) * elem;
+      runs.emplace_back(lo / chunk * chunk, std::min(bytes, (hi + chunk - 1) / chunk * chunk));
+    });
+  std::sort(runs.begin(), runs.end());
+  for (const auto& run : runs) {
+    if (!out.empty() && run.first <= out.back().second + merge_gap)
+      out.back().second = std::max(out.back().second, run.second);
+    else
+      out.push_back(run);
+  }
+  return out;
+}
+
 }  // namespace
 
-LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const Arenas& arenas) {
+LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const Arenas& arenas,
+                    const LoadOptions& options) {
   LoadStats stats;
   if (!vps::rank_coords(dst.config(), rank).active) return stats;
   std::vector<vps::StateKind> kinds;
@@ -431,10 +460,13 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
     r.entry = it->second;
     reads.push_back(r);
   }
-  std::vector<std::byte> stage;
+  // One stage the size of the largest entry read through it, its pages touched only where
+  // bytes are read: the entry's storage at its own offsets, so pieces copy out with the entry's box.
+  std::unique_ptr<std::byte[]> stage;
+  std::uint64_t stage_bytes = 0;
   for (const auto& r : reads) {
     const int elem = dst.options().elem_bytes[static_cast<int>(r.kind)];
-    const std::size_t bytes = r.entry->end - r.entry->begin;
+    const std::uint64_t bytes = r.entry->end - r.entry->begin;
     auto dst_of = [&](const plan::Piece& q) -> std::pair<std::byte*, const vps::Segment*> {
       const vps::LocalBuffer& dbuf = dst_layout.buffers.at(q.dst_buffer);
       const vps::Segment& dseg = dbuf.segments.at(q.dst_segment);
@@ -446,52 +478,42 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
     if (sum_missing(r.file->checksums, sums))
       DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
                      "' has no checksum: corrupted");
-    // The part of the entry the pieces need: rows [r0, r1) of its first dimension, contiguous in
-    // the file, widened to whole checksum chunks. Files without chunk sums are read whole.
     const vps::Box& sbox = r.segment->box;
-    const std::uint64_t cb = sums->is_array() ? r.file->chunk_bytes : 0;
-    vps::Box part = sbox;
-    if (cb > 0 && bytes > 0) {
-      part.lo[0] = sbox.hi[0];
-      part.hi[0] = sbox.lo[0];
-      for (std::size_t i = r.first; i < r.last; ++i) {
-        part.lo[0] = std::min(part.lo[0], pieces[i].box.lo[0]);
-        part.hi[0] = std::max(part.hi[0], pieces[i].box.hi[0]);
-      }
-    }
-    const std::uint64_t row_bytes = bytes == 0 ? 0 : bytes / static_cast<std::uint64_t>(sbox.extent(0));
-    const std::uint64_t need_lo = static_cast<std::uint64_t>(part.lo[0] - sbox.lo[0]) * row_bytes;
-    const std::uint64_t need_hi = static_cast<std::uint64_t>(part.hi[0] - sbox.lo[0]) * row_bytes;
-    const std::uint64_t read_lo = cb > 0 ? need_lo / cb * cb : 0;
-    const std::uint64_t read_hi = cb > 0 ? std::min<std::uint64_t>(bytes, (need_hi + cb - 1) / cb * cb) : bytes;
-    // One piece that is exactly the part read and one contiguous run at its destination is read
-    // in place.
+    const std::uint64_t cb = sums->is_array() ? r.file->chunk_bytes : 0;  // 0: read whole
+    const auto ranges = read_ranges(pieces, r.first, r.last, sbox, elem, bytes, cb, options.merge_gap_bytes);
+    // A lone piece that is exactly one range, contiguous in the entry and at its destination, is
+    // read straight into place.
+    std::byte* in_place = nullptr;
     const plan::Piece& q0 = pieces[r.first];
-    std::byte* target = nullptr;
-    if (r.last - r.first == 1 && q0.box == part && read_lo == need_lo && read_hi == need_hi) {
+    if (r.last - r.first == 1 && ranges.size() == 1) {
+      const std::int64_t from = exec::contiguous_offset(q0.box, 0, q0.box.numel(), sbox);
       const auto [out, dseg] = dst_of(q0);
       const std::int64_t at = exec::contiguous_offset(q0.box, 0, q0.box.numel(), dseg->box);
-      if (at >= 0) target = out + at * elem;
+      if (from >= 0 && at >= 0 && ranges[0].first == static_cast<std::uint64_t>(from) * elem &&
+          ranges[0].second - ranges[0].first == static_cast<std::uint64_t>(q0.box.numel()) * elem)
+        in_place = out + at * elem;
     }
-    const bool in_place = target != nullptr;
-    if (!in_place) {
-      stage.resize(read_hi - read_lo);
-      target = stage.data();
+    if (!in_place && stage_bytes < bytes) {
+      stage.reset(new std::byte[bytes]);  // default-initialised: untouched until read into
+      stage_bytes = bytes;
     }
-    read_exact(r.file->file.fd(), target, read_hi - read_lo, r.file->header.data_start + r.entry->begin + read_lo,
-               r.file->file.path());
-    stats.bytes_read += read_hi - read_lo;
-    if (in_place) stats.bytes_in_place += read_hi - read_lo;
-    if (!sums_match(*sums, target, read_lo, read_hi, bytes, cb))
-      DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
-                     "' fails its checksum: corrupted");
-    const std::byte* from = target + (need_lo - read_lo);
+    for (const auto& [lo, hi] : ranges) {
+      std::byte* target = in_place ? in_place : stage.get() + lo;
+      read_exact(r.file->file.fd(), target, hi - lo, r.file->header.data_start + r.entry->begin + lo,
+                 r.file->file.path());
+      stats.bytes_read += hi - lo;
+      ++stats.read_calls;
+      if (in_place) stats.bytes_in_place += hi - lo;
+      if (!sums_match(*sums, target, lo, hi, bytes, cb))
+        DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
+                       "' fails its checksum: corrupted");
+    }
     for (std::size_t i = r.first; i < r.last; ++i) {
       const plan::Piece& q = pieces[i];
       stats.bytes_loaded += static_cast<std::uint64_t>(q.box.numel() * elem);
       if (in_place) continue;
       const auto [out, dseg] = dst_of(q);
-      exec::copy_box(q.box, from, part, out, dseg->box, elem);
+      exec::copy_box(q.box, stage.get(), sbox, out, dseg->box, elem);  // touches only bytes read
     }
   }
   return stats;

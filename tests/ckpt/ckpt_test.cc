@@ -44,12 +44,13 @@ std::string fresh_dir(const std::string& name) {
 
 // Loads every rank of `dst` from the latest checkpoint of `dir` and checks every segment byte.
 // Returns the bytes read in place (no staging copy); `read` (if given) gets the file bytes read.
-std::uint64_t expect_loads_exactly(const std::string& dir, const vps::Layout& dst, std::uint64_t* read = nullptr) {
+std::uint64_t expect_loads_exactly(const std::string& dir, const vps::Layout& dst, std::uint64_t* read = nullptr,
+                                   const LoadOptions& options = {}) {
   const Checkpoint c = open_latest(dir, dst.model());
   std::uint64_t loaded = 0, expected = 0, in_place = 0;
   for (int r = 0; r < dst.config().world_size(); ++r) {
     OwnedArenas a = allocate(dst, r);
-    const LoadStats stats = load_rank(c, dst, r, a.view());
+    const LoadStats stats = load_rank(c, dst, r, a.view(), options);
     loaded += stats.bytes_loaded;
     in_place += stats.bytes_in_place;
     if (read) *read += stats.bytes_read;
@@ -126,6 +127,38 @@ TEST(Checkpoint, PartialReadsReadOnlyTheChunksTheyNeedAndVerifyThem) {
     }
   }
   EXPECT_GE(refused, 1);
+}
+
+// Splits on dim 1 (row-parallel weights: attention output, fc2) are read in part too: with
+// chunks as small as a column block and no merging, a load into tp=4 from tp=1 reads exactly the
+// bytes it loads; with the default rule (gaps under 1 MiB are read) it reads those rows whole,
+// in fewer calls. Every destination byte is checked both ways.
+TEST(Checkpoint, PartialReadsOfDimOneSplitsReadColumnBlocksOrWholeRowsByTheGapRule) {
+  const auto from = layout("tiny-dense", "tp=1,zero=0");
+  const auto to = layout("tiny-dense", "tp=4,dp=1,zero=0");
+  const std::string dir = fresh_dir("dim1");
+  save_filled(dir, 1, from, 32);  // a tp=4 column block of a bf16 row is 32 bytes, of fp32 64
+  std::uint64_t expected = 0;
+  for (int r = 0; r < to.config().world_size(); ++r)
+    for (const auto& b : to.rank_layout(r).buffers)
+      for (const auto& s : b.segments)
+        expected += static_cast<std::uint64_t>(s.box.numel()) * to.options().elem_bytes[static_cast<int>(b.kind)];
+  LoadOptions blocks;
+  blocks.merge_gap_bytes = 0;
+  std::uint64_t read_blocks = 0, read_rows = 0;
+  expect_loads_exactly(dir, to, &read_blocks, blocks);
+  expect_loads_exactly(dir, to, &read_rows);
+  EXPECT_EQ(read_blocks, expected);  // not one byte more than loaded
+  // Whole rows: each of the 4 ranks reads every row-parallel entry whole.
+  EXPECT_GT(read_rows, expected + expected / 10) << read_rows << " vs " << expected;
+
+  // The call counts follow the rule: one read per row of each needed column block without
+  // merging, one per entry with it.
+  const Checkpoint c = open_latest(dir, to.model());
+  OwnedArenas a = allocate(to, 1), b = allocate(to, 1);
+  const LoadStats per_block = load_rank(c, to, 1, a.view(), blocks), merged = load_rank(c, to, 1, b.view());
+  EXPECT_GT(per_block.read_calls, merged.read_calls * 10) << per_block.read_calls << " vs " << merged.read_calls;
+  EXPECT_EQ(a.kind, b.kind);
 }
 
 // A tiny DeepSeek-style model: MLA with a query low-rank projection, shared experts, router
