@@ -367,20 +367,19 @@ bool sums_match(const json& sums, const std::byte* data, std::uint64_t lo, std::
 }
 
 // The byte ranges [lo, hi) of an entry (`bytes` bytes, storage of box `sbox`) that a load of
-// pieces [first, last) reads, in file order: every contiguous run the pieces need in the
+// `pieces` reads, in file order: every contiguous run the pieces need in the
 // entry's row-major storage (one per row for a split on dim 1, one in all for a split on dim 0)
 // widened to whole checksum chunks of `chunk` bytes (the whole entry when chunk == 0), then
 // merged with the next range when the gap between them is at most `merge_gap` bytes.
-std::vector<std::pair<std::uint64_t, std::uint64_t>> read_ranges(const std::vector<plan::Piece>& pieces,
-                                                                 std::size_t first, std::size_t last,
+std::vector<std::pair<std::uint64_t, std::uint64_t>> read_ranges(const std::vector<const vps::Box*>& pieces,
                                                                  const vps::Box& sbox, int elem,
                                                                  std::uint64_t bytes, std::uint64_t chunk,
                                                                  std::uint64_t merge_gap) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> runs, out;
   if (bytes == 0) return out;
   if (chunk == 0) return {{0, bytes}};
-  for (std::size_t i = first; i < last; ++i)
-    exec::for_each_run(pieces[i].box, 0, pieces[i].box.numel(), sbox, [&](std::int64_t at, std::int64_t n) {
+  for (const vps::Box* piece : pieces)
+    exec::for_each_run(*piece, 0, piece->numel(), sbox, [&](std::int64_t at, std::int64_t n) {
       const std::uint64_t lo = static_cast<std::uint64_t>(at) * elem, hi = static_cast<std::uint64_t>(at + n) * elem;
       runs.emplace_back(lo / chunk * chunk, std::min(bytes, (hi + chunk - 1) / chunk * chunk));
     });
@@ -392,6 +391,39 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> read_ranges(const std::vect
       out.push_back(run);
   }
   return out;
+}
+
+
+// Reads bytes [lo, hi) of an entry straight into `out`, and the rest of the checksum chunks
+// that cover them (at most one chunk's worth at each end) into `margin`; checks every one of
+// those chunks. `chunk` == 0: the entry has one checksum (lo == 0 and hi == bytes). Returns the
+// file bytes read and the read calls (1-3).
+std::pair<std::uint64_t, int> read_in_place(const OpenFile& f, const StEntry& entry, const json& sums, std::uint64_t lo,
+                            std::uint64_t hi, std::uint64_t bytes, std::uint64_t chunk, std::byte* out,
+                            std::vector<std::byte>& margin) {
+  const std::uint64_t c = chunk > 0 ? chunk : bytes;
+  const std::uint64_t a = lo / c * c, b = std::min(bytes, (hi + c - 1) / c * c);
+  margin.resize((lo - a) + (b - hi));
+  std::byte* head = margin.data();
+  std::byte* tail = margin.data() + (lo - a);
+  const std::uint64_t base = f.header.data_start + entry.begin;
+  const std::string& path = f.file.path();
+  if (lo > a) read_exact(f.file.fd(), head, lo - a, base + a, path);
+  read_exact(f.file.fd(), out, hi - lo, base + lo, path);
+  if (b > hi) read_exact(f.file.fd(), tail, b - hi, base + hi, path);
+  // The parts of chunk [x, y) among head [a, lo), out [lo, hi) and tail [hi, b).
+  auto part = [](std::uint64_t x, std::uint64_t y, std::uint64_t from, std::uint64_t to, const std::byte* p) {
+    const std::uint64_t s = std::max(x, from), e = std::min(y, to);
+    return ByteRun{p + (s - from), e > s ? e - s : 0};
+  };
+  for (std::uint64_t x = a; x < b; x += c) {
+    const std::uint64_t y = std::min(x + c, b);
+    const std::string sum = hex64(checksum_of_parts({part(x, y, a, lo, head), part(x, y, lo, hi, out), part(x, y, hi, b, tail)}));
+    const json& want = chunk > 0 ? sums[x / c] : sums;
+    if (!want.is_string() || want.get<std::string>() != sum)
+      DT_INPUT_ERROR("checkpoint file '", path, "': entry '", entry.name, "' fails its checksum: corrupted");
+  }
+  return {b - a, 1 + (lo > a) + (b > hi)};
 }
 
 }  // namespace
@@ -464,6 +496,7 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
   // bytes are read: the entry's storage at its own offsets, so pieces copy out with the entry's box.
   std::unique_ptr<std::byte[]> stage;
   std::uint64_t stage_bytes = 0;
+  std::vector<std::byte> margin;
   for (const auto& r : reads) {
     const int elem = dst.options().elem_bytes[static_cast<int>(r.kind)];
     const std::uint64_t bytes = r.entry->end - r.entry->begin;
@@ -479,41 +512,52 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
       DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
                      "' has no checksum: corrupted");
     const vps::Box& sbox = r.segment->box;
-    const std::uint64_t cb = sums->is_array() ? r.file->chunk_bytes : 0;  // 0: read whole
-    const auto ranges = read_ranges(pieces, r.first, r.last, sbox, elem, bytes, cb, options.merge_gap_bytes);
-    // A lone piece that is exactly one range, contiguous in the entry and at its destination, is
-    // read straight into place.
-    std::byte* in_place = nullptr;
-    const plan::Piece& q0 = pieces[r.first];
-    if (r.last - r.first == 1 && ranges.size() == 1) {
-      const std::int64_t from = exec::contiguous_offset(q0.box, 0, q0.box.numel(), sbox);
-      const auto [out, dseg] = dst_of(q0);
-      const std::int64_t at = exec::contiguous_offset(q0.box, 0, q0.box.numel(), dseg->box);
-      if (from >= 0 && at >= 0 && ranges[0].first == static_cast<std::uint64_t>(from) * elem &&
-          ranges[0].second - ranges[0].first == static_cast<std::uint64_t>(q0.box.numel()) * elem)
-        in_place = out + at * elem;
+    const std::uint64_t cb = sums->is_array() ? r.file->chunk_bytes : 0;  // 0: one checksum
+    if (cb > 0 && sums->size() != (bytes + cb - 1) / cb)
+      DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
+                     "' has the wrong number of checksums: corrupted");
+    // A piece that is one contiguous run in the entry and at its destination is read straight
+    // into place (with its chunks' margins); the other pieces through the stage.
+    std::vector<const plan::Piece*> staged;
+    for (std::size_t i = r.first; i < r.last; ++i) {
+      const plan::Piece& q = pieces[i];
+      const std::int64_t from = exec::contiguous_offset(q.box, 0, q.box.numel(), sbox);
+      const auto [out, dseg] = dst_of(q);
+      const std::int64_t at = exec::contiguous_offset(q.box, 0, q.box.numel(), dseg->box);
+      const std::uint64_t lo = static_cast<std::uint64_t>(from) * elem;
+      const std::uint64_t hi = lo + static_cast<std::uint64_t>(q.box.numel()) * elem;
+      if (from < 0 || at < 0 || (cb == 0 && (lo != 0 || hi != bytes))) {
+        staged.push_back(&q);
+        continue;
+      }
+      const auto [n, calls] = read_in_place(*r.file, *r.entry, *sums, lo, hi, bytes, cb, out + at * elem, margin);
+      stats.bytes_read += n;
+      stats.read_calls += calls;
+      stats.bytes_in_place += hi - lo;
+      stats.bytes_loaded += hi - lo;
     }
-    if (!in_place && stage_bytes < bytes) {
+    if (staged.empty()) continue;
+    std::vector<const vps::Box*> boxes;
+    for (const plan::Piece* q : staged) boxes.push_back(&q->box);
+    const auto ranges = read_ranges(boxes, sbox, elem, bytes, cb, options.merge_gap_bytes);
+    if (stage_bytes < bytes) {
       stage.reset(new std::byte[bytes]);  // default-initialised: untouched until read into
       stage_bytes = bytes;
     }
     for (const auto& [lo, hi] : ranges) {
-      std::byte* target = in_place ? in_place : stage.get() + lo;
+      std::byte* target = stage.get() + lo;
       read_exact(r.file->file.fd(), target, hi - lo, r.file->header.data_start + r.entry->begin + lo,
                  r.file->file.path());
       stats.bytes_read += hi - lo;
       ++stats.read_calls;
-      if (in_place) stats.bytes_in_place += hi - lo;
       if (!sums_match(*sums, target, lo, hi, bytes, cb))
         DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
                        "' fails its checksum: corrupted");
     }
-    for (std::size_t i = r.first; i < r.last; ++i) {
-      const plan::Piece& q = pieces[i];
-      stats.bytes_loaded += static_cast<std::uint64_t>(q.box.numel() * elem);
-      if (in_place) continue;
-      const auto [out, dseg] = dst_of(q);
-      exec::copy_box(q.box, stage.get(), sbox, out, dseg->box, elem);  // touches only bytes read
+    for (const plan::Piece* q : staged) {
+      stats.bytes_loaded += static_cast<std::uint64_t>(q->box.numel() * elem);
+      const auto [out, dseg] = dst_of(*q);
+      exec::copy_box(q->box, stage.get(), sbox, out, dseg->box, elem);  // touches only bytes read
     }
   }
   return stats;

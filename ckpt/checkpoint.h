@@ -131,7 +131,7 @@ struct LoadStats {
                                  // the runs the pieces need, gaps up to merge_gap_bytes included
   std::int64_t read_calls = 0;   // reads issued (one per merged range)
   std::uint64_t bytes_loaded = 0;  // bytes written into the arenas
-  std::uint64_t bytes_in_place = 0;  // of bytes_read, read straight into the arenas (no copy)
+  std::uint64_t bytes_in_place = 0;  // of bytes_loaded, read straight into the arenas (no copy)
   std::int64_t files_opened = 0;
 };
 

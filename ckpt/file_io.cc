@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "common/error.h"
 
@@ -101,6 +102,14 @@ std::string read_small_file(const std::string& path, std::uint64_t max_bytes) {
 }
 
 std::uint64_t checksum(const void* data, std::size_t bytes) { return XXH3_64bits(data, bytes); }
+
+std::uint64_t checksum_of_parts(const std::vector<ByteRun>& parts) {
+  const std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> state(XXH3_createState(), XXH3_freeState);
+  DT_CHECK(state != nullptr, "out of memory for a checksum state");
+  XXH3_64bits_reset(state.get());
+  for (const auto& p : parts) XXH3_64bits_update(state.get(), p.data, p.bytes);
+  return XXH3_64bits_digest(state.get());
+}
 
 std::string hex64(std::uint64_t x) {
   char buf[17];

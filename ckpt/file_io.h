@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dynatrain::ckpt {
 
@@ -38,6 +39,13 @@ void write_file_atomic(const std::string& path, const std::string& content);
 std::string read_small_file(const std::string& path, std::uint64_t max_bytes);
 
 std::uint64_t checksum(const void* data, std::size_t bytes);
+// The checksum of `parts` laid end to end: equal to checksum() of the concatenated bytes, for
+// a chunk read into several places (its margins into a scratch buffer, the rest into place).
+struct ByteRun {
+  const void* data;
+  std::size_t bytes;
+};
+std::uint64_t checksum_of_parts(const std::vector<ByteRun>& parts);
 std::string hex64(std::uint64_t x);  // 16 lowercase hex digits
 
 }  // namespace dynatrain::ckpt

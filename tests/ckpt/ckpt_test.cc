@@ -99,34 +99,52 @@ TEST(Checkpoint, PartialReadsReadOnlyTheChunksTheyNeedAndVerifyThem) {
   save_filled(partial, 1, from, 256);
   std::uint64_t read_whole = 0, read_partial = 0;
   expect_loads_exactly(whole, to, &read_whole);
-  expect_loads_exactly(partial, to, &read_partial);
+  // Pieces contiguous in the entry and at their destination are read straight into place, the
+  // chunk margins around them into scratch, and every chunk is checked.
+  EXPECT_GT(expect_loads_exactly(partial, to, &read_partial), 0u);
   EXPECT_LT(read_partial * 4, read_whole * 3) << read_partial << " vs " << read_whole;  // 0.73 here
   expect_loads_exactly(partial, layout("tiny-dense", "tp=2,pp=2,dp=1,zero=1"));  // ZeRO shards, pp
 
-  // Flip one byte in the middle of rank 0's data: a load that reads that chunk is refused.
+  // Flip one byte of rank 0's data at several places (in-place reads, their margins, staged
+  // reads): a load that reads that chunk is refused each time.
   const std::string file = partial + "/step-00000001/" + rank_file_name(0);
   const auto size = fs::file_size(file);
-  {
+  auto flip = [&](std::uint64_t at) {
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(size / 2));
+    f.seekp(static_cast<std::streamoff>(at));
     char byte = 0;
     f.read(&byte, 1);
     byte = static_cast<char>(byte ^ 0x5a);
-    f.seekp(static_cast<std::streamoff>(size / 2));
+    f.seekp(static_cast<std::streamoff>(at));
     f.write(&byte, 1);
-  }
+  };
   const Checkpoint c = open_latest(partial, to.model());
-  int refused = 0;
-  for (int r = 0; r < to.config().world_size(); ++r) {
-    OwnedArenas a = allocate(to, r);
-    try {
-      load_rank(c, to, r, a.view());
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("fails its checksum: corrupted"), std::string::npos) << e.what();
-      ++refused;
+  for (const std::uint64_t at : {size / 3, size / 2, size / 2 + 300, size - 10}) {
+    SCOPED_TRACE(at);
+    flip(at);
+    int refused = 0;
+    for (int r = 0; r < to.config().world_size(); ++r) {
+      OwnedArenas a = allocate(to, r);
+      try {
+        load_rank(c, to, r, a.view());
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("fails its checksum: corrupted"), std::string::npos) << e.what();
+        ++refused;
+      }
     }
+    EXPECT_GE(refused, 1);
+    flip(at);  // restored: the next place is the only bad byte
   }
-  EXPECT_GE(refused, 1);
+  EXPECT_EQ(expect_loads_exactly(partial, to), expect_loads_exactly(partial, to));
+}
+
+TEST(Checkpoint, ChecksumOfPartsEqualsChecksumOfTheWhole) {
+  std::vector<std::byte> bytes(1000);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 7 + 3);
+  const std::uint64_t whole = checksum(bytes.data(), bytes.size());
+  EXPECT_EQ(checksum_of_parts({{bytes.data(), 1}, {bytes.data() + 1, 600}, {bytes.data() + 601, 399}}), whole);
+  EXPECT_EQ(checksum_of_parts({{bytes.data(), 0}, {bytes.data(), 1000}, {bytes.data(), 0}}), whole);
+  EXPECT_NE(checksum_of_parts({{bytes.data(), 600}, {bytes.data() + 601, 399}}), whole);
 }
 
 // Splits on dim 1 (row-parallel weights: attention output, fc2) are read in part too: with
