@@ -492,72 +492,125 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
     r.entry = it->second;
     reads.push_back(r);
   }
+  // What each read does: pieces contiguous in the entry and at their destination are read
+  // straight into place (with their chunks' margins), the others through the stage in ranges.
+  struct Direct {
+    const plan::Piece* piece;
+    std::uint64_t lo, hi;  // the piece's bytes in the entry
+    std::byte* out;
+  };
+  struct Work {
+    std::vector<Direct> direct;
+    std::vector<const plan::Piece*> staged;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // of the staged pieces
+    const json* sums = nullptr;
+    std::uint64_t chunk = 0, bytes = 0;  // chunk 0: one checksum for the entry
+    int elem = 0;
+  };
+  auto dst_of = [&](const plan::Piece& q, int elem) -> std::pair<std::byte*, const vps::Segment*> {
+    const vps::LocalBuffer& dbuf = dst_layout.buffers.at(q.dst_buffer);
+    const vps::Segment& dseg = dbuf.segments.at(q.dst_segment);
+    std::byte* out = arenas.of_buffer(dbuf, elem);
+    DT_CHECK(out != nullptr, "no memory for a buffer of kind ", vps::state_kind_name(dbuf.kind));
+    return {out + dseg.offset * elem, &dseg};
+  };
+  // The file ranges in the order they are read, for the prefetch window below.
+  struct Span {
+    int fd;
+    std::uint64_t offset, bytes;
+  };
+  std::vector<Span> spans;
+  std::vector<Work> work(reads.size());
+  for (std::size_t k = 0; k < reads.size(); ++k) {
+    const Read& r = reads[k];
+    Work& w = work[k];
+    w.elem = dst.options().elem_bytes[static_cast<int>(r.kind)];
+    w.bytes = r.entry->end - r.entry->begin;
+    const auto sums = r.file->checksums.find(r.entry->name);
+    if (sum_missing(r.file->checksums, sums))
+      DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
+                     "' has no checksum: corrupted");
+    w.sums = &*sums;
+    w.chunk = sums->is_array() ? r.file->chunk_bytes : 0;
+    if (w.chunk > 0 && sums->size() != (w.bytes + w.chunk - 1) / w.chunk)
+      DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
+                     "' has the wrong number of checksums: corrupted");
+    const vps::Box& sbox = r.segment->box;
+    const std::uint64_t base = r.file->header.data_start + r.entry->begin;
+    const std::uint64_t c = w.chunk > 0 ? w.chunk : std::max<std::uint64_t>(w.bytes, 1);
+    std::vector<const vps::Box*> boxes;
+    for (std::size_t i = r.first; i < r.last; ++i) {
+      const plan::Piece& q = pieces[i];
+      const std::int64_t from = exec::contiguous_offset(q.box, 0, q.box.numel(), sbox);
+      const auto [out, dseg] = dst_of(q, w.elem);
+      const std::int64_t at = exec::contiguous_offset(q.box, 0, q.box.numel(), dseg->box);
+      const std::uint64_t lo = static_cast<std::uint64_t>(from) * w.elem;
+      const std::uint64_t hi = lo + static_cast<std::uint64_t>(q.box.numel()) * w.elem;
+      if (from < 0 || at < 0 || (w.chunk == 0 && (lo != 0 || hi != w.bytes))) {
+        w.staged.push_back(&q);
+        boxes.push_back(&q.box);
+        continue;
+      }
+      w.direct.push_back({&q, lo, hi, out + at * w.elem});
+      const std::uint64_t a = lo / c * c, b = std::min(w.bytes, (hi + c - 1) / c * c);
+      spans.push_back({r.file->file.fd(), base + a, b - a});
+    }
+    w.ranges = read_ranges(boxes, sbox, w.elem, w.bytes, w.chunk, options.merge_gap_bytes);
+    for (const auto& [lo, hi] : w.ranges) spans.push_back({r.file->file.fd(), base + lo, hi - lo});
+  }
+
+  // Prefetch: the kernel is asked for the next `prefetch_bytes` of file ranges ahead of the one
+  // being read (posix_fadvise WILLNEED, asynchronous), so the disk streams while this rank
+  // checks checksums and copies.
+  std::size_t next_span = 0;
+  std::uint64_t advised = 0, consumed = 0;
+  auto prefetch = [&](std::uint64_t done) {
+    if (options.prefetch_bytes == 0) return;
+    consumed += done;
+    while (next_span < spans.size() && advised < consumed + options.prefetch_bytes) {
+      const Span& sp = spans[next_span++];
+      advise_will_need(sp.fd, sp.offset, sp.bytes);
+      advised += sp.bytes;
+    }
+  };
+  prefetch(0);
+
   // One stage the size of the largest entry read through it, its pages touched only where
   // bytes are read: the entry's storage at its own offsets, so pieces copy out with the entry's box.
   std::unique_ptr<std::byte[]> stage;
   std::uint64_t stage_bytes = 0;
   std::vector<std::byte> margin;
-  for (const auto& r : reads) {
-    const int elem = dst.options().elem_bytes[static_cast<int>(r.kind)];
-    const std::uint64_t bytes = r.entry->end - r.entry->begin;
-    auto dst_of = [&](const plan::Piece& q) -> std::pair<std::byte*, const vps::Segment*> {
-      const vps::LocalBuffer& dbuf = dst_layout.buffers.at(q.dst_buffer);
-      const vps::Segment& dseg = dbuf.segments.at(q.dst_segment);
-      std::byte* out = arenas.of_buffer(dbuf, elem);
-      DT_CHECK(out != nullptr, "no memory for a buffer of kind ", vps::state_kind_name(dbuf.kind));
-      return {out + dseg.offset * elem, &dseg};
-    };
-    const auto sums = r.file->checksums.find(r.entry->name);
-    if (sum_missing(r.file->checksums, sums))
-      DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
-                     "' has no checksum: corrupted");
-    const vps::Box& sbox = r.segment->box;
-    const std::uint64_t cb = sums->is_array() ? r.file->chunk_bytes : 0;  // 0: one checksum
-    if (cb > 0 && sums->size() != (bytes + cb - 1) / cb)
-      DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
-                     "' has the wrong number of checksums: corrupted");
-    // A piece that is one contiguous run in the entry and at its destination is read straight
-    // into place (with its chunks' margins); the other pieces through the stage.
-    std::vector<const plan::Piece*> staged;
-    for (std::size_t i = r.first; i < r.last; ++i) {
-      const plan::Piece& q = pieces[i];
-      const std::int64_t from = exec::contiguous_offset(q.box, 0, q.box.numel(), sbox);
-      const auto [out, dseg] = dst_of(q);
-      const std::int64_t at = exec::contiguous_offset(q.box, 0, q.box.numel(), dseg->box);
-      const std::uint64_t lo = static_cast<std::uint64_t>(from) * elem;
-      const std::uint64_t hi = lo + static_cast<std::uint64_t>(q.box.numel()) * elem;
-      if (from < 0 || at < 0 || (cb == 0 && (lo != 0 || hi != bytes))) {
-        staged.push_back(&q);
-        continue;
-      }
-      const auto [n, calls] = read_in_place(*r.file, *r.entry, *sums, lo, hi, bytes, cb, out + at * elem, margin);
+  for (std::size_t k = 0; k < reads.size(); ++k) {
+    const Read& r = reads[k];
+    const Work& w = work[k];
+    for (const Direct& d : w.direct) {
+      const auto [n, calls] = read_in_place(*r.file, *r.entry, *w.sums, d.lo, d.hi, w.bytes, w.chunk, d.out, margin);
       stats.bytes_read += n;
       stats.read_calls += calls;
-      stats.bytes_in_place += hi - lo;
-      stats.bytes_loaded += hi - lo;
+      stats.bytes_in_place += d.hi - d.lo;
+      stats.bytes_loaded += d.hi - d.lo;
+      prefetch(n);
     }
-    if (staged.empty()) continue;
-    std::vector<const vps::Box*> boxes;
-    for (const plan::Piece* q : staged) boxes.push_back(&q->box);
-    const auto ranges = read_ranges(boxes, sbox, elem, bytes, cb, options.merge_gap_bytes);
-    if (stage_bytes < bytes) {
-      stage.reset(new std::byte[bytes]);  // default-initialised: untouched until read into
-      stage_bytes = bytes;
+    if (w.staged.empty()) continue;
+    if (stage_bytes < w.bytes) {
+      stage.reset(new std::byte[w.bytes]);  // default-initialised: untouched until read into
+      stage_bytes = w.bytes;
     }
-    for (const auto& [lo, hi] : ranges) {
+    for (const auto& [lo, hi] : w.ranges) {
       std::byte* target = stage.get() + lo;
       read_exact(r.file->file.fd(), target, hi - lo, r.file->header.data_start + r.entry->begin + lo,
                  r.file->file.path());
       stats.bytes_read += hi - lo;
       ++stats.read_calls;
-      if (!sums_match(*sums, target, lo, hi, bytes, cb))
+      if (!sums_match(*w.sums, target, lo, hi, w.bytes, w.chunk))
         DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
                        "' fails its checksum: corrupted");
+      prefetch(hi - lo);
     }
-    for (const plan::Piece* q : staged) {
-      stats.bytes_loaded += static_cast<std::uint64_t>(q->box.numel() * elem);
-      const auto [out, dseg] = dst_of(*q);
-      exec::copy_box(q->box, stage.get(), sbox, out, dseg->box, elem);  // touches only bytes read
+    for (const plan::Piece* q : w.staged) {
+      stats.bytes_loaded += static_cast<std::uint64_t>(q->box.numel() * w.elem);
+      const auto [out, dseg] = dst_of(*q, w.elem);
+      exec::copy_box(q->box, stage.get(), r.segment->box, out, dseg->box, w.elem);  // touches only bytes read
     }
   }
   return stats;

@@ -124,6 +124,9 @@ Checkpoint open_latest(const std::string& dir, const vps::ModelSpec& model);
 constexpr std::uint64_t kReadMergeGapBytes = std::uint64_t{1} << 20;
 struct LoadOptions {
   std::uint64_t merge_gap_bytes = kReadMergeGapBytes;
+  // File bytes the kernel is asked to fetch ahead of the read in progress (posix_fadvise
+  // WILLNEED), so that the disk streams while the rank checks checksums and copies; 0: none.
+  std::uint64_t prefetch_bytes = std::uint64_t{64} << 20;
 };
 
 struct LoadStats {

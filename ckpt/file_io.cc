@@ -43,6 +43,10 @@ void File::sync() const {
   if (::fsync(fd_) != 0) DT_INPUT_ERROR("fsync of '", path_, "' failed: ", std::strerror(errno));
 }
 
+void advise_will_need(int fd, std::uint64_t offset, std::uint64_t bytes) {
+  if (bytes > 0) ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes), POSIX_FADV_WILLNEED);
+}
+
 void read_exact(int fd, void* buf, std::size_t bytes, std::uint64_t offset, const std::string& path) {
   auto* p = static_cast<char*>(buf);
   while (bytes > 0) {

@@ -30,6 +30,9 @@ class File {
   std::string path_;
 };
 
+// Asks the kernel to start reading [offset, offset + bytes) into the page cache and returns at
+// once (posix_fadvise WILLNEED); a hint: failures are ignored.
+void advise_will_need(int fd, std::uint64_t offset, std::uint64_t bytes);
 void read_exact(int fd, void* buf, std::size_t bytes, std::uint64_t offset, const std::string& path);
 void write_exact(int fd, const void* buf, std::size_t bytes, std::uint64_t offset, const std::string& path);
 // fsync of a directory, so that entries created or renamed in it are durable.
