@@ -249,6 +249,12 @@ int main(int argc, char** argv) {
   cd.validate_for(model);
   const dt::vps::Layout src(model, cs, lo), dst(model, cd, lo);
   const auto sl = src.rank_layout(me), dl = dst.rank_layout(me);
+  // A second layout to resume into, with tp merged (row-parallel pieces are column blocks at the
+  // destination) and pp, dp and ZeRO shards changed.
+  auto c2 = dt::vps::ParallelConfig::parse(n >= 4 ? "tp=1,pp=2,dp=2" : "tp=1,pp=1,dp=" + std::to_string(n));
+  c2.validate_for(model);
+  const dt::vps::Layout dst2(model, c2, lo);
+  const auto dl2 = dst2.rank_layout(me);
   int failures = 0;
 
   // 1. The online switch (exec engine), cold and warm, in its own pool.
@@ -280,7 +286,7 @@ int main(int argc, char** argv) {
   // (as a restarted job would). The disk on this shared machine varies a lot from second to
   // second, so each figure is the best of its three and so is each limit.
   double write_bw = 0, read_bw = 0, fresh_bw = 0, save_s = 1e30;
-  LoadResult same{1e30, 0, 0, 0, 0}, other{1e30, 0, 0, 0, 0};
+  LoadResult same{1e30, 0, 0, 0, 0}, other{1e30, 0, 0, 0, 0}, other2{1e30, 0, 0, 0, 0};
   std::uint64_t files_total = 0;
   for (int round = 1; round <= 3; ++round) {
     const auto [w, r, rf] = disk_bandwidth(*world, runs, dir);
@@ -307,9 +313,14 @@ int main(int argc, char** argv) {
     const LoadResult o1 = timed_load(*world, dir, dst, fresh);
     if (o1.seconds < other.seconds) other = o1;
     failures += verify(dst, dl, fresh, "resume into the new layout", me);
+    fresh = KindArenas{};
+    KindArenas fresh2 = allocate(dst2, dl2, false);
+    const LoadResult o2 = timed_load(*world, dir, dst2, fresh2);
+    if (o2.seconds < other2.seconds) other2 = o2;
+    failures += verify(dst2, dl2, fresh2, "resume into the second layout", me);
     if (me == 0 && std::getenv("DT_BENCH_VERBOSE"))
-      std::fprintf(stderr, "round %d: write %.2f GB/s, read %.2f GB/s (fresh memory %.2f), save %.3f s, resume same %.3f s, other %.3f s\n",
-                   round, w / 1e9, r / 1e9, rf / 1e9, save1, s1.seconds, o1.seconds);
+      std::fprintf(stderr, "round %d: write %.2f GB/s, read %.2f GB/s (fresh memory %.2f), save %.3f s, resume same %.3f s, other %.3f s, second %.3f s\n",
+                   round, w / 1e9, r / 1e9, rf / 1e9, save1, s1.seconds, o1.seconds, o2.seconds);
   }
   const int any_failure = static_cast<int>(sum_over_ranks(*world, static_cast<std::uint64_t>(failures)));
 
@@ -326,11 +337,13 @@ int main(int argc, char** argv) {
                 files_total / gb, files_total / save_s / gb, 100.0 * files_total / save_s / write_bw);
     std::printf("| resume, same layout (cold cache) | %.3f | %.2f GB read | %.2f | %.0f %% of read |\n", same.seconds,
                 same.read / gb, same.read / same.seconds / gb, 100.0 * same.read / same.seconds / read_bw);
-    std::printf("| resume into %s (cold cache, fresh memory) | %.3f | %.2f GB read for %.2f GB loaded, %.2f GB of it in place; %llu reads) | %.2f read, %.2f loaded | %.0f %% of read, %.0f %% of read into fresh memory |\n",
-                dst.config().str().c_str(), other.seconds, other.read / gb, other.loaded / gb, other.in_place / gb,
-                static_cast<unsigned long long>(other.calls),
-                other.read / other.seconds / gb, other.loaded / other.seconds / gb,
-                100.0 * other.read / other.seconds / read_bw, 100.0 * other.read / other.seconds / fresh_bw);
+    for (const auto* o : {&other, &other2}) {
+      const auto& l = o == &other ? dst : dst2;
+      std::printf("| resume into %s (cold cache, fresh memory) | %.3f | %.2f GB read for %.2f GB loaded, %.2f GB of it in place; %llu reads | %.2f read, %.2f loaded | %.0f %% of read, %.0f %% of read into fresh memory |\n",
+                  l.config().str().c_str(), o->seconds, o->read / gb, o->loaded / gb, o->in_place / gb,
+                  static_cast<unsigned long long>(o->calls), o->read / o->seconds / gb, o->loaded / o->seconds / gb,
+                  100.0 * o->read / o->seconds / read_bw, 100.0 * o->read / o->seconds / fresh_bw);
+    }
     std::printf("\n| switch %s -> %s | seconds |\n|---|---|\n", src.config().str().c_str(), dst.config().str().c_str());
     std::printf("| online (exec engine), cold / warm | %.3f / %.3f |\n", online_cold, online_warm);
     if (restart_s >= 0) {
