@@ -426,6 +426,89 @@ std::pair<std::uint64_t, int> read_in_place(const OpenFile& f, const StEntry& en
   return {b - a, 1 + (lo > a) + (b > hi)};
 }
 
+// One entry a load reads from: pieces [first, last) of the load's sorted pieces come from it.
+struct Read {
+  std::size_t first = 0, last = 0;
+  const OpenFile* file = nullptr;
+  const StEntry* entry = nullptr;
+  const vps::Segment* segment = nullptr;  // the entry's segment in the saved layout
+  vps::StateKind kind{};
+};
+
+// Where a piece goes: its destination segment's storage in the rank's arenas.
+struct Destinations {
+  const vps::RankLayout& layout;
+  const Arenas& arenas;
+  std::pair<std::byte*, const vps::Segment*> of(const plan::Piece& q, int elem) const {
+    const vps::LocalBuffer& dbuf = layout.buffers.at(q.dst_buffer);
+    const vps::Segment& dseg = dbuf.segments.at(q.dst_segment);
+    std::byte* out = arenas.of_buffer(dbuf, elem);
+    DT_CHECK(out != nullptr, "no memory for a buffer of kind ", vps::state_kind_name(dbuf.kind));
+    return {out + dseg.offset * elem, &dseg};
+  }
+};
+
+// How one entry is read: pieces contiguous in the entry and at their destination straight into
+// place (with their chunks' margins), the others through the stage in `ranges`.
+struct Direct {
+  const plan::Piece* piece;
+  std::uint64_t lo, hi;  // the piece's bytes in the entry
+  std::byte* out;
+};
+struct Work {
+  std::vector<Direct> direct;
+  std::vector<const plan::Piece*> staged;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // of the staged pieces
+  const json* sums = nullptr;
+  std::uint64_t chunk = 0, bytes = 0;  // chunk 0: one checksum for the entry
+  int elem = 0;
+};
+// A file range a load will read, in order (for the prefetch window).
+struct Span {
+  int fd;
+  std::uint64_t offset, bytes;
+};
+
+// Plans the reads of entry `r` (element size `elem`) and appends their file ranges to `spans`.
+Work plan_entry(const Read& r, const std::vector<plan::Piece>& pieces, const Destinations& dsts, int elem,
+                std::uint64_t merge_gap, std::vector<Span>& spans) {
+  Work w;
+  w.elem = elem;
+  w.bytes = r.entry->end - r.entry->begin;
+  const auto sums = r.file->checksums.find(r.entry->name);
+  if (sum_missing(r.file->checksums, sums))
+    DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
+                   "' has no checksum: corrupted");
+  w.sums = &*sums;
+  w.chunk = sums->is_array() ? r.file->chunk_bytes : 0;
+  if (w.chunk > 0 && sums->size() != (w.bytes + w.chunk - 1) / w.chunk)
+    DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
+                   "' has the wrong number of checksums: corrupted");
+  const vps::Box& sbox = r.segment->box;
+  const std::uint64_t base = r.file->header.data_start + r.entry->begin;
+  const std::uint64_t c = w.chunk > 0 ? w.chunk : std::max<std::uint64_t>(w.bytes, 1);
+  std::vector<const vps::Box*> boxes;
+  for (std::size_t i = r.first; i < r.last; ++i) {
+    const plan::Piece& q = pieces[i];
+    const std::int64_t from = exec::contiguous_offset(q.box, 0, q.box.numel(), sbox);
+    const auto [out, dseg] = dsts.of(q, elem);
+    const std::int64_t at = exec::contiguous_offset(q.box, 0, q.box.numel(), dseg->box);
+    const std::uint64_t lo = static_cast<std::uint64_t>(from) * elem;
+    const std::uint64_t hi = lo + static_cast<std::uint64_t>(q.box.numel()) * elem;
+    if (from < 0 || at < 0 || (w.chunk == 0 && (lo != 0 || hi != w.bytes))) {
+      w.staged.push_back(&q);
+      boxes.push_back(&q.box);
+      continue;
+    }
+    w.direct.push_back({&q, lo, hi, out + at * elem});
+    const std::uint64_t a = lo / c * c, b = std::min(w.bytes, (hi + c - 1) / c * c);
+    spans.push_back({r.file->file.fd(), base + a, b - a});
+  }
+  w.ranges = read_ranges(boxes, sbox, elem, w.bytes, w.chunk, merge_gap);
+  for (const auto& [lo, hi] : w.ranges) spans.push_back({r.file->file.fd(), base + lo, hi - lo});
+  return w;
+}
+
 }  // namespace
 
 LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const Arenas& arenas,
@@ -458,14 +541,7 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
   std::map<int, vps::RankLayout> src_layouts;
   std::map<int, std::unique_ptr<OpenFile>> files;
 
-  // The reads: one whole entry per source segment that pieces come from.
-  struct Read {
-    std::size_t first = 0, last = 0;  // pieces [first, last)
-    const OpenFile* file = nullptr;
-    const StEntry* entry = nullptr;
-    const vps::Segment* segment = nullptr;
-    vps::StateKind kind{};
-  };
+  // The reads: one entry per source segment that pieces come from.
   std::vector<Read> reads;
   for (std::size_t i = 0; i < pieces.size();) {
     const plan::Piece& p = pieces[i];
@@ -492,72 +568,12 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
     r.entry = it->second;
     reads.push_back(r);
   }
-  // What each read does: pieces contiguous in the entry and at their destination are read
-  // straight into place (with their chunks' margins), the others through the stage in ranges.
-  struct Direct {
-    const plan::Piece* piece;
-    std::uint64_t lo, hi;  // the piece's bytes in the entry
-    std::byte* out;
-  };
-  struct Work {
-    std::vector<Direct> direct;
-    std::vector<const plan::Piece*> staged;
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // of the staged pieces
-    const json* sums = nullptr;
-    std::uint64_t chunk = 0, bytes = 0;  // chunk 0: one checksum for the entry
-    int elem = 0;
-  };
-  auto dst_of = [&](const plan::Piece& q, int elem) -> std::pair<std::byte*, const vps::Segment*> {
-    const vps::LocalBuffer& dbuf = dst_layout.buffers.at(q.dst_buffer);
-    const vps::Segment& dseg = dbuf.segments.at(q.dst_segment);
-    std::byte* out = arenas.of_buffer(dbuf, elem);
-    DT_CHECK(out != nullptr, "no memory for a buffer of kind ", vps::state_kind_name(dbuf.kind));
-    return {out + dseg.offset * elem, &dseg};
-  };
-  // The file ranges in the order they are read, for the prefetch window below.
-  struct Span {
-    int fd;
-    std::uint64_t offset, bytes;
-  };
-  std::vector<Span> spans;
-  std::vector<Work> work(reads.size());
-  for (std::size_t k = 0; k < reads.size(); ++k) {
-    const Read& r = reads[k];
-    Work& w = work[k];
-    w.elem = dst.options().elem_bytes[static_cast<int>(r.kind)];
-    w.bytes = r.entry->end - r.entry->begin;
-    const auto sums = r.file->checksums.find(r.entry->name);
-    if (sum_missing(r.file->checksums, sums))
-      DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
-                     "' has no checksum: corrupted");
-    w.sums = &*sums;
-    w.chunk = sums->is_array() ? r.file->chunk_bytes : 0;
-    if (w.chunk > 0 && sums->size() != (w.bytes + w.chunk - 1) / w.chunk)
-      DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
-                     "' has the wrong number of checksums: corrupted");
-    const vps::Box& sbox = r.segment->box;
-    const std::uint64_t base = r.file->header.data_start + r.entry->begin;
-    const std::uint64_t c = w.chunk > 0 ? w.chunk : std::max<std::uint64_t>(w.bytes, 1);
-    std::vector<const vps::Box*> boxes;
-    for (std::size_t i = r.first; i < r.last; ++i) {
-      const plan::Piece& q = pieces[i];
-      const std::int64_t from = exec::contiguous_offset(q.box, 0, q.box.numel(), sbox);
-      const auto [out, dseg] = dst_of(q, w.elem);
-      const std::int64_t at = exec::contiguous_offset(q.box, 0, q.box.numel(), dseg->box);
-      const std::uint64_t lo = static_cast<std::uint64_t>(from) * w.elem;
-      const std::uint64_t hi = lo + static_cast<std::uint64_t>(q.box.numel()) * w.elem;
-      if (from < 0 || at < 0 || (w.chunk == 0 && (lo != 0 || hi != w.bytes))) {
-        w.staged.push_back(&q);
-        boxes.push_back(&q.box);
-        continue;
-      }
-      w.direct.push_back({&q, lo, hi, out + at * w.elem});
-      const std::uint64_t a = lo / c * c, b = std::min(w.bytes, (hi + c - 1) / c * c);
-      spans.push_back({r.file->file.fd(), base + a, b - a});
-    }
-    w.ranges = read_ranges(boxes, sbox, w.elem, w.bytes, w.chunk, options.merge_gap_bytes);
-    for (const auto& [lo, hi] : w.ranges) spans.push_back({r.file->file.fd(), base + lo, hi - lo});
-  }
+  const Destinations dsts{dst_layout, arenas};
+  std::vector<Span> spans;  // the file ranges in the order they are read, for the prefetch window
+  std::vector<Work> work;
+  for (const Read& r : reads)
+    work.push_back(plan_entry(r, pieces, dsts, dst.options().elem_bytes[static_cast<int>(r.kind)],
+                              options.merge_gap_bytes, spans));
 
   // Prefetch: the kernel is asked for the next `prefetch_bytes` of file ranges ahead of the one
   // being read (posix_fadvise WILLNEED, asynchronous), so the disk streams while this rank
@@ -609,7 +625,7 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
     }
     for (const plan::Piece* q : w.staged) {
       stats.bytes_loaded += static_cast<std::uint64_t>(q->box.numel() * w.elem);
-      const auto [out, dseg] = dst_of(*q, w.elem);
+      const auto [out, dseg] = dsts.of(*q, w.elem);
       exec::copy_box(q->box, stage.get(), r.segment->box, out, dseg->box, w.elem);  // touches only bytes read
     }
   }
