@@ -11,7 +11,9 @@
 //                    the same memory to one plain file and fsyncs it, all ranks at once:
 //                    total bytes / slowest rank
 //   read bandwidth   every rank reads that file back into place after dropping it from the
-//                    page cache (posix_fadvise DONTNEED after fsync), all at once
+//                    page cache (posix_fadvise DONTNEED after fsync), all at once; and again
+//                    into fresh memory (never touched: its pages are faulted in by the read,
+//                    as in a restarted process), the limit of a resume into fresh memory
 //   save             ckpt::save: rank files, index, pointer switch, every fsync
 //   resume           ckpt::load_rank of every rank after dropping the files from the page
 //                    cache, into the saved layout (pure I/O) and into another layout
@@ -149,9 +151,13 @@ std::vector<std::pair<std::byte*, std::size_t>> segment_runs(const dt::vps::Layo
 
 // The disk's limits for exactly the bytes of a save: every rank writes its segments from the
 // same memory to one plain file and fsyncs it (no header, checksums or index), then reads them
-// back into place after dropping the file from the page cache; all ranks at once. Returns
-// {write, read} bandwidth in bytes/s over all ranks.
-std::pair<double, double> disk_bandwidth(dt::comm::Transport& t, const std::vector<std::pair<std::byte*, std::size_t>>& runs,
+// back into place after dropping the file from the page cache, then (dropped again) into fresh,
+// never-touched memory as a restarted process would; all ranks at once. Returns {write, read,
+// read into fresh memory} bandwidth in bytes/s over all ranks.
+struct DiskLimits {
+  double write = 0, read = 0, read_fresh = 0;
+};
+DiskLimits disk_bandwidth(dt::comm::Transport& t, const std::vector<std::pair<std::byte*, std::size_t>>& runs,
                                          const std::string& dir) {
   const std::string path = dir + "/raw-" + std::to_string(t.rank()) + ".bin";
   std::size_t bytes = 0;
@@ -173,14 +179,25 @@ std::pair<double, double> disk_bandwidth(dt::comm::Transport& t, const std::vect
     for (const auto& [p, n] : runs) dt::ckpt::read_exact(f.fd(), p, n, at, path), at += n;
   }
   const double read_s = max_over_ranks(t, since(t0));
+  drop_from_cache(path);
+  t.barrier();
+  t0 = Clock::now();
+  {
+    std::unique_ptr<std::byte[]> fresh(new std::byte[bytes]);  // default-initialised: untouched
+    dt::ckpt::File f = dt::ckpt::File::open_read(path);
+    dt::ckpt::read_exact(f.fd(), fresh.get(), bytes, 0, path);
+  }
+  const double fresh_s = max_over_ranks(t, since(t0));
   std::filesystem::remove(path);
   const double total = static_cast<double>(sum_over_ranks(t, bytes));
-  return {total / write_s, total / read_s};
+  return {total / write_s, total / read_s, total / fresh_s};
 }
 
 struct LoadResult {
   double seconds = 0;
   std::uint64_t read = 0, loaded = 0;  // over all ranks
+  std::uint64_t calls = 0;             // read calls over all ranks
+  std::uint64_t in_place = 0;          // bytes read straight into place (no staging copy)
 };
 
 LoadResult timed_load(dt::comm::Transport& t, const std::string& dir, const dt::vps::Layout& dst, KindArenas& arenas) {
@@ -195,6 +212,8 @@ LoadResult timed_load(dt::comm::Transport& t, const std::string& dir, const dt::
   r.seconds = max_over_ranks(t, since(t0));
   r.read = sum_over_ranks(t, stats.bytes_read);
   r.loaded = sum_over_ranks(t, stats.bytes_loaded);
+  r.calls = sum_over_ranks(t, static_cast<std::uint64_t>(stats.read_calls));
+  r.in_place = sum_over_ranks(t, stats.bytes_in_place);
   return r;
 }
 
@@ -230,6 +249,12 @@ int main(int argc, char** argv) {
   cd.validate_for(model);
   const dt::vps::Layout src(model, cs, lo), dst(model, cd, lo);
   const auto sl = src.rank_layout(me), dl = dst.rank_layout(me);
+  // A second layout to resume into, with tp merged (row-parallel pieces are column blocks at the
+  // destination) and pp, dp and ZeRO shards changed.
+  auto c2 = dt::vps::ParallelConfig::parse(n >= 4 ? "tp=1,pp=2,dp=2" : "tp=1,pp=1,dp=" + std::to_string(n));
+  c2.validate_for(model);
+  const dt::vps::Layout dst2(model, c2, lo);
+  const auto dl2 = dst2.rank_layout(me);
   int failures = 0;
 
   // 1. The online switch (exec engine), cold and warm, in its own pool.
@@ -260,13 +285,14 @@ int main(int argc, char** argv) {
   // saved layout (pre-touched memory: I/O only), resume into the new layout in fresh memory
   // (as a restarted job would). The disk on this shared machine varies a lot from second to
   // second, so each figure is the best of its three and so is each limit.
-  double write_bw = 0, read_bw = 0, save_s = 1e30;
-  LoadResult same{1e30, 0, 0}, other{1e30, 0, 0};
+  double write_bw = 0, read_bw = 0, fresh_bw = 0, save_s = 1e30;
+  LoadResult same{1e30, 0, 0, 0, 0}, other{1e30, 0, 0, 0, 0}, other2{1e30, 0, 0, 0, 0};
   std::uint64_t files_total = 0;
   for (int round = 1; round <= 3; ++round) {
-    const auto [w, r] = disk_bandwidth(*world, runs, dir);
+    const auto [w, r, rf] = disk_bandwidth(*world, runs, dir);
     write_bw = std::max(write_bw, w);
     read_bw = std::max(read_bw, r);
+    fresh_bw = std::max(fresh_bw, rf);
     world->barrier();
     auto t0 = Clock::now();
     dt::ckpt::save(dir, round, src, lo.kinds, state.view(), {{"bench", true}}, *world);
@@ -287,9 +313,14 @@ int main(int argc, char** argv) {
     const LoadResult o1 = timed_load(*world, dir, dst, fresh);
     if (o1.seconds < other.seconds) other = o1;
     failures += verify(dst, dl, fresh, "resume into the new layout", me);
+    fresh = KindArenas{};
+    KindArenas fresh2 = allocate(dst2, dl2, false);
+    const LoadResult o2 = timed_load(*world, dir, dst2, fresh2);
+    if (o2.seconds < other2.seconds) other2 = o2;
+    failures += verify(dst2, dl2, fresh2, "resume into the second layout", me);
     if (me == 0 && std::getenv("DT_BENCH_VERBOSE"))
-      std::fprintf(stderr, "round %d: write %.2f GB/s, read %.2f GB/s, save %.3f s, resume same %.3f s, other %.3f s\n",
-                   round, w / 1e9, r / 1e9, save1, s1.seconds, o1.seconds);
+      std::fprintf(stderr, "round %d: write %.2f GB/s, read %.2f GB/s (fresh memory %.2f), save %.3f s, resume same %.3f s, other %.3f s, second %.3f s\n",
+                   round, w / 1e9, r / 1e9, rf / 1e9, save1, s1.seconds, o1.seconds, o2.seconds);
   }
   const int any_failure = static_cast<int>(sum_over_ranks(*world, static_cast<std::uint64_t>(failures)));
 
@@ -298,18 +329,21 @@ int main(int argc, char** argv) {
     std::printf("## checkpoint benchmark: %s, %d ranks, %s -> %s, state %.2f GB (%.2f GB in files)\n\n",
                 model.name.c_str(), n, src.config().str().c_str(), dst.config().str().c_str(), state_total / gb,
                 files_total / gb);
-    std::printf("measured in this run (best of 3 probes): fsync'd write %.2f GB/s, cold read %.2f GB/s (all %d ranks at once)\n\n",
-                write_bw / gb, read_bw / gb, n);
+    std::printf("measured in this run (best of 3 probes): fsync'd write %.2f GB/s, cold read %.2f GB/s, cold read into fresh memory %.2f GB/s (all %d ranks at once)\n\n",
+                write_bw / gb, read_bw / gb, fresh_bw / gb, n);
     std::printf("(each row: best of 3 rounds)\n\n");
     std::printf("| operation | seconds | bytes | GB/s | of the disk's bandwidth |\n|---|---|---|---|---|\n");
     std::printf("| save (files + index + pointer, fsync'd) | %.3f | %.2f GB | %.2f | %.0f %% of write |\n", save_s,
                 files_total / gb, files_total / save_s / gb, 100.0 * files_total / save_s / write_bw);
     std::printf("| resume, same layout (cold cache) | %.3f | %.2f GB read | %.2f | %.0f %% of read |\n", same.seconds,
                 same.read / gb, same.read / same.seconds / gb, 100.0 * same.read / same.seconds / read_bw);
-    std::printf("| resume into %s (cold cache, fresh memory) | %.3f | %.2f GB read for %.2f GB loaded | %.2f read, %.2f loaded | %.0f %% of read |\n",
-                dst.config().str().c_str(), other.seconds, other.read / gb, other.loaded / gb,
-                other.read / other.seconds / gb, other.loaded / other.seconds / gb,
-                100.0 * other.read / other.seconds / read_bw);
+    for (const auto* o : {&other, &other2}) {
+      const auto& l = o == &other ? dst : dst2;
+      std::printf("| resume into %s (cold cache, fresh memory) | %.3f | %.2f GB read for %.2f GB loaded, %.2f GB of it in place; %llu reads | %.2f read, %.2f loaded | %.0f %% of read, %.0f %% of read into fresh memory |\n",
+                  l.config().str().c_str(), o->seconds, o->read / gb, o->loaded / gb, o->in_place / gb,
+                  static_cast<unsigned long long>(o->calls), o->read / o->seconds / gb, o->loaded / o->seconds / gb,
+                  100.0 * o->read / o->seconds / read_bw, 100.0 * o->read / o->seconds / fresh_bw);
+    }
     std::printf("\n| switch %s -> %s | seconds |\n|---|---|\n", src.config().str().c_str(), dst.config().str().c_str());
     std::printf("| online (exec engine), cold / warm | %.3f / %.3f |\n", online_cold, online_warm);
     if (restart_s >= 0) {

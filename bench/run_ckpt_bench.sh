@@ -3,11 +3,13 @@
 # runs the benchmark with it. The restart is the real one when BUILD_DIR/dynatrain has `train`:
 # `mpirun -np 4 dynatrain train` of tiny-dense for one step (MPI start-up, libtorch, the trainer's
 # groups and state, one small step, exit); else, and printed in any case, a bare mpirun of
-# bench_ckpt --restart-probe (MPI start-up and exit only). Under flock so that two benchmarks
-# never overlap on the shared machine.
+# bench_ckpt --restart-probe (MPI start-up and exit only). The whole script, restart timing
+# included, runs under flock /tmp/dt-bench.lock so that two benchmarks never overlap on the
+# shared machine and the restart is timed in the same run as the save, load and switch.
 #   bench/run_ckpt_bench.sh [BUILD_DIR] [--quick]
 # Checkpoint files go to DT_CKPT_DIR (default /tmp); needs ~7 GB of free memory.
 set -euo pipefail
+if [[ -z ${DT_BENCH_LOCKED:-} ]]; then DT_BENCH_LOCKED=1 exec flock /tmp/dt-bench.lock "$0" "$@"; fi
 build=${1:-build}
 shift || true
 exe="$build/bench_ckpt"
@@ -31,4 +33,4 @@ if "$build/dynatrain" train --help >/dev/null 2>&1 && ! "$build/dynatrain" train
     --threads 1 --schedule "0:tp=2,dp=2")
   echo "trainer restart (mpirun -np $np dynatrain train, tiny-dense, 1 step, best of 3): $best s (counted below)"
 fi
-exec flock /tmp/dt-bench.lock mpirun -np "$np" "$exe" --restart-s "$best" "$@"
+exec mpirun -np "$np" "$exe" --restart-s "$best" "$@"

@@ -366,9 +366,153 @@ bool sums_match(const json& sums, const std::byte* data, std::uint64_t lo, std::
   return true;
 }
 
+// The byte ranges [lo, hi) of an entry (`bytes` bytes, storage of box `sbox`) that a load of
+// `pieces` reads, in file order: every contiguous run the pieces need in the
+// entry's row-major storage (one per row for a split on dim 1, one in all for a split on dim 0)
+// widened to whole checksum chunks of `chunk` bytes (the whole entry when chunk == 0), then
+// merged with the next range when the gap between them is at most `merge_gap` bytes.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> read_ranges(const std::vector<const vps::Box*>& pieces,
+                                                                 const vps::Box& sbox, int elem,
+                                                                 std::uint64_t bytes, std::uint64_t chunk,
+                                                                 std::uint64_t merge_gap) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs, out;
+  if (bytes == 0) return out;
+  if (chunk == 0) return {{0, bytes}};
+  for (const vps::Box* piece : pieces)
+    exec::for_each_run(*piece, 0, piece->numel(), sbox, [&](std::int64_t at, std::int64_t n) {
+      const std::uint64_t lo = static_cast<std::uint64_t>(at) * elem, hi = static_cast<std::uint64_t>(at + n) * elem;
+      runs.emplace_back(lo / chunk * chunk, std::min(bytes, (hi + chunk - 1) / chunk * chunk));
+    });
+  std::sort(runs.begin(), runs.end());
+  for (const auto& run : runs) {
+    if (!out.empty() && run.first <= out.back().second + merge_gap)
+      out.back().second = std::max(out.back().second, run.second);
+    else
+      out.push_back(run);
+  }
+  return out;
+}
+
+
+// Reads bytes [lo, hi) of an entry straight into `out`, and the rest of the checksum chunks
+// that cover them (at most one chunk's worth at each end) into `margin`; checks every one of
+// those chunks. `chunk` == 0: the entry has one checksum (lo == 0 and hi == bytes). Returns the
+// file bytes read and the read calls (1-3).
+std::pair<std::uint64_t, int> read_in_place(const OpenFile& f, const StEntry& entry, const json& sums, std::uint64_t lo,
+                            std::uint64_t hi, std::uint64_t bytes, std::uint64_t chunk, std::byte* out,
+                            std::vector<std::byte>& margin) {
+  const std::uint64_t c = chunk > 0 ? chunk : bytes;
+  const std::uint64_t a = lo / c * c, b = std::min(bytes, (hi + c - 1) / c * c);
+  margin.resize((lo - a) + (b - hi));
+  std::byte* head = margin.data();
+  std::byte* tail = margin.data() + (lo - a);
+  const std::uint64_t base = f.header.data_start + entry.begin;
+  const std::string& path = f.file.path();
+  if (lo > a) read_exact(f.file.fd(), head, lo - a, base + a, path);
+  read_exact(f.file.fd(), out, hi - lo, base + lo, path);
+  if (b > hi) read_exact(f.file.fd(), tail, b - hi, base + hi, path);
+  // The parts of chunk [x, y) among head [a, lo), out [lo, hi) and tail [hi, b).
+  auto part = [](std::uint64_t x, std::uint64_t y, std::uint64_t from, std::uint64_t to, const std::byte* p) {
+    const std::uint64_t s = std::max(x, from), e = std::min(y, to);
+    return ByteRun{p + (s - from), e > s ? e - s : 0};
+  };
+  for (std::uint64_t x = a; x < b; x += c) {
+    const std::uint64_t y = std::min(x + c, b);
+    const std::string sum = hex64(checksum_of_parts({part(x, y, a, lo, head), part(x, y, lo, hi, out), part(x, y, hi, b, tail)}));
+    const json& want = chunk > 0 ? sums[x / c] : sums;
+    if (!want.is_string() || want.get<std::string>() != sum)
+      DT_INPUT_ERROR("checkpoint file '", path, "': entry '", entry.name, "' fails its checksum: corrupted");
+  }
+  return {b - a, 1 + (lo > a) + (b > hi)};
+}
+
+// One entry a load reads from: pieces [first, last) of the load's sorted pieces come from it.
+struct Read {
+  std::size_t first = 0, last = 0;
+  const OpenFile* file = nullptr;
+  const StEntry* entry = nullptr;
+  const vps::Segment* segment = nullptr;  // the entry's segment in the saved layout
+  vps::StateKind kind{};
+};
+
+// Where a piece goes: its destination segment's storage in the rank's arenas.
+struct Destinations {
+  const vps::RankLayout& layout;
+  const Arenas& arenas;
+  std::pair<std::byte*, const vps::Segment*> of(const plan::Piece& q, int elem) const {
+    const vps::LocalBuffer& dbuf = layout.buffers.at(q.dst_buffer);
+    const vps::Segment& dseg = dbuf.segments.at(q.dst_segment);
+    std::byte* out = arenas.of_buffer(dbuf, elem);
+    DT_CHECK(out != nullptr, "no memory for a buffer of kind ", vps::state_kind_name(dbuf.kind));
+    return {out + dseg.offset * elem, &dseg};
+  }
+};
+
+// How one entry is read: pieces contiguous in the entry and at their destination straight into
+// place (with their chunks' margins), the others through the stage in `ranges`.
+struct Direct {
+  const plan::Piece* piece;
+  std::uint64_t lo, hi;  // the piece's bytes in the entry
+  std::byte* out;
+};
+struct Work {
+  std::vector<Direct> direct;
+  std::vector<const plan::Piece*> staged;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // of the staged pieces
+  const json* sums = nullptr;
+  std::uint64_t chunk = 0, bytes = 0;  // chunk 0: one checksum for the entry
+  int elem = 0;
+};
+// A file range a load will read, in order (for the prefetch window).
+struct Span {
+  int fd;
+  std::uint64_t offset, bytes;
+};
+
+// Plans the reads of entry `r` (element size `elem`) and appends their file ranges to `spans`.
+Work plan_entry(const Read& r, const std::vector<plan::Piece>& pieces, const Destinations& dsts, int elem,
+                std::uint64_t merge_gap, std::vector<Span>& spans) {
+  Work w;
+  w.elem = elem;
+  w.bytes = r.entry->end - r.entry->begin;
+  const auto sums = r.file->checksums.find(r.entry->name);
+  if (sum_missing(r.file->checksums, sums))
+    DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
+                   "' has no checksum: corrupted");
+  w.sums = &*sums;
+  w.chunk = sums->is_array() ? r.file->chunk_bytes : 0;
+  if (w.chunk > 0 && sums->size() != (w.bytes + w.chunk - 1) / w.chunk)
+    DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
+                   "' has the wrong number of checksums: corrupted");
+  const vps::Box& sbox = r.segment->box;
+  const std::uint64_t base = r.file->header.data_start + r.entry->begin;
+  const std::uint64_t c = w.chunk > 0 ? w.chunk : std::max<std::uint64_t>(w.bytes, 1);
+  std::vector<const vps::Box*> boxes;
+  for (std::size_t i = r.first; i < r.last; ++i) {
+    const plan::Piece& q = pieces[i];
+    const std::int64_t from = exec::contiguous_offset(q.box, 0, q.box.numel(), sbox);
+    const auto [out, dseg] = dsts.of(q, elem);
+    const std::int64_t at = exec::contiguous_offset(q.box, 0, q.box.numel(), dseg->box);
+    const std::uint64_t lo = static_cast<std::uint64_t>(from) * elem;
+    const std::uint64_t hi = lo + static_cast<std::uint64_t>(q.box.numel()) * elem;
+    if (from < 0 || at < 0 || (w.chunk == 0 && (lo != 0 || hi != w.bytes))) {
+      w.staged.push_back(&q);
+      boxes.push_back(&q.box);
+      continue;
+    }
+    w.direct.push_back({&q, lo, hi, out + at * elem});
+    const std::uint64_t a = lo / c * c, b = std::min(w.bytes, (hi + c - 1) / c * c);
+    spans.push_back({r.file->file.fd(), base + a, b - a});
+  }
+  w.ranges = read_ranges(boxes, sbox, elem, w.bytes, w.chunk, merge_gap);
+  for (const auto& [lo, hi] : w.ranges) spans.push_back({r.file->file.fd(), base + lo, hi - lo});
+  return w;
+}
+
 }  // namespace
 
-LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const Arenas& arenas) {
+LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const Arenas& arenas,
+                    const LoadOptions& options) {
   LoadStats stats;
   if (!vps::rank_coords(dst.config(), rank).active) return stats;
   std::vector<vps::StateKind> kinds;
@@ -397,14 +541,7 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
   std::map<int, vps::RankLayout> src_layouts;
   std::map<int, std::unique_ptr<OpenFile>> files;
 
-  // The reads: one whole entry per source segment that pieces come from.
-  struct Read {
-    std::size_t first = 0, last = 0;  // pieces [first, last)
-    const OpenFile* file = nullptr;
-    const StEntry* entry = nullptr;
-    const vps::Segment* segment = nullptr;
-    vps::StateKind kind{};
-  };
+  // The reads: one entry per source segment that pieces come from.
   std::vector<Read> reads;
   for (std::size_t i = 0; i < pieces.size();) {
     const plan::Piece& p = pieces[i];
@@ -431,67 +568,65 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
     r.entry = it->second;
     reads.push_back(r);
   }
-  std::vector<std::byte> stage;
-  for (const auto& r : reads) {
-    const int elem = dst.options().elem_bytes[static_cast<int>(r.kind)];
-    const std::size_t bytes = r.entry->end - r.entry->begin;
-    auto dst_of = [&](const plan::Piece& q) -> std::pair<std::byte*, const vps::Segment*> {
-      const vps::LocalBuffer& dbuf = dst_layout.buffers.at(q.dst_buffer);
-      const vps::Segment& dseg = dbuf.segments.at(q.dst_segment);
-      std::byte* out = arenas.of_buffer(dbuf, elem);
-      DT_CHECK(out != nullptr, "no memory for a buffer of kind ", vps::state_kind_name(dbuf.kind));
-      return {out + dseg.offset * elem, &dseg};
-    };
-    const auto sums = r.file->checksums.find(r.entry->name);
-    if (sum_missing(r.file->checksums, sums))
-      DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
-                     "' has no checksum: corrupted");
-    // The part of the entry the pieces need: rows [r0, r1) of its first dimension, contiguous in
-    // the file, widened to whole checksum chunks. Files without chunk sums are read whole.
-    const vps::Box& sbox = r.segment->box;
-    const std::uint64_t cb = sums->is_array() ? r.file->chunk_bytes : 0;
-    vps::Box part = sbox;
-    if (cb > 0 && bytes > 0) {
-      part.lo[0] = sbox.hi[0];
-      part.hi[0] = sbox.lo[0];
-      for (std::size_t i = r.first; i < r.last; ++i) {
-        part.lo[0] = std::min(part.lo[0], pieces[i].box.lo[0]);
-        part.hi[0] = std::max(part.hi[0], pieces[i].box.hi[0]);
-      }
+  const Destinations dsts{dst_layout, arenas};
+  std::vector<Span> spans;  // the file ranges in the order they are read, for the prefetch window
+  std::vector<Work> work;
+  for (const Read& r : reads)
+    work.push_back(plan_entry(r, pieces, dsts, dst.options().elem_bytes[static_cast<int>(r.kind)],
+                              options.merge_gap_bytes, spans));
+
+  // Prefetch: the kernel is asked for the next `prefetch_bytes` of file ranges ahead of the one
+  // being read (posix_fadvise WILLNEED, asynchronous), so the disk streams while this rank
+  // checks checksums and copies.
+  std::size_t next_span = 0;
+  std::uint64_t advised = 0, consumed = 0;
+  auto prefetch = [&](std::uint64_t done) {
+    if (options.prefetch_bytes == 0) return;
+    consumed += done;
+    while (next_span < spans.size() && advised < consumed + options.prefetch_bytes) {
+      const Span& sp = spans[next_span++];
+      advise_will_need(sp.fd, sp.offset, sp.bytes);
+      advised += sp.bytes;
     }
-    const std::uint64_t row_bytes = bytes == 0 ? 0 : bytes / static_cast<std::uint64_t>(sbox.extent(0));
-    const std::uint64_t need_lo = static_cast<std::uint64_t>(part.lo[0] - sbox.lo[0]) * row_bytes;
-    const std::uint64_t need_hi = static_cast<std::uint64_t>(part.hi[0] - sbox.lo[0]) * row_bytes;
-    const std::uint64_t read_lo = cb > 0 ? need_lo / cb * cb : 0;
-    const std::uint64_t read_hi = cb > 0 ? std::min<std::uint64_t>(bytes, (need_hi + cb - 1) / cb * cb) : bytes;
-    // One piece that is exactly the part read and one contiguous run at its destination is read
-    // in place.
-    const plan::Piece& q0 = pieces[r.first];
-    std::byte* target = nullptr;
-    if (r.last - r.first == 1 && q0.box == part && read_lo == need_lo && read_hi == need_hi) {
-      const auto [out, dseg] = dst_of(q0);
-      const std::int64_t at = exec::contiguous_offset(q0.box, 0, q0.box.numel(), dseg->box);
-      if (at >= 0) target = out + at * elem;
+  };
+  prefetch(0);
+
+  // One stage the size of the largest entry read through it, its pages touched only where
+  // bytes are read: the entry's storage at its own offsets, so pieces copy out with the entry's box.
+  std::unique_ptr<std::byte[]> stage;
+  std::uint64_t stage_bytes = 0;
+  std::vector<std::byte> margin;
+  for (std::size_t k = 0; k < reads.size(); ++k) {
+    const Read& r = reads[k];
+    const Work& w = work[k];
+    for (const Direct& d : w.direct) {
+      const auto [n, calls] = read_in_place(*r.file, *r.entry, *w.sums, d.lo, d.hi, w.bytes, w.chunk, d.out, margin);
+      stats.bytes_read += n;
+      stats.read_calls += calls;
+      stats.bytes_in_place += d.hi - d.lo;
+      stats.bytes_loaded += d.hi - d.lo;
+      prefetch(n);
     }
-    const bool in_place = target != nullptr;
-    if (!in_place) {
-      stage.resize(read_hi - read_lo);
-      target = stage.data();
+    if (w.staged.empty()) continue;
+    if (stage_bytes < w.bytes) {
+      stage.reset(new std::byte[w.bytes]);  // default-initialised: untouched until read into
+      stage_bytes = w.bytes;
     }
-    read_exact(r.file->file.fd(), target, read_hi - read_lo, r.file->header.data_start + r.entry->begin + read_lo,
-               r.file->file.path());
-    stats.bytes_read += read_hi - read_lo;
-    if (in_place) stats.bytes_in_place += read_hi - read_lo;
-    if (!sums_match(*sums, target, read_lo, read_hi, bytes, cb))
-      DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
-                     "' fails its checksum: corrupted");
-    const std::byte* from = target + (need_lo - read_lo);
-    for (std::size_t i = r.first; i < r.last; ++i) {
-      const plan::Piece& q = pieces[i];
-      stats.bytes_loaded += static_cast<std::uint64_t>(q.box.numel() * elem);
-      if (in_place) continue;
-      const auto [out, dseg] = dst_of(q);
-      exec::copy_box(q.box, from, part, out, dseg->box, elem);
+    for (const auto& [lo, hi] : w.ranges) {
+      std::byte* target = stage.get() + lo;
+      read_exact(r.file->file.fd(), target, hi - lo, r.file->header.data_start + r.entry->begin + lo,
+                 r.file->file.path());
+      stats.bytes_read += hi - lo;
+      ++stats.read_calls;
+      if (!sums_match(*w.sums, target, lo, hi, w.bytes, w.chunk))
+        DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
+                       "' fails its checksum: corrupted");
+      prefetch(hi - lo);
+    }
+    for (const plan::Piece* q : w.staged) {
+      stats.bytes_loaded += static_cast<std::uint64_t>(q->box.numel() * w.elem);
+      const auto [out, dseg] = dsts.of(*q, w.elem);
+      exec::copy_box(q->box, stage.get(), r.segment->box, out, dseg->box, w.elem);  // touches only bytes read
     }
   }
   return stats;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "common/error.h"
 
@@ -40,6 +41,10 @@ std::uint64_t File::size() const {
 
 void File::sync() const {
   if (::fsync(fd_) != 0) DT_INPUT_ERROR("fsync of '", path_, "' failed: ", std::strerror(errno));
+}
+
+void advise_will_need(int fd, std::uint64_t offset, std::uint64_t bytes) {
+  if (bytes > 0) ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes), POSIX_FADV_WILLNEED);
 }
 
 void read_exact(int fd, void* buf, std::size_t bytes, std::uint64_t offset, const std::string& path) {
@@ -101,6 +106,14 @@ std::string read_small_file(const std::string& path, std::uint64_t max_bytes) {
 }
 
 std::uint64_t checksum(const void* data, std::size_t bytes) { return XXH3_64bits(data, bytes); }
+
+std::uint64_t checksum_of_parts(const std::vector<ByteRun>& parts) {
+  const std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> state(XXH3_createState(), XXH3_freeState);
+  DT_CHECK(state != nullptr, "out of memory for a checksum state");
+  XXH3_64bits_reset(state.get());
+  for (const auto& p : parts) XXH3_64bits_update(state.get(), p.data, p.bytes);
+  return XXH3_64bits_digest(state.get());
+}
 
 std::string hex64(std::uint64_t x) {
   char buf[17];

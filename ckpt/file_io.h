@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dynatrain::ckpt {
 
@@ -29,6 +30,9 @@ class File {
   std::string path_;
 };
 
+// Asks the kernel to start reading [offset, offset + bytes) into the page cache and returns at
+// once (posix_fadvise WILLNEED); a hint: failures are ignored.
+void advise_will_need(int fd, std::uint64_t offset, std::uint64_t bytes);
 void read_exact(int fd, void* buf, std::size_t bytes, std::uint64_t offset, const std::string& path);
 void write_exact(int fd, const void* buf, std::size_t bytes, std::uint64_t offset, const std::string& path);
 // fsync of a directory, so that entries created or renamed in it are durable.
@@ -38,6 +42,13 @@ void write_file_atomic(const std::string& path, const std::string& content);
 std::string read_small_file(const std::string& path, std::uint64_t max_bytes);
 
 std::uint64_t checksum(const void* data, std::size_t bytes);
+// The checksum of `parts` laid end to end: equal to checksum() of the concatenated bytes, for
+// a chunk read into several places (its margins into a scratch buffer, the rest into place).
+struct ByteRun {
+  const void* data;
+  std::size_t bytes;
+};
+std::uint64_t checksum_of_parts(const std::vector<ByteRun>& parts);
 std::string hex64(std::uint64_t x);  // 16 lowercase hex digits
 
 }  // namespace dynatrain::ckpt

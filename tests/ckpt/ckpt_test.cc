@@ -44,12 +44,13 @@ std::string fresh_dir(const std::string& name) {
 
 // Loads every rank of `dst` from the latest checkpoint of `dir` and checks every segment byte.
 // Returns the bytes read in place (no staging copy); `read` (if given) gets the file bytes read.
-std::uint64_t expect_loads_exactly(const std::string& dir, const vps::Layout& dst, std::uint64_t* read = nullptr) {
+std::uint64_t expect_loads_exactly(const std::string& dir, const vps::Layout& dst, std::uint64_t* read = nullptr,
+                                   const LoadOptions& options = {}) {
   const Checkpoint c = open_latest(dir, dst.model());
   std::uint64_t loaded = 0, expected = 0, in_place = 0;
   for (int r = 0; r < dst.config().world_size(); ++r) {
     OwnedArenas a = allocate(dst, r);
-    const LoadStats stats = load_rank(c, dst, r, a.view());
+    const LoadStats stats = load_rank(c, dst, r, a.view(), options);
     loaded += stats.bytes_loaded;
     in_place += stats.bytes_in_place;
     if (read) *read += stats.bytes_read;
@@ -98,34 +99,84 @@ TEST(Checkpoint, PartialReadsReadOnlyTheChunksTheyNeedAndVerifyThem) {
   save_filled(partial, 1, from, 256);
   std::uint64_t read_whole = 0, read_partial = 0;
   expect_loads_exactly(whole, to, &read_whole);
-  expect_loads_exactly(partial, to, &read_partial);
+  // Pieces contiguous in the entry and at their destination are read straight into place, the
+  // chunk margins around them into scratch, and every chunk is checked.
+  EXPECT_GT(expect_loads_exactly(partial, to, &read_partial), 0u);
   EXPECT_LT(read_partial * 4, read_whole * 3) << read_partial << " vs " << read_whole;  // 0.73 here
   expect_loads_exactly(partial, layout("tiny-dense", "tp=2,pp=2,dp=1,zero=1"));  // ZeRO shards, pp
 
-  // Flip one byte in the middle of rank 0's data: a load that reads that chunk is refused.
+  // Flip one byte of rank 0's data at several places (in-place reads, their margins, staged
+  // reads): a load that reads that chunk is refused each time.
   const std::string file = partial + "/step-00000001/" + rank_file_name(0);
   const auto size = fs::file_size(file);
-  {
+  auto flip = [&](std::uint64_t at) {
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(size / 2));
+    f.seekp(static_cast<std::streamoff>(at));
     char byte = 0;
     f.read(&byte, 1);
     byte = static_cast<char>(byte ^ 0x5a);
-    f.seekp(static_cast<std::streamoff>(size / 2));
+    f.seekp(static_cast<std::streamoff>(at));
     f.write(&byte, 1);
-  }
+  };
   const Checkpoint c = open_latest(partial, to.model());
-  int refused = 0;
-  for (int r = 0; r < to.config().world_size(); ++r) {
-    OwnedArenas a = allocate(to, r);
-    try {
-      load_rank(c, to, r, a.view());
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("fails its checksum: corrupted"), std::string::npos) << e.what();
-      ++refused;
+  for (const std::uint64_t at : {size / 3, size / 2, size / 2 + 300, size - 10}) {
+    SCOPED_TRACE(at);
+    flip(at);
+    int refused = 0;
+    for (int r = 0; r < to.config().world_size(); ++r) {
+      OwnedArenas a = allocate(to, r);
+      try {
+        load_rank(c, to, r, a.view());
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("fails its checksum: corrupted"), std::string::npos) << e.what();
+        ++refused;
+      }
     }
+    EXPECT_GE(refused, 1);
+    flip(at);  // restored: the next place is the only bad byte
   }
-  EXPECT_GE(refused, 1);
+  EXPECT_EQ(expect_loads_exactly(partial, to), expect_loads_exactly(partial, to));
+}
+
+TEST(Checkpoint, ChecksumOfPartsEqualsChecksumOfTheWhole) {
+  std::vector<std::byte> bytes(1000);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 7 + 3);
+  const std::uint64_t whole = checksum(bytes.data(), bytes.size());
+  EXPECT_EQ(checksum_of_parts({{bytes.data(), 1}, {bytes.data() + 1, 600}, {bytes.data() + 601, 399}}), whole);
+  EXPECT_EQ(checksum_of_parts({{bytes.data(), 0}, {bytes.data(), 1000}, {bytes.data(), 0}}), whole);
+  EXPECT_NE(checksum_of_parts({{bytes.data(), 600}, {bytes.data() + 601, 399}}), whole);
+}
+
+// Splits on dim 1 (row-parallel weights: attention output, fc2) are read in part too: with
+// chunks as small as a column block and no merging, a load into tp=4 from tp=1 reads exactly the
+// bytes it loads; with the default rule (gaps under 1 MiB are read) it reads those rows whole,
+// in fewer calls. Every destination byte is checked both ways.
+TEST(Checkpoint, PartialReadsOfDimOneSplitsReadColumnBlocksOrWholeRowsByTheGapRule) {
+  const auto from = layout("tiny-dense", "tp=1,zero=0");
+  const auto to = layout("tiny-dense", "tp=4,dp=1,zero=0");
+  const std::string dir = fresh_dir("dim1");
+  save_filled(dir, 1, from, 32);  // a tp=4 column block of a bf16 row is 32 bytes, of fp32 64
+  std::uint64_t expected = 0;
+  for (int r = 0; r < to.config().world_size(); ++r)
+    for (const auto& b : to.rank_layout(r).buffers)
+      for (const auto& s : b.segments)
+        expected += static_cast<std::uint64_t>(s.box.numel()) * to.options().elem_bytes[static_cast<int>(b.kind)];
+  LoadOptions blocks;
+  blocks.merge_gap_bytes = 0;
+  std::uint64_t read_blocks = 0, read_rows = 0;
+  expect_loads_exactly(dir, to, &read_blocks, blocks);
+  expect_loads_exactly(dir, to, &read_rows);
+  EXPECT_EQ(read_blocks, expected);  // not one byte more than loaded
+  // Whole rows: each of the 4 ranks reads every row-parallel entry whole.
+  EXPECT_GT(read_rows, expected + expected / 10) << read_rows << " vs " << expected;
+
+  // The call counts follow the rule: one read per row of each needed column block without
+  // merging, one per entry with it.
+  const Checkpoint c = open_latest(dir, to.model());
+  OwnedArenas a = allocate(to, 1), b = allocate(to, 1);
+  const LoadStats per_block = load_rank(c, to, 1, a.view(), blocks), merged = load_rank(c, to, 1, b.view());
+  EXPECT_GT(per_block.read_calls, merged.read_calls * 10) << per_block.read_calls << " vs " << merged.read_calls;
+  EXPECT_EQ(a.kind, b.kind);
 }
 
 // A tiny DeepSeek-style model: MLA with a query low-rank projection, shared experts, router
