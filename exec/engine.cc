@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "exec/box_copy.h"
+#include "exec/wave_agreement.h"
 
 namespace dynatrain::exec {
 namespace {
@@ -364,7 +365,7 @@ class Engine {
 
   // Every rank publishes, per key, its load (bytes read from source + bytes written to
   // destination) and its net growth (bytes written - bytes read); cut_waves orders and cuts the
-  // keys from these, identically on every rank.
+  // keys from these, identically on every rank (exec/wave_agreement.h).
   void agree_waves() {
     const std::size_t nkeys = key_base_.back();
     std::vector<float> mine(2 * nkeys, 0.f);
@@ -375,68 +376,14 @@ class Engine {
     for (const auto& p : wp_.keep) add(dst_key(p), piece_bytes(p), piece_bytes(p));
     for (const auto& [q, v] : wp_.send) for (const auto& p : v) add(src_key(p), piece_bytes(p), 0);
     for (const auto& [q, v] : wp_.recv) for (const auto& p : v) add(dst_key(p), 0, piece_bytes(p));
-    key_stats_ = comm::all_gather_values(t_, mine);
-  }
-  float load_of(int r, std::size_t k) const { return key_stats_[(static_cast<std::size_t>(r) * key_base_.back() + k) * 2]; }
-  float net_of(int r, std::size_t k) const { return key_stats_[(static_cast<std::size_t>(r) * key_base_.back() + k) * 2 + 1]; }
-
-  // The key sequence of an order. kBalanced merges the ascending and the descending sequence:
-  // at each step it takes the front or the back key, whichever keeps the worst rank's running
-  // growth (relative to its final growth) lower, so that ranks whose destination sits at low
-  // keys and ranks whose destination sits at high keys are served in turn.
-  std::vector<std::size_t> key_sequence(WaveOrder order) const {
-    const std::size_t n = key_base_.back();
-    std::vector<std::size_t> seq;
-    seq.reserve(n);
-    if (order != WaveOrder::kBalanced) {
-      for (std::size_t i = 0; i < n; ++i) seq.push_back(order == WaveOrder::kDescending ? n - 1 - i : i);
-      return seq;
-    }
-    const int W = t_.size();
-    std::vector<double> run(static_cast<std::size_t>(W), 0.0), fin(static_cast<std::size_t>(W), 0.0);
-    for (int r = 0; r < W; ++r)
-      for (std::size_t k = 0; k < n; ++k) fin[r] += net_of(r, k);
-    auto cost = [&](std::size_t k) {
-      double worst = -1e300;
-      for (int r = 0; r < W; ++r) worst = std::max(worst, run[r] + net_of(r, k) - std::max(0.0, fin[r]));
-      return worst;
-    };
-    std::size_t lo = 0, hi = n;  // keys [lo, hi) remain
-    while (lo < hi) {
-      const std::size_t k = cost(lo) <= cost(hi - 1) ? lo++ : --hi;
-      for (int r = 0; r < W; ++r) run[r] += net_of(r, k);
-      seq.push_back(k);
-    }
-    return seq;
+    wave_stats_ = {t_.size(), nkeys, comm::all_gather_values(t_, mine)};
   }
 
-  // Cuts the key sequence of `order` into waves: a new wave starts before a key that would push
-  // some rank's wave load past mem_budget / 8. Then cuts the chunks of every wave.
+  // The waves of `order` (exec::cut_waves), then the chunks of every wave.
   void cut_waves(WaveOrder order) {
-    const int W = t_.size();
-    const std::vector<std::size_t> seq = key_sequence(order);
-    const double target = static_cast<double>(opt_.mem_budget) / 16;
-    wave_of_key_.assign(seq.size(), 0);
-    std::vector<double> cur(static_cast<std::size_t>(W), 0.0);
-    int wave = 0;
-    bool open = false;  // the current wave holds some load
-    for (std::size_t k : seq) {
-      bool any = false, over = false;
-      for (int r = 0; r < W; ++r) {
-        const double v = load_of(r, k);
-        any |= v > 0;
-        over |= cur[r] + v > target;
-      }
-      if (any && over && open) {
-        ++wave;
-        std::fill(cur.begin(), cur.end(), 0.0);
-        open = false;
-      }
-      for (int r = 0; r < W; ++r) cur[r] += load_of(r, k);
-      open |= any;
-      wave_of_key_[k] = wave;
-    }
-    nwaves_ = seq.empty() ? 0 : wave + 1;
+    WaveCut cut = exec::cut_waves(wave_stats_, order, opt_.mem_budget);
+    wave_of_key_ = std::move(cut.wave_of_key);
+    nwaves_ = cut.waves;
     build_chunks();
   }
 
@@ -1021,7 +968,7 @@ class Engine {
   // Per destination buffer: the (byte offset, bytes) page ranges remapped keeps fill, sorted.
   std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> dst_remapped_;
   std::vector<int> wave_of_key_;
-  std::vector<float> key_stats_;  // all ranks' (load, net) per key (agree_waves)
+  WaveStats wave_stats_;  // all ranks' (load, net) per key (agree_waves)
   int nwaves_ = 0;
   std::vector<std::vector<std::uint32_t>> keeps_;
   std::vector<std::map<int, PeerWork>> work_;
