@@ -109,13 +109,10 @@ class Engine {
         cut_waves(kCandidates[i]);
         mine[i] = static_cast<double>(execute(true)) - static_cast<double>(floor);
       }
-      const auto all = comm::all_gather_values(t_, mine);
+      const std::vector<double> worst = max_over_ranks(kAgreeOrder, mine);
       double best = 0;
-      for (int i = 0; i < 3; ++i) {
-        double worst = -1e300;
-        for (int r = 0; r < t_.size(); ++r) worst = std::max(worst, all[static_cast<std::size_t>(r) * 3 + i]);
-        if (i == 0 || worst < best) best = worst, order = kCandidates[i];
-      }
+      for (int i = 0; i < 3; ++i)
+        if (i == 0 || worst[i] < best) best = worst[i], order = kCandidates[i];
     }
     cut_waves(order);
     trace_ = opt_.trace;
@@ -281,6 +278,26 @@ class Engine {
   }
   bool adopted(const plan::Piece& p) const { return adopted_src_[p.src_buffer] == static_cast<int>(p.dst_buffer); }
 
+  // The element-wise maximum of `mine` over all ranks (each agreement step is one): an all_gather
+  // over the transport, or, when every rank is a thread of this process, one shared copy
+  // (TransitionOptions::shared_waves). Values are exact up to 2^53 either way.
+  enum AgreeStep { kAgreeTensors, kAgreeSlabs, kAgreeOrder };
+  template <typename T>
+  std::vector<T> max_over_ranks(AgreeStep step, const std::vector<T>& mine) {
+    std::vector<T> out = mine;
+    if (opt_.shared_waves) {
+      opt_.shared_waves->give_max(step, t_.rank(), t_.size(), std::vector<double>(mine.begin(), mine.end()));
+      t_.barrier();  // every rank's values are in
+      const std::vector<double> most = opt_.shared_waves->max_of(step);
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(most[i]);
+      return out;
+    }
+    const std::vector<T> all = comm::all_gather_values(t_, mine);
+    for (int r = 0; r < t_.size(); ++r)
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = std::max(out[i], all[static_cast<std::size_t>(r) * out.size() + i]);
+    return out;
+  }
+
   // Slabs: every tensor is cut along dim 0 into slabs of `slab_rows_[t]` rows, so that one
   // slab of the whole tensor holds at most mem_budget / 16 bytes. A dim-0 slab of any box is
   // one contiguous run of its row-major storage, so a slab's bytes sit together in every
@@ -291,8 +308,7 @@ class Engine {
     for (const auto& p : plan_.keep) see_t(p);
     for (const auto& [q, v] : plan_.send) for (const auto& p : v) see_t(p);
     for (const auto& [q, v] : plan_.recv) for (const auto& p : v) see_t(p);
-    const auto all_t = comm::all_gather_values(t_, local_t);
-    tensors_ = static_cast<std::size_t>(*std::max_element(all_t.begin(), all_t.end()));
+    tensors_ = static_cast<std::size_t>(max_over_ranks(kAgreeTensors, std::vector<std::uint64_t>{local_t})[0]);
     // Per tensor: (rows = largest dim-0 end, row = largest row length in elements).
     std::vector<std::uint64_t> mine(2 * tensors_, 0);
     auto see = [&](const plan::Piece& p) {
@@ -305,17 +321,13 @@ class Engine {
     for (const auto& p : plan_.keep) see(p);
     for (const auto& [q, v] : plan_.send) for (const auto& p : v) see(p);
     for (const auto& [q, v] : plan_.recv) for (const auto& p : v) see(p);
-    const auto all = comm::all_gather_values(t_, mine);
+    const std::vector<std::uint64_t> most = max_over_ranks(kAgreeSlabs, mine);
     const std::uint64_t slab_elems = std::max<std::uint64_t>(1, opt_.mem_budget / 16 / 4);
     slab_rows_.assign(tensors_, 1);
     key_base_.assign(2 * vps::kNumStateKinds * tensors_ + 1, 0);
     std::vector<std::uint64_t> slabs(tensors_, 1);
     for (std::size_t t = 0; t < tensors_; ++t) {
-      std::uint64_t rows = 0, row = 1;
-      for (int r = 0; r < t_.size(); ++r) {
-        rows = std::max(rows, all[static_cast<std::size_t>(r) * 2 * tensors_ + 2 * t]);
-        row = std::max(row, all[static_cast<std::size_t>(r) * 2 * tensors_ + 2 * t + 1]);
-      }
+      const std::uint64_t rows = most[2 * t], row = std::max<std::uint64_t>(1, most[2 * t + 1]);
       slab_rows_[t] = static_cast<std::int64_t>(std::max<std::uint64_t>(1, slab_elems / row));
       slabs[t] = std::max<std::uint64_t>(1, (rows + slab_rows_[t] - 1) / slab_rows_[t]);
     }
@@ -376,14 +388,25 @@ class Engine {
     for (const auto& p : wp_.keep) add(dst_key(p), piece_bytes(p), piece_bytes(p));
     for (const auto& [q, v] : wp_.send) for (const auto& p : v) add(src_key(p), piece_bytes(p), 0);
     for (const auto& [q, v] : wp_.recv) for (const auto& p : v) add(dst_key(p), 0, piece_bytes(p));
-    wave_stats_ = {t_.size(), nkeys, comm::all_gather_values(t_, mine)};
+    if (opt_.shared_waves) {
+      opt_.shared_waves->contribute(t_.rank(), t_.size(), mine);
+      t_.barrier();  // every rank's stats are in
+    } else {
+      wave_stats_ = {t_.size(), nkeys, comm::all_gather_values(t_, mine)};
+    }
   }
 
   // The waves of `order` (exec::cut_waves), then the chunks of every wave.
   void cut_waves(WaveOrder order) {
-    WaveCut cut = exec::cut_waves(wave_stats_, order, opt_.mem_budget);
-    wave_of_key_ = std::move(cut.wave_of_key);
-    nwaves_ = cut.waves;
+    if (opt_.shared_waves) {
+      const auto cut = opt_.shared_waves->cut(order, opt_.mem_budget);
+      wave_of_key_ = cut->wave_of_key;
+      nwaves_ = cut->waves;
+    } else {
+      WaveCut cut = exec::cut_waves(wave_stats_, order, opt_.mem_budget);
+      wave_of_key_ = std::move(cut.wave_of_key);
+      nwaves_ = cut.waves;
+    }
     build_chunks();
   }
 

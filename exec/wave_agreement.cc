@@ -89,4 +89,28 @@ std::shared_ptr<const WaveCut> SharedWaveAgreement::cut(WaveOrder order, std::si
   return c;
 }
 
+void SharedWaveAgreement::give_max(int step, int rank, int world, const std::vector<double>& mine) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Max& m = maxes_[step];
+  if (m.given.empty()) {
+    m.values = mine;
+    m.given.assign(static_cast<std::size_t>(world), 0);
+  }
+  DT_CHECK(m.given.size() == static_cast<std::size_t>(world) && mine.size() == m.values.size(), "rank ", rank,
+           " gives ", mine.size(), " values to agreement step ", step, " in a world of ", world, "; expected ",
+           m.values.size(), " in ", m.given.size());
+  DT_CHECK(rank >= 0 && rank < world && !m.given[rank], "rank ", rank, " gives agreement step ", step, " twice or is out of range");
+  m.given[rank] = 1;
+  for (std::size_t i = 0; i < mine.size(); ++i) m.values[i] = std::max(m.values[i], mine[i]);
+}
+
+std::vector<double> SharedWaveAgreement::max_of(int step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = maxes_.find(step);
+  DT_CHECK(it != maxes_.end() && std::count(it->second.given.begin(), it->second.given.end(), 1) ==
+                                     static_cast<std::ptrdiff_t>(it->second.given.size()),
+           "agreement step ", step, " read before every rank gave its values");
+  return it->second.values;
+}
+
 }  // namespace dynatrain::exec

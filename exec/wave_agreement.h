@@ -48,6 +48,7 @@ WaveCut cut_waves(const WaveStats& stats, WaveOrder order, std::size_t mem_budge
 // One wave agreement shared by all ranks of one switch that run as threads of one process.
 // Protocol per rank: contribute(own row), a barrier on the transport (every row is in), then
 // cut() as often as needed. Thread-safe; the cut of each (order, budget) is computed once.
+// One object serves one switch: each rank contributes once and gives each step once.
 class SharedWaveAgreement {
  public:
   // `mine` is the rank's 2 * keys floats (load, net per key); every rank gives the same world
@@ -55,11 +56,22 @@ class SharedWaveAgreement {
   void contribute(int rank, int world, const std::vector<float>& mine);
   std::shared_ptr<const WaveCut> cut(WaveOrder order, std::size_t mem_budget);
 
+  // The engine's other agreement steps (tensor count, slab rows, wave order) are element-wise
+  // maxima over ranks. Protocol per rank and step: give_max, a barrier, max_of. Every rank of a
+  // step gives the same number of values (InvariantError otherwise).
+  void give_max(int step, int rank, int world, const std::vector<double>& mine);
+  std::vector<double> max_of(int step);
+
  private:
+  struct Max {
+    std::vector<double> values;
+    std::vector<char> given;  // per rank
+  };
   std::mutex mu_;
   WaveStats stats_;
   std::vector<char> given_;  // per rank: its row is in
   std::map<std::pair<int, std::size_t>, std::shared_ptr<const WaveCut>> cuts_;
+  std::map<int, Max> maxes_;  // per step
 };
 
 }  // namespace dynatrain::exec
