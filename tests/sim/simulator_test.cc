@@ -1,11 +1,14 @@
 // The switch-time simulator on hand-checkable schedules, and on the engine's own traces.
 #include <gtest/gtest.h>
 
+#include "comm/inproc/inproc_transport.h"
 #include "common/error.h"
+#include "exec/pool_allocator.h"
 #include "plan/planner.h"
 #include "sim/link_bound.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
+#include "testing/fill.h"
 #include "vps/model_spec.h"
 
 namespace dynatrain::sim {
@@ -176,6 +179,81 @@ TEST(Simulator, EngineTracesOfARealSwitchPairUpAndRespectTheBound) {
   const LinkBound bound = link_lower_bound(planner.plan_all(), lo.elem_bytes, c);
   EXPECT_GE(r.seconds, bound.busiest_link_seconds * (1 - 1e-9));
   EXPECT_LT(r.seconds, 10 * bound.seconds);
+}
+
+// The tracer shares one wave agreement among all processes (exec/wave_agreement.h); its traces
+// must be the schedules a real run performs. Each process here runs the engine for real (data,
+// the pool allocator, its own all-gathered agreement) and records the trace of the dry run
+// that precedes its real run; every event must match the shared path's, and every destination
+// byte must hold the oracle's value. Page-aligned layouts, so kept runs are remapped.
+TEST(Simulator, SharedAgreementTracesEqualARealRunsTraces) {
+  vps::ModelSpec model = vps::model_from_name("tiny-dense");  // scaled up: 0.5-4 MiB buffers
+  model.hidden = 256;
+  model.head_dim = model.hidden / model.heads;
+  model.vocab = 2048;
+  model.ffn = 704;
+  vps::LayoutOptions lo;
+  lo.bucket_elems = 40'000'000;
+  lo.align_elems = vps::kPageAlignElems;
+  for (const auto& [from, to] : {std::pair<const char*, const char*>{"pp=2,dp=2", "tp=2,pp=2"}, {"tp=2,dp=2", "dp=3"}}) {
+    SCOPED_TRACE(std::string(from) + " -> " + to);
+    const vps::Layout src(model, vps::ParallelConfig::parse(from), lo);
+    const vps::Layout dst(model, vps::ParallelConfig::parse(to), lo);
+    const int world = std::max(src.config().world_size(), dst.config().world_size());
+    const plan::Topology topo = toy(2, 1).topology(world);
+    const plan::Planner planner(src, dst, topo);
+    exec::TransitionOptions opt;
+    opt.mem_budget = 1 << 20;  // several waves
+    opt.topology = topo;
+    const auto shared = trace_switch(planner, lo.elem_bytes, opt);
+
+    const auto plans = planner.plan_all();
+    std::vector<ScheduleTrace> real(static_cast<std::size_t>(world));
+    std::vector<std::string> wrong(static_cast<std::size_t>(world));
+    comm::run_ranks(world, [&](comm::Transport& t) {
+      const int me = t.rank();
+      const vps::RankLayout sl = planner.src_rank_layout(me), dl = planner.dst_rank_layout(me);
+      exec::PoolAllocator pool;
+      std::vector<std::byte*> a, b;
+      for (const auto& buf : sl.buffers) {
+        const int e = lo.elem_bytes[static_cast<int>(buf.kind)];
+        a.push_back(pool.allocate(static_cast<std::size_t>(buf.numel) * e));
+        testing::fill_buffer(src.tensors(), buf, e, a.back());
+      }
+      exec::TransitionOptions mine = opt;
+      mine.trace = &real[me];
+      exec::run_transition(plans[me], sl, a, dl, b, lo.elem_bytes, t, pool, mine);
+      for (std::size_t j = 0; j < dl.buffers.size(); ++j) {
+        const int e = lo.elem_bytes[static_cast<int>(dl.buffers[j].kind)];
+        if (auto m = testing::verify_buffer(dst.tensors(), dl.buffers[j], e, b[j])) wrong[me] = m->str(dst.tensors());
+        pool.release(b[j], static_cast<std::size_t>(dl.buffers[j].numel) * e);
+      }
+    });
+    ASSERT_EQ(shared.size(), real.size());
+    std::size_t keeps = 0, posts = 0;
+    for (int p = 0; p < world; ++p) {
+      EXPECT_EQ(wrong[p], "") << "process " << p;
+      ASSERT_EQ(shared[p].events.size(), real[p].events.size()) << "process " << p;
+      for (std::size_t i = 0; i < real[p].events.size(); ++i) {
+        const auto& x = shared[p].events[i];
+        const auto& y = real[p].events[i];
+        const auto fields = [](const exec::ScheduleEvent& e) {
+          return std::tuple(e.kind, e.wave, e.peer, e.round, e.send_bytes, e.recv_bytes, e.pack_bytes, e.unpack_bytes, e.bytes);
+        };
+        ASSERT_TRUE(fields(x) == fields(y)) << "process " << p << " event " << i << ": kind " << int(x.kind) << " / "
+                                            << int(y.kind) << ", bytes " << x.bytes << " / " << y.bytes << ", send "
+                                            << x.send_bytes << " / " << y.send_bytes;
+        keeps += y.kind == exec::ScheduleEvent::Kind::kKeep;
+        posts += y.kind == exec::ScheduleEvent::Kind::kPost;
+      }
+    }
+    EXPECT_GT(keeps, 0u);
+    EXPECT_GT(posts, static_cast<std::size_t>(world));
+    int waves = 0;
+    for (const auto& tr : real)
+      for (const auto& e : tr.events) waves = std::max(waves, e.wave + 1);
+    EXPECT_GE(waves, 2);
+  }
 }
 
 }  // namespace
