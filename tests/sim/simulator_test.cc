@@ -4,6 +4,7 @@
 #include "comm/inproc/inproc_transport.h"
 #include "common/error.h"
 #include "exec/pool_allocator.h"
+#include "exec/wave_agreement.h"
 #include "plan/planner.h"
 #include "sim/link_bound.h"
 #include "sim/simulator.h"
@@ -179,6 +180,40 @@ TEST(Simulator, EngineTracesOfARealSwitchPairUpAndRespectTheBound) {
   const LinkBound bound = link_lower_bound(planner.plan_all(), lo.elem_bytes, c);
   EXPECT_GE(r.seconds, bound.busiest_link_seconds * (1 - 1e-9));
   EXPECT_LT(r.seconds, 10 * bound.seconds);
+}
+
+// The wave cut by hand (exec/wave_agreement.h): budget 1600 -> a wave holds at most 100 bytes
+// of load per rank. Loads per key (rank 0; rank 1): 60;0, 30;50, 20;60, 0;0, 90;10. Ascending:
+// keys 0-1 fit (90; 50), key 2 would make rank 0 110 -> wave 1 takes keys 2-3 (20; 60), key 4
+// would make rank 0 110 -> wave 2. An empty key never opens a wave.
+TEST(WaveAgreement, CutsByHandAndSharedEqualsGathered) {
+  const std::vector<float> r0 = {60, -60, 30, -30, 20, 20, 0, 0, 90, 0}, r1 = {0, 0, 50, 50, 60, 0, 0, 0, 10, 10};
+  exec::WaveStats stats{2, 5, r0};
+  stats.values.insert(stats.values.end(), r1.begin(), r1.end());
+  const exec::WaveCut up = exec::cut_waves(stats, exec::WaveOrder::kAscending, 1600);
+  EXPECT_EQ(up.wave_of_key, (std::vector<int>{0, 0, 1, 1, 2}));
+  EXPECT_EQ(up.waves, 3);
+  const exec::WaveCut down = exec::cut_waves(stats, exec::WaveOrder::kDescending, 1600);
+  // Descending: keys 4-3 (90; 10), key 2 would make rank 0 110 -> wave 1 (20; 60), key 1 would
+  // make rank 1 110 -> wave 2 takes keys 1-0 (90; 50).
+  EXPECT_EQ(down.wave_of_key, (std::vector<int>{2, 2, 1, 0, 0}));
+  EXPECT_EQ(down.waves, 3);
+
+  exec::SharedWaveAgreement shared;
+  shared.contribute(1, 2, r1);
+  EXPECT_THROW(shared.cut(exec::WaveOrder::kAscending, 1600), InvariantError);  // rank 0 missing
+  shared.contribute(0, 2, r0);
+  EXPECT_THROW(shared.contribute(0, 2, r0), InvariantError);                    // twice
+  EXPECT_THROW(shared.contribute(1, 2, std::vector<float>(4)), InvariantError);  // other key count
+  for (auto order : {exec::WaveOrder::kAscending, exec::WaveOrder::kDescending, exec::WaveOrder::kBalanced}) {
+    const auto cut = shared.cut(order, 1600);
+    EXPECT_EQ(cut->wave_of_key, exec::cut_waves(stats, order, 1600).wave_of_key);
+    EXPECT_EQ(cut.get(), shared.cut(order, 1600).get());  // computed once
+  }
+  shared.give_max(7, 0, 2, {1, 5});
+  EXPECT_THROW(shared.max_of(7), InvariantError);
+  shared.give_max(7, 1, 2, {3, 2});
+  EXPECT_EQ(shared.max_of(7), (std::vector<double>{3, 5}));
 }
 
 // The tracer shares one wave agreement among all processes (exec/wave_agreement.h); its traces
