@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "exec/box_copy.h"
+#include "exec/wave_agreement.h"
 
 namespace dynatrain::exec {
 namespace {
@@ -108,13 +109,10 @@ class Engine {
         cut_waves(kCandidates[i]);
         mine[i] = static_cast<double>(execute(true)) - static_cast<double>(floor);
       }
-      const auto all = comm::all_gather_values(t_, mine);
+      const std::vector<double> worst = max_over_ranks(kAgreeOrder, mine);
       double best = 0;
-      for (int i = 0; i < 3; ++i) {
-        double worst = -1e300;
-        for (int r = 0; r < t_.size(); ++r) worst = std::max(worst, all[static_cast<std::size_t>(r) * 3 + i]);
-        if (i == 0 || worst < best) best = worst, order = kCandidates[i];
-      }
+      for (int i = 0; i < 3; ++i)
+        if (i == 0 || worst[i] < best) best = worst[i], order = kCandidates[i];
     }
     cut_waves(order);
     trace_ = opt_.trace;
@@ -280,6 +278,26 @@ class Engine {
   }
   bool adopted(const plan::Piece& p) const { return adopted_src_[p.src_buffer] == static_cast<int>(p.dst_buffer); }
 
+  // The element-wise maximum of `mine` over all ranks (each agreement step is one): an all_gather
+  // over the transport, or, when every rank is a thread of this process, one shared copy
+  // (TransitionOptions::shared_waves). Values are exact up to 2^53 either way.
+  enum AgreeStep { kAgreeTensors, kAgreeSlabs, kAgreeOrder };
+  template <typename T>
+  std::vector<T> max_over_ranks(AgreeStep step, const std::vector<T>& mine) {
+    std::vector<T> out = mine;
+    if (opt_.shared_waves) {
+      opt_.shared_waves->give_max(step, t_.rank(), t_.size(), std::vector<double>(mine.begin(), mine.end()));
+      t_.barrier();  // every rank's values are in
+      const std::vector<double> most = opt_.shared_waves->max_of(step);
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(most[i]);
+      return out;
+    }
+    const std::vector<T> all = comm::all_gather_values(t_, mine);
+    for (int r = 0; r < t_.size(); ++r)
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = std::max(out[i], all[static_cast<std::size_t>(r) * out.size() + i]);
+    return out;
+  }
+
   // Slabs: every tensor is cut along dim 0 into slabs of `slab_rows_[t]` rows, so that one
   // slab of the whole tensor holds at most mem_budget / 16 bytes. A dim-0 slab of any box is
   // one contiguous run of its row-major storage, so a slab's bytes sit together in every
@@ -290,8 +308,7 @@ class Engine {
     for (const auto& p : plan_.keep) see_t(p);
     for (const auto& [q, v] : plan_.send) for (const auto& p : v) see_t(p);
     for (const auto& [q, v] : plan_.recv) for (const auto& p : v) see_t(p);
-    const auto all_t = comm::all_gather_values(t_, local_t);
-    tensors_ = static_cast<std::size_t>(*std::max_element(all_t.begin(), all_t.end()));
+    tensors_ = static_cast<std::size_t>(max_over_ranks(kAgreeTensors, std::vector<std::uint64_t>{local_t})[0]);
     // Per tensor: (rows = largest dim-0 end, row = largest row length in elements).
     std::vector<std::uint64_t> mine(2 * tensors_, 0);
     auto see = [&](const plan::Piece& p) {
@@ -304,17 +321,13 @@ class Engine {
     for (const auto& p : plan_.keep) see(p);
     for (const auto& [q, v] : plan_.send) for (const auto& p : v) see(p);
     for (const auto& [q, v] : plan_.recv) for (const auto& p : v) see(p);
-    const auto all = comm::all_gather_values(t_, mine);
+    const std::vector<std::uint64_t> most = max_over_ranks(kAgreeSlabs, mine);
     const std::uint64_t slab_elems = std::max<std::uint64_t>(1, opt_.mem_budget / 16 / 4);
     slab_rows_.assign(tensors_, 1);
     key_base_.assign(2 * vps::kNumStateKinds * tensors_ + 1, 0);
     std::vector<std::uint64_t> slabs(tensors_, 1);
     for (std::size_t t = 0; t < tensors_; ++t) {
-      std::uint64_t rows = 0, row = 1;
-      for (int r = 0; r < t_.size(); ++r) {
-        rows = std::max(rows, all[static_cast<std::size_t>(r) * 2 * tensors_ + 2 * t]);
-        row = std::max(row, all[static_cast<std::size_t>(r) * 2 * tensors_ + 2 * t + 1]);
-      }
+      const std::uint64_t rows = most[2 * t], row = std::max<std::uint64_t>(1, most[2 * t + 1]);
       slab_rows_[t] = static_cast<std::int64_t>(std::max<std::uint64_t>(1, slab_elems / row));
       slabs[t] = std::max<std::uint64_t>(1, (rows + slab_rows_[t] - 1) / slab_rows_[t]);
     }
@@ -364,7 +377,7 @@ class Engine {
 
   // Every rank publishes, per key, its load (bytes read from source + bytes written to
   // destination) and its net growth (bytes written - bytes read); cut_waves orders and cuts the
-  // keys from these, identically on every rank.
+  // keys from these, identically on every rank (exec/wave_agreement.h).
   void agree_waves() {
     const std::size_t nkeys = key_base_.back();
     std::vector<float> mine(2 * nkeys, 0.f);
@@ -375,68 +388,25 @@ class Engine {
     for (const auto& p : wp_.keep) add(dst_key(p), piece_bytes(p), piece_bytes(p));
     for (const auto& [q, v] : wp_.send) for (const auto& p : v) add(src_key(p), piece_bytes(p), 0);
     for (const auto& [q, v] : wp_.recv) for (const auto& p : v) add(dst_key(p), 0, piece_bytes(p));
-    key_stats_ = comm::all_gather_values(t_, mine);
-  }
-  float load_of(int r, std::size_t k) const { return key_stats_[(static_cast<std::size_t>(r) * key_base_.back() + k) * 2]; }
-  float net_of(int r, std::size_t k) const { return key_stats_[(static_cast<std::size_t>(r) * key_base_.back() + k) * 2 + 1]; }
-
-  // The key sequence of an order. kBalanced merges the ascending and the descending sequence:
-  // at each step it takes the front or the back key, whichever keeps the worst rank's running
-  // growth (relative to its final growth) lower, so that ranks whose destination sits at low
-  // keys and ranks whose destination sits at high keys are served in turn.
-  std::vector<std::size_t> key_sequence(WaveOrder order) const {
-    const std::size_t n = key_base_.back();
-    std::vector<std::size_t> seq;
-    seq.reserve(n);
-    if (order != WaveOrder::kBalanced) {
-      for (std::size_t i = 0; i < n; ++i) seq.push_back(order == WaveOrder::kDescending ? n - 1 - i : i);
-      return seq;
+    if (opt_.shared_waves) {
+      opt_.shared_waves->contribute(t_.rank(), t_.size(), mine);
+      t_.barrier();  // every rank's stats are in
+    } else {
+      wave_stats_ = {t_.size(), nkeys, comm::all_gather_values(t_, mine)};
     }
-    const int W = t_.size();
-    std::vector<double> run(static_cast<std::size_t>(W), 0.0), fin(static_cast<std::size_t>(W), 0.0);
-    for (int r = 0; r < W; ++r)
-      for (std::size_t k = 0; k < n; ++k) fin[r] += net_of(r, k);
-    auto cost = [&](std::size_t k) {
-      double worst = -1e300;
-      for (int r = 0; r < W; ++r) worst = std::max(worst, run[r] + net_of(r, k) - std::max(0.0, fin[r]));
-      return worst;
-    };
-    std::size_t lo = 0, hi = n;  // keys [lo, hi) remain
-    while (lo < hi) {
-      const std::size_t k = cost(lo) <= cost(hi - 1) ? lo++ : --hi;
-      for (int r = 0; r < W; ++r) run[r] += net_of(r, k);
-      seq.push_back(k);
-    }
-    return seq;
   }
 
-  // Cuts the key sequence of `order` into waves: a new wave starts before a key that would push
-  // some rank's wave load past mem_budget / 8. Then cuts the chunks of every wave.
+  // The waves of `order` (exec::cut_waves), then the chunks of every wave.
   void cut_waves(WaveOrder order) {
-    const int W = t_.size();
-    const std::vector<std::size_t> seq = key_sequence(order);
-    const double target = static_cast<double>(opt_.mem_budget) / 16;
-    wave_of_key_.assign(seq.size(), 0);
-    std::vector<double> cur(static_cast<std::size_t>(W), 0.0);
-    int wave = 0;
-    bool open = false;  // the current wave holds some load
-    for (std::size_t k : seq) {
-      bool any = false, over = false;
-      for (int r = 0; r < W; ++r) {
-        const double v = load_of(r, k);
-        any |= v > 0;
-        over |= cur[r] + v > target;
-      }
-      if (any && over && open) {
-        ++wave;
-        std::fill(cur.begin(), cur.end(), 0.0);
-        open = false;
-      }
-      for (int r = 0; r < W; ++r) cur[r] += load_of(r, k);
-      open |= any;
-      wave_of_key_[k] = wave;
+    if (opt_.shared_waves) {
+      const auto cut = opt_.shared_waves->cut(order, opt_.mem_budget);
+      wave_of_key_ = cut->wave_of_key;
+      nwaves_ = cut->waves;
+    } else {
+      WaveCut cut = exec::cut_waves(wave_stats_, order, opt_.mem_budget);
+      wave_of_key_ = std::move(cut.wave_of_key);
+      nwaves_ = cut.waves;
     }
-    nwaves_ = seq.empty() ? 0 : wave + 1;
     build_chunks();
   }
 
@@ -1021,7 +991,7 @@ class Engine {
   // Per destination buffer: the (byte offset, bytes) page ranges remapped keeps fill, sorted.
   std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> dst_remapped_;
   std::vector<int> wave_of_key_;
-  std::vector<float> key_stats_;  // all ranks' (load, net) per key (agree_waves)
+  WaveStats wave_stats_;  // all ranks' (load, net) per key (agree_waves)
   int nwaves_ = 0;
   std::vector<std::vector<std::uint32_t>> keeps_;
   std::vector<std::map<int, PeerWork>> work_;

@@ -93,10 +93,12 @@ class StateAllocator : public MemoryOps {
   }
 };
 
+class SharedWaveAgreement;  // exec/wave_agreement.h
+
 // Processing order of the waves. kAuto: every rank predicts its peak for both orders (a dry
 // run of its own schedule, no communication) and all ranks take the order whose worst rank
 // overshoots max(source, destination) the least.
-// kBalanced interleaves keys from both ends (engine.cc: key_sequence) for switches where some
+// kBalanced interleaves keys from both ends (exec/wave_agreement.cc: key_sequence) for switches where some
 // ranks build their destination at low keys and others at high keys.
 enum class WaveOrder : std::uint8_t { kAuto, kAscending, kDescending, kBalanced };
 
@@ -116,6 +118,11 @@ struct TransitionOptions {
   // Agree and dry-run only (for the simulator, sim/trace.h): no data moves, nothing is
   // allocated or released, `src` may hold nullptr for every buffer and `dst` stays empty.
   bool dry_only = false;
+  // When set, the wave agreement is this one object shared by every rank of the switch, all
+  // running as threads of one process (sim/trace.h): each rank gives its own per-key stats and
+  // takes the one cut computed for all (exec/wave_agreement.h) instead of gathering every
+  // rank's stats over the transport. Same functions, same waves; memory and time once, not W times.
+  SharedWaveAgreement* shared_waves = nullptr;
 };
 
 inline constexpr std::uint32_t kStepBoundaryKinds = vps::kind_bit(vps::StateKind::kGrad);

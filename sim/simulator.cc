@@ -47,6 +47,7 @@ struct Process {
   double copy = 0, wait = 0, finish = 0;
   std::map<int, double> wait_by_port;
   int active = 0;  // copies and messages in flight it is an end of (busy when > 0)
+  bool copying = false;  // in a pack, unpack, keep or fresh-memory copy (not inside the transport)
 };
 
 enum class What : std::uint8_t { kWake, kStart, kEnd };
@@ -176,6 +177,12 @@ class Simulation {
       const double share = ports_[p].rate / static_cast<double>(ports_[p].flows.size());
       if (share < m.rate) m.rate = share, m.bottleneck = p;
     }
+    if (opt_.cpu_cores > 0 && !m.copy && procs_[m.dst].copying) {
+      // No progress outside the transport: the receiver moves the bytes inside its MPI calls.
+      m.rate = 0;
+      ++m.version;
+      return;
+    }
     if (opt_.cpu_cores > 0) {  // CPU time: a copy byte costs 1 / copy, a message byte 1 / (2 link) at each end
       if (m.copy) m.rate = m.base * full_core_[m.src] * share(m.src);
       else
@@ -238,6 +245,7 @@ class Simulation {
       f.erase(std::find(f.begin(), f.end(), id));
     }
     inflight_.erase(id);
+    if (m.copy) procs_[m.src].copying = false;
     bool changed = activity(m.src, -1);
     if (m.dst != m.src) changed |= activity(m.dst, -1);
     rerate_after(id, changed);
@@ -256,6 +264,7 @@ class Simulation {
     msgs_.push_back(std::move(m));
     procs_[p].blocked_on = id;
     procs_[p].blocked_since = now_;
+    procs_[p].copying = true;
     start(id);
     return true;
   }

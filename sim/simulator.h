@@ -39,7 +39,10 @@ struct SimOptions {
   // gets min(1, C / k) of a core while k processes of its node are busy, split evenly over its
   // copies and messages in flight; a copy byte costs 1 / copy of a full core, a message byte
   // 1 / (2 gpu_link) at each end (the measurement sends and receives at once). The link ports
-  // stay as they are (at a full core's rate).
+  // stay as they are (at a full core's rate). A message makes no progress while its receiver
+  // copies (pack, unpack, keep): a CPU-only MPI moves the bytes inside the receiver's calls
+  // (Open MPI's shared-memory transport has no progress thread; large messages are pulled by
+  // the receiver), so a process's copies and its incoming messages do not overlap.
   double cpu_cores = 0;
 };
 

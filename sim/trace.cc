@@ -3,6 +3,7 @@
 #include "comm/inproc/inproc_transport.h"
 #include "common/error.h"
 #include "exec/pool_allocator.h"
+#include "exec/wave_agreement.h"
 
 namespace dynatrain::sim {
 
@@ -19,6 +20,7 @@ class DryAllocator final : public exec::StateAllocator {
     return pool_ ? exec::PoolAllocator::kMappedBytes : SIZE_MAX;
   }
   bool can_adopt() const override { return pool_; }
+  bool can_move_pages() const override { return pool_; }  // remapped keeps copy no byte
 
  private:
   bool pool_;
@@ -38,11 +40,13 @@ std::vector<exec::ScheduleTrace> trace_switch(const plan::Planner& planner,
     dst[p] = planner.dst_rank_layout(p);
   }
   std::vector<exec::ScheduleTrace> traces(world);
+  exec::SharedWaveAgreement waves;  // one agreement for all: its stats held once, each cut made once
   comm::run_ranks(world, [&](comm::Transport& t) {
     const int me = t.rank();
     exec::TransitionOptions opt = options;
     opt.dry_only = true;
     opt.trace = &traces[me];
+    opt.shared_waves = &waves;
     traces[me].rank = me;
     traces[me].world = world;
     DryAllocator alloc(pool);

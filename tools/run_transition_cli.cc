@@ -223,6 +223,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["warm_repeats"] = forward_secs.size() - 1;
     j["warm_seconds"] = warm_mean;
     j["warm_min_seconds"] = warm_min;
+    j["forward_seconds"] = forward_secs;  // every forward switch, the cold one first
     j["back_seconds"] = back_secs;
     j["bytes_moved"] = sum_of(sent);
     j["max_rank_bytes_received"] = max_of(received);

@@ -40,6 +40,20 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Removes the pieces of the kinds in `kinds` (bit k = vps::StateKind k) from every plan.
+void drop_kinds(std::vector<plan::RankPlan>& plans, std::uint32_t kinds) {
+  auto drop = [&](std::vector<plan::Piece>& v) {
+    std::erase_if(v, [&](const plan::Piece& p) { return (kinds >> static_cast<int>(p.kind)) & 1u; });
+  };
+  for (auto& p : plans) {
+    drop(p.keep);
+    for (auto* m : {&p.send, &p.recv}) {
+      for (auto& [peer, v] : *m) drop(v);
+      std::erase_if(*m, [](const auto& kv) { return kv.second.empty(); });  // no message to that peer
+    }
+  }
+}
+
 // The engine traces every process as a thread of this process; beyond this the threads and
 // their schedules outgrow one machine (sim/README.md).
 constexpr int kMaxSimulatedProcesses = 4096;
@@ -70,8 +84,10 @@ int run_simulate(const SimulateArgs& a) {
   const plan::SwitchPlacement placement{
       {}, a.placement == "auto" ? plan::auto_placement(src, dst, topo, {}, cluster.bandwidth()) : plan::Placement{}};
   const plan::Planner planner(src, dst, topo, placement);
-  const auto plans = planner.plan_all();
+  auto plans = planner.plan_all();
   const double plan_s = seconds_since(t0);
+  // The bound covers what the engine moves: at a step boundary the gradients stay behind.
+  if (a.at_step_boundary) drop_kinds(plans, exec::kStepBoundaryKinds);
   const sim::LinkBound bound = sim::link_lower_bound(plans, lo.elem_bytes, cluster);
 
   exec::TransitionOptions opt;

@@ -1,11 +1,15 @@
 // The switch-time simulator on hand-checkable schedules, and on the engine's own traces.
 #include <gtest/gtest.h>
 
+#include "comm/inproc/inproc_transport.h"
 #include "common/error.h"
+#include "exec/pool_allocator.h"
+#include "exec/wave_agreement.h"
 #include "plan/planner.h"
 #include "sim/link_bound.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
+#include "testing/fill.h"
 #include "vps/model_spec.h"
 
 namespace dynatrain::sim {
@@ -121,16 +125,17 @@ TEST(Simulator, ProcessesSharingCoresRunAtTheirShare) {
   EXPECT_NEAR(simulate(t, toy(2, 1), {.cpu_cores = 1}).seconds, 0.1, 1e-9);
   EXPECT_NEAR(simulate(t, toy(2, 1), {.cpu_cores = 2}).seconds, 0.1, 1e-9);  // a core each: as measured
   // A message (1 GB, link 5 GB/s as measured with both busy: 10 GB/s on a full core) while
-  // the receiver also copies 1 GB. One core, both busy: half a core each; the receiver splits
-  // its half over the copy (0.25 x 20 = 5 GB/s) and the message (0.25 x 2 x 10 = 5 GB/s):
-  // both end at 0.2 s.
+  // the receiver also copies 1 GB. With shared cores the receiver moves bytes only inside the
+  // transport, so the message waits for the copy. One core, both busy (the sender polls): half
+  // a core each; the receiver splits its half over the copy and the posted message: the copy
+  // runs at 0.25 x 20 = 5 GB/s (0.2 s), then the message at 0.5 x 2 x 10 = 10 GB/s (0.1 s).
   auto u = traces(2);
   u[0].post(0, 1, 0, kGB, false, 0);
   u[0].wait(0, 1, 0, 0);
   u[1].post(0, 0, 0, 0, false, kGB);
   u[1].keep(kGB);
   u[1].wait(0, 0, 0, 0);
-  EXPECT_NEAR(simulate(u, toy(2, 1), {.cpu_cores = 1}).seconds, 0.2, 1e-9);
+  EXPECT_NEAR(simulate(u, toy(2, 1), {.cpu_cores = 1}).seconds, 0.3, 1e-9);
   EXPECT_NEAR(simulate(u, toy(2, 1)).seconds, 0.2, 1e-9);  // without: the wire's 0.2 s, the copy hidden
   // The same message alone (no copy): the receiver's half core moves 0.5 x 2 x 10 = 10 GB/s,
   // the link port 10 GB/s: 0.1 s.
@@ -176,6 +181,115 @@ TEST(Simulator, EngineTracesOfARealSwitchPairUpAndRespectTheBound) {
   const LinkBound bound = link_lower_bound(planner.plan_all(), lo.elem_bytes, c);
   EXPECT_GE(r.seconds, bound.busiest_link_seconds * (1 - 1e-9));
   EXPECT_LT(r.seconds, 10 * bound.seconds);
+}
+
+// The wave cut by hand (exec/wave_agreement.h): budget 1600 -> a wave holds at most 100 bytes
+// of load per rank. Loads per key (rank 0; rank 1): 60;0, 30;50, 20;60, 0;0, 90;10. Ascending:
+// keys 0-1 fit (90; 50), key 2 would make rank 0 110 -> wave 1 takes keys 2-3 (20; 60), key 4
+// would make rank 0 110 -> wave 2. An empty key never opens a wave.
+TEST(WaveAgreement, CutsByHandAndSharedEqualsGathered) {
+  const std::vector<float> r0 = {60, -60, 30, -30, 20, 20, 0, 0, 90, 0}, r1 = {0, 0, 50, 50, 60, 0, 0, 0, 10, 10};
+  exec::WaveStats stats{2, 5, r0};
+  stats.values.insert(stats.values.end(), r1.begin(), r1.end());
+  const exec::WaveCut up = exec::cut_waves(stats, exec::WaveOrder::kAscending, 1600);
+  EXPECT_EQ(up.wave_of_key, (std::vector<int>{0, 0, 1, 1, 2}));
+  EXPECT_EQ(up.waves, 3);
+  const exec::WaveCut down = exec::cut_waves(stats, exec::WaveOrder::kDescending, 1600);
+  // Descending: keys 4-3 (90; 10), key 2 would make rank 0 110 -> wave 1 (20; 60), key 1 would
+  // make rank 1 110 -> wave 2 takes keys 1-0 (90; 50).
+  EXPECT_EQ(down.wave_of_key, (std::vector<int>{2, 2, 1, 0, 0}));
+  EXPECT_EQ(down.waves, 3);
+
+  exec::SharedWaveAgreement shared;
+  shared.contribute(1, 2, r1);
+  EXPECT_THROW(shared.cut(exec::WaveOrder::kAscending, 1600), InvariantError);  // rank 0 missing
+  shared.contribute(0, 2, r0);
+  EXPECT_THROW(shared.contribute(0, 2, r0), InvariantError);                    // twice
+  EXPECT_THROW(shared.contribute(1, 2, std::vector<float>(4)), InvariantError);  // other key count
+  for (auto order : {exec::WaveOrder::kAscending, exec::WaveOrder::kDescending, exec::WaveOrder::kBalanced}) {
+    const auto cut = shared.cut(order, 1600);
+    EXPECT_EQ(cut->wave_of_key, exec::cut_waves(stats, order, 1600).wave_of_key);
+    EXPECT_EQ(cut.get(), shared.cut(order, 1600).get());  // computed once
+  }
+  shared.give_max(7, 0, 2, {1, 5});
+  EXPECT_THROW(shared.max_of(7), InvariantError);
+  shared.give_max(7, 1, 2, {3, 2});
+  EXPECT_EQ(shared.max_of(7), (std::vector<double>{3, 5}));
+}
+
+// The tracer shares one wave agreement among all processes (exec/wave_agreement.h); its traces
+// must be the schedules a real run performs. Each process here runs the engine for real (data,
+// the pool allocator, its own all-gathered agreement) and records the trace of the dry run
+// that precedes its real run; every event must match the shared path's, and every destination
+// byte must hold the oracle's value. Page-aligned layouts, so kept runs are remapped.
+TEST(Simulator, SharedAgreementTracesEqualARealRunsTraces) {
+  vps::ModelSpec model = vps::model_from_name("tiny-dense");  // scaled up: 0.5-4 MiB buffers
+  model.hidden = 256;
+  model.head_dim = model.hidden / model.heads;
+  model.vocab = 2048;
+  model.ffn = 704;
+  vps::LayoutOptions lo;
+  lo.bucket_elems = 40'000'000;
+  lo.align_elems = vps::kPageAlignElems;
+  for (const auto& [from, to] : {std::pair<const char*, const char*>{"pp=2,dp=2", "tp=2,pp=2"}, {"tp=2,dp=2", "dp=3"}}) {
+    SCOPED_TRACE(std::string(from) + " -> " + to);
+    const vps::Layout src(model, vps::ParallelConfig::parse(from), lo);
+    const vps::Layout dst(model, vps::ParallelConfig::parse(to), lo);
+    const int world = std::max(src.config().world_size(), dst.config().world_size());
+    const plan::Topology topo = toy(2, 1).topology(world);
+    const plan::Planner planner(src, dst, topo);
+    exec::TransitionOptions opt;
+    opt.mem_budget = 1 << 20;  // several waves
+    opt.topology = topo;
+    const auto shared = trace_switch(planner, lo.elem_bytes, opt);
+
+    const auto plans = planner.plan_all();
+    std::vector<ScheduleTrace> real(static_cast<std::size_t>(world));
+    std::vector<std::string> wrong(static_cast<std::size_t>(world));
+    comm::run_ranks(world, [&](comm::Transport& t) {
+      const int me = t.rank();
+      const vps::RankLayout sl = planner.src_rank_layout(me), dl = planner.dst_rank_layout(me);
+      exec::PoolAllocator pool;
+      std::vector<std::byte*> a, b;
+      for (const auto& buf : sl.buffers) {
+        const int e = lo.elem_bytes[static_cast<int>(buf.kind)];
+        a.push_back(pool.allocate(static_cast<std::size_t>(buf.numel) * e));
+        testing::fill_buffer(src.tensors(), buf, e, a.back());
+      }
+      exec::TransitionOptions mine = opt;
+      mine.trace = &real[me];
+      exec::run_transition(plans[me], sl, a, dl, b, lo.elem_bytes, t, pool, mine);
+      for (std::size_t j = 0; j < dl.buffers.size(); ++j) {
+        const int e = lo.elem_bytes[static_cast<int>(dl.buffers[j].kind)];
+        if (auto m = testing::verify_buffer(dst.tensors(), dl.buffers[j], e, b[j])) wrong[me] = m->str(dst.tensors());
+        pool.release(b[j], static_cast<std::size_t>(dl.buffers[j].numel) * e);
+      }
+    });
+    ASSERT_EQ(shared.size(), real.size());
+    std::size_t keeps = 0, posts = 0;
+    for (int p = 0; p < world; ++p) {
+      EXPECT_EQ(wrong[p], "") << "process " << p;
+      ASSERT_EQ(shared[p].events.size(), real[p].events.size()) << "process " << p;
+      for (std::size_t i = 0; i < real[p].events.size(); ++i) {
+        const auto& x = shared[p].events[i];
+        const auto& y = real[p].events[i];
+        const auto fields = [](const exec::ScheduleEvent& e) {
+          return std::tuple(e.kind, e.wave, e.peer, e.round, e.send_bytes, e.recv_bytes, e.pack_bytes, e.unpack_bytes, e.bytes);
+        };
+        ASSERT_TRUE(fields(x) == fields(y)) << "process " << p << " event " << i << ": kind " << int(x.kind) << " / "
+                                            << int(y.kind) << ", bytes " << x.bytes << " / " << y.bytes << ", send "
+                                            << x.send_bytes << " / " << y.send_bytes;
+        keeps += y.kind == exec::ScheduleEvent::Kind::kKeep;
+        posts += y.kind == exec::ScheduleEvent::Kind::kPost;
+      }
+    }
+    EXPECT_GT(keeps, 0u);
+    EXPECT_GT(posts, static_cast<std::size_t>(world));
+    int waves = 0;
+    for (const auto& tr : real)
+      for (const auto& e : tr.events) waves = std::max(waves, e.wave + 1);
+    EXPECT_GE(waves, 2);
+  }
 }
 
 }  // namespace
