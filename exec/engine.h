@@ -116,6 +116,11 @@ struct TransitionOptions {
   // Agree and dry-run only (for the simulator, sim/trace.h): no data moves, nothing is
   // allocated or released, `src` may hold nullptr for every buffer and `dst` stays empty.
   bool dry_only = false;
+  // Scattered direct transfers: where the transport moves runs straight from buffer to buffer
+  // (comm::Transport::runs_direct), chunks whose runs are long enough are neither packed nor
+  // unpacked (exec/README.md). Off: only chunks that are one contiguous run go direct. Every
+  // rank must pass the same value.
+  bool direct_runs = true;
 };
 
 inline constexpr std::uint32_t kStepBoundaryKinds = vps::kind_bit(vps::StateKind::kGrad);
@@ -136,6 +141,10 @@ struct TransitionStats {
   std::uint64_t kept_remapped_bytes = 0;
   std::uint64_t messages = 0;        // point-to-point messages sent by this rank
   std::uint64_t zero_copy_sends = 0, zero_copy_recvs = 0;  // messages without pack / unpack
+  // Bytes of those messages: sent straight from the source buffers (not packed) and received
+  // straight into the destination buffers (not unpacked); the rest of bytes_sent / _received
+  // went through staging.
+  std::uint64_t bytes_sent_direct = 0, bytes_received_direct = 0;
   std::uint64_t broadcasts = 0;      // broadcast collectives this rank took part in
   std::uint64_t staging_bytes = 0;   // staging actually allocated (<= mem_budget / 2)
   std::uint64_t chunk_bytes = 0;     // chunk capacity used to cut each peer's stream
