@@ -1,9 +1,11 @@
 // The state transition engine: executes one rank's part of a plan on rank-local buffers.
 //
 //   pack      the pieces for one peer are copied (strided box copy, exec/box_copy.h) into one
-//             contiguous staging buffer, chunk by chunk; a chunk that is one contiguous run of
-//             a source segment is sent straight from the source buffer (and received straight
-//             into the destination buffer when it is one contiguous run there)
+//             contiguous staging buffer, chunk by chunk; a chunk goes *direct* instead (sent
+//             straight from its source runs, received straight into its destination runs, each
+//             side deciding alone) where the transport moves scattered runs for the pair
+//             (comm::Transport::runs_direct) and the side's runs average >= 1 KiB, or, without
+//             that, when it is one contiguous run (exec/README.md)
 //   exchange  in the XOR pairwise order: step s = 1 .. 2^ceil(log2 W) - 1, peer = rank XOR s
 //             (peers >= W skipped); pairs are symmetric, each round posts one receive and one
 //             send per pair and waits for both, so no round can deadlock
