@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
-#include <functional>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -422,32 +421,47 @@ MpiTransport::~MpiTransport() {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-// Collective: runs go direct to the peers on this node when every rank could read every
-// same-node peer's probe word with process_vm_readv (one all-gather, one all-reduce), and the
-// tags of the protocol fit MPI_TAG_UB; else every pair uses the packing default.
+// Collective: runs go direct to the peers on this node (as Open MPI sees nodes:
+// MPI_COMM_TYPE_SHARED, so ranks that an emulated cluster places on other hosts are not) when
+// every rank could read every same-node peer's probe word with process_vm_readv, and the tags of
+// the protocol fit MPI_TAG_UB; else every pair uses the packing default. One split_type, one
+// all-gather, one all-reduce.
 void MpiTransport::probe_runs_direct() {
   struct Id {
-    std::uint64_t host = 0, pid = 0, word = 0;
+    std::uint64_t pid = 0, word = 0;
   };
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  const Id me{std::hash<std::string>{}(host), static_cast<std::uint64_t>(getpid()),
-              reinterpret_cast<std::uintptr_t>(&cma_probe_word)};
+  const Id me{static_cast<std::uint64_t>(getpid()), reinterpret_cast<std::uintptr_t>(&cma_probe_word)};
   std::vector<Id> all(static_cast<std::size_t>(size_));
   DT_MPI(MPI_Allgather(&me, sizeof me, MPI_BYTE, all.data(), sizeof me, MPI_BYTE, coll_comm_), "rank ", rank_,
          ": MPI_Allgather (runs probe)");
+  // This node's ranks, as ranks of this communicator.
+  MPI_Comm node = MPI_COMM_NULL;
+  DT_MPI(MPI_Comm_split_type(coll_comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "rank ", rank_,
+         ": MPI_Comm_split_type (runs probe)");
+  MPI_Group node_group = MPI_GROUP_NULL, all_group = MPI_GROUP_NULL;
+  int n = 0;
+  MPI_Comm_group(node, &node_group);
+  MPI_Comm_group(coll_comm_, &all_group);
+  MPI_Group_size(node_group, &n);
+  std::vector<int> local(static_cast<std::size_t>(n)), mine(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) local[static_cast<std::size_t>(i)] = i;
+  MPI_Group_translate_ranks(node_group, n, local.data(), all_group, mine.data());
+  MPI_Group_free(&node_group);
+  MPI_Group_free(&all_group);
+  MPI_Comm_free(&node);
   void* ub = nullptr;
   int has_ub = 0;
   DT_MPI(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &has_ub), "MPI_Comm_get_attr(MPI_TAG_UB)");
   int ok = has_ub && *static_cast<int*>(ub) >= answer_tag(kMaxTag);
   runs_direct_.assign(all.size(), 0);
-  for (std::size_t r = 0; r < all.size() && ok; ++r) {
-    if (all[r].host != me.host) continue;
+  for (int r : mine) {
+    if (!ok || r < 0 || r >= size_) continue;
+    const Id& peer = all[static_cast<std::size_t>(r)];
     std::uint64_t word = 0;
-    iovec local{&word, sizeof word}, remote{reinterpret_cast<void*>(all[r].word), sizeof word};
-    ok = process_vm_readv(static_cast<pid_t>(all[r].pid), &local, 1, &remote, 1, 0) ==
+    iovec into{&word, sizeof word}, from{reinterpret_cast<void*>(peer.word), sizeof word};
+    ok = process_vm_readv(static_cast<pid_t>(peer.pid), &into, 1, &from, 1, 0) ==
              static_cast<ssize_t>(sizeof word) && word == kCmaMagic;
-    runs_direct_[r] = 1;
+    runs_direct_[static_cast<std::size_t>(r)] = 1;
   }
   int all_ok = 0;
   DT_MPI(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, coll_comm_), "rank ", rank_, ": MPI_Allreduce (runs probe)");
