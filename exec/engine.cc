@@ -32,6 +32,7 @@ struct Range {
 struct Chunk {
   std::vector<Range> ranges;
   std::size_t bytes = 0;
+  bool direct = false;  // this side moves it without staging (Engine::chunk_direct, build_chunks)
 };
 
 // Greedy, element-granular: a chunk takes whole elements until the next one would not fit.
@@ -597,12 +598,12 @@ class Engine {
         for (std::size_t r = 0; r < n; ++r) rounds_.push_back({w, peer, r});
       }
     // Staging: only chunks that cannot go zero-copy need it.
-    for (const auto& wave : work_) {
-      for (const auto& [peer, pw] : wave) {
-        for (const auto& c : pw.send)
-          if (!chunk_direct(peer, c, true)) send_stage_size_ = std::max(send_stage_size_, c.bytes);
-        for (const auto& c : pw.recv)
-          if (!chunk_direct(peer, c, false)) recv_stage_size_ = std::max(recv_stage_size_, c.bytes);
+    for (auto& wave : work_) {
+      for (auto& [peer, pw] : wave) {
+        for (auto& c : pw.send)
+          if (!(c.direct = chunk_direct(peer, c, true))) send_stage_size_ = std::max(send_stage_size_, c.bytes);
+        for (auto& c : pw.recv)
+          if (!(c.direct = chunk_direct(peer, c, false))) recv_stage_size_ = std::max(recv_stage_size_, c.bytes);
       }
     }
   }
@@ -860,7 +861,7 @@ class Engine {
     f.rc = r < pw.recv.size() ? &pw.recv[r] : nullptr;
     f.rreq.reset();
     if (!f.rc) return;
-    f.r_direct = chunk_direct(peer, *f.rc, false);
+    f.r_direct = f.rc->direct;
     f.rptr = stage;
     if (f.r_direct) {
       const auto& pieces = wp_.recv.at(peer);
@@ -887,7 +888,7 @@ class Engine {
     f.sc = r < pw.send.size() ? &pw.send[r] : nullptr;
     f.sreq.reset();
     if (!f.sc) return;
-    f.s_direct = chunk_direct(peer, *f.sc, true);
+    f.s_direct = f.sc->direct;
     if (!f.s_direct) {
       const auto& pieces = wp_.send.at(peer);
       const auto t0 = Clock::now();
