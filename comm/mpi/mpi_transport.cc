@@ -1,10 +1,12 @@
 #include "comm/mpi/mpi_transport.h"
 
+#include <sched.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <exception>
 #include <climits>
 #include <cstring>
 #include <mutex>
@@ -196,56 +198,6 @@ constexpr std::size_t kIovBatch = 1024;  // IOV_MAX on Linux
 int descriptor_tag(int tag) { return 2 * tag; }
 int answer_tag(int tag) { return 2 * tag + 1; }
 
-class CmaSend final : public Request {
- public:
-  CmaSend(const void* base, const std::vector<ByteRun>& runs, int peer, int tag, MPI_Comm comm,
-          std::string where)
-      : where_(std::move(where)) {
-    desc_.reserve(2 + 2 * runs.size());
-    desc_.push_back(static_cast<std::uint64_t>(getpid()));
-    desc_.push_back(runs.size());
-    for (const ByteRun& r : runs) {
-      desc_.push_back(reinterpret_cast<std::uintptr_t>(static_cast<const std::byte*>(base) + r.offset));
-      desc_.push_back(r.bytes);
-    }
-    DT_MPI(MPI_Irecv(&answer_, 1, MPI_BYTE, peer, answer_tag(tag), comm, &reqs_[1]), where_, ": MPI_Irecv (answer)");
-    const int rc = MPI_Isend(desc_.data(), static_cast<int>(desc_.size() * sizeof(std::uint64_t)), MPI_BYTE, peer,
-                             descriptor_tag(tag), comm, &reqs_[0]);
-    if (rc != MPI_SUCCESS) {
-      MPI_Cancel(&reqs_[1]);
-      MPI_Request_free(&reqs_[1]);
-      throw_mpi(rc, concat(where_, ": MPI_Isend (descriptor)"));
-    }
-  }
-  ~CmaSend() override {
-    if (!done_ && !mpi_finalized()) MPI_Waitall(2, reqs_, MPI_STATUSES_IGNORE);
-  }
-  void wait() override {
-    if (done_) return;
-    finish(MPI_Waitall(2, reqs_, MPI_STATUSES_IGNORE));
-  }
-  bool test() override {
-    if (done_) return true;
-    int flag = 0;
-    const int rc = MPI_Testall(2, reqs_, &flag, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS || flag) finish(rc);
-    return flag != 0;
-  }
-
- private:
-  void finish(int rc) {
-    done_ = true;
-    if (rc != MPI_SUCCESS) throw_mpi(rc, concat(where_, " (wait)"));
-    if (answer_ != 0)
-      throw CommError(concat("mpi: ", where_, ": message size mismatch (the receiver's runs total another size)"));
-  }
-  std::vector<std::uint64_t> desc_;
-  unsigned char answer_ = 0;
-  MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  std::string where_;
-  bool done_ = false;
-};
-
 // Copies the remote runs of descriptor `desc` into the local runs, batch by batch of matched
 // pieces (equal lengths on both sides).
 void read_remote_runs(const std::vector<std::uint64_t>& desc, std::byte* base, const std::vector<ByteRun>& runs,
@@ -281,13 +233,54 @@ void read_remote_runs(const std::vector<std::uint64_t>& desc, std::byte* base, c
   flush();
 }
 
-class CmaRecv final : public Request {
+class CmaRecv;
+
+}  // namespace
+
+namespace detail {
+// Every posted runs receive of one transport, in posting order. Any runs wait (send or receive)
+// progresses them all, as MPI progresses every posted receive in any wait: a runs send then
+// completes without its receiver waiting on that very request, so the engine's schedule (which
+// relies on MPI's progress rule) cannot form a cycle of waits.
+struct RunsProgress {
+  std::mutex mu;
+  std::vector<CmaRecv*> pending;
+  // Completes every pending receive whose descriptor arrived (the first pending one per peer and
+  // tag: FIFO matching). Caller holds mu.
+  void poll_locked();
+  void poll() {
+    std::lock_guard lock(mu);
+    poll_locked();
+  }
+};
+}  // namespace detail
+
+namespace {
+
+using detail::RunsProgress;
+
+class CmaSend final : public Request {
  public:
-  CmaRecv(void* base, std::vector<ByteRun> runs, int peer, int tag, MPI_Comm comm, std::string where)
-      : base_(static_cast<std::byte*>(base)), runs_(std::move(runs)), peer_(peer), tag_(tag), comm_(comm),
-        where_(std::move(where)) {}
-  // A receive never waited for leaves its sender waiting: it is completed here (errors swallowed).
-  ~CmaRecv() override {
+  CmaSend(const void* base, const std::vector<ByteRun>& runs, int peer, int tag, MPI_Comm comm,
+          std::shared_ptr<RunsProgress> progress, std::string where)
+      : progress_(std::move(progress)), where_(std::move(where)) {
+    desc_.reserve(2 + 2 * runs.size());
+    desc_.push_back(static_cast<std::uint64_t>(getpid()));
+    desc_.push_back(runs.size());
+    for (const ByteRun& r : runs) {
+      desc_.push_back(reinterpret_cast<std::uintptr_t>(static_cast<const std::byte*>(base) + r.offset));
+      desc_.push_back(r.bytes);
+    }
+    DT_MPI(MPI_Irecv(&answer_, 1, MPI_BYTE, peer, answer_tag(tag), comm, &reqs_[1]), where_, ": MPI_Irecv (answer)");
+    const int rc = MPI_Isend(desc_.data(), static_cast<int>(desc_.size() * sizeof(std::uint64_t)), MPI_BYTE, peer,
+                             descriptor_tag(tag), comm, &reqs_[0]);
+    if (rc != MPI_SUCCESS) {
+      MPI_Cancel(&reqs_[1]);
+      MPI_Request_free(&reqs_[1]);
+      throw_mpi(rc, concat(where_, ": MPI_Isend (descriptor)"));
+    }
+  }
+  ~CmaSend() override {
     if (done_ || mpi_finalized()) return;
     try {
       wait();
@@ -295,20 +288,87 @@ class CmaRecv final : public Request {
     }
   }
   void wait() override {
-    if (done_) return;
-    MPI_Message msg = MPI_MESSAGE_NULL;
-    MPI_Status status;
-    DT_MPI(MPI_Mprobe(peer_, descriptor_tag(tag_), comm_, &msg, &status), where_, ": MPI_Mprobe");
-    complete(msg, status);
+    while (!test()) sched_yield();
   }
   bool test() override {
     if (done_) return true;
     int flag = 0;
+    const int rc = MPI_Testall(2, reqs_, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS || flag) {
+      finish(rc);
+      return true;
+    }
+    progress_->poll();
+    return false;
+  }
+
+ private:
+  void finish(int rc) {
+    done_ = true;
+    if (rc != MPI_SUCCESS) throw_mpi(rc, concat(where_, " (wait)"));
+    if (answer_ != 0)
+      throw CommError(concat("mpi: ", where_, ": message size mismatch (the receiver's runs total another size)"));
+  }
+  std::shared_ptr<RunsProgress> progress_;
+  std::vector<std::uint64_t> desc_;
+  unsigned char answer_ = 0;
+  MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::string where_;
+  bool done_ = false;
+};
+
+class CmaRecv final : public Request {
+ public:
+  CmaRecv(void* base, std::vector<ByteRun> runs, int peer, int tag, MPI_Comm comm,
+          std::shared_ptr<RunsProgress> progress, std::string where)
+      : base_(static_cast<std::byte*>(base)), runs_(std::move(runs)), peer_(peer), tag_(tag), comm_(comm),
+        progress_(std::move(progress)), where_(std::move(where)) {
+    std::lock_guard lock(progress_->mu);
+    progress_->pending.push_back(this);
+  }
+  // A receive never waited for leaves its sender waiting: it is completed here (errors swallowed).
+  ~CmaRecv() override {
+    if (!mpi_finalized()) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
+    std::lock_guard lock(progress_->mu);
+    auto& v = progress_->pending;
+    v.erase(std::remove(v.begin(), v.end(), this), v.end());
+  }
+  void wait() override {
+    while (!test()) sched_yield();
+  }
+  bool test() override {
+    bool finished = false;
+    {
+      std::lock_guard lock(progress_->mu);
+      if (!done_) progress_->poll_locked();
+      finished = done_;
+    }
+    if (!finished) return false;
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    return true;
+  }
+  int peer() const { return peer_; }
+  int tag() const { return tag_; }
+  bool done() const { return done_; }
+  // Takes the descriptor if it arrived and completes; caller holds the progress mutex.
+  bool try_complete() {
+    int flag = 0;
     MPI_Message msg = MPI_MESSAGE_NULL;
     MPI_Status status;
-    DT_MPI(MPI_Improbe(peer_, descriptor_tag(tag_), comm_, &flag, &msg, &status), where_, ": MPI_Improbe");
-    if (flag) complete(msg, status);
-    return flag != 0;
+    try {
+      DT_MPI(MPI_Improbe(peer_, descriptor_tag(tag_), comm_, &flag, &msg, &status), where_, ": MPI_Improbe");
+      if (!flag) return false;
+      complete(msg, status);
+    } catch (...) {
+      done_ = true;
+      error_ = std::current_exception();
+    }
+    return true;
   }
 
  private:
@@ -341,9 +401,33 @@ class CmaRecv final : public Request {
   std::vector<ByteRun> runs_;
   int peer_, tag_;
   MPI_Comm comm_;
+  std::shared_ptr<RunsProgress> progress_;
   std::string where_;
   bool done_ = false;
+  std::exception_ptr error_;
 };
+
+}  // namespace
+
+void detail::RunsProgress::poll_locked() {
+  std::vector<std::pair<int, int>> tried;  // (peer, tag) whose first pending receive was tried
+  for (std::size_t i = 0; i < pending.size();) {
+    CmaRecv* r = pending[i];
+    const std::pair<int, int> key{r->peer(), r->tag()};
+    if (std::find(tried.begin(), tried.end(), key) != tried.end()) {
+      ++i;
+      continue;
+    }
+    if (r->try_complete()) {
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));  // the next one of this key may match too
+      continue;
+    }
+    tried.push_back(key);
+    ++i;
+  }
+}
+
+namespace {
 
 // Read by peers' probes: cross-memory attach works between two processes when one can read this.
 constexpr std::uint64_t kCmaMagic = 0x44796e615472a1cbull;
@@ -404,6 +488,7 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::size_t max_chunk_bytes)
     DT_MPI(MPI_Comm_dup(comm_, &coll_comm_), "rank ", rank_, ": MPI_Comm_dup (collectives)");
     DT_MPI(MPI_Comm_set_errhandler(coll_comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     DT_MPI(MPI_Comm_dup(comm_, &runs_comm_), "rank ", rank_, ": MPI_Comm_dup (runs)");
+    runs_progress_ = std::make_shared<detail::RunsProgress>();
     DT_MPI(MPI_Comm_set_errhandler(runs_comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     probe_runs_direct();
   } catch (...) {
@@ -463,6 +548,10 @@ void MpiTransport::probe_runs_direct() {
              static_cast<ssize_t>(sizeof word) && word == kCmaMagic;
     runs_direct_[static_cast<std::size_t>(r)] = 1;
   }
+  // Only when every rank of the communicator is on this node: then every pair of an engine
+  // switch uses the runs protocol and every wait progresses the posted runs receives (a plain
+  // MPI_Wait on an off-node message would not, and could close a cycle of waits).
+  ok = ok && n == size_;
   int all_ok = 0;
   DT_MPI(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, coll_comm_), "rank ", rank_, ": MPI_Allreduce (runs probe)");
   if (!all_ok) runs_direct_.assign(all.size(), 0);
@@ -476,7 +565,7 @@ std::unique_ptr<Request> MpiTransport::isend_runs(const void* base, std::vector<
   check_peer(peer, size_, "isend_runs: destination");
   check_tag(tag);
   if (!runs_direct(peer)) return Transport::isend_runs(base, std::move(runs), peer, tag);
-  return std::make_unique<CmaSend>(base, runs, peer, tag, runs_comm_,
+  return std::make_unique<CmaSend>(base, runs, peer, tag, runs_comm_, runs_progress_,
                                    concat("rank ", rank_, "/", size_, ": isend_runs to ", peer, " (tag ", tag, ", ",
                                           runs.size(), " runs, ", runs_bytes(runs), " bytes)"));
 }
@@ -487,7 +576,7 @@ std::unique_ptr<Request> MpiTransport::irecv_runs(void* base, std::vector<ByteRu
   if (!runs_direct(peer)) return Transport::irecv_runs(base, std::move(runs), peer, tag);
   std::string where = concat("rank ", rank_, "/", size_, ": irecv_runs from ", peer, " (tag ", tag, ", ",
                              runs.size(), " runs, ", runs_bytes(runs), " bytes)");
-  return std::make_unique<CmaRecv>(base, std::move(runs), peer, tag, runs_comm_, std::move(where));
+  return std::make_unique<CmaRecv>(base, std::move(runs), peer, tag, runs_comm_, runs_progress_, std::move(where));
 }
 
 std::unique_ptr<MpiTransport> MpiTransport::world() { return from_comm(MPI_COMM_WORLD); }

@@ -29,6 +29,10 @@
 
 namespace dynatrain::comm {
 
+namespace detail {
+struct RunsProgress;
+}
+
 // Owns the MPI library's lifetime for one program: construct one at the top of main().
 class MpiSession {
  public:
@@ -111,6 +115,7 @@ class MpiTransport final : public Transport {
   MPI_Comm coll_comm_ = MPI_COMM_NULL;  // collectives (private duplicate)
   MPI_Comm runs_comm_ = MPI_COMM_NULL;  // the runs protocol's descriptors and answers
   std::vector<char> runs_direct_;       // per peer: runs go by cross-memory attach
+  std::shared_ptr<detail::RunsProgress> runs_progress_;  // posted runs receives (mpi_transport.cc)
   void probe_runs_direct();
   int rank_ = 0;
   int size_ = 0;
