@@ -57,11 +57,12 @@ not_copied = f'{100 * a["kept_not_copied_share"]:.0f} % ({100 * a["kept_remapped
 gib = 1024 ** 3
 ex = a["plain_exchange_seconds"]
 moved = a["bytes_moved"]
+per_ex = f'{a["warm_seconds"] / ex:.2f}' if moved and ex > 0 else "-"
 unpacked = f'{100 * a["bytes_sent_direct"] / moved:.0f} % / {100 * a["bytes_received_direct"] / moved:.0f} %' if moved else "-"
 peak = f'{b["peak_bytes"] / gib:.3f} / {(max(b["max_src_bytes"], b["max_dst_bytes"]) + b["budget_bytes"]) / gib:.3f} GiB'
 print(f'| {np_} | {label} | {a["max_rank_bytes_received"] / 1e9:.2f} GB | {lb:.3f} | {a["cold_seconds"]:.3f} | {ratio(a["cold_seconds"])} '
       f'| {a["prepare_seconds"]:.2f} | {a["warm_seconds"]:.3f} | {ratio(a["warm_seconds"])} '
-      f'| {ex:.3f} | {a["warm_seconds"] / ex if ex > 0 else 0:.2f} '
+      f'| {ex:.3f} | {per_ex} '
       f'| {ph["keep"]:.3f} / {ph["pack"]:.3f} / {ph["wait"]:.3f} / {ph["unpack"]:.3f} / {ph["alloc"]:.3f} '
       f'| {unpacked} | {not_copied} | {peak} ({"yes" if b["peak_within_bound"] else "NO"}) |')
 PY
