@@ -16,8 +16,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 # (tensors start on page boundaries, so kept tensors at new offsets are remapped, not copied):
 #   1. --mem-budget 256MiB --bucket-elems 4M (as bench_transition) --prefault --repeat 4 --verify:
 #      cold (after prefault) and warm times against the lower bound measured in the same run,
-#      the warm phase split (max over ranks), and the share of kept bytes not copied (buffers
-#      handed over + pages remapped; the remapped part in parentheses);
+#      the warm phase split (max over ranks), the share of moved bytes sent unpacked / received
+#      unpacked (direct runs), the plain exchange of the same bytes (the link alone, same run)
+#      and the warm time against it, and the share of kept bytes not copied (buffers handed over
+#      + pages remapped; the remapped part in parentheses);
 #   2. --mem-budget 8MiB with Megatron's 40M-element buckets --verify: peak vs its bound.
 engine_rows() {
   cat <<ROWS
@@ -36,8 +38,8 @@ engine_table() {
   local exe="$build/dynatrain" tmp
   [[ -x "$exe" ]] || { echo "no $exe; build the dynatrain target first" >&2; exit 2; }
   tmp=$(mktemp -d)
-  echo "| ranks | switch | max in per rank | LB s | cold s (prefaulted) | cold / LB | prepare s | warm s | warm / LB | warm phases keep / pack / wait / unpack / alloc s | kept not copied (remapped) | peak / bound at 8 MiB, 40M buckets |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| ranks | switch | max in per rank | LB s | cold s (prefaulted) | cold / LB | prepare s | warm s | warm / LB | plain exchange s | warm / exchange | warm phases keep / pack / wait / unpack / alloc s | moved unpacked: sent / received | kept not copied (remapped) | peak / bound at 8 MiB, 40M buckets |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   while IFS='|' read -r np label model from to; do
     mpirun -np "$np" "$exe" run-transition --model "$here/models/$model/config.json" --from "$from" --to "$to" \
       --mem-budget 256MiB --bucket-elems 4000000 --align-pages --prefault --repeat 4 --verify --json "$tmp/a.json" > "$tmp/a.txt" < /dev/null
@@ -53,11 +55,16 @@ ph = a["warm_phases"]
 kept = a["bytes_kept"]
 not_copied = f'{100 * a["kept_not_copied_share"]:.0f} % ({100 * a["kept_remapped_bytes"] / kept:.0f} %)' if kept else "-"
 gib = 1024 ** 3
+ex = a["plain_exchange_seconds"]
+moved = a["bytes_moved"]
+per_ex = f'{a["warm_seconds"] / ex:.2f}' if moved and ex > 0 else "-"
+unpacked = f'{100 * a["bytes_sent_direct"] / moved:.0f} % / {100 * a["bytes_received_direct"] / moved:.0f} %' if moved else "-"
 peak = f'{b["peak_bytes"] / gib:.3f} / {(max(b["max_src_bytes"], b["max_dst_bytes"]) + b["budget_bytes"]) / gib:.3f} GiB'
 print(f'| {np_} | {label} | {a["max_rank_bytes_received"] / 1e9:.2f} GB | {lb:.3f} | {a["cold_seconds"]:.3f} | {ratio(a["cold_seconds"])} '
       f'| {a["prepare_seconds"]:.2f} | {a["warm_seconds"]:.3f} | {ratio(a["warm_seconds"])} '
+      f'| {ex:.3f} | {per_ex} '
       f'| {ph["keep"]:.3f} / {ph["pack"]:.3f} / {ph["wait"]:.3f} / {ph["unpack"]:.3f} / {ph["alloc"]:.3f} '
-      f'| {not_copied} | {peak} ({"yes" if b["peak_within_bound"] else "NO"}) |')
+      f'| {unpacked} | {not_copied} | {peak} ({"yes" if b["peak_within_bound"] else "NO"}) |')
 PY
   done < <(engine_rows)
   rm -rf "$tmp"

@@ -23,6 +23,11 @@
 //  * Invalid arguments (peer or root out of range, tag outside [0, kMaxTag], count vectors of
 //    the wrong length) are caller bugs: InvariantError, thrown before anything is sent.
 //  * Failures throw CommError; the communicator is then unusable and must be rebuilt.
+//  * Scattered messages (isend_runs / irecv_runs): the message is the bytes of a list of runs
+//    of one buffer, in list order. A runs send must meet a runs receive (never a plain one) of
+//    the same total; the two sides' run lists are independent (any split of the same bytes).
+//    Whether a pair moves them straight from runs to runs is runs_direct(peer), the same
+//    answer on both ranks of the pair.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +40,11 @@
 namespace dynatrain::comm {
 
 inline constexpr int kMaxTag = 32767;
+
+// One run of a scattered message: `bytes` bytes at byte `offset` of the message's buffer.
+struct ByteRun {
+  std::size_t offset = 0, bytes = 0;
+};
 
 class Request {
  public:
@@ -49,6 +59,13 @@ class Request {
 // Waits for every request in order. If some wait throws, the remaining requests are still waited
 // for (so no buffer is left in use) and the first error is rethrown.
 void wait_all(std::vector<std::unique_ptr<Request>>& requests);
+
+// Total bytes of a run list.
+std::size_t runs_bytes(const std::vector<ByteRun>& runs);
+// Copies the bytes of runs `from` (of buffer `src`) into runs `to` (of buffer `dst`), in order,
+// whatever the split of either list; both must total the same bytes (checked by the caller).
+void copy_runs(const std::byte* src, const std::vector<ByteRun>& from, std::byte* dst,
+               const std::vector<ByteRun>& to);
 
 // Backends' shared argument check for Transport::all_to_all: every vector has `size` entries.
 void check_all_to_all_args(int size, const std::vector<std::size_t>& send_counts,
@@ -71,6 +88,19 @@ class Transport {
   // Sends to `dst` and receives from `src` at once; cannot deadlock against the matching call.
   virtual void sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf,
                         std::size_t recv_bytes, int src, int tag) = 0;
+
+  // ---- point to point on scattered bytes (runs of one buffer) ----
+  // True when runs to `peer` travel straight from the sender's runs into the receiver's runs
+  // (one copy, no staging); symmetric: `peer` answers the same for this rank. False: the
+  // default implementation below packs into a temporary buffer and unpacks after the receive
+  // (two copies more), which is correct but no faster than the caller packing itself.
+  virtual bool runs_direct(int peer) const {
+    (void)peer;
+    return false;
+  }
+  // `runs` (in message order) must not overlap; `base` and every run stay valid until wait().
+  virtual std::unique_ptr<Request> isend_runs(const void* base, std::vector<ByteRun> runs, int peer, int tag);
+  virtual std::unique_ptr<Request> irecv_runs(void* base, std::vector<ByteRun> runs, int peer, int tag);
 
   // ---- collectives over the whole communicator ----
   virtual void barrier() = 0;

@@ -33,6 +33,7 @@ struct Range {
 struct Chunk {
   std::vector<Range> ranges;
   std::size_t bytes = 0;
+  bool direct = false;  // this side moves it without staging (Engine::chunk_direct, build_chunks)
 };
 
 // Greedy, element-granular: a chunk takes whole elements until the next one would not fit.
@@ -567,14 +568,66 @@ class Engine {
         for (std::size_t r = 0; r < n; ++r) rounds_.push_back({w, peer, r});
       }
     // Staging: only chunks that cannot go zero-copy need it.
-    for (const auto& wave : work_) {
-      for (const auto& [peer, pw] : wave) {
-        for (const auto& c : pw.send)
-          if (send_direct(peer, c) == nullptr) send_stage_size_ = std::max(send_stage_size_, c.bytes);
-        for (const auto& c : pw.recv)
-          if (recv_direct_offset(peer, c) < 0) recv_stage_size_ = std::max(recv_stage_size_, c.bytes);
+    for (auto& wave : work_) {
+      for (auto& [peer, pw] : wave) {
+        for (auto& c : pw.send)
+          if (!(c.direct = chunk_direct(peer, c, true))) send_stage_size_ = std::max(send_stage_size_, c.bytes);
+        for (auto& c : pw.recv)
+          if (!(c.direct = chunk_direct(peer, c, false))) recv_stage_size_ = std::max(recv_stage_size_, c.bytes);
       }
     }
+  }
+
+  // ---- direct (unpacked) transfers ----
+  // A pair whose transport moves scattered messages straight from runs to runs
+  // (Transport::runs_direct, symmetric) sends every chunk with isend_runs / irecv_runs: each
+  // side passes the chunk's own byte runs in its buffers when they are few enough to beat
+  // packing (chunk_direct), else one run of its staging slot (packed / unpacked as before).
+  // Other pairs send plain messages, straight only for a chunk that is one contiguous run.
+  bool pair_runs(int peer) const { return opt_.direct_runs && t_.runs_direct(peer); }
+  // One byte run of a chunk in one of this rank's buffers (source or destination side).
+  struct BufRun {
+    std::uint32_t buffer = 0;
+    std::uint64_t at = 0, bytes = 0;
+  };
+  // The chunk's byte runs on this side, in message order, adjacent runs of one buffer merged.
+  std::vector<BufRun> chunk_runs(int peer, const Chunk& c, bool source) const {
+    const auto& pieces = source ? wp_.send.at(peer) : wp_.recv.at(peer);
+    std::vector<BufRun> out;
+    for (const Range& rg : c.ranges) {
+      const plan::Piece& p = pieces[rg.piece];
+      const std::uint32_t b = source ? p.src_buffer : p.dst_buffer;
+      for_each_byte_run(p, rg.begin, rg.end, source, [&](std::uint64_t at, std::uint64_t n) {
+        if (!out.empty() && out.back().buffer == b && out.back().at + out.back().bytes == at)
+          out.back().bytes += n;
+        else
+          out.push_back({b, at, n});
+      });
+    }
+    return out;
+  }
+  // The rule: a chunk goes direct (no pack on the send side, no unpack on the receive side)
+  // when its runs on that side average at least kMinDirectRunBytes (measured on this machine:
+  // a runs-to-runs copy beats pack + copy + unpack from 2 KiB runs on; exec/README.md), or it
+  // is one run. Without runs for the pair: only a chunk that is one contiguous run.
+  static constexpr std::uint64_t kMinDirectRunBytes = 1024;
+  bool chunk_direct(int peer, const Chunk& c, bool source) const {
+    if (!pair_runs(peer)) return source ? send_direct(peer, c) != nullptr : recv_direct_offset(peer, c) >= 0;
+    const std::size_t n = chunk_runs(peer, c, source).size();
+    return n == 1 || n * kMinDirectRunBytes <= c.bytes;
+  }
+  // The chunk's runs as one comm::ByteRun list over `base` (the lowest buffer address used).
+  std::pair<std::byte*, std::vector<comm::ByteRun>> comm_runs(int peer, const Chunk& c, bool source) const {
+    const std::vector<BufRun> runs = chunk_runs(peer, c, source);
+    auto addr = [&](const BufRun& r) {
+      return reinterpret_cast<std::uintptr_t>(source ? src_[r.buffer] : dst_[r.buffer]) + r.at;
+    };
+    std::uintptr_t lo = UINTPTR_MAX;
+    for (const BufRun& r : runs) lo = std::min(lo, addr(r));
+    std::vector<comm::ByteRun> out;
+    out.reserve(runs.size());
+    for (const BufRun& r : runs) out.push_back({static_cast<std::size_t>(addr(r) - lo), static_cast<std::size_t>(r.bytes)});
+    return {reinterpret_cast<std::byte*>(lo), std::move(out)};
   }
 
   // The source address of a chunk that is one contiguous run of one source segment (only the
@@ -723,8 +776,7 @@ class Engine {
   struct Flight {
     const Chunk* sc = nullptr;
     const Chunk* rc = nullptr;
-    const std::byte* sptr = nullptr;
-    std::byte* rptr = nullptr;
+    std::byte* rptr = nullptr;  // staging slot of a receive that is not direct
     bool s_direct = false, r_direct = false;
     std::unique_ptr<comm::Request> sreq, rreq;
   };
@@ -772,33 +824,41 @@ class Engine {
     if (src_at + n > at) alloc_.copy(dst + (at - src_at + dst_at), src + at, src_at + n - at);
   }
 
-  // Posts the receive of round r (straight into the destination when the chunk is one
-  // contiguous run there, else into `stage`).
+  // Posts the receive of round r: straight into the destination runs when the chunk goes
+  // direct (chunk_direct), else into `stage`. A direct chunk's destination memory is made live
+  // here, before the transport may write it.
   void post_recv(Mem& m, bool dry, int peer, const PeerWork& pw, std::size_t r, Flight& f, std::byte* stage) {
     f.rc = r < pw.recv.size() ? &pw.recv[r] : nullptr;
     f.rreq.reset();
     if (!f.rc) return;
-    const std::int64_t off = recv_direct_offset(peer, *f.rc);
-    f.r_direct = off >= 0;
+    f.r_direct = f.rc->direct;
     f.rptr = stage;
     if (f.r_direct) {
-      const Range& rg = f.rc->ranges[0];
-      const plan::Piece& p = wp_.recv.at(peer)[rg.piece];
-      touch(m, dry, p, rg.begin, rg.end);
-      if (!dry) f.rptr = dst_[p.dst_buffer] + static_cast<std::size_t>(off) * elem(p.kind);
+      const auto& pieces = wp_.recv.at(peer);
+      for (const Range& rg : f.rc->ranges) touch(m, dry, pieces[rg.piece], rg.begin, rg.end);
     }
-    if (!dry) f.rreq = t_.irecv(f.rptr, f.rc->bytes, peer, kTag);
+    if (dry) return;
+    if (pair_runs(peer)) {
+      auto [base, runs] = f.r_direct ? comm_runs(peer, *f.rc, false)
+                                     : std::pair{stage, std::vector<comm::ByteRun>{{0, f.rc->bytes}}};
+      f.rreq = t_.irecv_runs(base, std::move(runs), peer, kTag);
+      return;
+    }
+    if (f.r_direct) {
+      const plan::Piece& p = wp_.recv.at(peer)[f.rc->ranges[0].piece];
+      f.rptr = dst_[p.dst_buffer] + static_cast<std::size_t>(recv_direct_offset(peer, *f.rc)) * elem(p.kind);
+    }
+    f.rreq = t_.irecv(f.rptr, f.rc->bytes, peer, kTag);
   }
 
-  // Packs round r into `stage` (or sends it straight from the source when it is one contiguous
-  // run of one segment) and posts the send. A packed source range is consumed (and maybe given
-  // back) right after the pack; a straight one after its send completed (finish_send).
+  // Packs round r into `stage` unless the chunk goes direct (chunk_direct), and posts the send.
+  // A packed source range is consumed (and maybe given back) right after the pack; a direct
+  // one after its send completed (finish_send).
   void post_send(Mem& m, bool dry, int peer, const PeerWork& pw, std::size_t r, Flight& f, std::byte* stage) {
     f.sc = r < pw.send.size() ? &pw.send[r] : nullptr;
     f.sreq.reset();
     if (!f.sc) return;
-    f.sptr = send_direct(peer, *f.sc);
-    f.s_direct = f.sptr != nullptr;
+    f.s_direct = f.sc->direct;
     if (!f.s_direct) {
       const auto& pieces = wp_.send.at(peer);
       const auto t0 = Clock::now();
@@ -811,14 +871,20 @@ class Engine {
                            src_seg(p).box, at, e, alloc_);
         consume(m, dry, p, rg.begin, rg.end);
       }
-      f.sptr = stage;
       if (!dry) stats_.pack_seconds += secs(t0);
     }
     if (dry) return;
-    f.sreq = t_.isend(f.sptr, f.sc->bytes, peer, kTag);
+    if (pair_runs(peer)) {
+      auto [base, runs] = f.s_direct ? comm_runs(peer, *f.sc, true)
+                                     : std::pair{stage, std::vector<comm::ByteRun>{{0, f.sc->bytes}}};
+      f.sreq = t_.isend_runs(base, std::move(runs), peer, kTag);
+    } else {
+      f.sreq = t_.isend(f.s_direct ? send_direct(peer, *f.sc) : stage, f.sc->bytes, peer, kTag);
+    }
     ++stats_.messages;
     stats_.bytes_sent += f.sc->bytes;
     stats_.zero_copy_sends += f.s_direct;
+    if (f.s_direct) stats_.bytes_sent_direct += f.sc->bytes;
   }
 
   void finish_recv(Mem& m, bool dry, int peer, Flight& f) {
@@ -829,6 +895,7 @@ class Engine {
       stats_.wait_seconds += secs(t0);
       stats_.bytes_received += f.rc->bytes;
       stats_.zero_copy_recvs += f.r_direct;
+      if (f.r_direct) stats_.bytes_received_direct += f.rc->bytes;
     }
     if (f.r_direct) return;
     const auto& pieces = wp_.recv.at(peer);
@@ -852,10 +919,8 @@ class Engine {
       f.sreq->wait();
       stats_.wait_seconds += secs(t0);
     }
-    if (f.s_direct) {
-      const Range& rg = f.sc->ranges[0];
-      consume(m, dry, wp_.send.at(peer)[rg.piece], rg.begin, rg.end);
-    }
+    if (f.s_direct)
+      for (const Range& rg : f.sc->ranges) consume(m, dry, wp_.send.at(peer)[rg.piece], rg.begin, rg.end);
   }
 
   void trace_post(const auto& rd, const Flight& f) {

@@ -1,9 +1,11 @@
 // The state transition engine: executes one rank's part of a plan on rank-local buffers.
 //
 //   pack      the pieces for one peer are copied (strided box copy, exec/box_copy.h) into one
-//             contiguous staging buffer, chunk by chunk; a chunk that is one contiguous run of
-//             a source segment is sent straight from the source buffer (and received straight
-//             into the destination buffer when it is one contiguous run there)
+//             contiguous staging buffer, chunk by chunk; a chunk goes *direct* instead (sent
+//             straight from its source runs, received straight into its destination runs, each
+//             side deciding alone) where the transport moves scattered runs for the pair
+//             (comm::Transport::runs_direct) and the side's runs average >= 1 KiB, or, without
+//             that, when it is one contiguous run (exec/README.md)
 //   exchange  in the XOR pairwise order: step s = 1 .. 2^ceil(log2 W) - 1, peer = rank XOR s
 //             (peers >= W skipped); pairs are symmetric, each round posts one receive and one
 //             send per pair and waits for both, so no round can deadlock
@@ -118,6 +120,11 @@ struct TransitionOptions {
   // Agree and dry-run only (for the simulator, sim/trace.h): no data moves, nothing is
   // allocated or released, `src` may hold nullptr for every buffer and `dst` stays empty.
   bool dry_only = false;
+  // Scattered direct transfers: where the transport moves runs straight from buffer to buffer
+  // (comm::Transport::runs_direct), chunks whose runs are long enough are neither packed nor
+  // unpacked (exec/README.md). Off: only chunks that are one contiguous run go direct. Every
+  // rank must pass the same value.
+  bool direct_runs = true;
   // When set, the wave agreement is this one object shared by every rank of the switch, all
   // running as threads of one process (sim/trace.h): each rank gives its own per-key stats and
   // takes the one cut computed for all (exec/wave_agreement.h) instead of gathering every
@@ -143,6 +150,10 @@ struct TransitionStats {
   std::uint64_t kept_remapped_bytes = 0;
   std::uint64_t messages = 0;        // point-to-point messages sent by this rank
   std::uint64_t zero_copy_sends = 0, zero_copy_recvs = 0;  // messages without pack / unpack
+  // Bytes of those messages: sent straight from the source buffers (not packed) and received
+  // straight into the destination buffers (not unpacked); the rest of bytes_sent / _received
+  // went through staging.
+  std::uint64_t bytes_sent_direct = 0, bytes_received_direct = 0;
   std::uint64_t broadcasts = 0;      // broadcast collectives this rank took part in
   std::uint64_t staging_bytes = 0;   // staging actually allocated (<= mem_budget / 2)
   std::uint64_t chunk_bytes = 0;     // chunk capacity used to cut each peer's stream

@@ -32,6 +32,14 @@ int verify_state(const vps::Layout& model_layout, const vps::RankLayout& layout,
 // no rank has a partner).
 double measure_p2p_bandwidth(comm::Transport& world, std::size_t bytes, int iters = 3);
 
+// Collective: what the link alone does with a switch's bytes. Every rank exchanges with each
+// peer of the XOR order (the engine's) as many bytes as it sends to / receives from it
+// (`send_bytes[q]`, `recv_bytes[q]`), as plain messages of at most `chunk` bytes, two in
+// flight, from and into warm buffers: no packing, no state, no allocation. Returns the
+// slowest rank's seconds (equal on every rank).
+double measure_plain_exchange(comm::Transport& world, const std::vector<std::uint64_t>& send_bytes,
+                              const std::vector<std::uint64_t>& recv_bytes, std::size_t chunk);
+
 // Collective: every rank's value, exact (comm::all_gather_values).
 std::vector<std::uint64_t> gather_u64(comm::Transport& world, std::uint64_t value);
 std::vector<double> gather_double(comm::Transport& world, double value);

@@ -38,6 +38,8 @@ struct RunTransitionArgs {
                                           // (vps::kPageAlignElems), so kept runs can be remapped
   bool prefault = false;                  // --prefault: touch the pool's growth before the
                                           // cold switch, timed apart (prepare_seconds)
+  bool direct_runs = true;                // --no-direct-runs: pack / unpack every chunk that
+                                          // is not one contiguous run (exec: direct_runs)
 };
 
 // Runs the command on every rank of `world` (collective). Returns the exit code, equal on every

@@ -25,6 +25,9 @@ Command add_run_transition_command(CLI::App& app) {
   cmd->add_flag("--align-pages", args->align_pages,
                 "Start every tensor on a 4 KiB page boundary in its buffers, so kept tensors that move "
                 "to a new offset are remapped instead of copied (kept_remapped_bytes)");
+  cmd->add_flag("--no-direct-runs{false}", args->direct_runs,
+                "Pack and unpack every chunk that is not one contiguous run, instead of moving scattered "
+                "runs straight between buffers (for comparison)");
   cmd->add_flag("--verify", args->verify, "Check every destination element; exit 1 on the first wrong one");
   cmd->add_option("--repeat", args->repeat, "Timed forward switches (first cold, rest warm)")
       ->capture_default_str();

@@ -31,6 +31,8 @@ struct InprocOp {
   const void* send_buf = nullptr;
   void* recv_buf = nullptr;
   std::size_t bytes = 0;
+  bool scattered = false;     // posted by isend_runs / irecv_runs
+  std::vector<ByteRun> runs;  // scattered: the runs of the buffer, in message order
   InprocKey key{};
   Phase phase = Phase::kPosted;
   std::string error;      // non-empty: the operation failed with this message
@@ -170,8 +172,13 @@ InprocTransport::InprocTransport(std::shared_ptr<detail::InprocState> state, std
 InprocTransport::~InprocTransport() = default;
 
 std::unique_ptr<Request> InprocTransport::post(bool is_send, const void* send_buf, void* recv_buf,
-                                               std::size_t bytes, int peer, int tag, int channel) {
+                                               std::size_t bytes, int peer, int tag, int channel,
+                                               std::vector<ByteRun>* runs) {
   auto op = std::make_shared<InprocOp>();
+  if (runs) {
+    op->scattered = true;
+    op->runs = std::move(*runs);
+  }
   op->is_send = is_send;
   op->send_buf = send_buf;
   op->recv_buf = recv_buf;
@@ -196,9 +203,10 @@ std::unique_ptr<Request> InprocTransport::post(bool is_send, const void* send_bu
   if (it->second.empty()) partners.erase(it);
   const InprocOp& send = is_send ? *op : *partner;
   const InprocOp& recv = is_send ? *partner : *op;
-  if (send.bytes != recv.bytes) {
+  if (send.bytes != recv.bytes || send.scattered != recv.scattered) {
     const std::string error = ::dynatrain::detail::concat(
-        "inproc: message size mismatch: ", describe(send), " met ", describe(recv));
+        "inproc: message ", send.bytes != recv.bytes ? "size" : "kind (runs vs plain)",
+        " mismatch: ", describe(send), " met ", describe(recv));
     op->error = partner->error = error;
     op->phase = partner->phase = InprocOp::Phase::kDone;
     state_->cv.notify_all();
@@ -206,7 +214,11 @@ std::unique_ptr<Request> InprocTransport::post(bool is_send, const void* send_bu
   }
   op->phase = partner->phase = InprocOp::Phase::kCopying;
   lock.unlock();
-  if (send.bytes > 0) std::memcpy(recv.recv_buf, send.send_buf, send.bytes);
+  if (send.scattered)
+    copy_runs(static_cast<const std::byte*>(send.send_buf), send.runs, static_cast<std::byte*>(recv.recv_buf),
+              recv.runs);
+  else if (send.bytes > 0)
+    std::memcpy(recv.recv_buf, send.send_buf, send.bytes);
   lock.lock();
   op->phase = partner->phase = InprocOp::Phase::kDone;
   state_->cv.notify_all();
@@ -224,6 +236,21 @@ std::unique_ptr<Request> InprocTransport::irecv(void* buf, std::size_t bytes, in
   check_peer(peer, size_, "irecv: source");
   check_tag(tag);
   return post(false, nullptr, buf, bytes, peer, tag, 0);
+}
+
+std::unique_ptr<Request> InprocTransport::isend_runs(const void* base, std::vector<ByteRun> runs, int peer,
+                                                     int tag) {
+  check_peer(peer, size_, "isend_runs: destination");
+  check_tag(tag);
+  const std::size_t bytes = runs_bytes(runs);
+  return post(true, base, nullptr, bytes, peer, tag, 0, &runs);
+}
+
+std::unique_ptr<Request> InprocTransport::irecv_runs(void* base, std::vector<ByteRun> runs, int peer, int tag) {
+  check_peer(peer, size_, "irecv_runs: source");
+  check_tag(tag);
+  const std::size_t bytes = runs_bytes(runs);
+  return post(false, nullptr, base, bytes, peer, tag, 0, &runs);
 }
 
 void InprocTransport::sendrecv(const void* send_buf, std::size_t send_bytes, int dst,

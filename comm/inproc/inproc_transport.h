@@ -51,6 +51,11 @@ class InprocTransport final : public Transport {
   std::unique_ptr<Request> irecv(void* buf, std::size_t bytes, int peer, int tag) override;
   void sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf,
                 std::size_t recv_bytes, int src, int tag) override;
+  // Runs are copied straight from the sender's runs into the receiver's (one memcpy per
+  // overlap of two runs); a runs message meeting a plain one is a CommError, as under MPI.
+  bool runs_direct(int) const override { return true; }
+  std::unique_ptr<Request> isend_runs(const void* base, std::vector<ByteRun> runs, int peer, int tag) override;
+  std::unique_ptr<Request> irecv_runs(void* base, std::vector<ByteRun> runs, int peer, int tag) override;
 
   void barrier() override;
   void broadcast(void* buf, std::size_t bytes, int root) override;
@@ -69,7 +74,8 @@ class InprocTransport final : public Transport {
  private:
   // channel 0: user point to point; channel 1: collectives.
   std::unique_ptr<Request> post(bool is_send, const void* send_buf, void* recv_buf,
-                                std::size_t bytes, int peer, int tag, int channel);
+                                std::size_t bytes, int peer, int tag, int channel,
+                                std::vector<ByteRun>* runs = nullptr);
   void allgather_bytes(const void* send, void* recv, std::size_t bytes_per_rank);
 
   std::shared_ptr<detail::InprocState> state_;

@@ -1,6 +1,12 @@
 #include "comm/mpi/mpi_transport.h"
 
+#include <sched.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <exception>
 #include <climits>
 #include <cstring>
 #include <mutex>
@@ -179,6 +185,254 @@ void check_tag(int tag) {
   DT_CHECK(tag >= 0 && tag <= kMaxTag, "tag ", tag, " is outside [0, ", kMaxTag, "]");
 }
 
+// ---- scattered messages between processes of one node (cross-memory attach) ----
+// Protocol of one runs message on the transport's private runs communicator, for a pair with
+// runs_direct(): the sender posts a descriptor (its pid, then (address, length) of each run) on
+// tag 2*tag; the receiver, inside wait(), copies the runs straight out of the sender's memory into
+// its own runs with process_vm_readv (the kernel's single copy, what Open MPI's shared-memory
+// path does for contiguous messages) and answers one status byte on tag 2*tag+1 (0: done,
+// 1: size mismatch). The sender's request completes with that answer: its runs stay untouched
+// until then.
+constexpr std::size_t kIovBatch = 1024;  // IOV_MAX on Linux
+
+int descriptor_tag(int tag) { return 2 * tag; }
+int answer_tag(int tag) { return 2 * tag + 1; }
+
+// Copies the remote runs of descriptor `desc` into the local runs, batch by batch of matched
+// pieces (equal lengths on both sides).
+void read_remote_runs(const std::vector<std::uint64_t>& desc, std::byte* base, const std::vector<ByteRun>& runs,
+                      const std::string& where) {
+  const auto pid = static_cast<pid_t>(desc[0]);
+  const std::size_t n_remote = desc[1];
+  std::vector<iovec> local, remote;
+  local.reserve(kIovBatch), remote.reserve(kIovBatch);
+  std::size_t batch_bytes = 0;
+  auto flush = [&] {
+    if (local.empty()) return;
+    const ssize_t got = process_vm_readv(pid, local.data(), local.size(), remote.data(), remote.size(), 0);
+    if (got != static_cast<ssize_t>(batch_bytes))
+      throw CommError(concat("mpi: ", where, ": process_vm_readv of ", batch_bytes, " bytes from pid ", pid,
+                             " returned ", got, got < 0 ? concat(" (", std::strerror(errno), ")") : std::string()));
+    local.clear(), remote.clear();
+    batch_bytes = 0;
+  };
+  std::size_t i = 0, j = 0, at_i = 0, at_j = 0;  // remote run, local run, bytes done in each
+  while (i < n_remote && j < runs.size()) {
+    const std::uint64_t r_addr = desc[2 + 2 * i], r_len = desc[3 + 2 * i];
+    const std::size_t n = std::min<std::size_t>(r_len - at_i, runs[j].bytes - at_j);
+    if (n > 0) {
+      local.push_back({base + runs[j].offset + at_j, n});
+      remote.push_back({reinterpret_cast<void*>(r_addr + at_i), n});
+      batch_bytes += n;
+      if (local.size() == kIovBatch) flush();
+    }
+    at_i += n, at_j += n;
+    if (at_i == r_len) ++i, at_i = 0;
+    if (at_j == runs[j].bytes) ++j, at_j = 0;
+  }
+  flush();
+}
+
+class CmaRecv;
+
+}  // namespace
+
+namespace detail {
+// Every posted runs receive of one transport, in posting order. Any runs wait (send or receive)
+// progresses them all, as MPI progresses every posted receive in any wait: a runs send then
+// completes without its receiver waiting on that very request, so the engine's schedule (which
+// relies on MPI's progress rule) cannot form a cycle of waits.
+struct RunsProgress {
+  std::mutex mu;
+  std::vector<CmaRecv*> pending;
+  // Completes every pending receive whose descriptor arrived (the first pending one per peer and
+  // tag: FIFO matching). Caller holds mu.
+  void poll_locked();
+  void poll() {
+    std::lock_guard lock(mu);
+    poll_locked();
+  }
+};
+}  // namespace detail
+
+namespace {
+
+using detail::RunsProgress;
+
+class CmaSend final : public Request {
+ public:
+  CmaSend(const void* base, const std::vector<ByteRun>& runs, int peer, int tag, MPI_Comm comm,
+          std::shared_ptr<RunsProgress> progress, std::string where)
+      : progress_(std::move(progress)), where_(std::move(where)) {
+    desc_.reserve(2 + 2 * runs.size());
+    desc_.push_back(static_cast<std::uint64_t>(getpid()));
+    desc_.push_back(runs.size());
+    for (const ByteRun& r : runs) {
+      desc_.push_back(reinterpret_cast<std::uintptr_t>(static_cast<const std::byte*>(base) + r.offset));
+      desc_.push_back(r.bytes);
+    }
+    DT_MPI(MPI_Irecv(&answer_, 1, MPI_BYTE, peer, answer_tag(tag), comm, &reqs_[1]), where_, ": MPI_Irecv (answer)");
+    const int rc = MPI_Isend(desc_.data(), static_cast<int>(desc_.size() * sizeof(std::uint64_t)), MPI_BYTE, peer,
+                             descriptor_tag(tag), comm, &reqs_[0]);
+    if (rc != MPI_SUCCESS) {
+      MPI_Cancel(&reqs_[1]);
+      MPI_Request_free(&reqs_[1]);
+      throw_mpi(rc, concat(where_, ": MPI_Isend (descriptor)"));
+    }
+  }
+  ~CmaSend() override {
+    if (done_ || mpi_finalized()) return;
+    try {
+      wait();
+    } catch (...) {
+    }
+  }
+  void wait() override {
+    while (!test()) sched_yield();
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    const int rc = MPI_Testall(2, reqs_, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS || flag) {
+      finish(rc);
+      return true;
+    }
+    progress_->poll();
+    return false;
+  }
+
+ private:
+  void finish(int rc) {
+    done_ = true;
+    if (rc != MPI_SUCCESS) throw_mpi(rc, concat(where_, " (wait)"));
+    if (answer_ != 0)
+      throw CommError(concat("mpi: ", where_, ": message size mismatch (the receiver's runs total another size)"));
+  }
+  std::shared_ptr<RunsProgress> progress_;
+  std::vector<std::uint64_t> desc_;
+  unsigned char answer_ = 0;
+  MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::string where_;
+  bool done_ = false;
+};
+
+class CmaRecv final : public Request {
+ public:
+  CmaRecv(void* base, std::vector<ByteRun> runs, int peer, int tag, MPI_Comm comm,
+          std::shared_ptr<RunsProgress> progress, std::string where)
+      : base_(static_cast<std::byte*>(base)), runs_(std::move(runs)), peer_(peer), tag_(tag), comm_(comm),
+        progress_(std::move(progress)), where_(std::move(where)) {
+    std::lock_guard lock(progress_->mu);
+    progress_->pending.push_back(this);
+  }
+  // A receive never waited for leaves its sender waiting: it is completed here (errors swallowed).
+  ~CmaRecv() override {
+    if (!mpi_finalized()) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
+    std::lock_guard lock(progress_->mu);
+    auto& v = progress_->pending;
+    v.erase(std::remove(v.begin(), v.end(), this), v.end());
+  }
+  void wait() override {
+    while (!test()) sched_yield();
+  }
+  bool test() override {
+    bool finished = false;
+    {
+      std::lock_guard lock(progress_->mu);
+      if (!done_) progress_->poll_locked();
+      finished = done_;
+    }
+    if (!finished) return false;
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    return true;
+  }
+  int peer() const { return peer_; }
+  int tag() const { return tag_; }
+  bool done() const { return done_; }
+  // Takes the descriptor if it arrived and completes; caller holds the progress mutex.
+  bool try_complete() {
+    int flag = 0;
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    try {
+      DT_MPI(MPI_Improbe(peer_, descriptor_tag(tag_), comm_, &flag, &msg, &status), where_, ": MPI_Improbe");
+      if (!flag) return false;
+      complete(msg, status);
+    } catch (...) {
+      done_ = true;
+      error_ = std::current_exception();
+    }
+    return true;
+  }
+
+ private:
+  void complete(MPI_Message& msg, const MPI_Status& status) {
+    done_ = true;
+    int bytes = 0;
+    DT_MPI(MPI_Get_count(&status, MPI_BYTE, &bytes), where_, ": MPI_Get_count");
+    std::vector<std::uint64_t> desc(static_cast<std::size_t>(bytes) / sizeof(std::uint64_t));
+    DT_MPI(MPI_Mrecv(desc.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE), where_, ": MPI_Mrecv");
+    DT_CHECK(desc.size() >= 2 && desc.size() == 2 + 2 * desc[1], where_, ": malformed runs descriptor");
+    std::uint64_t remote_bytes = 0;
+    for (std::size_t i = 0; i < desc[1]; ++i) remote_bytes += desc[3 + 2 * i];
+    const bool match = remote_bytes == runs_bytes(runs_);
+    std::string error;
+    if (match) {
+      try {
+        read_remote_runs(desc, base_, runs_, where_);
+      } catch (const CommError& e) {
+        error = e.what();
+      }
+    }
+    unsigned char answer = match && error.empty() ? 0 : 1;
+    DT_MPI(MPI_Send(&answer, 1, MPI_BYTE, peer_, answer_tag(tag_), comm_), where_, ": MPI_Send (answer)");
+    if (!error.empty()) throw CommError(error);
+    if (!match)
+      throw CommError(concat("mpi: ", where_, ": message size mismatch: the sender's runs total ", remote_bytes,
+                             " bytes, expected ", runs_bytes(runs_)));
+  }
+  std::byte* base_;
+  std::vector<ByteRun> runs_;
+  int peer_, tag_;
+  MPI_Comm comm_;
+  std::shared_ptr<RunsProgress> progress_;
+  std::string where_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+void detail::RunsProgress::poll_locked() {
+  std::vector<std::pair<int, int>> tried;  // (peer, tag) whose first pending receive was tried
+  for (std::size_t i = 0; i < pending.size();) {
+    CmaRecv* r = pending[i];
+    const std::pair<int, int> key{r->peer(), r->tag()};
+    if (std::find(tried.begin(), tried.end(), key) != tried.end()) {
+      ++i;
+      continue;
+    }
+    if (r->try_complete()) {
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));  // the next one of this key may match too
+      continue;
+    }
+    tried.push_back(key);
+    ++i;
+  }
+}
+
+namespace {
+
+// Read by peers' probes: cross-memory attach works between two processes when one can read this.
+constexpr std::uint64_t kCmaMagic = 0x44796e615472a1cbull;
+volatile std::uint64_t cma_probe_word = kCmaMagic;
+
 std::mutex& init_mutex() {
   static std::mutex mu;
   return mu;
@@ -233,7 +487,12 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::size_t max_chunk_bytes)
     DT_MPI(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
     DT_MPI(MPI_Comm_dup(comm_, &coll_comm_), "rank ", rank_, ": MPI_Comm_dup (collectives)");
     DT_MPI(MPI_Comm_set_errhandler(coll_comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    DT_MPI(MPI_Comm_dup(comm_, &runs_comm_), "rank ", rank_, ": MPI_Comm_dup (runs)");
+    runs_progress_ = std::make_shared<detail::RunsProgress>();
+    DT_MPI(MPI_Comm_set_errhandler(runs_comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    probe_runs_direct();
   } catch (...) {
+    if (runs_comm_ != MPI_COMM_NULL) MPI_Comm_free(&runs_comm_);
     if (coll_comm_ != MPI_COMM_NULL) MPI_Comm_free(&coll_comm_);
     MPI_Comm_free(&comm_);
     throw;
@@ -242,8 +501,82 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::size_t max_chunk_bytes)
 
 MpiTransport::~MpiTransport() {
   if (mpi_finalized()) return;
+  if (runs_comm_ != MPI_COMM_NULL) MPI_Comm_free(&runs_comm_);
   if (coll_comm_ != MPI_COMM_NULL) MPI_Comm_free(&coll_comm_);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+// Collective: runs go direct to the peers on this node (as Open MPI sees nodes:
+// MPI_COMM_TYPE_SHARED, so ranks that an emulated cluster places on other hosts are not) when
+// every rank could read every same-node peer's probe word with process_vm_readv, and the tags of
+// the protocol fit MPI_TAG_UB; else every pair uses the packing default. One split_type, one
+// all-gather, one all-reduce.
+void MpiTransport::probe_runs_direct() {
+  struct Id {
+    std::uint64_t pid = 0, word = 0;
+  };
+  const Id me{static_cast<std::uint64_t>(getpid()), reinterpret_cast<std::uintptr_t>(&cma_probe_word)};
+  std::vector<Id> all(static_cast<std::size_t>(size_));
+  DT_MPI(MPI_Allgather(&me, sizeof me, MPI_BYTE, all.data(), sizeof me, MPI_BYTE, coll_comm_), "rank ", rank_,
+         ": MPI_Allgather (runs probe)");
+  // This node's ranks, as ranks of this communicator.
+  MPI_Comm node = MPI_COMM_NULL;
+  DT_MPI(MPI_Comm_split_type(coll_comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "rank ", rank_,
+         ": MPI_Comm_split_type (runs probe)");
+  MPI_Group node_group = MPI_GROUP_NULL, all_group = MPI_GROUP_NULL;
+  int n = 0;
+  MPI_Comm_group(node, &node_group);
+  MPI_Comm_group(coll_comm_, &all_group);
+  MPI_Group_size(node_group, &n);
+  std::vector<int> local(static_cast<std::size_t>(n)), mine(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) local[static_cast<std::size_t>(i)] = i;
+  MPI_Group_translate_ranks(node_group, n, local.data(), all_group, mine.data());
+  MPI_Group_free(&node_group);
+  MPI_Group_free(&all_group);
+  MPI_Comm_free(&node);
+  void* ub = nullptr;
+  int has_ub = 0;
+  DT_MPI(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &has_ub), "MPI_Comm_get_attr(MPI_TAG_UB)");
+  int ok = has_ub && *static_cast<int*>(ub) >= answer_tag(kMaxTag);
+  runs_direct_.assign(all.size(), 0);
+  for (int r : mine) {
+    if (!ok || r < 0 || r >= size_) continue;
+    const Id& peer = all[static_cast<std::size_t>(r)];
+    std::uint64_t word = 0;
+    iovec into{&word, sizeof word}, from{reinterpret_cast<void*>(peer.word), sizeof word};
+    ok = process_vm_readv(static_cast<pid_t>(peer.pid), &into, 1, &from, 1, 0) ==
+             static_cast<ssize_t>(sizeof word) && word == kCmaMagic;
+    runs_direct_[static_cast<std::size_t>(r)] = 1;
+  }
+  // Only when every rank of the communicator is on this node: then every pair of an engine
+  // switch uses the runs protocol and every wait progresses the posted runs receives (a plain
+  // MPI_Wait on an off-node message would not, and could close a cycle of waits).
+  ok = ok && n == size_;
+  int all_ok = 0;
+  DT_MPI(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, coll_comm_), "rank ", rank_, ": MPI_Allreduce (runs probe)");
+  if (!all_ok) runs_direct_.assign(all.size(), 0);
+}
+
+bool MpiTransport::runs_direct(int peer) const {
+  return peer >= 0 && peer < size_ && runs_direct_[static_cast<std::size_t>(peer)] != 0;
+}
+
+std::unique_ptr<Request> MpiTransport::isend_runs(const void* base, std::vector<ByteRun> runs, int peer, int tag) {
+  check_peer(peer, size_, "isend_runs: destination");
+  check_tag(tag);
+  if (!runs_direct(peer)) return Transport::isend_runs(base, std::move(runs), peer, tag);
+  return std::make_unique<CmaSend>(base, runs, peer, tag, runs_comm_, runs_progress_,
+                                   concat("rank ", rank_, "/", size_, ": isend_runs to ", peer, " (tag ", tag, ", ",
+                                          runs.size(), " runs, ", runs_bytes(runs), " bytes)"));
+}
+
+std::unique_ptr<Request> MpiTransport::irecv_runs(void* base, std::vector<ByteRun> runs, int peer, int tag) {
+  check_peer(peer, size_, "irecv_runs: source");
+  check_tag(tag);
+  if (!runs_direct(peer)) return Transport::irecv_runs(base, std::move(runs), peer, tag);
+  std::string where = concat("rank ", rank_, "/", size_, ": irecv_runs from ", peer, " (tag ", tag, ", ",
+                             runs.size(), " runs, ", runs_bytes(runs), " bytes)");
+  return std::make_unique<CmaRecv>(base, std::move(runs), peer, tag, runs_comm_, runs_progress_, std::move(where));
 }
 
 std::unique_ptr<MpiTransport> MpiTransport::world() { return from_comm(MPI_COMM_WORLD); }

@@ -23,10 +23,15 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "comm/transport.h"
 
 namespace dynatrain::comm {
+
+namespace detail {
+struct RunsProgress;
+}
 
 // Owns the MPI library's lifetime for one program: construct one at the top of main().
 class MpiSession {
@@ -71,6 +76,13 @@ class MpiTransport final : public Transport {
   void sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf,
                 std::size_t recv_bytes, int src, int tag) override;
 
+  // Scattered messages: between processes of one node, straight from runs to runs by
+  // cross-memory attach (process_vm_readv, one copy); to other nodes, or when the probe at
+  // construction found that attach is not permitted, the packing default of Transport.
+  bool runs_direct(int peer) const override;
+  std::unique_ptr<Request> isend_runs(const void* base, std::vector<ByteRun> runs, int peer, int tag) override;
+  std::unique_ptr<Request> irecv_runs(void* base, std::vector<ByteRun> runs, int peer, int tag) override;
+
   void barrier() override;
   void broadcast(void* buf, std::size_t bytes, int root) override;
   void all_reduce_sum(float* buf, std::size_t count) override;
@@ -101,6 +113,10 @@ class MpiTransport final : public Transport {
 
   MPI_Comm comm_ = MPI_COMM_NULL;       // user point to point
   MPI_Comm coll_comm_ = MPI_COMM_NULL;  // collectives (private duplicate)
+  MPI_Comm runs_comm_ = MPI_COMM_NULL;  // the runs protocol's descriptors and answers
+  std::vector<char> runs_direct_;       // per peer: runs go by cross-memory attach
+  std::shared_ptr<detail::RunsProgress> runs_progress_;  // posted runs receives (mpi_transport.cc)
+  void probe_runs_direct();
   int rank_ = 0;
   int size_ = 0;
   std::atomic<std::size_t> max_chunk_;

@@ -31,6 +31,7 @@ std::string TransitionCase::name() const {
   if (order == WaveOrder::kDescending) s += "_desc";
   if (zeroed_kinds != 0) s += "_stepboundary";
   if (align_pages) s += "_aligned";
+  if (!direct_runs) s += "_packed";
   for (char& ch : s)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -107,6 +108,7 @@ std::vector<TransitionCase> large_buffer_cases(int ranks, std::size_t budget) {
     c.bucket_elems = 40'000'000;  // Megatron's default bucket
     c.budget = budget;
     c.align_pages = out.size() % 2 == 1;
+    c.direct_runs = out.size() % 3 != 2;  // every third: only contiguous chunks unpacked
     out.push_back(c);
   }
   return out;
@@ -186,6 +188,7 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   opt.mem_budget = c.budget;
   opt.order = c.order;
   opt.zeroed_kinds = c.zeroed_kinds;
+  opt.direct_runs = c.direct_runs;
   const TransitionStats s = run_transition(plan, sl, a, dl, b, lo.elem_bytes, t, pool, opt);
 
   // Content: every destination element.
@@ -218,6 +221,9 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
                s.skipped_bytes_kept == want[1][2]);
   CASE_REQUIRE(c.zeroed_kinds == 0 || s.zeroed_bytes > 0 || dl.buffers.empty());
   CASE_REQUIRE(s.messages >= peers_sent_to, s.messages, " messages for ", peers_sent_to, " peers");
+  CASE_REQUIRE(s.bytes_sent_direct <= s.bytes_sent && s.bytes_received_direct <= s.bytes_received);
+  CASE_REQUIRE((s.bytes_sent_direct > 0) == (s.zero_copy_sends > 0) &&
+               (s.bytes_received_direct > 0) == (s.zero_copy_recvs > 0));
   // Memory: staging within budget, prediction exact, peak within max(src, dst) + budget.
   CASE_REQUIRE(s.staging_bytes <= c.budget / 2, s.staging_bytes);
   CASE_REQUIRE(s.src_bytes == static_cast<std::uint64_t>(sl.bytes(lo)));
@@ -269,6 +275,42 @@ void message_count_case(comm::Transport& t) {
   CASE_REQUIRE(small.bytes_received == want);
   CASE_REQUIRE(small.messages >= (small.bytes_sent + small.chunk_bytes - 1) / small.chunk_bytes, small.messages);
   CASE_REQUIRE(small.messages > 3, small.messages);
+}
+
+void strided_direct_case(comm::Transport& t) {
+  TransitionCase c{.kind = "strided", .model = "mid-dense", .from = "tp=2,zero=0", .to = "dp=2,zero=0",
+                   .bucket_elems = 40'000'000, .world = 2};
+  CASE_REQUIRE(t.size() == 2);
+  const bool runs = t.runs_direct(1 - t.rank());
+  for (std::size_t budget : {std::size_t{4} << 20, std::size_t{64} << 20}) {
+    c.budget = budget;
+    c.direct_runs = true;
+    const TransitionStats on = run_case(c, t);
+    c.direct_runs = false;
+    const TransitionStats off = run_case(c, t);
+    CASE_REQUIRE(on.bytes_received > 0 && on.bytes_received == off.bytes_received);
+    // Received: strided slices with long runs direct only with runs; short runs always staged.
+    CASE_REQUIRE(off.bytes_received_direct < off.bytes_received, off.bytes_received_direct);
+    if (runs) {
+      // The shard is contiguous at the sender: with runs every chunk goes unpacked, also those
+      // that hold several pieces (without, only chunks of one piece do).
+      CASE_REQUIRE(on.bytes_sent_direct == on.bytes_sent, on.bytes_sent_direct, " of ", on.bytes_sent);
+      CASE_REQUIRE(budget < (64u << 20) || off.bytes_sent_direct < off.bytes_sent, off.bytes_sent_direct, " of ",
+                   off.bytes_sent);  // 64 MiB chunks hold several pieces
+      CASE_REQUIRE(on.bytes_received_direct > off.bytes_received_direct, on.bytes_received_direct, " vs ",
+                   off.bytes_received_direct);
+      // At 4 MiB a chunk holds one slice: the 512-byte runs are staged. At 64 MiB a chunk mixes
+      // them with long runs and averages above the rule: everything lands in place.
+      if (budget < (64u << 20))
+        CASE_REQUIRE(on.bytes_received_direct < on.bytes_received, on.bytes_received_direct);
+      else
+        CASE_REQUIRE(on.bytes_received_direct == on.bytes_received, on.bytes_received_direct);
+      CASE_REQUIRE(on.staging_bytes <= off.staging_bytes, on.staging_bytes, " vs ", off.staging_bytes);
+    } else {
+      CASE_REQUIRE(on.bytes_received_direct == off.bytes_received_direct &&
+                   on.bytes_sent_direct == off.bytes_sent_direct);
+    }
+  }
 }
 
 // tiny-dense dp=4,zero=0 -> dp=2,zero=0 (replicated state; ranks 0 and 1 keep everything) and

@@ -34,6 +34,7 @@ struct TransitionCase {
   int world = 0;  // ranks the switch needs: max of both configs' world sizes
   std::uint32_t zeroed_kinds = 0;  // TransitionOptions::zeroed_kinds (at a step boundary: grads)
   bool align_pages = false;  // LayoutOptions::align_elems = kPageAlignElems: remapped keeps
+  bool direct_runs = true;   // TransitionOptions::direct_runs: scattered runs moved unpacked
   std::string name() const;
 };
 inline void PrintTo(const TransitionCase& c, std::ostream* os) { *os << c.name(); }
@@ -46,7 +47,8 @@ std::vector<TransitionCase> transition_cases(int ranks, int per_kind = 1);
 // The same switches on "mid-dense" / "mid-moe" (tiny-* with hidden 256, vocab 2048: 4M
 // parameters) with Megatron's 40M-element buckets, so that every buffer (2-16 MiB) is larger
 // than a small `budget`: the page-wise path (exec/README.md) is what keeps the peak bounded.
-// Every other case lays tensors out page-aligned, so kept tensors at new offsets are remapped.
+// Every other case lays tensors out page-aligned, so kept tensors at new offsets are remapped;
+// every third runs without direct runs (only contiguous chunks unpacked, the plain path).
 std::vector<TransitionCase> large_buffer_cases(int ranks, std::size_t budget);
 // A model name of the cases: mid-dense, mid-moe, or anything vps::model_from_name accepts.
 vps::ModelSpec case_model(const std::string& name);
@@ -66,5 +68,14 @@ void zero_copy_keep_case(comm::Transport& t);
 // a PP and a DP switch keep >= 80 % of their kept bytes without a copy (handed over or moved
 // by remapping pages at a new offset), every destination byte verified, the peak asserted.
 void remapped_keep_case(comm::Transport& t);
+
+// Strided direct transfers: mid-dense tp=2,zero=0 -> dp=2,zero=0 on 2 ranks at 4 MiB and 64 MiB
+// budgets, each with direct runs on and off, every destination byte verified and the peak
+// asserted (run_case). A rank's TP shard is contiguous in its source buffer, so with direct
+// runs every chunk is sent unpacked (without, only chunks of one piece); received, the row-parallel slices are strided: 512-byte runs (attention out,
+// below the 1 KiB rule) are unpacked from staging at 4 MiB, where a chunk holds one slice, and
+// 1408-byte runs (fc2) land straight in place when the pair has runs_direct (at 64 MiB a chunk's
+// runs average above the rule: all of it). Without direct runs, only contiguous chunks do.
+void strided_direct_case(comm::Transport& t);
 
 }  // namespace dynatrain::exec::cases

@@ -78,6 +78,10 @@ TEST(InprocTransitionFixed, KeptRunsAtNewOffsetsRemappedNotCopied) {
   comm::run_ranks(4, [](comm::Transport& t) { cases::remapped_keep_case(t); }, test_options());
 }
 
+TEST(InprocTransitionFixed, StridedSlicesReceivedWithoutUnpack) {
+  comm::run_ranks(2, [](comm::Transport& t) { cases::strided_direct_case(t); }, test_options());
+}
+
 TEST(InprocTransitionFixed, MessageCountsPerRank) {
   comm::run_ranks(4, [](comm::Transport& t) { cases::message_count_case(t); }, test_options());
 }

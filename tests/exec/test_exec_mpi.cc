@@ -36,6 +36,11 @@ int main(int argc, char** argv) {
                     static_cast<unsigned long long>(s.messages), static_cast<unsigned long long>(s.waves),
                     s.wave_order.c_str());
     }
+    if (n == 2) {
+      current = "strided_direct_case";
+      exec::cases::strided_direct_case(*world);
+      if (me == 0) std::printf("[ok] np2 strided direct transfers (runs_direct %d)\n", world->runs_direct(1 - me));
+    }
     if (n == 4) {
       current = "message_count_case";
       exec::cases::message_count_case(*world);
