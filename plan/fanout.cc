@@ -47,17 +47,14 @@ NetworkLoad network_load(const std::vector<RankPlan>& plans, const Topology& top
   NetworkLoad l;
   l.in.assign(plans.size(), 0);
   l.out.assign(plans.size(), 0);
-  for (const auto& plan : plans)
-    for (const auto& [peer, pieces] : plan.recv) {
-      if (topo.node_of(peer) == topo.node_of(plan.rank)) continue;
-      for (const auto& p : pieces) {
-        if (zeroed(zeroed_kinds, p.kind)) continue;
-        const std::uint64_t n = bytes_of(p, eb);
-        l.in[plan.rank] += n;
-        l.out[peer] += n;
-        l.total += n;
-      }
-    }
+  for (const auto& plan : plans) {
+    l.in[plan.rank] = inter_node_bytes_in(plan, topo, eb, zeroed_kinds);
+    l.total += l.in[plan.rank];
+    for (const auto& [peer, pieces] : plan.recv)
+      if (topo.node_of(peer) != topo.node_of(plan.rank))
+        for (const auto& p : pieces)
+          if (!zeroed(zeroed_kinds, p.kind)) l.out[peer] += bytes_of(p, eb);
+  }
   return l;
 }
 
@@ -155,6 +152,16 @@ void add_stage2_keeps(const vps::RankLayout& rl, const RankPlan& stage1, const s
 }
 
 }  // namespace
+
+std::uint64_t inter_node_bytes_in(const RankPlan& plan, const Topology& topo, const vps::ElemBytes& eb,
+                                  std::uint32_t zeroed_kinds) {
+  std::uint64_t n = 0;
+  for (const auto& [peer, pieces] : plan.recv)
+    if (topo.node_of(peer) != topo.node_of(plan.rank))
+      for (const auto& p : pieces)
+        if (!zeroed(zeroed_kinds, p.kind)) n += bytes_of(p, eb);
+  return n;
+}
 
 FanoutPlan plan_fanout(const Planner& planner, const std::vector<RankPlan>& plans, const vps::ElemBytes& eb,
                        FanoutMode mode, const FanoutCosts& costs, std::uint32_t zeroed_kinds) {

@@ -74,6 +74,10 @@ FanoutPlan plan_fanout(const Planner& planner, const std::vector<RankPlan>& plan
                        const vps::ElemBytes& elem_bytes, FanoutMode mode, const FanoutCosts& costs = {},
                        std::uint32_t zeroed_kinds = 0);
 
+// Bytes `plan`'s process receives from other nodes (zeroed kinds excluded).
+std::uint64_t inter_node_bytes_in(const RankPlan& plan, const Topology& topology, const vps::ElemBytes& elem_bytes,
+                                  std::uint32_t zeroed_kinds = 0);
+
 // Proves the contract above for two stages (every process's plan in both). Stage 2 must be
 // given for every process; an empty stage 2 (not applied) reduces to check_plan(stage1).
 CheckResult check_fanout(const vps::Layout& src, const vps::Layout& dst, const std::vector<RankPlan>& stage1,

@@ -14,9 +14,11 @@
 #include "common/error.h"
 #include "testing/state_oracle.h"
 #include "exec/pool_allocator.h"
+#include "plan/fanout.h"
 #include "plan/planner.h"
 #include "vps/model_spec.h"
 #include "vps/parallel_config.h"
+#include "tools/fanout_switch.h"
 #include "tools/fault_injection.h"
 #include "tools/memory_check.h"
 #include "tools/mpi_world.h"
@@ -47,6 +49,7 @@ std::uint64_t sum_of(const std::vector<std::uint64_t>& v) { return std::accumula
 int run_transition_command(const RunTransitionArgs& args, comm::Transport& world, std::FILE* out) {
   // ---- arguments (identical on every rank, so every rank throws the same InputError) ----
   if (args.repeat < 1) DT_INPUT_ERROR("--repeat ", args.repeat, " must be at least 1");
+  const plan::FanoutMode fanout_mode = plan::parse_fanout_mode(args.fanout);
   const vps::ModelSpec model = vps::model_from_name(args.model);
   vps::ParallelConfig from = vps::ParallelConfig::parse(args.from);
   vps::ParallelConfig to = vps::ParallelConfig::parse(args.to);
@@ -78,6 +81,18 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   const plan::RankPlan back = me < need ? back_planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
   const vps::RankLayout src_rl = fwd_planner.src_rank_layout(me), dst_rl = fwd_planner.dst_rank_layout(me);
   const auto& eb = lo.elem_bytes;
+  // Node-level fan-out (--fanout): every process plans every process's part (plan_all), since
+  // relay groups span a node; the rule's rates are plan::FanoutCosts' defaults (A800-class).
+  const std::uint32_t zeroed = args.at_step_boundary ? kStepBoundaryKinds : 0;
+  const plan::FanoutPlan fanout =
+      fanout_mode == plan::FanoutMode::kOff
+          ? plan::FanoutPlan{}
+          : plan::plan_fanout(fwd_planner, fwd_planner.plan_all(), eb, fanout_mode, {}, zeroed);
+  const auto inter_without = gather_u64(world, plan::inter_node_bytes_in(fwd, topo, eb, zeroed));
+  const auto inter_with = gather_u64(
+      world, fanout.applied && me < static_cast<int>(fanout.stage1.size())
+                 ? plan::inter_node_bytes_in(fanout.stage1[me], topo, eb, zeroed)
+                 : plan::inter_node_bytes_in(fwd, topo, eb, zeroed));
 
   std::uint64_t largest_local = 0, state_local = 0;
   for (const auto* rl : {&src_rl, &dst_rl})
@@ -149,7 +164,8 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     }
     world.barrier();
     fault_point("switch", me);
-    const auto s = run_transition(fwd, src_rl, a, dst_rl, b, eb, world, pool, opt);
+    const auto s = fanout.applied ? run_fanout_switch(fanout, src_rl, a, dst_rl, b, eb, world, pool, opt)
+                                  : run_transition(fwd, src_rl, a, dst_rl, b, eb, world, pool, opt);
     forward.push_back(s);
     forward_secs.push_back(max_of(gather_double(world, s.seconds)));
     if (args.verify && (k == 0 || k == args.repeat - 1)) {
@@ -260,6 +276,11 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     if (forward.size() > 1) j["warm_phases"] = warm_phases;  // last warm switch
     j["path"] = cold.path;
     j["fanout_bytes"] = cold.fanout_bytes;
+    j["fanout"] = plan::fanout_mode_name(fanout_mode);  // --fanout
+    j["fanout_applied"] = fanout.applied;
+    j["fanout_reason"] = fanout.reason;
+    j["inter_node_bytes"] = sum_of(inter_with);  // what crossed nodes (--gpus-per-node)
+    j["inter_node_bytes_without_fanout"] = sum_of(inter_without);
     j["verify"] = verify_text;
     j["placement"] = placed.str();
     j["largest_buffer_bytes"] = largest;
@@ -301,6 +322,10 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     std::fprintf(out, "  phases (max over ranks, s)  keep %.4f  pack %.4f  wait %.4f  unpack %.4f  alloc %.4f  agree %.4f\n",
                  phases["keep"].get<double>(), phases["pack"].get<double>(), phases["wait"].get<double>(),
                  phases["unpack"].get<double>(), phases["alloc"].get<double>(), phases["agree"].get<double>());
+    std::fprintf(out, "  inter-node bytes     %s (%s without fan-out); fan-out %s\n",
+                 format_bytes(static_cast<double>(sum_of(inter_with))).c_str(),
+                 format_bytes(static_cast<double>(sum_of(inter_without))).c_str(),
+                 fanout_mode == plan::FanoutMode::kOff ? "off" : fanout.reason.c_str());
     if (!placed.is_identity())
       std::fprintf(out, "  placement            %s (%d of %d destination ranks on another process)\n",
                    placed.str().c_str(), placed.moved_ranks(dst_layout.config().world_size()),

@@ -2,6 +2,7 @@
 //
 //   mpirun -np N dynatrain run-transition --model M --from CFG --to CFG [--mem-budget B]
 //          [--verify] [--repeat K] [--json FILE] [--prefault] [--at-step-boundary]
+//          [--fanout off|auto|on]
 //
 // Every rank: builds both layouts, plans its own part (Planner::plan_rank), allocates its
 // source state from a PoolAllocator and fills it with the content oracle (testing/fill.h),
@@ -38,6 +39,7 @@ struct RunTransitionArgs {
                                           // (vps::kPageAlignElems), so kept runs can be remapped
   bool prefault = false;                  // --prefault: touch the pool's growth before the
                                           // cold switch, timed apart (prepare_seconds)
+  std::string fanout = "off";             // --fanout off|auto|on: node-level fan-out (plan/fanout.h)
 };
 
 // Runs the command on every rank of `world` (collective). Returns the exit code, equal on every
