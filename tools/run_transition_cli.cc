@@ -50,6 +50,8 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   // ---- arguments (identical on every rank, so every rank throws the same InputError) ----
   if (args.repeat < 1) DT_INPUT_ERROR("--repeat ", args.repeat, " must be at least 1");
   const plan::FanoutMode fanout_mode = plan::parse_fanout_mode(args.fanout);
+  const plan::FanoutCosts fanout_rates =
+      args.fanout_cluster.empty() ? plan::FanoutCosts{} : fanout_costs(sim::cluster_from_spec(args.fanout_cluster));
   const vps::ModelSpec model = vps::model_from_name(args.model);
   vps::ParallelConfig from = vps::ParallelConfig::parse(args.from);
   vps::ParallelConfig to = vps::ParallelConfig::parse(args.to);
@@ -82,12 +84,12 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   const vps::RankLayout src_rl = fwd_planner.src_rank_layout(me), dst_rl = fwd_planner.dst_rank_layout(me);
   const auto& eb = lo.elem_bytes;
   // Node-level fan-out (--fanout): every process plans every process's part (plan_all), since
-  // relay groups span a node; the rule's rates are plan::FanoutCosts' defaults (A800-class).
+  // relay groups span a node; the rule's rates come from --fanout-cluster (default: A800-class).
   const std::uint32_t zeroed = args.at_step_boundary ? kStepBoundaryKinds : 0;
   const plan::FanoutPlan fanout =
       fanout_mode == plan::FanoutMode::kOff
           ? plan::FanoutPlan{}
-          : plan::plan_fanout(fwd_planner, fwd_planner.plan_all(), eb, fanout_mode, {}, zeroed);
+          : plan::plan_fanout(fwd_planner, fwd_planner.plan_all(), eb, fanout_mode, fanout_rates, zeroed);
   const auto inter_without = gather_u64(world, plan::inter_node_bytes_in(fwd, topo, eb, zeroed));
   const auto inter_with = gather_u64(
       world, fanout.applied && me < static_cast<int>(fanout.stage1.size())
@@ -136,7 +138,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   if (args.at_step_boundary) opt.zeroed_kinds = kStepBoundaryKinds;
 
   std::vector<TransitionStats> forward;
-  std::vector<double> forward_secs, back_secs;
+  std::vector<double> forward_secs, back_secs, fanout_stage2_secs;
   std::string verify_text = "skipped";
   int exit_code = 0;
   auto check = [&](const char* when) {
@@ -164,9 +166,11 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     }
     world.barrier();
     fault_point("switch", me);
-    const auto s = fanout.applied ? run_fanout_switch(fanout, src_rl, a, dst_rl, b, eb, world, pool, opt)
+    double stage2 = 0;
+    const auto s = fanout.applied ? run_fanout_switch(fanout, src_rl, a, dst_rl, b, eb, world, pool, opt, &stage2)
                                   : run_transition(fwd, src_rl, a, dst_rl, b, eb, world, pool, opt);
     forward.push_back(s);
+    fanout_stage2_secs.push_back(max_of(gather_double(world, stage2)));
     forward_secs.push_back(max_of(gather_double(world, s.seconds)));
     if (args.verify && (k == 0 || k == args.repeat - 1)) {
       if (!check(k == 0 ? "first" : "last")) {
@@ -281,6 +285,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["fanout_reason"] = fanout.reason;
     j["inter_node_bytes"] = sum_of(inter_with);  // what crossed nodes (--gpus-per-node)
     j["inter_node_bytes_without_fanout"] = sum_of(inter_without);
+    j["fanout_stage2_seconds"] = fanout_stage2_secs;  // per forward switch, max over ranks (part of seconds)
     j["verify"] = verify_text;
     j["placement"] = placed.str();
     j["largest_buffer_bytes"] = largest;

@@ -41,6 +41,9 @@ Command add_run_transition_command(CLI::App& app) {
                   "(where the cost rule says it saves time), on")
       ->check(CLI::IsMember({"off", "auto", "on"}))
       ->capture_default_str();
+  cmd->add_option("--fanout-cluster", args->fanout_cluster,
+                  "The cluster whose link rates --fanout auto weighs: a preset (a800-16x8, ...) or a JSON "
+                  "file (default: A800-class rates)");
   return [args, budget] {
     // Checked before MPI starts: identical on every rank, printed once by rank 0.
     args->mem_budget = parse_bytes(*budget);
