@@ -183,13 +183,13 @@ FanoutPlan plan_fanout(const Planner& planner, const std::vector<RankPlan>& plan
   }
 
   // Relays and holes.
-  std::vector<std::uint64_t> relayed(world, 0);      // bytes relayed through each process so far
+  std::vector<std::uint64_t> relayed(world, 0);      // bytes each process relays so far (in + out)
   std::vector<std::uint64_t> relay_out(world, 0), relay_in(world, 0);
   std::vector<std::set<SegKey>> holes(world);
   fp.stage2.resize(world);
   for (int p = 0; p < world; ++p) fp.stage2[p].rank = p;
   for (const auto& [key, members] : groups) {
-    // The least loaded member relays; ties rotate with the tensor id.
+    // The member that relays the fewest bytes so far relays; ties rotate with the tensor id.
     std::uint64_t least = UINT64_MAX;
     for (const Member& m : members) least = std::min(least, relayed[m.process]);
     std::vector<std::size_t> tied;
@@ -197,8 +197,8 @@ FanoutPlan plan_fanout(const Planner& planner, const std::vector<RankPlan>& plan
       if (relayed[members[i].process] == least) tied.push_back(i);
     const Member& relay = members[tied[std::get<1>(key) % tied.size()]];
     const std::uint64_t n = bytes_of(relay.piece, eb);
+    relayed[relay.process] += n * members.size();  // one copy in, members.size() - 1 out
     for (const Member& m : members) {
-      relayed[m.process] += n;
       if (&m == &relay) continue;
       // Stage 1: the network receive goes; stage 2: the relay sends it inside the node.
       erase_piece(fp.stage1[m.process].recv, m.piece.src_rank, m.piece);

@@ -20,8 +20,9 @@
 // segment and box), and every box a relay sends is one that stage 1 wrote into exactly that
 // segment of the relay. Together: stage 2's keeps read only what stage 1 wrote.
 //
-// The relay of a group is its member with the fewest relayed bytes so far (ties rotate with
-// the tensor id), so relays spread over a node's processes (and, one NIC per GPU, its NICs).
+// The relay of a group is its member that relays the fewest bytes so far (in and out; ties
+// rotate with the tensor id), so relays spread over a node's processes (and, one NIC per GPU,
+// its NICs).
 #pragma once
 
 #include <cstdint>
