@@ -47,13 +47,13 @@ exec::TransitionStats run_fanout_switch(const plan::FanoutPlan& fanout, const vp
                                         std::vector<std::byte*>& src, const vps::RankLayout& dst_layout,
                                         std::vector<std::byte*>& dst, const vps::ElemBytes& elem_bytes,
                                         comm::Transport& world, exec::StateAllocator& alloc,
-                                        const exec::TransitionOptions& options, double* stage2_seconds) {
+                                        const exec::TransitionOptions& options, double* stage1_seconds) {
   const int me = world.rank();
   plan::RankPlan none;
   const plan::RankPlan& first = plan_of(fanout.stage1, me, none);
   exec::TransitionStats s1 =
       exec::run_transition(first, src_layout, src, dst_layout, dst, elem_bytes, world, alloc, options);
-  if (stage2_seconds) *stage2_seconds = 0;
+  if (stage1_seconds) *stage1_seconds = s1.seconds;
   if (!fanout.applied) return s1;
   // Stage 2: the destination layout to itself; stage 1's destination is its source.
   std::vector<std::byte*> mid = std::move(dst);
@@ -62,7 +62,6 @@ exec::TransitionStats run_fanout_switch(const plan::FanoutPlan& fanout, const vp
   const plan::RankPlan& second = plan_of(fanout.stage2, me, none2);
   const exec::TransitionStats s2 =
       exec::run_transition(second, dst_layout, mid, dst_layout, dst, elem_bytes, world, alloc, options);
-  if (stage2_seconds) *stage2_seconds = s2.seconds;
   return add(s1, s2);
 }
 

@@ -138,7 +138,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   if (args.at_step_boundary) opt.zeroed_kinds = kStepBoundaryKinds;
 
   std::vector<TransitionStats> forward;
-  std::vector<double> forward_secs, back_secs, fanout_stage2_secs;
+  std::vector<double> forward_secs, back_secs, fanout_stage1_secs;
   std::string verify_text = "skipped";
   int exit_code = 0;
   auto check = [&](const char* when) {
@@ -166,11 +166,11 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     }
     world.barrier();
     fault_point("switch", me);
-    double stage2 = 0;
-    const auto s = fanout.applied ? run_fanout_switch(fanout, src_rl, a, dst_rl, b, eb, world, pool, opt, &stage2)
+    double stage1 = 0;
+    const auto s = fanout.applied ? run_fanout_switch(fanout, src_rl, a, dst_rl, b, eb, world, pool, opt, &stage1)
                                   : run_transition(fwd, src_rl, a, dst_rl, b, eb, world, pool, opt);
     forward.push_back(s);
-    fanout_stage2_secs.push_back(max_of(gather_double(world, stage2)));
+    if (fanout.applied) fanout_stage1_secs.push_back(max_of(gather_double(world, stage1)));
     forward_secs.push_back(max_of(gather_double(world, s.seconds)));
     if (args.verify && (k == 0 || k == args.repeat - 1)) {
       if (!check(k == 0 ? "first" : "last")) {
@@ -285,7 +285,9 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["fanout_reason"] = fanout.reason;
     j["inter_node_bytes"] = sum_of(inter_with);  // what crossed nodes (--gpus-per-node)
     j["inter_node_bytes_without_fanout"] = sum_of(inter_without);
-    j["fanout_stage2_seconds"] = fanout_stage2_secs;  // per forward switch, max over ranks (part of seconds)
+    // Per forward switch: when the last process finished stage 1 (seconds minus this is stage 2
+    // after every process left stage 1; a process that finishes stage 1 early waits in stage 2).
+    j["fanout_stage1_seconds"] = fanout_stage1_secs;
     j["verify"] = verify_text;
     j["placement"] = placed.str();
     j["largest_buffer_bytes"] = largest;
