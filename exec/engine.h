@@ -116,6 +116,12 @@ struct TransitionOptions {
   // Agree and dry-run only (for the simulator, sim/trace.h): no data moves, nothing is
   // allocated or released, `src` may hold nullptr for every buffer and `dst` stays empty.
   bool dry_only = false;
+  // In place (default off): source and destination layout are the same, every keep of the plan
+  // is an identity (same buffer, segment, box), and when the allocator can adopt, every source
+  // buffer becomes its destination buffer as it is: keeps copy nothing, sends read from and
+  // receives write into that buffer, and no state memory is allocated or released. Stage 2 of
+  // node-level fan-out (tools/fanout_switch.h) runs this way.
+  bool in_place = false;
 };
 
 inline constexpr std::uint32_t kStepBoundaryKinds = vps::kind_bit(vps::StateKind::kGrad);
