@@ -217,29 +217,16 @@ FanoutPlan plan_fanout(const Planner& planner, const std::vector<RankPlan>& plan
     }
   }
 
-  // Stage 2's keeps, and what it copies: a buffer that sends or receives in stage 2 is not
-  // handed over whole, so its kept bytes are copied.
+  // Stage 2's keeps (identities: it runs in place, exec::TransitionOptions::in_place).
   for (int p = 0; p < world; ++p) {
-    RankPlan& s2 = fp.stage2[p];
-    const vps::RankLayout rl = planner.dst_rank_layout(p);
-    add_stage2_keeps(rl, fp.stage1[p], holes[p], s2);
-    sort_plan(s2);
-    std::set<std::uint32_t> moving;
-    for (const auto& [peer, v] : s2.send)
-      for (const auto& q : v) moving.insert(q.src_buffer);
-    for (const auto& [peer, v] : s2.recv)
-      for (const auto& q : v) moving.insert(q.dst_buffer);
-    std::uint64_t copied = 0;
-    for (const auto& k : s2.keep)
-      if (moving.count(k.dst_buffer) && !zeroed(zeroed_kinds, k.kind)) copied += bytes_of(k, eb);
-    fp.copy_bytes_max = std::max(fp.copy_bytes_max, copied);
+    add_stage2_keeps(planner.dst_rank_layout(p), fp.stage1[p], holes[p], fp.stage2[p]);
+    sort_plan(fp.stage2[p]);
   }
 
   const NetworkLoad after = network_load(fp.stage1, topo, eb, zeroed_kinds);
   const std::uint64_t hop = std::max(*std::max_element(relay_out.begin(), relay_out.end()),
                                      *std::max_element(relay_in.begin(), relay_in.end()));
-  fp.seconds_with = network_seconds(after, topo, costs) + static_cast<double>(hop) / costs.intra +
-                    static_cast<double>(fp.copy_bytes_max) / costs.copy + costs.stage_seconds;
+  fp.seconds_with = network_seconds(after, topo, costs) + static_cast<double>(hop) / costs.intra + costs.stage_seconds;
   const bool worth = fp.seconds_with < fp.seconds_without;
   std::ostringstream why;
   why << fp.groups << " relay groups, " << fp.relayed_bytes << " bytes off the network; estimated "

@@ -9,9 +9,10 @@
 //   stage 1  the plan without the relayed receives (each group's box crosses the network once,
 //            into the relay); on every other process the box's place is a hole
 //   stage 2  a switch from the destination layout to itself: every process keeps what stage 1
-//            wrote (whole segments as one piece each, so the engine hands untouched buffers
-//            over without copying them), and each relay sends its box to the others of its
-//            group from its destination buffer
+//            wrote, as identity keeps (whole segments as one piece each where it can), and
+//            each relay sends its box to the others of its group from its destination buffer;
+//            the engine runs it in place (exec::TransitionOptions::in_place): every buffer
+//            stays where it is, nothing is copied
 //
 // Contract (check_fanout proves it for given plans): stage 1 plus the relayed pieces, each
 // traced back to the source that feeds its relay, is an exact cover of the destination from
@@ -50,7 +51,6 @@ struct FanoutCosts {
   double intra = 150e9;           // one process's link inside a node
   double inter = 25e9;            // one process's path to the network (its PCIe / NIC share)
   double node_inter = 200e9;      // a node's NICs together
-  double copy = 50e9;             // a local copy (stage 2 copies the buffers it cannot hand over)
   double stage_seconds = 2e-3;    // the second engine call's fixed cost (agreement, latency)
 };
 
@@ -60,7 +60,6 @@ struct FanoutPlan {
   std::uint64_t groups = 0;             // relay groups found (boxes with >= 2 receivers on a node)
   std::uint64_t relayed_pieces = 0;     // receives moved from the network into stage 2
   std::uint64_t relayed_bytes = 0;      // their bytes: what no longer crosses the network
-  std::uint64_t copy_bytes_max = 0;     // stage 2: most bytes one process copies (kept, not handed over)
   // Bytes crossing nodes (counted once, on the receiving side; zeroed kinds excluded).
   std::uint64_t inter_node_bytes_without = 0, inter_node_bytes = 0;
   double seconds_without = 0, seconds_with = 0;  // the rule's estimates (FanoutCosts)

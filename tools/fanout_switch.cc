@@ -60,15 +60,16 @@ exec::TransitionStats run_fanout_switch(const plan::FanoutPlan& fanout, const vp
   dst.clear();
   plan::RankPlan none2;
   const plan::RankPlan& second = plan_of(fanout.stage2, me, none2);
+  exec::TransitionOptions in_place = options;
+  in_place.in_place = true;  // buffers stay where they are: keeps copy nothing
   const exec::TransitionStats s2 =
-      exec::run_transition(second, dst_layout, mid, dst_layout, dst, elem_bytes, world, alloc, options);
+      exec::run_transition(second, dst_layout, mid, dst_layout, dst, elem_bytes, world, alloc, in_place);
   return add(s1, s2);
 }
 
 plan::FanoutCosts fanout_costs(const sim::Cluster& c) {
   plan::FanoutCosts costs;
   costs.intra = c.gpu_link;
-  costs.copy = c.copy;
   const double nic = c.nic > 0 ? c.nic : c.gpu_link;
   costs.inter = c.pcie > 0 ? std::min(c.pcie, nic) : nic;
   costs.node_inter = nic * std::max(1, c.nics_per_node);

@@ -28,7 +28,7 @@ exec::TransitionStats run_fanout_switch(const plan::FanoutPlan& fanout, const vp
 
 // The rates fan-out's rule weighs, from a cluster description: a process's own link inside a
 // node, its path to the network alone (the smaller of its PCIe link and a NIC), the node's NICs
-// together, the copy rate. A cluster without NICs (one node) gets its intra-node rates.
+// together. A cluster without NICs (one node) gets its intra-node rates.
 plan::FanoutCosts fanout_costs(const sim::Cluster& cluster);
 
 }  // namespace dynatrain::tools

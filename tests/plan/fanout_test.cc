@@ -106,21 +106,18 @@ TEST(Fanout, RuleRelaysOnlyWhereItSavesTime) {
   const Switch sw("tiny-dense", "dp=1", "dp=4", 2);
   const auto& eb = sw.src.options().elem_bytes;
   const FanoutPlan slow_net = plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kAuto,
-                                          {.intra = 100e9, .inter = 1e9, .node_inter = 1e9, .copy = 100e9,
-                                           .stage_seconds = 0});
+                                          {.intra = 100e9, .inter = 1e9, .node_inter = 1e9,  .stage_seconds = 0});
   EXPECT_TRUE(slow_net.applied) << slow_net.reason;
   EXPECT_LT(slow_net.seconds_with, slow_net.seconds_without);
   const FanoutPlan slow_node = plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kAuto,
-                                           {.intra = 1e6, .inter = 100e9, .node_inter = 100e9, .copy = 100e9,
-                                            .stage_seconds = 0});
+                                           {.intra = 1e6, .inter = 100e9, .node_inter = 100e9,   .stage_seconds = 0});
   EXPECT_FALSE(slow_node.applied) << slow_node.reason;
   EXPECT_EQ(slow_node.inter_node_bytes, slow_node.inter_node_bytes_without);
   EXPECT_TRUE(slow_node.stage2.empty());
   EXPECT_GT(slow_node.relayed_bytes, 0u);  // what fan-out would have saved is still reported
   // tiny-dense moves kilobytes: a 1 s second stage never pays.
   const FanoutPlan costly = plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kAuto,
-                                        {.intra = 100e9, .inter = 1e9, .node_inter = 1e9, .copy = 100e9,
-                                         .stage_seconds = 1.0});
+                                        {.intra = 100e9, .inter = 1e9, .node_inter = 1e9, .stage_seconds = 1.0});
   EXPECT_FALSE(costly.applied);
   const FanoutPlan off = plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kOff);
   EXPECT_FALSE(off.applied);
