@@ -249,6 +249,21 @@ class Engine {
     adopted_dst_.assign(dl_.buffers.size(), -1);
     adopted_bytes_.assign(sl_.buffers.size(), 0);
     if (!alloc_.can_adopt()) return;
+    if (opt_.in_place) {  // every buffer stays (TransitionOptions::in_place); sends still read it
+      DT_CHECK_EQ(sl_.buffers.size(), dl_.buffers.size());
+      for (const auto& p : plan_.keep) {
+        DT_CHECK(p.src_buffer == p.dst_buffer && p.src_segment == p.dst_segment, "in-place keep moves ",
+                 p.box.str());
+        if (zeroed(p.kind)) continue;
+        adopted_bytes_[p.src_buffer] += piece_bytes(p);
+        src_left_[p.src_buffer] -= piece_bytes(p);
+      }
+      for (std::size_t i = 0; i < sl_.buffers.size(); ++i) {
+        adopted_src_[i] = adopted_dst_[i] = static_cast<int>(i);
+        stats_.kept_zero_copy_bytes += adopted_bytes_[i];
+      }
+      return;
+    }
     std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint64_t> kept;
     for (const auto& p : plan_.keep)
       if (!zeroed(p.kind) && src_seg(p).offset == dst_seg(p).offset && src_seg(p).box == dst_seg(p).box &&
@@ -422,7 +437,8 @@ class Engine {
     const std::uint64_t min_bytes = std::max<std::uint64_t>(opt_.mem_budget / 16 + 1, alloc_.pagewise_min_bytes());
     src_pw_.assign(src_size_.size(), 0);
     dst_pw_.assign(dst_size_.size(), 0);
-    for (std::size_t b = 0; b < src_size_.size(); ++b) src_pw_[b] = src_size_[b] >= min_bytes;
+    for (std::size_t b = 0; b < src_size_.size(); ++b)
+      src_pw_[b] = src_size_[b] >= min_bytes && !(opt_.in_place && adopted_src_[b] >= 0);  // in place: never drained
     for (std::size_t b = 0; b < dst_size_.size(); ++b) dst_pw_[b] = dst_size_[b] >= min_bytes;
     pagewise_count_ = static_cast<std::uint64_t>(std::count(src_pw_.begin(), src_pw_.end(), 1) +
                                                  std::count(dst_pw_.begin(), dst_pw_.end(), 1));
@@ -954,7 +970,7 @@ class Engine {
       if (dst_pw_[j]) m.committed[j].assign(granules(dst_size_[j]), 1);
       if (!dry) {
         dst_[j] = src_[i];
-        src_[i] = nullptr;
+        if (!opt_.in_place) src_[i] = nullptr;  // in place: sends still read it (cleared at the end)
         zero_padding(static_cast<std::uint32_t>(j), 0, dst_size_[j]);
         stats_.bytes_kept += adopted_bytes_[i];
       }
@@ -1019,6 +1035,7 @@ class Engine {
         stats_.alloc_seconds += secs(t0);
       }
     }
+    if (!dry && opt_.in_place) std::fill(src_.begin(), src_.end(), nullptr);
     if (!dry)
       for (int i = 0; i < 2; ++i) {
         if (send_stage[i]) alloc_.release(send_stage[i], send_stage_size_);

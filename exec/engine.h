@@ -130,6 +130,12 @@ struct TransitionOptions {
   // takes the one cut computed for all (exec/wave_agreement.h) instead of gathering every
   // rank's stats over the transport. Same functions, same waves; memory and time once, not W times.
   SharedWaveAgreement* shared_waves = nullptr;
+  // In place (default off): source and destination layout are the same, every keep of the plan
+  // is an identity (same buffer, segment, box), and when the allocator can adopt, every source
+  // buffer becomes its destination buffer as it is: keeps copy nothing, sends read from and
+  // receives write into that buffer, and no state memory is allocated or released. Stage 2 of
+  // node-level fan-out (tools/fanout_switch.h) runs this way.
+  bool in_place = false;
 };
 
 inline constexpr std::uint32_t kStepBoundaryKinds = vps::kind_bit(vps::StateKind::kGrad);

@@ -14,9 +14,11 @@
 #include "common/error.h"
 #include "testing/state_oracle.h"
 #include "exec/pool_allocator.h"
+#include "plan/fanout.h"
 #include "plan/planner.h"
 #include "vps/model_spec.h"
 #include "vps/parallel_config.h"
+#include "tools/fanout_switch.h"
 #include "tools/fault_injection.h"
 #include "tools/memory_check.h"
 #include "tools/mpi_world.h"
@@ -47,6 +49,9 @@ std::uint64_t sum_of(const std::vector<std::uint64_t>& v) { return std::accumula
 int run_transition_command(const RunTransitionArgs& args, comm::Transport& world, std::FILE* out) {
   // ---- arguments (identical on every rank, so every rank throws the same InputError) ----
   if (args.repeat < 1) DT_INPUT_ERROR("--repeat ", args.repeat, " must be at least 1");
+  const plan::FanoutMode fanout_mode = plan::parse_fanout_mode(args.fanout);
+  const plan::FanoutCosts fanout_rates =
+      args.fanout_cluster.empty() ? plan::FanoutCosts{} : fanout_costs(sim::cluster_from_spec(args.fanout_cluster));
   const vps::ModelSpec model = vps::model_from_name(args.model);
   vps::ParallelConfig from = vps::ParallelConfig::parse(args.from);
   vps::ParallelConfig to = vps::ParallelConfig::parse(args.to);
@@ -78,6 +83,18 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   const plan::RankPlan back = me < need ? back_planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
   const vps::RankLayout src_rl = fwd_planner.src_rank_layout(me), dst_rl = fwd_planner.dst_rank_layout(me);
   const auto& eb = lo.elem_bytes;
+  // Node-level fan-out (--fanout): every process plans every process's part (plan_all), since
+  // relay groups span a node; the rule's rates come from --fanout-cluster (default: A800-class).
+  const std::uint32_t zeroed = args.at_step_boundary ? kStepBoundaryKinds : 0;
+  const plan::FanoutPlan fanout =
+      fanout_mode == plan::FanoutMode::kOff
+          ? plan::FanoutPlan{}
+          : plan::plan_fanout(fwd_planner, fwd_planner.plan_all(), eb, fanout_mode, fanout_rates, zeroed);
+  const auto inter_without = gather_u64(world, plan::inter_node_bytes_in(fwd, topo, eb, zeroed));
+  const auto inter_with = gather_u64(
+      world, fanout.applied && me < static_cast<int>(fanout.stage1.size())
+                 ? plan::inter_node_bytes_in(fanout.stage1[me], topo, eb, zeroed)
+                 : plan::inter_node_bytes_in(fwd, topo, eb, zeroed));
 
   std::uint64_t largest_local = 0, state_local = 0;
   for (const auto* rl : {&src_rl, &dst_rl})
@@ -122,7 +139,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   opt.direct_runs = args.direct_runs;
 
   std::vector<TransitionStats> forward;
-  std::vector<double> forward_secs, back_secs;
+  std::vector<double> forward_secs, back_secs, fanout_stage1_secs;
   std::string verify_text = "skipped";
   int exit_code = 0;
   auto check = [&](const char* when) {
@@ -150,8 +167,11 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     }
     world.barrier();
     fault_point("switch", me);
-    const auto s = run_transition(fwd, src_rl, a, dst_rl, b, eb, world, pool, opt);
+    double stage1 = 0;
+    const auto s = fanout.applied ? run_fanout_switch(fanout, src_rl, a, dst_rl, b, eb, world, pool, opt, &stage1)
+                                  : run_transition(fwd, src_rl, a, dst_rl, b, eb, world, pool, opt);
     forward.push_back(s);
+    if (fanout.applied) fanout_stage1_secs.push_back(max_of(gather_double(world, stage1)));
     forward_secs.push_back(max_of(gather_double(world, s.seconds)));
     if (args.verify && (k == 0 || k == args.repeat - 1)) {
       if (!check(k == 0 ? "first" : "last")) {
@@ -279,6 +299,14 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     if (forward.size() > 1) j["warm_phases"] = warm_phases;  // last warm switch
     j["path"] = cold.path;
     j["fanout_bytes"] = cold.fanout_bytes;
+    j["fanout"] = plan::fanout_mode_name(fanout_mode);  // --fanout
+    j["fanout_applied"] = fanout.applied;
+    j["fanout_reason"] = fanout.reason;
+    j["inter_node_bytes"] = sum_of(inter_with);  // what crossed nodes (--gpus-per-node)
+    j["inter_node_bytes_without_fanout"] = sum_of(inter_without);
+    // Per forward switch: when the last process finished stage 1 (seconds minus this is stage 2
+    // after every process left stage 1; a process that finishes stage 1 early waits in stage 2).
+    j["fanout_stage1_seconds"] = fanout_stage1_secs;
     j["verify"] = verify_text;
     j["placement"] = placed.str();
     j["largest_buffer_bytes"] = largest;
@@ -321,6 +349,10 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     std::fprintf(out, "  phases (max over ranks, s)  keep %.4f  pack %.4f  wait %.4f  unpack %.4f  alloc %.4f  agree %.4f\n",
                  phases["keep"].get<double>(), phases["pack"].get<double>(), phases["wait"].get<double>(),
                  phases["unpack"].get<double>(), phases["alloc"].get<double>(), phases["agree"].get<double>());
+    std::fprintf(out, "  inter-node bytes     %s (%s without fan-out); fan-out %s\n",
+                 format_bytes(static_cast<double>(sum_of(inter_with))).c_str(),
+                 format_bytes(static_cast<double>(sum_of(inter_without))).c_str(),
+                 fanout_mode == plan::FanoutMode::kOff ? "off" : fanout.reason.c_str());
     if (!placed.is_identity())
       std::fprintf(out, "  placement            %s (%d of %d destination ranks on another process)\n",
                    placed.str().c_str(), placed.moved_ranks(dst_layout.config().world_size()),

@@ -2,6 +2,7 @@
 //
 //   mpirun -np N dynatrain run-transition --model M --from CFG --to CFG [--mem-budget B]
 //          [--verify] [--repeat K] [--json FILE] [--prefault] [--at-step-boundary]
+//          [--fanout off|auto|on] [--fanout-cluster SPEC]
 //
 // Every rank: builds both layouts, plans its own part (Planner::plan_rank), allocates its
 // source state from a PoolAllocator and fills it with the content oracle (testing/fill.h),
@@ -40,6 +41,9 @@ struct RunTransitionArgs {
                                           // cold switch, timed apart (prepare_seconds)
   bool direct_runs = true;                // --no-direct-runs: pack / unpack every chunk that
                                           // is not one contiguous run (exec: direct_runs)
+  std::string fanout = "off";             // --fanout off|auto|on: node-level fan-out (plan/fanout.h)
+  std::string fanout_cluster;             // --fanout-cluster SPEC: rates for auto (sim/cluster.h);
+                                          // empty: plan::FanoutCosts' defaults
 };
 
 // Runs the command on every rank of `world` (collective). Returns the exit code, equal on every

@@ -38,6 +38,15 @@ Command add_run_transition_command(CLI::App& app) {
   cmd->add_option("--gpus-per-node", args->gpus_per_node, "Ranks per node")->capture_default_str();
   cmd->add_option("--placement", args->placement, "Which process takes each destination rank: fixed, auto, or a list")
       ->capture_default_str();
+  cmd->add_option("--fanout", args->fanout,
+                  "Node-level fan-out: a box that several processes of one node need from another node "
+                  "crosses once, then a relay passes it on inside the node (two stages): off, auto "
+                  "(where the cost rule says it saves time), on")
+      ->check(CLI::IsMember({"off", "auto", "on"}))
+      ->capture_default_str();
+  cmd->add_option("--fanout-cluster", args->fanout_cluster,
+                  "The cluster whose link rates --fanout auto weighs: a preset (a800-16x8, ...) or a JSON "
+                  "file (default: A800-class rates)");
   return [args, budget] {
     // Checked before MPI starts: identical on every rank, printed once by rank 0.
     args->mem_budget = parse_bytes(*budget);
