@@ -78,8 +78,12 @@ SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& pla
   // The shared-memory transport and every copy are work for the cores these processes get.
   const double n = world.size();
   out.cpu_cores = solo > 0 ? std::clamp(n * c.copy / solo, 1.0, n) : n;
+  // The tracer's in-process transport moves runs direct between every pair; this run's transport
+  // may not (comm/mpi: only when the whole communicator is on one node), and then it packs.
+  exec::TransitionOptions traced = options;
+  traced.direct_runs = options.direct_runs && (world.size() < 2 || world.runs_direct(world.rank() == 0 ? 1 : 0));
   if (world.rank() == 0)
-    out.result = sim::simulate(sim::trace_switch(planner, elem_bytes, options), c, {.cpu_cores = out.cpu_cores});
+    out.result = sim::simulate(sim::trace_switch(planner, elem_bytes, traced), c, {.cpu_cores = out.cpu_cores});
   return out;
 }
 

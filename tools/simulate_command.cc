@@ -93,6 +93,9 @@ int run_simulate(const SimulateArgs& a) {
   exec::TransitionOptions opt;
   opt.mem_budget = budget;
   opt.topology = topo;
+  // Open MPI moves strided runs straight between buffers only when the whole communicator is on
+  // one node (comm/mpi); on a cluster of several nodes every strided chunk is packed.
+  opt.direct_runs = processes <= topo.gpus_per_node;
   if (a.at_step_boundary) opt.zeroed_kinds = exec::kStepBoundaryKinds;
   t0 = std::chrono::steady_clock::now();
   const auto traces = sim::trace_switch(planner, lo.elem_bytes, opt);
