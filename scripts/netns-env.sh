@@ -7,3 +7,30 @@ DTC_NET=10.231.0
 DTC_STATE=${DTC_STATE:-/tmp/dtc-netns}  # hostfile, cluster.json, link measurement
 dtc_ns() { echo "dtc-node$1"; }
 dtc_addr() { echo "$DTC_NET.$(($1 + 1))"; }
+
+# The link as MPI sees it and the files both rehearsals run on (call after netns-up.sh):
+# measures TCP throughput of one stream and one-way latency across the veth into DTC_LINK (the
+# JSON of scripts/netns-link.py), then writes $DTC_STATE/cluster.json (2 nodes x 2 processes
+# sharing one "NIC": the veth at the measured rate; this machine's intra-node link and copy rate,
+# sim/cluster.h this-machine) and $DTC_STATE/model.json (~400 MB of state: bf16 weights + grads,
+# fp32 optimizer, 25M parameters). Usage: dtc_measure_link DYNATRAIN SCRATCH_DIR RATE_GBIT
+dtc_measure_link() {
+  local dt="$1" scratch="$2" rate="$3"
+  timeout 60 ip netns exec "$(dtc_ns 1)" python3 scripts/netns-link.py server "$(dtc_addr 1)" 5801 &
+  DTC_LINK=$(timeout 60 ip netns exec "$(dtc_ns 0)" python3 scripts/netns-link.py client "$(dtc_addr 1)" 5801 $((rate * 100 << 20)))
+  wait
+  "$dt" plan --model tiny-dense --from tp=1 --to tp=1 --cluster this-machine --json "$scratch/here.json" >/dev/null
+  python3 - "$DTC_LINK" "$scratch/here.json" >"$DTC_STATE/cluster.json" <<'PY'
+import json, sys
+link, here = json.loads(sys.argv[1]), json.load(open(sys.argv[2]))["cluster"]
+gbps = link["bytes_per_s"] / 1e9
+print(json.dumps({"name": "netns-2x2", "nodes": 2, "gpus_per_node": 2,
+                  "gpu_link_gb_per_s": here["gpu_link_gb_per_s"], "nics_per_node": 1,
+                  "nic_gb_per_s": gbps, "pcie_gb_per_s": gbps, "intra_latency_us": here["intra_latency_us"],
+                  "inter_latency_us": link["latency_s"] * 1e6, "copy_gb_per_s": here["copy_gb_per_s"]}))
+PY
+  cat >"$DTC_STATE/model.json" <<'JSON'
+{"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8,
+ "intermediate_size": 2048, "vocab_size": 8000, "tie_word_embeddings": false}
+JSON
+}

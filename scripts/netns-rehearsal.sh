@@ -19,29 +19,8 @@ mkdir -p "$out"
 trap 'scripts/netns-down.sh >/dev/null' EXIT
 scripts/netns-up.sh "$rate" 2
 
-# The link as MPI will see it: TCP throughput of one stream and one-way latency.
-timeout 60 ip netns exec "$(dtc_ns 1)" python3 scripts/netns-link.py server "$(dtc_addr 1)" 5801 &
-link=$(timeout 60 ip netns exec "$(dtc_ns 0)" python3 scripts/netns-link.py client "$(dtc_addr 1)" 5801 $((rate * 100 << 20)))
-wait
-# The cluster as the planner's bound sees it: 2 nodes x 2 processes sharing one "NIC" (the veth),
-# the intra-node link and copy rate measured on this machine (sim/cluster.h, this-machine).
-"$dt" plan --model tiny-dense --from tp=1 --to tp=1 --cluster this-machine --json "$out/here.json" >/dev/null
-python3 - "$link" "$out/here.json" >"$DTC_STATE/cluster.json" <<'PY'
-import json, sys
-link, here = json.loads(sys.argv[1]), json.load(open(sys.argv[2]))["cluster"]
-gbps = link["bytes_per_s"] / 1e9
-print(json.dumps({"name": "netns-2x2", "nodes": 2, "gpus_per_node": 2,
-                  "gpu_link_gb_per_s": here["gpu_link_gb_per_s"], "nics_per_node": 1,
-                  "nic_gb_per_s": gbps, "pcie_gb_per_s": gbps, "intra_latency_us": here["intra_latency_us"],
-                  "inter_latency_us": link["latency_s"] * 1e6, "copy_gb_per_s": here["copy_gb_per_s"]}))
-PY
-echo "link: $(python3 -c "import json,sys; l=json.loads(sys.argv[1]); print(f\"{l['bytes_per_s']/1e9:.2f} GB/s TCP one stream, {l['latency_s']*1e6:.0f} us one way\")" "$link") (tc: ${rate} gbit/s)"
-
-# ~400 MB of state (bf16 weights + grads, fp32 optimizer): 25M parameters.
-cat >"$DTC_STATE/model.json" <<'JSON'
-{"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8,
- "intermediate_size": 2048, "vocab_size": 8000, "tie_word_embeddings": false}
-JSON
+dtc_measure_link "$dt" "$out" "$rate"  # DTC_LINK, $DTC_STATE/cluster.json and model.json
+echo "link: $(python3 -c "import json,sys; l=json.loads(sys.argv[1]); print(f\"{l['bytes_per_s']/1e9:.2f} GB/s TCP one stream, {l['latency_s']*1e6:.0f} us one way\")" "$DTC_LINK") (tc: ${rate} gbit/s)"
 printf '| switch | placement | inter-node | cold | warm (median) | link-aware bound | warm / bound | busiest link | simulated | error | verify |\n|---|---|---|---|---|---|---|---|---|---|---|\n'
 row() {  # from to placement
   local name="${1}_${2}_${3}"
