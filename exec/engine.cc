@@ -1087,6 +1087,38 @@ class Engine {
 
 }  // namespace
 
+TransitionStats sequential_stats(TransitionStats a, const TransitionStats& b) {
+  a.seconds += b.seconds;
+  a.bytes_sent += b.bytes_sent;
+  a.bytes_received += b.bytes_received;
+  a.bytes_kept += b.bytes_kept;
+  a.skipped_bytes_sent += b.skipped_bytes_sent;
+  a.skipped_bytes_received += b.skipped_bytes_received;
+  a.skipped_bytes_kept += b.skipped_bytes_kept;
+  a.zeroed_bytes += b.zeroed_bytes;
+  a.kept_zero_copy_bytes += b.kept_zero_copy_bytes;
+  a.kept_remapped_bytes += b.kept_remapped_bytes;
+  a.messages += b.messages;
+  a.zero_copy_sends += b.zero_copy_sends;
+  a.zero_copy_recvs += b.zero_copy_recvs;
+  a.bytes_sent_direct += b.bytes_sent_direct;
+  a.bytes_received_direct += b.bytes_received_direct;
+  a.broadcasts += b.broadcasts;
+  a.staging_bytes = std::max(a.staging_bytes, b.staging_bytes);
+  a.waves += b.waves;
+  a.pagewise_buffers += b.pagewise_buffers;
+  a.dst_bytes = b.dst_bytes;
+  a.peak_bytes = std::max(a.peak_bytes, b.peak_bytes);
+  a.predicted_peak_bytes = std::max(a.predicted_peak_bytes, b.predicted_peak_bytes);
+  a.pack_seconds += b.pack_seconds;
+  a.unpack_seconds += b.unpack_seconds;
+  a.keep_seconds += b.keep_seconds;
+  a.wait_seconds += b.wait_seconds;
+  a.alloc_seconds += b.alloc_seconds;
+  a.agree_seconds += b.agree_seconds;
+  return a;
+}
+
 bool broadcast_preferred(int receivers, int off_node, std::uint64_t bytes) {
   return receivers >= 2 && off_node >= 2 && bytes >= (1u << 20);
 }

@@ -183,6 +183,12 @@ struct TransitionStats {
   double alloc_seconds = 0, agree_seconds = 0;
 };
 
+// The figures of two switches run one after the other as one switch (the two stages of
+// node-level fan-out): bytes, messages, waves and seconds add up; peaks and staging are the
+// larger of the two; the state before is the first's and the state after the second's; chunk
+// and granule size, wave order, fan-out detection and path are the first's.
+TransitionStats sequential_stats(TransitionStats first, const TransitionStats& second);
+
 // Runs `plan` (this rank's part). `src[i]` is the data of src_layout.buffers[i] (nullptr if
 // the rank holds none); every one of them is released through `alloc` before return and set to
 // nullptr. On return `dst[i]` holds dst_layout.buffers[i], allocated through `alloc` (nullptr
