@@ -2,6 +2,7 @@
 //   * InputError     — the user gave something invalid (config string, model file, flag value).
 //                      The message names the bad value and what would be valid. CLI exit code 2.
 //   * CommError      — a transport operation failed; the communicator must be rebuilt. Recoverable.
+//     PeerLostError  — a CommError that proves a peer process is gone (it names the pid).
 //   * InvariantError — a broken internal invariant (a bug). DT_CHECK throws it with both operands.
 // Library code never calls exit() or abort(); it throws one of these.
 #pragma once
@@ -25,6 +26,17 @@ class InputError : public Error {
 class CommError : public Error {
  public:
   using Error::Error;
+};
+
+// A peer's process no longer exists (e.g. a direct read of its memory found no such process):
+// the job cannot go on with it. pid() names the process, so the CLI can name its rank.
+class PeerLostError : public CommError {
+ public:
+  PeerLostError(int pid, const std::string& message) : CommError(message), pid_(pid) {}
+  int pid() const { return pid_; }
+
+ private:
+  int pid_;
 };
 
 class InvariantError : public Error {

@@ -137,6 +137,13 @@ void prepare_failure_path(comm::Transport& world) {
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
+// "rank 1 (pid 4242)" for a peer of this node, "a peer (pid 4242)" otherwise.
+std::string lost_peer_name(int pid) {
+  for (int r = 0; r < g_job.size && r < JobInfo::kMaxPeers; ++r)
+    if (r != g_job.rank && g_job.peer_pid[r] == pid) return detail::concat("rank ", r, " (pid ", pid, ")");
+  return detail::concat("a peer (pid ", pid, ")");
+}
+
 }  // namespace
 
 std::int64_t this_host_id() {
@@ -181,6 +188,8 @@ int run_on_mpi_world(const std::function<int(comm::Transport&)>& body) {
     return body(*world);
   } catch (const InputError& e) {
     fail("error", e.what(), 2);
+  } catch (const PeerLostError& e) {  // found by this rank before mpirun's SIGTERM came
+    fail("error", detail::concat("stopped after ", lost_peer_name(e.pid()), " ended without a word (killed?); ", e.what()), 3);
   } catch (const std::bad_alloc&) {
     fail("error", "out of memory (std::bad_alloc); lower the model size, the ranks per node or --mem-budget", 3);
   } catch (const std::exception& e) {

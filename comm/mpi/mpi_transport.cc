@@ -210,6 +210,8 @@ void read_remote_runs(const std::vector<std::uint64_t>& desc, std::byte* base, c
   auto flush = [&] {
     if (local.empty()) return;
     const ssize_t got = process_vm_readv(pid, local.data(), local.size(), remote.data(), remote.size(), 0);
+    if (got < 0 && errno == ESRCH)  // the sender's process (or its memory) is gone: it was killed
+      throw PeerLostError(pid, concat("mpi: ", where, ": pid ", pid, " ended during a direct read"));
     if (got != static_cast<ssize_t>(batch_bytes))
       throw CommError(concat("mpi: ", where, ": process_vm_readv of ", batch_bytes, " bytes from pid ", pid,
                              " returned ", got, got < 0 ? concat(" (", std::strerror(errno), ")") : std::string()));
@@ -382,17 +384,17 @@ class CmaRecv final : public Request {
     std::uint64_t remote_bytes = 0;
     for (std::size_t i = 0; i < desc[1]; ++i) remote_bytes += desc[3 + 2 * i];
     const bool match = remote_bytes == runs_bytes(runs_);
-    std::string error;
+    std::exception_ptr error;  // kept as thrown: a PeerLostError must reach the CLI as one
     if (match) {
       try {
         read_remote_runs(desc, base_, runs_, where_);
-      } catch (const CommError& e) {
-        error = e.what();
+      } catch (const CommError&) {
+        error = std::current_exception();
       }
     }
-    unsigned char answer = match && error.empty() ? 0 : 1;
+    unsigned char answer = match && !error ? 0 : 1;
     DT_MPI(MPI_Send(&answer, 1, MPI_BYTE, peer_, answer_tag(tag_), comm_), where_, ": MPI_Send (answer)");
-    if (!error.empty()) throw CommError(error);
+    if (error) std::rethrow_exception(error);
     if (!match)
       throw CommError(concat("mpi: ", where_, ": message size mismatch: the sender's runs total ", remote_bytes,
                              " bytes, expected ", runs_bytes(runs_)));

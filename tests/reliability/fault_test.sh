@@ -107,7 +107,9 @@ ckpt_intact() {
 }
 
 rt() { echo run-transition --model tiny-moe --verify --repeat "$1" --from "$2" --to "$3" --json; }
-fault 2 "rank 0 of 2: stopped by SIGTERM after rank 1" kill:1:switch:0 -- $(rt 20 tp=2,zero=0 dp=2,ep=2)
+# A survivor learns of the loss from mpirun's SIGTERM ("stopped by SIGTERM after rank 1 (pid N) ...")
+# or, first, from a direct read of the lost process's memory ("stopped after rank 1 (pid N) ...").
+fault 2 "after rank 1 (pid" kill:1:switch:0 -- $(rt 20 tp=2,zero=0 dp=2,ep=2)
 fault 4 "after rank 2" kill:2:switch:5 -- $(rt 20 tp=2,dp=2 pp=2,dp=2,ep=2)
 fault 4 "after rank 0" kill:0:switch:0 -- $(rt 20 tp=4 dp=4,ep=4)
 fault 3 "after rank 1" kill:1:switch:10 -- $(rt 20 tp=1,dp=3 pp=3,pp_layers=2/1/1)
