@@ -5,6 +5,11 @@
 DTC_NODES=2
 DTC_NET=10.231.0
 DTC_STATE=${DTC_STATE:-/tmp/dtc-netns}  # hostfile, cluster.json, link measurement
+# The namespaces and their addresses are one per machine: every user (the rehearsal, the
+# fan-out bench, the ctest sim_netns_two_nodes) holds this lock from before netns-up.sh until it
+# exits, so two of them never tear down each other's nodes. Order: take /tmp/dt-bench.lock first
+# (benchmarks), this one second.
+dtc_lock() { exec 9>/tmp/dt-netns.lock && flock 9; }
 dtc_ns() { echo "dtc-node$1"; }
 dtc_addr() { echo "$DTC_NET.$(($1 + 1))"; }
 

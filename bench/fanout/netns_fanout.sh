@@ -15,6 +15,7 @@ rate="${2:-1}"
 dt="$PWD/$build/dynatrain"
 out="$PWD/bench/out/fanout"
 mkdir -p "$out"
+dtc_lock
 trap 'scripts/netns-down.sh >/dev/null' EXIT
 scripts/netns-up.sh "$rate" 2 >/dev/null
 

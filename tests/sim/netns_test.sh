@@ -8,6 +8,8 @@ dt="$1"
 scripts="$(cd "$(dirname "$0")/../../scripts" && pwd)"
 export DTC_STATE
 DTC_STATE=$(mktemp -d)
+source "$scripts/netns-env.sh"
+dtc_lock  # a rehearsal or bench using the namespaces finishes first
 probe() {  # a namespace, a veth pair and a tc qdisc can be made (root, iproute2, veth, tbf)
   [[ $(id -u) == 0 ]] && command -v ip >/dev/null && command -v tc >/dev/null && command -v unshare >/dev/null &&
     ip netns add dtc-probe 2>/dev/null && ip link add dtc-probe0 type veth peer name dtc-probe1 2>/dev/null &&
