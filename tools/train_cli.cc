@@ -117,6 +117,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   o.lookahead = args.lookahead;
   o.measure_link = !args.json.empty();
   o.align_pages = args.align_pages;
+  o.bf16 = args.bf16;
   if (args.placement == "fixed") o.placement = TrainerOptions::Placement::kFixed;
   else if (args.placement == "auto") o.placement = TrainerOptions::Placement::kAuto;
   else DT_INPUT_ERROR("unknown --placement '", args.placement, "'; valid: fixed, auto");
