@@ -55,6 +55,9 @@ constexpr ElemBytes bf16_param_elem_bytes() {
 constexpr std::uint32_t kind_bit(StateKind kind) { return 1u << static_cast<int>(kind); }
 
 const char* state_kind_name(StateKind kind);
+// "18 bytes per parameter (param 2, grad 4, master 4, exp_avg 4, exp_avg_sq 4)": the state one
+// parameter costs at these element sizes, every kind held once.
+std::string bytes_per_parameter(const ElemBytes& elem);
 // Parses "param,master,exp_avg,exp_avg_sq", "all" or "optimizer"; throws InputError otherwise.
 // Returned sorted by StateKind, without duplicates.
 std::vector<StateKind> parse_state_kinds(const std::string& text);
