@@ -13,7 +13,7 @@ namespace {
 // The trainer keeps one pool block per buffer (train/state.h).
 ckpt::Arenas view(train::Arenas& a) {
   ckpt::Arenas out;
-  out.buffer = [&a](const vps::LocalBuffer& b) { return reinterpret_cast<std::byte*>(a.data(b)); };
+  out.buffer = [&a](const vps::LocalBuffer& b) { return a.bytes(b); };
   return out;
 }
 
@@ -46,6 +46,12 @@ void save_trainer(const std::string& dir, std::int64_t step, train::Trainer& tra
 
 void resume_trainer(const ckpt::Checkpoint& c, train::Trainer& trainer, comm::Transport& world) {
   const auto t0 = std::chrono::steady_clock::now();
+  // Identical on every rank (same index, same flags): a --bf16 checkpoint holds 2-byte params.
+  const int saved = c.elem_bytes[static_cast<int>(vps::StateKind::kParam)];
+  const int here = trainer.layout().options().elem_bytes[static_cast<int>(vps::StateKind::kParam)];
+  if (saved != here)
+    DT_INPUT_ERROR("checkpoint '", c.step_dir, "' holds ", saved == 2 ? "bf16" : "fp32", " params (saved ",
+                   saved == 2 ? "with" : "without", " --bf16); resume it ", saved == 2 ? "with" : "without", " --bf16");
   ckpt::LoadStats stats;
   ckpt::on_all_ranks(world, "checkpoint load", [&] {
     if (trainer.active()) stats = ckpt::load_rank(c, trainer.layout(), world.rank(), view(trainer.arenas()));

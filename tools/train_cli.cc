@@ -117,6 +117,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   o.lookahead = args.lookahead;
   o.measure_link = !args.json.empty();
   o.align_pages = args.align_pages;
+  o.bf16 = args.bf16;
   if (args.placement == "fixed") o.placement = TrainerOptions::Placement::kFixed;
   else if (args.placement == "auto") o.placement = TrainerOptions::Placement::kAuto;
   else DT_INPUT_ERROR("unknown --placement '", args.placement, "'; valid: fixed, auto");
@@ -174,6 +175,9 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
                 o.model.name.c_str(), static_cast<long long>(args.steps),
                 static_cast<long long>(args.global_batch), static_cast<long long>(args.seq),
                 world.size(), args.static_layout || (schedule.size() == 1 && args.job.empty()) ? "static layout" : "switching layouts");
+  if (leader)
+    std::printf("state: %s%s\n", vps::bytes_per_parameter(train::trainer_elem_bytes(o.bf16)).c_str(),
+                o.bf16 ? ", --bf16: bf16 weights, fp32 grads, master and Adam moments" : ", all fp32");
   // The lower bound of every switch divides by this point-to-point bandwidth, measured once.
   if (!joined && !args.json.empty()) ls.p2p_bytes_per_s = testing::measure_p2p_bandwidth(world, std::size_t{64} << 20);
 

@@ -45,6 +45,7 @@ struct TrainArgs {
   std::string placement = "auto";    // --placement: fixed | auto (which process takes which rank)
   std::string job;                   // --job DIR: take switch requests from DIR (tools/job_request.h)
   bool align_pages = false;          // --align-pages: TrainerOptions::align_pages
+  bool bf16 = false;                 // --bf16: TrainerOptions::bf16 (bf16 weights, fp32 master)
   // How processes are started and ended (nullptr: the job keeps its processes; layouts must
   // fit the world). `dynatrain train` uses the MPI launcher with --hostfile / --host.
   std::shared_ptr<edm::Launcher> launcher;

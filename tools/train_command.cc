@@ -36,6 +36,8 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("--align-pages", args->align_pages,
                 "Start every tensor of the state on a page boundary, so that switches move kept tensors "
                 "by remapping pages instead of copying them");
+  cmd->add_flag("--bf16", args->bf16,
+                "bf16 weights (computed with in bf16), fp32 gradients, fp32 master weights and Adam moments");
   cmd->add_option("--hostfile", launch->hostfile, "MPI hostfile for processes started by a grow");
   cmd->add_option("--host", launch->hosts, "Hosts for processes started by a grow (h1,h2,...)");
   cmd->add_option("--lr", args->lr, "Adam learning rate")->capture_default_str();

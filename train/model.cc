@@ -190,6 +190,15 @@ Tensor reduce_from_tp(const Tensor& x, const ModelComms& c) {
   return c.tp_size > 1 ? ReduceFromTp::apply(x, to_handle(c.tp)) : x;
 }
 
+// x @ wt for an activation x (fp32) and a transposed weight wt: with a bf16 weight (--bf16) the
+// product runs in bf16 (x rounded to bf16) and comes back as fp32, so activations, norms,
+// softmax and the communication stay fp32 -- what CPU autocast does for a matmul. Backward: the
+// weight's gradient is bf16 (autograd adds it into the fp32 .grad), the input's fp32.
+Tensor weight_mm(const Tensor& x, const Tensor& wt) {
+  if (wt.scalar_type() == x.scalar_type()) return torch::matmul(x, wt);
+  return torch::matmul(x.to(wt.scalar_type()), wt).to(x.scalar_type());
+}
+
 Tensor rms_norm(const Tensor& x, const Tensor& w) {
   return x * torch::rsqrt(x.pow(2).mean(-1, true) + kNormEps) * w;
 }
@@ -236,15 +245,15 @@ Tensor mla_attention(const LayerWeights& w, const vps::ModelSpec& spec, const Mo
   Tensor xi = copy_to_tp(rms_norm(x, w.input_norm), c);
   Tensor q;
   if (w.q_down.defined()) {
-    Tensor cq = rms_norm(torch::matmul(xi, w.q_down.t()), w.q_down_norm);
-    q = torch::matmul(cq, w.q_up.reshape({-1, spec.q_lora_rank}).t());
+    Tensor cq = rms_norm(weight_mm(xi, w.q_down.t()), w.q_down_norm);
+    q = weight_mm(cq, w.q_up.reshape({-1, spec.q_lora_rank}).t());
   } else {
-    q = torch::matmul(xi, w.q.reshape({-1, h}).t());
+    q = weight_mm(xi, w.q.reshape({-1, h}).t());
   }
   const std::int64_t heads = q.size(-1) / (nope + rd);
   q = q.view({mb, s, heads, nope + rd});
-  Tensor kv_down = torch::matmul(xi, w.kv_down.t());  // [mb, s, r + rd]
-  Tensor kv = torch::matmul(rms_norm(kv_down.narrow(-1, 0, r), w.kv_down_norm), w.kv_up.reshape({-1, r}).t())
+  Tensor kv_down = weight_mm(xi, w.kv_down.t());  // [mb, s, r + rd]
+  Tensor kv = weight_mm(rms_norm(kv_down.narrow(-1, 0, r), w.kv_down_norm), w.kv_up.reshape({-1, r}).t())
                   .view({mb, s, heads, nope + vd});
   auto [cos, sin] = rope_tables(c, s, rd);
   Tensor q_pe = rope(q.narrow(-1, nope, rd), cos.view({1, s, 1, rd / 2}), sin.view({1, s, 1, rd / 2}));
@@ -256,7 +265,7 @@ Tensor mla_attention(const LayerWeights& w, const vps::ModelSpec& spec, const Mo
   Tensor scores = torch::matmul(qf, kf.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(nope + rd)));
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   Tensor o = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({mb, s, heads * vd});
-  return reduce_from_tp(torch::matmul(o, w.proj.t()), c);
+  return reduce_from_tp(weight_mm(o, w.proj.t()), c);
 }
 
 Tensor attention(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& c,
@@ -265,7 +274,7 @@ Tensor attention(const LayerWeights& w, const vps::ModelSpec& spec, const ModelC
   const std::int64_t mb = x.size(0), s = x.size(1), h = spec.hidden, d = spec.head_dim;
   const std::int64_t groups = w.qkv.size(0), ql = w.qkv.size(1) - 2, heads = groups * ql;
   Tensor xi = copy_to_tp(rms_norm(x, w.input_norm), c);
-  Tensor qkv = torch::matmul(xi, w.qkv.reshape({-1, h}).t());
+  Tensor qkv = weight_mm(xi, w.qkv.reshape({-1, h}).t());
   if (w.qkv_bias.defined()) qkv = qkv + w.qkv_bias.reshape({-1});
   qkv = qkv.view({mb, s, groups, ql + 2, d});
   Tensor q = qkv.narrow(3, 0, ql);
@@ -288,15 +297,15 @@ Tensor attention(const LayerWeights& w, const vps::ModelSpec& spec, const ModelC
   Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   Tensor o = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({mb, s, heads * d});
-  return reduce_from_tp(torch::matmul(o, w.proj.t()), c);
+  return reduce_from_tp(weight_mm(o, w.proj.t()), c);
 }
 
 // Tensor-parallel SwiGLU MLP of normed input xn: fc1 [2, ffn_l, h] column-, fc2 [h, ffn_l] row-parallel.
 Tensor swiglu_mlp(const Tensor& fc1, const Tensor& fc2, const ModelComms& c, const Tensor& xn) {
   Tensor xi = copy_to_tp(xn, c);
-  Tensor gate = torch::matmul(xi, fc1.select(0, 0).t());
-  Tensor up = torch::matmul(xi, fc1.select(0, 1).t());
-  return reduce_from_tp(torch::matmul(torch::silu(gate) * up, fc2.t()), c);
+  Tensor gate = weight_mm(xi, fc1.select(0, 0).t());
+  Tensor up = weight_mm(xi, fc1.select(0, 1).t());
+  return reduce_from_tp(weight_mm(torch::silu(gate) * up, fc2.t()), c);
 }
 
 Tensor dense_mlp(const LayerWeights& w, const ModelComms& c, const Tensor& x) {
@@ -307,7 +316,9 @@ Tensor dense_mlp(const LayerWeights& w, const ModelComms& c, const Tensor& x) {
 Tensor moe(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& c, const Tensor& x) {
   const std::int64_t T = x.size(0), h = x.size(1), E = spec.experts, k = spec.top_k;
   const std::int64_t ep = c.ep_size, el = E / ep;
-  Tensor probs = torch::softmax(torch::matmul(x, w.router.t()), -1);
+  // The router in fp32 even with a bf16 weight (Megatron's moe_router_dtype=fp32): near-ties in
+  // the top-k stay as rare as in an fp32 run.
+  Tensor probs = torch::softmax(torch::matmul(x, w.router.to(torch::kFloat).t()), -1);
   auto [topv, topi] = probs.topk(k, -1);
   Tensor weights = topv / topv.sum(-1, true);
   Tensor flat_e = topi.reshape({-1});
@@ -353,8 +364,8 @@ Tensor moe(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& 
     Tensor b = xe.narrow(0, at, expert_rows[e]);
     at += expert_rows[e];
     Tensor fc1 = w.expert_fc1.select(0, e);
-    Tensor a = torch::silu(torch::matmul(b, fc1.select(0, 0).t())) * torch::matmul(b, fc1.select(0, 1).t());
-    outs.push_back(torch::matmul(a, w.expert_fc2.select(0, e).t()));
+    Tensor a = torch::silu(weight_mm(b, fc1.select(0, 0).t())) * weight_mm(b, fc1.select(0, 1).t());
+    outs.push_back(weight_mm(a, w.expert_fc2.select(0, e).t()));
   }
   Tensor ye = outs.empty() ? xe * 0.0 : torch::cat(outs, 0);
   std::vector<std::int64_t> inv(n);
@@ -377,7 +388,7 @@ Tensor moe_mlp(const LayerWeights& w, const vps::ModelSpec& spec, const ModelCom
   y = y.view({mb, s, h});
   if (!w.shared_fc1.defined()) return y;
   Tensor shared = swiglu_mlp(w.shared_fc1, w.shared_fc2, c, xn);
-  if (w.shared_gate.defined()) shared = shared * torch::sigmoid(torch::matmul(xn, w.shared_gate.t()));
+  if (w.shared_gate.defined()) shared = shared * torch::sigmoid(weight_mm(xn, w.shared_gate.t()));
   return y + shared;
 }
 
@@ -388,7 +399,7 @@ Tensor embed_forward(const StageModel& m, const ModelComms& c, const Tensor& tok
   Tensor in_range = (tokens >= m.vocab_start).logical_and(tokens < m.vocab_start + vl);
   Tensor idx = (tokens - m.vocab_start).clamp(0, vl - 1).reshape({-1});
   Tensor e = m.embedding.index_select(0, idx).view({tokens.size(0), tokens.size(1), -1});
-  e = e * in_range.unsqueeze(-1).to(torch::kFloat);
+  e = e.to(torch::kFloat) * in_range.unsqueeze(-1).to(torch::kFloat);  // fp32 activations
   return reduce_from_tp(e, c);
 }
 
@@ -417,7 +428,7 @@ Tensor loss_forward(const StageModel& m, const ModelComms& c, const Tensor& x,
   // Vocab padding rows (if any) are not part of the model: drop their columns (all of them on a
   // rank that holds only padding; it still joins the cross-entropy's collectives).
   const std::int64_t valid = std::clamp<std::int64_t>(m.spec.vocab - m.vocab_start, 0, m.output.size(0));
-  Tensor l = torch::matmul(xi, m.output.narrow(0, 0, valid).t());
+  Tensor l = weight_mm(xi, m.output.narrow(0, 0, valid).t());
   if (logits) *logits = l.detach();
   return VocabParallelCrossEntropy::apply(l, targets.reshape({-1}), m.vocab_start,
                                           c.tp_size > 1 ? to_handle(c.tp) : 0);

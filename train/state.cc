@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "train/bf16.h"
 #include "train/data.h"
 
 namespace dynatrain::train {
@@ -13,76 +14,91 @@ namespace dynatrain::train {
 using vps::StateKind;
 
 vps::LayoutOptions trainer_layout_options(std::int64_t bucket_elems,
-                                          std::vector<vps::StateKind> kinds) {
+                                          std::vector<vps::StateKind> kinds, bool bf16) {
   vps::LayoutOptions o;
-  o.elem_bytes = vps::fp32_elem_bytes();
+  o.elem_bytes = trainer_elem_bytes(bf16);
   o.bucket_elems = bucket_elems;
   o.kinds = std::move(kinds);
   return o;
 }
 
-Arenas::Arenas(const vps::RankLayout& layout, exec::StateAllocator& alloc) : alloc_(&alloc) {
+Arenas::Arenas(const vps::RankLayout& layout, exec::StateAllocator& alloc, vps::ElemBytes elem)
+    : alloc_(&alloc), elem_(elem) {
   fill_missing(layout);
 }
 
 Arenas::~Arenas() { release_all(); }
 
 Arenas::Arenas(Arenas&& other) noexcept
-    : alloc_(other.alloc_), blocks_(std::exchange(other.blocks_, {})) {}
+    : alloc_(other.alloc_), elem_(other.elem_), blocks_(std::exchange(other.blocks_, {})) {}
 
 Arenas& Arenas::operator=(Arenas&& other) noexcept {
   if (this != &other) {
     release_all();
     alloc_ = other.alloc_;
+    elem_ = other.elem_;
     blocks_ = std::exchange(other.blocks_, {});
   }
   return *this;
 }
 
 void Arenas::release_all() {
-  for (auto& [k, b] : blocks_) alloc_->release(reinterpret_cast<std::byte*>(b.data), b.bytes);
+  for (auto& [k, b] : blocks_) alloc_->release(b.data, b.bytes);
   blocks_.clear();
 }
 
-float* Arenas::data(const vps::LocalBuffer& b) const {
+std::byte* Arenas::bytes(const vps::LocalBuffer& b) const {
   auto it = blocks_.find(key(b));
   return it == blocks_.end() ? nullptr : it->second.data;
 }
 
-void Arenas::set(const vps::LocalBuffer& b, float* p) {
+float* Arenas::data(const vps::LocalBuffer& b) const {
+  DT_CHECK(elem_bytes(b.kind) == 4, vps::state_kind_name(b.kind), " holds ", elem_bytes(b.kind),
+           "-byte elements, not fp32");
+  return reinterpret_cast<float*>(bytes(b));
+}
+
+std::uint16_t* Arenas::bf16(const vps::LocalBuffer& b) const {
+  DT_CHECK(elem_bytes(b.kind) == 2, vps::state_kind_name(b.kind), " holds ", elem_bytes(b.kind),
+           "-byte elements, not bf16");
+  return reinterpret_cast<std::uint16_t*>(bytes(b));
+}
+
+void Arenas::set(const vps::LocalBuffer& b, std::byte* p) {
   DT_CHECK(alloc_ != nullptr, "Arenas without an allocator");
   DT_CHECK(blocks_.count(key(b)) == 0, "buffer ", vps::state_kind_name(b.kind), " bucket ", b.bucket,
            " already has a block");
-  blocks_[key(b)] = Block{p, static_cast<std::size_t>(b.numel) * sizeof(float)};
+  blocks_[key(b)] = Block{p, block_bytes(b)};
 }
 
-float* Arenas::take(const vps::LocalBuffer& b) {
+std::byte* Arenas::take(const vps::LocalBuffer& b) {
   auto it = blocks_.find(key(b));
   if (it == blocks_.end()) return nullptr;
-  DT_CHECK_EQ(it->second.bytes, static_cast<std::size_t>(b.numel) * sizeof(float));
-  float* p = it->second.data;
+  DT_CHECK_EQ(it->second.bytes, block_bytes(b));
+  std::byte* p = it->second.data;
   blocks_.erase(it);
   return p;
 }
 
 void Arenas::release(const vps::LocalBuffer& b) {
-  if (float* p = take(b)) alloc_->release(reinterpret_cast<std::byte*>(p), static_cast<std::size_t>(b.numel) * sizeof(float));
+  if (std::byte* p = take(b)) alloc_->release(p, block_bytes(b));
 }
 
 void Arenas::fill_missing(const vps::RankLayout& layout) {
   DT_CHECK(alloc_ != nullptr, "Arenas without an allocator");
   for (const auto& b : layout.buffers) {
-    if (b.numel == 0 || data(b) != nullptr) continue;
-    const std::size_t bytes = static_cast<std::size_t>(b.numel) * sizeof(float);
-    auto* p = reinterpret_cast<float*>(alloc_->allocate(bytes));
-    std::memset(p, 0, bytes);
-    blocks_[key(b)] = Block{p, bytes};
+    if (b.numel == 0 || bytes(b) != nullptr) continue;
+    const std::size_t n = block_bytes(b);
+    std::byte* p = alloc_->allocate(n);
+    std::memset(p, 0, n);
+    blocks_[key(b)] = Block{p, n};
   }
 }
 
-std::size_t state_bytes(const vps::RankLayout& layout) {
+std::size_t state_bytes(const vps::RankLayout& layout, const vps::ElemBytes& elem) {
   std::size_t total = 0;
-  for (const auto& b : layout.buffers) total += static_cast<std::size_t>(b.numel) * sizeof(float);
+  for (const auto& b : layout.buffers)
+    total += static_cast<std::size_t>(b.numel) * static_cast<std::size_t>(elem[static_cast<int>(b.kind)]);
   return total;
 }
 
@@ -107,15 +123,21 @@ void init_state(const vps::Layout& layout, const vps::RankLayout& rank_layout, A
                 std::uint64_t seed) {
   const auto& tensors = layout.tensors();
   for (const auto& buf : rank_layout.buffers)
-    if (float* p = arenas.data(buf)) std::fill_n(p, buf.numel, 0.0f);
+    if (std::byte* p = arenas.bytes(buf)) std::memset(p, 0, arenas.block_bytes(buf));
   for (const auto& buf : rank_layout.buffers) {
     if (buf.kind != StateKind::kParam && buf.kind != StateKind::kMaster) continue;
-    float* base = arenas.data(buf);
+    if (arenas.bytes(buf) == nullptr) continue;
+    const bool half = arenas.elem_bytes(buf.kind) == 2;
+    float* base = half ? nullptr : arenas.data(buf);
+    std::uint16_t* base16 = half ? arenas.bf16(buf) : nullptr;
     for (const auto& seg : buf.segments) {
       const auto& t = tensors[seg.tensor];
       for_each_row(seg.box, t.shape, [&](std::int64_t full, std::int64_t local, std::int64_t n) {
-        for (std::int64_t i = 0; i < n; ++i)
-          base[seg.offset + local + i] = init_value(layout.model(), t, full + i, seed);
+        for (std::int64_t i = 0; i < n; ++i) {
+          const float v = init_value(layout.model(), t, full + i, seed);
+          if (half) base16[seg.offset + local + i] = bf16_from_float(v);
+          else base[seg.offset + local + i] = v;
+        }
       });
     }
   }
@@ -123,6 +145,18 @@ void init_state(const vps::Layout& layout, const vps::RankLayout& rank_layout, A
 
 namespace {
 constexpr int kGatherTag = 7001;
+
+// Element i of a block of `elem`-byte elements (4: fp32, 2: bf16), as a float.
+float element(const std::byte* block, int elem, std::int64_t i) {
+  if (elem == 2) {
+    std::uint16_t h;
+    std::memcpy(&h, block + i * 2, 2);
+    return float_from_bf16(h);
+  }
+  float f;
+  std::memcpy(&f, block + i * 4, 4);
+  return f;
+}
 
 std::vector<const vps::LocalBuffer*> buffers_of(const vps::RankLayout& rl, StateKind kind) {
   std::vector<const vps::LocalBuffer*> out;
@@ -137,12 +171,13 @@ Gathered gather_vps(const vps::Layout& layout, StateKind kind, const Arenas& are
   Gathered g;
   const int rank = world.rank();
   const int active = layout.config().world_size();
+  const int elem = arenas.elem_bytes(kind);
   DT_CHECK(active <= world.size(), "layout needs ", active, " ranks, world has ", world.size());
   if (rank != 0) {
     if (rank < active) {  // one message per non-empty buffer, in layout order
       const vps::RankLayout rl = layout.rank_layout(rank);
       for (const auto* b : buffers_of(rl, kind))
-        if (b->numel > 0) world.isend(arenas.data(*b), b->numel * sizeof(float), 0, kGatherTag)->wait();
+        if (b->numel > 0) world.isend(arenas.bytes(*b), b->numel * elem, 0, kGatherTag)->wait();
     }
     return g;
   }
@@ -156,27 +191,28 @@ Gathered gather_vps(const vps::Layout& layout, StateKind kind, const Arenas& are
   for (int r = 0; r < active; ++r) {
     const vps::RankLayout rl = layout.rank_layout(r);
     const auto bufs = buffers_of(rl, kind);
-    std::vector<float> data;
+    std::vector<std::byte> data;
     for (auto* b : bufs) {
       if (b->numel == 0) continue;
-      const float* src = arenas.data(*b);
+      const std::byte* src = arenas.bytes(*b);
       if (r != 0) {
-        data.resize(b->numel);
-        world.irecv(data.data(), b->numel * sizeof(float), r, kGatherTag)->wait();
+        data.resize(static_cast<std::size_t>(b->numel) * elem);
+        world.irecv(data.data(), data.size(), r, kGatherTag)->wait();
         src = data.data();
       }
       for (const auto& seg : b->segments) {
         auto& full = g.tensors[seg.tensor];
         auto& w = written[seg.tensor];
-        const float* from = src + seg.offset;
+        const std::byte* from = src + seg.offset * elem;
         for_each_row(seg.box, tensors[seg.tensor].shape,
                      [&](std::int64_t f, std::int64_t l, std::int64_t n) {
                        for (std::int64_t i = 0; i < n; ++i) {
+                         const float x = element(from, elem, l + i);
                          if (w[f + i]) {
-                           if (std::memcmp(&full[f + i], &from[l + i], sizeof(float)) != 0)
+                           if (std::memcmp(&full[f + i], &x, sizeof(float)) != 0)
                              ++g.replica_mismatches;
                          } else {
-                           full[f + i] = from[l + i];
+                           full[f + i] = x;
                            w[f + i] = 1;
                          }
                        }
@@ -192,14 +228,15 @@ Gathered gather_vps(const vps::Layout& layout, StateKind kind, const Arenas& are
 void scatter_vps(const vps::Layout& layout, const vps::RankLayout& rank_layout, StateKind kind,
                  const std::vector<std::vector<float>>& full, Arenas& arenas) {
   const auto& tensors = layout.tensors();
+  const bool half = arenas.elem_bytes(kind) == 2;
   for (const auto& buf : rank_layout.buffers) {
-    if (buf.kind != kind) continue;
-    float* base = arenas.data(buf);
+    if (buf.kind != kind || arenas.bytes(buf) == nullptr) continue;
     for (const auto& seg : buf.segments) {
       const auto& src = full[seg.tensor];
       for_each_row(seg.box, tensors[seg.tensor].shape,
                    [&](std::int64_t f, std::int64_t l, std::int64_t n) {
-                     std::memcpy(base + seg.offset + l, src.data() + f, n * sizeof(float));
+                     if (half) to_bf16(src.data() + f, arenas.bf16(buf) + seg.offset + l, n);
+                     else std::memcpy(arenas.data(buf) + seg.offset + l, src.data() + f, n * sizeof(float));
                    });
     }
   }

@@ -1,5 +1,7 @@
-// Training state in the Virtual Parameter Space: one flat fp32 arena per state kind, laid out
-// by vps::Layout, plus the functions that fill, gather and scatter it in VPS coordinates.
+// Training state in the Virtual Parameter Space: one block per buffer of every state kind, laid
+// out by vps::Layout, plus the functions that fill, gather and scatter it in VPS coordinates.
+// Element sizes per kind: fp32 everywhere, or with --bf16 (vps::bf16_param_elem_bytes) bf16
+// params and fp32 grads, master and moments.
 //
 // Arena contract (shared with exec/ and plan/, which never see torch):
 //   every LocalBuffer of the RankLayout has its own block (Arenas::data(buffer)); a buffer's
@@ -20,36 +22,53 @@
 
 namespace dynatrain::train {
 
-// fp32 everywhere on CPU; the layout options every trainer layout uses.
+// The trainer's element sizes: every kind fp32, or with `bf16` the params bf16 (the rest fp32).
+constexpr vps::ElemBytes trainer_elem_bytes(bool bf16) {
+  return bf16 ? vps::bf16_param_elem_bytes() : vps::fp32_elem_bytes();
+}
+
+// The layout options every trainer layout uses.
 vps::LayoutOptions trainer_layout_options(std::int64_t bucket_elems,
                                           std::vector<vps::StateKind> kinds = {
                                               vps::StateKind::kParam, vps::StateKind::kGrad,
                                               vps::StateKind::kMaster, vps::StateKind::kExpAvg,
-                                              vps::StateKind::kExpAvgSq});
+                                              vps::StateKind::kExpAvgSq},
+                                          bool bf16 = false);
 
 // The trainer's state: one block per LocalBuffer of its RankLayout (a buffer of zero elements has
 // none), each taken from a StateAllocator -- the trainer's exec::PoolAllocator, so that a switch
 // builds the destination in the memory its source gives back as it drains. Blocks created here
 // are zero-filled; every block still owned is given back when the Arenas are destroyed.
-// A buffer is named by (kind, expert group, bucket), as in the RankLayout.
+// A buffer is named by (kind, expert group, bucket), as in the RankLayout. A block of buffer b
+// holds b.numel elements of elem_bytes(b.kind) bytes (the layout's element sizes).
 class Arenas {
  public:
   Arenas() = default;
-  explicit Arenas(exec::StateAllocator& alloc) : alloc_(&alloc) {}
+  explicit Arenas(exec::StateAllocator& alloc, vps::ElemBytes elem = vps::fp32_elem_bytes())
+      : alloc_(&alloc), elem_(elem) {}
   // Zero-filled blocks for every buffer of `layout`.
-  Arenas(const vps::RankLayout& layout, exec::StateAllocator& alloc);
+  Arenas(const vps::RankLayout& layout, exec::StateAllocator& alloc, vps::ElemBytes elem = vps::fp32_elem_bytes());
   ~Arenas();
   Arenas(Arenas&& other) noexcept;
   Arenas& operator=(Arenas&& other) noexcept;
   Arenas(const Arenas&) = delete;
   Arenas& operator=(const Arenas&) = delete;
 
-  // The block of buffer `b` (b.numel floats); nullptr if this rank holds none.
+  int elem_bytes(vps::StateKind kind) const { return elem_[static_cast<int>(kind)]; }
+  const vps::ElemBytes& elem() const { return elem_; }
+  std::size_t block_bytes(const vps::LocalBuffer& b) const {
+    return static_cast<std::size_t>(b.numel) * static_cast<std::size_t>(elem_bytes(b.kind));
+  }
+  // The block of buffer `b`; nullptr if this rank holds none.
+  std::byte* bytes(const vps::LocalBuffer& b) const;
+  // The same, typed: data() for a kind of 4-byte (fp32) elements, bf16() for 2-byte ones
+  // (train/bf16.h); InvariantError for the other size.
   float* data(const vps::LocalBuffer& b) const;
-  // Adopts `p` (from the same allocator, b.numel floats) as b's block.
-  void set(const vps::LocalBuffer& b, float* p);
+  std::uint16_t* bf16(const vps::LocalBuffer& b) const;
+  // Adopts `p` (from the same allocator, block_bytes(b)) as b's block.
+  void set(const vps::LocalBuffer& b, std::byte* p);
   // Gives up b's block without releasing it (the caller releases it); nullptr if none.
-  float* take(const vps::LocalBuffer& b);
+  std::byte* take(const vps::LocalBuffer& b);
   // Releases b's block to the allocator now.
   void release(const vps::LocalBuffer& b);
   // Zero-filled blocks for the buffers of `layout` that have none yet.
@@ -59,16 +78,17 @@ class Arenas {
   using Key = std::tuple<int, bool, std::int32_t>;
   static Key key(const vps::LocalBuffer& b) { return {static_cast<int>(b.kind), b.expert_group, b.bucket}; }
   struct Block {
-    float* data = nullptr;
+    std::byte* data = nullptr;
     std::size_t bytes = 0;
   };
   void release_all();
   exec::StateAllocator* alloc_ = nullptr;
+  vps::ElemBytes elem_ = vps::fp32_elem_bytes();
   std::map<Key, Block> blocks_;
 };
 
-// Total bytes of the buffers of `layout` (what Arenas(layout) holds).
-std::size_t state_bytes(const vps::RankLayout& layout);
+// Total bytes of the buffers of `layout` at element sizes `elem` (what Arenas(layout) holds).
+std::size_t state_bytes(const vps::RankLayout& layout, const vps::ElemBytes& elem);
 
 // The initial value of element `index` (row-major in the full tensor) of tensor `t`: a pure
 // function of (seed, tensor id, index), so every layout starts from the same model. Norm
@@ -77,7 +97,8 @@ std::size_t state_bytes(const vps::RankLayout& layout);
 float init_value(const vps::ModelSpec& model, const vps::TensorSpec& t, std::int64_t index,
                  std::uint64_t seed);
 
-// Fills param and master with init_value and zeroes grad, exp_avg and exp_avg_sq.
+// Fills param and master with init_value and zeroes grad, exp_avg and exp_avg_sq. bf16 params
+// are init_value rounded to bf16, as the optimizer derives them from the master.
 void init_state(const vps::Layout& layout, const vps::RankLayout& rank_layout, Arenas& arenas,
                 std::uint64_t seed);
 
@@ -97,7 +118,8 @@ void for_each_row(const vps::Box& box, const std::vector<std::int64_t>& shape, F
   }
 }
 
-// Result of gather_vps on rank 0 (empty elsewhere): tensors[t] is the full tensor t.
+// Result of gather_vps on rank 0 (empty elsewhere): tensors[t] is the full tensor t, as floats
+// (bf16 elements widened exactly, so bit comparisons still compare the bf16 bits).
 struct Gathered {
   std::vector<std::vector<float>> tensors;
   std::int64_t uncovered = 0;          // elements no rank holds (must be 0)

@@ -12,6 +12,7 @@
 #include "edm/device_manager.h"
 #include "plan/placement.h"
 #include "plan/planner.h"
+#include "train/bf16.h"
 #include "train/context_parallel.h"
 #include "train/data.h"
 #include "train/model.h"
@@ -154,6 +155,8 @@ struct Trainer::Impl {
   }
 
   comm::Transport& world() { return edm->world(); }
+  // Element size of every state kind (fp32, or bf16 params with --bf16).
+  vps::ElemBytes elem() const { return trainer_elem_bytes(opt.bf16); }
 
   const vps::ParallelConfig& cfg() const { return layout->config(); }
   bool active() const { return rc.active; }
@@ -222,10 +225,15 @@ struct Trainer::Impl {
       const auto& t = tensors[s.tensor];
       const auto& pb = buffer(StateKind::kParam, s.expert_group, s.bucket);
       const auto& gb = buffer(StateKind::kGrad, s.expert_group, s.bucket);
-      auto opts = torch::TensorOptions().dtype(torch::kFloat);
-      torch::Tensor w = torch::from_blob(zero_work.full(StateKind::kParam, pb, arenas) + s.offset, s.local_shape, opts);
+      // The weight in the param kind's type (bf16 with --bf16); its .grad always fp32: autograd
+      // adds each micro-batch's gradient into it (a bf16 one widened), Megatron's main_grad.
+      const int pe = arenas.elem_bytes(StateKind::kParam);
+      auto popts = torch::TensorOptions().dtype(pe == 2 ? torch::kBFloat16 : torch::kFloat);
+      torch::Tensor w = torch::from_blob(zero_work.full_bytes(StateKind::kParam, pb, arenas) + s.offset * pe,
+                                         s.local_shape, popts);
       w.requires_grad_(true);
-      w.mutable_grad() = torch::from_blob(zero_work.full(StateKind::kGrad, gb, arenas) + s.offset, s.local_shape, opts);
+      w.mutable_grad() = torch::from_blob(zero_work.full(StateKind::kGrad, gb, arenas) + s.offset, s.local_shape,
+                                          torch::TensorOptions().dtype(torch::kFloat));
       const std::string& n = t.name;
       if (n == "embedding.word.weight") {
         model.embedding = w;
@@ -283,7 +291,7 @@ struct Trainer::Impl {
     rc = vps::rank_coords(layout->config(), r);
     arenas = std::move(a);
     use_groups(std::move(g));
-    if (rc.active) zero_work.reset(rank_layout, cfg().zero, shard_group(false)->size(), edp_g->size());
+    if (rc.active) zero_work.reset(rank_layout, cfg().zero, shard_group(false)->size(), edp_g->size(), elem());
     else zero_work = ZeroWork{};
     build_views();
   }
@@ -292,7 +300,7 @@ struct Trainer::Impl {
                                            std::vector<StateKind> kinds = {
                                                StateKind::kParam, StateKind::kGrad, StateKind::kMaster,
                                                StateKind::kExpAvg, StateKind::kExpAvgSq}) const {
-    vps::LayoutOptions lo = trainer_layout_options(opt.bucket_elems, std::move(kinds));
+    vps::LayoutOptions lo = trainer_layout_options(opt.bucket_elems, std::move(kinds), opt.bf16);
     if (opt.align_pages) lo.align_elems = vps::kPageAlignElems;
     return std::make_unique<vps::Layout>(opt.model, c, lo);
   }
@@ -447,7 +455,7 @@ struct Trainer::Impl {
 
   void zero_kind(StateKind kind) {
     for (const auto& b : rank_layout.buffers)
-      if (b.kind == kind && b.numel > 0) std::fill_n(arenas.data(b), b.numel, 0.0f);
+      if (b.kind == kind && b.numel > 0) std::memset(arenas.bytes(b), 0, arenas.block_bytes(b));
   }
 
   void adam(float* master, float* m, float* v, const float* g, std::int64_t n) const {
@@ -477,8 +485,8 @@ struct Trainer::Impl {
     if (cfg().zero < 3) return;
     for (const auto& pb : rank_layout.buffers)
       if (pb.kind == StateKind::kParam)
-        all_gather_or_copy(*shard_group(pb.expert_group), arenas.data(pb), zero_work.full(StateKind::kParam, pb, arenas),
-                           pb.numel);
+        all_gather_bytes_or_copy(*shard_group(pb.expert_group), arenas.bytes(pb),
+                                 zero_work.full_bytes(StateKind::kParam, pb, arenas), arenas.block_bytes(pb));
   }
 
   // Per bucket, over its shard group (dp for dense buckets, edp for expert buckets):
@@ -488,9 +496,16 @@ struct Trainer::Impl {
   //   ZeRO-2: the same, reduce-scattered into the grad state shard (kept: gather(kGrad) reads it);
   //   ZeRO-3: the same, and the param state shard = master shard (no all-gather: the next
   //           forward gathers, gather_params()).
+  // "params = master" is a copy in fp32 and a rounding to bf16 with --bf16 (at ZeRO-1/2 the
+  // rounded shard is what the all-gather moves: half the bytes).
   void optimizer_step() {
     const int zero = cfg().zero;
     std::vector<float> scratch;
+    std::vector<std::uint16_t> scratch16;
+    auto params_from_master = [&](const float* master, std::byte* param, std::int64_t n) {
+      if (opt.bf16) to_bf16(master, reinterpret_cast<std::uint16_t*>(param), n);
+      else std::memcpy(param, master, static_cast<std::size_t>(n) * sizeof(float));
+    };
     for (const auto& pb : rank_layout.buffers) {
       if (pb.kind != StateKind::kParam) continue;
       const auto& gb = buffer(StateKind::kGrad, pb.expert_group, pb.bucket);
@@ -498,7 +513,7 @@ struct Trainer::Impl {
       const auto& ab = buffer(StateKind::kExpAvg, pb.expert_group, pb.bucket);
       const auto& sb = buffer(StateKind::kExpAvgSq, pb.expert_group, pb.bucket);
       comm::Transport* group = shard_group(pb.expert_group);
-      float* param = arenas.data(pb);
+      std::byte* param = arenas.bytes(pb);
       float* grad = zero_work.full(StateKind::kGrad, gb, arenas);  // the full bucket's gradient
       float* master = arenas.data(mb);
       float* m = arenas.data(ab);
@@ -507,7 +522,7 @@ struct Trainer::Impl {
         DT_CHECK_EQ(mb.numel, pb.numel);
         if (group->size() > 1) group->all_reduce_sum(grad, pb.numel);
         adam(master, m, v, grad, pb.numel);
-        std::memcpy(param, master, pb.numel * sizeof(float));
+        params_from_master(master, param, pb.numel);
         continue;
       }
       const std::int64_t shard = mb.numel;
@@ -518,8 +533,15 @@ struct Trainer::Impl {
       }
       reduce_scatter_or_copy(*group, grad, shard_grad, shard);
       adam(master, m, v, shard_grad, shard);
-      if (zero >= 3) std::memcpy(param, master, shard * sizeof(float));
-      else all_gather_or_copy(*group, master, param, shard);
+      if (zero >= 3) {
+        params_from_master(master, param, shard);
+      } else if (opt.bf16) {
+        scratch16.resize(shard);
+        to_bf16(master, scratch16.data(), shard);
+        all_gather_bytes_or_copy(*group, scratch16.data(), param, static_cast<std::size_t>(shard) * 2);
+      } else {
+        all_gather_or_copy(*group, master, reinterpret_cast<float*>(param), shard);
+      }
     }
   }
 
@@ -632,8 +654,9 @@ struct Trainer::Impl {
     std::uint64_t moved = 0;
     for (const auto* side : {&ps->plan.send, &ps->plan.recv})
       for (const auto& [peer, pieces] : *side)
-        for (const auto& piece : pieces) moved += static_cast<std::uint64_t>(piece.box.numel()) * sizeof(float);
-    const std::size_t src = state_bytes(rank_layout), dst = state_bytes(ps->dst_full_rl);
+        for (const auto& piece : pieces)
+          moved += static_cast<std::uint64_t>(piece.box.numel()) * elem()[static_cast<int>(piece.kind)];
+    const std::size_t src = state_bytes(rank_layout, elem()), dst = state_bytes(ps->dst_full_rl, elem());
     const std::size_t staging = std::min<std::size_t>(exec::TransitionOptions{}.mem_budget, moved);
     ps->prefaulted = pool.prefault((dst > src ? dst - src : 0) + staging);
     ps->plan_s = seconds_since(t0);
@@ -700,12 +723,12 @@ struct Trainer::Impl {
 
     // Memory: everything below comes from the pool. Gradients are zero at a step boundary and
     // do not move: the old ones go back first, the new ones are made last.
-    const std::size_t src_bytes = state_bytes(rank_layout), dst_bytes = state_bytes(pending->dst_full_rl);
+    const std::size_t src_bytes = state_bytes(rank_layout, elem()), dst_bytes = state_bytes(pending->dst_full_rl, elem());
     pool.reset_peaks();
     const std::size_t fresh_before = pool.fresh_bytes();
     for (const auto& b : rank_layout.buffers)
       if (b.kind == StateKind::kGrad) arenas.release(b);
-    Arenas next_arenas(pool);
+    Arenas next_arenas(pool, elem());
     double transfer_s = 0;
     std::uint64_t sent = 0, received = 0;
     std::array<std::uint64_t, 3> kept{};
@@ -796,8 +819,8 @@ struct Trainer::Impl {
   // (grads_stale), so the pause does not pay for a second memset of every gradient.
   void take_gradients(Arenas& next_arenas) {
     for (const auto& b : pending->dst_full_rl.buffers)
-      if (b.kind == StateKind::kGrad && b.numel > 0 && next_arenas.data(b) == nullptr)
-        next_arenas.set(b, reinterpret_cast<float*>(pool.allocate(static_cast<std::size_t>(b.numel) * sizeof(float))));
+      if (b.kind == StateKind::kGrad && b.numel > 0 && next_arenas.bytes(b) == nullptr)
+        next_arenas.set(b, pool.allocate(next_arenas.block_bytes(b)));
     next_arenas.fill_missing(pending->dst_full_rl);  // any other buffer the engine did not make, zero
     grads_stale = true;
   }
@@ -857,9 +880,9 @@ struct Trainer::Impl {
     Allocator(exec::PoolAllocator& pool, Arenas& next) : pool_(pool), next_(next) {}
     std::byte* allocate(std::size_t bytes) override { return pool_.allocate(bytes); }
     std::byte* allocate_destination(const vps::LocalBuffer& b, std::size_t bytes) override {
-      DT_CHECK_EQ(bytes, static_cast<std::size_t>(b.numel) * sizeof(float));
+      DT_CHECK_EQ(bytes, next_.block_bytes(b));
       std::byte* p = pool_.allocate(bytes);
-      next_.set(b, reinterpret_cast<float*>(p));
+      next_.set(b, p);
       return p;
     }
     void release(std::byte* data, std::size_t bytes) override { pool_.release(data, bytes); }
@@ -879,8 +902,8 @@ struct Trainer::Impl {
     // new arenas (their size is the buffer's, as release() will be told).
     void adopt_outputs(const vps::RankLayout& dst, const std::vector<std::byte*>& ptrs) {
       for (std::size_t i = 0; i < dst.buffers.size(); ++i)
-        if (ptrs[i] != nullptr && next_.data(dst.buffers[i]) == nullptr)
-          next_.set(dst.buffers[i], reinterpret_cast<float*>(ptrs[i]));
+        if (ptrs[i] != nullptr && next_.bytes(dst.buffers[i]) == nullptr)
+          next_.set(dst.buffers[i], ptrs[i]);
     }
 
    private:
@@ -897,11 +920,11 @@ struct Trainer::Impl {
     const PendingSwitch& ps = *pending;
     const auto tt0 = Clock::now();
     std::vector<std::byte*> src_ptrs, dst_ptrs(ps.dst_rl.buffers.size(), nullptr);
-    for (const auto& b : ps.src_rl.buffers) src_ptrs.push_back(reinterpret_cast<std::byte*>(arenas.take(b)));
+    for (const auto& b : ps.src_rl.buffers) src_ptrs.push_back(arenas.take(b));
     Allocator alloc(pool, next_arenas);
     exec::TransitionOptions to;
     to.topology.gpus_per_node = opt.gpus_per_node;
-    const vps::ElemBytes eb = vps::fp32_elem_bytes();
+    const vps::ElemBytes eb = elem();
     exec::TransitionStats ts = exec::run_transition(ps.plan, ps.src_rl, src_ptrs, ps.dst_rl, dst_ptrs, eb, tw, alloc, to);
     sent = ts.bytes_sent;
     received = ts.bytes_received;
@@ -979,7 +1002,7 @@ Trainer::Trainer(TrainerOptions options, const vps::ParallelConfig& config, comm
   impl_->edm = std::make_unique<edm::DeviceManager>(world, impl_->opt.launcher);
   auto layout = impl_->make_layout(c);
   const vps::RankLayout rl = layout->rank_layout(world.rank());
-  Arenas a(rl, impl_->pool);
+  Arenas a(rl, impl_->pool, impl_->elem());
   init_state(*layout, rl, a, impl_->opt.seed);
   auto& e = *impl_->edm;
   auto groups = e.cache().get(e.control(), e.ids(), c);
@@ -996,7 +1019,7 @@ std::unique_ptr<Trainer> Trainer::join(TrainerOptions options, std::unique_ptr<c
   const auto current = vps::ParallelConfig::parse(im.edm->joined_current());
   const auto next = vps::ParallelConfig::parse(im.edm->joined_next());
   auto layout = im.make_layout(current);
-  Arenas a(layout->rank_layout(im.edm->world().rank()), im.pool);
+  Arenas a(layout->rank_layout(im.edm->world().rank()), im.pool, im.elem());
   im.adopt(std::move(layout), std::move(a), nullptr);
   im.edm->prepare_joined(next, [&im, current, next](const edm::Prepared& p) {
     im.plan_switch(current, next, plan::Placement(p.process_of_rank));

@@ -76,6 +76,10 @@ struct TrainerOptions {
   // new offset by remapping their pages instead of copying them
   // (SwitchStats::kept_remapped_bytes). Costs up to a page of padding per tensor and buffer.
   bool align_pages = false;
+  // Mixed precision (--bf16): params held and computed with in bf16; gradients accumulated and
+  // reduced in fp32; Adam on the fp32 master (its own state kind, sharded like the moments),
+  // after which the bf16 params are rounded from it (vps::bf16_param_elem_bytes).
+  bool bf16 = false;
 };
 
 struct StepStats {

@@ -21,6 +21,17 @@ const char* state_kind_name(StateKind kind) {
   return i < kStateKinds.size() ? kStateKinds[i].name : "?";
 }
 
+std::string bytes_per_parameter(const ElemBytes& elem) {
+  int total = 0;
+  std::string parts;
+  for (const auto& k : kStateKinds) {
+    const int b = elem[static_cast<int>(k.kind)];
+    total += b;
+    parts += std::string(parts.empty() ? "" : ", ") + k.name + " " + std::to_string(b);
+  }
+  return std::to_string(total) + " bytes per parameter (" + parts + ")";
+}
+
 std::vector<StateKind> parse_state_kinds(const std::string& text) {
   std::vector<StateKind> kinds;
   if (text == "all" || text == "optimizer") {

@@ -44,9 +44,20 @@ constexpr ElemBytes fp32_elem_bytes() {
   for (auto& b : e) b = 4;
   return e;
 }
+// The reference trainer's --bf16: bf16 weights (param), everything else fp32 -- gradients are
+// accumulated and reduced in fp32 (Megatron's main_grad), the master copy and both Adam moments
+// are the optimizer's fp32 state.
+constexpr ElemBytes bf16_param_elem_bytes() {
+  ElemBytes e = fp32_elem_bytes();
+  e[static_cast<int>(StateKind::kParam)] = 2;
+  return e;
+}
 constexpr std::uint32_t kind_bit(StateKind kind) { return 1u << static_cast<int>(kind); }
 
 const char* state_kind_name(StateKind kind);
+// "18 bytes per parameter (param 2, grad 4, master 4, exp_avg 4, exp_avg_sq 4)": the state one
+// parameter costs at these element sizes, every kind held once.
+std::string bytes_per_parameter(const ElemBytes& elem);
 // Parses "param,master,exp_avg,exp_avg_sq", "all" or "optimizer"; throws InputError otherwise.
 // Returned sorted by StateKind, without duplicates.
 std::vector<StateKind> parse_state_kinds(const std::string& text);

@@ -7,7 +7,11 @@ The checkpoint's rank files are safetensors too; their entries are named
 those boxes itself, splits them into Hugging Face tensors itself (fused QKV -> q/k/v, SwiGLU
 fc1 -> gate/up, experts one by one) and compares every exported tensor with them.
 
-Usage: read_export.py EXPORT_DIR CHECKPOINT_DIR    (exit 0 when every tensor matches)
+With --bf16-of-master (a `train --bf16` checkpoint) every exported tensor must also be BF16 and
+equal, bit for bit, to the checkpoint's fp32 master rounded to bf16 (nearest, ties to even),
+rounded here by numpy.
+
+Usage: read_export.py EXPORT_DIR CHECKPOINT_DIR [--bf16-of-master]   (exit 0 when every tensor matches)
 """
 import json
 import os
@@ -36,7 +40,7 @@ def read_safetensors(path):
     return out
 
 
-def assemble_params(ckpt_dir):
+def assemble_params(ckpt_dir, wanted="param"):
     latest = open(os.path.join(ckpt_dir, "latest")).read().strip()
     step_dir = os.path.join(ckpt_dir, latest)
     index = json.load(open(os.path.join(step_dir, "index.json")))
@@ -45,7 +49,7 @@ def assemble_params(ckpt_dir):
     for f in index["files"]:
         for key, arr in read_safetensors(os.path.join(step_dir, f["name"])).items():
             kind, tensor, box = key.split("/")
-            if kind != "param":
+            if kind != wanted:
                 continue
             lo, hi = ([int(x) for x in part.split(",")] for part in box.split("-"))
             if full[tensor] is None:
@@ -53,7 +57,7 @@ def assemble_params(ckpt_dir):
             full[tensor][tuple(slice(a, b) for a, b in zip(lo, hi))] = arr
     missing = [t for t, v in full.items() if v is None]
     if missing:
-        sys.exit(f"checkpoint holds no param for {missing[:3]}")
+        sys.exit(f"checkpoint holds no {wanted} for {missing[:3]}")
     return index, full
 
 
@@ -106,11 +110,34 @@ def hf_expected(index, full):
     return out
 
 
+def bf16_bits(f32):
+    """float32 -> bf16 bit patterns (uint16), round to nearest, ties to even (no NaNs here)."""
+    u = f32.view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def exported_dtypes(export_dir):
+    with open(os.path.join(export_dir, "model.safetensors"), "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    return {name: e["dtype"] for name, e in header.items() if name != "__metadata__"}
+
+
 def main():
     export_dir, ckpt_dir = sys.argv[1], sys.argv[2]
+    of_master = "--bf16-of-master" in sys.argv[3:]
     exported = read_safetensors(os.path.join(export_dir, "model.safetensors"))
     index, full = assemble_params(ckpt_dir)
     expected = hf_expected(index, full)
+    if of_master:
+        not_bf16 = [n for n, d in exported_dtypes(export_dir).items() if d != "BF16"]
+        if not_bf16:
+            sys.exit(f"exported tensors not BF16: {not_bf16[:3]}")
+        _, master = assemble_params(ckpt_dir, "master")
+        rounded = hf_expected(index, {name: bf16_bits(t) for name, t in master.items()})
+        for name, want in rounded.items():
+            if not np.array_equal(exported[name], want):
+                sys.exit(f"{name}: exported bf16 differs from the checkpoint's master rounded to bf16")
     if sorted(exported) != sorted(expected):
         sys.exit(f"tensor names differ: only exported {sorted(set(exported) - set(expected))[:5]}, "
                  f"only expected {sorted(set(expected) - set(exported))[:5]}")
@@ -121,7 +148,8 @@ def main():
     nonzero = sum(int(np.count_nonzero(v)) for v in exported.values())
     if nonzero == 0:
         sys.exit("every exported value is zero")
-    print(f"export read back: {len(exported)} tensors equal to the checkpoint, bit for bit")
+    print(f"export read back: {len(exported)} tensors equal to the checkpoint, bit for bit"
+          + (" (BF16, = the fp32 master rounded to bf16)" if of_master else ""))
 
 
 if __name__ == "__main__":
