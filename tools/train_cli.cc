@@ -87,6 +87,12 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
   j["link_path"] = s.link_path;
   j["lower_bound_s"] = bound(s.link_bytes_per_s > 0 ? s.link_bytes_per_s : p2p_bytes_per_s);
   j["lower_bound_run_start_s"] = bound(p2p_bytes_per_s);
+  j["exchange_s"] = s.exchange_s;
+  j["start_spread_s"] = s.start_spread_s;
+  j["commit_cpu"] = {{"commit_thread_s", s.commit_cpu.commit_thread_s},
+                     {"other_threads_s", s.commit_cpu.other_threads_s},
+                     {"exchange_thread_s", s.commit_cpu.exchange_thread_s},
+                     {"involuntary_switches", s.commit_cpu.involuntary_switches}};
   const auto& ph = s.phases;
   j["commit_phases_s"] = {{"carry", ph.carry},           {"engine_pack", ph.engine_pack},
                           {"engine_unpack", ph.engine_unpack}, {"engine_keep", ph.engine_keep},
@@ -116,6 +122,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   o.launcher = args.launcher;
   o.lookahead = args.lookahead;
   o.measure_link = !args.json.empty();
+  o.measure_exchange = testing::measure_plain_exchange;
   o.align_pages = args.align_pages;
   if (args.placement == "fixed") o.placement = TrainerOptions::Placement::kFixed;
   else if (args.placement == "auto") o.placement = TrainerOptions::Placement::kAuto;
