@@ -92,7 +92,10 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
   j["commit_cpu"] = {{"commit_thread_s", s.commit_cpu.commit_thread_s},
                      {"other_threads_s", s.commit_cpu.other_threads_s},
                      {"exchange_thread_s", s.commit_cpu.exchange_thread_s},
-                     {"involuntary_switches", s.commit_cpu.involuntary_switches}};
+                     {"runqueue_s", s.commit_cpu.runqueue_s},
+                     {"asleep_s", s.commit_cpu.asleep_s},
+                     {"involuntary_switches", s.commit_cpu.involuntary_switches},
+                     {"voluntary_switches", s.commit_cpu.voluntary_switches}};
   const auto& ph = s.phases;
   j["commit_phases_s"] = {{"carry", ph.carry},           {"engine_pack", ph.engine_pack},
                           {"engine_unpack", ph.engine_unpack}, {"engine_keep", ph.engine_keep},

@@ -1,12 +1,14 @@
 #pragma once
-// CPU time of the calling thread and of its whole process (getrusage), to tell where a pause's
-// wall time went: a thread that waits in a spinning MPI call still burns CPU, one that the
-// kernel took off its core for another runnable thread shows it in involuntary switches, and
-// other threads of the process (MPI's, the watchdog's, torch's or OpenBLAS's pools) show as
+// CPU time of the calling thread and of its whole process (getrusage), and the time the thread
+// was runnable but waited for a core (/proc/thread-self/schedstat), to tell where a pause's wall
+// time went: on a core (a spinning MPI wait included), waiting for a core (other runnable
+// threads on the machine), or neither: asleep (a blocking call, a lock, a page fault's I/O).
+// Other threads of the process (MPI's, the watchdog's, torch's or OpenBLAS's pools) show as
 // process CPU beyond the calling thread's.
 #include <sys/resource.h>
 
 #include <cstdint>
+#include <fstream>
 
 namespace dynatrain::train {
 
@@ -14,6 +16,8 @@ struct CpuUsage {
   double thread_s = 0;   // user + system CPU of the calling thread
   double process_s = 0;  // user + system CPU of every thread of the process
   std::int64_t involuntary_switches = 0;  // the calling thread's, since it started
+  std::int64_t voluntary_switches = 0;    // the calling thread went to sleep (blocked)
+  double runqueue_s = 0;  // the calling thread was runnable but not on a core (0 if unknown)
 
   static CpuUsage now() {
     auto secs = [](const rusage& u) {
@@ -23,12 +27,16 @@ struct CpuUsage {
     rusage t{}, p{};
     getrusage(RUSAGE_THREAD, &t);
     getrusage(RUSAGE_SELF, &p);
-    return {secs(t), secs(p), static_cast<std::int64_t>(t.ru_nivcsw)};
+    double on_cpu_ns = 0, waiting_ns = 0;  // schedstat: "ns on a core, ns runnable waiting, slices"
+    std::ifstream("/proc/thread-self/schedstat") >> on_cpu_ns >> waiting_ns;
+    return {secs(t), secs(p), static_cast<std::int64_t>(t.ru_nivcsw), static_cast<std::int64_t>(t.ru_nvcsw),
+            waiting_ns * 1e-9};
   }
   // What happened between `before` and this snapshot.
   CpuUsage since(const CpuUsage& before) const {
     return {thread_s - before.thread_s, process_s - before.process_s,
-            involuntary_switches - before.involuntary_switches};
+            involuntary_switches - before.involuntary_switches, voluntary_switches - before.voluntary_switches,
+            runqueue_s - before.runqueue_s};
   }
   double other_threads_s() const { return process_s - thread_s; }
 };

@@ -786,13 +786,19 @@ struct Trainer::Impl {
     // The commit's start on the machine's monotonic clock (one clock for every process of a node).
     const double start = std::chrono::duration<double>(t0.time_since_epoch()).count();
     double first_start = 1e300, last_start = 0;
-    for (const auto& c : comm::all_gather_values(tw, std::array<double, 4>{cpu.thread_s, cpu.other_threads_s(),
-                                                                           static_cast<double>(cpu.involuntary_switches), start})) {
-      st.commit_cpu.commit_thread_s = std::max(st.commit_cpu.commit_thread_s, c[0]);
-      st.commit_cpu.other_threads_s = std::max(st.commit_cpu.other_threads_s, c[1]);
-      st.commit_cpu.involuntary_switches = std::max(st.commit_cpu.involuntary_switches, static_cast<std::int64_t>(c[2]));
+    const double asleep = std::max(0.0, total_s - cpu.thread_s - cpu.runqueue_s);
+    for (const auto& c : comm::all_gather_values(
+             tw, std::array<double, 7>{cpu.thread_s, cpu.other_threads_s(), static_cast<double>(cpu.involuntary_switches),
+                                       start, cpu.runqueue_s, asleep, static_cast<double>(cpu.voluntary_switches)})) {
+      auto& out = st.commit_cpu;
+      out.commit_thread_s = std::max(out.commit_thread_s, c[0]);
+      out.other_threads_s = std::max(out.other_threads_s, c[1]);
+      out.involuntary_switches = std::max(out.involuntary_switches, static_cast<std::int64_t>(c[2]));
       first_start = std::min(first_start, c[3]);
       last_start = std::max(last_start, c[3]);
+      out.runqueue_s = std::max(out.runqueue_s, c[4]);
+      out.asleep_s = std::max(out.asleep_s, c[5]);
+      out.voluntary_switches = std::max(out.voluntary_switches, static_cast<std::int64_t>(c[6]));
     }
     st.start_spread_s = last_start - first_start;
     for (const auto& k : comm::all_gather_values(tw, kept)) {

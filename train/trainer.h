@@ -148,9 +148,12 @@ struct SwitchStats {
   // here), and the times the kernel took the training thread off its core for another;
   // exchange_thread_s: the training thread's CPU in one bare exchange (exchange_s), for the
   // CPU the same traffic needs without the engine's work.
+  // runqueue_s: the training thread runnable but without a core in the commit (the machine's
+  // other work); asleep_s: neither on a core nor runnable (blocked); with voluntary_switches,
+  // the times it went to sleep. The four add up to the commit's wall time on each rank.
   struct Cpu {
-    double commit_thread_s = 0, other_threads_s = 0, exchange_thread_s = 0;
-    std::int64_t involuntary_switches = 0;
+    double commit_thread_s = 0, other_threads_s = 0, exchange_thread_s = 0, runqueue_s = 0, asleep_s = 0;
+    std::int64_t involuntary_switches = 0, voluntary_switches = 0;
   } commit_cpu;
   // Last commit start minus first, over ranks, on the monotonic clock: meaningful when every
   // process runs on one machine. A rank that starts late (still finishing its step) makes its

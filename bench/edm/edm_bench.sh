@@ -12,8 +12,9 @@
 # the switch's own bytes with the same peers and chunks right after its commit (exchange_s:
 # the floor on these processes as loaded then), the bound from the all-pairs point-to-point
 # rate at the run's start (run-transition's LB), and the bound from one link measured after
-# the commit with the other processes idle; the training thread's CPU in the commit and in the
-# exchange; prepare, hidden share, peak and bound; where the pause went (commit phases).
+# the commit with the other processes idle; where the training thread's time in the commit went
+# (on a core, runnable without one, asleep) and its CPU in the exchange; prepare, hidden share,
+# peak and bound; where the pause went (commit phases).
 # Run under `flock /tmp/dt-bench.lock` on a shared machine.
 # Usage: bench/edm/edm_bench.sh [BUILD_DIR] [OUT_DIR]
 set -euo pipefail
@@ -45,8 +46,9 @@ run() {  # NAME NP ARGS...
                  v["lower_bound_run_start_s"], v["comm_creations"]
                printf "   bare exchange of the same bytes and pairs %.3f s: pause / exchange %.2f; commit starts spread %.4f s\n",
                  v["exchange_s"], (v["exchange_s"] > 0 ? v["pause_s"] / v["exchange_s"] : 0), v["start_spread_s"]
-               printf "   CPU (max over ranks): training thread %.3f s in the commit, %.3f s in one bare exchange; other threads %.3f s; %d involuntary switches\n",
-                 v["commit_thread_s"], v["exchange_thread_s"], v["other_threads_s"], v["involuntary_switches"]
+               printf "   training thread in the commit (max over ranks): on a core %.3f s, runnable without a core %.3f s, asleep %.3f s (%d involuntary, %d voluntary switches); in one bare exchange on a core %.3f s; other threads %.3f s\n",
+                 v["commit_thread_s"], v["runqueue_s"], v["asleep_s"], v["involuntary_switches"], v["voluntary_switches"],
+                 v["exchange_thread_s"], v["other_threads_s"]
                printf "   commit phases (max over ranks, s): carry %.3f  engine pack %.3f unpack %.3f keep %.3f wait %.3f alloc %.3f agree %.3f  free %.3f  grads %.3f  views %.3f  (rebuild %.3f)\n",
                  v["carry"], v["engine_pack"], v["engine_unpack"], v["engine_keep"], v["engine_wait"], v["engine_alloc"],
                  v["engine_agree"], v["free"], v["grads"], v["views"], v["rebuild_s"]
