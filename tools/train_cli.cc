@@ -87,6 +87,15 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
   j["link_path"] = s.link_path;
   j["lower_bound_s"] = bound(s.link_bytes_per_s > 0 ? s.link_bytes_per_s : p2p_bytes_per_s);
   j["lower_bound_run_start_s"] = bound(p2p_bytes_per_s);
+  j["exchange_s"] = s.exchange_s;
+  j["start_spread_s"] = s.start_spread_s;
+  j["commit_cpu"] = {{"commit_thread_s", s.commit_cpu.commit_thread_s},
+                     {"other_threads_s", s.commit_cpu.other_threads_s},
+                     {"exchange_thread_s", s.commit_cpu.exchange_thread_s},
+                     {"runqueue_s", s.commit_cpu.runqueue_s},
+                     {"asleep_s", s.commit_cpu.asleep_s},
+                     {"involuntary_switches", s.commit_cpu.involuntary_switches},
+                     {"voluntary_switches", s.commit_cpu.voluntary_switches}};
   const auto& ph = s.phases;
   j["commit_phases_s"] = {{"carry", ph.carry},           {"engine_pack", ph.engine_pack},
                           {"engine_unpack", ph.engine_unpack}, {"engine_keep", ph.engine_keep},
@@ -116,6 +125,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   o.launcher = args.launcher;
   o.lookahead = args.lookahead;
   o.measure_link = !args.json.empty();
+  o.measure_exchange = testing::measure_plain_exchange;
   o.align_pages = args.align_pages;
   o.bf16 = args.bf16;
   if (args.placement == "fixed") o.placement = TrainerOptions::Placement::kFixed;
@@ -214,19 +224,27 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   std::int64_t step = first_step;
   std::string preparing;  // layout being prepared, for the progress line
 
-  // Switches that must vacate world ranks (requested with `dynatrain request --vacate`), by step.
-  std::map<std::int64_t, std::vector<int>> vacate_at;
+  // Switches that must vacate world ranks (requested with `dynatrain request --vacate`), by step:
+  // the request's list ("1,3"), or kVacateAll (`--migrate`), which names the processes of the
+  // world as it is when the switch is prepared (a grow before then adds its processes to it).
+  std::map<std::int64_t, std::string> vacate_at;
+  auto vacated_ranks = [&](std::int64_t at) -> std::vector<int> {
+    const auto it = vacate_at.find(at);
+    if (it == vacate_at.end()) return {};
+    if (it->second != kVacateAll) return parse_rank_list(it->second);
+    std::vector<int> all(static_cast<std::size_t>(trainer->world_size()));
+    for (int r = 0; r < trainer->world_size(); ++r) all[static_cast<std::size_t>(r)] = r;
+    return all;
+  };
   // The schedule from entry `next` on, as a valid --schedule string (processes started by the
   // switch being prepared continue from it: it holds switches requested while running), then
-  // "|STEP:R1,R2;..." for the switches among them that vacate ranks.
+  // "|STEP:R1,R2;..." for the switches among them that vacate ranks ("STEP:all": --migrate).
   auto rest_of_schedule = [&] {
     std::string s = "0:" + trainer->config().str(), v;
     for (std::size_t i = next; i < schedule.size(); ++i) {
       s += ";" + std::to_string(schedule[i].first) + ":" + schedule[i].second.str();
-      if (auto it = vacate_at.find(schedule[i].first); it != vacate_at.end()) {
-        v += (v.empty() ? "" : ";") + std::to_string(it->first) + ":";
-        for (std::size_t k = 0; k < it->second.size(); ++k) v += (k ? "," : "") + std::to_string(it->second[k]);
-      }
+      if (auto it = vacate_at.find(schedule[i].first); it != vacate_at.end())
+        v += (v.empty() ? "" : ";") + std::to_string(it->first) + ":" + it->second;
     }
     return v.empty() ? s : s + "|" + v;
   };
@@ -239,13 +257,12 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     std::string item;
     while (std::getline(items, item, ';')) {
       const auto colon = item.find(':');
-      vacate_at[std::stoll(item.substr(0, colon))] = parse_rank_list(item.substr(colon + 1));
+      vacate_at[std::stoll(item.substr(0, colon))] = item.substr(colon + 1);
     }
   };
   auto maybe_prepare = [&] {
     if (next < schedule.size() && !trainer->preparing() && step + trainer->lookahead() >= schedule[next].first) {
-      const auto v = vacate_at.find(schedule[next].first);
-      trainer->prepare(schedule[next].second, rest_of_schedule(), v == vacate_at.end() ? std::vector<int>{} : v->second);
+      trainer->prepare(schedule[next].second, rest_of_schedule(), vacated_ranks(schedule[next].first));
       fault_point("prepare", trainer->world().rank());  // fires DELAY_MS into the background prepare
       preparing = schedule[next].second.str();
     }
@@ -315,15 +332,11 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     auto q = take_job_request(args.job);
     if (!q) return;
     vps::ParallelConfig config;
-    std::vector<int> vacate;
+    std::vector<int> vacate;  // named ranks (`--migrate`: resolved when the switch is prepared)
     try {
       config = q->to.empty() ? trainer->config() : vps::ParallelConfig::parse(q->to);
       Trainer::check_supported(o, config);
-      if (q->vacate == kVacateAll) {  // `request --migrate`: every process of the job now
-        for (int r = 0; r < trainer->world_size(); ++r) vacate.push_back(r);
-      } else {
-        vacate = parse_rank_list(q->vacate);
-      }
+      if (q->vacate != kVacateAll) vacate = parse_rank_list(q->vacate);
       for (int v : vacate)
         if (v >= trainer->world_size())
           DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 0..", trainer->world_size() - 1);
@@ -339,10 +352,10 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     while (i < schedule.size() && schedule[i].first < at) ++i;
     if (i < schedule.size() && schedule[i].first == at) schedule[i].second = config;
     else schedule.insert(schedule.begin() + static_cast<std::ptrdiff_t>(i), {at, config});
-    if (vacate.empty()) vacate_at.erase(at);
-    else vacate_at[at] = vacate;
+    if (q->vacate.empty()) vacate_at.erase(at);
+    else vacate_at[at] = q->vacate;
     std::printf("request: switch to %s before step %lld%s\n", config.str().c_str(), static_cast<long long>(at),
-                vacate.empty() ? "" : (", vacating ranks " + q->vacate).c_str());
+                q->vacate.empty() ? "" : (", vacating ranks " + q->vacate).c_str());
   };
   // With --job, once per step after any commit: rank 0 takes a request and sends the schedule
   // (with the step) to the other ranks. Ranks of the current layout get it every step; ranks

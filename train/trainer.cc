@@ -14,6 +14,7 @@
 #include "plan/planner.h"
 #include "train/bf16.h"
 #include "train/context_parallel.h"
+#include "train/cpu_usage.h"
 #include "train/data.h"
 #include "train/model.h"
 #include "train/zero.h"
@@ -100,6 +101,7 @@ struct PendingSwitch {
   plan::Placement placement;              // process (transition world rank) of every new rank
   int new_rank = -1;                      // this process's rank in the new layout (-1: none)
   std::size_t prefaulted = 0;             // bytes the prepare touched in the pool
+  std::uint64_t chunk_bytes = 0;          // the engine's chunk in the commit (exchange probe)
   double plan_s = 0;
 };
 
@@ -694,6 +696,7 @@ struct Trainer::Impl {
     if (tw.rank() >= current_world) edm::DeviceManager::wait_for_root(tw, edm::Wake::kCommit);
     else edm::DeviceManager::wake_from(tw, current_world, edm::Wake::kCommit);
     const auto t0 = Clock::now();
+    const CpuUsage cpu0 = CpuUsage::now();
     // Step counter, data cursor (the data order), the next look-ahead, the world's size before
     // the switch (processes started by it count the merged world) and this switch's look-ahead
     // (processes started by it did not prepare it) from rank 0, which every layout holds.
@@ -765,6 +768,7 @@ struct Trainer::Impl {
       for (StateKind k : {StateKind::kExpAvg, StateKind::kExpAvgSq}) zero_kind(k);
     const double rebuild_s = seconds_since(tr0);
     const double total_s = seconds_since(t0);
+    const CpuUsage cpu = CpuUsage::now().since(cpu0);
     const double hidden = p.seconds > 0 ? p.hidden_seconds / p.seconds : 1.0;
     // Max of the timings (min of hidden), sum and max of the bytes over ranks.
     const std::array<double, 8> mine{pending->plan_s, transfer_s, rebuild_s, total_s, p.seconds, hidden,
@@ -802,12 +806,31 @@ struct Trainer::Impl {
         st.bound_bytes = b[3];
       }
     }
+    // The commit's start on the machine's monotonic clock (one clock for every process of a node).
+    const double start = std::chrono::duration<double>(t0.time_since_epoch()).count();
+    double first_start = 1e300, last_start = 0;
+    const double asleep = std::max(0.0, total_s - cpu.thread_s - cpu.runqueue_s);
+    for (const auto& c : comm::all_gather_values(
+             tw, std::array<double, 7>{cpu.thread_s, cpu.other_threads_s(), static_cast<double>(cpu.involuntary_switches),
+                                       start, cpu.runqueue_s, asleep, static_cast<double>(cpu.voluntary_switches)})) {
+      auto& out = st.commit_cpu;
+      out.commit_thread_s = std::max(out.commit_thread_s, c[0]);
+      out.other_threads_s = std::max(out.other_threads_s, c[1]);
+      out.involuntary_switches = std::max(out.involuntary_switches, static_cast<std::int64_t>(c[2]));
+      first_start = std::min(first_start, c[3]);
+      last_start = std::max(last_start, c[3]);
+      out.runqueue_s = std::max(out.runqueue_s, c[4]);
+      out.asleep_s = std::max(out.asleep_s, c[5]);
+      out.voluntary_switches = std::max(out.voluntary_switches, static_cast<std::int64_t>(c[6]));
+    }
+    st.start_spread_s = last_start - first_start;
     for (const auto& k : comm::all_gather_values(tw, kept)) {
       st.bytes_kept += k[0];
       st.kept_remapped_bytes += k[1];
       st.kept_zero_copy_bytes += k[2];
     }
     if (opt.measure_link) measure_link(tw, per_rank, st);
+    if (opt.measure_link && opt.measure_exchange) measure_exchange(tw, st);
     pending.reset();
     edm->adopt();
     left = edm->left();
@@ -867,6 +890,27 @@ struct Trainer::Impl {
     tw.broadcast(&path, sizeof(path), busiest);
     st.link_bytes_per_s = rate;
     st.link_path = path == 1 ? "same job" : path == 2 ? "between jobs" : path == 3 ? "mixed" : "none";
+  }
+
+  // The commit's traffic again as bare messages (TrainerOptions::measure_exchange): per peer,
+  // the bytes of this rank's planned pieces, in the engine's chunks.
+  void measure_exchange(comm::Transport& tw, SwitchStats& st) {
+    const vps::ElemBytes eb = vps::fp32_elem_bytes();
+    std::vector<std::uint64_t> to_peer(static_cast<std::size_t>(tw.size()), 0), from_peer(to_peer);
+    auto add = [&](const std::map<int, std::vector<plan::Piece>>& side, std::vector<std::uint64_t>& bytes) {
+      for (const auto& [peer, pieces] : side)
+        for (const auto& p : pieces)
+          if (peer != tw.rank()) bytes[static_cast<std::size_t>(peer)] += p.box.numel() * eb[static_cast<int>(p.kind)];
+    };
+    add(pending->plan.send, to_peer);
+    add(pending->plan.recv, from_peer);
+    const std::size_t chunk = static_cast<std::size_t>(std::max<std::uint64_t>(pending->chunk_bytes, 4096));
+    // Twice, the faster kept (as run-transition does); CPU of the training thread over both.
+    const CpuUsage cpu0 = CpuUsage::now();
+    st.exchange_s = opt.measure_exchange(tw, to_peer, from_peer, chunk);
+    st.exchange_s = std::min(st.exchange_s, opt.measure_exchange(tw, to_peer, from_peer, chunk));
+    const double cpu = CpuUsage::now().since(cpu0).thread_s / 2;
+    for (double c : comm::all_gather_values(tw, cpu)) st.commit_cpu.exchange_thread_s = std::max(st.commit_cpu.exchange_thread_s, c);
   }
 
   // Staging and destination blocks from the pool; source blocks, taken from the old arenas, go
@@ -937,6 +981,7 @@ struct Trainer::Impl {
     ph.engine_agree = ts.agree_seconds;
     alloc.adopt_outputs(ps.dst_rl, dst_ptrs);
     kept = {ts.bytes_kept, ts.kept_remapped_bytes, ts.kept_zero_copy_bytes};
+    pending->chunk_bytes = ts.chunk_bytes;
     for (std::size_t i = 0; i < ps.dst_rl.buffers.size(); ++i)
       DT_CHECK(dst_ptrs[i] != nullptr || ps.dst_rl.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
     return to.mem_budget;

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,6 +72,14 @@ struct TrainerOptions {
   // Measure each switch's link after its commit (SwitchStats::link_bytes_per_s); costs one
   // 64 MiB exchange per switch, outside the pause.
   bool measure_link = false;
+  // With measure_link, and when set: the switch's own traffic (this rank's bytes to and from
+  // every peer of the transition world, cut in the engine's chunks, in its pair order) as bare
+  // messages between warm buffers, timed right after the commit on the same processes
+  // (SwitchStats::exchange_s): the transfer's floor on these processes as loaded now. The CLI
+  // passes testing::measure_plain_exchange (run-transition's "plain exchange").
+  std::function<double(comm::Transport&, const std::vector<std::uint64_t>& send_bytes,
+                       const std::vector<std::uint64_t>& recv_bytes, std::size_t chunk)>
+      measure_exchange;
   // Every tensor of every layout starts on a page boundary (vps::LayoutOptions::align_elems =
   // kPageAlignElems; the gaps are padding), so that a switch moves kept tensors that sit at a
   // new offset by remapping their pages instead of copying them
@@ -135,6 +144,25 @@ struct SwitchStats {
   // MPI_Comm_spawn calls talk over TCP here).
   double link_bytes_per_s = 0;
   std::string link_path;
+  // TrainerOptions::measure_exchange's time for this switch's traffic (max over ranks; 0: not
+  // measured). pause / exchange_s is how far the commit is from moving the same bytes bare.
+  double exchange_s = 0;
+  // CPU during the commit (train/cpu_usage.h), the largest over ranks: the training thread's
+  // own CPU, that of the process's other threads (a pool spinning after the step would show
+  // here), and the times the kernel took the training thread off its core for another;
+  // exchange_thread_s: the training thread's CPU in one bare exchange (exchange_s), for the
+  // CPU the same traffic needs without the engine's work.
+  // runqueue_s: the training thread runnable but without a core in the commit (the machine's
+  // other work); asleep_s: neither on a core nor runnable (blocked); with voluntary_switches,
+  // the times it went to sleep. The four add up to the commit's wall time on each rank.
+  struct Cpu {
+    double commit_thread_s = 0, other_threads_s = 0, exchange_thread_s = 0, runqueue_s = 0, asleep_s = 0;
+    std::int64_t involuntary_switches = 0, voluntary_switches = 0;
+  } commit_cpu;
+  // Last commit start minus first, over ranks, on the monotonic clock: meaningful when every
+  // process runs on one machine. A rank that starts late (still finishing its step) makes its
+  // peers wait in the transfer.
+  double start_spread_s = 0;
   // The placement gave rank 0 to another process (the job's leader moved; whole-job migration):
   // leader_state is the old leader's Trainer::commit argument, on every rank.
   bool leader_moved = false;

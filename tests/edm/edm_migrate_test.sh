@@ -8,7 +8,12 @@
 #      before a migration is alive; the new leaders are new PIDs; all 16 steps are in the CSV
 #      (written by three different leaders), both switches in the JSON, and the loss tracks
 #      the static run;
-#   2. a migration whose processes cannot start is refused with one line and the job finishes
+#      The job runs from inside OUT with relative --job, --csv and --json paths: the processes
+#      that the migrations start (and that become the leader) must resolve them the same way;
+#   2. `--migrate` names the processes of the world as it is when the switch is prepared: a
+#      request taken before a grow (2 -> 4 processes) vacates all 4, the 2 started by the grow
+#      included (placement 4,5,6,7: every rank on a process the migration started);
+#   3. a migration whose processes cannot start is refused with one line and the job finishes
 #      in its old processes.
 # Usage: edm_migrate_test.sh DYNATRAIN [OUT_DIR]. Needs mpirun; sets the Open MPI variables itself.
 set -euo pipefail
@@ -28,8 +33,9 @@ mpirun -np 2 "$BIN" "${COMMON[@]}" --static --csv "$OUT/static.csv" > "$OUT/stat
 
 rm -rf "$OUT/job" && mkdir -p "$OUT/job"
 "$BIN" request --job "$OUT/job" --migrate --at-step 4 > /dev/null || fail "request --migrate"
-mpirun -np 2 "$BIN" "${COMMON[@]}" --job "$OUT/job" --lookahead 2 --csv "$OUT/migrate.csv" \
-  --json "$OUT/migrate.json" > "$OUT/migrate.log" 2>&1 &
+rm -f "$OUT/migrate.csv" "$OUT/migrate.json"
+(cd "$OUT" && exec mpirun -np 2 "$BIN" "${COMMON[@]}" --job job --lookahead 2 --csv migrate.csv \
+  --json migrate.json > migrate.log 2>&1) &
 pid=$!
 sample_pids "$pid" "$OUT/pids.txt" &
 sampler=$!
@@ -68,6 +74,15 @@ grep -c '"placement": "2,3"' "$OUT/migrate.json" | grep -qx 2 || fail "a migrati
 paste -d, "$OUT/static.csv" "$OUT/migrate.csv" | awk -F, 'NR > 1 { d = $2 - $14; if (d < 0) d = -d; if (d > m) m = d; n++ }
   END { printf "max |loss migrated - static| = %.2e over %d steps\n", m, n; exit !(n == 16 && m < 1e-4) }' ||
   fail "loss does not track the static run"
+
+# A migration requested before a grow moves the processes the grow started too.
+rm -rf "$OUT/job_grow" && mkdir -p "$OUT/job_grow"
+"$BIN" request --job "$OUT/job_grow" --migrate --to dp=4 --at-step 5 > /dev/null || fail "request --migrate (after a grow)"
+mpirun -np 2 "$BIN" train --model tiny-dense --steps 6 --global-batch 8 --seq 32 --threads 1 --schedule "0:dp=2;3:dp=4" \
+  --job "$OUT/job_grow" --lookahead 1 --json "$OUT/grow_migrate.json" > "$OUT/grow_migrate.log" 2>&1 ||
+  { cat "$OUT/grow_migrate.log"; fail "grow then migrate: exit status $?"; }
+grep -q '"placement": "4,5,6,7"' "$OUT/grow_migrate.json" ||
+  { grep '"placement"' "$OUT/grow_migrate.json"; fail "the migration after the grow did not vacate all 4 processes"; }
 
 # A migration whose processes cannot start is refused; the job finishes in its processes.
 rm -rf "$OUT/job_refused" && mkdir -p "$OUT/job_refused"

@@ -4,7 +4,8 @@
 #      test short) grows 2 -> 4 -> 6 processes by MPI_Comm_spawn and shrinks 6 -> 3 -> 1
 #      by processes leaving; `pgrep` (the processes mpirun started or spawned) must see 2, 4, 6,
 #      3 and 1 in that order, the CSV's world column must say the same per phase, every switch
-#      is reported in the JSON, and the loss tracks the static run;
+#      is reported in the JSON (with its bare-exchange floor and commit CPU), and the loss
+#      tracks the static run;
 #   2. a grow whose executable is missing is refused with one line and training goes on in the
 #      old layout (exit 0, world stays 2);
 #   3. `dynatrain request` switches a running job at the requested step; a request the trainer
@@ -41,6 +42,13 @@ awk -F, 'NR > 1 { want = $1 < 4 ? 2 : $1 < 8 ? 4 : $1 < 12 ? 6 : $1 < 16 ? 3 : 1
          END { exit bad }' "$OUT/elastic.csv" || fail "CSV world column"
 [[ $(wc -l < "$OUT/elastic.csv") -eq 21 ]] || fail "CSV has $(wc -l < "$OUT/elastic.csv") lines, want 21"
 [[ $(grep -c '"pause_s"' "$OUT/elastic.json") -eq 4 ]] || fail "JSON does not hold 4 switches"
+# Every switch names its floors and CPU: the bare exchange of its bytes was timed (> 0), the
+# training thread used CPU in the commit and in the exchange, the ranks' start spread is known.
+for field in exchange_s commit_thread_s exchange_thread_s; do
+  awk -v f="\"$field\":" '$1 == f { n++; if ($2 + 0 <= 0) bad = 1 } END { exit !(n == 4 && !bad) }' "$OUT/elastic.json" ||
+    fail "JSON: $field is not positive in all 4 switches"
+done
+[[ $(grep -c '"start_spread_s"' "$OUT/elastic.json") -eq 4 ]] || fail "JSON: start_spread_s missing"
 
 mpirun -np 2 "$BIN" "${COMMON[@]}" --schedule "0:dp=2" --static \
   --csv "$OUT/static.csv" > "$OUT/static.log" 2>&1 || fail "static run"
