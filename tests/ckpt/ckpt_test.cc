@@ -1,6 +1,8 @@
 // Checkpoints: save in one layout, load into others (other process counts, ZeRO stages, tp, pp,
 // ep), every destination byte checked against the content oracle; the pointer protocol; and
 // truncated or corrupted files refused with a clear error.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <vector>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/file_io.h"
@@ -36,9 +39,21 @@ vps::Layout layout(const std::string& model, const std::string& config) {
   return vps::Layout(m, c, options());
 }
 
+// Removes the checkpoints this process wrote when it exits.
+struct ScratchDirs {
+  std::vector<std::string> dirs;
+  ~ScratchDirs() {
+    std::error_code ignored;
+    for (const auto& d : dirs) fs::remove_all(d, ignored);
+  }
+};
+
 std::string fresh_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "dt_ckpt_" + name;
+  static ScratchDirs scratch;
+  // The pid keeps two checkouts' suites (or two ctest runs) on one machine out of each other's files.
+  const std::string dir = ::testing::TempDir() + "dt_ckpt_" + std::to_string(getpid()) + "_" + name;
   fs::remove_all(dir);
+  scratch.dirs.push_back(dir);
   return dir;
 }
 
