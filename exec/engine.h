@@ -104,6 +104,17 @@ class SharedWaveAgreement;  // exec/wave_agreement.h
 // ranks build their destination at low keys and others at high keys.
 enum class WaveOrder : std::uint8_t { kAuto, kAscending, kDescending, kBalanced };
 
+// Link classes (exec/README.md, "Two link classes"): a pair of ranks on one node talks over the
+// node's links, a pair on two nodes over the network. kOn runs one pipeline per class, so a
+// rank keeps an intra-node and an inter-node round in flight at once; kOff runs one pipeline
+// over all rounds (one round at a time with any peer, the next posted ahead). kAuto is kOn when
+// the transport's ranks span more than one node (comm::Transport::node_of), else kOff. kOn takes
+// the nodes from the transport, or from TransitionOptions::topology when the transport sees a
+// single node (to rehearse the schedule on one machine, run-transition --gpus-per-node).
+enum class LinkOverlap : std::uint8_t { kAuto, kOff, kOn };
+// "auto", "off", "on" (the CLI's --overlap-links); InputError naming the valid values otherwise.
+LinkOverlap parse_link_overlap(const std::string& text);
+
 struct TransitionOptions {
   std::size_t mem_budget = 256ull << 20;  // bytes: staging + wave working set (exec/README.md)
   bool allow_broadcast = true;            // use a broadcast where the cost model prefers it
@@ -136,7 +147,17 @@ struct TransitionOptions {
   // receives write into that buffer, and no state memory is allocated or released. Stage 2 of
   // node-level fan-out (tools/fanout_switch.h) runs this way.
   bool in_place = false;
+  // One pipeline per link class or one for all (LinkOverlap). Every rank must pass the same value.
+  LinkOverlap overlap_links = LinkOverlap::kAuto;
+  // Rounds a rank keeps in flight per link class (its pipeline's depth); chunks shrink so that
+  // staging stays <= mem_budget / 2. 0: kAutoRoundsInFlight (2 with one class, 8 per class
+  // across nodes, where more peers at once keep the network ports busy: exec/README.md).
+  // Every rank must pass the same value.
+  int rounds_in_flight = 0;
 };
+
+inline constexpr int kAutoRoundsInFlight[2] = {2, 8};  // [link classes - 1]
+inline constexpr int kMaxRoundsInFlight = 64;
 
 inline constexpr std::uint32_t kStepBoundaryKinds = vps::kind_bit(vps::StateKind::kGrad);
 
@@ -166,6 +187,12 @@ struct TransitionStats {
   std::uint64_t waves = 0;           // number of waves (equal on every rank)
   std::uint64_t granule_bytes = 0;   // unit of page-wise release / build (exec/README.md)
   std::uint64_t pagewise_buffers = 0;  // source + destination buffers handled page-wise
+  // Link classes the schedule ran with: 2 when intra-node and inter-node rounds had their own
+  // pipelines (LinkOverlap), 1 otherwise. overlapped_rounds: rounds this rank finished while a
+  // round of the other class was in flight (0 with one class); it follows from the schedule,
+  // not from timing, so the dry run predicts it.
+  std::uint64_t link_classes = 1, overlapped_rounds = 0;
+  std::uint64_t rounds_in_flight = 2;  // per class (TransitionOptions::rounds_in_flight)
   bool descending = false;           // wave order taken was kDescending
   std::string wave_order = "ascending";  // ascending, descending or balanced
   // Memory accounted by the engine on this rank: state buffers alive + staging.
