@@ -8,7 +8,9 @@
 //             that, when it is one contiguous run (exec/README.md)
 //   exchange  in the XOR pairwise order: step s = 1 .. 2^ceil(log2 W) - 1, peer = rank XOR s
 //             (peers >= W skipped); pairs are symmetric, each round posts one receive and one
-//             send per pair and waits for both, so no round can deadlock
+//             send per pair and waits for both, so no round can deadlock; across nodes one
+//             pipeline per link class (intra-node, inter-node: LinkOverlap), merged by a key
+//             both ranks of a pair share, so every rank still waits in one global order
 //   unpack    received bytes are copied into destination buffers; keeps are local copies
 //
 // Memory: transfers are cut into chunks so that staging never exceeds `mem_budget` / 2; a source
