@@ -128,7 +128,7 @@ class Engine {
     stats_.descending = desc;
     stats_.waves = static_cast<std::uint64_t>(nwaves_);
     stats_.link_classes = static_cast<std::uint64_t>(classes_);
-    stats_.rounds_in_flight = static_cast<std::uint64_t>(depth_);
+    stats_.rounds_in_flight = static_cast<std::uint64_t>(depth_[classes_ - 1]);
     stats_.chunk_bytes = cap_;
     stats_.granule_bytes = granule_;
     stats_.pagewise_buffers = pagewise_count_;
@@ -207,14 +207,16 @@ class Engine {
     if (opt_.mem_budget < kMinBudget)
       DT_INPUT_ERROR("memory budget ", opt_.mem_budget, " bytes is too small; use at least ",
                      kMinBudget, " bytes");
-    // Staging: `depth_` slots per direction and link class: 2 * depth_ * classes_ slots of cap
-    // <= budget / 2.
+    // Staging: depth_[c] slots per direction for link class c: 2 * (depth_[0] + depth_[1])
+    // slots of cap <= budget / 2.
     if (opt_.rounds_in_flight < 0 || opt_.rounds_in_flight > kMaxRoundsInFlight)
       DT_INPUT_ERROR("rounds in flight ", opt_.rounds_in_flight, " is not valid; give 0 (auto: ",
                      kAutoRoundsInFlight[0], " on one node, ", kAutoRoundsInFlight[1],
                      " per link class across nodes) or 1 to ", kMaxRoundsInFlight);
-    depth_ = opt_.rounds_in_flight > 0 ? opt_.rounds_in_flight : kAutoRoundsInFlight[classes_ - 1];
-    cap_ = opt_.mem_budget / (4 * static_cast<std::size_t>(depth_ * classes_)) / 8 * 8;
+    const int n = opt_.rounds_in_flight;
+    depth_[0] = n > 0 ? n : kAutoRoundsInFlight[0];
+    depth_[1] = classes_ == 1 ? 0 : n > 0 ? n : kAutoRoundsInFlight[1];
+    cap_ = opt_.mem_budget / (4 * static_cast<std::size_t>(depth_[0] + depth_[1])) / 8 * 8;
     src_size_.resize(sl_.buffers.size());
     src_left_.assign(sl_.buffers.size(), 0);
     for (std::size_t i = 0; i < sl_.buffers.size(); ++i) {
@@ -1050,23 +1052,23 @@ class Engine {
           if (m.unread[i][gi] == 0) decommit_src(m, dry, i, gi);
       }
     }
-    // Staging: depth_ slots per direction and link class, reused by every chunk.
+    // Staging: depth_[c] slots per direction for link class c, reused by every chunk.
     std::array<std::vector<std::byte*>, 2> send_stage, recv_stage;  // [class][slot]
-    for (int c = 0; c < 2; ++c) send_stage[c].assign(depth_, nullptr), recv_stage[c].assign(depth_, nullptr);
+    for (int c = 0; c < 2; ++c) send_stage[c].assign(depth_[c], nullptr), recv_stage[c].assign(depth_[c], nullptr);
     std::uint64_t staging = 0;
-    for (int c = 0; c < classes_; ++c) staging += depth_ * (send_stage_size_[c] + recv_stage_size_[c]);
+    for (int c = 0; c < classes_; ++c) staging += depth_[c] * (send_stage_size_[c] + recv_stage_size_[c]);
     grow(m, staging);
     if (!dry) {
       stats_.staging_bytes = staging;
       for (int c = 0; c < classes_; ++c)
-        for (int i = 0; i < depth_; ++i) {
+        for (int i = 0; i < depth_[c]; ++i) {
           if (send_stage_size_[c]) send_stage[c][i] = alloc_.allocate(send_stage_size_[c]);
           if (recv_stage_size_[c]) recv_stage[c][i] = alloc_.allocate(recv_stage_size_[c]);
         }
     }
     // One pipeline per link class (one in all when classes_ == 1) over this rank's sequence of
     // rounds (wave, merged XOR step, round): before round k is waited for, every class has its
-    // next rounds posted up to depth_ in flight (k's own class: k and the depth_ - 1 after it),
+    // next rounds posted up to depth_[c] in flight (k's class: k and the depth_[c] - 1 after it),
     // posted in sequence order; rounds are waited for in sequence order. With one class and
     // depth 2 (the default on one node) this is round k+1 posted before round k is waited for,
     // across pair and wave boundaries.
@@ -1083,7 +1085,7 @@ class Engine {
       for (; kept <= w; ++kept) do_keeps(m, dry, kept);
     };
     std::array<std::vector<Flight>, 2> fl;  // [class][slot]
-    fl[0].resize(depth_), fl[1].resize(depth_);
+    fl[0].resize(depth_[0]), fl[1].resize(depth_[1]);
     std::array<std::size_t, 2> posted{}, done{};  // per class: rounds posted, rounds finished
     std::size_t next = 0;                         // rounds_[0, next) were looked at for posting
     std::array<std::vector<std::size_t>, 2> queue;  // per class: rounds looked at, not posted
@@ -1091,22 +1093,22 @@ class Engine {
     auto post = [&](std::size_t k) {
       const Round& rd = rounds_[k];
       const int c = rd.cls;
-      const int slot = static_cast<int>(posted[c]++ % depth_);
+      const int slot = static_cast<int>(posted[c]++ % depth_[c]);
       const PeerWork& pw = work_[rd.wave].at(rd.peer);
       post_send(m, dry, rd.peer, pw, rd.round, fl[c][slot], send_stage[c][slot]);
       post_recv(m, dry, rd.peer, pw, rd.round, fl[c][slot], recv_stage[c][slot]);
       if (trace_) trace_post(rd, fl[c][slot]);
       keeps_through(rd.wave);
     };
-    // Posts, in sequence order, every round whose class has fewer than depth_ in flight, until the
+    // Posts, in sequence order, every round whose class c has fewer than depth_[c] in flight, until the
     // first round of each class beyond that limit has been seen, the end, or a round of a wave
     // after `last_wave` (with two classes, one runs at most a wave ahead of the round waited for).
     auto top_up = [&](int last_wave) {
       for (;;) {
         for (int c = 0; c < classes_; ++c)
-          while (queued[c] < queue[c].size() && posted[c] - done[c] < static_cast<std::size_t>(depth_)) post(queue[c][queued[c]++]);
+          while (queued[c] < queue[c].size() && posted[c] - done[c] < static_cast<std::size_t>(depth_[c])) post(queue[c][queued[c]++]);
         bool room = false;
-        for (int c = 0; c < classes_; ++c) room |= queued[c] == queue[c].size() && posted[c] - done[c] < static_cast<std::size_t>(depth_);
+        for (int c = 0; c < classes_; ++c) room |= queued[c] == queue[c].size() && posted[c] - done[c] < static_cast<std::size_t>(depth_[c]);
         if (!room || next == rounds_.size() || rounds_[next].wave > last_wave) return;
         queue[rounds_[next].cls].push_back(next);
         ++next;
@@ -1117,7 +1119,7 @@ class Engine {
       const Round& rd = rounds_[k];
       top_up(classes_ == 2 ? rd.wave + 1 : nwaves_);  // one class: the next round, wherever it is
       const int c = rd.cls;
-      Flight& f = fl[c][done[c]++ % depth_];
+      Flight& f = fl[c][done[c]++ % depth_[c]];
       overlapped += classes_ == 2 && posted[1 - c] > done[1 - c];
       finish_recv(m, dry, rd.peer, f);
       finish_send(m, dry, rd.peer, f);
@@ -1141,7 +1143,7 @@ class Engine {
     if (!dry && opt_.in_place) std::fill(src_.begin(), src_.end(), nullptr);
     if (!dry)
       for (int c = 0; c < classes_; ++c)
-        for (int i = 0; i < depth_; ++i) {
+        for (int i = 0; i < depth_[c]; ++i) {
           if (send_stage[c][i]) alloc_.release(send_stage[c][i], send_stage_size_[c]);
           if (recv_stage[c][i]) alloc_.release(recv_stage[c][i], recv_stage_size_[c]);
         }
@@ -1192,7 +1194,7 @@ class Engine {
   std::array<std::size_t, 2> send_stage_size_{}, recv_stage_size_{};  // per link class
   std::vector<int> node_;  // per rank: its node (choose_link_classes); all 0 with one class
   int classes_ = 1;        // 2: one pipeline per link class
-  int depth_ = 2;          // rounds in flight per class (TransitionOptions::rounds_in_flight)
+  std::array<int, 2> depth_{2, 0};  // rounds in flight per class (TransitionOptions::rounds_in_flight)
   int node_steps_ = 1;     // 2^ceil(log2(most ranks on one node)): the intra-node XOR steps
 };
 

@@ -152,13 +152,13 @@ struct TransitionOptions {
   // One pipeline per link class or one for all (LinkOverlap). Every rank must pass the same value.
   LinkOverlap overlap_links = LinkOverlap::kAuto;
   // Rounds a rank keeps in flight per link class (its pipeline's depth); chunks shrink so that
-  // staging stays <= mem_budget / 2. 0: kAutoRoundsInFlight (2 with one class, 8 per class
-  // across nodes, where more peers at once keep the network ports busy: exec/README.md).
-  // Every rank must pass the same value.
+  // staging stays <= mem_budget / 2. 0: kAutoRoundsInFlight: 2 for intra-node pairs (and on one
+  // node), 8 for inter-node pairs, where more peers at once keep the network ports busy
+  // (exec/README.md). Every rank must pass the same value.
   int rounds_in_flight = 0;
 };
 
-inline constexpr int kAutoRoundsInFlight[2] = {2, 8};  // [link classes - 1]
+inline constexpr int kAutoRoundsInFlight[2] = {2, 8};  // [link class]: intra-node, inter-node
 inline constexpr int kMaxRoundsInFlight = 64;
 
 inline constexpr std::uint32_t kStepBoundaryKinds = vps::kind_bit(vps::StateKind::kGrad);
@@ -194,7 +194,7 @@ struct TransitionStats {
   // round of the other class was in flight (0 with one class); it follows from the schedule,
   // not from timing, so the dry run predicts it.
   std::uint64_t link_classes = 1, overlapped_rounds = 0;
-  std::uint64_t rounds_in_flight = 2;  // per class (TransitionOptions::rounds_in_flight)
+  std::uint64_t rounds_in_flight = 2;  // of the slowest class run (inter-node with two classes)
   bool descending = false;           // wave order taken was kDescending
   std::string wave_order = "ascending";  // ascending, descending or balanced
   // Memory accounted by the engine on this rank: state buffers alive + staging.

@@ -35,8 +35,8 @@ Command add_run_transition_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_option("--rounds-in-flight", args->rounds_in_flight,
-                  "Rounds each rank keeps in flight per link class (0: 2 on one node, 8 per class across "
-                  "nodes); chunks shrink so staging stays within half the budget")
+                  "Rounds each rank keeps in flight per link class (0: 2 intra-node, 8 inter-node); chunks "
+                  "shrink so staging stays within half the budget")
       ->capture_default_str();
   cmd->add_flag("--verify", args->verify, "Check every destination element; exit 1 on the first wrong one");
   cmd->add_option("--repeat", args->repeat, "Timed forward switches (first cold, rest warm)")

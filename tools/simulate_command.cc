@@ -182,8 +182,8 @@ Command add_simulate_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_option("--rounds-in-flight", args->rounds_in_flight,
-                  "Rounds each process keeps in flight per link class (0: the engine's default, 2 on one "
-                  "node, 8 per class across nodes)")
+                  "Rounds each process keeps in flight per link class (0: the engine's default, 2 "
+                  "intra-node, 8 inter-node)")
       ->capture_default_str();
   cmd->add_option("--json", args->json_path, "Write the prediction as JSON to this file");
   return [args] { return run_simulate(*args); };

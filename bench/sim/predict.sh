@@ -3,7 +3,8 @@
 # predicted three ways so the engine's schedule changes can be read apart:
 #   one pipeline   --overlap-links off --rounds-in-flight 2 (the engine before link classes)
 #   overlap only   --overlap-links on  --rounds-in-flight 2 (one pipeline per link class)
-#   default        the engine's defaults across nodes (one pipeline per class, 8 rounds in flight each)
+#   default        the engine's defaults across nodes (one pipeline per class, 2 intra-node and 8
+#                  inter-node rounds in flight)
 # Each cell: predicted s (link-aware lower bound s, busiest link's utilisation). Prints a
 # Markdown table. Deterministic (no timing), so the machine's load does not change the figures.
 #   bench/sim/predict.sh [BUILD_DIR]     BUILD_DIR defaults to ./build (needs `dynatrain`)
@@ -36,7 +37,7 @@ cell() {  # model from to cluster placement extra... -> "predicted (bound, utili
 print("%.2f s (%.2f s, %.2f)" % (j["predicted_seconds"], j["lower_bound_seconds"], u))' "$tmp/r.json"
 }
 
-echo "| switch | cluster | placement | one pipeline | overlap only | default (overlap, 8 in flight) |"
+echo "| switch | cluster | placement | one pipeline | overlap only | default (overlap, 2 + 8 in flight) |"
 echo "|---|---|---|---|---|---|"
 while IFS='|' read -r model from to cluster placement extra; do
   read -r -a flags <<< "$extra"

@@ -310,10 +310,14 @@ void link_overlap_case(comm::Transport& t) {
   CASE_REQUIRE(on.link_classes == 2 && off.link_classes == 1 && deep.link_classes == 1);
   CASE_REQUIRE(on.rounds_in_flight == kAutoRoundsInFlight[1] && off.rounds_in_flight == kAutoRoundsInFlight[0] &&
                deep.rounds_in_flight == 5);
-  // Each class's pipeline has its own staging slots, one per round in flight and direction:
-  // chunks shrink so that staging stays <= B / 2 (asserted by run_case).
-  for (const TransitionStats* s : {&on, &off, &deep})
-    CASE_REQUIRE(s->chunk_bytes == c.budget / (4 * s->rounds_in_flight * s->link_classes) / 8 * 8, s->chunk_bytes);
+  // Each class's pipeline has its own staging slots, one per round in flight and direction
+  // (2 intra-node + 8 inter-node by default): chunks shrink so that staging stays <= B / 2
+  // (asserted by run_case).
+  const std::uint64_t slots[3] = {kAutoRoundsInFlight[0] + kAutoRoundsInFlight[1], kAutoRoundsInFlight[0], 5};
+  for (int i = 0; const TransitionStats* s : {&on, &off, &deep}) {
+    CASE_REQUIRE(s->chunk_bytes == c.budget / (4 * slots[i]) / 8 * 8, s->chunk_bytes);
+    ++i;
+  }
   for (const TransitionStats* s : {&on, &deep})
     CASE_REQUIRE(s->bytes_received == off.bytes_received && s->bytes_sent == off.bytes_sent &&
                  s->messages > off.messages, s->messages, " vs ", off.messages);
