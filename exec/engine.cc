@@ -1100,15 +1100,17 @@ class Engine {
       if (trace_) trace_post(rd, fl[c][slot]);
       keeps_through(rd.wave);
     };
-    // Posts, in sequence order, every round whose class c has fewer than depth_[c] in flight, until the
-    // first round of each class beyond that limit has been seen, the end, or a round of a wave
-    // after `last_wave` (with two classes, one runs at most a wave ahead of the round waited for).
+    // Posts, in sequence order, every round whose class c has fewer than depth_[c] in flight,
+    // until the first round of each class beyond that limit has been seen, the end, or a round
+    // of a wave after `last_wave` (with two classes, one runs at most a wave ahead of the round
+    // waited for).
+    auto has_room = [&](int c) { return posted[c] - done[c] < static_cast<std::size_t>(depth_[c]); };
     auto top_up = [&](int last_wave) {
       for (;;) {
         for (int c = 0; c < classes_; ++c)
-          while (queued[c] < queue[c].size() && posted[c] - done[c] < static_cast<std::size_t>(depth_[c])) post(queue[c][queued[c]++]);
+          while (queued[c] < queue[c].size() && has_room(c)) post(queue[c][queued[c]++]);
         bool room = false;
-        for (int c = 0; c < classes_; ++c) room |= queued[c] == queue[c].size() && posted[c] - done[c] < static_cast<std::size_t>(depth_[c]);
+        for (int c = 0; c < classes_; ++c) room |= queued[c] == queue[c].size() && has_room(c);
         if (!room || next == rounds_.size() || rounds_[next].wave > last_wave) return;
         queue[rounds_[next].cls].push_back(next);
         ++next;
