@@ -81,6 +81,13 @@ class Transport {
   virtual int size() const = 0;
   // Short human-readable backend name: "mpi", "inproc", ...
   virtual const char* backend() const = 0;
+  // The node (host) rank `rank` of this communicator runs on: ranks with equal values share a
+  // node (its memory and its links), others talk over the network. The same answer on every
+  // rank. The default: every rank on one node.
+  virtual int node_of(int rank) const {
+    (void)rank;
+    return 0;
+  }
 
   // ---- point to point on raw bytes ----
   virtual std::unique_ptr<Request> isend(const void* buf, std::size_t bytes, int peer, int tag) = 0;

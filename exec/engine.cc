@@ -89,6 +89,7 @@ class Engine {
 
   TransitionStats run() {
     const auto t0 = std::chrono::steady_clock::now();
+    choose_link_classes();
     validate();
     detect_fanout();
     find_adoptions();
@@ -126,6 +127,8 @@ class Engine {
                                                        : "balanced";
     stats_.descending = desc;
     stats_.waves = static_cast<std::uint64_t>(nwaves_);
+    stats_.link_classes = static_cast<std::uint64_t>(classes_);
+    stats_.rounds_in_flight = static_cast<std::uint64_t>(depth_[classes_ - 1]);
     stats_.chunk_bytes = cap_;
     stats_.granule_bytes = granule_;
     stats_.pagewise_buffers = pagewise_count_;
@@ -170,6 +173,33 @@ class Engine {
     }
   }
 
+  // ---- link classes ----
+  // Nodes of the ranks (Transport::node_of, or TransitionOptions::topology when forced on a
+  // single node) and whether the schedule runs one pipeline per class (LinkOverlap). Every rank
+  // computes the same answer from the same global facts.
+  void choose_link_classes() {
+    const int W = t_.size();
+    node_.assign(static_cast<std::size_t>(W), 0);
+    classes_ = 1;
+    if (opt_.overlap_links == LinkOverlap::kOff) return;
+    auto spans = [&] { return std::any_of(node_.begin(), node_.end(), [&](int n) { return n != node_[0]; }); };
+    for (int r = 0; r < W; ++r) node_[r] = t_.node_of(r);
+    if (!spans() && opt_.overlap_links == LinkOverlap::kOn)
+      for (int r = 0; r < W; ++r) node_[r] = opt_.topology.node_of(r);
+    if (!spans()) {
+      node_.assign(static_cast<std::size_t>(W), 0);
+      return;
+    }
+    classes_ = 2;
+    std::map<int, int> per_node;
+    int most = 1;
+    for (int n : node_) most = std::max(most, ++per_node[n]);
+    node_steps_ = 1;
+    while (node_steps_ < most) node_steps_ <<= 1;
+  }
+  // 0: the pair shares a node; 1: it talks over the network (always 0 with one class).
+  int link_class(int peer) const { return node_[peer] != node_[t_.rank()] ? 1 : 0; }
+
   void validate() {
     const int W = t_.size();
     DT_CHECK_EQ(plan_.rank, t_.rank());
@@ -177,7 +207,16 @@ class Engine {
     if (opt_.mem_budget < kMinBudget)
       DT_INPUT_ERROR("memory budget ", opt_.mem_budget, " bytes is too small; use at least ",
                      kMinBudget, " bytes");
-    cap_ = opt_.mem_budget / 8 / 8 * 8;  // four staging slots (two per direction) <= budget / 2
+    // Staging: depth_[c] slots per direction for link class c: 2 * (depth_[0] + depth_[1])
+    // slots of cap <= budget / 2.
+    if (opt_.rounds_in_flight < 0 || opt_.rounds_in_flight > kMaxRoundsInFlight)
+      DT_INPUT_ERROR("rounds in flight ", opt_.rounds_in_flight, " is not valid; give 0 (auto: ",
+                     kAutoRoundsInFlight[0], " on one node, ", kAutoRoundsInFlight[1],
+                     " per link class across nodes) or 1 to ", kMaxRoundsInFlight);
+    const int n = opt_.rounds_in_flight;
+    depth_[0] = n > 0 ? n : kAutoRoundsInFlight[0];
+    depth_[1] = classes_ == 1 ? 0 : n > 0 ? n : kAutoRoundsInFlight[1];
+    cap_ = opt_.mem_budget / (4 * static_cast<std::size_t>(depth_[0] + depth_[1])) / 8 * 8;
     src_size_.resize(sl_.buffers.size());
     src_left_.assign(sl_.buffers.size(), 0);
     for (std::size_t i = 0; i < sl_.buffers.size(); ++i) {
@@ -552,7 +591,8 @@ class Engine {
   }
 
   void build_chunks() {
-    send_stage_size_ = recv_stage_size_ = 0;
+    send_stage_size_.fill(0);
+    recv_stage_size_.fill(0);
     keeps_.assign(static_cast<std::size_t>(nwaves_), {});
     work_.assign(static_cast<std::size_t>(nwaves_), {});
     for (std::uint32_t i = 0; i < wp_.keep.size(); ++i)
@@ -581,17 +621,44 @@ class Engine {
         auto it = peer < W ? work_[w].find(peer) : work_[w].end();
         if (it == work_[w].end()) continue;
         const std::size_t n = std::max(it->second.send.size(), it->second.recv.size());
-        for (std::size_t r = 0; r < n; ++r) rounds_.push_back({w, peer, r});
+        for (std::size_t r = 0; r < n; ++r) rounds_.push_back({w, peer, r, link_class(peer), s, n});
       }
+    if (classes_ == 2) merge_link_classes(steps);
     // Staging: only chunks that cannot go zero-copy need it.
     for (auto& wave : work_) {
       for (auto& [peer, pw] : wave) {
+        auto& ss = send_stage_size_[link_class(peer)];
+        auto& rs = recv_stage_size_[link_class(peer)];
         for (auto& c : pw.send)
-          if (!(c.direct = chunk_direct(peer, c, true))) send_stage_size_ = std::max(send_stage_size_, c.bytes);
+          if (!(c.direct = chunk_direct(peer, c, true))) ss = std::max(ss, c.bytes);
         for (auto& c : pw.recv)
-          if (!(c.direct = chunk_direct(peer, c, false))) recv_stage_size_ = std::max(recv_stage_size_, c.bytes);
+          if (!(c.direct = chunk_direct(peer, c, false))) rs = std::max(rs, c.bytes);
       }
     }
+  }
+
+  // Two link classes: the rounds of a wave are ordered by a key that both ranks of a pair
+  // compute alike, from the wave, the XOR step s, the pair's class, the round r and the pair's
+  // round count n, so the rank's sequence still follows one global order of all rounds
+  // (deadlock freedom, execute()). Within a wave each class's steps are laid evenly over [0, 1)
+  // — intra-node steps s in [1, node_steps_), inter-node steps s in [node_steps_, steps) on
+  // node-contiguous ranks — step s taking [s - lo, s - lo + 1) / (hi - lo) and its round r the
+  // point (r + 1/2) / n of that interval; the rounds are merged by that fraction (ties:
+  // intra-node first, then step, then round). So a rank's intra-node and inter-node rounds
+  // alternate in proportion to their numbers, and both classes end together. Pairs outside
+  // those ranges (nodes not contiguous) clamp to [0, 1]: still one global order.
+  void merge_link_classes(int steps) {
+    auto fraction = [&](const Round& rd) {
+      const double lo = rd.cls == 0 ? 1 : node_steps_, hi = rd.cls == 0 ? node_steps_ : steps;
+      const double at = rd.step - lo + (static_cast<double>(rd.round) + 0.5) / static_cast<double>(rd.of);
+      return hi > lo ? std::clamp(at / (hi - lo), 0.0, 1.0) : 0.0;
+    };
+    std::stable_sort(rounds_.begin(), rounds_.end(), [&](const Round& a, const Round& b) {
+      if (a.wave != b.wave) return a.wave < b.wave;
+      const double fa = fraction(a), fb = fraction(b);
+      if (fa != fb) return fa < fb;
+      return a.cls < b.cls;  // then step and round: the stable order they were built in
+    });
   }
 
   // ---- direct (unpacked) transfers ----
@@ -985,42 +1052,82 @@ class Engine {
           if (m.unread[i][gi] == 0) decommit_src(m, dry, i, gi);
       }
     }
-    // Staging: two slots per direction (double buffering), reused by every chunk.
-    std::array<std::byte*, 2> send_stage{}, recv_stage{};
-    grow(m, 2 * (send_stage_size_ + recv_stage_size_));
+    // Staging: depth_[c] slots per direction for link class c, reused by every chunk.
+    std::array<std::vector<std::byte*>, 2> send_stage, recv_stage;  // [class][slot]
+    for (int c = 0; c < 2; ++c) send_stage[c].assign(depth_[c], nullptr), recv_stage[c].assign(depth_[c], nullptr);
+    std::uint64_t staging = 0;
+    for (int c = 0; c < classes_; ++c) staging += depth_[c] * (send_stage_size_[c] + recv_stage_size_[c]);
+    grow(m, staging);
     if (!dry) {
-      stats_.staging_bytes = 2 * (send_stage_size_ + recv_stage_size_);
-      for (int i = 0; i < 2; ++i) {
-        if (send_stage_size_) send_stage[i] = alloc_.allocate(send_stage_size_);
-        if (recv_stage_size_) recv_stage[i] = alloc_.allocate(recv_stage_size_);
-      }
+      stats_.staging_bytes = staging;
+      for (int c = 0; c < classes_; ++c)
+        for (int i = 0; i < depth_[c]; ++i) {
+          if (send_stage_size_[c]) send_stage[c][i] = alloc_.allocate(send_stage_size_[c]);
+          if (recv_stage_size_[c]) recv_stage[c][i] = alloc_.allocate(recv_stage_size_[c]);
+        }
     }
-    // One pipeline of depth two over this rank's whole sequence of rounds (wave, XOR step,
-    // round): round k+1 is packed, sent and its receive posted before round k is waited for,
-    // across pair and wave boundaries. Every rank walks the same global order and posts at most
-    // one round ahead of its waits, so the partner of the oldest unfinished round has always
-    // posted it: no deadlock. A wave's keeps run right after its first round is posted, while
-    // that round is on the wire (waves without rounds: when the sequence passes them).
+    // One pipeline per link class (one in all when classes_ == 1) over this rank's sequence of
+    // rounds (wave, merged XOR step, round): before round k is waited for, every class has its
+    // next rounds posted up to depth_[c] in flight (k's class: k and the depth_[c] - 1 after it),
+    // posted in sequence order; rounds are waited for in sequence order. With one class and
+    // depth 2 (the default on one node) this is round k+1 posted before round k is waited for,
+    // across pair and wave boundaries.
+    // No deadlock: every rank's sequence follows one global order of all rounds (the wave, then
+    // merge_link_classes' key of the pair's step and class, then the round), both ranks of a
+    // pair place their common rounds alike, and a rank waiting for round k has posted every
+    // round up to k. Take, among all rounds ranks are waiting for, the first in the global
+    // order: its partner is either done or waiting for a round not before it, so it has posted
+    // it too, and it completes.
+    // A wave's keeps run right after its first round is posted, while that round is on the wire
+    // (waves without rounds: when the sequence passes them).
     int kept = 0;  // waves [0, kept) have had their keeps
     auto keeps_through = [&](int w) {
       for (; kept <= w; ++kept) do_keeps(m, dry, kept);
     };
-    std::array<Flight, 2> fl;
+    std::array<std::vector<Flight>, 2> fl;  // [class][slot]
+    fl[0].resize(depth_[0]), fl[1].resize(depth_[1]);
+    std::array<std::size_t, 2> posted{}, done{};  // per class: rounds posted, rounds finished
+    std::size_t next = 0;                         // rounds_[0, next) were looked at for posting
+    std::array<std::vector<std::size_t>, 2> queue;  // per class: rounds looked at, not posted
+    std::array<std::size_t, 2> queued{};            // per class: queue[c][0, queued[c]) posted
     auto post = [&](std::size_t k) {
       const Round& rd = rounds_[k];
+      const int c = rd.cls;
+      const int slot = static_cast<int>(posted[c]++ % depth_[c]);
       const PeerWork& pw = work_[rd.wave].at(rd.peer);
-      post_send(m, dry, rd.peer, pw, rd.round, fl[k % 2], send_stage[k % 2]);
-      post_recv(m, dry, rd.peer, pw, rd.round, fl[k % 2], recv_stage[k % 2]);
-      if (trace_) trace_post(rd, fl[k % 2]);
+      post_send(m, dry, rd.peer, pw, rd.round, fl[c][slot], send_stage[c][slot]);
+      post_recv(m, dry, rd.peer, pw, rd.round, fl[c][slot], recv_stage[c][slot]);
+      if (trace_) trace_post(rd, fl[c][slot]);
       keeps_through(rd.wave);
     };
-    if (!rounds_.empty()) post(0);
+    // Posts, in sequence order, every round whose class c has fewer than depth_[c] in flight,
+    // until the first round of each class beyond that limit has been seen, the end, or a round
+    // of a wave after `last_wave` (with two classes, one runs at most a wave ahead of the round
+    // waited for).
+    auto has_room = [&](int c) { return posted[c] - done[c] < static_cast<std::size_t>(depth_[c]); };
+    auto top_up = [&](int last_wave) {
+      for (;;) {
+        for (int c = 0; c < classes_; ++c)
+          while (queued[c] < queue[c].size() && has_room(c)) post(queue[c][queued[c]++]);
+        bool room = false;
+        for (int c = 0; c < classes_; ++c) room |= queued[c] == queue[c].size() && has_room(c);
+        if (!room || next == rounds_.size() || rounds_[next].wave > last_wave) return;
+        queue[rounds_[next].cls].push_back(next);
+        ++next;
+      }
+    };
+    std::uint64_t overlapped = 0;
     for (std::size_t k = 0; k < rounds_.size(); ++k) {
-      if (k + 1 < rounds_.size()) post(k + 1);
-      finish_recv(m, dry, rounds_[k].peer, fl[k % 2]);
-      finish_send(m, dry, rounds_[k].peer, fl[k % 2]);
-      if (trace_) trace_wait(rounds_[k], fl[k % 2]);
+      const Round& rd = rounds_[k];
+      top_up(classes_ == 2 ? rd.wave + 1 : nwaves_);  // one class: the next round, wherever it is
+      const int c = rd.cls;
+      Flight& f = fl[c][done[c]++ % depth_[c]];
+      overlapped += classes_ == 2 && posted[1 - c] > done[1 - c];
+      finish_recv(m, dry, rd.peer, f);
+      finish_send(m, dry, rd.peer, f);
+      if (trace_) trace_wait(rd, f);
     }
+    stats_.overlapped_rounds = overlapped;
     keeps_through(nwaves_ - 1);
     for (std::uint32_t b = 0; b < src_size_.size(); ++b)
       DT_CHECK(!m.src_held[b], "source buffer ", b, " still holds ", m.left[b], " unsent bytes");
@@ -1037,10 +1144,11 @@ class Engine {
     }
     if (!dry && opt_.in_place) std::fill(src_.begin(), src_.end(), nullptr);
     if (!dry)
-      for (int i = 0; i < 2; ++i) {
-        if (send_stage[i]) alloc_.release(send_stage[i], send_stage_size_);
-        if (recv_stage[i]) alloc_.release(recv_stage[i], recv_stage_size_);
-      }
+      for (int c = 0; c < classes_; ++c)
+        for (int i = 0; i < depth_[c]; ++i) {
+          if (send_stage[c][i]) alloc_.release(send_stage[c][i], send_stage_size_[c]);
+          if (recv_stage[c][i]) alloc_.release(recv_stage[c][i], recv_stage_size_[c]);
+        }
     return m.peak;
   }
 
@@ -1080,9 +1188,16 @@ class Engine {
   struct Round {
     int wave = 0, peer = 0;
     std::size_t round = 0;
+    int cls = 0;   // link class of the pair (link_class)
+    int step = 0;  // XOR step: peer = rank ^ step
+    std::size_t of = 1;  // rounds of the pair in this wave (the same on both ranks)
   };
   std::vector<Round> rounds_;  // this rank's exchange sequence (build_chunks)
-  std::size_t send_stage_size_ = 0, recv_stage_size_ = 0;
+  std::array<std::size_t, 2> send_stage_size_{}, recv_stage_size_{};  // per link class
+  std::vector<int> node_;  // per rank: its node (choose_link_classes); all 0 with one class
+  int classes_ = 1;        // 2: one pipeline per link class
+  std::array<int, 2> depth_{2, 0};  // rounds in flight per class (TransitionOptions::rounds_in_flight)
+  int node_steps_ = 1;     // 2^ceil(log2(most ranks on one node)): the intra-node XOR steps
 };
 
 }  // namespace
@@ -1106,6 +1221,9 @@ TransitionStats sequential_stats(TransitionStats a, const TransitionStats& b) {
   a.broadcasts += b.broadcasts;
   a.staging_bytes = std::max(a.staging_bytes, b.staging_bytes);
   a.waves += b.waves;
+  a.link_classes = std::max(a.link_classes, b.link_classes);
+  a.rounds_in_flight = std::max(a.rounds_in_flight, b.rounds_in_flight);
+  a.overlapped_rounds += b.overlapped_rounds;
   a.pagewise_buffers += b.pagewise_buffers;
   a.dst_bytes = b.dst_bytes;
   a.peak_bytes = std::max(a.peak_bytes, b.peak_bytes);
@@ -1117,6 +1235,13 @@ TransitionStats sequential_stats(TransitionStats a, const TransitionStats& b) {
   a.alloc_seconds += b.alloc_seconds;
   a.agree_seconds += b.agree_seconds;
   return a;
+}
+
+LinkOverlap parse_link_overlap(const std::string& text) {
+  if (text == "auto") return LinkOverlap::kAuto;
+  if (text == "off") return LinkOverlap::kOff;
+  if (text == "on") return LinkOverlap::kOn;
+  DT_INPUT_ERROR("--overlap-links '", text, "' is not valid; valid: auto, on, off");
 }
 
 bool broadcast_preferred(int receivers, int off_node, std::uint64_t bytes) {

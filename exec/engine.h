@@ -8,7 +8,9 @@
 //             that, when it is one contiguous run (exec/README.md)
 //   exchange  in the XOR pairwise order: step s = 1 .. 2^ceil(log2 W) - 1, peer = rank XOR s
 //             (peers >= W skipped); pairs are symmetric, each round posts one receive and one
-//             send per pair and waits for both, so no round can deadlock
+//             send per pair and waits for both, so no round can deadlock; across nodes one
+//             pipeline per link class (intra-node, inter-node: LinkOverlap), merged by a key
+//             both ranks of a pair share, so every rank still waits in one global order
 //   unpack    received bytes are copied into destination buffers; keeps are local copies
 //
 // Memory: transfers are cut into chunks so that staging never exceeds `mem_budget` / 2; a source
@@ -104,6 +106,17 @@ class SharedWaveAgreement;  // exec/wave_agreement.h
 // ranks build their destination at low keys and others at high keys.
 enum class WaveOrder : std::uint8_t { kAuto, kAscending, kDescending, kBalanced };
 
+// Link classes (exec/README.md, "Two link classes"): a pair of ranks on one node talks over the
+// node's links, a pair on two nodes over the network. kOn runs one pipeline per class, so a
+// rank keeps an intra-node and an inter-node round in flight at once; kOff runs one pipeline
+// over all rounds (one round at a time with any peer, the next posted ahead). kAuto is kOn when
+// the transport's ranks span more than one node (comm::Transport::node_of), else kOff. kOn takes
+// the nodes from the transport, or from TransitionOptions::topology when the transport sees a
+// single node (to rehearse the schedule on one machine, run-transition --gpus-per-node).
+enum class LinkOverlap : std::uint8_t { kAuto, kOff, kOn };
+// "auto", "off", "on" (the CLI's --overlap-links); InputError naming the valid values otherwise.
+LinkOverlap parse_link_overlap(const std::string& text);
+
 struct TransitionOptions {
   std::size_t mem_budget = 256ull << 20;  // bytes: staging + wave working set (exec/README.md)
   bool allow_broadcast = true;            // use a broadcast where the cost model prefers it
@@ -136,7 +149,17 @@ struct TransitionOptions {
   // receives write into that buffer, and no state memory is allocated or released. Stage 2 of
   // node-level fan-out (tools/fanout_switch.h) runs this way.
   bool in_place = false;
+  // One pipeline per link class or one for all (LinkOverlap). Every rank must pass the same value.
+  LinkOverlap overlap_links = LinkOverlap::kAuto;
+  // Rounds a rank keeps in flight per link class (its pipeline's depth); chunks shrink so that
+  // staging stays <= mem_budget / 2. 0: kAutoRoundsInFlight: 2 for intra-node pairs (and on one
+  // node), 8 for inter-node pairs, where more peers at once keep the network ports busy
+  // (exec/README.md). Every rank must pass the same value.
+  int rounds_in_flight = 0;
 };
+
+inline constexpr int kAutoRoundsInFlight[2] = {2, 8};  // [link class]: intra-node, inter-node
+inline constexpr int kMaxRoundsInFlight = 64;
 
 inline constexpr std::uint32_t kStepBoundaryKinds = vps::kind_bit(vps::StateKind::kGrad);
 
@@ -166,6 +189,12 @@ struct TransitionStats {
   std::uint64_t waves = 0;           // number of waves (equal on every rank)
   std::uint64_t granule_bytes = 0;   // unit of page-wise release / build (exec/README.md)
   std::uint64_t pagewise_buffers = 0;  // source + destination buffers handled page-wise
+  // Link classes the schedule ran with: 2 when intra-node and inter-node rounds had their own
+  // pipelines (LinkOverlap), 1 otherwise. overlapped_rounds: rounds this rank finished while a
+  // round of the other class was in flight (0 with one class); it follows from the schedule,
+  // not from timing, so the dry run predicts it.
+  std::uint64_t link_classes = 1, overlapped_rounds = 0;
+  std::uint64_t rounds_in_flight = 2;  // of the slowest class run (inter-node with two classes)
   bool descending = false;           // wave order taken was kDescending
   std::string wave_order = "ascending";  // ascending, descending or balanced
   // Memory accounted by the engine on this rank: state buffers alive + staging.

@@ -12,7 +12,8 @@
 //           destination), then waits for the send
 //   kFresh  `bytes` of destination memory asked of the allocator (a buffer or a granule);
 //           free when the pool recycles pages (warm), first touch when it does not (cold)
-// The engine keeps at most two rounds in flight: a kWait always follows the second kPost.
+// The engine keeps up to TransitionStats::rounds_in_flight rounds in flight per link class
+// (exec/README.md); kWaits come in the rank's round order, posts ahead of them.
 #pragma once
 
 #include <cstdint>

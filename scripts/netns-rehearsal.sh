@@ -7,7 +7,9 @@
 # The default 1 gbit/s (125 MB/s) each way is below what Open MPI's TCP transport reaches over
 # the veth on this machine (~270 MiB/s per rank), so tc, not the CPU, sets the link rate.
 # Bounded: every command under `timeout`; the namespaces are removed on exit, whatever happens.
-# Writes JSON per run under bench/out/netns/.
+# Writes JSON per run under bench/out/netns/. DT_ENGINE_FLAGS (e.g. "--overlap-links off
+# --rounds-in-flight 2": the engine's schedule before link classes) goes to run-transition and
+# simulate alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/netns-env.sh
@@ -16,6 +18,7 @@ rate="${2:-1}"
 dt="$PWD/$build/dynatrain"
 out="$PWD/bench/out/netns"
 mkdir -p "$out"
+read -r -a engine_flags <<< "${DT_ENGINE_FLAGS:-}"
 dtc_lock
 trap 'scripts/netns-down.sh >/dev/null' EXIT
 scripts/netns-up.sh "$rate" 2
@@ -29,12 +32,12 @@ row() {  # from to placement
   "$dt" plan --model "$DTC_STATE/model.json" --from "$1" --to "$2" --cluster "$DTC_STATE/cluster.json" \
     --placement "$3" --json "$out/plan_$name.json" >/dev/null
   timeout 300 scripts/netns-mpirun.sh -np 4 "$dt" run-transition --model "$DTC_STATE/model.json" --from "$1" --to "$2" \
-    --gpus-per-node 2 --placement "$3" --verify --repeat 4 --json "$out/rt_$name.json" >"$out/rt_$name.txt" 2>&1 ||
+    --gpus-per-node 2 --placement "$3" --verify --repeat 4 "${engine_flags[@]}" --json "$out/rt_$name.json" >"$out/rt_$name.txt" 2>&1 ||
     { echo "run-transition failed:"; cat "$out/rt_$name.txt"; return 1; }
   # The simulator on the same cluster file (the measured link between the "nodes"; CPU sharing
   # not modelled: the 0.1 GB/s link, not the cores, is meant to be the limit).
   timeout 120 "$dt" simulate --cluster "$DTC_STATE/cluster.json" --model "$DTC_STATE/model.json" --from "$1" --to "$2" \
-    --placement "$3" --json "$out/sim_$name.json" >"$out/sim_$name.txt"
+    --placement "$3" "${engine_flags[@]}" --json "$out/sim_$name.json" >"$out/sim_$name.txt"
   python3 - "$out/plan_$name.json" "$out/rt_$name.json" "$out/sim_$name.json" "$1" "$2" "$3" <<'PY'
 import json, statistics, sys
 p, r, s = (json.load(open(f)) for f in sys.argv[1:4])

@@ -15,7 +15,8 @@
 //     unpacks are copies at `copy` bytes/s on the process itself; fresh destination memory
 //     costs bytes / fresh_rate (0: free, the pool recycles pages: a warm switch). A wait blocks
 //     the process until its message is done; messages flow while the process copies, so the
-//     engine's two rounds in flight and its keeps overlap the network as they do for real.
+//     engine's rounds in flight (per link class, exec/README.md) and its keeps overlap the
+//     network as they do for real.
 //   - Nothing else: no agreement collectives, no planning. CPU contention only where asked
 //     (SimOptions::cpu_cores: processes sharing a few cores, as on this machine).
 #pragma once

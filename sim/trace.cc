@@ -41,6 +41,10 @@ std::vector<exec::ScheduleTrace> trace_switch(const plan::Planner& planner,
   }
   std::vector<exec::ScheduleTrace> traces(world);
   exec::SharedWaveAgreement waves;  // one agreement for all: its stats held once, each cut made once
+  // The processes sit on nodes as the topology says (Transport::node_of), so the engine picks
+  // its link classes (TransitionOptions::overlap_links) as it would across those hosts.
+  comm::InprocOptions nodes;
+  nodes.ranks_per_node = options.topology.gpus_per_node;
   comm::run_ranks(world, [&](comm::Transport& t) {
     const int me = t.rank();
     exec::TransitionOptions opt = options;
@@ -52,7 +56,7 @@ std::vector<exec::ScheduleTrace> trace_switch(const plan::Planner& planner,
     DryAllocator alloc(pool);
     std::vector<std::byte*> s(src[me].buffers.size(), nullptr), d;
     exec::run_transition(plans[me], src[me], s, dst[me], d, elem_bytes, t, alloc, opt);
-  });
+  }, nodes);
   return traces;
 }
 

@@ -2,7 +2,9 @@
 // engine's agreement and dry run (TransitionOptions::dry_only) as threads of this process over
 // the in-process transport, each recording its ScheduleTrace (exec/schedule_trace.h). No data
 // moves and no state memory is allocated; the schedule is the one the real run would execute
-// with the same plan, memory budget, topology and allocator kind.
+// with the same plan, memory budget, topology and allocator kind. The in-process transport
+// places the processes on nodes of `options.topology.gpus_per_node` ranks (Transport::node_of),
+// so the engine's link classes (TransitionOptions::overlap_links) are those of the cluster.
 #pragma once
 
 #include <array>

@@ -82,6 +82,13 @@ SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& pla
   // may not (comm/mpi: only when the whole communicator is on one node), and then it packs.
   exec::TransitionOptions traced = options;
   traced.direct_runs = options.direct_runs && (world.size() < 2 || world.runs_direct(world.rank() == 0 ? 1 : 0));
+  // The tracer puts its processes on nodes of options.topology; its link classes follow this
+  // run's transport: auto means on exactly when this run's ranks span hosts.
+  if (traced.overlap_links == exec::LinkOverlap::kAuto) {
+    bool spans = false;
+    for (int r = 0; r < world.size(); ++r) spans |= world.node_of(r) != world.node_of(0);
+    traced.overlap_links = spans ? exec::LinkOverlap::kOn : exec::LinkOverlap::kOff;
+  }
   if (world.rank() == 0)
     out.result = sim::simulate(sim::trace_switch(planner, elem_bytes, traced), c, {.cpu_cores = out.cpu_cores});
   return out;

@@ -137,6 +137,8 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   opt.topology = topo;
   if (args.at_step_boundary) opt.zeroed_kinds = kStepBoundaryKinds;
   opt.direct_runs = args.direct_runs;
+  opt.overlap_links = exec::parse_link_overlap(args.overlap_links);
+  opt.rounds_in_flight = args.rounds_in_flight;
 
   std::vector<TransitionStats> forward;
   std::vector<double> forward_secs, back_secs, fanout_stage1_secs;
@@ -198,6 +200,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   const auto saved_sent = gather_u64(world, cold.skipped_bytes_sent);
   const auto saved_kept = gather_u64(world, cold.skipped_bytes_kept);
   const auto peaks = gather_u64(world, cold.peak_bytes);
+  const auto overlapped = gather_u64(world, cold.overlapped_rounds);
   std::uint64_t warm_peak_local = 0;
   for (std::size_t k = 1; k < forward.size(); ++k) warm_peak_local = std::max(warm_peak_local, forward[k].peak_bytes);
   const auto warm_peaks = gather_u64(world, warm_peak_local);
@@ -261,6 +264,10 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["back_seconds"] = back_secs;
     j["bytes_moved"] = sum_of(sent);
     j["direct_runs"] = args.direct_runs;
+    j["overlap_links"] = args.overlap_links;
+    j["link_classes"] = cold.link_classes;  // 2: one pipeline per link class (exec::LinkOverlap)
+    j["overlapped_rounds"] = sum_of(overlapped);
+    j["rounds_in_flight"] = cold.rounds_in_flight;  // per link class
     j["bytes_sent_direct"] = sum_of(sent_direct);          // not packed
     j["bytes_received_direct"] = sum_of(received_direct);  // not unpacked
     j["max_rank_bytes_received"] = max_of(received);

@@ -41,6 +41,8 @@ struct RunTransitionArgs {
                                           // cold switch, timed apart (prepare_seconds)
   bool direct_runs = true;                // --no-direct-runs: pack / unpack every chunk that
                                           // is not one contiguous run (exec: direct_runs)
+  std::string overlap_links = "auto";     // --overlap-links auto|on|off (exec::LinkOverlap)
+  int rounds_in_flight = 0;               // --rounds-in-flight N per link class (0: auto)
   std::string fanout = "off";             // --fanout off|auto|on: node-level fan-out (plan/fanout.h)
   std::string fanout_cluster;             // --fanout-cluster SPEC: rates for auto (sim/cluster.h);
                                           // empty: plan::FanoutCosts' defaults

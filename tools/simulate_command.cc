@@ -33,6 +33,8 @@ struct SimulateArgs {
   bool at_step_boundary = false;
   double fresh_gbps = 0;
   double cpu_cores = 0;
+  std::string overlap_links = "auto";  // exec::LinkOverlap: auto is on for a cluster of several nodes
+  int rounds_in_flight = 0;            // exec::TransitionOptions::rounds_in_flight (0: auto)
   std::string json_path;
 };
 
@@ -97,6 +99,8 @@ int run_simulate(const SimulateArgs& a) {
   // one node (comm/mpi); on a cluster of several nodes every strided chunk is packed.
   opt.direct_runs = processes <= topo.gpus_per_node;
   if (a.at_step_boundary) opt.zeroed_kinds = exec::kStepBoundaryKinds;
+  opt.overlap_links = exec::parse_link_overlap(a.overlap_links);
+  opt.rounds_in_flight = a.rounds_in_flight;
   t0 = std::chrono::steady_clock::now();
   const auto traces = sim::trace_switch(planner, lo.elem_bytes, opt);
   const double trace_s = seconds_since(t0);
@@ -123,6 +127,8 @@ int run_simulate(const SimulateArgs& a) {
     j["at_step_boundary"] = a.at_step_boundary;
     j["cpu_cores"] = a.cpu_cores;
     j["cluster"] = sim::to_json(cluster);
+    j["overlap_links"] = a.overlap_links;
+    j["rounds_in_flight"] = a.rounds_in_flight;
     j["predicted_seconds"] = r.seconds;
     j["lower_bound_seconds"] = bound.seconds;
     j["busiest_link"] = r.busiest_link;
@@ -169,6 +175,15 @@ Command add_simulate_command(CLI::App& app) {
   cmd->add_option("--cpu-cores", args->cpu_cores,
                   "Cores each node's processes share, for CPU-only runs (0: GPUs, not modelled); the "
                   "cluster's rates are then read as measured with all processes busy (sim/simulator.h)")
+      ->capture_default_str();
+  cmd->add_option("--overlap-links", args->overlap_links,
+                  "The engine's link classes: auto (one pipeline per class when the processes span "
+                  "nodes), on, off (one pipeline: today's order before the overlap, for comparison)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--rounds-in-flight", args->rounds_in_flight,
+                  "Rounds each process keeps in flight per link class (0: the engine's default, 2 "
+                  "intra-node, 8 inter-node)")
       ->capture_default_str();
   cmd->add_option("--json", args->json_path, "Write the prediction as JSON to this file");
   return [args] { return run_simulate(*args); };

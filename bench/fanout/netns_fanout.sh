@@ -6,7 +6,8 @@
 # Usage: bench/fanout/netns_fanout.sh [BUILD=build] [RATE_GBIT=1]
 # Run it alone (flock /tmp/dt-bench.lock ...): the namespaces and $DTC_STATE are shared with
 # scripts/netns-rehearsal.sh. Bounded: every command under `timeout`; namespaces removed on exit.
-# Writes JSON per run under bench/out/fanout/.
+# Writes JSON per run under bench/out/fanout/. DT_ENGINE_FLAGS (e.g. "--overlap-links off
+# --rounds-in-flight 2") goes to every run-transition.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/netns-env.sh
@@ -15,6 +16,7 @@ rate="${2:-1}"
 dt="$PWD/$build/dynatrain"
 out="$PWD/bench/out/fanout"
 mkdir -p "$out"
+read -r -a engine_flags <<< "${DT_ENGINE_FLAGS:-}"
 dtc_lock
 trap 'scripts/netns-down.sh >/dev/null' EXIT
 scripts/netns-up.sh "$rate" 2 >/dev/null
@@ -27,7 +29,7 @@ row() {  # from to fanout
   local name="${1}_${2}_${3}"
   name="${name//[=,]/}"
   timeout 300 scripts/netns-mpirun.sh -np 4 "$dt" run-transition --model "$DTC_STATE/model.json" --from "$1" --to "$2" \
-    --gpus-per-node 2 --fanout "$3" --fanout-cluster "$DTC_STATE/cluster.json" --verify --repeat 3 --json "$out/rt_$name.json" >"$out/rt_$name.txt" 2>&1 ||
+    --gpus-per-node 2 --fanout "$3" --fanout-cluster "$DTC_STATE/cluster.json" --verify --repeat 3 "${engine_flags[@]}" --json "$out/rt_$name.json" >"$out/rt_$name.txt" 2>&1 ||
     { echo "run-transition failed:"; cat "$out/rt_$name.txt"; return 1; }
   python3 - "$out/rt_$name.json" "$1" "$2" "$3" "$link_bps" <<'PY'
 import json, sys

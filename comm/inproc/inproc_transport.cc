@@ -166,8 +166,13 @@ void check_tag(int tag) {
 // InprocTransport
 
 InprocTransport::InprocTransport(std::shared_ptr<detail::InprocState> state, std::uint64_t comm_id,
-                                 int rank, int size)
-    : state_(std::move(state)), comm_id_(comm_id), rank_(rank), size_(size) {}
+                                 int rank, int size, std::vector<int> nodes)
+    : state_(std::move(state)), comm_id_(comm_id), rank_(rank), size_(size), nodes_(std::move(nodes)) {}
+
+int InprocTransport::node_of(int rank) const {
+  check_peer(rank, size_, "InprocTransport::node_of:");
+  return nodes_.empty() ? 0 : nodes_[static_cast<std::size_t>(rank)];
+}
 
 InprocTransport::~InprocTransport() = default;
 
@@ -403,7 +408,10 @@ std::unique_ptr<Transport> InprocTransport::split(int color, int key) {
     id = it->second.id;
     if (--it->second.remaining == 0) state_->splits.erase(it);
   }
-  return std::make_unique<InprocTransport>(state_, id, new_rank, new_size);
+  std::vector<int> nodes;
+  if (!nodes_.empty())
+    for (const auto& [k, old] : members) nodes.push_back(nodes_[static_cast<std::size_t>(old)]);
+  return std::make_unique<InprocTransport>(state_, id, new_rank, new_size, std::move(nodes));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -412,8 +420,12 @@ std::unique_ptr<Transport> InprocTransport::split(int color, int key) {
 InprocWorld::InprocWorld(int size, InprocOptions options)
     : state_(std::make_shared<InprocState>(options)) {
   DT_CHECK(size >= 1, "InprocWorld needs at least one rank, got ", size);
+  DT_CHECK(options.ranks_per_node >= 0, "ranks_per_node ", options.ranks_per_node);
+  std::vector<int> nodes;
+  if (options.ranks_per_node > 0)
+    for (int r = 0; r < size; ++r) nodes.push_back(r / options.ranks_per_node);
   for (int r = 0; r < size; ++r) {
-    ranks_.push_back(std::make_unique<InprocTransport>(state_, 0, r, size));
+    ranks_.push_back(std::make_unique<InprocTransport>(state_, 0, r, size, nodes));
   }
 }
 

@@ -34,18 +34,23 @@ struct InprocState;
 struct InprocOptions {
   // A wait()/blocking call that makes no progress for this long throws CommError.
   std::chrono::milliseconds wait_timeout{std::chrono::seconds(120)};
+  // Ranks per emulated node (node_of(r) = r / ranks_per_node of the world); 0: one node. Only
+  // what node_of() answers changes: every message still moves in memory.
+  int ranks_per_node = 0;
 };
 
 // One rank's view of one communicator. Created by InprocWorld (world) or by split().
 class InprocTransport final : public Transport {
  public:
+  // `nodes[r]`: the node of rank r of this communicator (node_of); empty: one node.
   InprocTransport(std::shared_ptr<detail::InprocState> state, std::uint64_t comm_id, int rank,
-                  int size);
+                  int size, std::vector<int> nodes = {});
   ~InprocTransport() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "inproc"; }
+  int node_of(int rank) const override;
 
   std::unique_ptr<Request> isend(const void* buf, std::size_t bytes, int peer, int tag) override;
   std::unique_ptr<Request> irecv(void* buf, std::size_t bytes, int peer, int tag) override;
@@ -83,6 +88,7 @@ class InprocTransport final : public Transport {
   int rank_;
   int size_;
   std::uint64_t split_seq_ = 0;  // number of split() calls so far; equal on every rank
+  std::vector<int> nodes_;       // per rank of this communicator (InprocOptions::ranks_per_node)
 };
 
 // N ranks sharing one mailbox. transport(r) is rank r's world communicator; hand each to its own

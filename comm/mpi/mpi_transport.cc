@@ -511,16 +511,13 @@ MpiTransport::~MpiTransport() {
 // Collective: runs go direct to the peers on this node (as Open MPI sees nodes:
 // MPI_COMM_TYPE_SHARED, so ranks that an emulated cluster places on other hosts are not) when
 // every rank could read every same-node peer's probe word with process_vm_readv, and the tags of
-// the protocol fit MPI_TAG_UB; else every pair uses the packing default. One split_type, one
+// the protocol fit MPI_TAG_UB; else every pair uses the packing default. It also records every
+// rank's node (node_of: the lowest rank of its node). One split_type, one
 // all-gather, one all-reduce.
 void MpiTransport::probe_runs_direct() {
   struct Id {
-    std::uint64_t pid = 0, word = 0;
+    std::uint64_t pid = 0, word = 0, node = 0;
   };
-  const Id me{static_cast<std::uint64_t>(getpid()), reinterpret_cast<std::uintptr_t>(&cma_probe_word)};
-  std::vector<Id> all(static_cast<std::size_t>(size_));
-  DT_MPI(MPI_Allgather(&me, sizeof me, MPI_BYTE, all.data(), sizeof me, MPI_BYTE, coll_comm_), "rank ", rank_,
-         ": MPI_Allgather (runs probe)");
   // This node's ranks, as ranks of this communicator.
   MPI_Comm node = MPI_COMM_NULL;
   DT_MPI(MPI_Comm_split_type(coll_comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "rank ", rank_,
@@ -536,6 +533,13 @@ void MpiTransport::probe_runs_direct() {
   MPI_Group_free(&node_group);
   MPI_Group_free(&all_group);
   MPI_Comm_free(&node);
+  const Id me{static_cast<std::uint64_t>(getpid()), reinterpret_cast<std::uintptr_t>(&cma_probe_word),
+              static_cast<std::uint64_t>(*std::min_element(mine.begin(), mine.end()))};
+  std::vector<Id> all(static_cast<std::size_t>(size_));
+  DT_MPI(MPI_Allgather(&me, sizeof me, MPI_BYTE, all.data(), sizeof me, MPI_BYTE, coll_comm_), "rank ", rank_,
+         ": MPI_Allgather (runs probe)");
+  node_of_.clear();
+  for (const Id& id : all) node_of_.push_back(static_cast<int>(id.node));
   void* ub = nullptr;
   int has_ub = 0;
   DT_MPI(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &has_ub), "MPI_Comm_get_attr(MPI_TAG_UB)");
@@ -557,6 +561,11 @@ void MpiTransport::probe_runs_direct() {
   int all_ok = 0;
   DT_MPI(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, coll_comm_), "rank ", rank_, ": MPI_Allreduce (runs probe)");
   if (!all_ok) runs_direct_.assign(all.size(), 0);
+}
+
+int MpiTransport::node_of(int rank) const {
+  DT_CHECK(rank >= 0 && rank < size_, "node_of: rank ", rank, " of ", size_);
+  return node_of_[static_cast<std::size_t>(rank)];
 }
 
 bool MpiTransport::runs_direct(int peer) const {

@@ -70,6 +70,9 @@ class MpiTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "mpi"; }
+  // As Open MPI sees hosts (MPI_COMM_TYPE_SHARED): the lowest rank of the node, found once at
+  // construction (probe_runs_direct).
+  int node_of(int rank) const override;
 
   std::unique_ptr<Request> isend(const void* buf, std::size_t bytes, int peer, int tag) override;
   std::unique_ptr<Request> irecv(void* buf, std::size_t bytes, int peer, int tag) override;
@@ -115,6 +118,7 @@ class MpiTransport final : public Transport {
   MPI_Comm coll_comm_ = MPI_COMM_NULL;  // collectives (private duplicate)
   MPI_Comm runs_comm_ = MPI_COMM_NULL;  // the runs protocol's descriptors and answers
   std::vector<char> runs_direct_;       // per peer: runs go by cross-memory attach
+  std::vector<int> node_of_;            // per rank: the lowest rank on its node
   std::shared_ptr<detail::RunsProgress> runs_progress_;  // posted runs receives (mpi_transport.cc)
   void probe_runs_direct();
   int rank_ = 0;

@@ -32,6 +32,8 @@ std::string TransitionCase::name() const {
   if (zeroed_kinds != 0) s += "_stepboundary";
   if (align_pages) s += "_aligned";
   if (!direct_runs) s += "_packed";
+  if (gpus_per_node > 0) s += "_nodes" + std::to_string(gpus_per_node);
+  if (rounds_in_flight > 0) s += "_depth" + std::to_string(rounds_in_flight);
   for (char& ch : s)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -114,6 +116,14 @@ std::vector<TransitionCase> large_buffer_cases(int ranks, std::size_t budget) {
   return out;
 }
 
+std::vector<TransitionCase> two_class_cases(int ranks) {
+  std::vector<TransitionCase> out = transition_cases(ranks, 1);
+  const auto large = large_buffer_cases(ranks, std::size_t{4} << 20);
+  out.insert(out.end(), large.begin(), large.begin() + std::min<std::size_t>(3, large.size()));
+  for (auto& c : out) c.gpus_per_node = 2;
+  return out;
+}
+
 std::vector<TransitionCase> transition_cases(int ranks, int per_kind) {
   std::mt19937 rng(testing::test_seed(static_cast<std::uint32_t>(1000 + ranks)));  // DT_TEST_SEED
   std::vector<TransitionCase> out;
@@ -189,7 +199,18 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   opt.order = c.order;
   opt.zeroed_kinds = c.zeroed_kinds;
   opt.direct_runs = c.direct_runs;
+  if (c.gpus_per_node > 0) {
+    opt.topology.gpus_per_node = c.gpus_per_node;
+    opt.overlap_links = LinkOverlap::kOn;
+  }
+  opt.rounds_in_flight = c.rounds_in_flight;
   const TransitionStats s = run_transition(plan, sl, a, dl, b, lo.elem_bytes, t, pool, opt);
+  // Two link classes where the transport's ranks span nodes (LinkOverlap::kAuto) or the case
+  // puts them on nodes (kOn).
+  bool nodes = c.gpus_per_node > 0 && t.size() > c.gpus_per_node;
+  for (int r = 0; r < t.size(); ++r) nodes |= t.node_of(r) != t.node_of(0);
+  CASE_REQUIRE(s.link_classes == (nodes ? 2u : 1u), s.link_classes);
+  CASE_REQUIRE(nodes || s.overlapped_rounds == 0, s.overlapped_rounds);
 
   // Content: every destination element.
   std::string first;
@@ -275,6 +296,34 @@ void message_count_case(comm::Transport& t) {
   CASE_REQUIRE(small.bytes_received == want);
   CASE_REQUIRE(small.messages >= (small.bytes_sent + small.chunk_bytes - 1) / small.chunk_bytes, small.messages);
   CASE_REQUIRE(small.messages > 3, small.messages);
+}
+
+void link_overlap_case(comm::Transport& t) {
+  TransitionCase c{.kind = "overlap", .model = "tiny-dense", .from = "tp=4,zero=0", .to = "dp=4,zero=0",
+                   .budget = 64 << 10, .world = 4, .gpus_per_node = 2};
+  CASE_REQUIRE(t.size() == 4);
+  const TransitionStats on = run_case(c, t);
+  c.gpus_per_node = 0;
+  const TransitionStats off = run_case(c, t);
+  c.rounds_in_flight = 5;
+  const TransitionStats deep = run_case(c, t);
+  CASE_REQUIRE(on.link_classes == 2 && off.link_classes == 1 && deep.link_classes == 1);
+  CASE_REQUIRE(on.rounds_in_flight == kAutoRoundsInFlight[1] && off.rounds_in_flight == kAutoRoundsInFlight[0] &&
+               deep.rounds_in_flight == 5);
+  // Each class's pipeline has its own staging slots, one per round in flight and direction
+  // (2 intra-node + 8 inter-node by default): chunks shrink so that staging stays <= B / 2
+  // (asserted by run_case).
+  const std::uint64_t slots[3] = {kAutoRoundsInFlight[0] + kAutoRoundsInFlight[1], kAutoRoundsInFlight[0], 5};
+  for (int i = 0; const TransitionStats* s : {&on, &off, &deep}) {
+    CASE_REQUIRE(s->chunk_bytes == c.budget / (4 * slots[i]) / 8 * 8, s->chunk_bytes);
+    ++i;
+  }
+  for (const TransitionStats* s : {&on, &deep})
+    CASE_REQUIRE(s->bytes_received == off.bytes_received && s->bytes_sent == off.bytes_sent &&
+                 s->messages > off.messages, s->messages, " vs ", off.messages);
+  CASE_REQUIRE(off.overlapped_rounds == 0 && deep.overlapped_rounds == 0);
+  // Rounds of two peers per class: most are finished with a round of the other class in flight.
+  CASE_REQUIRE(on.overlapped_rounds * 2 > on.messages, on.overlapped_rounds, " of ", on.messages, " rounds");
 }
 
 void strided_direct_case(comm::Transport& t) {

@@ -35,6 +35,10 @@ struct TransitionCase {
   std::uint32_t zeroed_kinds = 0;  // TransitionOptions::zeroed_kinds (at a step boundary: grads)
   bool align_pages = false;  // LayoutOptions::align_elems = kPageAlignElems: remapped keeps
   bool direct_runs = true;   // TransitionOptions::direct_runs: scattered runs moved unpacked
+  // > 0: ranks sit on nodes of this many (TransitionOptions::topology) and the switch runs one
+  // pipeline per link class (LinkOverlap::kOn; two classes when the ranks span two nodes).
+  int gpus_per_node = 0;
+  int rounds_in_flight = 0;  // TransitionOptions::rounds_in_flight (0: the engine's default)
   std::string name() const;
 };
 inline void PrintTo(const TransitionCase& c, std::ostream* os) { *os << c.name(); }
@@ -50,6 +54,10 @@ std::vector<TransitionCase> transition_cases(int ranks, int per_kind = 1);
 // Every other case lays tensors out page-aligned, so kept tensors at new offsets are remapped;
 // every third runs without direct runs (only contiguous chunks unpacked, the plain path).
 std::vector<TransitionCase> large_buffer_cases(int ranks, std::size_t budget);
+// transition_cases(ranks, 1) and the first three large_buffer_cases(ranks, 4 MiB) with the
+// ranks on nodes of two: two link classes, each with its own pipeline (exec/README.md).
+std::vector<TransitionCase> two_class_cases(int ranks);
+
 // A model name of the cases: mid-dense, mid-moe, or anything vps::model_from_name accepts.
 vps::ModelSpec case_model(const std::string& name);
 
@@ -77,5 +85,14 @@ void remapped_keep_case(comm::Transport& t);
 // 1408-byte runs (fc2) land straight in place when the pair has runs_direct (at 64 MiB a chunk's
 // runs average above the rule: all of it). Without direct runs, only contiguous chunks do.
 void strided_direct_case(comm::Transport& t);
+
+// Two link classes on exactly 4 ranks, two per node (TransitionOptions::topology, LinkOverlap
+// kOn): tiny-dense tp=4,zero=0 -> dp=4,zero=0, where every rank receives from its same-node
+// peer and from both peers of the other node, at a budget that cuts each pair into several
+// rounds. Every destination byte verified and the peak asserted (run_case); with kOn every
+// rank finishes rounds while a round of the other class is in flight, each class has its own
+// staging, and the bytes equal a run with one pipeline (nothing overlapped), which is also run
+// with a deeper pipeline (5 rounds in flight).
+void link_overlap_case(comm::Transport& t);
 
 }  // namespace dynatrain::exec::cases

@@ -70,6 +70,37 @@ INSTANTIATE_TEST_SUITE_P(LargeBuffers, InprocTransition, ::testing::ValuesIn(lar
                                   std::get<0>(info.param).name() + "_" + std::to_string(info.index);
                          });
 
+// Ranks on nodes of two (TransitionOptions::topology, LinkOverlap::kOn): one pipeline per link class.
+std::vector<std::tuple<TransitionCase, int>> two_class_cases() {
+  std::vector<std::tuple<TransitionCase, int>> out;
+  for (int ranks : {3, 4, 5})
+    for (const auto& c : cases::two_class_cases(ranks)) out.emplace_back(c, ranks);
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(TwoLinkClasses, InprocTransition, ::testing::ValuesIn(two_class_cases()),
+                         [](const ::testing::TestParamInfo<InprocTransition::ParamType>& info) {
+                           return "np" + std::to_string(std::get<1>(info.param)) + "_" +
+                                  std::get<0>(info.param).name() + "_" + std::to_string(info.index);
+                         });
+
+TEST(InprocTransitionFixed, LinkClassesOverlapEveryByteArrives) {
+  comm::run_ranks(4, [](comm::Transport& t) { cases::link_overlap_case(t); }, test_options());
+}
+
+// kAuto: a transport whose ranks span nodes (InprocOptions::ranks_per_node) gets two classes,
+// one that sees a single node keeps one pipeline (run_case asserts which, and every byte).
+TEST(InprocTransitionFixed, LinkClassesFollowTheTransportsNodes) {
+  TransitionCase c{.kind = "auto", .model = "tiny-moe", .from = "tp=2,dp=2,zero=1", .to = "dp=4,ep=2,zero=2",
+                   .world = 4};
+  for (int per_node : {0, 2, 3}) {
+    comm::InprocOptions o = test_options();
+    o.ranks_per_node = per_node;
+    std::vector<std::uint64_t> classes(4);
+    comm::run_ranks(4, [&](comm::Transport& t) { classes[t.rank()] = cases::run_case(c, t).link_classes; }, o);
+    for (auto k : classes) EXPECT_EQ(k, per_node == 0 ? 1u : 2u) << "ranks per node " << per_node;
+  }
+}
+
 TEST(InprocTransitionFixed, KeptBuffersHandedOverWithoutCopy) {
   comm::run_ranks(4, [](comm::Transport& t) { cases::zero_copy_keep_case(t); }, test_options());
 }

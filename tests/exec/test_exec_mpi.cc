@@ -1,5 +1,5 @@
 // Bootstrap 2 of the exec test core: ranks as processes, `mpirun -np N test_exec_mpi`.
-// Runs every case of transition_cases(N, argv[1] or 2) and large_buffer_cases(N, 4 MiB) (plus the message-count case at N == 4). A case that
+// Runs every case of transition_cases(N, argv[1] or 2) and large_buffer_cases(N, 4 MiB), two_class_cases(N) at N = 4, 6 (plus the fixed cases at N == 2, 4). A case that
 // fails on any rank prints the rank's message and calls MPI_Abort, so mpirun exits non-zero
 // and no rank waits for a peer that gave up. Rank 0 prints one line per case.
 #include <mpi.h>
@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
     auto cases = exec::cases::transition_cases(n, per_kind);
     // Megatron-sized buckets (2-16 MiB buffers) under a 4 MiB budget: the page-wise path.
     for (const auto& c : exec::cases::large_buffer_cases(n, std::size_t{4} << 20)) cases.push_back(c);
+    // Ranks on nodes of two (LinkOverlap::kOn): one pipeline per link class, real processes.
+    if (n == 4 || n == 6)
+      for (const auto& c : exec::cases::two_class_cases(n)) cases.push_back(c);
     for (const auto& c : cases) {
       current = c.name();
       const auto t0 = std::chrono::steady_clock::now();
@@ -48,6 +51,9 @@ int main(int argc, char** argv) {
       current = "zero_copy_keep_case";
       exec::cases::zero_copy_keep_case(*world);
       if (me == 0) std::printf("[ok] np4 zero-copy keeps\n");
+      current = "link_overlap_case";
+      exec::cases::link_overlap_case(*world);
+      if (me == 0) std::printf("[ok] np4 link classes overlapped\n");
       current = "remapped_keep_case";
       exec::cases::remapped_keep_case(*world);
       if (me == 0) std::printf("[ok] np4 remapped keeps\n");

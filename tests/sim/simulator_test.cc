@@ -246,6 +246,9 @@ TEST(Simulator, SharedAgreementTracesEqualARealRunsTraces) {
     const auto plans = planner.plan_all();
     std::vector<ScheduleTrace> real(static_cast<std::size_t>(world));
     std::vector<std::string> wrong(static_cast<std::size_t>(world));
+    std::vector<std::uint64_t> classes(static_cast<std::size_t>(world));
+    comm::InprocOptions nodes;  // on the toy cluster's nodes, as the tracer places them: two link classes
+    nodes.ranks_per_node = topo.gpus_per_node;
     comm::run_ranks(world, [&](comm::Transport& t) {
       const int me = t.rank();
       const vps::RankLayout sl = planner.src_rank_layout(me), dl = planner.dst_rank_layout(me);
@@ -258,17 +261,18 @@ TEST(Simulator, SharedAgreementTracesEqualARealRunsTraces) {
       }
       exec::TransitionOptions mine = opt;
       mine.trace = &real[me];
-      exec::run_transition(plans[me], sl, a, dl, b, lo.elem_bytes, t, pool, mine);
+      classes[me] = exec::run_transition(plans[me], sl, a, dl, b, lo.elem_bytes, t, pool, mine).link_classes;
       for (std::size_t j = 0; j < dl.buffers.size(); ++j) {
         const int e = lo.elem_bytes[static_cast<int>(dl.buffers[j].kind)];
         if (auto m = testing::verify_buffer(dst.tensors(), dl.buffers[j], e, b[j])) wrong[me] = m->str(dst.tensors());
         pool.release(b[j], static_cast<std::size_t>(dl.buffers[j].numel) * e);
       }
-    });
+    }, nodes);
     ASSERT_EQ(shared.size(), real.size());
     std::size_t keeps = 0, posts = 0;
     for (int p = 0; p < world; ++p) {
       EXPECT_EQ(wrong[p], "") << "process " << p;
+      EXPECT_EQ(classes[p], 2u) << "process " << p;  // two nodes: one pipeline per link class
       ASSERT_EQ(shared[p].events.size(), real[p].events.size()) << "process " << p;
       for (std::size_t i = 0; i < real[p].events.size(); ++i) {
         const auto& x = shared[p].events[i];
