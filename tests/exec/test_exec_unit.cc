@@ -185,8 +185,11 @@ TEST(PoolAllocator, PageWiseBlocksRecycleSparePagesAndKeepContents) {
       // Spare pages first: fresh memory only for what the spares could not cover.
       EXPECT_EQ(pool.fresh_bytes() - fresh, added - std::min(added, spare));
     } else {
-      for (std::size_t i = 0; i < b.state.size(); ++i)
-        if (b.state[i] == 1) ASSERT_EQ(b.p[i * kPageBytes + 17], stamp(b, i)) << "page " << i;
+      for (std::size_t i = 0; i < b.state.size(); ++i) {
+        if (b.state[i] == 1) {
+          ASSERT_EQ(b.p[i * kPageBytes + 17], stamp(b, i)) << "page " << i;
+        }
+      }
       pool.release(b.p, b.n);
       b = blocks.back();
       blocks.pop_back();
