@@ -94,7 +94,9 @@ TEST(Checkpoint, LoadsIntoOtherLayoutsAndProcessCounts) {
       continue;
     }
     const std::uint64_t in_place = expect_loads_exactly(dir, layout("tiny-moe", to));
-    if (std::string(to) == "tp=2,pp=2,dp=2,ep=2,zero=1") EXPECT_GT(in_place, 0u);
+    if (std::string(to) == "tp=2,pp=2,dp=2,ep=2,zero=1") {
+      EXPECT_GT(in_place, 0u);
+    }
   }
   // Dense model with GQA replication (tp > kv heads) on both sides.
   const std::string dense = fresh_dir("dense");
