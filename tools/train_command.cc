@@ -26,7 +26,7 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--static", args->static_layout, "Run the schedule's first layout throughout");
   cmd->add_option("--csv", args->csv, "Write per-step figures to this CSV file");
-  cmd->add_option("--json", args->json, "Write one record per switch to this JSON file");
+  cmd->add_option("--json", args->json, "Write one record per switch to this JSON file (each switch is then followed by a link probe and two bare exchanges of its bytes, outside the pause)");
   cmd->add_option("--placement", args->placement,
                   "Which process takes which rank of a new layout: fixed (rank r on process r) or auto "
                   "(fewest bytes moved, rank 0 kept on process 0)");
