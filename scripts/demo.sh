@@ -39,6 +39,7 @@ MPIRUN=(mpirun -np "$NP" --oversubscribe)
 [[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
 # Processes leave the job when the layout shrinks (docs/edm.md).
 export OMPI_MCA_orte_allowed_exit_without_sync=1
+export PMIX_MCA_gds=hash  # spawned processes can hang in PMIx_Init otherwise (scripts/mpi-env.sh)
 mkdir -p "$OUT"
 COMMON=(train --model "$MODEL" --steps "$STEPS" --global-batch "$BATCH" --seq "$SEQ" --schedule "$SCHEDULE")
 

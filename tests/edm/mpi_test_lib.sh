@@ -5,4 +5,5 @@ OUT=${2:-$(mktemp -d)}
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_orte_allowed_exit_without_sync=1
+export PMIX_MCA_gds=hash  # spawned processes can hang in PMIx_Init otherwise (scripts/mpi-env.sh)
 fail() { echo "FAIL: $*" >&2; exit 1; }
