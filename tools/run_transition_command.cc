@@ -28,16 +28,7 @@ Command add_run_transition_command(CLI::App& app) {
   cmd->add_flag("--no-direct-runs{false}", args->direct_runs,
                 "Pack and unpack every chunk that is not one contiguous run, instead of moving scattered "
                 "runs straight between buffers (for comparison)");
-  cmd->add_option("--overlap-links", args->overlap_links,
-                  "One pipeline per link class, so a rank keeps an intra-node and an inter-node round in "
-                  "flight at once: auto (when the ranks span hosts), on (nodes of --gpus-per-node ranks "
-                  "when all share one host), off")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
-      ->capture_default_str();
-  cmd->add_option("--rounds-in-flight", args->rounds_in_flight,
-                  "Rounds each rank keeps in flight per link class (0: 2 intra-node, 8 inter-node); chunks "
-                  "shrink so staging stays within half the budget")
-      ->capture_default_str();
+  add_link_schedule_options(cmd, args->overlap_links, args->rounds_in_flight);
   cmd->add_flag("--verify", args->verify, "Check every destination element; exit 1 on the first wrong one");
   cmd->add_option("--repeat", args->repeat, "Timed forward switches (first cold, rest warm)")
       ->capture_default_str();

@@ -176,15 +176,7 @@ Command add_simulate_command(CLI::App& app) {
                   "Cores each node's processes share, for CPU-only runs (0: GPUs, not modelled); the "
                   "cluster's rates are then read as measured with all processes busy (sim/simulator.h)")
       ->capture_default_str();
-  cmd->add_option("--overlap-links", args->overlap_links,
-                  "The engine's link classes: auto (one pipeline per class when the processes span "
-                  "nodes), on, off (one pipeline: today's order before the overlap, for comparison)")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
-      ->capture_default_str();
-  cmd->add_option("--rounds-in-flight", args->rounds_in_flight,
-                  "Rounds each process keeps in flight per link class (0: the engine's default, 2 "
-                  "intra-node, 8 inter-node)")
-      ->capture_default_str();
+  add_link_schedule_options(cmd, args->overlap_links, args->rounds_in_flight);
   cmd->add_option("--json", args->json_path, "Write the prediction as JSON to this file");
   return [args] { return run_simulate(*args); };
 }
