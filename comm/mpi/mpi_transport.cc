@@ -540,9 +540,12 @@ void MpiTransport::probe_runs_direct() {
          ": MPI_Allgather (runs probe)");
   node_of_.clear();
   for (const Id& id : all) node_of_.push_back(static_cast<int>(id.node));
+  // MPI_TAG_UB is a predefined attribute of MPI_COMM_WORLD only: Open MPI attaches it to a
+  // duplicate (attributes are copied) but not to a split or merged communicator, where the
+  // bound is the same (MPI 4.0, 7.1.2: the value is constant over the job).
   void* ub = nullptr;
   int has_ub = 0;
-  DT_MPI(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &has_ub), "MPI_Comm_get_attr(MPI_TAG_UB)");
+  DT_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &has_ub), "MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB)");
   int ok = has_ub && *static_cast<int*>(ub) >= answer_tag(kMaxTag);
   runs_direct_.assign(all.size(), 0);
   for (int r : mine) {

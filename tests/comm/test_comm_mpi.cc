@@ -86,6 +86,24 @@ TEST(Mpi, MaxChunkIsValidated) {
   EXPECT_EQ(static_cast<MpiTransport&>(*child).max_chunk_bytes(), 123u);
 }
 
+// Cross-memory attach is a property of the processes, not of the communicator: a split (which
+// carries no MPI_TAG_UB attribute in Open MPI) and a communicator built from a split handle
+// must agree with the world on every peer. Session 9 found splits always packing.
+TEST(Mpi, SplitCommunicatorsKeepDirectRuns) {
+  auto world = MpiTransport::world();
+  auto child = world->split(0, world->size() - 1 - world->rank());  // same ranks, reversed
+  ASSERT_NE(child, nullptr);
+  MPI_Comm raw = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, 0, world->rank(), &raw), MPI_SUCCESS);
+  auto from_split = MpiTransport::from_comm(raw);
+  MPI_Comm_free(&raw);
+  for (int q = 0; q < world->size(); ++q) {
+    EXPECT_EQ(child->runs_direct(world->size() - 1 - q), world->runs_direct(q)) << "peer " << q;
+    EXPECT_EQ(from_split->runs_direct(q), world->runs_direct(q)) << "peer " << q;
+  }
+  if (world->rank() == 0) std::printf("[info] world runs_direct(0) = %d\n", world->runs_direct(0));
+}
+
 // MPI's own error (truncation) comes back as CommError naming the operation and MPI's text.
 TEST(Mpi, ErrorMessageNamesOperationAndMpiString) {
   auto world = MpiTransport::world();
