@@ -102,6 +102,7 @@ void DeviceManager::prepare(const vps::ParallelConfig& current, const vps::Paral
     } catch (...) {
       error_ = std::current_exception();
     }
+    starting_ = 0;
     prepare_end_ = now_s();
   });
 }
@@ -152,6 +153,7 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
   }
   if (need > 0) {  // the merged world; with a placement it is reordered below
     const double t0 = now_s();
+    starting_ = need;
     grown_world_ = launcher_->grow(ctl, need);
     p.creations += 1;
     for (int i = 0; i < need; ++i) next_ids_.push_back(next_next_id_++);
@@ -164,6 +166,7 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
     std::string msg_placed = may_leave + ' ';
     for (int q : placed) msg_placed += std::to_string(q) + ' ';
     broadcast_string(*grown_control_, msg_placed);
+    starting_ = 0;  // the new processes have joined and know the placement
   }
   if (!identity) {
     p.process_of_rank = placed;

@@ -22,6 +22,7 @@
 // in a collective while others train: they sleep-poll for rank 0's wake-up (wait_for_root).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -100,6 +101,9 @@ class DeviceManager {
   // starters' placement arrives from them).
   void prepare_joined(const vps::ParallelConfig& next, Work work);
   bool preparing() const { return thread_.joinable() || prepared_ != nullptr; }
+  // Processes the prepare thread is starting right now (spawn, merge and the join handshake),
+  // else 0. Any thread may ask (the watchdog names a start that never finishes).
+  int starting_processes() const { return starting_.load(std::memory_order_relaxed); }
   // Joins the prepare thread (rethrowing its error) and returns its result.
   Prepared& wait_prepared();
   // The world the transition runs on: the larger of the current and the prepared one (rank
@@ -154,6 +158,7 @@ class DeviceManager {
   std::vector<ProcessId> next_ids_;
   ProcessId next_next_id_ = 0;
   double prepare_start_ = 0, prepare_end_ = 0;
+  std::atomic<int> starting_{0};
 };
 
 }  // namespace dynatrain::edm

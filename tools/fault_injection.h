@@ -7,10 +7,12 @@
 //             std::runtime_error on this rank only, at once: the other ranks are left waiting)
 //     RANK    world rank that faults
 //     POINT   switch (a layout switch starts), step (a training step starts), prepare (the
-//             background prepare of the next switch starts, train only), or a phase of a
-//             checkpoint save (ckpt/checkpoint.h, SavePhase): save-begin (before the rank file
-//             is written), save-written (the rank file is written and fsync'd), save-index (rank
-//             0: the index is written, `latest` not yet switched)
+//             background prepare of the next switch starts, train only), join (a process
+//             started by a grow has joined its starters' world, before the handshake that
+//             follows; RANK: its rank in that world), or a phase of a checkpoint save
+//             (ckpt/checkpoint.h, SavePhase): save-begin (before the rank file is written),
+//             save-written (the rank file is written and fsync'd), save-index (rank 0: the
+//             index is written, `latest` not yet switched)
 //     DELAY_MS  how long after the point begins (a thread fires it while the work runs);
 //             0 fires at once on the calling thread, so the point's work never starts
 //     SKIP    the fault fires the (SKIP+1)-th time the point is reached on that rank (default 0)

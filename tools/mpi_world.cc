@@ -121,11 +121,11 @@ void on_stop_signal(int sig) {
 void prepare_failure_path(comm::Transport& world) {
   g_job.rank = world.rank();
   g_job.size = world.size();
+  // One marker per mpirun (the job family): processes that a grow started belong to other jobs
+  // of the same family, and the job's one line is one line across all of them.
   if (const char* dir = std::getenv("OMPI_MCA_orte_jobfam_session_dir");
-      dir && std::strlen(dir) + 32 < sizeof g_job.marker) {
-    std::snprintf(g_job.marker, sizeof g_job.marker, "%s/dynatrain-reported-%s", dir,
-                  std::getenv("OMPI_MCA_ess_base_jobid") ? std::getenv("OMPI_MCA_ess_base_jobid") : "0");
-  }
+      dir && std::strlen(dir) + 32 < sizeof g_job.marker)
+    std::snprintf(g_job.marker, sizeof g_job.marker, "%s/dynatrain-reported", dir);
   struct Id { std::int64_t pid; std::int64_t host; };
   const std::int64_t host = this_host_id();
   const auto ids = comm::all_gather_values(world, Id{getpid(), host});

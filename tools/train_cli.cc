@@ -143,6 +143,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   // world holds only the processes started with it: the schedule's sizes do not apply to it).
   std::unique_ptr<comm::Transport> joined_world = args.launcher ? args.launcher->join() : nullptr;
   const bool joined = joined_world != nullptr;
+  if (joined) fault_point("join", joined_world->rank());  // its starters still wait for it
   for (auto& [step, config] : schedule) {
     Trainer::check_supported(o, config);
     const bool first = step == schedule.front().first;
@@ -425,7 +426,11 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       fault_point("switch", trainer->world().rank());
       // A peer that stops answering mid-switch ends the job (tools/watchdog.h). Ranks the current
       // layout leaves idle wait for the active ones: only active ranks arm.
-      if (trainer->active()) watchdog.arm("the switch before step " + std::to_string(step), switch_deadline);
+      if (trainer->active())
+        watchdog.arm("the switch before step " + std::to_string(step), switch_deadline, [t = trainer.get()] {
+          const int n = t->starting_processes();
+          return n == 0 ? std::string() : "waiting for " + std::to_string(n) + " process(es) being started for it (MPI_Comm_spawn) that never joined";
+        });
       switched = true;
       const bool stays = commit(sw);
       watchdog.disarm();

@@ -28,11 +28,12 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
-void Watchdog::arm(std::string phase, double seconds) {
+void Watchdog::arm(std::string phase, double seconds, std::function<std::string()> cause) {
   {
     std::lock_guard lock(mutex_);
     armed_ = true;
     phase_ = std::move(phase);
+    cause_ = std::move(cause);
     seconds_ = seconds;
     deadline_ = std::chrono::steady_clock::now() +
                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
@@ -59,8 +60,10 @@ void Watchdog::watch() {
         std::chrono::steady_clock::now() >= deadline_) {
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%.0f", seconds_);
-      abort_job("error", "no progress for " + std::string(seconds) + " s during " + phase_ +
-                             "; a peer stopped answering (raise DT_WATCHDOG_S if it is only slow)", 3);
+      std::string cause = cause_ ? cause_() : std::string();
+      if (cause.empty()) cause = "a peer stopped answering";
+      abort_job("error", "no progress for " + std::string(seconds) + " s during " + phase_ + "; " + cause +
+                             " (raise DT_WATCHDOG_S if it is only slow)", 3);
     }
   }
 }

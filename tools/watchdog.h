@@ -9,12 +9,15 @@
 //   dog.disarm();
 //
 // On expiry: tools::abort_job prints "dynatrain: error: rank R of N: no progress for T s during
-// <phase>; a peer stopped answering" and aborts the MPI job (exit 3).
+// <phase>; <cause>" and aborts the MPI job (exit 3). The cause is "a peer stopped answering"
+// unless arm() was given a function that names what the rank waits for (asked at expiry, on the
+// watchdog's thread; e.g. processes that a grow started and that never joined).
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -32,7 +35,8 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  void arm(std::string phase, double seconds);
+  // `cause`: called at expiry; an empty answer means "a peer stopped answering".
+  void arm(std::string phase, double seconds, std::function<std::string()> cause = {});
   void disarm();
 
  private:
@@ -42,6 +46,7 @@ class Watchdog {
   std::condition_variable changed_;
   bool armed_ = false, stopping_ = false;
   std::string phase_;
+  std::function<std::string()> cause_;
   double seconds_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   std::thread thread_;  // last: starts after the fields above exist

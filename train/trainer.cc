@@ -1083,6 +1083,7 @@ void Trainer::prepare(const vps::ParallelConfig& config, std::string payload, st
 }
 const std::string& Trainer::joined_payload() const { return impl_->edm->joined_payload(); }
 bool Trainer::preparing() const { return impl_->edm->preparing(); }
+int Trainer::starting_processes() const { return impl_->edm->starting_processes(); }
 SwitchStats Trainer::commit(std::string leader_state) { return impl_->commit(std::move(leader_state)); }
 SwitchStats Trainer::switch_to(const vps::ParallelConfig& config) {
   impl_->prepare(config, {}, {});

@@ -195,6 +195,8 @@ class Trainer {
   // In a process started by a grow: the payload of the prepare that started it.
   const std::string& joined_payload() const;
   bool preparing() const;
+  // Processes the background prepare is starting now (0 when none); safe from any thread.
+  int starting_processes() const;
   // At a step boundary: waits for the prepare if needed, moves the whole training state, and
   // rebuilds views; collective over the world (the larger of the old and new one).
   // `leader_state` (world rank 0's; others pass nothing): the caller's state of the job's leader
