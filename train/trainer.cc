@@ -1,12 +1,15 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "common/error.h"
 #include "edm/device_manager.h"
@@ -770,66 +773,32 @@ struct Trainer::Impl {
     const double total_s = seconds_since(t0);
     const CpuUsage cpu = CpuUsage::now().since(cpu0);
     const double hidden = p.seconds > 0 ? p.hidden_seconds / p.seconds : 1.0;
-    // Max of the timings (min of hidden), sum and max of the bytes over ranks.
-    const std::array<double, 8> mine{pending->plan_s, transfer_s, rebuild_s, total_s, p.seconds, hidden,
-                                     p.spawn_seconds, static_cast<double>(p.creations)};
-    st.hidden_fraction = 1;
-    for (const auto& t : comm::all_gather_values(tw, mine)) {
-      st.plan_s = std::max(st.plan_s, t[0]);
-      st.transfer_s = std::max(st.transfer_s, t[1]);
-      st.rebuild_s = std::max(st.rebuild_s, t[2]);
-      st.total_s = std::max(st.total_s, t[3]);
-      st.prepare_s = std::max(st.prepare_s, t[4]);
-      st.hidden_fraction = std::min(st.hidden_fraction, t[5]);
-      st.spawn_s = std::max(st.spawn_s, t[6]);
-      st.comm_creations = std::max<std::uint64_t>(st.comm_creations, static_cast<std::uint64_t>(t[7]));
-    }
-    const std::array<double, 10> phases{ph.carry, ph.engine_pack, ph.engine_unpack, ph.engine_keep, ph.engine_wait,
-                                        ph.engine_alloc, ph.engine_agree, ph.free, ph.grads, ph.views};
-    for (const auto& t : comm::all_gather_values(tw, phases)) {
-      double* out[] = {&st.phases.carry, &st.phases.engine_pack, &st.phases.engine_unpack, &st.phases.engine_keep,
-                       &st.phases.engine_wait, &st.phases.engine_alloc, &st.phases.engine_agree, &st.phases.free,
-                       &st.phases.grads, &st.phases.views};
-      for (std::size_t i = 0; i < t.size(); ++i) *out[i] = std::max(*out[i], t[i]);
-    }
-    const auto per_rank = comm::all_gather_values(tw, std::array<std::uint64_t, 7>{
-        sent, received, peak, bound, fresh, pending->prefaulted, opt.launcher ? opt.launcher->job_id() : 0});
-    for (const auto& b : per_rank) {
-      st.bytes_sent += b[0];
-      st.bytes_received += b[1];
-      st.max_bytes_received = std::max(st.max_bytes_received, b[1]);
-      st.fresh_bytes = std::max(st.fresh_bytes, b[4]);
-      st.prefaulted_bytes = std::max(st.prefaulted_bytes, b[5]);
-      st.peak_over_bound = std::max(st.peak_over_bound, b[3] > 0 ? static_cast<double>(b[2]) / static_cast<double>(b[3]) : 0.0);
-      if (b[2] > st.peak_bytes || (b[2] == st.peak_bytes && b[3] < st.bound_bytes)) {
-        st.peak_bytes = b[2];
-        st.bound_bytes = b[3];
-      }
-    }
+    // Every rank's figures of this commit in one gather, folded into `st` (max of timings, min of
+    // hidden, sum and max of bytes).
+    CommitFigures mine;
+    mine.plan_s = pending->plan_s;
+    mine.transfer_s = transfer_s;
+    mine.rebuild_s = rebuild_s;
+    mine.total_s = total_s;
+    mine.prepare_s = p.seconds;
+    mine.hidden = hidden;
+    mine.spawn_s = p.spawn_seconds;
+    mine.phases = ph;
+    mine.creations = p.creations;
+    mine.sent = sent;
+    mine.received = received;
+    mine.peak = peak;
+    mine.bound = bound;
+    mine.fresh = fresh;
+    mine.prefaulted = pending->prefaulted;
+    mine.job_id = opt.launcher ? opt.launcher->job_id() : 0;
+    mine.kept = kept;
+    mine.cpu = cpu;
     // The commit's start on the machine's monotonic clock (one clock for every process of a node).
-    const double start = std::chrono::duration<double>(t0.time_since_epoch()).count();
-    double first_start = 1e300, last_start = 0;
-    const double asleep = std::max(0.0, total_s - cpu.thread_s - cpu.runqueue_s);
-    for (const auto& c : comm::all_gather_values(
-             tw, std::array<double, 7>{cpu.thread_s, cpu.other_threads_s(), static_cast<double>(cpu.involuntary_switches),
-                                       start, cpu.runqueue_s, asleep, static_cast<double>(cpu.voluntary_switches)})) {
-      auto& out = st.commit_cpu;
-      out.commit_thread_s = std::max(out.commit_thread_s, c[0]);
-      out.other_threads_s = std::max(out.other_threads_s, c[1]);
-      out.involuntary_switches = std::max(out.involuntary_switches, static_cast<std::int64_t>(c[2]));
-      first_start = std::min(first_start, c[3]);
-      last_start = std::max(last_start, c[3]);
-      out.runqueue_s = std::max(out.runqueue_s, c[4]);
-      out.asleep_s = std::max(out.asleep_s, c[5]);
-      out.voluntary_switches = std::max(out.voluntary_switches, static_cast<std::int64_t>(c[6]));
-    }
-    st.start_spread_s = last_start - first_start;
-    for (const auto& k : comm::all_gather_values(tw, kept)) {
-      st.bytes_kept += k[0];
-      st.kept_remapped_bytes += k[1];
-      st.kept_zero_copy_bytes += k[2];
-    }
-    if (opt.measure_link) measure_link(tw, per_rank, st);
+    mine.start = std::chrono::duration<double>(t0.time_since_epoch()).count();
+    const std::vector<CommitFigures> all = comm::all_gather_values(tw, mine);
+    fold_commit_figures(all, st);
+    if (opt.measure_link) measure_link(tw, all, st);
     if (opt.measure_link && opt.measure_exchange) measure_exchange(tw, st);
     pending.reset();
     edm->adopt();
@@ -852,14 +821,71 @@ struct Trainer::Impl {
     grads_stale = false;
   }
 
+  // One rank's figures of a commit, gathered from every rank in one collective.
+  struct CommitFigures {
+    double plan_s = 0, transfer_s = 0, rebuild_s = 0, total_s = 0, prepare_s = 0, hidden = 1, spawn_s = 0;
+    double start = 0;  // the commit's start on the monotonic clock
+    SwitchStats::Phases phases;
+    CpuUsage cpu;
+    std::uint64_t creations = 0, sent = 0, received = 0, peak = 0, bound = 0, fresh = 0, prefaulted = 0, job_id = 0;
+    std::array<std::uint64_t, 3> kept{};  // kept, of which remapped, of which zero-copy
+  };
+  static_assert(std::is_trivially_copyable_v<CommitFigures>);
+
+  // Max of the timings and phases, min of the hidden share, sum and max of the bytes.
+  static void fold_commit_figures(const std::vector<CommitFigures>& all, SwitchStats& st) {
+    st.hidden_fraction = 1;
+    double first_start = 1e300, last_start = 0;
+    for (const CommitFigures& f : all) {
+      st.plan_s = std::max(st.plan_s, f.plan_s);
+      st.transfer_s = std::max(st.transfer_s, f.transfer_s);
+      st.rebuild_s = std::max(st.rebuild_s, f.rebuild_s);
+      st.total_s = std::max(st.total_s, f.total_s);
+      st.prepare_s = std::max(st.prepare_s, f.prepare_s);
+      st.hidden_fraction = std::min(st.hidden_fraction, f.hidden);
+      st.spawn_s = std::max(st.spawn_s, f.spawn_s);
+      st.comm_creations = std::max(st.comm_creations, f.creations);
+      auto& ph = st.phases;
+      const auto& fp = f.phases;
+      for (auto [out, in] : {std::pair{&ph.carry, fp.carry}, {&ph.engine_pack, fp.engine_pack},
+                             {&ph.engine_unpack, fp.engine_unpack}, {&ph.engine_keep, fp.engine_keep},
+                             {&ph.engine_wait, fp.engine_wait}, {&ph.engine_alloc, fp.engine_alloc},
+                             {&ph.engine_agree, fp.engine_agree}, {&ph.free, fp.free}, {&ph.grads, fp.grads},
+                             {&ph.views, fp.views}})
+        *out = std::max(*out, in);
+      st.bytes_sent += f.sent;
+      st.bytes_received += f.received;
+      st.max_bytes_received = std::max(st.max_bytes_received, f.received);
+      st.fresh_bytes = std::max(st.fresh_bytes, f.fresh);
+      st.prefaulted_bytes = std::max(st.prefaulted_bytes, f.prefaulted);
+      st.peak_over_bound = std::max(st.peak_over_bound, f.bound > 0 ? static_cast<double>(f.peak) / static_cast<double>(f.bound) : 0.0);
+      if (f.peak > st.peak_bytes || (f.peak == st.peak_bytes && f.bound < st.bound_bytes)) {
+        st.peak_bytes = f.peak;
+        st.bound_bytes = f.bound;
+      }
+      auto& c = st.commit_cpu;
+      c.commit_thread_s = std::max(c.commit_thread_s, f.cpu.thread_s);
+      c.other_threads_s = std::max(c.other_threads_s, f.cpu.other_threads_s());
+      c.involuntary_switches = std::max(c.involuntary_switches, f.cpu.involuntary_switches);
+      c.voluntary_switches = std::max(c.voluntary_switches, f.cpu.voluntary_switches);
+      c.runqueue_s = std::max(c.runqueue_s, f.cpu.runqueue_s);
+      c.asleep_s = std::max(c.asleep_s, std::max(0.0, f.total_s - f.cpu.thread_s - f.cpu.runqueue_s));
+      first_start = std::min(first_start, f.start);
+      last_start = std::max(last_start, f.start);
+      st.bytes_kept += f.kept[0];
+      st.kept_remapped_bytes += f.kept[1];
+      st.kept_zero_copy_bytes += f.kept[2];
+    }
+    st.start_spread_s = last_start - first_start;
+  }
+
   // The lower bound's link, on the path the switch's bytes took: every rank that sent to the
   // busiest receiver sends it 64 MiB at once (after a warm-up round) while the other ranks of
   // the transition world wait; rate = bytes that arrived / time at the busiest rank.
-  // per_rank[r] = {.., [1] bytes received, .., [6] job id}.
-  void measure_link(comm::Transport& tw, const std::vector<std::array<std::uint64_t, 7>>& per_rank, SwitchStats& st) {
+  void measure_link(comm::Transport& tw, const std::vector<CommitFigures>& per_rank, SwitchStats& st) {
     int busiest = 0;
     for (int r = 0; r < static_cast<int>(per_rank.size()); ++r)
-      if (per_rank[r][1] > per_rank[busiest][1]) busiest = r;
+      if (per_rank[r].received > per_rank[busiest].received) busiest = r;
     const int me = tw.rank();
     const std::size_t bytes = std::size_t{64} << 20;
     std::vector<int> senders;  // on the busiest rank: the peers it received from
@@ -884,7 +910,7 @@ struct Trainer::Impl {
     for (int i = 0; i < kRounds; ++i) round();
     if (me == busiest && !senders.empty()) {
       rate = static_cast<double>(bytes * senders.size() * kRounds) / seconds_since(t0);
-      for (int q : senders) path |= per_rank[q][6] == per_rank[me][6] ? 1u : 2u;
+      for (int q : senders) path |= per_rank[q].job_id == per_rank[me].job_id ? 1u : 2u;
     }
     tw.broadcast(&rate, sizeof(rate), busiest);
     tw.broadcast(&path, sizeof(path), busiest);
