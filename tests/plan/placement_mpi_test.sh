@@ -28,6 +28,14 @@ run 4 "placement            1,0,3,2" -- --model tiny-moe --from tp=2,zero=1 --to
 # Auto on a switch where it moves ranks (checked by `plan --placement auto`, tests/plan).
 run 4 "placement " -- --model tiny-dense --from tp=4,zero=1 --to tp=2,dp=2,zero=1 --placement auto \
     --bucket-elems 700 --gpus-per-node 2
+# Auto chooses by node, not only by what one process keeps (tests/plan, AutoPlacement.
+# PrefersTheNodeHoldingMostOverAProcessKeepingAsMuch): dp=6 -> dp=2 on nodes of two; rank 1 on
+# process 4 finds two of its three ZeRO sixths on its node, so two sixths of the optimizer state
+# cross nodes; on process 3, which keeps as much, three do.
+run 6 "inter-node bytes     706.43 KiB" -- --model tiny-dense --from dp=6,zero=1 --to dp=2,zero=1 \
+    --placement auto --bucket-elems 700 --gpus-per-node 2
+run 6 "inter-node bytes     1.03 MiB" -- --model tiny-dense --from dp=6,zero=1 --to dp=2,zero=1 \
+    --placement 0,3 --bucket-elems 700 --gpus-per-node 2
 # Auto on a switch where the identity is best: no placement line, still verified.
 run 2 - -- --model tiny-dense --from tp=2 --to tp=2 --placement auto
 # A bad placement is one error on every rank, not a hang.
