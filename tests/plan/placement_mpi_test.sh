@@ -38,6 +38,14 @@ run 6 "inter-node bytes     1.03 MiB" -- --model tiny-dense --from dp=6,zero=1 -
     --placement 0,3 --bucket-elems 700 --gpus-per-node 2
 # Auto on a switch where the identity is best: no placement line, still verified.
 run 2 - -- --model tiny-dense --from tp=2 --to tp=2 --placement auto
+# plan prints the floor over all placements; on the switch above auto reaches it (2 sixths).
+if ! "$dt" plan --model tiny-dense --from dp=6,zero=1 --to dp=2,zero=1 --placement auto --bucket-elems 700 \
+     --gpus-per-node 2 >"$tmp/out" 2>&1 || ! grep -q "inter-node 706.43 KiB vs 1.38 MiB fixed" "$tmp/out" ||
+   ! grep -q "no placement sends fewer than 706.43 KiB across nodes" "$tmp/out"; then
+  echo "FAIL: plan --placement auto did not print auto's bytes and the floor"; cat "$tmp/out"; fail=1
+else
+  echo "ok: plan prints the floor, and auto reaches it"
+fi
 # A bad placement is one error on every rank, not a hang.
 if timeout 60 "$mpiexec" -np 2 "$dt" run-transition --model tiny-dense --from tp=2 --to dp=2 --placement 0,0 \
      >"$tmp/out" 2>&1 || ! grep -q "puts ranks 0 and 1 on process 0" "$tmp/out"; then
