@@ -141,6 +141,31 @@ std::vector<int> min_cost_assignment(int rows, int cols, const std::vector<std::
   return col_of_row;
 }
 
+std::uint64_t inter_node_floor(const Affinity& a, const Topology& topology, const std::vector<int>& eligible) {
+  std::vector<char> node_eligible(a.nodes, eligible.empty() ? 1 : 0);
+  for (int p : eligible)
+    if (p >= 0 && p < a.processes) node_eligible[topology.node_of(p)] = 1;
+  std::vector<char> node_holds(a.nodes, 0);
+  std::vector<std::uint64_t> best(a.ranks, 0);  // bytes of rank q on its best eligible node
+  std::uint64_t floor = 0;
+  for (int q = 0; q < a.ranks; ++q) {
+    for (int n = 0; n < a.nodes; ++n) {
+      const std::uint64_t held = std::min(a.need[q], a.on_node[static_cast<std::size_t>(q) * a.nodes + n]);
+      if (held > 0) node_holds[n] = 1;
+      if (node_eligible[n]) best[q] = std::max(best[q], held);
+    }
+    floor += a.need[q] - best[q];
+  }
+  int seats = 0;  // eligible processes on nodes holding source state
+  for (int p = 0; p < a.processes; ++p)
+    seats += node_holds[topology.node_of(p)] &&
+             (eligible.empty() || std::find(eligible.begin(), eligible.end(), p) != eligible.end());
+  const int homeless = std::max(0, a.ranks - seats);  // ranks that must sit on a node holding nothing
+  std::sort(best.begin(), best.end());
+  for (int i = 0; i < homeless; ++i) floor += best[i];
+  return floor;
+}
+
 namespace {
 // Makes every assignment that gives rank 0 to another process than 0, or process 0 to another
 // rank, cost more than any assignment that does not (more than the sum of every row's largest

@@ -79,6 +79,19 @@ Placement auto_placement(const vps::Layout& src, const vps::Layout& dst, const T
                          const Placement& src_placement = {}, const Bandwidth& bandwidth = {},
                          const std::vector<int>& eligible = {}, bool rank0_on_process0 = false);
 
+struct Affinity;  // plan/planner.h
+
+// The fewest bytes any destination placement onto `eligible` processes (empty: all) can send
+// across nodes, computed from the affinity alone, without the assignment solver: a lower bound
+// that makes auto's optimality checkable. Every rank sits on the eligible node holding most of
+// its state, with no limit on ranks per node; but when the nodes holding source state have
+// fewer eligible processes than there are ranks, the excess ranks land on nodes holding none,
+// and the bound charges it to the ranks with the least on their best node. Exact where source
+// boxes do not overlap (Affinity); auto_placement reaches it whenever no node is wanted by more
+// ranks than it has processes.
+std::uint64_t inter_node_floor(const Affinity& affinity, const Topology& topology,
+                               const std::vector<int>& eligible = {});
+
 // Solves the assignment problem: rows (ranks) <= columns (processes), cost[row * cols + col];
 // returns the column of every row, minimising the total. Exposed for tests.
 std::vector<int> min_cost_assignment(int rows, int cols, const std::vector<std::int64_t>& cost);

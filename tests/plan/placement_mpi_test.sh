@@ -28,8 +28,24 @@ run 4 "placement            1,0,3,2" -- --model tiny-moe --from tp=2,zero=1 --to
 # Auto on a switch where it moves ranks (checked by `plan --placement auto`, tests/plan).
 run 4 "placement " -- --model tiny-dense --from tp=4,zero=1 --to tp=2,dp=2,zero=1 --placement auto \
     --bucket-elems 700 --gpus-per-node 2
+# Auto chooses by node, not only by what one process keeps (tests/plan, AutoPlacement.
+# PrefersTheNodeHoldingMostOverAProcessKeepingAsMuch): dp=6 -> dp=2 on nodes of two; rank 1 on
+# process 4 finds two of its three ZeRO sixths on its node, so two sixths of the optimizer state
+# cross nodes; on process 3, which keeps as much, three do.
+run 6 "inter-node bytes     706.43 KiB" -- --model tiny-dense --from dp=6,zero=1 --to dp=2,zero=1 \
+    --placement auto --bucket-elems 700 --gpus-per-node 2
+run 6 "inter-node bytes     1.03 MiB" -- --model tiny-dense --from dp=6,zero=1 --to dp=2,zero=1 \
+    --placement 0,3 --bucket-elems 700 --gpus-per-node 2
 # Auto on a switch where the identity is best: no placement line, still verified.
 run 2 - -- --model tiny-dense --from tp=2 --to tp=2 --placement auto
+# plan prints the floor over all placements; on the switch above auto reaches it (2 sixths).
+if ! "$dt" plan --model tiny-dense --from dp=6,zero=1 --to dp=2,zero=1 --placement auto --bucket-elems 700 \
+     --gpus-per-node 2 >"$tmp/out" 2>&1 || ! grep -q "inter-node 706.43 KiB vs 1.38 MiB fixed" "$tmp/out" ||
+   ! grep -q "no placement sends fewer than 706.43 KiB across nodes" "$tmp/out"; then
+  echo "FAIL: plan --placement auto did not print auto's bytes and the floor"; cat "$tmp/out"; fail=1
+else
+  echo "ok: plan prints the floor, and auto reaches it"
+fi
 # A bad placement is one error on every rank, not a hang.
 if timeout 60 "$mpiexec" -np 2 "$dt" run-transition --model tiny-dense --from tp=2 --to dp=2 --placement 0,0 \
      >"$tmp/out" 2>&1 || ! grep -q "puts ranks 0 and 1 on process 0" "$tmp/out"; then
