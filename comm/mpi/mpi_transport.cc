@@ -198,10 +198,17 @@ constexpr std::size_t kIovBatch = 1024;  // IOV_MAX on Linux
 int descriptor_tag(int tag) { return 2 * tag; }
 int answer_tag(int tag) { return 2 * tag + 1; }
 
-// Copies the remote runs of descriptor `desc` into the local runs, batch by batch of matched
-// pieces (equal lengths on both sides).
+// Copies the remote runs of descriptor `desc` into the local runs. One process_vm_readv moves
+// a stream: its remote iovecs, in order, into its local iovecs, in order, each side with its own
+// list. So each side's list is built alone, a piece that continues the side's last iovec
+// extending it: a TP slice that is one run at the sender and a run per row at the receiver (or
+// the reverse) costs one remote (or local) iovec per call, not one per row. The kernel pins the
+// remote pages iovec by iovec, which dominates at KiB runs (exec/README.md, "Direct (unpacked)
+// transfers"). A call ends when either list is full (IOV_MAX) or at kMaxCallBytes (Linux moves
+// at most MAX_RW_COUNT, about 2 GiB, in one call).
 void read_remote_runs(const std::vector<std::uint64_t>& desc, std::byte* base, const std::vector<ByteRun>& runs,
                       const std::string& where) {
+  constexpr std::size_t kMaxCallBytes = std::size_t{1} << 30;
   const auto pid = static_cast<pid_t>(desc[0]);
   const std::size_t n_remote = desc[1];
   std::vector<iovec> local, remote;
@@ -218,16 +225,29 @@ void read_remote_runs(const std::vector<std::uint64_t>& desc, std::byte* base, c
     local.clear(), remote.clear();
     batch_bytes = 0;
   };
+  auto continues = [](const std::vector<iovec>& v, const void* at) {
+    return !v.empty() && static_cast<const std::byte*>(v.back().iov_base) + v.back().iov_len == at;
+  };
   std::size_t i = 0, j = 0, at_i = 0, at_j = 0;  // remote run, local run, bytes done in each
   while (i < n_remote && j < runs.size()) {
     const std::uint64_t r_addr = desc[2 + 2 * i], r_len = desc[3 + 2 * i];
-    const std::size_t n = std::min<std::size_t>(r_len - at_i, runs[j].bytes - at_j);
+    std::size_t n = std::min<std::size_t>(r_len - at_i, runs[j].bytes - at_j);
+    n = std::min(n, kMaxCallBytes - batch_bytes);
     if (n > 0) {
-      local.push_back({base + runs[j].offset + at_j, n});
-      remote.push_back({reinterpret_cast<void*>(r_addr + at_i), n});
+      std::byte* to = base + runs[j].offset + at_j;
+      auto* from = reinterpret_cast<std::byte*>(r_addr + at_i);
+      bool extend_local = continues(local, to), extend_remote = continues(remote, from);
+      if ((!extend_local && local.size() == kIovBatch) || (!extend_remote && remote.size() == kIovBatch)) {
+        flush();
+        extend_local = extend_remote = false;
+      }
+      if (extend_local) local.back().iov_len += n;
+      else local.push_back({to, n});
+      if (extend_remote) remote.back().iov_len += n;
+      else remote.push_back({from, n});
       batch_bytes += n;
-      if (local.size() == kIovBatch) flush();
     }
+    if (batch_bytes == kMaxCallBytes) flush();
     at_i += n, at_j += n;
     if (at_i == r_len) ++i, at_i = 0;
     if (at_j == runs[j].bytes) ++j, at_j = 0;

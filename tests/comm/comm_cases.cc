@@ -598,6 +598,53 @@ void scattered_runs(Transport& t) {
                    "runs_direct not symmetric between ", a, " and ", b);
 }
 
+// Thousands of runs, more than one direct read takes (IOV_MAX = 1024 iovecs a side): a TP slice
+// as one run on one side and a run per row on the other, both ways, and both sides split into
+// different row lengths. Every byte lands in message order; gap bytes stay untouched.
+void many_small_runs(Transport& t) {
+  const int n = t.size(), r = t.rank();
+  const int peer = (r + 1) % n, from = (r + n - 1) % n;
+  auto rows = [](std::size_t count, std::size_t len, std::size_t stride, std::size_t* span) {
+    std::vector<ByteRun> v;
+    for (std::size_t i = 0; i < count; ++i) v.push_back({5 + i * stride, len});
+    *span = 5 + count * stride + 3;
+    return v;
+  };
+  struct Shape {
+    const char* name;
+    std::size_t send_count, send_len, send_stride, recv_count, recv_len, recv_stride;
+  };
+  const std::size_t total = 2500 * 24;
+  const Shape shapes[] = {{"one run -> rows", 1, total, total, 2500, 24, 40},
+                          {"rows -> one run", 2500, 24, 48, 1, total, total},
+                          {"rows -> other rows", 2500, 24, 30, 3000, 20, 21},
+                          {"adjacent rows -> rows", 2500, 24, 24, 1500, 40, 64}};
+  for (const Shape& sh : shapes) {
+    std::size_t send_span = 0, recv_span = 0;
+    const auto sr = rows(sh.send_count, sh.send_len, sh.send_stride, &send_span);
+    const auto rr = rows(sh.recv_count, sh.recv_len, sh.recv_stride, &recv_span);
+    const Bytes msg = filled(r, peer, 6, total);
+    Bytes out(send_span, 0), in(recv_span, 0xEE);
+    std::size_t k = 0;
+    for (const ByteRun& run : sr)
+      for (std::size_t b = 0; b < run.bytes; ++b) out[run.offset + b] = msg[k++];
+    Requests reqs;
+    reqs.push_back(t.irecv_runs(in.data(), rr, from, 6));
+    reqs.push_back(t.isend_runs(out.data(), sr, peer, 6));
+    wait_all(reqs);
+    const Bytes want = filled(from, r, 6, total);
+    std::vector<char> covered(in.size(), 0);
+    k = 0;
+    for (const ByteRun& run : rr)
+      for (std::size_t b = 0; b < run.bytes; ++b, ++k) {
+        CASE_REQUIRE(in[run.offset + b] == want[k], sh.name, ": byte ", k, " from rank ", from);
+        covered[run.offset + b] = 1;
+      }
+    for (std::size_t b = 0; b < in.size(); ++b)
+      if (!covered[b]) CASE_REQUIRE(in[b] == 0xEE, sh.name, ": gap byte ", b, " written");
+  }
+}
+
 // A scattered message whose receive runs total another size: CommError on the receive (and,
 // where the backend can tell, on the send), on a pair communicator of its own.
 void scattered_size_mismatch(Transport& t) {
@@ -648,6 +695,7 @@ const std::vector<CommCase>& comm_cases() {
       {"bad_arguments", bad_arguments},
       {"size_mismatch", size_mismatch},
       {"scattered_runs", scattered_runs},
+      {"many_small_runs", many_small_runs},
       {"scattered_size_mismatch", scattered_size_mismatch},
   };
   return cases;
