@@ -187,27 +187,83 @@ void check_tag(int tag) {
 
 // ---- scattered messages between processes of one node (cross-memory attach) ----
 // Protocol of one runs message on the transport's private runs communicator, for a pair with
-// runs_direct(): the sender posts a descriptor (its pid, then (address, length) of each run) on
-// tag 2*tag; the receiver, inside wait(), copies the runs straight out of the sender's memory into
-// its own runs with process_vm_readv (the kernel's single copy, what Open MPI's shared-memory
-// path does for contiguous messages) and answers one status byte on tag 2*tag+1 (0: done,
-// 1: size mismatch). The sender's request completes with that answer: its runs stay untouched
-// until then.
+// runs_direct(). The kernel copies a stream between a local and a remote list of runs, pinning
+// the remote pages run by run, so the copy is made by the side whose runs are the more scattered
+// (they are its local list), reading or writing the other's:
+//   1. the sender posts a descriptor (its pid, then (address, length) of each run) on 4*tag;
+//   2. the receiver, inside a wait, takes it and either reads the runs straight out of the
+//      sender's memory into its own (process_vm_readv) and answers 0 on 4*tag+1, or, when the
+//      sender's runs are far more scattered than its own (kWriteRatio), answers 2 and posts its
+//      own descriptor on 4*tag+3 (answer 1: the sizes differ);
+//   3. after answer 2 the sender, inside a wait, writes its runs into the receiver's
+//      (process_vm_writev) and reports 0 on 4*tag+2 (1: it failed), which completes the receive.
+// The sender's runs stay untouched until its request completes. Any runs wait progresses every
+// posted runs request of the transport, oldest first per (peer, tag) (RunsProgress).
 constexpr std::size_t kIovBatch = 1024;  // IOV_MAX on Linux
+// The receiver asks the sender to write when the sender's runs, adjacent ones merged, are more
+// than this many times its own (and at least kWriteMinRuns).
+constexpr std::size_t kWriteRatio = 2, kWriteMinRuns = 64;
 
-int descriptor_tag(int tag) { return 2 * tag; }
-int answer_tag(int tag) { return 2 * tag + 1; }
+int descriptor_tag(int tag) { return 4 * tag; }  // sender -> receiver: the sender's runs
+int answer_tag(int tag) { return 4 * tag + 1; }   // receiver -> sender: 0 read, 1 mismatch, 2 write
+int written_tag(int tag) { return 4 * tag + 2; }  // sender -> receiver: 0 written, 1 failed
+int target_tag(int tag) { return 4 * tag + 3; }   // receiver -> sender: the receiver's runs
+constexpr int kMaxProtocolTag = 4 * kMaxTag + 3;
 
-// Copies the remote runs of descriptor `desc` into the local runs. One process_vm_readv moves
-// a stream: its remote iovecs, in order, into its local iovecs, in order, each side with its own
-// list. So each side's list is built alone, a piece that continues the side's last iovec
-// extending it: a TP slice that is one run at the sender and a run per row at the receiver (or
-// the reverse) costs one remote (or local) iovec per call, not one per row. The kernel pins the
-// remote pages iovec by iovec, which dominates at KiB runs (exec/README.md, "Direct (unpacked)
-// transfers"). A call ends when either list is full (IOV_MAX) or at kMaxCallBytes (Linux moves
-// at most MAX_RW_COUNT, about 2 GiB, in one call).
-void read_remote_runs(const std::vector<std::uint64_t>& desc, std::byte* base, const std::vector<ByteRun>& runs,
-                      const std::string& where) {
+enum Answer : unsigned char { kRead = 0, kMismatch = 1, kWrite = 2 };
+
+// (pid, n, (address, length) x n) of runs at `base`.
+std::vector<std::uint64_t> runs_descriptor(const void* base, const std::vector<ByteRun>& runs) {
+  std::vector<std::uint64_t> desc;
+  desc.reserve(2 + 2 * runs.size());
+  desc.push_back(static_cast<std::uint64_t>(getpid()));
+  desc.push_back(runs.size());
+  for (const ByteRun& r : runs) {
+    desc.push_back(reinterpret_cast<std::uintptr_t>(static_cast<const std::byte*>(base) + r.offset));
+    desc.push_back(r.bytes);
+  }
+  return desc;
+}
+
+std::uint64_t descriptor_bytes(const std::vector<std::uint64_t>& desc) {
+  std::uint64_t bytes = 0;
+  for (std::size_t i = 0; i < desc[1]; ++i) bytes += desc[3 + 2 * i];
+  return bytes;
+}
+
+// Runs of a descriptor after merging the ones that continue each other (what the kernel pins).
+std::size_t merged_runs(const std::vector<std::uint64_t>& desc) {
+  std::size_t n = 0;
+  std::uint64_t end = 0;
+  for (std::size_t i = 0; i < desc[1]; ++i) {
+    const std::uint64_t addr = desc[2 + 2 * i], len = desc[3 + 2 * i];
+    if (len == 0) continue;
+    if (n == 0 || addr != end) ++n;
+    end = addr + len;
+  }
+  return n;
+}
+
+// Receives a descriptor taken by MPI_Improbe into a vector; checks its form.
+std::vector<std::uint64_t> receive_descriptor(MPI_Message& msg, const MPI_Status& status, const std::string& where) {
+  int bytes = 0;
+  DT_MPI(MPI_Get_count(&status, MPI_BYTE, &bytes), where, ": MPI_Get_count");
+  std::vector<std::uint64_t> desc(static_cast<std::size_t>(bytes) / sizeof(std::uint64_t));
+  DT_MPI(MPI_Mrecv(desc.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE), where, ": MPI_Mrecv");
+  DT_CHECK(desc.size() >= 2 && desc.size() == 2 + 2 * desc[1], where, ": malformed runs descriptor");
+  return desc;
+}
+
+// Copies between the runs of descriptor `desc` (another process's) and the local runs, in
+// stream order: reads them into the local runs, or writes the local runs into them. One call
+// moves a stream: its remote iovecs, in order, to or from its local iovecs, in order, each side
+// with its own list. So each side's list is built alone, a piece that continues the side's last
+// iovec extending it: a TP slice that is one run at one side and a run per row at the other costs
+// one iovec per call on the first side. A call ends when either list is full (IOV_MAX) or at
+// kMaxCallBytes (Linux moves at most MAX_RW_COUNT, about 2 GiB, in one call).
+enum class Copy { kRead, kWrite };
+void copy_remote_runs(Copy direction, const std::vector<std::uint64_t>& desc, std::byte* base,
+                      const std::vector<ByteRun>& runs, const std::string& where) {
   constexpr std::size_t kMaxCallBytes = std::size_t{1} << 30;
   const auto pid = static_cast<pid_t>(desc[0]);
   const std::size_t n_remote = desc[1];
@@ -216,12 +272,16 @@ void read_remote_runs(const std::vector<std::uint64_t>& desc, std::byte* base, c
   std::size_t batch_bytes = 0;
   auto flush = [&] {
     if (local.empty()) return;
-    const ssize_t got = process_vm_readv(pid, local.data(), local.size(), remote.data(), remote.size(), 0);
-    if (got < 0 && errno == ESRCH)  // the sender's process (or its memory) is gone: it was killed
-      throw PeerLostError(pid, concat("mpi: ", where, ": pid ", pid, " ended during a direct read"));
+    const ssize_t got = direction == Copy::kRead
+                            ? process_vm_readv(pid, local.data(), local.size(), remote.data(), remote.size(), 0)
+                            : process_vm_writev(pid, local.data(), local.size(), remote.data(), remote.size(), 0);
+    const char* call = direction == Copy::kRead ? "process_vm_readv" : "process_vm_writev";
+    if (got < 0 && errno == ESRCH)  // the peer's process (or its memory) is gone: it was killed
+      throw PeerLostError(pid, concat("mpi: ", where, ": pid ", pid, " ended during a direct ",
+                                      direction == Copy::kRead ? "read" : "write"));
     if (got != static_cast<ssize_t>(batch_bytes))
-      throw CommError(concat("mpi: ", where, ": process_vm_readv of ", batch_bytes, " bytes from pid ", pid,
-                             " returned ", got, got < 0 ? concat(" (", std::strerror(errno), ")") : std::string()));
+      throw CommError(concat("mpi: ", where, ": ", call, " of ", batch_bytes, " bytes with pid ", pid, " returned ",
+                             got, got < 0 ? concat(" (", std::strerror(errno), ")") : std::string()));
     local.clear(), remote.clear();
     batch_bytes = 0;
   };
@@ -234,17 +294,17 @@ void read_remote_runs(const std::vector<std::uint64_t>& desc, std::byte* base, c
     std::size_t n = std::min<std::size_t>(r_len - at_i, runs[j].bytes - at_j);
     n = std::min(n, kMaxCallBytes - batch_bytes);
     if (n > 0) {
-      std::byte* to = base + runs[j].offset + at_j;
-      auto* from = reinterpret_cast<std::byte*>(r_addr + at_i);
-      bool extend_local = continues(local, to), extend_remote = continues(remote, from);
+      std::byte* here = base + runs[j].offset + at_j;
+      auto* there = reinterpret_cast<std::byte*>(r_addr + at_i);
+      bool extend_local = continues(local, here), extend_remote = continues(remote, there);
       if ((!extend_local && local.size() == kIovBatch) || (!extend_remote && remote.size() == kIovBatch)) {
         flush();
         extend_local = extend_remote = false;
       }
       if (extend_local) local.back().iov_len += n;
-      else local.push_back({to, n});
+      else local.push_back({here, n});
       if (extend_remote) remote.back().iov_len += n;
-      else remote.push_back({from, n});
+      else remote.push_back({there, n});
       batch_bytes += n;
     }
     if (batch_bytes == kMaxCallBytes) flush();
@@ -256,19 +316,21 @@ void read_remote_runs(const std::vector<std::uint64_t>& desc, std::byte* base, c
 }
 
 class CmaRecv;
+class CmaSend;
 
 }  // namespace
 
 namespace detail {
-// Every posted runs receive of one transport, in posting order. Any runs wait (send or receive)
-// progresses them all, as MPI progresses every posted receive in any wait: a runs send then
-// completes without its receiver waiting on that very request, so the engine's schedule (which
-// relies on MPI's progress rule) cannot form a cycle of waits.
+// Every posted runs request of one transport, in posting order. Any runs wait (send or receive)
+// progresses them all, as MPI progresses every posted request in any wait: a request then
+// completes without its peer waiting on that very request, so the engine's schedule (which
+// relies on MPI's progress rule) cannot form a cycle of waits. Per (peer, tag) only the oldest
+// pending request of each kind advances (messages of a pair and tag match in order).
 struct RunsProgress {
   std::mutex mu;
-  std::vector<CmaRecv*> pending;
-  // Completes every pending receive whose descriptor arrived (the first pending one per peer and
-  // tag: FIFO matching). Caller holds mu.
+  std::vector<CmaRecv*> receives;
+  std::vector<CmaSend*> sends;
+  // Advances every request that can; caller holds mu.
   void poll_locked();
   void poll() {
     std::lock_guard lock(mu);
@@ -281,85 +343,11 @@ namespace {
 
 using detail::RunsProgress;
 
-class CmaSend final : public Request {
+// Shared by both kinds of runs request: done / error state, waiting, and deregistration.
+class RunsRequest : public Request {
  public:
-  CmaSend(const void* base, const std::vector<ByteRun>& runs, int peer, int tag, MPI_Comm comm,
-          std::shared_ptr<RunsProgress> progress, std::string where)
-      : progress_(std::move(progress)), where_(std::move(where)) {
-    desc_.reserve(2 + 2 * runs.size());
-    desc_.push_back(static_cast<std::uint64_t>(getpid()));
-    desc_.push_back(runs.size());
-    for (const ByteRun& r : runs) {
-      desc_.push_back(reinterpret_cast<std::uintptr_t>(static_cast<const std::byte*>(base) + r.offset));
-      desc_.push_back(r.bytes);
-    }
-    DT_MPI(MPI_Irecv(&answer_, 1, MPI_BYTE, peer, answer_tag(tag), comm, &reqs_[1]), where_, ": MPI_Irecv (answer)");
-    const int rc = MPI_Isend(desc_.data(), static_cast<int>(desc_.size() * sizeof(std::uint64_t)), MPI_BYTE, peer,
-                             descriptor_tag(tag), comm, &reqs_[0]);
-    if (rc != MPI_SUCCESS) {
-      MPI_Cancel(&reqs_[1]);
-      MPI_Request_free(&reqs_[1]);
-      throw_mpi(rc, concat(where_, ": MPI_Isend (descriptor)"));
-    }
-  }
-  ~CmaSend() override {
-    if (done_ || mpi_finalized()) return;
-    try {
-      wait();
-    } catch (...) {
-    }
-  }
-  void wait() override {
-    while (!test()) sched_yield();
-  }
-  bool test() override {
-    if (done_) return true;
-    int flag = 0;
-    const int rc = MPI_Testall(2, reqs_, &flag, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS || flag) {
-      finish(rc);
-      return true;
-    }
-    progress_->poll();
-    return false;
-  }
-
- private:
-  void finish(int rc) {
-    done_ = true;
-    if (rc != MPI_SUCCESS) throw_mpi(rc, concat(where_, " (wait)"));
-    if (answer_ != 0)
-      throw CommError(concat("mpi: ", where_, ": message size mismatch (the receiver's runs total another size)"));
-  }
-  std::shared_ptr<RunsProgress> progress_;
-  std::vector<std::uint64_t> desc_;
-  unsigned char answer_ = 0;
-  MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  std::string where_;
-  bool done_ = false;
-};
-
-class CmaRecv final : public Request {
- public:
-  CmaRecv(void* base, std::vector<ByteRun> runs, int peer, int tag, MPI_Comm comm,
-          std::shared_ptr<RunsProgress> progress, std::string where)
-      : base_(static_cast<std::byte*>(base)), runs_(std::move(runs)), peer_(peer), tag_(tag), comm_(comm),
-        progress_(std::move(progress)), where_(std::move(where)) {
-    std::lock_guard lock(progress_->mu);
-    progress_->pending.push_back(this);
-  }
-  // A receive never waited for leaves its sender waiting: it is completed here (errors swallowed).
-  ~CmaRecv() override {
-    if (!mpi_finalized()) {
-      try {
-        wait();
-      } catch (...) {
-      }
-    }
-    std::lock_guard lock(progress_->mu);
-    auto& v = progress_->pending;
-    v.erase(std::remove(v.begin(), v.end(), this), v.end());
-  }
+  RunsRequest(std::shared_ptr<RunsProgress> progress, int peer, int tag, std::string where)
+      : progress_(std::move(progress)), peer_(peer), tag_(tag), where_(std::move(where)) {}
   void wait() override {
     while (!test()) sched_yield();
   }
@@ -377,75 +365,220 @@ class CmaRecv final : public Request {
   int peer() const { return peer_; }
   int tag() const { return tag_; }
   bool done() const { return done_; }
-  // Takes the descriptor if it arrived and completes; caller holds the progress mutex.
-  bool try_complete() {
-    int flag = 0;
-    MPI_Message msg = MPI_MESSAGE_NULL;
-    MPI_Status status;
+  // One step of this request's protocol if its messages arrived; caller holds the progress
+  // mutex. Errors end the request and are rethrown by its own test().
+  void advance() {
     try {
-      DT_MPI(MPI_Improbe(peer_, descriptor_tag(tag_), comm_, &flag, &msg, &status), where_, ": MPI_Improbe");
-      if (!flag) return false;
-      complete(msg, status);
+      step();
     } catch (...) {
       done_ = true;
       error_ = std::current_exception();
     }
-    return true;
   }
 
- private:
-  void complete(MPI_Message& msg, const MPI_Status& status) {
-    done_ = true;
-    int bytes = 0;
-    DT_MPI(MPI_Get_count(&status, MPI_BYTE, &bytes), where_, ": MPI_Get_count");
-    std::vector<std::uint64_t> desc(static_cast<std::size_t>(bytes) / sizeof(std::uint64_t));
-    DT_MPI(MPI_Mrecv(desc.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE), where_, ": MPI_Mrecv");
-    DT_CHECK(desc.size() >= 2 && desc.size() == 2 + 2 * desc[1], where_, ": malformed runs descriptor");
-    std::uint64_t remote_bytes = 0;
-    for (std::size_t i = 0; i < desc[1]; ++i) remote_bytes += desc[3 + 2 * i];
-    const bool match = remote_bytes == runs_bytes(runs_);
-    std::exception_ptr error;  // kept as thrown: a PeerLostError must reach the CLI as one
-    if (match) {
-      try {
-        read_remote_runs(desc, base_, runs_, where_);
-      } catch (const CommError&) {
-        error = std::current_exception();
-      }
+ protected:
+  virtual void step() = 0;
+  // In destructors: a request never waited for would leave its peer waiting.
+  void finish_quietly() {
+    if (mpi_finalized()) return;
+    try {
+      wait();
+    } catch (...) {
     }
-    unsigned char answer = match && !error ? 0 : 1;
-    DT_MPI(MPI_Send(&answer, 1, MPI_BYTE, peer_, answer_tag(tag_), comm_), where_, ": MPI_Send (answer)");
-    if (error) std::rethrow_exception(error);
-    if (!match)
-      throw CommError(concat("mpi: ", where_, ": message size mismatch: the sender's runs total ", remote_bytes,
-                             " bytes, expected ", runs_bytes(runs_)));
   }
-  std::byte* base_;
-  std::vector<ByteRun> runs_;
-  int peer_, tag_;
-  MPI_Comm comm_;
   std::shared_ptr<RunsProgress> progress_;
+  int peer_, tag_;
   std::string where_;
   bool done_ = false;
   std::exception_ptr error_;
 };
 
+class CmaSend final : public RunsRequest {
+ public:
+  CmaSend(const void* base, const std::vector<ByteRun>& runs, int peer, int tag, MPI_Comm comm,
+          std::shared_ptr<RunsProgress> progress, std::string where)
+      : RunsRequest(std::move(progress), peer, tag, std::move(where)),
+        base_(static_cast<std::byte*>(const_cast<void*>(base))), runs_(runs), comm_(comm),
+        desc_(runs_descriptor(base, runs)) {
+    DT_MPI(MPI_Irecv(&answer_, 1, MPI_BYTE, peer, answer_tag(tag), comm, &reqs_[1]), where_, ": MPI_Irecv (answer)");
+    const int rc = MPI_Isend(desc_.data(), static_cast<int>(desc_.size() * sizeof(std::uint64_t)), MPI_BYTE, peer,
+                             descriptor_tag(tag), comm, &reqs_[0]);
+    if (rc != MPI_SUCCESS) {
+      MPI_Cancel(&reqs_[1]);
+      MPI_Request_free(&reqs_[1]);
+      throw_mpi(rc, concat(where_, ": MPI_Isend (descriptor)"));
+    }
+    std::lock_guard lock(progress_->mu);
+    progress_->sends.push_back(this);
+  }
+  ~CmaSend() override {
+    finish_quietly();
+    std::lock_guard lock(progress_->mu);
+    auto& v = progress_->sends;
+    v.erase(std::remove(v.begin(), v.end(), this), v.end());
+  }
+
+ private:
+  void step() override {
+    if (!answered_) {
+      int flag = 0;
+      const int rc = MPI_Testall(2, reqs_, &flag, MPI_STATUSES_IGNORE);
+      if (rc != MPI_SUCCESS) throw_mpi(rc, concat(where_, " (wait)"));
+      if (!flag) return;
+      answered_ = true;
+      if (answer_ == kMismatch)
+        throw CommError(concat("mpi: ", where_, ": message size mismatch (the receiver's runs total another size)"));
+      if (answer_ == kRead) {
+        done_ = true;
+        return;
+      }
+    }
+    // Answer kWrite: the receiver's runs follow; write ours into them and report.
+    int flag = 0;
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    DT_MPI(MPI_Improbe(peer_, target_tag(tag_), comm_, &flag, &msg, &status), where_, ": MPI_Improbe (target)");
+    if (!flag) return;
+    done_ = true;
+    const std::vector<std::uint64_t> target = receive_descriptor(msg, status, where_);
+    unsigned char written = 1;
+    std::exception_ptr error;  // kept as thrown: a PeerLostError must reach the CLI as one
+    try {
+      DT_CHECK_EQ(descriptor_bytes(target), runs_bytes(runs_));
+      copy_remote_runs(Copy::kWrite, target, base_, runs_, where_);
+      written = 0;
+    } catch (...) {
+      error = std::current_exception();
+    }
+    DT_MPI(MPI_Send(&written, 1, MPI_BYTE, peer_, written_tag(tag_), comm_), where_, ": MPI_Send (written)");
+    if (error) std::rethrow_exception(error);
+  }
+
+  std::byte* base_;  // written through process_vm_writev's local side only: never modified
+  std::vector<ByteRun> runs_;
+  MPI_Comm comm_;
+  std::vector<std::uint64_t> desc_;
+  unsigned char answer_ = 0;
+  bool answered_ = false;
+  MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+};
+
+class CmaRecv final : public RunsRequest {
+ public:
+  CmaRecv(void* base, std::vector<ByteRun> runs, int peer, int tag, MPI_Comm comm,
+          std::shared_ptr<RunsProgress> progress, std::string where)
+      : RunsRequest(std::move(progress), peer, tag, std::move(where)), base_(static_cast<std::byte*>(base)),
+        runs_(std::move(runs)), comm_(comm) {
+    std::lock_guard lock(progress_->mu);
+    progress_->receives.push_back(this);
+  }
+  ~CmaRecv() override {
+    finish_quietly();
+    if (!mpi_finalized() && target_req_ != MPI_REQUEST_NULL) MPI_Wait(&target_req_, MPI_STATUS_IGNORE);
+    std::lock_guard lock(progress_->mu);
+    auto& v = progress_->receives;
+    v.erase(std::remove(v.begin(), v.end(), this), v.end());
+  }
+  // Whether this receive has taken its descriptor (later ones of its peer and tag may then
+  // take theirs).
+  bool matched() const { return matched_; }
+
+ private:
+  void step() override {
+    if (matched_) return await_written();
+    int flag = 0;
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    DT_MPI(MPI_Improbe(peer_, descriptor_tag(tag_), comm_, &flag, &msg, &status), where_, ": MPI_Improbe");
+    if (!flag) return;
+    matched_ = true;
+    const std::vector<std::uint64_t> desc = receive_descriptor(msg, status, where_);
+    const std::uint64_t remote_bytes = descriptor_bytes(desc);
+    if (remote_bytes != runs_bytes(runs_)) {
+      done_ = true;
+      answer(kMismatch);
+      throw CommError(concat("mpi: ", where_, ": message size mismatch: the sender's runs total ", remote_bytes,
+                             " bytes, expected ", runs_bytes(runs_)));
+    }
+    if (sender_should_write(desc)) {
+      answer(kWrite);
+      target_ = runs_descriptor(base_, runs_);
+      DT_MPI(MPI_Irecv(&written_, 1, MPI_BYTE, peer_, written_tag(tag_), comm_, &written_req_), where_,
+             ": MPI_Irecv (written)");
+      DT_MPI(MPI_Isend(target_.data(), static_cast<int>(target_.size() * sizeof(std::uint64_t)), MPI_BYTE, peer_,
+                       target_tag(tag_), comm_, &target_req_),
+             where_, ": MPI_Isend (target)");
+      return await_written();
+    }
+    done_ = true;
+    std::exception_ptr error;  // kept as thrown: a PeerLostError must reach the CLI as one
+    try {
+      copy_remote_runs(Copy::kRead, desc, base_, runs_, where_);
+    } catch (const CommError&) {
+      error = std::current_exception();
+    }
+    answer(error ? kMismatch : kRead);
+    if (error) std::rethrow_exception(error);
+  }
+  bool sender_should_write(const std::vector<std::uint64_t>& desc) const {
+    const std::size_t theirs = merged_runs(desc);
+    std::size_t ours = 0, end = 0;
+    for (const ByteRun& r : runs_)
+      if (r.bytes > 0) {
+        if (ours == 0 || r.offset != end) ++ours;
+        end = r.offset + r.bytes;
+      }
+    return theirs >= kWriteMinRuns && theirs > kWriteRatio * ours;
+  }
+  void answer(unsigned char a) {
+    DT_MPI(MPI_Send(&a, 1, MPI_BYTE, peer_, answer_tag(tag_), comm_), where_, ": MPI_Send (answer)");
+  }
+  void await_written() {
+    int flag = 0;
+    const int rc = MPI_Test(&written_req_, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) throw_mpi(rc, concat(where_, ": MPI_Test (written)"));
+    if (!flag) return;
+    done_ = true;
+    DT_MPI(MPI_Wait(&target_req_, MPI_STATUS_IGNORE), where_, ": MPI_Wait (target)");
+    if (written_ != 0) throw CommError(concat("mpi: ", where_, ": the sender could not write into this rank's runs"));
+  }
+
+  std::byte* base_;
+  std::vector<ByteRun> runs_;
+  MPI_Comm comm_;
+  bool matched_ = false;
+  std::vector<std::uint64_t> target_;  // this rank's runs, for the sender to write into
+  unsigned char written_ = 1;
+  MPI_Request written_req_ = MPI_REQUEST_NULL, target_req_ = MPI_REQUEST_NULL;
+};
+
 }  // namespace
 
 void detail::RunsProgress::poll_locked() {
-  std::vector<std::pair<int, int>> tried;  // (peer, tag) whose first pending receive was tried
-  for (std::size_t i = 0; i < pending.size();) {
-    CmaRecv* r = pending[i];
+  // Receives: the oldest not yet matched one per (peer, tag) may take the next descriptor;
+  // matched ones wait for their sender's write.
+  std::vector<std::pair<int, int>> tried;
+  for (std::size_t i = 0; i < receives.size(); ++i) {
+    CmaRecv* r = receives[i];
+    if (r->done()) continue;
+    if (r->matched()) {
+      r->advance();
+      continue;
+    }
     const std::pair<int, int> key{r->peer(), r->tag()};
-    if (std::find(tried.begin(), tried.end(), key) != tried.end()) {
-      ++i;
-      continue;
-    }
-    if (r->try_complete()) {
-      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));  // the next one of this key may match too
-      continue;
-    }
+    if (std::find(tried.begin(), tried.end(), key) != tried.end()) continue;
+    r->advance();
+    if (!r->matched()) tried.push_back(key);  // still waiting: later ones of the key wait too
+    else --i;  // matched: it may have more to do below; the next of its key may match too
+  }
+  // Sends: the oldest pending one per (peer, tag) (answers and targets arrive in order).
+  tried.clear();
+  for (CmaSend* s : sends) {
+    if (s->done()) continue;
+    const std::pair<int, int> key{s->peer(), s->tag()};
+    if (std::find(tried.begin(), tried.end(), key) != tried.end()) continue;
     tried.push_back(key);
-    ++i;
+    s->advance();
   }
 }
 
@@ -566,7 +699,7 @@ void MpiTransport::probe_runs_direct() {
   void* ub = nullptr;
   int has_ub = 0;
   DT_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &has_ub), "MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB)");
-  int ok = has_ub && *static_cast<int*>(ub) >= answer_tag(kMaxTag);
+  int ok = has_ub && *static_cast<int*>(ub) >= kMaxProtocolTag;
   runs_direct_.assign(all.size(), 0);
   for (int r : mine) {
     if (!ok || r < 0 || r >= size_) continue;
