@@ -125,7 +125,8 @@ constexpr std::uint64_t kReadMergeGapBytes = std::uint64_t{1} << 20;
 struct LoadOptions {
   std::uint64_t merge_gap_bytes = kReadMergeGapBytes;
   // File bytes the kernel is asked to fetch ahead of the read in progress (posix_fadvise
-  // WILLNEED), so that the disk streams while the rank checks checksums and copies; 0: none.
+  // WILLNEED, from a thread of the load's own), so that the disk streams while the rank checks
+  // checksums and copies; 0: none.
   std::uint64_t prefetch_bytes = std::uint64_t{64} << 20;
   // A piece contiguous in its entry but strided at its destination (a column block of a
   // row-parallel weight loaded into a coarser tp split) is read straight into its destination
@@ -147,7 +148,6 @@ struct LoadStats {
   double read_seconds = 0;      // waiting in pread (disk, page cache copy, faults of fresh memory)
   double checksum_seconds = 0;  // XXH3 of every chunk read
   double copy_seconds = 0;      // copying staged pieces into place (exec::copy_box)
-  double prefetch_seconds = 0;  // asking the kernel to fetch ahead (posix_fadvise WILLNEED)
 };
 
 // Fills `rank`'s arenas of `dst` for every kind both the checkpoint and `dst` hold. Not
