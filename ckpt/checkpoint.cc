@@ -412,11 +412,6 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> read_ranges(const std::vect
 }
 
 
-// In-place reads go through the cache in blocks of this many bytes (whole checksum chunks):
-// each block is checked right after it is read, while it is still in the core's L2 cache,
-// instead of in a second pass over memory once a whole entry is read.
-constexpr std::uint64_t kCheckBlockBytes = std::uint64_t{1} << 20;
-
 // The parts of `spans` (laid end to end; span i starts at starts[i]) that hold bytes [from, to).
 void parts_of(const std::vector<ByteSpan>& spans, const std::vector<std::uint64_t>& starts, std::uint64_t from,
               std::uint64_t to, std::vector<ByteSpan>& out) {
@@ -431,7 +426,7 @@ void parts_of(const std::vector<ByteSpan>& spans, const std::vector<std::uint64_
 // Reads bytes [lo, hi) of an entry straight into `outs` (laid end to end: one span where the
 // piece is contiguous at its destination, one per row where it is strided there), and the rest
 // of the checksum chunks that cover them (at most one chunk's worth at each end) into
-// `margin`; checks every one of those chunks, block by block as it is read. `chunk` == 0: the
+// `margin`, in one read (preadv); then checks every one of those chunks. `chunk` == 0: the
 // entry has one checksum (lo == 0 and hi == bytes). Returns the file bytes read and the read
 // calls.
 std::pair<std::uint64_t, int> read_in_place(const OpenFile& f, const StEntry& entry, const json& sums, std::uint64_t lo,
@@ -454,27 +449,25 @@ std::pair<std::uint64_t, int> read_in_place(const OpenFile& f, const StEntry& en
   DT_CHECK_EQ(at, b - a);
   const std::uint64_t base = f.header.data_start + entry.begin;
   const std::string& path = f.file.path();
-  const std::uint64_t block = std::max(c, kCheckBlockBytes / c * c);
+  int calls = 0;
+  {
+    PhaseTimer timer(stats.read_seconds);
+    calls = read_scattered(f.file.fd(), spans, base + a, path);
+  }
+  // One read over the whole range, not one a block: checking each 1 MiB while it is still in
+  // cache cost more in smaller requests to the disk than it saved (54-62 % of the read probe
+  // against 77-79 % with whole reads, in one loaded run each).
+  PhaseTimer timer(stats.checksum_seconds);
   std::vector<ByteSpan> parts;
   std::vector<ByteRun> runs;
-  int calls = 0;
-  for (std::uint64_t x = a; x < b; x += block) {
-    const std::uint64_t y = std::min(b, x + block);
-    parts_of(spans, starts, x - a, y - a, parts);
-    {
-      PhaseTimer timer(stats.read_seconds);
-      calls += read_scattered(f.file.fd(), parts, base + x, path);
-    }
-    PhaseTimer timer(stats.checksum_seconds);
-    for (std::uint64_t u = x; u < y; u += c) {
-      parts_of(spans, starts, u - a, std::min(u + c, y) - a, parts);
-      runs.clear();
-      for (const auto& p : parts) runs.push_back({p.data, p.bytes});
-      const std::uint64_t sum = runs.size() == 1 ? checksum(runs[0].data, runs[0].bytes) : checksum_of_parts(runs);
-      const json& want = chunk > 0 ? sums[u / c] : sums;
-      if (!want.is_string() || want.get<std::string>() != hex64(sum))
-        DT_INPUT_ERROR("checkpoint file '", path, "': entry '", entry.name, "' fails its checksum: corrupted");
-    }
+  for (std::uint64_t u = a; u < b; u += c) {
+    parts_of(spans, starts, u - a, std::min(u + c, b) - a, parts);
+    runs.clear();
+    for (const auto& p : parts) runs.push_back({p.data, p.bytes});
+    const std::uint64_t sum = runs.size() == 1 ? checksum(runs[0].data, runs[0].bytes) : checksum_of_parts(runs);
+    const json& want = chunk > 0 ? sums[u / c] : sums;
+    if (!want.is_string() || want.get<std::string>() != hex64(sum))
+      DT_INPUT_ERROR("checkpoint file '", path, "': entry '", entry.name, "' fails its checksum: corrupted");
   }
   return {b - a, calls};
 }
