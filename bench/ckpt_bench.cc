@@ -207,13 +207,26 @@ LoadResult timed_load(dt::comm::Transport& t, const std::string& dir, const dt::
   t.barrier();
   const auto t0 = Clock::now();
   const auto c = dt::ckpt::open_latest(dir, dst.model());
-  const auto stats = dt::ckpt::load_rank(c, dst, t.rank(), arenas.view());
+  dt::ckpt::LoadOptions options;
+  if (std::getenv("DT_PREFETCH_MIB")) options.prefetch_bytes = std::strtoull(std::getenv("DT_PREFETCH_MIB"), nullptr, 10) << 20;
+  const auto stats = dt::ckpt::load_rank(c, dst, t.rank(), arenas.view(), options);
+  const double mine = since(t0);
   LoadResult r;
   r.seconds = max_over_ranks(t, since(t0));
   r.read = sum_over_ranks(t, stats.bytes_read);
   r.loaded = sum_over_ranks(t, stats.bytes_loaded);
   r.calls = sum_over_ranks(t, static_cast<std::uint64_t>(stats.read_calls));
   r.in_place = sum_over_ranks(t, stats.bytes_in_place);
+  if (std::getenv("DT_BENCH_VERBOSE")) {  // where each rank's time went (LoadStats' phases)
+    const double phases[] = {mine, stats.plan_seconds, stats.open_seconds, stats.read_seconds,
+                             stats.checksum_seconds, stats.copy_seconds};
+    std::vector<std::vector<double>> all;
+    for (double v : phases) all.push_back(dt::testing::gather_double(t, v));
+    if (t.rank() == 0)
+      for (int q = 0; q < t.size(); ++q)
+        std::fprintf(stderr, "  load into %s, rank %d: %.3f s = plan %.3f + open %.3f + read %.3f + checksum %.3f + copy %.3f + other\n",
+                     dst.config().str().c_str(), q, all[0][q], all[1][q], all[2][q], all[3][q], all[4][q], all[5][q]);
+  }
   return r;
 }
 

@@ -125,8 +125,14 @@ constexpr std::uint64_t kReadMergeGapBytes = std::uint64_t{1} << 20;
 struct LoadOptions {
   std::uint64_t merge_gap_bytes = kReadMergeGapBytes;
   // File bytes the kernel is asked to fetch ahead of the read in progress (posix_fadvise
-  // WILLNEED), so that the disk streams while the rank checks checksums and copies; 0: none.
+  // WILLNEED, from a thread of the load's own), so that the disk streams while the rank checks
+  // checksums and copies; 0: none.
   std::uint64_t prefetch_bytes = std::uint64_t{64} << 20;
+  // A piece contiguous in its entry but strided at its destination (a column block of a
+  // row-parallel weight loaded into a coarser tp split) is read straight into its destination
+  // rows (one preadv over them) when its rows average at least this many bytes; narrower rows
+  // are read into a stage and copied, as pieces strided in their entry always are.
+  std::uint64_t min_scatter_run_bytes = 512;
 };
 
 struct LoadStats {
@@ -136,6 +142,12 @@ struct LoadStats {
   std::uint64_t bytes_loaded = 0;  // bytes written into the arenas
   std::uint64_t bytes_in_place = 0;  // of bytes_loaded, read straight into the arenas (no copy)
   std::int64_t files_opened = 0;
+  // Where the load's time went on this rank (wall seconds, adding up to about its whole time):
+  double plan_seconds = 0;      // planning the pieces and the reads (plan_rank, read ranges)
+  double open_seconds = 0;      // opening rank files and checking their headers against the index
+  double read_seconds = 0;      // waiting in pread (disk, page cache copy, faults of fresh memory)
+  double checksum_seconds = 0;  // XXH3 of every chunk read
+  double copy_seconds = 0;      // copying staged pieces into place (exec::copy_box)
 };
 
 // Fills `rank`'s arenas of `dst` for every kind both the checkpoint and `dst` hold. Not

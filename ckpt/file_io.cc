@@ -2,10 +2,13 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -58,6 +61,32 @@ void read_exact(int fd, void* buf, std::size_t bytes, std::uint64_t offset, cons
     bytes -= static_cast<std::size_t>(n);
     offset += static_cast<std::uint64_t>(n);
   }
+}
+
+int read_scattered(int fd, const std::vector<ByteSpan>& spans, std::uint64_t offset, const std::string& path) {
+  std::vector<iovec> iov;
+  iov.reserve(spans.size());
+  for (const auto& s : spans)
+    if (s.bytes > 0) iov.push_back({s.data, s.bytes});
+  int calls = 0;
+  for (std::size_t i = 0; i < iov.size();) {
+    const int count = static_cast<int>(std::min<std::size_t>(IOV_MAX, iov.size() - i));
+    ssize_t n = ::preadv(fd, &iov[i], count, static_cast<off_t>(offset));
+    ++calls;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) DT_INPUT_ERROR("cannot read '", path, "': ", std::strerror(errno));
+    if (n == 0) DT_INPUT_ERROR("checkpoint file '", path, "' ends at byte ", offset, ": truncated");
+    offset += static_cast<std::uint64_t>(n);
+    for (; n > 0 && i < iov.size(); ++i) {  // skip what was read; resume inside a partly read span
+      if (static_cast<std::size_t>(n) < iov[i].iov_len) {
+        iov[i].iov_base = static_cast<char*>(iov[i].iov_base) + n;
+        iov[i].iov_len -= static_cast<std::size_t>(n);
+        break;
+      }
+      n -= static_cast<ssize_t>(iov[i].iov_len);
+    }
+  }
+  return calls;
 }
 
 void write_exact(int fd, const void* buf, std::size_t bytes, std::uint64_t offset, const std::string& path) {

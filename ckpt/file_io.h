@@ -49,6 +49,15 @@ struct ByteRun {
   std::size_t bytes;
 };
 std::uint64_t checksum_of_parts(const std::vector<ByteRun>& parts);
+// Writable memory that consecutive file bytes are read into (one iovec of a scattered read).
+struct ByteSpan {
+  std::byte* data;
+  std::size_t bytes;
+};
+// Reads the file bytes [offset, offset + total of `spans`) into `spans` laid end to end
+// (preadv, at most IOV_MAX spans a call); returns the calls made. Short reads are resumed; the
+// end of the file is a truncation (InputError naming `path`).
+int read_scattered(int fd, const std::vector<ByteSpan>& spans, std::uint64_t offset, const std::string& path);
 std::string hex64(std::uint64_t x);  // 16 lowercase hex digits
 
 }  // namespace dynatrain::ckpt

@@ -198,6 +198,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   if (!args.resume_dir.empty() && !joined) {
     resume = ckpt::open_latest(args.resume_dir, o.model);
     first_step = resume->step;
+    o.loaded_kinds = resume->kinds;  // the load overwrites them: no per-element init before it
     if (first_step >= args.steps)
       DT_INPUT_ERROR("checkpoint in '", args.resume_dir, "' is at step ", first_step, "; --steps ", args.steps,
                      " leaves nothing to train");

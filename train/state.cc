@@ -1,5 +1,6 @@
 #include "train/state.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -120,12 +121,13 @@ float init_value(const vps::ModelSpec& model, const vps::TensorSpec& t, std::int
 }
 
 void init_state(const vps::Layout& layout, const vps::RankLayout& rank_layout, Arenas& arenas,
-                std::uint64_t seed) {
+                std::uint64_t seed, const std::vector<vps::StateKind>& loaded) {
   const auto& tensors = layout.tensors();
   for (const auto& buf : rank_layout.buffers)
     if (std::byte* p = arenas.bytes(buf)) std::memset(p, 0, arenas.block_bytes(buf));
   for (const auto& buf : rank_layout.buffers) {
     if (buf.kind != StateKind::kParam && buf.kind != StateKind::kMaster) continue;
+    if (std::find(loaded.begin(), loaded.end(), buf.kind) != loaded.end()) continue;
     if (arenas.bytes(buf) == nullptr) continue;
     const bool half = arenas.elem_bytes(buf.kind) == 2;
     float* base = half ? nullptr : arenas.data(buf);

@@ -98,9 +98,10 @@ float init_value(const vps::ModelSpec& model, const vps::TensorSpec& t, std::int
                  std::uint64_t seed);
 
 // Fills param and master with init_value and zeroes grad, exp_avg and exp_avg_sq. bf16 params
-// are init_value rounded to bf16, as the optimizer derives them from the master.
+// are init_value rounded to bf16, as the optimizer derives them from the master. Kinds in
+// `loaded` are only zeroed: a checkpoint load overwrites every element of them next.
 void init_state(const vps::Layout& layout, const vps::RankLayout& rank_layout, Arenas& arenas,
-                std::uint64_t seed);
+                std::uint64_t seed, const std::vector<vps::StateKind>& loaded = {});
 
 // Calls fn(full_offset, local_offset, count) for each row (last-dim run) of `box`, where
 // full_offset is the row's row-major offset in the full tensor of `shape` and local_offset its

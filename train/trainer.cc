@@ -1074,7 +1074,7 @@ Trainer::Trainer(TrainerOptions options, const vps::ParallelConfig& config, comm
   auto layout = impl_->make_layout(c);
   const vps::RankLayout rl = layout->rank_layout(world.rank());
   Arenas a(rl, impl_->pool, impl_->elem());
-  init_state(*layout, rl, a, impl_->opt.seed);
+  init_state(*layout, rl, a, impl_->opt.seed, impl_->opt.loaded_kinds);
   auto& e = *impl_->edm;
   auto groups = e.cache().get(e.control(), e.ids(), c);
   impl_->adopt(std::move(layout), std::move(a), std::move(groups));

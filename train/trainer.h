@@ -89,6 +89,10 @@ struct TrainerOptions {
   // reduced in fp32; Adam on the fp32 master (its own state kind, sharded like the moments),
   // after which the bf16 params are rounded from it (vps::bf16_param_elem_bytes).
   bool bf16 = false;
+  // State kinds a resume will load right after construction (a checkpoint's kinds): the
+  // per-element weight init of these kinds is skipped (they are only zeroed), since the load
+  // overwrites every element of them. Empty: initialise everything.
+  std::vector<vps::StateKind> loaded_kinds;
 };
 
 struct StepStats {

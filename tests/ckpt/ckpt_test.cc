@@ -81,6 +81,15 @@ std::uint64_t expect_loads_exactly(const std::string& dir, const vps::Layout& ds
   return in_place;
 }
 
+// Bytes of every segment of every rank of `l` (what a load into it writes).
+std::int64_t state_bytes_of(const vps::Layout& l) {
+  std::int64_t n = 0;
+  for (int r = 0; r < l.config().world_size(); ++r)
+    for (const auto& b : l.rank_layout(r).buffers)
+      for (const auto& s : b.segments) n += s.box.numel() * l.options().elem_bytes[static_cast<int>(b.kind)];
+  return n;
+}
+
 TEST(Checkpoint, LoadsIntoOtherLayoutsAndProcessCounts) {
   const std::string dir = fresh_dir("layouts");
   save_filled(dir, 5, layout("tiny-moe", "tp=2,pp=2,dp=2,ep=2,zero=1"));  // 8 files
@@ -153,6 +162,45 @@ TEST(Checkpoint, PartialReadsReadOnlyTheChunksTheyNeedAndVerifyThem) {
     flip(at);  // restored: the next place is the only bad byte
   }
   EXPECT_EQ(expect_loads_exactly(partial, to), expect_loads_exactly(partial, to));
+}
+
+// Into a coarser tp split, a row-parallel weight's column block is contiguous in its entry but
+// one run per row at its destination: it is read straight into those rows (preadv) when they
+// are wide enough, else staged and copied. Every byte lands right both ways, and a flipped byte
+// in a piece read into place is refused.
+TEST(Checkpoint, PiecesStridedAtTheirDestinationAreReadIntoPlace) {
+  const auto from = layout("tiny-dense", "tp=4,dp=1,zero=0");
+  const auto to = layout("tiny-dense", "tp=1,zero=0");
+  const std::string dir = fresh_dir("scatter");
+  save_filled(dir, 1, from, 256);
+  LoadOptions scatter, stage;
+  scatter.min_scatter_run_bytes = 1;  // tiny-dense's rows are narrow: read them into place anyway
+  stage.min_scatter_run_bytes = std::uint64_t{1} << 40;
+  const std::uint64_t loaded = static_cast<std::uint64_t>(state_bytes_of(to));
+  EXPECT_EQ(expect_loads_exactly(dir, to, nullptr, scatter), loaded);  // every byte in place
+  EXPECT_LT(expect_loads_exactly(dir, to, nullptr, stage), loaded);    // the row-parallel ones staged
+
+  const std::string file = dir + "/step-00000001/" + rank_file_name(2);
+  const auto size = fs::file_size(file);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size / 2));
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x5a);
+    f.seekp(static_cast<std::streamoff>(size / 2));
+    f.write(&byte, 1);
+  }
+  const Checkpoint c = open_latest(dir, to.model());
+  for (const LoadOptions& o : {scatter, stage}) {
+    OwnedArenas a = allocate(to, 0);
+    try {
+      load_rank(c, to, 0, a.view(), o);
+      ADD_FAILURE() << "a flipped byte was not refused";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("fails its checksum: corrupted"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Checkpoint, ChecksumOfPartsEqualsChecksumOfTheWhole) {

@@ -16,8 +16,10 @@
 
 #include "comm/inproc/inproc_transport.h"
 #include "common/error.h"
+#include "exec/pool_allocator.h"
 #include "train/bf16.h"
 #include "train/data.h"
+#include "train/state.h"
 #include "tools/train_cli.h"
 #include "train/trainer.h"
 
@@ -756,6 +758,27 @@ TEST(Train, Bf16StateBytesPerParameter) {
     EXPECT_EQ(fp32 * 18, bf16 * 20) << model;
     EXPECT_GE(fp32, static_cast<std::size_t>(vps::parameter_count(m)) * 20) << model;
   }
+}
+
+// A resumed trainer skips the per-element weight init of the kinds the checkpoint load
+// overwrites next (TrainerOptions::loaded_kinds): those are only zeroed, the others initialised.
+TEST(Train, InitStateSkipsTheKindsALoadOverwrites) {
+  const vps::Layout layout(test_model("tiny-dense"), cfg("dp=1,zero=0"), trainer_layout_options(32768));
+  const auto rl = layout.rank_layout(0);
+  exec::PoolAllocator pool;
+  Arenas all(rl, pool), skipped(rl, pool);
+  init_state(layout, rl, all, 1234);
+  init_state(layout, rl, skipped, 1234, {vps::StateKind::kParam});
+  std::int64_t all_nonzero = 0, skipped_nonzero = 0;
+  for (const auto& b : rl.buffers) {
+    if (b.kind != vps::StateKind::kParam) continue;
+    for (std::int64_t i = 0; i < b.numel; ++i) {
+      all_nonzero += all.data(b)[i] != 0.0f;
+      skipped_nonzero += skipped.data(b)[i] != 0.0f;
+    }
+  }
+  EXPECT_GT(all_nonzero, 1000);
+  EXPECT_EQ(skipped_nonzero, 0);
 }
 
 // A --bf16 run that switches layouts (TP, PP, DP resize, ZeRO-3, shrink to ZeRO-0, CP; for MoE
