@@ -132,7 +132,9 @@ TEST(Layout, PageAlignedTensorsStartOnPagesInEveryBuffer) {
         for (const auto& seg : buf.segments) {
           const bool starts_tensor_here = seg.tensor != last && seg.box.numel() > 0 &&
                                           seg.box == layout.tensors()[seg.tensor].full_box();
-          if (starts_tensor_here) EXPECT_EQ(seg.offset % page, 0) << cfg << " rank " << r;
+          if (starts_tensor_here) {
+            EXPECT_EQ(seg.offset % page, 0) << cfg << " rank " << r;
+          }
           last = seg.tensor;
         }
       }
