@@ -231,15 +231,17 @@ std::uint64_t descriptor_bytes(const std::vector<std::uint64_t>& desc) {
   return bytes;
 }
 
-// Runs of a descriptor after merging the ones that continue each other (what the kernel pins).
-std::size_t merged_runs(const std::vector<std::uint64_t>& desc) {
+// Runs after merging the ones that continue each other (what the kernel pins): run(i) gives
+// the (start, length) of run i of `count`.
+template <typename Run>
+std::size_t merged_run_count(std::size_t count, Run run) {
   std::size_t n = 0;
   std::uint64_t end = 0;
-  for (std::size_t i = 0; i < desc[1]; ++i) {
-    const std::uint64_t addr = desc[2 + 2 * i], len = desc[3 + 2 * i];
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto [start, len] = run(i);
     if (len == 0) continue;
-    if (n == 0 || addr != end) ++n;
-    end = addr + len;
+    if (n == 0 || start != end) ++n;
+    end = start + len;
   }
   return n;
 }
@@ -521,13 +523,12 @@ class CmaRecv final : public RunsRequest {
     if (error) std::rethrow_exception(error);
   }
   bool sender_should_write(const std::vector<std::uint64_t>& desc) const {
-    const std::size_t theirs = merged_runs(desc);
-    std::size_t ours = 0, end = 0;
-    for (const ByteRun& r : runs_)
-      if (r.bytes > 0) {
-        if (ours == 0 || r.offset != end) ++ours;
-        end = r.offset + r.bytes;
-      }
+    const std::size_t theirs = merged_run_count(desc[1], [&](std::size_t i) {
+      return std::pair<std::uint64_t, std::uint64_t>{desc[2 + 2 * i], desc[3 + 2 * i]};
+    });
+    const std::size_t ours = merged_run_count(runs_.size(), [&](std::size_t i) {
+      return std::pair<std::uint64_t, std::uint64_t>{runs_[i].offset, runs_[i].bytes};
+    });
     return theirs >= kWriteMinRuns && theirs > kWriteRatio * ours;
   }
   void answer(unsigned char a) {
@@ -569,7 +570,6 @@ void detail::RunsProgress::poll_locked() {
     if (std::find(tried.begin(), tried.end(), key) != tried.end()) continue;
     r->advance();
     if (!r->matched()) tried.push_back(key);  // still waiting: later ones of the key wait too
-    else --i;  // matched: it may have more to do below; the next of its key may match too
   }
   // Sends: the oldest pending one per (peer, tag) (answers and targets arrive in order).
   tried.clear();
