@@ -414,7 +414,7 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> read_ranges(const std::vect
 
 // The parts of `spans` (laid end to end; span i starts at starts[i]) that hold bytes [from, to).
 void parts_of(const std::vector<ByteSpan>& spans, const std::vector<std::uint64_t>& starts, std::uint64_t from,
-              std::uint64_t to, std::vector<ByteSpan>& out) {
+              std::uint64_t to, std::vector<ByteRun>& out) {
   out.clear();
   std::size_t i = static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), from) - starts.begin()) - 1;
   for (; i < spans.size() && starts[i] < to; ++i) {
@@ -458,12 +458,9 @@ std::pair<std::uint64_t, int> read_in_place(const OpenFile& f, const StEntry& en
   // cache cost more in smaller requests to the disk than it saved (54-62 % of the read probe
   // against 77-79 % with whole reads, in one loaded run each).
   PhaseTimer timer(stats.checksum_seconds);
-  std::vector<ByteSpan> parts;
   std::vector<ByteRun> runs;
   for (std::uint64_t u = a; u < b; u += c) {
-    parts_of(spans, starts, u - a, std::min(u + c, b) - a, parts);
-    runs.clear();
-    for (const auto& p : parts) runs.push_back({p.data, p.bytes});
+    parts_of(spans, starts, u - a, std::min(u + c, b) - a, runs);
     const std::uint64_t sum = runs.size() == 1 ? checksum(runs[0].data, runs[0].bytes) : checksum_of_parts(runs);
     const json& want = chunk > 0 ? sums[u / c] : sums;
     if (!want.is_string() || want.get<std::string>() != hex64(sum))

@@ -142,9 +142,12 @@ std::vector<int> min_cost_assignment(int rows, int cols, const std::vector<std::
 }
 
 std::uint64_t inter_node_floor(const Affinity& a, const Topology& topology, const std::vector<int>& eligible) {
-  std::vector<char> node_eligible(a.nodes, eligible.empty() ? 1 : 0);
+  std::vector<char> process_eligible(a.processes, eligible.empty() ? 1 : 0);
   for (int p : eligible)
-    if (p >= 0 && p < a.processes) node_eligible[topology.node_of(p)] = 1;
+    if (p >= 0 && p < a.processes) process_eligible[p] = 1;
+  std::vector<char> node_eligible(a.nodes, 0);
+  for (int p = 0; p < a.processes; ++p)
+    if (process_eligible[p]) node_eligible[topology.node_of(p)] = 1;
   std::vector<char> node_holds(a.nodes, 0);
   std::vector<std::uint64_t> best(a.ranks, 0);  // bytes of rank q on its best eligible node
   std::uint64_t floor = 0;
@@ -157,9 +160,7 @@ std::uint64_t inter_node_floor(const Affinity& a, const Topology& topology, cons
     floor += a.need[q] - best[q];
   }
   int seats = 0;  // eligible processes on nodes holding source state
-  for (int p = 0; p < a.processes; ++p)
-    seats += node_holds[topology.node_of(p)] &&
-             (eligible.empty() || std::find(eligible.begin(), eligible.end(), p) != eligible.end());
+  for (int p = 0; p < a.processes; ++p) seats += node_holds[topology.node_of(p)] && process_eligible[p];
   const int homeless = std::max(0, a.ranks - seats);  // ranks that must sit on a node holding nothing
   std::sort(best.begin(), best.end());
   for (int i = 0; i < homeless; ++i) floor += best[i];
