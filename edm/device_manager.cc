@@ -123,7 +123,7 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
   if (ctl.rank() == 0) {
     std::string reason, note;
     if (need > 0)
-      reason = launcher_ ? launcher_->cannot_start(need)
+      reason = launcher_ ? launcher_->cannot_start(need, ctl.size())
                          : std::string("cannot start processes: the ") + ctl.backend() + " transport has no launcher";
     // Without a launcher nobody leaves (ranks outside the layout wait, as in a fixed job).
     if (need < 0 && launcher_) note = launcher_->cannot_leave();
@@ -154,7 +154,12 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
   if (need > 0) {  // the merged world; with a placement it is reordered below
     const double t0 = now_s();
     starting_ = need;
-    grown_world_ = launcher_->grow(ctl, need);
+    try {
+      grown_world_ = launcher_->grow(ctl, need);
+    } catch (const LaunchRefused& e) {  // every rank alike: the switch is refused, nothing changed
+      p.refused = e.what();
+      return;
+    }
     p.creations += 1;
     for (int i = 0; i < need; ++i) next_ids_.push_back(next_next_id_++);
     std::string msg = join_message(current, next, next_next_id_, next_ids_, payload);

@@ -8,19 +8,31 @@
 #include <string>
 
 #include "comm/transport.h"
+#include "common/error.h"
 
 namespace dynatrain::edm {
+
+// The processes of a grow could not be started (e.g. MPI_Comm_spawn failed: a host outside
+// the job's allocation). Thrown by every rank of the grow alike; what() is the one line the
+// refused switch reports ("cannot start N process(es): ...").
+class LaunchRefused : public CommError {
+ public:
+  using CommError::CommError;
+};
 
 class Launcher {
  public:
   virtual ~Launcher() = default;
 
-  // Why `count` more processes cannot be started now (one line for the user), or "" if they
-  // can. Local, no communication; the device manager asks world rank 0 and broadcasts.
-  virtual std::string cannot_start(int count) const = 0;
+  // Why `count` more processes cannot be started now, beside the `alive` processes of the
+  // world (one line for the user), or "" if they can. Local, no communication; the device
+  // manager asks world rank 0 and broadcasts.
+  virtual std::string cannot_start(int count, int alive) const = 0;
   // Collective over `world`: starts `count` processes running this program with this
   // program's arguments and returns a world of world.size() + count ranks: the old ranks
-  // first, in their order, the new ones after. Throws CommError if MPI fails.
+  // first, in their order, the new ones after. Throws LaunchRefused on every rank alike when
+  // the processes could not be started (`world` stays usable; nothing was started), CommError
+  // if MPI fails otherwise.
   virtual std::unique_ptr<comm::Transport> grow(comm::Transport& world, int count) = 0;
 
   // In a process that grow() started: the world it was started into (the same transport its
@@ -34,6 +46,14 @@ class Launcher {
   // trainer and its transports are destroyed.
   virtual void leave() = 0;
 
+  // Whether a grow of this job failed in the MPI library itself (not refused beforehand).
+  // Open MPI 4.1's mpirun then never exits on its own, even after every process has ended, so
+  // the job has to end through end_after_failed_start().
+  virtual bool start_failed() const { return false; }
+  // After the job's last step, in every process, when start_failed(): the leader waits for the
+  // others to end, says why, and ends the job (mpirun exits non-zero); the others leave().
+  virtual void end_after_failed_start(bool /*leader*/) {}
+
   // The job this process belongs to (processes started together share one; every grow starts
   // a new one). Processes of one Open MPI job talk over shared memory, of different jobs over
   // TCP loopback (docs/edm.md); reports name the path with it.
@@ -44,7 +64,7 @@ class Launcher {
 // returning from its thread.
 class InprocLauncher final : public Launcher {
  public:
-  std::string cannot_start(int count) const override {
+  std::string cannot_start(int count, int /*alive*/) const override {
     return "cannot start " + std::to_string(count) + " process(es): in-process ranks are a fixed set of threads";
   }
   std::unique_ptr<comm::Transport> grow(comm::Transport&, int) override { return nullptr; }

@@ -11,6 +11,17 @@ DTC_STATE=${DTC_STATE:-/tmp/dtc-netns}  # hostfile, cluster.json, link measureme
 # (benchmarks), this one second.
 dtc_lock() { exec 9>/tmp/dt-netns.lock && flock 9; }
 dtc_ns() { echo "dtc-node$1"; }
+# Whether a namespace, a veth pair and a tc qdisc can be made here (root, iproute2, veth, tbf):
+# the tests skip (exit 77) where they cannot. Leaves nothing behind.
+dtc_can_make_nodes() {
+  local ok=1
+  [[ $(id -u) == 0 ]] && command -v ip >/dev/null && command -v tc >/dev/null && command -v unshare >/dev/null &&
+    ip netns add dtc-probe 2>/dev/null && ip link add dtc-probe0 type veth peer name dtc-probe1 2>/dev/null &&
+    tc qdisc add dev dtc-probe0 root tbf rate 1gbit burst 1mb latency 50ms 2>/dev/null && ok=0
+  ip link del dtc-probe0 2>/dev/null
+  ip netns del dtc-probe 2>/dev/null
+  return $ok
+}
 dtc_addr() { echo "$DTC_NET.$(($1 + 1))"; }
 
 # The link as MPI sees it and the files both rehearsals run on (call after netns-up.sh):

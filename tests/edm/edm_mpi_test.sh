@@ -6,8 +6,10 @@
 #      3 and 1 in that order, the CSV's world column must say the same per phase, every switch
 #      is reported in the JSON (with its bare-exchange floor and commit CPU), and the loss
 #      tracks the static run;
-#   2. a grow whose executable is missing is refused with one line and training goes on in the
-#      old layout (exit 0, world stays 2);
+#   2. a grow whose executable is missing, whose host does not resolve, or that needs more slots
+#      than the job has is refused with one line and training goes on in the old layout (exit 0,
+#      world stays 2); a spawn that fails inside Open MPI is refused alike, and the job then ends
+#      through MPI_Abort with a note (exit 1, every step done);
 #   3. `dynatrain request` switches a running job at the requested step; a request the trainer
 #      cannot run is refused with one line;
 #   4. with --job, a rank outside the layout waits without spinning (CPU time) and joins on request;
@@ -62,6 +64,34 @@ DT_EDM_EXECUTABLE=/nonexistent/dynatrain mpirun -np 2 "$BIN" train --model tiny-
 grep -q "refused: cannot start 2 process(es): executable '/nonexistent/dynatrain' is missing" "$OUT/refused.log" ||
   { cat "$OUT/refused.log"; fail "no refusal line"; }
 awk -F, 'NR > 1 && $11 != 2 { bad = 1 } END { exit bad }' "$OUT/refused.csv" || fail "world changed after a refused grow"
+# Hosts that do not resolve, and a grow beyond the job's slots without oversubscription, are
+# refused before any spawn (Open MPI would end the job, or fail the spawn).
+REFUSE=(train --model tiny-dense --steps 6 --global-batch 8 --seq 32 --threads 1 --schedule "0:dp=2;3:dp=4")
+mpirun -np 2 "$BIN" "${REFUSE[@]}" --host no-such-host.invalid:2 > "$OUT/refused_host.log" 2>&1 ||
+  { cat "$OUT/refused_host.log"; fail "refused host: exit status $?"; }
+grep -q "refused: cannot start 2 process(es): host 'no-such-host.invalid' of --host does not resolve" \
+  "$OUT/refused_host.log" || { cat "$OUT/refused_host.log"; fail "no refusal line for a host that does not resolve"; }
+printf 'localhost slots=2\n' > "$OUT/two_slots"
+env -u OMPI_MCA_rmaps_base_oversubscribe mpirun --hostfile "$OUT/two_slots" -np 2 "$BIN" "${REFUSE[@]}" \
+  > "$OUT/refused_slots.log" 2>&1 || { cat "$OUT/refused_slots.log"; fail "refused slots: exit status $?"; }
+grep -q "refused: cannot start 2 process(es): the job's hosts have 2 slots and 2 are in use" "$OUT/refused_slots.log" ||
+  { cat "$OUT/refused_slots.log"; fail "no refusal line for a grow beyond the slots"; }
+# A spawn that fails inside Open MPI (2 processes onto a host given 1 slot, no oversubscription)
+# is refused on every rank alike and training goes on; the job then ends through MPI_Abort with
+# a note (Open MPI 4.1's mpirun would not exit after it): exit status 1, every step in the CSV.
+set +e
+env -u OMPI_MCA_rmaps_base_oversubscribe timeout 120 mpirun --hostfile "$OUT/two_slots" -np 2 "$BIN" "${REFUSE[@]}" \
+  --host localhost:1 --csv "$OUT/refused_spawn.csv" > "$OUT/refused_spawn.log" 2>&1
+rc=$?
+set -e
+[[ $rc == 1 ]] || { cat "$OUT/refused_spawn.log"; fail "failed spawn: exit status $rc, want 1 (124: mpirun did not exit)"; }
+grep -q "refused: cannot start 2 process(es): MPI_Comm_spawn failed: MPI_ERR_SPAWN" "$OUT/refused_spawn.log" ||
+  { cat "$OUT/refused_spawn.log"; fail "no refusal line for a failed spawn"; }
+[[ $(grep -c "refused" "$OUT/refused_spawn.log") == 1 ]] || { cat "$OUT/refused_spawn.log"; fail "refusal not printed once"; }
+grep -q "^note: every step is done; ending the job with MPI_Abort" "$OUT/refused_spawn.log" ||
+  { cat "$OUT/refused_spawn.log"; fail "no note on ending the job"; }
+awk -F, 'NR > 1 { n++; if ($11 != 2) bad = 1 } END { exit bad || n != 6 }' "$OUT/refused_spawn.csv" ||
+  fail "steps missing or world changed after a failed spawn"
 # A switch requested from outside (`dynatrain request`) happens at the requested step; a request
 # the trainer cannot run is refused with one line and the job goes on.
 mkdir -p "$OUT/job"

@@ -10,17 +10,9 @@ export DTC_STATE
 DTC_STATE=$(mktemp -d)
 source "$scripts/netns-env.sh"
 dtc_lock  # a rehearsal or bench using the namespaces finishes first
-probe() {  # a namespace, a veth pair and a tc qdisc can be made (root, iproute2, veth, tbf)
-  [[ $(id -u) == 0 ]] && command -v ip >/dev/null && command -v tc >/dev/null && command -v unshare >/dev/null &&
-    ip netns add dtc-probe 2>/dev/null && ip link add dtc-probe0 type veth peer name dtc-probe1 2>/dev/null &&
-    tc qdisc add dev dtc-probe0 root tbf rate 1gbit burst 1mb latency 50ms 2>/dev/null
-}
-if ! probe; then
-  ip link del dtc-probe0 2>/dev/null; ip netns del dtc-probe 2>/dev/null
+if ! dtc_can_make_nodes; then
   echo "skip: cannot create network namespaces, veth pairs or tc qdiscs here"; exit 77
 fi
-ip link del dtc-probe0
-ip netns del dtc-probe
 trap '"$scripts/netns-down.sh" >/dev/null' EXIT
 "$scripts/netns-up.sh" 8 2 || exit 1
 # Ranks 0-1 run in node 0, ranks 2-3 in node 1 (each namespace has its own hostname).
