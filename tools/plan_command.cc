@@ -130,9 +130,9 @@ int run_plan(const PlanArgs& a) {
   // The fewest bytes any placement could send across nodes (plan/placement.h), so the reader can
   // see how far the chosen placement is from the best possible one. Only with a placement other
   // than fixed: the affinity it needs grows with ranks x processes, as auto's does.
-  const std::optional<std::uint64_t> floor_inter =
-      a.placement == "fixed" ? std::nullopt
-                             : std::optional(plan::inter_node_floor(plan::Planner(src, dst, topo).affinity(), topo));
+  const bool has_floor = a.placement != "fixed";
+  const std::uint64_t floor_inter =
+      has_floor ? plan::inter_node_floor(plan::Planner(src, dst, topo).affinity(), topo) : 0;
   std::printf("  planned in %.3g s (all ranks), %.3g ms (one rank's own part); planner peak memory %.0f MiB\n",
               plan_seconds, rank_seconds * 1e3, planner_bytes / 1048576.0);
   if (a.placement != "fixed")
@@ -140,9 +140,9 @@ int run_plan(const PlanArgs& a) {
                 a.placement == "auto" ? "auto" : "given", placement.dst.moved_ranks(dst.config().world_size()),
                 dst.config().world_size(), placement_seconds, format_bytes(stats.total.inter_node).c_str(),
                 format_bytes(fixed_inter).c_str());
-  if (floor_inter)
-    std::printf("  no placement sends fewer than %s across nodes (%.2fx of fixed)\n", format_bytes(*floor_inter).c_str(),
-                fixed_inter == 0 ? 0.0 : static_cast<double>(*floor_inter) / static_cast<double>(fixed_inter));
+  if (has_floor)
+    std::printf("  no placement sends fewer than %s across nodes (%.2fx of fixed)\n", format_bytes(floor_inter).c_str(),
+                fixed_inter == 0 ? 0.0 : static_cast<double>(floor_inter) / static_cast<double>(fixed_inter));
   std::optional<sim::LinkBound> link;
   if (cluster) {
     link = sim::link_lower_bound(plans, options.elem_bytes, *cluster);
@@ -180,7 +180,7 @@ int run_plan(const PlanArgs& a) {
     j["placement_processes"] = placement.dst.processes_of(dst.config().world_size());
     j["placement_seconds"] = placement_seconds;
     j["fixed_inter_node_bytes"] = fixed_inter;
-    if (floor_inter) j["inter_node_floor_bytes"] = *floor_inter;
+    if (has_floor) j["inter_node_floor_bytes"] = floor_inter;
     if (cluster) {
       j["cluster"] = sim::to_json(*cluster);
       j["cluster_lower_bound_seconds"] = link->seconds;
