@@ -6,6 +6,8 @@
 #      with the default placement (auto), with --placement fixed and with --align-pages
 #      (page-aligned tensors: kept tensors at a new offset are remapped instead of copied);
 #   B. the same model on 2 processes growing to 4 (dp=2 -> tp=2,dp=2: 2 processes spawned);
+#   D. the same model on 2 processes, tp=2 -> pp=2 and back and again: one process a core on
+#      this 2-core machine, where A's four processes share two;
 #   C. run-transition on the same model and switch (same bucket size; its params are 2-byte,
 #      the trainer's 4-byte, so it moves fewer bytes): the engine alone, cold and warm.
 # Prints each switch's pause and three floors measured in the same run: the bare exchange of
@@ -29,6 +31,7 @@ MODEL="$HERE/llama-133m.json"
 COMMON=(train --model "$MODEL" --global-batch 4 --seq 32 --threads 1)
 BACK_AND_FORTH=(--steps 9 --lookahead 1 --schedule "0:tp=2,dp=2;3:pp=2,dp=2;5:tp=2,dp=2;7:pp=2,dp=2")
 GROW=(--steps 6 --lookahead 3 --schedule "0:dp=2;4:tp=2,dp=2")
+TWO=(--steps 9 --lookahead 1 --schedule "0:tp=2;3:pp=2;5:tp=2;7:pp=2")
 
 run() {  # NAME NP ARGS...
   echo "== $1: mpirun -np $2 dynatrain ${COMMON[*]} ${*:3}"
@@ -61,6 +64,7 @@ run switch_4 4 "${BACK_AND_FORTH[@]}"
 run switch_4_fixed 4 "${BACK_AND_FORTH[@]}" --placement fixed
 run switch_4_aligned 4 "${BACK_AND_FORTH[@]}" --align-pages
 run grow_2_4 2 "${GROW[@]}"
+run switch_2 2 "${TWO[@]}"
 echo "== run_transition: mpirun -np 4 dynatrain run-transition (same model and switch, engine alone)"
 mpirun -np 4 "$BIN" run-transition --model "$MODEL" --from tp=2,dp=2 --to pp=2,dp=2 --bucket-elems 32768 \
   --at-step-boundary --prefault --repeat 3 --json "$OUT/run_transition.json" > "$OUT/run_transition.log" 2>&1 ||
