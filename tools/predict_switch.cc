@@ -39,6 +39,33 @@ double copy_rate(comm::Transport& world, bool alone = false) {
   return kBytes / std::max(best, 1e-9);
 }
 
+// The link: this rank's rate receiving 64 MiB from rank^1 while it sends as much back, all
+// pairs at once (as testing::measure_p2p_bandwidth), five times, each after a barrier; the
+// median of the five per rank, the mean over ranks. run-transition's bound takes the best pair
+// of one 3-message burst; on a loaded machine that swings 2-5x between runs of the same switch,
+// so the model takes the typical rate, not the luckiest.
+double link_rate(comm::Transport& world) {
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  const int peer = world.rank() ^ 1;
+  const bool paired = peer < world.size();
+  std::vector<std::byte> out(paired ? kBytes : 0, std::byte{1}), in(paired ? kBytes : 0, std::byte{0});
+  if (paired) world.sendrecv(out.data(), kBytes, peer, in.data(), kBytes, peer, 13);  // warm-up
+  std::vector<double> rates;
+  for (int i = 0; i < 5; ++i) {
+    world.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    if (paired) world.sendrecv(out.data(), kBytes, peer, in.data(), kBytes, peer, 13);
+    rates.push_back(kBytes / std::max(since(t0), 1e-9));
+  }
+  std::nth_element(rates.begin(), rates.begin() + 2, rates.end());
+  const auto all = testing::gather_double(world, paired ? rates[2] : -1);
+  double sum = 0;
+  int count = 0;
+  for (double v : all)
+    if (v > 0) sum += v, ++count;
+  return count > 0 ? sum / count : 0;
+}
+
 // One-way latency of a small message between rank and rank^1, all pairs at once.
 double latency(comm::Transport& world) {
   constexpr int kIters = 200;
@@ -105,7 +132,8 @@ double run_cost(comm::Transport& world, double run_bytes) {
 
 SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& planner,
                                 const std::array<int, vps::kNumStateKinds>& elem_bytes,
-                                const exec::TransitionOptions& options, double p2p_bytes_per_s) {
+                                const exec::TransitionOptions& options) {
+  const double link = link_rate(world);
   const auto copies = testing::gather_double(world, copy_rate(world));
   const double solo = copy_rate(world, true);  // rank 0 only
   const double lat = latency(world);
@@ -117,7 +145,7 @@ SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& pla
   c.nodes = 0;
   c.gpus_per_node = options.topology.gpus_per_node;
   c.nics_per_node = 1;
-  c.gpu_link = c.nic = c.pcie = p2p_bytes_per_s;
+  c.gpu_link = c.nic = c.pcie = link;
   c.copy = mean(copies);
   double lat_sum = 0;
   int pairs = 0;

@@ -4,8 +4,9 @@
 // Collective over `world`: every rank measures, with all ranks at once, its copy rate (memcpy
 // of 64 MiB between warm buffers) and its message latency (ping-pong of 8 bytes with rank^1);
 // rank 0 also measures its copy rate alone. Rank 0 then traces every process's engine schedule
-// (sim/trace.h) and plays it through `this-machine`: the measured p2p bandwidth
-// `p2p_bytes_per_s` as every process's link, the mean copy rate and mean latency over ranks,
+// (sim/trace.h) and plays it through `this-machine`: the link rate it measures (all pairs
+// exchanging 64 MiB at once, the median of five per rank, the mean over ranks) as every
+// process's link, the mean copy rate and mean latency over ranks,
 // and the cores the processes share (SimOptions::cpu_cores) as measured: N x (mean rate with
 // all at once) / (rate alone), between 1 and N (on an idle 2-core machine about 2; on one
 // loaded by others nearer N: a process then gains little when the others are idle).
@@ -37,6 +38,6 @@ struct SwitchPrediction {
 
 SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& planner,
                                 const std::array<int, vps::kNumStateKinds>& elem_bytes,
-                                const exec::TransitionOptions& options, double p2p_bytes_per_s);
+                                const exec::TransitionOptions& options);
 
 }  // namespace dynatrain::tools

@@ -246,7 +246,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   exchange_s = std::min(exchange_s, measure_plain_exchange(world, to_peer, from_peer, chunk));
   // The simulator's prediction for this switch from rates measured now (--json only: it costs a trace).
   const std::optional<SwitchPrediction> predicted =
-      args.json.empty() ? std::nullopt : std::optional(predict_switch(world, fwd_planner, eb, opt, bw));
+      args.json.empty() ? std::nullopt : std::optional(predict_switch(world, fwd_planner, eb, opt));
 
   if (root) {
     nlohmann::json j;
