@@ -35,7 +35,7 @@ ROWS
 
 out="$here/out/sim"  # one JSON per row and run (run-transition --json), for a closer look
 mkdir -p "$out"
-echo "| np | switch | max in per rank | p2p GB/s | copy GB/s | cores | latency us | run us (run KiB) | measured warm s: median (range) | predicted s: median (range) | runs free s | error |"
+echo "| np | switch | max in per rank | link GB/s | copy GB/s | cores | latency us | run us (run KiB) | measured warm s: median (range) | predicted s: median (range) | runs free s | error |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 n=0
 worst=0
