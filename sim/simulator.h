@@ -48,7 +48,9 @@ struct SimOptions {
   // ports stay as they are (at a full core's rate). A message makes no progress while its
   // copier copies (pack, unpack, keep): a CPU-only MPI moves the bytes inside that process's
   // calls (Open MPI's shared-memory transport has no progress thread), so a process's copies
-  // and the messages it moves do not overlap; its copy then runs at its whole share.
+  // and the messages it moves do not overlap; its copy then runs at its whole share. (The
+  // one-copier rule is cross-memory attach inside a node; between nodes over TCP both ends
+  // work, which this model does not charge: CPU sharing is meant for one-node runs.)
   double cpu_cores = 0;
   // Seconds per byte run of a message that moves straight between scattered runs
   // (ScheduleEvent::send_runs / recv_runs), beyond the first run: the kernel's cross-memory
