@@ -1008,7 +1008,14 @@ class Engine {
 
   void trace_post(const auto& rd, const Flight& f) {
     trace_->post(rd.wave, rd.peer, static_cast<std::uint32_t>(rd.round), f.sc ? f.sc->bytes : 0, f.sc && !f.s_direct,
-                 f.rc ? f.rc->bytes : 0);
+                 f.rc ? f.rc->bytes : 0, traced_runs(rd.peer, f.sc, f.s_direct, true),
+                 traced_runs(rd.peer, f.rc, f.r_direct, false));
+  }
+  // The runs one side of a message has in the transport (ScheduleEvent::send_runs): a direct
+  // chunk's own runs where the pair moves runs (pair_runs), else one (a staging slot or one run).
+  std::uint32_t traced_runs(int peer, const Chunk* c, bool direct, bool source) const {
+    if (!c || !direct || !pair_runs(peer)) return 1;
+    return static_cast<std::uint32_t>(std::max<std::size_t>(1, chunk_runs(peer, *c, source).size()));
   }
   void trace_wait(const auto& rd, const Flight& f) {
     trace_->wait(rd.wave, rd.peer, static_cast<std::uint32_t>(rd.round), f.rc && !f.r_direct ? f.rc->bytes : 0);

@@ -37,6 +37,8 @@ struct Message {
   int bottleneck = -1;  // the port that set its rate last
   bool copy = false;    // a copy on process src (== dst) at `base` bytes/s, not a message
   double base = 0;
+  std::uint32_t send_runs = 1, recv_runs = 1;  // byte runs of each side (ScheduleEvent)
+  int copier = -1;  // the process whose core moves the bytes (set at start; copy: src)
 };
 
 struct Process {
@@ -46,7 +48,7 @@ struct Process {
   double blocked_since = 0;
   double copy = 0, wait = 0, finish = 0;
   std::map<int, double> wait_by_port;
-  int active = 0;  // copies and messages in flight it is an end of (busy when > 0)
+  int active = 0;  // its copy and the messages in flight it copies (busy when > 0)
   bool copying = false;  // in a pack, unpack, keep or fresh-memory copy (not inside the transport)
 };
 
@@ -177,16 +179,15 @@ class Simulation {
       const double share = ports_[p].rate / static_cast<double>(ports_[p].flows.size());
       if (share < m.rate) m.rate = share, m.bottleneck = p;
     }
-    if (opt_.cpu_cores > 0 && !m.copy && procs_[m.dst].copying) {
-      // No progress outside the transport: the receiver moves the bytes inside its MPI calls.
+    if (opt_.cpu_cores > 0 && !m.copy && procs_[m.copier].copying) {
+      // No progress outside the transport: the copier moves the bytes inside its MPI calls.
       m.rate = 0;
       ++m.version;
       return;
     }
-    if (opt_.cpu_cores > 0) {  // CPU time: a copy byte costs 1 / copy, a message byte 1 / (2 link) at each end
-      if (m.copy) m.rate = m.base * full_core_[m.src] * share(m.src);
-      else
-        for (int p : {m.src, m.dst}) m.rate = std::min(m.rate, 2 * ports_[4 * p].rate * share(p));
+    if (opt_.cpu_cores > 0) {  // CPU time: a copy byte costs 1 / copy, a message byte 1 / link on its copier
+      if (m.copy) m.rate = m.base * full_core_[m.src] * speed(m.src);
+      else m.rate = std::min(m.rate, ports_[4 * m.copier].rate * message_share(m.copier));
     } else if (m.copy) {
       m.rate = m.base;
     }
@@ -205,8 +206,16 @@ class Simulation {
     if (opt_.cpu_cores <= 0) return 1.0;
     return std::min(1.0, opt_.cpu_cores / std::max(1, busy_[topo_.node_of(p)]));
   }
-  // The share of a core each of process p's copies and messages in flight gets (equal time).
-  double share(int p) const { return speed(p) / std::max(1, procs_[p].active); }
+  // The share of a core each message process p copies gets (equal time). While p copies
+  // (pack, unpack, keep) its messages stall, so its copy runs at speed(p) alone.
+  double message_share(int p) const {
+    return speed(p) / std::max(1, procs_[p].active - static_cast<int>(procs_[p].copying));
+  }
+  // Who moves a message's bytes (comm/README.md, cross-memory attach): the receiver reads them,
+  // unless the sender's runs are more than twice its own and at least 64 (the sender writes).
+  static int copier_of(const Message& m) {
+    return m.send_runs > 2 * m.recv_runs && m.send_runs >= 64 ? m.src : m.dst;
+  }
   // Process p starts (+1) or ends (-1) a copy or message; true when shares of a core changed.
   bool activity(int p, int delta) {
     const bool was = procs_[p].active > 0;
@@ -228,14 +237,17 @@ class Simulation {
   void start(int id) {
     Message& m = msgs_[id];
     m.last = now_;
+    if (!m.copy) {  // per-run work of a scattered message, as bytes at the measured link rate
+      const std::uint32_t runs = std::max(m.send_runs, m.recv_runs);
+      m.remaining += static_cast<double>(runs - 1) * opt_.run_seconds * c_.gpu_link;
+    }
     for (int p : m.ports) {
       ports_[p].flows.push_back(id);
       ports_[p].bytes += m.bytes;
     }
     inflight_.insert(id);
-    bool changed = activity(m.src, +1);
-    if (m.dst != m.src) changed |= activity(m.dst, +1);
-    rerate_after(id, changed);
+    m.copier = m.copy ? m.src : copier_of(m);
+    rerate_after(id, activity(m.copier, +1));
   }
   void end(int id) {
     Message& m = msgs_[id];
@@ -246,9 +258,7 @@ class Simulation {
     }
     inflight_.erase(id);
     if (m.copy) procs_[m.src].copying = false;
-    bool changed = activity(m.src, -1);
-    if (m.dst != m.src) changed |= activity(m.dst, -1);
-    rerate_after(id, changed);
+    rerate_after(id, activity(m.copier, -1));
     if (procs_[m.src].blocked_on == id) push({now_, What::kWake, m.src, 0});
     if (m.dst != m.src && procs_[m.dst].blocked_on == id) push({now_, What::kWake, m.dst, 0});
   }
@@ -300,11 +310,13 @@ class Simulation {
           if (e.send_bytes > 0) {
             const int id = message(p, e.peer, e.wave, e.round, e.send_bytes);
             msgs_[id].send_post = now_;
+            msgs_[id].send_runs = e.send_runs;
             posted(id);
           }
           if (e.recv_bytes > 0) {
             const int id = message(e.peer, p, e.wave, e.round, e.recv_bytes);
             msgs_[id].recv_post = now_;
+            msgs_[id].recv_runs = e.recv_runs;
             posted(id);
           }
           break;

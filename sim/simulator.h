@@ -17,6 +17,7 @@
 //     the process until its message is done; messages flow while the process copies, so the
 //     engine's rounds in flight (per link class, exec/README.md) and its keeps overlap the
 //     network as they do for real.
+//   - A message moved straight between scattered runs pays per run (SimOptions::run_seconds).
 //   - Nothing else: no agreement collectives, no planning. CPU contention only where asked
 //     (SimOptions::cpu_cores: processes sharing a few cores, as on this machine).
 #pragma once
@@ -37,14 +38,29 @@ struct SimOptions {
   // on their own engines). With C > 0 (this machine: the shared-memory transport and every
   // copy are CPU work) the cluster's rates are read as measured with every process of a node
   // busy at once (N processes; a full core is N / C times faster, 1 when N <= C). A process
-  // gets min(1, C / k) of a core while k processes of its node are busy, split evenly over its
-  // copies and messages in flight; a copy byte costs 1 / copy of a full core, a message byte
-  // 1 / (2 gpu_link) at each end (the measurement sends and receives at once). The link ports
-  // stay as they are (at a full core's rate). A message makes no progress while its receiver
-  // copies (pack, unpack, keep): a CPU-only MPI moves the bytes inside the receiver's calls
-  // (Open MPI's shared-memory transport has no progress thread; large messages are pulled by
-  // the receiver), so a process's copies and its incoming messages do not overlap.
+  // gets min(1, C / k) of a core while k processes of its node are busy (it is busy while it
+  // copies or has a message in flight that it moves). One side moves a message's bytes, as
+  // cross-memory attach does (comm/README.md): the receiver reads them, or the sender writes
+  // them when its runs are more than twice the receiver's and at least 64; the other side
+  // spends nothing on it. A copy byte costs 1 / copy of a full core, a message byte 1 /
+  // gpu_link on its copier (the link is measured with every process reading its peer's
+  // message at once); a process's share is split evenly over the messages it moves. The link
+  // ports stay as they are (at a full core's rate). A message makes no progress while its
+  // copier copies (pack, unpack, keep): a CPU-only MPI moves the bytes inside that process's
+  // calls (Open MPI's shared-memory transport has no progress thread), so a process's copies
+  // and the messages it moves do not overlap; its copy then runs at its whole share. (The
+  // one-copier rule is cross-memory attach inside a node; between nodes over TCP both ends
+  // work, which this model does not charge: CPU sharing is meant for one-node runs.)
   double cpu_cores = 0;
+  // Seconds per byte run of a message that moves straight between scattered runs
+  // (ScheduleEvent::send_runs / recv_runs), beyond the first run: the kernel's cross-memory
+  // copy pins and copies run by run (comm/README.md), so a strided message is slower than a
+  // contiguous one of the same bytes. A message of R runs (the more scattered side's count)
+  // carries (R - 1) x run_seconds x gpu_link bytes of extra work on its ports and ends: alone
+  // on a link (and a full core) it takes bytes / gpu_link + (R - 1) x run_seconds. With
+  // cpu_cores, measured like the link with every process busy (tools/predict_switch.h).
+  // 0: runs cost nothing (GPUs: the copy engines move strided runs at the link's rate).
+  double run_seconds = 0;
 };
 
 struct SimResult {

@@ -246,7 +246,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   exchange_s = std::min(exchange_s, measure_plain_exchange(world, to_peer, from_peer, chunk));
   // The simulator's prediction for this switch from rates measured now (--json only: it costs a trace).
   const std::optional<SwitchPrediction> predicted =
-      args.json.empty() ? std::nullopt : std::optional(predict_switch(world, fwd_planner, eb, opt, bw));
+      args.json.empty() ? std::nullopt : std::optional(predict_switch(world, fwd_planner, eb, opt));
 
   if (root) {
     nlohmann::json j;
@@ -321,6 +321,9 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
       j["predicted_seconds"] = predicted->result.seconds;  // compare with warm_seconds (warm pool)
       j["predicted_cluster"] = sim::to_json(predicted->cluster);
       j["predicted_cpu_cores"] = predicted->cpu_cores;
+      j["predicted_run_bytes"] = predicted->run_bytes;      // mean run of scattered direct messages
+      j["predicted_run_seconds"] = predicted->run_seconds;  // measured cost of one such run
+      j["predicted_without_runs_seconds"] = predicted->without_runs_seconds;  // the same, runs free
     }
     std::fprintf(out, "run-transition %s: %s -> %s on %d ranks (%s), budget %s\n", model.name.c_str(),
                  src_layout.config().str().c_str(), dst_layout.config().str().c_str(), world.size(),

@@ -33,6 +33,7 @@ struct SimulateArgs {
   bool at_step_boundary = false;
   double fresh_gbps = 0;
   double cpu_cores = 0;
+  double run_us = 0;  // sim::SimOptions::run_seconds, in microseconds
   std::string overlap_links = "auto";  // exec::LinkOverlap: auto is on for a cluster of several nodes
   int rounds_in_flight = 0;            // exec::TransitionOptions::rounds_in_flight (0: auto)
   std::string json_path;
@@ -64,6 +65,8 @@ int run_simulate(const SimulateArgs& a) {
   require_int_in("--bucket-elems", a.bucket_elems, 1, std::int64_t{1} << 40);
   if (!(a.cpu_cores >= 0) || a.cpu_cores > 1e6)
     DT_INPUT_ERROR("--cpu-cores ", a.cpu_cores, " is not valid; give 0 (not modelled) or the cores a node's processes share");
+  if (!(a.run_us >= 0) || a.run_us > 1e6)
+    DT_INPUT_ERROR("--run-us ", a.run_us, " is not valid; give 0 (runs free) or the microseconds one run of a scattered message costs");
   if (!(a.fresh_gbps >= 0) || a.fresh_gbps > 1e6)
     DT_INPUT_ERROR("--fresh-gbps ", a.fresh_gbps, " is not valid; give 0 (free: warm pool) or a positive rate in GB/s");
   if (a.placement != "fixed" && a.placement != "auto")
@@ -106,7 +109,8 @@ int run_simulate(const SimulateArgs& a) {
   const double trace_s = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   const sim::SimResult r =
-      sim::simulate(traces, cluster, {.fresh_rate = a.fresh_gbps * 1e9, .cpu_cores = a.cpu_cores});
+      sim::simulate(traces, cluster,
+                    {.fresh_rate = a.fresh_gbps * 1e9, .cpu_cores = a.cpu_cores, .run_seconds = a.run_us * 1e-6});
   const double sim_s = seconds_since(t0);
 
   std::printf("simulate %s: %s (%d ranks) -> %s (%d ranks), placement %s, budget %s\n", model.name.c_str(),
@@ -126,6 +130,7 @@ int run_simulate(const SimulateArgs& a) {
     j["budget_bytes"] = budget;
     j["at_step_boundary"] = a.at_step_boundary;
     j["cpu_cores"] = a.cpu_cores;
+    j["run_us"] = a.run_us;
     j["cluster"] = sim::to_json(cluster);
     j["overlap_links"] = a.overlap_links;
     j["rounds_in_flight"] = a.rounds_in_flight;
@@ -175,6 +180,10 @@ Command add_simulate_command(CLI::App& app) {
   cmd->add_option("--cpu-cores", args->cpu_cores,
                   "Cores each node's processes share, for CPU-only runs (0: GPUs, not modelled); the "
                   "cluster's rates are then read as measured with all processes busy (sim/simulator.h)")
+      ->capture_default_str();
+  cmd->add_option("--run-us", args->run_us,
+                  "Microseconds per run beyond the first of a message moved straight between scattered runs "
+                  "(0: free, as on GPUs; run-transition --json measures it as predicted_run_seconds)")
       ->capture_default_str();
   add_link_schedule_options(cmd, args->overlap_links, args->rounds_in_flight);
   cmd->add_option("--json", args->json_path, "Write the prediction as JSON to this file");

@@ -2,7 +2,8 @@
 # Validates the switch-time simulator (sim/simulator.h) against measured switches on this
 # machine. Every row runs RUNS times (default 3) as one `dynatrain run-transition --json` under
 # mpirun (--prefault --repeat 4: one cold and 3 warm switches). Each run measures its own rates
-# (p2p bandwidth, copy rate, latency, the cores the processes get) and its JSON carries
+# (p2p bandwidth, copy rate, latency, the cores the processes get, the cost of one run of a
+# scattered direct message at the switch's mean run size) and its JSON carries
 # predicted_seconds, the simulator's prediction for that run from those rates
 # (tools/predict_switch.h). Measured = the median of every warm switch of the row's runs;
 # predicted = the median of the runs' predictions; nothing is fitted per row. Prints a Markdown
@@ -34,8 +35,8 @@ ROWS
 
 out="$here/out/sim"  # one JSON per row and run (run-transition --json), for a closer look
 mkdir -p "$out"
-echo "| np | switch | max in per rank | p2p GB/s | copy GB/s | cores | latency us | measured warm s: median (range) | predicted s: median (range) | error |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| np | switch | max in per rank | link GB/s | copy GB/s | cores | latency us | run us (run KiB) | measured warm s: median (range) | predicted s: median (range) | runs free s | error |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 n=0
 worst=0
 within=0
@@ -63,7 +64,9 @@ c = [r["predicted_cluster"] for r in runs]
 print(f'| {np_} | {label} | {runs[0]["max_rank_bytes_received"] / 1e9:.2f} GB '
       f'| {span([x["gpu_link_gb_per_s"] for x in c], "{:.2f}")} | {span([x["copy_gb_per_s"] for x in c], "{:.2f}")} '
       f'| {span([r["predicted_cpu_cores"] for r in runs], "{:.2f}")} | {span([x["intra_latency_us"] for x in c], "{:.0f}")} '
-      f'| {m:.3f} ({min(warm):.3f}-{max(warm):.3f}) | {p:.3f} ({min(pred):.3f}-{max(pred):.3f}) | {100 * err:+.0f} % |', file=sys.stderr)
+      f'| {span([1e6 * r["predicted_run_seconds"] for r in runs], "{:.2f}")} ({runs[0]["predicted_run_bytes"] / 1024:.1f}) '
+      f'| {m:.3f} ({min(warm):.3f}-{max(warm):.3f}) | {p:.3f} ({min(pred):.3f}-{max(pred):.3f}) '
+      f'| {statistics.median([r["predicted_without_runs_seconds"] for r in runs]):.3f} | {100 * err:+.0f} % |', file=sys.stderr)
 print(max(worst, abs(err)), within + (abs(err) <= 0.25))
 PY
   )

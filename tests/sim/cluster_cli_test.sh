@@ -48,4 +48,15 @@ PY
 expect 2 "--placement 'best' is not valid; valid: fixed, auto" -- simulate --cluster a800-16x8 --model tiny-dense \
        --from tp=2 --to dp=2 --placement best
 expect 2 "--cpu-cores -1 is not valid" -- simulate --cluster a800-16x8 --model tiny-dense --from tp=2 --to dp=2 --cpu-cores -1
+expect 2 "--run-us -1 is not valid" -- simulate --cluster a800-16x8 --model tiny-dense --from tp=2 --to dp=2 --run-us -1
+# A TP split moves scattered runs (rows of 2 KiB): a cost per run makes the switch slower.
+for us in 0 100; do
+  expect 0 "predicted_seconds" -- simulate --cluster a800-16x8 --model gpt3-1.3b --from tp=2 --to dp=2 \
+         --run-us $us --json "$tmp/runs$us.json"
+done
+python3 - "$tmp/runs0.json" "$tmp/runs100.json" <<'PY' || fail=1
+import json, sys
+free, costly = (json.load(open(f)) for f in sys.argv[1:])
+assert costly["run_us"] == 100 and costly["predicted_seconds"] > free["predicted_seconds"] + 0.01, (free, costly)
+PY
 exit $fail

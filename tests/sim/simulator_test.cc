@@ -125,26 +125,58 @@ TEST(Simulator, ProcessesSharingCoresRunAtTheirShare) {
   EXPECT_NEAR(simulate(t, toy(2, 1), {.cpu_cores = 1}).seconds, 0.1, 1e-9);
   EXPECT_NEAR(simulate(t, toy(2, 1), {.cpu_cores = 2}).seconds, 0.1, 1e-9);  // a core each: as measured
   // A message (1 GB, link 5 GB/s as measured with both busy: 10 GB/s on a full core) while
-  // the receiver also copies 1 GB. With shared cores the receiver moves bytes only inside the
-  // transport, so the message waits for the copy. One core, both busy (the sender polls): half
-  // a core each; the receiver splits its half over the copy and the posted message: the copy
-  // runs at 0.25 x 20 = 5 GB/s (0.2 s), then the message at 0.5 x 2 x 10 = 10 GB/s (0.1 s).
+  // the receiver also copies 1 GB. With shared cores the receiver (its copier: it reads the
+  // sender's memory) moves bytes only inside the transport, so the message waits for the copy.
+  // One core; the sender moves nothing, so only the receiver is busy and has the whole core:
+  // the copy at 20 GB/s (0.05 s), then the message at 10 GB/s (0.1 s).
   auto u = traces(2);
   u[0].post(0, 1, 0, kGB, false, 0);
   u[0].wait(0, 1, 0, 0);
   u[1].post(0, 0, 0, 0, false, kGB);
   u[1].keep(kGB);
   u[1].wait(0, 0, 0, 0);
-  EXPECT_NEAR(simulate(u, toy(2, 1), {.cpu_cores = 1}).seconds, 0.3, 1e-9);
+  EXPECT_NEAR(simulate(u, toy(2, 1), {.cpu_cores = 1}).seconds, 0.15, 1e-9);
   EXPECT_NEAR(simulate(u, toy(2, 1)).seconds, 0.2, 1e-9);  // without: the wire's 0.2 s, the copy hidden
-  // The same message alone (no copy): the receiver's half core moves 0.5 x 2 x 10 = 10 GB/s,
-  // the link port 10 GB/s: 0.1 s.
+  // The sender copying instead does not hold the message (the receiver reads it meanwhile): both
+  // busy, half a core each: the copy at 10 GB/s (0.1 s) beside the message at 5 GB/s; then the
+  // message alone at 10 GB/s: 0.5 GB in 0.1 s, then 0.5 GB in 0.05 s: 0.15 s.
+  auto w = traces(2);
+  w[0].post(0, 1, 0, kGB, false, 0);
+  w[0].keep(kGB);
+  w[0].wait(0, 1, 0, 0);
+  w[1].post(0, 0, 0, 0, false, kGB);
+  w[1].wait(0, 0, 0, 0);
+  EXPECT_NEAR(simulate(w, toy(2, 1), {.cpu_cores = 1}).seconds, 0.15, 1e-9);
+  // The same message alone (no copy): the receiver's whole core moves 10 GB/s, the link port
+  // 10 GB/s: 0.1 s.
   auto v = traces(2);
   v[0].post(0, 1, 0, kGB, false, 0);
   v[0].wait(0, 1, 0, 0);
   v[1].post(0, 0, 0, 0, false, kGB);
   v[1].wait(0, 0, 0, 0);
   EXPECT_NEAR(simulate(v, toy(2, 1), {.cpu_cores = 1}).seconds, 0.1, 1e-9);
+}
+
+TEST(Simulator, ScatteredRunsCostPerRunOnTheSideThatCopies) {
+  // 1 GB at 5 GB/s (0.2 s) in 1001 runs on the receiver's side, 1 on the sender's: 1000 runs
+  // beyond the first at 100 us each add 0.1 s; without run_seconds they cost nothing.
+  auto t = traces(2);
+  t[0].post(0, 1, 0, kGB, false, 0, 1, 1);
+  t[0].wait(0, 1, 0, 0);
+  t[1].post(0, 0, 0, 0, false, kGB, 1, 1001);
+  t[1].wait(0, 0, 0, 0);
+  EXPECT_NEAR(simulate(t, toy(2, 1), {.run_seconds = 1e-4}).seconds, 0.3, 1e-9);
+  EXPECT_NEAR(simulate(t, toy(2, 1)).seconds, 0.2, 1e-9);
+  // Who copies decides what a copy on the other side holds up (cpu_cores 2: a core each, the
+  // rates as given). The receiver reads (its runs are the more scattered): its 1 GB keep
+  // (0.1 s) stalls the message, then 0.2 s of bytes and 0.1 s of runs: 0.4 s.
+  t[1].events.insert(t[1].events.begin() + 1, exec::ScheduleEvent{exec::ScheduleEvent::Kind::kKeep, 0, -1, 0, 0, 0, 0, 0, kGB});
+  EXPECT_NEAR(simulate(t, toy(2, 1), {.cpu_cores = 2, .run_seconds = 1e-4}).seconds, 0.4, 1e-9);
+  // The sender's runs scattered (1001 > 2 x 1, and at least 64): the sender writes, so the
+  // receiver's keep runs beside the message: 0.3 s.
+  t[0].events[0].send_runs = 1001;
+  t[1].events[0].recv_runs = 1;
+  EXPECT_NEAR(simulate(t, toy(2, 1), {.cpu_cores = 2, .run_seconds = 1e-4}).seconds, 0.3, 1e-9);
 }
 
 TEST(Simulator, UnpairedOrMismatchedMessagesAreInvariantErrors) {
@@ -158,18 +190,31 @@ TEST(Simulator, UnpairedOrMismatchedMessagesAreInvariantErrors) {
 
 // The engine's own schedule: every process's trace pairs up, moves the plan's bytes, and the
 // prediction is at least the link-aware lower bound of the same plan on the same cluster.
-TEST(Simulator, EngineTracesOfARealSwitchPairUpAndRespectTheBound) {
-  const vps::ModelSpec model = vps::model_from_name("tiny-moe");
+// A switch's plan and every process's trace from the engine's dry run (sim/trace.h).
+struct EngineSwitch {
+  EngineSwitch(const char* model, const char* from, const char* to, const Cluster& c, int processes,
+               std::uint64_t mem_budget)
+      : src(vps::model_from_name(model), vps::ParallelConfig::parse(from), lo),
+        dst(vps::model_from_name(model), vps::ParallelConfig::parse(to), lo),
+        planner(src, dst, c.topology(processes)) {
+    exec::TransitionOptions opt;
+    opt.mem_budget = mem_budget;
+    opt.topology = c.topology(processes);
+    traces = trace_switch(planner, lo.elem_bytes, opt);
+  }
   vps::LayoutOptions lo;
-  const vps::Layout src(model, vps::ParallelConfig::parse("dp=4,ep=2"), lo);
-  const vps::Layout dst(model, vps::ParallelConfig::parse("tp=2,dp=2,ep=4"), lo);
+  vps::Layout src, dst;
+  plan::Planner planner;
+  std::vector<ScheduleTrace> traces;
+};
+
+TEST(Simulator, EngineTracesOfARealSwitchPairUpAndRespectTheBound) {
   Cluster c = toy(2, 1);
   c.gpu_link = 1e6, c.nic = 1e5, c.pcie = 1e6, c.copy = 1e7;  // tiny model, slow links: bytes dominate
-  const plan::Planner planner(src, dst, c.topology(4));
-  exec::TransitionOptions opt;
-  opt.mem_budget = 4096;  // several waves and chunks
-  opt.topology = c.topology(4);
-  const auto tr = trace_switch(planner, lo.elem_bytes, opt);
+  const EngineSwitch sw("tiny-moe", "dp=4,ep=2", "tp=2,dp=2,ep=4", c, 4, 4096);  // budget: several waves and chunks
+  const auto& tr = sw.traces;
+  const auto& planner = sw.planner;
+  const auto& lo = sw.lo;
   ASSERT_EQ(tr.size(), 4u);
   const SimResult r = simulate(tr, c);
   std::uint64_t planned = 0;
@@ -181,6 +226,30 @@ TEST(Simulator, EngineTracesOfARealSwitchPairUpAndRespectTheBound) {
   const LinkBound bound = link_lower_bound(planner.plan_all(), lo.elem_bytes, c);
   EXPECT_GE(r.seconds, bound.busiest_link_seconds * (1 - 1e-9));
   EXPECT_LT(r.seconds, 10 * bound.seconds);
+}
+
+// tp=2 -> dp=2 on gpt3-1.3b (rows of 2 KiB per tp shard): the receiver puts each row of the
+// peer's shard beside its own, so messages move straight into scattered runs (the tracer's
+// in-process transport moves runs between every pair, as MPI does inside a node); the trace
+// says how many runs each side has, and run_seconds makes them cost.
+TEST(Simulator, EngineTracesCountTheRunsOfScatteredMessages) {
+  const Cluster c = toy(2, 1);
+  const EngineSwitch sw("gpt3-1.3b", "tp=2", "dp=2", c, 2, std::uint64_t{256} << 20);
+  const auto& tr = sw.traces;
+  std::uint64_t scattered = 0, runs = 0, bytes = 0;
+  for (const auto& t : tr)
+    for (const auto& e : t.events) {
+      if (e.kind != exec::ScheduleEvent::Kind::kPost) continue;
+      EXPECT_LE(e.send_runs, std::max<std::uint64_t>(1, e.send_bytes / 1024));  // direct: runs of 1 KiB or more
+      EXPECT_LE(e.recv_runs, std::max<std::uint64_t>(1, e.recv_bytes / 1024));
+      if (e.recv_runs > 1) ++scattered, runs += e.recv_runs, bytes += e.recv_bytes;
+    }
+  EXPECT_GT(scattered, 0u);
+  // A run is one row of a row-parallel weight's shard: 1024 (attention out) or 4096 (fc2)
+  // elements of 2 (param, grad) or 4 bytes (master, exp_avg, exp_avg_sq).
+  EXPECT_GE(bytes / runs, 2048u);
+  EXPECT_LE(bytes / runs, 16384u);
+  EXPECT_GT(simulate(tr, c, {.run_seconds = 1e-6}).seconds, simulate(tr, c).seconds + 1e-6 * (runs / 2 - 1));
 }
 
 // The wave cut by hand (exec/wave_agreement.h): budget 1600 -> a wave holds at most 100 bytes
@@ -278,7 +347,8 @@ TEST(Simulator, SharedAgreementTracesEqualARealRunsTraces) {
         const auto& x = shared[p].events[i];
         const auto& y = real[p].events[i];
         const auto fields = [](const exec::ScheduleEvent& e) {
-          return std::tuple(e.kind, e.wave, e.peer, e.round, e.send_bytes, e.recv_bytes, e.pack_bytes, e.unpack_bytes, e.bytes);
+          return std::tuple(e.kind, e.wave, e.peer, e.round, e.send_bytes, e.recv_bytes, e.pack_bytes, e.unpack_bytes, e.bytes,
+                            e.send_runs, e.recv_runs);
         };
         ASSERT_TRUE(fields(x) == fields(y)) << "process " << p << " event " << i << ": kind " << int(x.kind) << " / "
                                             << int(y.kind) << ", bytes " << x.bytes << " / " << y.bytes << ", send "
