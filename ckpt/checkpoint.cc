@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <thread>
 
@@ -334,16 +335,45 @@ namespace {
 // A rank file opened for reading: size and header checked against the index.
 struct OpenFile {
   File file;
+  std::optional<File> direct;     // the same file opened with O_DIRECT: data is read through it
+  AlignedBuffer* bounce = nullptr;  // the load's buffer for direct reads
   StHeader header;
   std::map<std::string, const StEntry*> by_name;
   json checksums;                // entry -> one hex checksum per chunk (or one for the whole entry)
   std::uint64_t chunk_bytes = 0;  // 0: files written before chunked checksums (whole entries only)
+
+  // Reads file bytes [offset, offset + total of `spans`) into `spans`, past the page cache when
+  // the file is read direct; returns the read calls.
+  int read(const std::vector<ByteSpan>& spans, std::uint64_t offset) const {
+    return direct ? read_direct(direct->fd(), spans, offset, *bounce, file.path())
+                  : read_scattered(file.fd(), spans, offset, file.path());
+  }
 };
 
-std::unique_ptr<OpenFile> open_checked(const Checkpoint& c, int r) {
+// Whether a load with `bypass` reads `file` past the page cache (LoadOptions::bypass_cache);
+// asked before anything is read from it (reading the header pulls its neighbours into the cache).
+bool read_direct(LoadOptions::Bypass bypass, const File& file) {
+  switch (bypass) {
+    case LoadOptions::Bypass::kAlways: return true;
+    case LoadOptions::Bypass::kNever: return false;
+    case LoadOptions::Bypass::kWhenCold: return cached_fraction(file.fd(), 0, file.size()) < 0.5;
+  }
+  return false;
+}
+
+// Opens rank file `r`, past the page cache too when `bypass` says so (data reads then use
+// `bounce`, allocated with the first such file), and checks it against the index.
+std::unique_ptr<OpenFile> open_checked(const Checkpoint& c, int r, LoadOptions::Bypass bypass,
+                                       std::uint64_t bounce_bytes, std::unique_ptr<AlignedBuffer>& bounce) {
   const FileInfo& info = c.files.at(r);
   const std::string path = c.step_dir + "/" + info.name;
-  auto f = std::make_unique<OpenFile>(OpenFile{File::open_read(path), {}, {}, {}, 0});
+  auto f = std::make_unique<OpenFile>(OpenFile{File::open_read(path), std::nullopt, nullptr, {}, {}, {}, 0});
+  if (read_direct(bypass, f->file))
+    if (auto direct = File::open_read_direct(path)) {
+      f->direct.emplace(std::move(*direct));
+      if (!bounce) bounce = std::make_unique<AlignedBuffer>(bounce_bytes);
+      f->bounce = bounce.get();
+    }
   const std::uint64_t bytes = f->file.size();
   if (bytes != info.bytes)
     DT_INPUT_ERROR("checkpoint file '", path, "' has ", bytes, " bytes, the index says ", info.bytes, ": ",
@@ -452,7 +482,7 @@ std::pair<std::uint64_t, int> read_in_place(const OpenFile& f, const StEntry& en
   int calls = 0;
   {
     PhaseTimer timer(stats.read_seconds);
-    calls = read_scattered(f.file.fd(), spans, base + a, path);
+    calls = f.read(spans, base + a);
   }
   // One read over the whole range, not one a block: checking each 1 MiB while it is still in
   // cache cost more in smaller requests to the disk than it saved (54-62 % of the read probe
@@ -631,6 +661,7 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
   const vps::RankLayout dst_layout = to.rank_layout(rank);
   std::map<int, vps::RankLayout> src_layouts;
   std::map<int, std::unique_ptr<OpenFile>> files;
+  std::unique_ptr<AlignedBuffer> bounce;  // for the files read direct, allocated with the first
 
   // The reads: one entry per source segment that pieces come from.
   std::vector<Read> reads;
@@ -646,8 +677,9 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
     auto& file = files[p.src_rank];
     if (!file) {
       PhaseTimer timer(stats.open_seconds);
-      file = open_checked(c, p.src_rank);
+      file = open_checked(c, p.src_rank, options.bypass_cache, options.direct_block_bytes, bounce);
       ++stats.files_opened;
+      stats.files_direct += file->direct.has_value();
     }
     const vps::LocalBuffer& sbuf = sl.buffers.at(p.src_buffer);
     r.segment = &sbuf.segments.at(p.src_segment);
@@ -671,7 +703,10 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
 
   // Prefetch: the kernel is asked for the next `prefetch_bytes` of file ranges ahead of the one
   // being read, from a thread of its own, so the disk streams while this rank checks checksums
-  // and copies.
+  // and copies. Not for files read direct: their bytes would be read twice.
+  std::erase_if(spans, [&](const Span& sp) {
+    return std::any_of(files.begin(), files.end(), [&](const auto& f) { return f.second->direct && f.second->file.fd() == sp.fd; });
+  });
   Prefetcher prefetcher(spans, options.prefetch_bytes);
 
   // One stage the size of the largest entry read through it, its pages touched only where
@@ -688,7 +723,7 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
       stats.read_calls += calls;
       stats.bytes_in_place += d.hi - d.lo;
       stats.bytes_loaded += d.hi - d.lo;
-      prefetcher.consumed(n);
+      if (!r.file->direct) prefetcher.consumed(n);
     }
     if (w.staged.empty()) continue;
     if (stage_bytes < w.bytes) {
@@ -699,11 +734,9 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
       std::byte* target = stage.get() + lo;
       {
         PhaseTimer timer(stats.read_seconds);
-        read_exact(r.file->file.fd(), target, hi - lo, r.file->header.data_start + r.entry->begin + lo,
-                   r.file->file.path());
+        stats.read_calls += r.file->read({{target, hi - lo}}, r.file->header.data_start + r.entry->begin + lo);
       }
       stats.bytes_read += hi - lo;
-      ++stats.read_calls;
       bool ok;
       {
         PhaseTimer timer(stats.checksum_seconds);
@@ -712,7 +745,7 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
       if (!ok)
         DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
                        "' fails its checksum: corrupted");
-      prefetcher.consumed(hi - lo);
+      if (!r.file->direct) prefetcher.consumed(hi - lo);
     }
     for (const plan::Piece* q : w.staged) {
       stats.bytes_loaded += static_cast<std::uint64_t>(q->box.numel() * w.elem);

@@ -1,6 +1,7 @@
 #include "ckpt/file_io.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -26,6 +28,13 @@ File File::create(const std::string& path) {
 
 File File::open_read(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) DT_INPUT_ERROR("cannot open checkpoint file '", path, "': ", std::strerror(errno));
+  return File(fd, path);
+}
+
+std::optional<File> File::open_read_direct(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (fd < 0 && errno == EINVAL) return std::nullopt;
   if (fd < 0) DT_INPUT_ERROR("cannot open checkpoint file '", path, "': ", std::strerror(errno));
   return File(fd, path);
 }
@@ -142,6 +151,66 @@ std::uint64_t checksum_of_parts(const std::vector<ByteRun>& parts) {
   XXH3_64bits_reset(state.get());
   for (const auto& p : parts) XXH3_64bits_update(state.get(), p.data, p.bytes);
   return XXH3_64bits_digest(state.get());
+}
+
+AlignedBuffer::AlignedBuffer(std::size_t bytes)
+    : data_(static_cast<std::byte*>(std::aligned_alloc(kDirectAlignBytes,
+                                                       (bytes + kDirectAlignBytes - 1) / kDirectAlignBytes * kDirectAlignBytes))),
+      bytes_(bytes) {
+  DT_CHECK(data_ != nullptr || bytes == 0, "out of memory for a ", bytes, "-byte read buffer");
+}
+
+void AlignedBuffer::Free::operator()(std::byte* p) const { std::free(p); }
+
+double cached_fraction(int fd, std::uint64_t offset, std::uint64_t bytes) {
+  if (bytes == 0) return 1;
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  // Whole pages only: a page shared with the header is cached by the header's read.
+  const std::uint64_t first = (offset + page - 1) / page * page, end = (offset + bytes) / page * page;
+  if (end <= first) return 1;
+  const std::uint64_t length = end - first;
+  void* map = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(first));
+  if (map == MAP_FAILED) return 1;
+  std::vector<unsigned char> resident((length + page - 1) / page);
+  const int rc = ::mincore(map, length, resident.data());
+  ::munmap(map, length);
+  if (rc != 0) return 1;
+  const auto cached = std::count_if(resident.begin(), resident.end(), [](unsigned char v) { return v & 1; });
+  return static_cast<double>(cached) / static_cast<double>(resident.size());
+}
+
+int read_direct(int fd, const std::vector<ByteSpan>& spans, std::uint64_t offset, AlignedBuffer& bounce,
+                const std::string& path) {
+  constexpr std::uint64_t kAlign = kDirectAlignBytes;
+  const std::uint64_t block_bytes = bounce.size() / kAlign * kAlign;
+  DT_CHECK(block_bytes > 0, "a direct read needs a bounce buffer of at least ", kAlign, " bytes");
+  std::uint64_t end = offset;
+  for (const auto& s : spans) end += s.bytes;
+  std::size_t span = 0;     // the span the next byte goes into
+  std::uint64_t into = 0;   // bytes of it already filled
+  int calls = 0;
+  for (std::uint64_t block = offset / kAlign * kAlign; block < end; block += block_bytes) {
+    const std::uint64_t want = std::min(block_bytes, (end + kAlign - 1) / kAlign * kAlign - block);
+    std::uint64_t got = 0;
+    while (got < want) {  // a short read ends the file unless it stopped on an aligned byte
+      const ssize_t n = ::pread(fd, bounce.data() + got, want - got, static_cast<off_t>(block + got));
+      ++calls;
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) DT_INPUT_ERROR("cannot read '", path, "': ", std::strerror(errno));
+      got += static_cast<std::uint64_t>(n);
+      if (n == 0 || got % kAlign != 0) break;
+    }
+    const std::uint64_t from = std::max(block, offset), to = std::min(block + got, end);
+    if (to < std::min(block + want, end))
+      DT_INPUT_ERROR("checkpoint file '", path, "' ends at byte ", std::max(to, from), ": truncated");
+    for (std::uint64_t at = from; at < to;) {  // copy [from, to) out into the spans
+      const std::uint64_t n = std::min(to - at, spans[span].bytes - into);
+      std::memcpy(spans[span].data + into, bounce.data() + (at - block), n);
+      at += n, into += n;
+      if (into == spans[span].bytes) ++span, into = 0;
+    }
+  }
+  return calls;
 }
 
 std::string hex64(std::uint64_t x) {

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,9 @@ class File {
  public:
   static File create(const std::string& path);  // write-only, truncated, 0644
   static File open_read(const std::string& path);
+  // Read-only with O_DIRECT (reads bypass the page cache); nullopt where the file system
+  // refuses it (EINVAL: tmpfs on older kernels, some network file systems).
+  static std::optional<File> open_read_direct(const std::string& path);
   File(File&& other) noexcept;
   File& operator=(File&&) = delete;
   ~File();
@@ -59,5 +64,36 @@ struct ByteSpan {
 // end of the file is a truncation (InputError naming `path`).
 int read_scattered(int fd, const std::vector<ByteSpan>& spans, std::uint64_t offset, const std::string& path);
 std::string hex64(std::uint64_t x);  // 16 lowercase hex digits
+
+// ---- reads past the page cache (O_DIRECT) ----
+// A cold buffered read costs the CPU a page-cache page per 4 KiB (allocate, insert, copy out,
+// evict later); on this project's 2-core machine that, not the disk, bounds 4 ranks' reads once
+// anything else runs. A direct read lands in user memory with no page cache (docs: ckpt/README.md).
+// Offsets, lengths and memory of direct reads are multiples of this.
+constexpr std::size_t kDirectAlignBytes = 4096;
+// Memory aligned for direct reads (kDirectAlignBytes), allocated untouched.
+struct AlignedBuffer {
+  explicit AlignedBuffer(std::size_t bytes);
+  std::byte* data() const { return data_.get(); }
+  std::size_t size() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
+  std::unique_ptr<std::byte, Free> data_;
+  std::size_t bytes_ = 0;
+};
+// The fraction of the file bytes [offset, offset + bytes) that the page cache holds (mincore of
+// a mapping, over the whole pages inside it); 1 where that cannot be told or no whole page lies
+// inside (a hint for choosing buffered or direct reads).
+double cached_fraction(int fd, std::uint64_t offset, std::uint64_t bytes);
+// Reads the file bytes [offset, offset + total of `spans`) into `spans` laid end to end through
+// `bounce`, from `fd` opened with O_DIRECT: the aligned blocks covering them, bounce.size()
+// bytes a read (the file's tail may end inside one), each copied out into the spans. Returns the
+// reads issued; the end of the file before the last byte is a truncation (InputError naming
+// `path`).
+int read_direct(int fd, const std::vector<ByteSpan>& spans, std::uint64_t offset, AlignedBuffer& bounce,
+                const std::string& path);
 
 }  // namespace dynatrain::ckpt
