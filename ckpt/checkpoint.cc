@@ -1,11 +1,13 @@
 #include "ckpt/checkpoint.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -335,17 +337,17 @@ namespace {
 // A rank file opened for reading: size and header checked against the index.
 struct OpenFile {
   File file;
-  std::optional<File> direct;     // the same file opened with O_DIRECT: data is read through it
-  AlignedBuffer* bounce = nullptr;  // the load's buffer for direct reads
+  std::optional<File> direct;  // the same file opened with O_DIRECT: data is read through it
   StHeader header;
   std::map<std::string, const StEntry*> by_name;
   json checksums;                // entry -> one hex checksum per chunk (or one for the whole entry)
   std::uint64_t chunk_bytes = 0;  // 0: files written before chunked checksums (whole entries only)
 
-  // Reads file bytes [offset, offset + total of `spans`) into `spans`, past the page cache when
-  // the file is read direct; returns the read calls.
-  int read(const std::vector<ByteSpan>& spans, std::uint64_t offset) const {
-    return direct ? read_direct(direct->fd(), spans, offset, *bounce, file.path())
+  // Reads file bytes [offset, offset + total of `spans`) into `spans`, past the page cache
+  // through `bounce` when the file is read direct; returns the read calls.
+  int read(const std::vector<ByteSpan>& spans, std::uint64_t offset, AlignedBuffer& bounce) const {
+    populate(spans);
+    return direct ? read_direct(direct->fd(), spans, offset, bounce, file.path())
                   : read_scattered(file.fd(), spans, offset, file.path());
   }
 };
@@ -361,19 +363,14 @@ bool read_direct(LoadOptions::Bypass bypass, const File& file) {
   return false;
 }
 
-// Opens rank file `r`, past the page cache too when `bypass` says so (data reads then use
-// `bounce`, allocated with the first such file), and checks it against the index.
-std::unique_ptr<OpenFile> open_checked(const Checkpoint& c, int r, LoadOptions::Bypass bypass,
-                                       std::uint64_t bounce_bytes, std::unique_ptr<AlignedBuffer>& bounce) {
+// Opens rank file `r`, past the page cache too when `bypass` says so, and checks it against
+// the index.
+std::unique_ptr<OpenFile> open_checked(const Checkpoint& c, int r, LoadOptions::Bypass bypass) {
   const FileInfo& info = c.files.at(r);
   const std::string path = c.step_dir + "/" + info.name;
-  auto f = std::make_unique<OpenFile>(OpenFile{File::open_read(path), std::nullopt, nullptr, {}, {}, {}, 0});
+  auto f = std::make_unique<OpenFile>(OpenFile{File::open_read(path), std::nullopt, {}, {}, {}, 0});
   if (read_direct(bypass, f->file))
-    if (auto direct = File::open_read_direct(path)) {
-      f->direct.emplace(std::move(*direct));
-      if (!bounce) bounce = std::make_unique<AlignedBuffer>(bounce_bytes);
-      f->bounce = bounce.get();
-    }
+    if (auto direct = File::open_read_direct(path)) f->direct.emplace(std::move(*direct));
   const std::uint64_t bytes = f->file.size();
   if (bytes != info.bytes)
     DT_INPUT_ERROR("checkpoint file '", path, "' has ", bytes, " bytes, the index says ", info.bytes, ": ",
@@ -453,6 +450,15 @@ void parts_of(const std::vector<ByteSpan>& spans, const std::vector<std::uint64_
   }
 }
 
+// What one worker of a load reads into besides the arenas.
+struct Scratch {
+  explicit Scratch(std::uint64_t bounce_bytes) : bounce(bounce_bytes) {}
+  std::vector<std::byte> margin;       // the chunk margins around a piece read in place
+  std::unique_ptr<std::byte[]> stage;  // an entry's storage for pieces read through it
+  std::uint64_t stage_bytes = 0;
+  AlignedBuffer bounce;                // direct reads land here first (untouched until used)
+};
+
 // Reads bytes [lo, hi) of an entry straight into `outs` (laid end to end: one span where the
 // piece is contiguous at its destination, one per row where it is strided there), and the rest
 // of the checksum chunks that cover them (at most one chunk's worth at each end) into
@@ -461,8 +467,8 @@ void parts_of(const std::vector<ByteSpan>& spans, const std::vector<std::uint64_
 // calls.
 std::pair<std::uint64_t, int> read_in_place(const OpenFile& f, const StEntry& entry, const json& sums, std::uint64_t lo,
                                             std::uint64_t hi, std::uint64_t bytes, std::uint64_t chunk,
-                                            const std::vector<ByteSpan>& outs, std::vector<std::byte>& margin,
-                                            LoadStats& stats) {
+                                            const std::vector<ByteSpan>& outs, Scratch& scratch, LoadStats& stats) {
+  std::vector<std::byte>& margin = scratch.margin;
   const std::uint64_t c = chunk > 0 ? chunk : bytes;
   const std::uint64_t a = lo / c * c, b = std::min(bytes, (hi + c - 1) / c * c);
   margin.resize((lo - a) + (b - hi));
@@ -482,7 +488,7 @@ std::pair<std::uint64_t, int> read_in_place(const OpenFile& f, const StEntry& en
   int calls = 0;
   {
     PhaseTimer timer(stats.read_seconds);
-    calls = f.read(spans, base + a);
+    calls = f.read(spans, base + a, scratch.bounce);
   }
   // One read over the whole range, not one a block: checking each 1 MiB while it is still in
   // cache cost more in smaller requests to the disk than it saved (54-62 % of the read probe
@@ -629,6 +635,50 @@ class Prefetcher {
   std::jthread thread_;  // last: stopped and joined before the members above go
 };
 
+// Reads entry `r` as planned in `w`: its pieces contiguous in the entry straight into place,
+// the others through `scratch.stage`, every chunk read checked; counts into `stats`.
+void read_entry(const Read& r, const Work& w, const Destinations& dsts, Scratch& scratch, Prefetcher& prefetcher,
+                LoadStats& stats) {
+  for (const Direct& d : w.direct) {
+    const auto [n, calls] = read_in_place(*r.file, *r.entry, *w.sums, d.lo, d.hi, w.bytes, w.chunk, d.outs, scratch, stats);
+    stats.bytes_read += n;
+    stats.read_calls += calls;
+    stats.bytes_in_place += d.hi - d.lo;
+    stats.bytes_loaded += d.hi - d.lo;
+    if (!r.file->direct) prefetcher.consumed(n);
+  }
+  if (w.staged.empty()) return;
+  // The stage: the size of the largest entry read through it, its pages touched only where
+  // bytes are read; the entry's storage at its own offsets, so pieces copy out with its box.
+  if (scratch.stage_bytes < w.bytes) {
+    scratch.stage.reset(new std::byte[w.bytes]);  // default-initialised: untouched until read into
+    scratch.stage_bytes = w.bytes;
+  }
+  std::byte* stage = scratch.stage.get();
+  for (const auto& [lo, hi] : w.ranges) {
+    {
+      PhaseTimer timer(stats.read_seconds);
+      stats.read_calls += r.file->read({{stage + lo, hi - lo}}, r.file->header.data_start + r.entry->begin + lo, scratch.bounce);
+    }
+    stats.bytes_read += hi - lo;
+    bool ok;
+    {
+      PhaseTimer timer(stats.checksum_seconds);
+      ok = sums_match(*w.sums, stage + lo, lo, hi, w.bytes, w.chunk);
+    }
+    if (!ok)
+      DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
+                     "' fails its checksum: corrupted");
+    if (!r.file->direct) prefetcher.consumed(hi - lo);
+  }
+  for (const plan::Piece* q : w.staged) {
+    stats.bytes_loaded += static_cast<std::uint64_t>(q->box.numel() * w.elem);
+    const auto [out, dseg] = dsts.of(*q, w.elem);
+    PhaseTimer timer(stats.copy_seconds);
+    exec::copy_box(q->box, stage, r.segment->box, out, dseg->box, w.elem);  // touches only bytes read
+  }
+}
+
 }  // namespace
 
 LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const Arenas& arenas,
@@ -661,7 +711,6 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
   const vps::RankLayout dst_layout = to.rank_layout(rank);
   std::map<int, vps::RankLayout> src_layouts;
   std::map<int, std::unique_ptr<OpenFile>> files;
-  std::unique_ptr<AlignedBuffer> bounce;  // for the files read direct, allocated with the first
 
   // The reads: one entry per source segment that pieces come from.
   std::vector<Read> reads;
@@ -677,7 +726,7 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
     auto& file = files[p.src_rank];
     if (!file) {
       PhaseTimer timer(stats.open_seconds);
-      file = open_checked(c, p.src_rank, options.bypass_cache, options.direct_block_bytes, bounce);
+      file = open_checked(c, p.src_rank, options.bypass_cache);
       ++stats.files_opened;
       stats.files_direct += file->direct.has_value();
     }
@@ -709,50 +758,34 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
   });
   Prefetcher prefetcher(spans, options.prefetch_bytes);
 
-  // One stage the size of the largest entry read through it, its pages touched only where
-  // bytes are read: the entry's storage at its own offsets, so pieces copy out with the entry's box.
-  std::unique_ptr<std::byte[]> stage;
-  std::uint64_t stage_bytes = 0;
-  std::vector<std::byte> margin;
-  for (std::size_t k = 0; k < reads.size(); ++k) {
-    const Read& r = reads[k];
-    const Work& w = work[k];
-    for (const Direct& d : w.direct) {
-      const auto [n, calls] = read_in_place(*r.file, *r.entry, *w.sums, d.lo, d.hi, w.bytes, w.chunk, d.outs, margin, stats);
-      stats.bytes_read += n;
-      stats.read_calls += calls;
-      stats.bytes_in_place += d.hi - d.lo;
-      stats.bytes_loaded += d.hi - d.lo;
-      if (!r.file->direct) prefetcher.consumed(n);
+  // Workers take entries in order; each keeps its own scratch and phase times (LoadStats'
+  // phases are summed over them).
+  const int workers = std::max(1, std::min<int>(options.readers, static_cast<int>(reads.size())));
+  std::vector<LoadStats> part(workers);
+  std::vector<std::exception_ptr> errors(workers);
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto worker = [&](int t) {
+    try {
+      Scratch scratch(options.direct_block_bytes);
+      for (std::size_t k; !failed && (k = next++) < reads.size();)
+        read_entry(reads[k], work[k], dsts, scratch, prefetcher, part[t]);
+    } catch (...) {
+      errors[t] = std::current_exception();
+      failed = true;
     }
-    if (w.staged.empty()) continue;
-    if (stage_bytes < w.bytes) {
-      stage.reset(new std::byte[w.bytes]);  // default-initialised: untouched until read into
-      stage_bytes = w.bytes;
-    }
-    for (const auto& [lo, hi] : w.ranges) {
-      std::byte* target = stage.get() + lo;
-      {
-        PhaseTimer timer(stats.read_seconds);
-        stats.read_calls += r.file->read({{target, hi - lo}}, r.file->header.data_start + r.entry->begin + lo);
-      }
-      stats.bytes_read += hi - lo;
-      bool ok;
-      {
-        PhaseTimer timer(stats.checksum_seconds);
-        ok = sums_match(*w.sums, target, lo, hi, w.bytes, w.chunk);
-      }
-      if (!ok)
-        DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
-                       "' fails its checksum: corrupted");
-      if (!r.file->direct) prefetcher.consumed(hi - lo);
-    }
-    for (const plan::Piece* q : w.staged) {
-      stats.bytes_loaded += static_cast<std::uint64_t>(q->box.numel() * w.elem);
-      const auto [out, dseg] = dsts.of(*q, w.elem);
-      PhaseTimer timer(stats.copy_seconds);
-      exec::copy_box(q->box, stage.get(), r.segment->box, out, dseg->box, w.elem);  // touches only bytes read
-    }
+  };
+  {
+    std::vector<std::jthread> helpers;
+    for (int t = 1; t < workers; ++t) helpers.emplace_back(worker, t);
+    worker(0);
+  }
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (const LoadStats& p : part) {
+    stats.bytes_read += p.bytes_read, stats.read_calls += p.read_calls, stats.bytes_loaded += p.bytes_loaded;
+    stats.bytes_in_place += p.bytes_in_place, stats.read_seconds += p.read_seconds;
+    stats.checksum_seconds += p.checksum_seconds, stats.copy_seconds += p.copy_seconds;
   }
   return stats;
 }

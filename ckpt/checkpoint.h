@@ -141,6 +141,9 @@ struct LoadOptions {
   enum class Bypass { kWhenCold, kAlways, kNever };
   Bypass bypass_cache = Bypass::kWhenCold;
   std::uint64_t direct_block_bytes = std::uint64_t{8} << 20;
+  // Threads that read, check and copy entries at once (each takes the next entry in file order),
+  // so that a rank keeps more than one request at the disk while it checks and copies.
+  int readers = 2;
 };
 
 struct LoadStats {
@@ -151,7 +154,8 @@ struct LoadStats {
   std::uint64_t bytes_in_place = 0;  // of bytes_loaded, read straight into the arenas (no copy)
   std::int64_t files_opened = 0;
   std::int64_t files_direct = 0;  // of files_opened, read past the page cache (O_DIRECT)
-  // Where the load's time went on this rank (wall seconds, adding up to about its whole time):
+  // Where the load's time went on this rank (seconds, summed over its readers: with one reader
+  // they add up to about its whole time):
   double plan_seconds = 0;      // planning the pieces and the reads (plan_rank, read ranges)
   double open_seconds = 0;      // opening rank files and checking their headers against the index
   double read_seconds = 0;      // waiting in pread (disk, page cache copy, faults of fresh memory)

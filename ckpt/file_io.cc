@@ -162,6 +162,16 @@ AlignedBuffer::AlignedBuffer(std::size_t bytes)
 
 void AlignedBuffer::Free::operator()(std::byte* p) const { std::free(p); }
 
+void populate(const std::vector<ByteSpan>& spans) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  for (const auto& s : spans) {
+    if (s.bytes == 0) continue;
+    const auto first = reinterpret_cast<std::uintptr_t>(s.data) / page * page;
+    const auto end = reinterpret_cast<std::uintptr_t>(s.data) + s.bytes;
+    ::madvise(reinterpret_cast<void*>(first), end - first, MADV_POPULATE_WRITE);
+  }
+}
+
 double cached_fraction(int fd, std::uint64_t offset, std::uint64_t bytes) {
   if (bytes == 0) return 1;
   const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));

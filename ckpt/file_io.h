@@ -84,6 +84,10 @@ struct AlignedBuffer {
   std::unique_ptr<std::byte, Free> data_;
   std::size_t bytes_ = 0;
 };
+// Backs the pages under `spans` with memory now, in one call a span (MADV_POPULATE_WRITE), not
+// one fault a page while a read copies into them: fresh memory (a restarted process's state)
+// costs a fault per 4 KiB otherwise. A hint: contents are unchanged and failures are ignored.
+void populate(const std::vector<ByteSpan>& spans);
 // The fraction of the file bytes [offset, offset + bytes) that the page cache holds (mincore of
 // a mapping, over the whole pages inside it); 1 where that cannot be told or no whole page lies
 // inside (a hint for choosing buffered or direct reads).

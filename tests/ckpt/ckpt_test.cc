@@ -251,6 +251,30 @@ TEST(Checkpoint, PartialReadsOfDimOneSplitsReadColumnBlocksOrWholeRowsByTheGapRu
   EXPECT_EQ(a.kind, b.kind);
 }
 
+// A rank's readers split its entries between them: one, two or five readers load the same bytes,
+// read the same file bytes, and a bad chunk is refused whichever reader meets it.
+TEST(Checkpoint, ReadersSplitTheEntriesAndLoadTheSameBytes) {
+  const auto from = layout("tiny-moe", "tp=2,pp=2,dp=2,ep=2,zero=1");
+  const auto to = layout("tiny-moe", "tp=1,pp=2,dp=4,ep=4,zero=1");
+  const std::string dir = fresh_dir("readers");
+  save_filled(dir, 1, from, 256);
+  std::vector<std::uint64_t> read;
+  for (const int readers : {1, 2, 5}) {
+    SCOPED_TRACE(readers);
+    LoadOptions o;
+    o.readers = readers;
+    read.push_back(0);
+    expect_loads_exactly(dir, to, &read.back(), o);
+  }
+  EXPECT_EQ(read[0], read[1]);
+  EXPECT_EQ(read[0], read[2]);
+  const Checkpoint c = open_latest(dir, to.model());
+  patch_byte(c.step_dir + "/" + rank_file_name(0), fs::file_size(c.step_dir + "/" + rank_file_name(0)) - 5);
+  LoadOptions one, five;
+  one.readers = 1, five.readers = 5;
+  expect_checksum_refused(c, to, {one, five});
+}
+
 // Direct reads (O_DIRECT through an aligned bounce buffer) land every byte where a buffered
 // read does, for any offset, span boundaries and bounce size, and a file that ends early is a
 // truncation.
