@@ -253,12 +253,6 @@ LoadResult timed_load(dt::comm::Transport& t, const std::string& dir, const dt::
   const auto c = dt::ckpt::open_latest(dir, dst.model());
   dt::ckpt::LoadOptions options;
   if (std::getenv("DT_PREFETCH_MIB")) options.prefetch_bytes = std::strtoull(std::getenv("DT_PREFETCH_MIB"), nullptr, 10) << 20;
-  if (const char* k = std::getenv("DT_LOAD_READERS")) options.readers = std::atoi(k);
-  if (const char* m = std::getenv("DT_DIRECT_BLOCK_MIB")) options.direct_block_bytes = std::strtoull(m, nullptr, 10) << 20;
-  if (const char* b = std::getenv("DT_BYPASS_CACHE"))  // never | always; default: files mostly not cached
-    options.bypass_cache = std::string(b) == "never"    ? dt::ckpt::LoadOptions::Bypass::kNever
-                           : std::string(b) == "always" ? dt::ckpt::LoadOptions::Bypass::kAlways
-                                                        : dt::ckpt::LoadOptions::Bypass::kWhenCold;
   const auto stats = dt::ckpt::load_rank(c, dst, t.rank(), arenas.view(), options);
   const double mine = since(t0);
   LoadResult r;

@@ -1,17 +1,14 @@
 #include "ckpt/checkpoint.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <stop_token>
 #include <thread>
 
@@ -337,40 +334,23 @@ namespace {
 // A rank file opened for reading: size and header checked against the index.
 struct OpenFile {
   File file;
-  std::optional<File> direct;  // the same file opened with O_DIRECT: data is read through it
   StHeader header;
   std::map<std::string, const StEntry*> by_name;
   json checksums;                // entry -> one hex checksum per chunk (or one for the whole entry)
   std::uint64_t chunk_bytes = 0;  // 0: files written before chunked checksums (whole entries only)
 
-  // Reads file bytes [offset, offset + total of `spans`) into `spans`, past the page cache
-  // through `bounce` when the file is read direct; returns the read calls.
-  int read(const std::vector<ByteSpan>& spans, std::uint64_t offset, AlignedBuffer& bounce) const {
+  // Reads file bytes [offset, offset + total of `spans`) into `spans`, their pages backed by
+  // memory first (populate); returns the read calls.
+  int read(const std::vector<ByteSpan>& spans, std::uint64_t offset) const {
     populate(spans);
-    return direct ? read_direct(direct->fd(), spans, offset, bounce, file.path())
-                  : read_scattered(file.fd(), spans, offset, file.path());
+    return read_scattered(file.fd(), spans, offset, file.path());
   }
 };
 
-// Whether a load with `bypass` reads `file` past the page cache (LoadOptions::bypass_cache);
-// asked before anything is read from it (reading the header pulls its neighbours into the cache).
-bool read_direct(LoadOptions::Bypass bypass, const File& file) {
-  switch (bypass) {
-    case LoadOptions::Bypass::kAlways: return true;
-    case LoadOptions::Bypass::kNever: return false;
-    case LoadOptions::Bypass::kWhenCold: return cached_fraction(file.fd(), 0, file.size()) < 0.5;
-  }
-  return false;
-}
-
-// Opens rank file `r`, past the page cache too when `bypass` says so, and checks it against
-// the index.
-std::unique_ptr<OpenFile> open_checked(const Checkpoint& c, int r, LoadOptions::Bypass bypass) {
+std::unique_ptr<OpenFile> open_checked(const Checkpoint& c, int r) {
   const FileInfo& info = c.files.at(r);
   const std::string path = c.step_dir + "/" + info.name;
-  auto f = std::make_unique<OpenFile>(OpenFile{File::open_read(path), std::nullopt, {}, {}, {}, 0});
-  if (read_direct(bypass, f->file))
-    if (auto direct = File::open_read_direct(path)) f->direct.emplace(std::move(*direct));
+  auto f = std::make_unique<OpenFile>(OpenFile{File::open_read(path), {}, {}, {}, 0});
   const std::uint64_t bytes = f->file.size();
   if (bytes != info.bytes)
     DT_INPUT_ERROR("checkpoint file '", path, "' has ", bytes, " bytes, the index says ", info.bytes, ": ",
@@ -450,13 +430,11 @@ void parts_of(const std::vector<ByteSpan>& spans, const std::vector<std::uint64_
   }
 }
 
-// What one worker of a load reads into besides the arenas.
+// What a load reads into besides the arenas.
 struct Scratch {
-  explicit Scratch(std::uint64_t bounce_bytes) : bounce(bounce_bytes) {}
   std::vector<std::byte> margin;       // the chunk margins around a piece read in place
   std::unique_ptr<std::byte[]> stage;  // an entry's storage for pieces read through it
   std::uint64_t stage_bytes = 0;
-  AlignedBuffer bounce;                // direct reads land here first (untouched until used)
 };
 
 // Reads bytes [lo, hi) of an entry straight into `outs` (laid end to end: one span where the
@@ -488,7 +466,7 @@ std::pair<std::uint64_t, int> read_in_place(const OpenFile& f, const StEntry& en
   int calls = 0;
   {
     PhaseTimer timer(stats.read_seconds);
-    calls = f.read(spans, base + a, scratch.bounce);
+    calls = f.read(spans, base + a);
   }
   // One read over the whole range, not one a block: checking each 1 MiB while it is still in
   // cache cost more in smaller requests to the disk than it saved (54-62 % of the read probe
@@ -645,7 +623,7 @@ void read_entry(const Read& r, const Work& w, const Destinations& dsts, Scratch&
     stats.read_calls += calls;
     stats.bytes_in_place += d.hi - d.lo;
     stats.bytes_loaded += d.hi - d.lo;
-    if (!r.file->direct) prefetcher.consumed(n);
+    prefetcher.consumed(n);
   }
   if (w.staged.empty()) return;
   // The stage: the size of the largest entry read through it, its pages touched only where
@@ -658,7 +636,7 @@ void read_entry(const Read& r, const Work& w, const Destinations& dsts, Scratch&
   for (const auto& [lo, hi] : w.ranges) {
     {
       PhaseTimer timer(stats.read_seconds);
-      stats.read_calls += r.file->read({{stage + lo, hi - lo}}, r.file->header.data_start + r.entry->begin + lo, scratch.bounce);
+      stats.read_calls += r.file->read({{stage + lo, hi - lo}}, r.file->header.data_start + r.entry->begin + lo);
     }
     stats.bytes_read += hi - lo;
     bool ok;
@@ -669,7 +647,7 @@ void read_entry(const Read& r, const Work& w, const Destinations& dsts, Scratch&
     if (!ok)
       DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
                      "' fails its checksum: corrupted");
-    if (!r.file->direct) prefetcher.consumed(hi - lo);
+    prefetcher.consumed(hi - lo);
   }
   for (const plan::Piece* q : w.staged) {
     stats.bytes_loaded += static_cast<std::uint64_t>(q->box.numel() * w.elem);
@@ -726,9 +704,8 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
     auto& file = files[p.src_rank];
     if (!file) {
       PhaseTimer timer(stats.open_seconds);
-      file = open_checked(c, p.src_rank, options.bypass_cache);
+      file = open_checked(c, p.src_rank);
       ++stats.files_opened;
-      stats.files_direct += file->direct.has_value();
     }
     const vps::LocalBuffer& sbuf = sl.buffers.at(p.src_buffer);
     r.segment = &sbuf.segments.at(p.src_segment);
@@ -752,41 +729,11 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
 
   // Prefetch: the kernel is asked for the next `prefetch_bytes` of file ranges ahead of the one
   // being read, from a thread of its own, so the disk streams while this rank checks checksums
-  // and copies. Not for files read direct: their bytes would be read twice.
-  std::erase_if(spans, [&](const Span& sp) {
-    return std::any_of(files.begin(), files.end(), [&](const auto& f) { return f.second->direct && f.second->file.fd() == sp.fd; });
-  });
+  // and copies.
   Prefetcher prefetcher(spans, options.prefetch_bytes);
 
-  // Workers take entries in order; each keeps its own scratch and phase times (LoadStats'
-  // phases are summed over them).
-  const int workers = std::max(1, std::min<int>(options.readers, static_cast<int>(reads.size())));
-  std::vector<LoadStats> part(workers);
-  std::vector<std::exception_ptr> errors(workers);
-  std::atomic<std::size_t> next{0};
-  std::atomic<bool> failed{false};
-  auto worker = [&](int t) {
-    try {
-      Scratch scratch(options.direct_block_bytes);
-      for (std::size_t k; !failed && (k = next++) < reads.size();)
-        read_entry(reads[k], work[k], dsts, scratch, prefetcher, part[t]);
-    } catch (...) {
-      errors[t] = std::current_exception();
-      failed = true;
-    }
-  };
-  {
-    std::vector<std::jthread> helpers;
-    for (int t = 1; t < workers; ++t) helpers.emplace_back(worker, t);
-    worker(0);
-  }
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  for (const LoadStats& p : part) {
-    stats.bytes_read += p.bytes_read, stats.read_calls += p.read_calls, stats.bytes_loaded += p.bytes_loaded;
-    stats.bytes_in_place += p.bytes_in_place, stats.read_seconds += p.read_seconds;
-    stats.checksum_seconds += p.checksum_seconds, stats.copy_seconds += p.copy_seconds;
-  }
+  Scratch scratch;
+  for (std::size_t k = 0; k < reads.size(); ++k) read_entry(reads[k], work[k], dsts, scratch, prefetcher, stats);
   return stats;
 }
 

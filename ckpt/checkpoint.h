@@ -133,17 +133,6 @@ struct LoadOptions {
   // rows (one preadv over them) when its rows average at least this many bytes; narrower rows
   // are read into a stage and copied, as pieces strided in their entry always are.
   std::uint64_t min_scatter_run_bytes = 512;
-  // Which rank files are read past the page cache (O_DIRECT, through an aligned bounce buffer
-  // of direct_block_bytes whose blocks are copied into place): kWhenCold those of which the page
-  // cache holds less than half (a resume after a restart; a file just written is read from the
-  // cache), kAlways every one (tests), kNever none. Files on a file system that refuses O_DIRECT
-  // are read through the cache. Direct files are not prefetched.
-  enum class Bypass { kWhenCold, kAlways, kNever };
-  Bypass bypass_cache = Bypass::kWhenCold;
-  std::uint64_t direct_block_bytes = std::uint64_t{8} << 20;
-  // Threads that read, check and copy entries at once (each takes the next entry in file order),
-  // so that a rank keeps more than one request at the disk while it checks and copies.
-  int readers = 2;
 };
 
 struct LoadStats {
@@ -153,9 +142,7 @@ struct LoadStats {
   std::uint64_t bytes_loaded = 0;  // bytes written into the arenas
   std::uint64_t bytes_in_place = 0;  // of bytes_loaded, read straight into the arenas (no copy)
   std::int64_t files_opened = 0;
-  std::int64_t files_direct = 0;  // of files_opened, read past the page cache (O_DIRECT)
-  // Where the load's time went on this rank (seconds, summed over its readers: with one reader
-  // they add up to about its whole time):
+  // Where the load's time went on this rank (wall seconds, adding up to about its whole time):
   double plan_seconds = 0;      // planning the pieces and the reads (plan_rank, read ranges)
   double open_seconds = 0;      // opening rank files and checking their headers against the index
   double read_seconds = 0;      // waiting in pread (disk, page cache copy, faults of fresh memory)

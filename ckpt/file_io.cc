@@ -172,57 +172,6 @@ void populate(const std::vector<ByteSpan>& spans) {
   }
 }
 
-double cached_fraction(int fd, std::uint64_t offset, std::uint64_t bytes) {
-  if (bytes == 0) return 1;
-  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-  // Whole pages only: a page shared with the header is cached by the header's read.
-  const std::uint64_t first = (offset + page - 1) / page * page, end = (offset + bytes) / page * page;
-  if (end <= first) return 1;
-  const std::uint64_t length = end - first;
-  void* map = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(first));
-  if (map == MAP_FAILED) return 1;
-  std::vector<unsigned char> resident((length + page - 1) / page);
-  const int rc = ::mincore(map, length, resident.data());
-  ::munmap(map, length);
-  if (rc != 0) return 1;
-  const auto cached = std::count_if(resident.begin(), resident.end(), [](unsigned char v) { return v & 1; });
-  return static_cast<double>(cached) / static_cast<double>(resident.size());
-}
-
-int read_direct(int fd, const std::vector<ByteSpan>& spans, std::uint64_t offset, AlignedBuffer& bounce,
-                const std::string& path) {
-  constexpr std::uint64_t kAlign = kDirectAlignBytes;
-  const std::uint64_t block_bytes = bounce.size() / kAlign * kAlign;
-  DT_CHECK(block_bytes > 0, "a direct read needs a bounce buffer of at least ", kAlign, " bytes");
-  std::uint64_t end = offset;
-  for (const auto& s : spans) end += s.bytes;
-  std::size_t span = 0;     // the span the next byte goes into
-  std::uint64_t into = 0;   // bytes of it already filled
-  int calls = 0;
-  for (std::uint64_t block = offset / kAlign * kAlign; block < end; block += block_bytes) {
-    const std::uint64_t want = std::min(block_bytes, (end + kAlign - 1) / kAlign * kAlign - block);
-    std::uint64_t got = 0;
-    while (got < want) {  // a short read ends the file unless it stopped on an aligned byte
-      const ssize_t n = ::pread(fd, bounce.data() + got, want - got, static_cast<off_t>(block + got));
-      ++calls;
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) DT_INPUT_ERROR("cannot read '", path, "': ", std::strerror(errno));
-      got += static_cast<std::uint64_t>(n);
-      if (n == 0 || got % kAlign != 0) break;
-    }
-    const std::uint64_t from = std::max(block, offset), to = std::min(block + got, end);
-    if (to < std::min(block + want, end))
-      DT_INPUT_ERROR("checkpoint file '", path, "' ends at byte ", std::max(to, from), ": truncated");
-    for (std::uint64_t at = from; at < to;) {  // copy [from, to) out into the spans
-      const std::uint64_t n = std::min(to - at, spans[span].bytes - into);
-      std::memcpy(spans[span].data + into, bounce.data() + (at - block), n);
-      at += n, into += n;
-      if (into == spans[span].bytes) ++span, into = 0;
-    }
-  }
-  return calls;
-}
-
 std::string hex64(std::uint64_t x) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(x));

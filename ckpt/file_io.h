@@ -63,12 +63,13 @@ struct ByteSpan {
 // (preadv, at most IOV_MAX spans a call); returns the calls made. Short reads are resumed; the
 // end of the file is a truncation (InputError naming `path`).
 int read_scattered(int fd, const std::vector<ByteSpan>& spans, std::uint64_t offset, const std::string& path);
+// Backs the pages under `spans` with memory now, in one call a span (MADV_POPULATE_WRITE), not
+// one fault a page while a read copies into them: fresh memory (a restarted process's state)
+// costs a fault per 4 KiB otherwise. A hint: contents are unchanged and failures are ignored.
+void populate(const std::vector<ByteSpan>& spans);
 std::string hex64(std::uint64_t x);  // 16 lowercase hex digits
 
-// ---- reads past the page cache (O_DIRECT) ----
-// A cold buffered read costs the CPU a page-cache page per 4 KiB (allocate, insert, copy out,
-// evict later); on this project's 2-core machine that, not the disk, bounds 4 ranks' reads once
-// anything else runs. A direct read lands in user memory with no page cache (docs: ckpt/README.md).
+// ---- reads past the page cache (O_DIRECT), for measuring the disk (bench_ckpt's probe) ----
 // Offsets, lengths and memory of direct reads are multiples of this.
 constexpr std::size_t kDirectAlignBytes = 4096;
 // Memory aligned for direct reads (kDirectAlignBytes), allocated untouched.
@@ -84,20 +85,5 @@ struct AlignedBuffer {
   std::unique_ptr<std::byte, Free> data_;
   std::size_t bytes_ = 0;
 };
-// Backs the pages under `spans` with memory now, in one call a span (MADV_POPULATE_WRITE), not
-// one fault a page while a read copies into them: fresh memory (a restarted process's state)
-// costs a fault per 4 KiB otherwise. A hint: contents are unchanged and failures are ignored.
-void populate(const std::vector<ByteSpan>& spans);
-// The fraction of the file bytes [offset, offset + bytes) that the page cache holds (mincore of
-// a mapping, over the whole pages inside it); 1 where that cannot be told or no whole page lies
-// inside (a hint for choosing buffered or direct reads).
-double cached_fraction(int fd, std::uint64_t offset, std::uint64_t bytes);
-// Reads the file bytes [offset, offset + total of `spans`) into `spans` laid end to end through
-// `bounce`, from `fd` opened with O_DIRECT: the aligned blocks covering them, bounce.size()
-// bytes a read (the file's tail may end inside one), each copied out into the spans. Returns the
-// reads issued; the end of the file before the last byte is a truncation (InputError naming
-// `path`).
-int read_direct(int fd, const std::vector<ByteSpan>& spans, std::uint64_t offset, AlignedBuffer& bounce,
-                const std::string& path);
 
 }  // namespace dynatrain::ckpt
