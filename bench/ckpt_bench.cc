@@ -16,7 +16,7 @@
 //                    as in a restarted process), the limit of a resume into fresh memory.
 //                    Each both ways: through the page cache (one pread a memory run) and past
 //                    it (O_DIRECT, 64 MiB requests into one aligned buffer, no copy); the limit
-//                    is the faster of the two (a load reads cold files past the cache)
+//                    is the faster of the two (neither way is the disk's limit alone here)
 //   save             ckpt::save: rank files, index, pointer switch, every fsync
 //   resume           ckpt::load_rank of every rank after dropping the files from the page
 //                    cache, into the saved layout (pure I/O) and into another layout
