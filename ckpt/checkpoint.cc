@@ -338,6 +338,13 @@ struct OpenFile {
   std::map<std::string, const StEntry*> by_name;
   json checksums;                // entry -> one hex checksum per chunk (or one for the whole entry)
   std::uint64_t chunk_bytes = 0;  // 0: files written before chunked checksums (whole entries only)
+
+  // Reads file bytes [offset, offset + total of `spans`) into `spans`, their pages backed by
+  // memory first (populate); returns the read calls.
+  int read(const std::vector<ByteSpan>& spans, std::uint64_t offset) const {
+    populate(spans);
+    return read_scattered(file.fd(), spans, offset, file.path());
+  }
 };
 
 std::unique_ptr<OpenFile> open_checked(const Checkpoint& c, int r) {
@@ -423,6 +430,13 @@ void parts_of(const std::vector<ByteSpan>& spans, const std::vector<std::uint64_
   }
 }
 
+// What a load reads into besides the arenas.
+struct Scratch {
+  std::vector<std::byte> margin;       // the chunk margins around a piece read in place
+  std::unique_ptr<std::byte[]> stage;  // an entry's storage for pieces read through it
+  std::uint64_t stage_bytes = 0;
+};
+
 // Reads bytes [lo, hi) of an entry straight into `outs` (laid end to end: one span where the
 // piece is contiguous at its destination, one per row where it is strided there), and the rest
 // of the checksum chunks that cover them (at most one chunk's worth at each end) into
@@ -431,8 +445,8 @@ void parts_of(const std::vector<ByteSpan>& spans, const std::vector<std::uint64_
 // calls.
 std::pair<std::uint64_t, int> read_in_place(const OpenFile& f, const StEntry& entry, const json& sums, std::uint64_t lo,
                                             std::uint64_t hi, std::uint64_t bytes, std::uint64_t chunk,
-                                            const std::vector<ByteSpan>& outs, std::vector<std::byte>& margin,
-                                            LoadStats& stats) {
+                                            const std::vector<ByteSpan>& outs, Scratch& scratch, LoadStats& stats) {
+  std::vector<std::byte>& margin = scratch.margin;
   const std::uint64_t c = chunk > 0 ? chunk : bytes;
   const std::uint64_t a = lo / c * c, b = std::min(bytes, (hi + c - 1) / c * c);
   margin.resize((lo - a) + (b - hi));
@@ -452,7 +466,7 @@ std::pair<std::uint64_t, int> read_in_place(const OpenFile& f, const StEntry& en
   int calls = 0;
   {
     PhaseTimer timer(stats.read_seconds);
-    calls = read_scattered(f.file.fd(), spans, base + a, path);
+    calls = f.read(spans, base + a);
   }
   // One read over the whole range, not one a block: checking each 1 MiB while it is still in
   // cache cost more in smaller requests to the disk than it saved (54-62 % of the read probe
@@ -599,6 +613,50 @@ class Prefetcher {
   std::jthread thread_;  // last: stopped and joined before the members above go
 };
 
+// Reads entry `r` as planned in `w`: its pieces contiguous in the entry straight into place,
+// the others through `scratch.stage`, every chunk read checked; counts into `stats`.
+void read_entry(const Read& r, const Work& w, const Destinations& dsts, Scratch& scratch, Prefetcher& prefetcher,
+                LoadStats& stats) {
+  for (const Direct& d : w.direct) {
+    const auto [n, calls] = read_in_place(*r.file, *r.entry, *w.sums, d.lo, d.hi, w.bytes, w.chunk, d.outs, scratch, stats);
+    stats.bytes_read += n;
+    stats.read_calls += calls;
+    stats.bytes_in_place += d.hi - d.lo;
+    stats.bytes_loaded += d.hi - d.lo;
+    prefetcher.consumed(n);
+  }
+  if (w.staged.empty()) return;
+  // The stage: the size of the largest entry read through it, its pages touched only where
+  // bytes are read; the entry's storage at its own offsets, so pieces copy out with its box.
+  if (scratch.stage_bytes < w.bytes) {
+    scratch.stage.reset(new std::byte[w.bytes]);  // default-initialised: untouched until read into
+    scratch.stage_bytes = w.bytes;
+  }
+  std::byte* stage = scratch.stage.get();
+  for (const auto& [lo, hi] : w.ranges) {
+    {
+      PhaseTimer timer(stats.read_seconds);
+      stats.read_calls += r.file->read({{stage + lo, hi - lo}}, r.file->header.data_start + r.entry->begin + lo);
+    }
+    stats.bytes_read += hi - lo;
+    bool ok;
+    {
+      PhaseTimer timer(stats.checksum_seconds);
+      ok = sums_match(*w.sums, stage + lo, lo, hi, w.bytes, w.chunk);
+    }
+    if (!ok)
+      DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
+                     "' fails its checksum: corrupted");
+    prefetcher.consumed(hi - lo);
+  }
+  for (const plan::Piece* q : w.staged) {
+    stats.bytes_loaded += static_cast<std::uint64_t>(q->box.numel() * w.elem);
+    const auto [out, dseg] = dsts.of(*q, w.elem);
+    PhaseTimer timer(stats.copy_seconds);
+    exec::copy_box(q->box, stage, r.segment->box, out, dseg->box, w.elem);  // touches only bytes read
+  }
+}
+
 }  // namespace
 
 LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const Arenas& arenas,
@@ -674,53 +732,8 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
   // and copies.
   Prefetcher prefetcher(spans, options.prefetch_bytes);
 
-  // One stage the size of the largest entry read through it, its pages touched only where
-  // bytes are read: the entry's storage at its own offsets, so pieces copy out with the entry's box.
-  std::unique_ptr<std::byte[]> stage;
-  std::uint64_t stage_bytes = 0;
-  std::vector<std::byte> margin;
-  for (std::size_t k = 0; k < reads.size(); ++k) {
-    const Read& r = reads[k];
-    const Work& w = work[k];
-    for (const Direct& d : w.direct) {
-      const auto [n, calls] = read_in_place(*r.file, *r.entry, *w.sums, d.lo, d.hi, w.bytes, w.chunk, d.outs, margin, stats);
-      stats.bytes_read += n;
-      stats.read_calls += calls;
-      stats.bytes_in_place += d.hi - d.lo;
-      stats.bytes_loaded += d.hi - d.lo;
-      prefetcher.consumed(n);
-    }
-    if (w.staged.empty()) continue;
-    if (stage_bytes < w.bytes) {
-      stage.reset(new std::byte[w.bytes]);  // default-initialised: untouched until read into
-      stage_bytes = w.bytes;
-    }
-    for (const auto& [lo, hi] : w.ranges) {
-      std::byte* target = stage.get() + lo;
-      {
-        PhaseTimer timer(stats.read_seconds);
-        read_exact(r.file->file.fd(), target, hi - lo, r.file->header.data_start + r.entry->begin + lo,
-                   r.file->file.path());
-      }
-      stats.bytes_read += hi - lo;
-      ++stats.read_calls;
-      bool ok;
-      {
-        PhaseTimer timer(stats.checksum_seconds);
-        ok = sums_match(*w.sums, target, lo, hi, w.bytes, w.chunk);
-      }
-      if (!ok)
-        DT_INPUT_ERROR("checkpoint file '", r.file->file.path(), "': entry '", r.entry->name,
-                       "' fails its checksum: corrupted");
-      prefetcher.consumed(hi - lo);
-    }
-    for (const plan::Piece* q : w.staged) {
-      stats.bytes_loaded += static_cast<std::uint64_t>(q->box.numel() * w.elem);
-      const auto [out, dseg] = dsts.of(*q, w.elem);
-      PhaseTimer timer(stats.copy_seconds);
-      exec::copy_box(q->box, stage.get(), r.segment->box, out, dseg->box, w.elem);  // touches only bytes read
-    }
-  }
+  Scratch scratch;
+  for (std::size_t k = 0; k < reads.size(); ++k) read_entry(reads[k], work[k], dsts, scratch, prefetcher, stats);
   return stats;
 }
 

@@ -1,6 +1,7 @@
 #include "ckpt/file_io.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -26,6 +28,13 @@ File File::create(const std::string& path) {
 
 File File::open_read(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) DT_INPUT_ERROR("cannot open checkpoint file '", path, "': ", std::strerror(errno));
+  return File(fd, path);
+}
+
+std::optional<File> File::open_read_direct(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (fd < 0 && errno == EINVAL) return std::nullopt;
   if (fd < 0) DT_INPUT_ERROR("cannot open checkpoint file '", path, "': ", std::strerror(errno));
   return File(fd, path);
 }
@@ -142,6 +151,25 @@ std::uint64_t checksum_of_parts(const std::vector<ByteRun>& parts) {
   XXH3_64bits_reset(state.get());
   for (const auto& p : parts) XXH3_64bits_update(state.get(), p.data, p.bytes);
   return XXH3_64bits_digest(state.get());
+}
+
+AlignedBuffer::AlignedBuffer(std::size_t bytes)
+    : data_(static_cast<std::byte*>(std::aligned_alloc(kDirectAlignBytes,
+                                                       (bytes + kDirectAlignBytes - 1) / kDirectAlignBytes * kDirectAlignBytes))),
+      bytes_(bytes) {
+  DT_CHECK(data_ != nullptr || bytes == 0, "out of memory for a ", bytes, "-byte read buffer");
+}
+
+void AlignedBuffer::Free::operator()(std::byte* p) const { std::free(p); }
+
+void populate(const std::vector<ByteSpan>& spans) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  for (const auto& s : spans) {
+    if (s.bytes == 0) continue;
+    const auto first = reinterpret_cast<std::uintptr_t>(s.data) / page * page;
+    const auto end = reinterpret_cast<std::uintptr_t>(s.data) + s.bytes;
+    ::madvise(reinterpret_cast<void*>(first), end - first, MADV_POPULATE_WRITE);
+  }
 }
 
 std::string hex64(std::uint64_t x) {
