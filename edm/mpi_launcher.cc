@@ -4,10 +4,10 @@
 #include <netdb.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -79,6 +79,9 @@ int universe_size() {
   return flag != 0 && value != nullptr ? *value : 0;
 }
 
+// How every refusal of a grow of `count` processes starts (the switch's one line).
+std::string refusal_head(int count) { return "cannot start " + std::to_string(count) + " process(es): "; }
+
 // mpirun --oversubscribe (or the MCA parameter) reaches every process as this variable.
 bool oversubscribing() {
   const char* v = std::getenv("OMPI_MCA_rmaps_base_oversubscribe");
@@ -92,7 +95,7 @@ class MpiLauncher final : public Launcher {
   std::string executable() const { return s_.executable.empty() ? self_executable() : s_.executable; }
 
   std::string cannot_start(int count, int alive) const override {
-    const std::string head = "cannot start " + std::to_string(count) + " process(es): ";
+    const std::string head = refusal_head(count);
     const std::string exe = executable();
     if (exe.empty() || access(exe.c_str(), X_OK) != 0) return head + "executable '" + exe + "' is missing or not executable";
     // Open MPI's launcher ends the whole job on a host it cannot resolve (ssh fails).
@@ -247,7 +250,7 @@ class MpiLauncher final : public Launcher {
     std::string where;
     if (!s_.hosts.empty()) where = "--host '" + s_.hosts + "'";
     if (!s_.hostfile.empty()) where += (where.empty() ? "" : ", ") + std::string("--hostfile '") + s_.hostfile + "'";
-    return "cannot start " + std::to_string(count) + " process(es): MPI_Comm_spawn failed: " + std::string(msg, len) +
+    return refusal_head(count) + "MPI_Comm_spawn failed: " + std::string(msg, len) +
            (where.empty() ? "" : " (" + where + ")");
   }
 

@@ -507,18 +507,15 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     if (json_out.is_open()) json_out << nlohmann::json{{"switches", ls.records}}.dump(2) << '\n';
     std::fflush(stdout);
   }
-  if (args.launcher && args.launcher->start_failed()) {
-    csv.close();
-    json_out.close();
-    trainer.reset();
-    args.launcher->end_after_failed_start(leader);
-  }
   // Where processes may leave a running job, every process ends that way: MPI_Finalize can wait
   // (measured: sometimes for ever) for processes of its job that already left (docs/edm.md).
-  if (args.launcher && args.launcher->cannot_leave().empty()) {
+  // After a failed start the job must end through the launcher whether or not they may.
+  const bool start_failed = args.launcher && args.launcher->start_failed();
+  if (start_failed || (args.launcher && args.launcher->cannot_leave().empty())) {
     csv.close();
     json_out.close();
     trainer.reset();
+    if (start_failed) args.launcher->end_after_failed_start(leader);
     args.launcher->leave();
   }
   return 0;
