@@ -120,6 +120,7 @@ class Engine {
     trace_ = opt_.trace;
     stats_.predicted_peak_bytes = execute(true);
     trace_ = nullptr;
+    stats_.dry_seconds = secs(t0) - stats_.agree_seconds;
     stats_.peak_bytes = opt_.dry_only ? stats_.predicted_peak_bytes : execute(false);
     const bool desc = order == WaveOrder::kDescending;
     stats_.wave_order = order == WaveOrder::kAscending ? "ascending"
@@ -1241,6 +1242,7 @@ TransitionStats sequential_stats(TransitionStats a, const TransitionStats& b) {
   a.wait_seconds += b.wait_seconds;
   a.alloc_seconds += b.alloc_seconds;
   a.agree_seconds += b.agree_seconds;
+  a.dry_seconds += b.dry_seconds;
   return a;
 }
 

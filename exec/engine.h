@@ -210,6 +210,8 @@ struct TransitionStats {
   // the copies), and the collective agreement on waves and order.
   double pack_seconds = 0, unpack_seconds = 0, keep_seconds = 0, wait_seconds = 0;
   double alloc_seconds = 0, agree_seconds = 0;
+  // Dry runs before the real one (the wave order's candidates, then the peak and trace).
+  double dry_seconds = 0;
 };
 
 // The figures of two switches run one after the other as one switch (the two stages of

@@ -5,6 +5,7 @@
 #include "sim/simulator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <queue>
@@ -371,6 +372,19 @@ class Simulation {
 
 SimResult simulate(const std::vector<exec::ScheduleTrace>& traces, const Cluster& cluster, const SimOptions& options) {
   return Simulation(traces, cluster, options).run();
+}
+
+Cluster calibrate_links(const std::vector<exec::ScheduleTrace>& traces, double measured, Cluster cluster,
+                        const SimOptions& options) {
+  DT_CHECK(measured > 0, "calibrate_links: measured time ", measured, " s is not positive");
+  for (int i = 0; i < 6; ++i) {
+    const double simulated = simulate(traces, cluster, options).seconds;
+    if (simulated <= 0) break;  // nothing moves
+    const double scale = std::clamp(simulated / measured, 0.1, 10.0);
+    cluster.gpu_link *= scale, cluster.nic *= scale, cluster.pcie *= scale;
+    if (std::abs(scale - 1) < 1e-6) break;
+  }
+  return cluster;
 }
 
 std::string format_sim(const SimResult& r) {

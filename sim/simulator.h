@@ -84,6 +84,13 @@ struct SimResult {
 SimResult simulate(const std::vector<exec::ScheduleTrace>& traces, const Cluster& cluster,
                    const SimOptions& options = {});
 
+// `cluster` with every link port (gpu_link, nic, pcie) scaled by one factor so that `traces`
+// play in `measured` seconds: the link rate a measured exchange implies (tools/predict_switch.h
+// calibrates on the switch's plain exchange, sim/trace.h). The time of a link-bound schedule goes
+// as 1 / rate; a few rescalings settle latency and core sharing. Unchanged when nothing moves.
+Cluster calibrate_links(const std::vector<exec::ScheduleTrace>& traces, double measured, Cluster cluster,
+                        const SimOptions& options = {});
+
 // Readable lines: predicted time, critical path, busiest link and its utilisation.
 std::string format_sim(const SimResult& result);
 

@@ -1,5 +1,7 @@
 #include "sim/trace.h"
 
+#include <algorithm>
+
 #include "comm/inproc/inproc_transport.h"
 #include "common/error.h"
 #include "exec/pool_allocator.h"
@@ -58,6 +60,49 @@ std::vector<exec::ScheduleTrace> trace_switch(const plan::Planner& planner,
     exec::run_transition(plans[me], src[me], s, dst[me], d, elem_bytes, t, alloc, opt);
   }, nodes);
   return traces;
+}
+
+std::vector<exec::ScheduleTrace> plain_exchange_traces(const std::vector<exec::ScheduleTrace>& switch_traces,
+                                                       std::uint64_t chunk) {
+  DT_CHECK(chunk > 0, "plain exchange: chunk of 0 bytes");
+  const int world = static_cast<int>(switch_traces.size());
+  std::vector<std::vector<std::uint64_t>> sends(world, std::vector<std::uint64_t>(world, 0));  // [from][to]
+  for (const auto& t : switch_traces)
+    for (const auto& e : t.events)
+      if (e.kind == exec::ScheduleEvent::Kind::kPost && e.send_bytes > 0) sends[t.rank][e.peer] += e.send_bytes;
+  int steps = 1;
+  while (steps < world) steps <<= 1;
+  std::vector<exec::ScheduleTrace> out(world);
+  for (int me = 0; me < world; ++me) {
+    struct Round {
+      int peer;
+      std::uint32_t index;  // chunk of the pair
+    };
+    std::vector<Round> rounds;
+    exec::ScheduleTrace& t = out[me];
+    t.rank = me, t.world = world;
+    auto post = [&](const Round& r, std::uint64_t send, std::uint64_t recv) {
+      t.post(0, r.peer, r.index, send, false, recv);
+    };
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> sizes;  // (send, receive) of each round
+    for (int s = 1; s < steps; ++s) {
+      const int q = me ^ s;
+      if (q >= world) continue;
+      std::uint64_t out_left = sends[me][q], in_left = sends[q][me];
+      for (std::uint32_t i = 0; out_left > 0 || in_left > 0; ++i) {
+        const std::uint64_t a = std::min(out_left, chunk), b = std::min(in_left, chunk);
+        rounds.push_back({q, i});
+        sizes.push_back({a, b});
+        out_left -= a, in_left -= b;
+      }
+    }
+    if (!rounds.empty()) post(rounds[0], sizes[0].first, sizes[0].second);
+    for (std::size_t k = 0; k < rounds.size(); ++k) {
+      if (k + 1 < rounds.size()) post(rounds[k + 1], sizes[k + 1].first, sizes[k + 1].second);
+      t.wait(0, rounds[k].peer, rounds[k].index, 0);
+    }
+  }
+  return out;
 }
 
 }  // namespace dynatrain::sim

@@ -23,4 +23,13 @@ std::vector<exec::ScheduleTrace> trace_switch(const plan::Planner& planner,
                                               const std::array<int, vps::kNumStateKinds>& elem_bytes,
                                               const exec::TransitionOptions& options, bool pool = true);
 
+// The plain exchange of a switch (testing::measure_plain_exchange, run-transition's "plain
+// exchange"): every process sends each peer the bytes its switch trace sends it, as contiguous
+// messages from warm buffers, in the engine's order (XOR steps, then chunks of at most `chunk`
+// bytes of the pair), one round posted ahead of the one it waits for. Nothing is packed, kept
+// or allocated: the switch's traffic and nothing else. Round r of a pair is its r-th chunk on
+// both sides, so the traces pair up.
+std::vector<exec::ScheduleTrace> plain_exchange_traces(const std::vector<exec::ScheduleTrace>& switch_traces,
+                                                       std::uint64_t chunk);
+
 }  // namespace dynatrain::sim

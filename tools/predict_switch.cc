@@ -3,7 +3,10 @@
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <thread>
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "sim/trace.h"
@@ -79,40 +82,73 @@ double latency(comm::Transport& world) {
   return since(t0) / kIters;
 }
 
-// The mean bytes of a run of the scattered messages in the traces (ScheduleEvent::send_runs:
-// the sends and receives of more than one run), 0 when there are none.
-double mean_scattered_run_bytes(const std::vector<exec::ScheduleTrace>& traces) {
-  double bytes = 0, runs = 0;
+// The typical scattered direct message of the switch (a message with more than one run on
+// either side): its mean bytes and the mean run count of each side, over the traces' messages
+// (ScheduleEvent::send_runs / recv_runs; a message's send and receive are two ranks' posts).
+struct MessageShape {
+  double bytes = 0, send_runs = 0, recv_runs = 0;
+  double run_bytes() const { return bytes / std::max({send_runs, recv_runs, 1.0}); }  // of the more scattered side
+};
+MessageShape scattered_shape(const std::vector<exec::ScheduleTrace>& traces) {
+  using Key = std::tuple<int, std::uint32_t, int, int>;  // wave, round, sender, receiver
+  std::map<Key, std::pair<std::uint32_t, std::uint32_t>> runs;  // (send runs, receive runs)
+  std::map<Key, std::uint64_t> bytes;
   for (const auto& t : traces)
     for (const auto& e : t.events) {
       if (e.kind != exec::ScheduleEvent::Kind::kPost) continue;
-      if (e.send_runs > 1) bytes += static_cast<double>(e.send_bytes), runs += e.send_runs;
-      if (e.recv_runs > 1) bytes += static_cast<double>(e.recv_bytes), runs += e.recv_runs;
+      if (e.send_bytes > 0) {
+        const Key k{e.wave, e.round, t.rank, e.peer};
+        runs[k].first = e.send_runs;
+        bytes[k] = e.send_bytes;
+      }
+      if (e.recv_bytes > 0) runs[{e.wave, e.round, e.peer, t.rank}].second = e.recv_runs;
     }
-  return runs > 0 ? bytes / runs : 0;
+  MessageShape shape;
+  double n = 0;
+  for (const auto& [k, r] : runs)
+    if (r.first > 1 || r.second > 1) {
+      shape.bytes += static_cast<double>(bytes[k]);
+      shape.send_runs += r.first, shape.recv_runs += r.second;
+      ++n;
+    }
+  if (n > 0) shape.bytes /= n, shape.send_runs /= n, shape.recv_runs /= n;
+  return shape;
+}
+
+// `count` runs of `bytes` each, one gap of `bytes` between them (a TP slice's rows).
+std::vector<comm::ByteRun> strided_runs(std::size_t count, std::size_t bytes) {
+  std::vector<comm::ByteRun> runs(count);
+  for (std::size_t i = 0; i < count; ++i) runs[i] = {2 * i * bytes, bytes};
+  return runs;
 }
 
 // Seconds per run of a scattered direct message (SimOptions::run_seconds), all pairs (rank,
-// rank^1) at once, as the link rate is measured: the even rank sends `n` runs of `run_bytes`
-// (one gap of run_bytes between them, as a TP slice's rows) into one contiguous run of the odd
-// rank, then the same bytes as one run each side; (scattered - contiguous) / n, best of three
+// rank^1) at once, as the link rate is measured. The even rank sends messages of the switch's
+// typical shape (`shape`: its bytes, each side split into its mean number of runs, gaps
+// between them as a TP slice's rows), so the transport picks the same copier (reader or
+// writer, comm/README.md) and pins the same runs as in the switch; then the same messages with
+// one run each side; (scattered - contiguous) / runs of the more scattered side, best of three
 // each, the mean over ranks. 0 where the pair does not move runs direct (they are packed).
-double run_cost(comm::Transport& world, double run_bytes) {
+double run_cost(comm::Transport& world, const MessageShape& shape) {
   const int peer = world.rank() ^ 1;
   const bool paired = peer < world.size() && world.runs_direct(peer);
-  const std::size_t run = std::max<std::size_t>(64, static_cast<std::size_t>(run_bytes));
-  const std::size_t n = std::clamp<std::size_t>((std::size_t{16} << 20) / run, 64, 65536);
+  const auto side_runs = [&](double runs) { return std::max<std::size_t>(1, static_cast<std::size_t>(runs + 0.5)); };
+  const std::size_t send_n = side_runs(shape.send_runs), recv_n = side_runs(shape.recv_runs);
+  const std::size_t msg = std::max<std::size_t>(std::max(send_n, recv_n) * 64, static_cast<std::size_t>(shape.bytes));
+  const std::size_t count = std::clamp<std::size_t>((std::size_t{16} << 20) / msg, 1, 4096);  // ~16 MiB in all
   const bool sender = world.rank() % 2 == 0;
-  std::vector<std::byte> buf(paired ? 2 * n * run : 0, std::byte{3});
-  std::vector<comm::ByteRun> scattered(n), whole{{0, n * run}};
-  for (std::size_t i = 0; i < n; ++i) scattered[i] = {2 * i * run, run};
+  const std::size_t mine_n = sender ? send_n : recv_n;
+  const std::size_t run = msg / mine_n;  // the last run takes the remainder
+  std::vector<comm::ByteRun> scattered = strided_runs(mine_n, run), whole{{0, msg}};
+  scattered.back().bytes += msg - run * mine_n;
+  std::vector<std::byte> buf(paired ? 2 * msg + 2 * run : 0, std::byte{3});
   auto timed = [&](const std::vector<comm::ByteRun>& mine) {
     double best = 1e30;
     for (int i = 0; i < 3; ++i) {
       world.barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      if (paired) {
-        auto r = sender ? world.isend_runs(buf.data(), mine, peer, 12) : world.irecv_runs(buf.data(), whole, peer, 12);
+      for (std::size_t m = 0; paired && m < count; ++m) {
+        auto r = sender ? world.isend_runs(buf.data(), mine, peer, 12) : world.irecv_runs(buf.data(), mine, peer, 12);
         r->wait();
       }
       best = std::min(best, since(t0));
@@ -120,19 +156,20 @@ double run_cost(comm::Transport& world, double run_bytes) {
     return best;
   };
   const double apart = timed(scattered), together = timed(whole);
-  const auto per_run = testing::gather_double(world, paired ? std::max(0.0, apart - together) / n : -1);
+  const double runs = static_cast<double>(count) * static_cast<double>(std::max(send_n, recv_n) - 1);
+  const auto per_run = testing::gather_double(world, paired && runs > 0 ? std::max(0.0, apart - together) / runs : -1);
   double sum = 0;
-  int count = 0;
+  int n = 0;
   for (double v : per_run)
-    if (v >= 0) sum += v, ++count;
-  return count > 0 ? sum / count : 0;
+    if (v >= 0) sum += v, ++n;
+  return n > 0 ? sum / n : 0;
 }
 
 }  // namespace
 
 SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& planner,
                                 const std::array<int, vps::kNumStateKinds>& elem_bytes,
-                                const exec::TransitionOptions& options) {
+                                const exec::TransitionOptions& options, const PlainExchange& plain) {
   const double link = link_rate(world);
   const auto copies = testing::gather_double(world, copy_rate(world));
   const double solo = copy_rate(world, true);  // rank 0 only
@@ -154,7 +191,9 @@ SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& pla
   c.intra_latency = c.inter_latency = pairs > 0 ? lat_sum / pairs : 0;
   // The shared-memory transport and every copy are work for the cores these processes get.
   const double n = world.size();
-  out.cpu_cores = solo > 0 ? std::clamp(n * c.copy / solo, 1.0, n) : n;
+  // No more than the host's CPUs (the ranks share one host; mpirun may bind each to one of them).
+  const double cpus = std::max(1u, std::thread::hardware_concurrency());
+  out.cpu_cores = std::min(solo > 0 ? std::clamp(n * c.copy / solo, 1.0, n) : n, cpus);
   // The tracer's in-process transport moves runs direct between every pair; this run's transport
   // may not (comm/mpi: only when the whole communicator is on one node), and then it packs.
   exec::TransitionOptions traced = options;
@@ -170,12 +209,22 @@ SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& pla
   // mean run size.
   std::vector<exec::ScheduleTrace> traces;
   if (world.rank() == 0) traces = sim::trace_switch(planner, elem_bytes, traced);
-  const double run_bytes =
-      testing::gather_double(world, world.rank() == 0 ? mean_scattered_run_bytes(traces) : 0)[0];
-  out.run_bytes = run_bytes;
-  out.run_seconds = run_bytes > 0 ? run_cost(world, run_bytes) : 0;
+  MessageShape shape;
+  if (world.rank() == 0) shape = scattered_shape(traces);
+  shape.bytes = testing::gather_double(world, shape.bytes)[0];
+  shape.send_runs = testing::gather_double(world, shape.send_runs)[0];
+  shape.recv_runs = testing::gather_double(world, shape.recv_runs)[0];
+  out.run_bytes = shape.bytes > 0 ? shape.run_bytes() : 0;
+  out.message_bytes = shape.bytes, out.send_runs = shape.send_runs, out.recv_runs = shape.recv_runs;
+  out.run_seconds = shape.bytes > 0 ? run_cost(world, shape) : 0;
   if (world.rank() == 0) {
-    out.result = sim::simulate(traces, c, {.cpu_cores = out.cpu_cores, .run_seconds = out.run_seconds});
+    const sim::SimOptions with_runs{.cpu_cores = out.cpu_cores, .run_seconds = out.run_seconds};
+    out.probe_link = link;
+    out.probe_link_seconds = sim::simulate(traces, c, with_runs).seconds;
+    if (plain.seconds > 0 && plain.chunk > 0)
+      c = sim::calibrate_links(sim::plain_exchange_traces(traces, plain.chunk), plain.seconds, c,
+                               {.cpu_cores = out.cpu_cores});
+    out.result = sim::simulate(traces, c, with_runs);
     out.without_runs_seconds = sim::simulate(traces, c, {.cpu_cores = out.cpu_cores}).seconds;
   }
   return out;

@@ -227,6 +227,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     p["unpack"] = max_of(gather_double(world, s.unpack_seconds));
     p["alloc"] = max_of(gather_double(world, s.alloc_seconds));
     p["agree"] = max_of(gather_double(world, s.agree_seconds));
+    p["dry"] = max_of(gather_double(world, s.dry_seconds));
     return p;
   };
   const nlohmann::json phases = phases_of(cold);
@@ -246,7 +247,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   exchange_s = std::min(exchange_s, measure_plain_exchange(world, to_peer, from_peer, chunk));
   // The simulator's prediction for this switch from rates measured now (--json only: it costs a trace).
   const std::optional<SwitchPrediction> predicted =
-      args.json.empty() ? std::nullopt : std::optional(predict_switch(world, fwd_planner, eb, opt));
+      args.json.empty() ? std::nullopt : std::optional(predict_switch(world, fwd_planner, eb, opt, {chunk, exchange_s}));
 
   if (root) {
     nlohmann::json j;
@@ -323,6 +324,11 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
       j["predicted_cpu_cores"] = predicted->cpu_cores;
       j["predicted_run_bytes"] = predicted->run_bytes;      // mean run of scattered direct messages
       j["predicted_run_seconds"] = predicted->run_seconds;  // measured cost of one such run
+      j["predicted_probe_link_gb_per_s"] = predicted->probe_link / 1e9;  // before calibration on the plain exchange
+      j["predicted_probe_link_seconds"] = predicted->probe_link_seconds;   // the prediction with that rate
+      j["predicted_message_shape"] = {{"bytes", predicted->message_bytes},  // the probe's messages
+                                      {"send_runs", predicted->send_runs},
+                                      {"recv_runs", predicted->recv_runs}};
       j["predicted_without_runs_seconds"] = predicted->without_runs_seconds;  // the same, runs free
     }
     std::fprintf(out, "run-transition %s: %s -> %s on %d ranks (%s), budget %s\n", model.name.c_str(),
@@ -356,9 +362,10 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     std::fprintf(out, "  messages             %llu max per rank, %llu total; %llu waves, %s order; path %s\n",
                  static_cast<unsigned long long>(max_of(messages)), static_cast<unsigned long long>(sum_of(messages)),
                  static_cast<unsigned long long>(cold.waves), cold.wave_order.c_str(), cold.path.c_str());
-    std::fprintf(out, "  phases (max over ranks, s)  keep %.4f  pack %.4f  wait %.4f  unpack %.4f  alloc %.4f  agree %.4f\n",
+    std::fprintf(out, "  phases (max over ranks, s)  keep %.4f  pack %.4f  wait %.4f  unpack %.4f  alloc %.4f  agree %.4f  dry %.4f\n",
                  phases["keep"].get<double>(), phases["pack"].get<double>(), phases["wait"].get<double>(),
-                 phases["unpack"].get<double>(), phases["alloc"].get<double>(), phases["agree"].get<double>());
+                 phases["unpack"].get<double>(), phases["alloc"].get<double>(), phases["agree"].get<double>(),
+                 phases["dry"].get<double>());
     std::fprintf(out, "  inter-node bytes     %s (%s without fan-out); fan-out %s\n",
                  format_bytes(static_cast<double>(sum_of(inter_with))).c_str(),
                  format_bytes(static_cast<double>(sum_of(inter_without))).c_str(),

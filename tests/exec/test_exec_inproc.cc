@@ -154,7 +154,7 @@ TEST(RunTransitionCommand, VerifiesRepeatsAndWritesJson) {
   EXPECT_GT(j["lower_bound_seconds"].get<double>(), 0.0);
   EXPECT_TRUE(j["prefault"].get<bool>());
   EXPECT_GE(j["prepare_seconds"].get<double>(), 0.0);
-  for (const char* phase : {"keep", "pack", "wait", "unpack", "alloc", "agree"}) {
+  for (const char* phase : {"keep", "pack", "wait", "unpack", "alloc", "agree", "dry"}) {
     EXPECT_GE(j["phases"][phase].get<double>(), 0.0) << phase;
     EXPECT_GE(j["warm_phases"][phase].get<double>(), 0.0) << phase;
   }
