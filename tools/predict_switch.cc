@@ -5,6 +5,7 @@
 #include <numeric>
 #include <thread>
 #include <algorithm>
+#include <array>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -80,6 +81,53 @@ double latency(comm::Transport& world) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kIters; ++i) world.sendrecv(out.data(), out.size(), peer, in.data(), in.size(), peer, 11);
   return since(t0) / kIters;
+}
+
+// The cost of one handshake with rank^1 while every process is busy moving chunks of `bytes`,
+// all pairs at once: each rank copies `bytes` (memcpy between 64 MiB buffers, at a rotating
+// offset, so from memory as a chunk of the switch is) then exchanges 8 bytes with rank^1, 40
+// times; minus the same copies without the exchanges; best of three each, the mean over ranks.
+// With more processes than cores a process that waits by polling gets its core back only when
+// a copier yields it, so a handshake under load costs far more than an idle ping-pong
+// (docs/cluster.md). 0 where rank^1 does not exist.
+double busy_handoff(comm::Transport& world, std::uint64_t bytes) {
+  constexpr std::size_t kBuffer = std::size_t{64} << 20;
+  constexpr int kIters = 40;
+  const int peer = world.rank() ^ 1;
+  const bool paired = peer < world.size();
+  const std::size_t n = std::clamp<std::size_t>(static_cast<std::size_t>(bytes), 4096, kBuffer / 2);
+  std::vector<std::byte> a(kBuffer, std::byte{1}), b(kBuffer, std::byte{2});
+  std::array<std::byte, 8> out{}, in{};
+  auto timed = [&](bool handshake) {
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      world.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kIters; ++i) {
+        const std::size_t at = (static_cast<std::size_t>(i) * n) % (kBuffer - n);
+        std::memcpy(b.data() + at, a.data() + at, n);
+        if (handshake && paired) world.sendrecv(out.data(), out.size(), peer, in.data(), in.size(), peer, 14);
+      }
+      best = std::min(best, since(t0));
+    }
+    return best / kIters;
+  };
+  const double alone = timed(false), synced = timed(true);
+  const auto all = testing::gather_double(world, paired ? std::max(0.0, synced - alone) : -1);
+  double sum = 0;
+  int count = 0;
+  for (double v : all)
+    if (v >= 0) sum += v, ++count;
+  return count > 0 ? sum / count : 0;
+}
+
+// The mean bytes of the switch's messages (0: none).
+double mean_message_bytes(const std::vector<exec::ScheduleTrace>& traces) {
+  double bytes = 0, count = 0;
+  for (const auto& t : traces)
+    for (const auto& e : t.events)
+      if (e.kind == exec::ScheduleEvent::Kind::kPost && e.send_bytes > 0) bytes += static_cast<double>(e.send_bytes), ++count;
+  return count > 0 ? bytes / count : 0;
 }
 
 // The typical scattered direct message of the switch (a message with more than one run on
@@ -217,13 +265,24 @@ SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& pla
   out.run_bytes = shape.bytes > 0 ? shape.run_bytes() : 0;
   out.message_bytes = shape.bytes, out.send_runs = shape.send_runs, out.recv_runs = shape.recv_runs;
   out.run_seconds = shape.bytes > 0 ? run_cost(world, shape) : 0;
+  // A message's start costs the handshake under the switch's load, when that exceeds the idle
+  // latency (processes outnumbering cores).
+  const double message = testing::gather_double(world, world.rank() == 0 ? mean_message_bytes(traces) : 0)[0];
+  out.idle_latency = c.intra_latency;
+  out.busy_handoff = message > 0 ? busy_handoff(world, static_cast<std::uint64_t>(message)) : 0;
+  c.intra_latency = c.inter_latency = std::max(c.intra_latency, out.busy_handoff);
   if (world.rank() == 0) {
     const sim::SimOptions with_runs{.cpu_cores = out.cpu_cores, .run_seconds = out.run_seconds};
+    sim::Cluster idle = c;  // the idle ping-pong as latency
+    idle.intra_latency = idle.inter_latency = out.idle_latency;
     out.probe_link = link;
-    out.probe_link_seconds = sim::simulate(traces, c, with_runs).seconds;
-    if (plain.seconds > 0 && plain.chunk > 0)
-      c = sim::calibrate_links(sim::plain_exchange_traces(traces, plain.chunk), plain.seconds, c,
-                               {.cpu_cores = out.cpu_cores});
+    out.probe_link_seconds = sim::simulate(traces, idle, with_runs).seconds;
+    if (plain.seconds > 0 && plain.chunk > 0) {
+      const auto exchange = sim::plain_exchange_traces(traces, plain.chunk);
+      c = sim::calibrate_links(exchange, plain.seconds, c, {.cpu_cores = out.cpu_cores});
+      idle = sim::calibrate_links(exchange, plain.seconds, idle, {.cpu_cores = out.cpu_cores});
+    }
+    out.idle_latency_seconds = sim::simulate(traces, idle, with_runs).seconds;
     out.result = sim::simulate(traces, c, with_runs);
     out.without_runs_seconds = sim::simulate(traces, c, {.cpu_cores = out.cpu_cores}).seconds;
   }

@@ -10,7 +10,10 @@
 //     sim::calibrate_links): the rate this switch's traffic gets here; without a plain
 //     exchange, the link probe's rate (all pairs exchanging 64 MiB at once, the median of five
 //     per rank, the mean over ranks), which is also reported (probe_link);
-//   - the mean copy rate and mean latency over ranks;
+//   - the mean copy rate over ranks; as latency, the larger of the mean idle ping-pong and the
+//     handshake under load: all pairs alternate a copy of the switch's mean message bytes with
+//     an 8-byte exchange, against the copies alone (with more processes than cores a polling
+//     waiter gets its core back only when a copier yields it);
 //   - the cores the processes share (SimOptions::cpu_cores): N x (mean rate with all at once) /
 //     (rate alone), between 1 and min(N, the host's CPUs);
 //   - where the switch moves scattered runs straight (ScheduleEvent::send_runs), the per-run
@@ -47,9 +50,14 @@ struct SwitchPrediction {
   double message_bytes = 0, send_runs = 0, recv_runs = 0;
   sim::SimResult result; // valid on rank 0 only
   double without_runs_seconds = 0;  // the prediction with run_seconds 0 (rank 0 only)
-  // The link probe's rate and the prediction with it (rank 0 only); with a plain exchange the
-  // cluster's link is the rate calibrated on it instead.
+  // The link probe's rate and the prediction with it and the idle latency (rank 0 only): the
+  // model before calibration. With a plain exchange the cluster's link is calibrated on it.
   double probe_link = 0, probe_link_seconds = 0;
+  // The idle ping-pong latency and the handshake under load (busy_handoff in the .cc); the
+  // cluster's latency is the larger.
+  double idle_latency = 0, busy_handoff = 0;
+  // The prediction with the idle latency (and the link calibrated with it); rank 0 only.
+  double idle_latency_seconds = 0;
 };
 
 SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& planner,

@@ -326,6 +326,9 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
       j["predicted_run_seconds"] = predicted->run_seconds;  // measured cost of one such run
       j["predicted_probe_link_gb_per_s"] = predicted->probe_link / 1e9;  // before calibration on the plain exchange
       j["predicted_probe_link_seconds"] = predicted->probe_link_seconds;   // the prediction with that rate
+      j["predicted_idle_latency_us"] = predicted->idle_latency * 1e6;  // ping-pong with nothing else running
+      j["predicted_busy_handoff_us"] = predicted->busy_handoff * 1e6;  // a handshake while all copy
+      j["predicted_idle_latency_seconds"] = predicted->idle_latency_seconds;  // the prediction with the idle one
       j["predicted_message_shape"] = {{"bytes", predicted->message_bytes},  // the probe's messages
                                       {"send_runs", predicted->send_runs},
                                       {"recv_runs", predicted->recv_runs}};

@@ -7,7 +7,9 @@
 # predicted_seconds, the simulator's prediction for that run from those rates
 # (tools/predict_switch.h): the link rate is calibrated on the same run's plain exchange (the
 # switch's bytes, peers, order and chunks as plain messages from warm buffers); the last column
-# is the prediction with the link probe's rate instead. Measured = the median of every warm switch of the row's runs;
+# and the latency is the larger of an idle ping-pong and a handshake while every process copies;
+# the last two columns are the prediction with the idle latency, and with the link probe's rate
+# and the idle latency (the model before both). Measured = the median of every warm switch of the row's runs;
 # predicted = the median of the runs' predictions; nothing is fitted to the switch's own time. Prints a Markdown
 # table with the spread of both (goal |error| <= 25 % on every row).
 #   bench/sim/validate.sh [BUILD_DIR] [RUNS]   BUILD_DIR defaults to ./build (needs `dynatrain`)
@@ -37,8 +39,8 @@ ROWS
 
 out="$here/out/sim"  # one JSON per row and run (run-transition --json), for a closer look
 mkdir -p "$out"
-echo "| np | switch | max in per rank | plain exchange s | link GB/s: probe -> calibrated | copy GB/s | cores | latency us | run us (run KiB) | measured warm s: median (range) | predicted s: median (range) | runs free s | error | with the probe's link: s, error |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| np | switch | max in per rank | plain exchange s | link GB/s: probe -> calibrated | copy GB/s | cores | latency us: idle -> busy | run us (run KiB) | measured warm s: median (range) | predicted s: median (range) | runs free s | error | idle latency: s, error | probe's link, idle latency: s, error |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 n=0
 worst=0
 within=0
@@ -64,14 +66,16 @@ def span(vals, fmt):
     return fmt.format(lo) if abs(hi - lo) < 1e-12 else fmt.format(lo) + "-" + fmt.format(hi)
 c = [r["predicted_cluster"] for r in runs]
 probe = [r["predicted_probe_link_seconds"] for r in runs]
+idle = [r["predicted_idle_latency_seconds"] for r in runs]
 print(f'| {np_} | {label} | {runs[0]["max_rank_bytes_received"] / 1e9:.2f} GB '
       f'| {span([r["plain_exchange_seconds"] for r in runs], "{:.3f}")} '
       f'| {span([r["predicted_probe_link_gb_per_s"] for r in runs], "{:.2f}")} -> {span([x["gpu_link_gb_per_s"] for x in c], "{:.2f}")} '
       f'| {span([x["copy_gb_per_s"] for x in c], "{:.2f}")} '
-      f'| {span([r["predicted_cpu_cores"] for r in runs], "{:.2f}")} | {span([x["intra_latency_us"] for x in c], "{:.0f}")} '
+      f'| {span([r["predicted_cpu_cores"] for r in runs], "{:.2f}")} | {span([r["predicted_idle_latency_us"] for r in runs], "{:.0f}")} -> {span([x["intra_latency_us"] for x in c], "{:.0f}")} '
       f'| {span([1e6 * r["predicted_run_seconds"] for r in runs], "{:.2f}")} ({runs[0]["predicted_run_bytes"] / 1024:.1f}) '
       f'| {m:.3f} ({min(warm):.3f}-{max(warm):.3f}) | {p:.3f} ({min(pred):.3f}-{max(pred):.3f}) '
       f'| {statistics.median([r["predicted_without_runs_seconds"] for r in runs]):.3f} | {100 * err:+.0f} % '
+      f'| {statistics.median(idle):.3f}, {100 * (statistics.median(idle) / m - 1):+.0f} % '
       f'| {statistics.median(probe):.3f}, {100 * (statistics.median(probe) / m - 1):+.0f} % |', file=sys.stderr)
 print(max(worst, abs(err)), within + (abs(err) <= 0.25))
 PY

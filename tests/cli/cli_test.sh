@@ -50,6 +50,14 @@ grep -q '"lower_bound_seconds"' "$tmp/rt.json" || { echo "FAIL: run-transition -
 # simulator's prediction is 0.
 python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["predicted_seconds"] == 0' "$tmp/rt.json" ||
   { echo "FAIL: run-transition --json lacks predicted_seconds (the simulator's), 0 here"; fail=1; }
+# The model's inputs and variants are reported; one rank has no partner, so no handshake cost.
+python3 - "$tmp/rt.json" <<'PY' || { echo "FAIL: run-transition --json lacks the model's inputs"; fail=1; }
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["predicted_busy_handoff_us"] == 0 and j["predicted_idle_latency_us"] == 0, j
+assert j["predicted_idle_latency_seconds"] == 0 and j["predicted_probe_link_seconds"] == 0, j
+assert j["predicted_probe_link_gb_per_s"] >= 0 and "dry" in j["warm_phases"], j
+PY
 expect 2 "needs 2 ranks but the job has 1" -- run-transition --model tiny-dense --from tp=1 --to tp=2
 expect 2 "byte size 'lots'" -- run-transition --model tiny-dense --from tp=1 --to tp=1 --mem-budget lots
 
