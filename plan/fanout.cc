@@ -256,31 +256,27 @@ std::uint64_t inter_node_bytes_out(const RankPlan& plan, const Topology& topo, c
   return off_node_bytes(plan, plan.send, topo, eb, zeroed_kinds);
 }
 
-FanoutPlan plan_fanout(const Planner& planner, const std::vector<RankPlan>& plans, const vps::ElemBytes& eb,
-                       FanoutMode mode, const FanoutCosts& costs, std::uint32_t zeroed_kinds) {
-  const Topology& topo = planner.topology();
-  const int world = planner.world_size();
-  DT_CHECK_EQ(static_cast<int>(plans.size()), world);
-  for (int p = 0; p < world; ++p) DT_CHECK_EQ(plans[p].rank, p);
+namespace {
 
-  FanoutPlan fp;
-  fp.stages = {plans};
-  const NetworkLoad before = network_load(plans, topo, eb, zeroed_kinds);
-  fp.inter_node_bytes_without = fp.inter_node_bytes = before.total;
-  fp.max_sender_bytes_without = fp.max_sender_bytes = *std::max_element(before.out.begin(), before.out.end());
-  fp.seconds_without = fp.seconds_with = network_seconds(before, topo, costs);
-  if (mode == FanoutMode::kOff) {
-    fp.reason = "off";
-    return fp;
-  }
-  std::vector<RankPlan> stage0 = plans;
+// The inputs every candidate shares.
+struct FanoutInputs {
+  const Planner& planner;
+  const std::vector<RankPlan>& plans;
+  const vps::ElemBytes& eb;
+  const FanoutCosts& costs;
+  std::uint32_t zeroed_kinds;
+};
 
-  // Relay groups: the relay keeps its network receive; the others get the box in the last stage.
-  const auto groups = group_off_node_receives(plans, topo, zeroed_kinds, GroupBy::kReceivingNode);
+// Relay groups: in each, the relay keeps its network receive (in `stage0`); the others' receives
+// leave `stage0` and come back as the relay's sends inside the node (`inner`, the last stage).
+// Counts go to `fp`; returns the slowest relay's bytes in or out inside its node.
+std::uint64_t relay_inside_nodes(const FanoutInputs& in, std::vector<RankPlan>& stage0, std::vector<Piece>& inner,
+                                 FanoutPlan& fp) {
+  const int world = static_cast<int>(in.plans.size());
+  const auto groups = group_off_node_receives(in.plans, in.planner.topology(), in.zeroed_kinds, GroupBy::kReceivingNode);
   fp.groups = groups.size();
   std::vector<std::uint64_t> relayed(world, 0);  // bytes each process relays so far (in + out)
   std::vector<std::uint64_t> relay_out(world, 0), relay_in(world, 0);
-  std::vector<Piece> inner;  // the last stage's sends inside nodes
   for (const auto& [key, members] : groups) {
     // The member that relays the fewest bytes so far relays; ties rotate with the tensor id.
     std::uint64_t least = UINT64_MAX;
@@ -289,7 +285,7 @@ FanoutPlan plan_fanout(const Planner& planner, const std::vector<RankPlan>& plan
     for (std::size_t i = 0; i < members.size(); ++i)
       if (relayed[members[i].process] == least) tied.push_back(i);
     const Member& relay = members[tied[std::get<1>(key) % tied.size()]];
-    const std::uint64_t n = bytes_of(relay.piece, eb);
+    const std::uint64_t n = bytes_of(relay.piece, in.eb);
     relayed[relay.process] += n * members.size();  // one copy in, members.size() - 1 out
     for (const Member& m : members) {
       if (&m == &relay) continue;
@@ -306,22 +302,27 @@ FanoutPlan plan_fanout(const Planner& planner, const std::vector<RankPlan>& plan
       fp.relayed_bytes += n;
     }
   }
+  return std::max(*std::max_element(relay_out.begin(), relay_out.end()),
+                  *std::max_element(relay_in.begin(), relay_in.end()));
+}
 
-  // Tree groups (after relaying): one source, R >= 2 receivers on other nodes.
-  const auto trees = group_off_node_receives(stage0, topo, zeroed_kinds, GroupBy::kSource);
-  fp.tree_candidates = trees.size();
-  std::vector<LaterSend> later;
+// Tree groups (after relaying): one source, R >= 2 receivers on other nodes. `every`: every
+// group takes its tree (--fanout on); otherwise a group takes it when its tree's network stages
+// are fewer than its R copies through the source's port (the stages' fixed cost is shared by
+// every group, so the whole switch's estimate weighs it). The hops after the first leave
+// `stage0` and become `later` sends; counts go to `fp`. Returns the network stages (>= 1).
+std::size_t send_by_trees(const FanoutInputs& in, bool every, std::vector<RankPlan>& stage0,
+                          std::vector<LaterSend>& later, FanoutPlan& fp) {
+  const auto candidates = group_off_node_receives(stage0, in.planner.topology(), in.zeroed_kinds, GroupBy::kSource);
+  fp.tree_candidates = candidates.size();
   std::size_t network_stages = 1;
-  std::uint64_t tree_groups = 0, tree_bytes = 0;
-  for (const auto& [key, receivers] : trees) {
+  for (const auto& [key, receivers] : candidates) {
     const int source = std::get<0>(key);
     const Piece* own = source_copy(stage0[source], receivers.front().piece);
     const auto hops = binomial_tree(static_cast<int>(receivers.size()), own != nullptr);
     const std::size_t stages = hops.back().stage + 1;
-    const double b = static_cast<double>(bytes_of(receivers.front().piece, eb));
-    const double tree_s = stages * b / costs.inter + (stages - 1) * costs.stage_seconds;
-    if (mode == FanoutMode::kAuto && !(tree_s < receivers.size() * b / costs.inter)) continue;
-    ++tree_groups;
+    if (!every && stages >= receivers.size()) continue;  // stages x b / inter vs R x b / inter
+    ++fp.tree_groups;
     network_stages = std::max(network_stages, stages);
     for (const TreeHop& h : hops) {
       if (h.stage == 0) continue;  // the source's stage-1 send stays as planned
@@ -334,51 +335,103 @@ FanoutPlan plan_fanout(const Planner& planner, const std::vector<RankPlan>& plan
       q.src_buffer = held.dst_buffer;
       q.src_segment = held.dst_segment;
       later.push_back({h.stage, q});
-      if (h.from >= 0) tree_bytes += bytes_of(q, eb);
+      if (h.from >= 0) fp.tree_bytes += bytes_of(q, in.eb);
     }
   }
-  if (inner.empty() && tree_groups == 0) {
-    fp.reason = trees.empty() ? "no box goes to two processes of one node, or to two nodes from one source"
-                              : "auto: not relayed (no tree of " + std::to_string(trees.size()) +
-                                    " candidates pays for its stages)";
-    return fp;
-  }
+  return network_stages;
+}
+
+// One candidate: relay groups, and with `trees` the tree groups (every one when `every`), as
+// stages with the rule's estimate and counts; `fp` comes with the figures without fan-out.
+// Not applied when there is nothing to relay.
+FanoutPlan candidate(const FanoutInputs& in, bool trees, bool every, FanoutPlan fp) {
+  const Topology& topo = in.planner.topology();
+  const int world = static_cast<int>(in.plans.size());
+  std::vector<RankPlan> stage0 = in.plans;
+  std::vector<Piece> inner;
+  const std::uint64_t hop = relay_inside_nodes(in, stage0, inner, fp);
+  std::vector<LaterSend> later;
+  const std::size_t network_stages = trees ? send_by_trees(in, every, stage0, later, fp) : 1;
+  if (inner.empty() && fp.tree_groups == 0) return fp;
   const std::size_t count = network_stages + (inner.empty() ? 0 : 1);
   for (const Piece& q : inner) later.push_back({count - 1, q});
-  auto stages = build_stages(planner, std::move(stage0), later, count);
+  fp.stages = build_stages(in.planner, std::move(stage0), later, count);
 
   // The estimate: every stage's slowest process or node on the network, one after another, the
   // slowest relay's sends inside its node, and each later stage's fixed cost.
-  double seconds = static_cast<double>(count - 1) * costs.stage_seconds;
-  std::uint64_t inter_bytes = 0;
+  fp.seconds_with = static_cast<double>(count - 1) * in.costs.stage_seconds + static_cast<double>(hop) / in.costs.intra;
+  fp.inter_node_bytes = 0;
   std::vector<std::uint64_t> sent(world, 0);
-  for (const auto& stage : stages) {
-    const NetworkLoad l = network_load(stage, topo, eb, zeroed_kinds);
-    seconds += network_seconds(l, topo, costs);
-    inter_bytes += l.total;
+  for (const auto& stage : fp.stages) {
+    const NetworkLoad l = network_load(stage, topo, in.eb, in.zeroed_kinds);
+    fp.seconds_with += network_seconds(l, topo, in.costs);
+    fp.inter_node_bytes += l.total;
     for (int p = 0; p < world; ++p) sent[p] += l.out[p];
   }
-  const std::uint64_t hop = std::max(*std::max_element(relay_out.begin(), relay_out.end()),
-                                     *std::max_element(relay_in.begin(), relay_in.end()));
-  seconds += static_cast<double>(hop) / costs.intra;
-  const bool worth = seconds < fp.seconds_without;
+  fp.max_sender_bytes = *std::max_element(sent.begin(), sent.end());
+  fp.applied = true;
   std::ostringstream why;
   why << fp.groups << " relay groups, " << fp.relayed_bytes << " bytes off the network";
-  if (tree_groups > 0) why << ", " << tree_groups << " tree groups over " << network_stages << " network stages";
-  why << "; estimated " << seconds << " s with fan-out vs " << fp.seconds_without << " s without";
-  fp.seconds_with = seconds;
-  if (mode == FanoutMode::kAuto && !worth) {
-    fp.reason = "auto: not relayed (" + why.str() + ")";
+  if (fp.tree_groups > 0) why << ", " << fp.tree_groups << " tree groups over " << network_stages << " network stages";
+  why << "; estimated " << fp.seconds_with << " s with fan-out vs " << fp.seconds_without << " s without";
+  fp.reason = why.str();
+  return fp;
+}
+
+}  // namespace
+
+FanoutPlan plan_fanout(const Planner& planner, const std::vector<RankPlan>& plans, const vps::ElemBytes& eb,
+                       FanoutMode mode, const FanoutCosts& costs, std::uint32_t zeroed_kinds, bool trees) {
+  const Topology& topo = planner.topology();
+  const int world = planner.world_size();
+  DT_CHECK_EQ(static_cast<int>(plans.size()), world);
+  for (int p = 0; p < world; ++p) DT_CHECK_EQ(plans[p].rank, p);
+
+  FanoutPlan without;
+  without.stages = {plans};
+  const NetworkLoad before = network_load(plans, topo, eb, zeroed_kinds);
+  without.inter_node_bytes_without = without.inter_node_bytes = before.total;
+  without.max_sender_bytes_without = without.max_sender_bytes = *std::max_element(before.out.begin(), before.out.end());
+  without.seconds_without = without.seconds_with = network_seconds(before, topo, costs);
+  if (mode == FanoutMode::kOff) {
+    without.reason = "off";
+    return without;
+  }
+  const FanoutInputs in{planner, plans, eb, costs, zeroed_kinds};
+  const char* nothing = "no box goes to two processes of one node, or to two nodes from one source";
+  if (mode == FanoutMode::kOn) {
+    FanoutPlan fp = candidate(in, trees, true, without);
+    fp.reason = fp.applied ? "on: relayed (" + fp.reason + ")" : nothing;
     return fp;
   }
-  fp.applied = true;
-  fp.stages = std::move(stages);
-  fp.tree_groups = tree_groups;
-  fp.tree_bytes = tree_bytes;
-  fp.inter_node_bytes = inter_bytes;
-  fp.max_sender_bytes = *std::max_element(sent.begin(), sent.end());
-  fp.reason = std::string(mode == FanoutMode::kOn ? "on" : "auto") + ": relayed (" + why.str() + ")";
-  return fp;
+  // auto: relay groups alone, or with the trees that pay; the lower estimate, if below without.
+  FanoutPlan best = candidate(in, false, false, without);
+  std::uint64_t tree_candidates = 0;
+  if (trees) {
+    FanoutPlan with_trees = candidate(in, true, false, without);
+    tree_candidates = with_trees.tree_candidates;
+    if (with_trees.applied && (!best.applied || with_trees.seconds_with < best.seconds_with)) best = std::move(with_trees);
+  }
+  best.tree_candidates = tree_candidates;
+  if (!best.applied) {
+    best.reason = tree_candidates == 0 ? nothing
+                                       : "auto: not relayed (no tree of " + std::to_string(tree_candidates) +
+                                             " candidates needs fewer stages than its copies)";
+    return best;
+  }
+  if (best.seconds_with < best.seconds_without) {
+    best.reason = "auto: relayed (" + best.reason + ")";
+    return best;
+  }
+  // Not worth it: one stage, as planned; what fan-out would have done stays in the counts.
+  FanoutPlan declined = without;
+  declined.groups = best.groups;
+  declined.relayed_pieces = best.relayed_pieces;
+  declined.relayed_bytes = best.relayed_bytes;
+  declined.tree_candidates = best.tree_candidates;
+  declined.seconds_with = best.seconds_with;
+  declined.reason = "auto: not relayed (" + best.reason + ")";
+  return declined;
 }
 
 namespace {

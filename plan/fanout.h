@@ -90,10 +90,11 @@ struct FanoutPlan {
 
 // Splits `plans` (Planner::plan_all of `planner`: every process, in process order) into stages. `elem_bytes`: element size per state kind; `zeroed_kinds`: kinds the engine does not
 // move (exec::TransitionOptions::zeroed_kinds), never relayed nor counted. Pure and
-// deterministic: every process computes the same stages from the same inputs.
+// deterministic: every process computes the same stages from the same inputs. `trees` false:
+// relay groups only (what the tree adds, for comparison: bench/fanout/fanout_rule.cc).
 FanoutPlan plan_fanout(const Planner& planner, const std::vector<RankPlan>& plans,
                        const vps::ElemBytes& elem_bytes, FanoutMode mode, const FanoutCosts& costs = {},
-                       std::uint32_t zeroed_kinds = 0);
+                       std::uint32_t zeroed_kinds = 0, bool trees = true);
 
 // Bytes `plan`'s process receives from other nodes (zeroed kinds excluded).
 std::uint64_t inter_node_bytes_in(const RankPlan& plan, const Topology& topology, const vps::ElemBytes& elem_bytes,

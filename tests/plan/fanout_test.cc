@@ -228,9 +228,11 @@ TEST(FanoutTree, StageCountsAndBytesByHand) {
   }
 }
 
-// The rule per tree group: stages x bytes over the link + the extra stages' fixed cost against
-// R copies through the source's port. R=2 never pays (two hops of P take as long as two copies);
-// R=3 pays when the fixed cost is small; the default 2 ms does not pay for kilobytes.
+// The rule: a tree group takes its tree when its network stages are fewer than its R copies
+// through the source's port (stages x bytes over the link vs R x bytes), so R=2 never does (two
+// hops of P take as long as two copies); then the whole switch's estimate, with each later
+// stage's fixed cost once, decides: R=3 pays when that cost is small, the default 2 ms does not
+// pay for kilobytes.
 TEST(FanoutTree, RuleTakesATreeOnlyWhereItSavesTime) {
   const FanoutCosts free_stages{.intra = 100e9, .inter = 1e9, .node_inter = 1e9, .stage_seconds = 0};
   {
