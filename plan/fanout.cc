@@ -116,7 +116,7 @@ void erase_piece(std::map<int, std::vector<Piece>>& lists, int peer, const Piece
 }
 
 // The piece that rebuilds, on `process`, the destination bytes of `p` from its own destination
-// buffer (stage 2's identity keep).
+// buffer (a later stage's identity keep).
 Piece identity_keep(int process, std::uint32_t tensor, vps::StateKind kind, const vps::Box& box,
                     std::uint32_t buffer, std::uint32_t segment) {
   Piece k;

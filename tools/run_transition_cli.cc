@@ -323,8 +323,8 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["inter_node_max_send_bytes"] = fanout_mode == plan::FanoutMode::kOff ? max_of(inter_sent_without)
                                                                            : fanout.max_sender_bytes;
     j["inter_node_max_send_bytes_without_fanout"] = max_of(inter_sent_without);
-    // Per forward switch: when the last process finished stage 1 (seconds minus this is stage 2
-    // after every process left stage 1; a process that finishes stage 1 early waits in stage 2).
+    // Per forward switch: when the last process finished stage 1 (seconds minus this is the later
+    // stages after every process left stage 1; a process that finishes stage 1 early waits in stage 2).
     j["fanout_stage1_seconds"] = fanout_stage1_secs;
     j["verify"] = verify_text;
     j["placement"] = placed.str();
