@@ -229,10 +229,6 @@ const Piece* source_copy(const RankPlan& source, const Piece& p) {
   return nullptr;
 }
 
-}  // namespace
-
-namespace {
-
 // Bytes of `lists` (a plan's sends or receives) to or from other nodes than `plan`'s process.
 std::uint64_t off_node_bytes(const RankPlan& plan, const std::map<int, std::vector<Piece>>& lists,
                              const Topology& topo, const vps::ElemBytes& eb, std::uint32_t zeroed_kinds) {

@@ -64,6 +64,12 @@ run 4 "j['fanout_applied'] and j['fanout_stages'] == 2 and j['fanout_tree_groups
        j['inter_node_bytes'] == j['inter_node_bytes_without_fanout'] and
        j['inter_node_max_send_bytes_without_fanout'] - j['inter_node_max_send_bytes'] == j['fanout_tree_bytes'] > 0" -- \
     --model tiny-dense --from dp=1 --to dp=4 --gpus-per-node 1 --bucket-elems 900 --fanout on
+# MoE, a TP -> DP+EP grow on three nodes of 2, ZeRO-1 buckets: relays inside nodes 1 and 2 and a
+# tree over the two relays per box (3 stages), every element verified.
+run 6 "j['fanout_applied'] and j['fanout_stages'] == 3 and j['fanout_tree_groups'] * 2 == j['fanout_relay_groups'] > 0 and
+       j['inter_node_bytes'] < j['inter_node_bytes_without_fanout'] and
+       j['inter_node_max_send_bytes'] < j['inter_node_max_send_bytes_without_fanout']" -- \
+    --model tiny-moe --from tp=2 --to dp=6,ep=2 --gpus-per-node 2 --bucket-elems 900 --fanout on
 # A bad mode is rejected before MPI starts.
 if timeout 60 "$dt" run-transition --model tiny-dense --from tp=1 --to dp=2 --fanout yes >"$tmp/out" 2>&1 ||
    ! grep -q "fanout" "$tmp/out"; then
