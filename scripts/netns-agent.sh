@@ -6,10 +6,10 @@
 source "$(dirname "$0")/netns-env.sh"
 host="$1"
 shift
-for i in 0 1; do
+for (( i = 0; i < DTC_MAX_NODES; ++i )); do
   if [[ $host == "$(dtc_addr $i)" ]]; then
     exec ip netns exec "$(dtc_ns $i)" unshare --uts /bin/sh -c "hostname $(dtc_ns $i) && $*"
   fi
 done
-echo "netns-agent: unknown host '$host' (known: $(dtc_addr 0), $(dtc_addr 1))" >&2
+echo "netns-agent: unknown host '$host' (known: $(dtc_addr 0) .. $(dtc_addr $((DTC_MAX_NODES - 1))))" >&2
 exit 1

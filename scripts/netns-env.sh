@@ -3,6 +3,8 @@
 #   node i = namespace dtc-node$i, address 10.231.0.$((i+1)) on one end of the veth pair
 #   dtc-veth0 <-> dtc-veth1; the link is shaped with tc (tbf) on both ends.
 DTC_NODES=2
+DTC_MAX_NODES=4   # netns-up.sh NODES 3-4: the nodes' veths meet in a bridge in namespace DTC_HUB
+DTC_HUB=dtc-hub
 DTC_NET=10.231.0
 DTC_STATE=${DTC_STATE:-/tmp/dtc-netns}  # hostfile, cluster.json, link measurement
 # The namespaces and their addresses are one per machine: every user (the rehearsal, the

@@ -22,23 +22,25 @@ exec::TransitionStats run_fanout_switch(const plan::FanoutPlan& fanout, const vp
                                         const exec::TransitionOptions& options, double* stage1_seconds) {
   const int me = world.rank();
   plan::RankPlan none;
-  const plan::RankPlan& first = plan_of(fanout.stage1, me, none);
-  exec::TransitionStats s1 =
+  const plan::RankPlan& first = plan_of(fanout.stages.at(0), me, none);
+  exec::TransitionStats all =
       exec::run_transition(first, src_layout, src, dst_layout, dst, elem_bytes, world, alloc, options);
-  if (stage1_seconds) *stage1_seconds = s1.seconds;
-  if (!fanout.applied) return s1;
-  // Stage 2: the destination layout to itself; stage 1's destination is its source.
-  std::vector<std::byte*> mid = std::move(dst);
-  dst.clear();
-  plan::RankPlan none2;
-  const plan::RankPlan& second = plan_of(fanout.stage2, me, none2);
+  if (stage1_seconds) *stage1_seconds = all.seconds;
   exec::TransitionOptions in_place = options;
   in_place.in_place = true;  // buffers stay where they are: keeps copy nothing
-  const exec::TransitionStats s2 =
-      exec::run_transition(second, dst_layout, mid, dst_layout, dst, elem_bytes, world, alloc, in_place);
-  exec::TransitionStats both = exec::sequential_stats(std::move(s1), s2);
-  both.path += "; fan-out stage 2 (relays inside nodes)";
-  return both;
+  for (std::size_t s = 1; s < fanout.stages.size(); ++s) {
+    // The destination layout to itself; the stage before's destination is its source.
+    std::vector<std::byte*> mid = std::move(dst);
+    dst.clear();
+    const plan::RankPlan& plan = plan_of(fanout.stages[s], me, none);
+    const exec::TransitionStats next =
+        exec::run_transition(plan, dst_layout, mid, dst_layout, dst, elem_bytes, world, alloc, in_place);
+    all = exec::sequential_stats(std::move(all), next);
+    const bool last = s + 1 == fanout.stages.size();
+    all.path += "; fan-out stage " + std::to_string(s + 1) +
+                (last && fanout.relayed_pieces > 0 ? " (relays inside nodes)" : " (tree across nodes)");
+  }
+  return all;
 }
 
 plan::FanoutCosts fanout_costs(const sim::Cluster& c) {

@@ -1,6 +1,7 @@
 // A switch run as node-level fan-out's stages (plan/fanout.h): stage 1 moves the plan without
-// the relayed receives, stage 2 (destination layout to itself) keeps every buffer and lets each
-// relay pass its boxes on inside its node. Both are exec::run_transition calls, so both are
+// the relayed receives and the trees' later hops; every later stage (destination layout to
+// itself, in place) keeps every buffer and lets holders pass boxes on: from node to node (a
+// tree), then inside each node (relays). Each is an exec::run_transition call, so each is
 // collective over `world` like one switch.
 #pragma once
 
@@ -17,8 +18,8 @@ namespace dynatrain::tools {
 
 // Runs `fanout`'s stages for process `world.rank()` (its plans, or empty ones when the plan
 // spans fewer processes). `src` is consumed as by run_transition; on return `dst` holds the
-// destination. The stats are stage 1's and stage 2's together: times, bytes and messages
-// added, the peak the larger of the two; `path` names the stages. `stage1_seconds`, when given,
+// destination. The stats are every stage's together: times, bytes and messages added, the
+// peak the largest; `path` names the stages. `stage1_seconds`, when given,
 // receives stage 1's time on this process (all of it when not applied).
 exec::TransitionStats run_fanout_switch(const plan::FanoutPlan& fanout, const vps::RankLayout& src_layout,
                                         std::vector<std::byte*>& src, const vps::RankLayout& dst_layout,

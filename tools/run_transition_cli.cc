@@ -91,10 +91,12 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
           ? plan::FanoutPlan{}
           : plan::plan_fanout(fwd_planner, fwd_planner.plan_all(), eb, fanout_mode, fanout_rates, zeroed);
   const auto inter_without = gather_u64(world, plan::inter_node_bytes_in(fwd, topo, eb, zeroed));
-  const auto inter_with = gather_u64(
-      world, fanout.applied && me < static_cast<int>(fanout.stage1.size())
-                 ? plan::inter_node_bytes_in(fanout.stage1[me], topo, eb, zeroed)
-                 : plan::inter_node_bytes_in(fwd, topo, eb, zeroed));
+  const auto inter_sent_without = gather_u64(world, plan::inter_node_bytes_out(fwd, topo, eb, zeroed));
+  std::uint64_t inter_local = fanout.applied ? 0 : plan::inter_node_bytes_in(fwd, topo, eb, zeroed);
+  if (fanout.applied)
+    for (const auto& stage : fanout.stages)
+      if (me < static_cast<int>(stage.size())) inter_local += plan::inter_node_bytes_in(stage[me], topo, eb, zeroed);
+  const auto inter_with = gather_u64(world, inter_local);  // every stage's
 
   std::uint64_t largest_local = 0, state_local = 0;
   for (const auto* rl : {&src_rl, &dst_rl})
@@ -312,8 +314,18 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["fanout_reason"] = fanout.reason;
     j["inter_node_bytes"] = sum_of(inter_with);  // what crossed nodes (--gpus-per-node)
     j["inter_node_bytes_without_fanout"] = sum_of(inter_without);
-    // Per forward switch: when the last process finished stage 1 (seconds minus this is stage 2
-    // after every process left stage 1; a process that finishes stage 1 early waits in stage 2).
+    // The stages (1 when not applied), relay and tree groups, and the busiest process's bytes
+    // sent to other nodes over all stages (a tree lowers it; plan/fanout.h). 0 groups when off.
+    j["fanout_stages"] = fanout.applied ? fanout.stages.size() : std::size_t{1};
+    j["fanout_relay_groups"] = fanout.groups;
+    j["fanout_tree_candidates"] = fanout.tree_candidates;
+    j["fanout_tree_groups"] = fanout.tree_groups;
+    j["fanout_tree_bytes"] = fanout.tree_bytes;  // tree hops sent by a receiver, not the source
+    j["inter_node_max_send_bytes"] = fanout_mode == plan::FanoutMode::kOff ? max_of(inter_sent_without)
+                                                                           : fanout.max_sender_bytes;
+    j["inter_node_max_send_bytes_without_fanout"] = max_of(inter_sent_without);
+    // Per forward switch: when the last process finished stage 1 (seconds minus this is the later
+    // stages after every process left stage 1; a process that finishes stage 1 early waits in stage 2).
     j["fanout_stage1_seconds"] = fanout_stage1_secs;
     j["verify"] = verify_text;
     j["placement"] = placed.str();
@@ -373,6 +385,11 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
                  format_bytes(static_cast<double>(sum_of(inter_with))).c_str(),
                  format_bytes(static_cast<double>(sum_of(inter_without))).c_str(),
                  fanout_mode == plan::FanoutMode::kOff ? "off" : fanout.reason.c_str());
+    if (fanout.tree_groups > 0)
+      std::fprintf(out, "  fan-out tree         %llu groups, %zu stages; busiest sender to other nodes %s (%s without)\n",
+                   static_cast<unsigned long long>(fanout.tree_groups), fanout.stages.size(),
+                   format_bytes(static_cast<double>(fanout.max_sender_bytes)).c_str(),
+                   format_bytes(static_cast<double>(fanout.max_sender_bytes_without)).c_str());
     if (!placed.is_identity())
       std::fprintf(out, "  placement            %s (%d of %d destination ranks on another process)\n",
                    placed.str().c_str(), placed.moved_ranks(dst_layout.config().world_size()),

@@ -41,7 +41,8 @@ Command add_run_transition_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--fanout", args->fanout,
                   "Node-level fan-out: a box that several processes of one node need from another node "
-                  "crosses once, then a relay passes it on inside the node (two stages): off, auto "
+                  "crosses once, then a relay passes it on inside the node; a box one source sends to "
+                  "several nodes goes by a tree across them (one engine call a stage): off, auto "
                   "(where the cost rule says it saves time), on")
       ->check(CLI::IsMember({"off", "auto", "on"}))
       ->capture_default_str();

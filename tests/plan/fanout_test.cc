@@ -1,6 +1,7 @@
-// Node-level fan-out (plan/fanout.h): the two stages pass the checker, bytes crossing nodes
-// drop by the number of receivers per node for replicated state, the rule decides by its
-// rates, and the checker catches broken stages.
+// Node-level fan-out (plan/fanout.h): the stages pass the checker, bytes crossing nodes drop by
+// the number of receivers per node for replicated state, a tree across nodes takes the stages
+// and bytes computed by hand, the rule decides by its rates, and the checker catches broken
+// stages.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -44,10 +45,10 @@ TEST(Fanout, DpGrowSendsReplicatedStateAcrossNodesOnce) {
   const auto& eb = sw.src.options().elem_bytes;
   const FanoutPlan fp = plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kOn);
   ASSERT_TRUE(fp.applied) << fp.reason;
-  const CheckResult ok = check_fanout(sw.src, sw.dst, fp.stage1, fp.stage2);
+  const CheckResult ok = check_fanout(sw.src, sw.dst, fp.stages);
   EXPECT_TRUE(ok.ok) << ok.violation;
 
-  const PlanStats before = sw.stats(sw.plans), s1 = sw.stats(fp.stage1), s2 = sw.stats(fp.stage2);
+  const PlanStats before = sw.stats(sw.plans), s1 = sw.stats(fp.stages[0]), s2 = sw.stats(fp.stages[1]);
   for (StateKind k : {StateKind::kParam, StateKind::kGrad}) {
     ASSERT_GT(inter(before, k), 0u);
     EXPECT_EQ(inter(s1, k) * 2, inter(before, k)) << vps::state_kind_name(k);
@@ -61,14 +62,16 @@ TEST(Fanout, DpGrowSendsReplicatedStateAcrossNodesOnce) {
   EXPECT_EQ(fp.relayed_bytes, inter(before, StateKind::kParam) / 2 + inter(before, StateKind::kGrad) / 2);
   // Stage 2 moves exactly the relayed bytes, between processes 2 and 3 only.
   EXPECT_EQ(s2.total.intra_node, fp.relayed_bytes);
-  for (const auto& p : fp.stage2) {
+  for (const auto& p : fp.stages[1]) {
     for (const auto& [peer, v] : p.send) {
       EXPECT_TRUE(p.rank >= 2 && peer >= 2) << p.rank << " -> " << peer;
       (void)v;
     }
   }
   // Node 0 is untouched: process 1's plan is the same in stage 1.
-  EXPECT_TRUE(fp.stage1[1].recv == sw.plans[1].recv);
+  EXPECT_TRUE(fp.stages[0][1].recv == sw.plans[1].recv);
+  EXPECT_EQ(fp.stages.size(), 2u);  // no tree: one source, one node to feed
+  EXPECT_EQ(fp.tree_groups, 0u);
 }
 
 // Three processes a node: the replicated kinds cross a third as often; relays spread over the
@@ -78,26 +81,28 @@ TEST(Fanout, ThreePerNodeCrossOnceAndRelaysSpread) {
   const auto& eb = sw.src.options().elem_bytes;
   const FanoutPlan fp = plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kOn);
   ASSERT_TRUE(fp.applied);
-  const CheckResult ok = check_fanout(sw.src, sw.dst, fp.stage1, fp.stage2);
+  const CheckResult ok = check_fanout(sw.src, sw.dst, fp.stages);
   EXPECT_TRUE(ok.ok) << ok.violation;
-  const PlanStats before = sw.stats(sw.plans), s1 = sw.stats(fp.stage1);
+  const PlanStats before = sw.stats(sw.plans), s1 = sw.stats(fp.stages[0]);
   EXPECT_EQ(inter(s1, StateKind::kParam) * 3, inter(before, StateKind::kParam));
   std::set<int> relays;
-  for (const auto& p : fp.stage2)
+  for (const auto& p : fp.stages[1])
     if (!p.send.empty()) relays.insert(p.rank);
   EXPECT_EQ(relays, (std::set<int>{3, 4, 5}));
 }
 
-// One process a node: no two processes of a node need the same box, nothing to relay.
+// One process a node and one new replica: no two processes of a node need the same box and
+// no source feeds two nodes, nothing to relay.
 TEST(Fanout, NothingToRelayLeavesThePlanAlone) {
-  const Switch sw("tiny-dense", "dp=1", "dp=4", 1);
+  const Switch sw("tiny-dense", "dp=1", "dp=2", 1);
   const FanoutPlan fp = plan_fanout(sw.planner, sw.plans, sw.src.options().elem_bytes, FanoutMode::kOn);
   EXPECT_FALSE(fp.applied);
   EXPECT_EQ(fp.groups, 0u);
-  EXPECT_TRUE(fp.stage2.empty());
-  EXPECT_EQ(fp.stage1.size(), sw.plans.size());
-  for (std::size_t p = 0; p < sw.plans.size(); ++p) EXPECT_TRUE(fp.stage1[p].recv == sw.plans[p].recv) << p;
-  EXPECT_TRUE(check_fanout(sw.src, sw.dst, fp.stage1, fp.stage2).ok);
+  EXPECT_EQ(fp.tree_candidates, 0u);
+  ASSERT_EQ(fp.stages.size(), 1u);
+  EXPECT_EQ(fp.stages[0].size(), sw.plans.size());
+  for (std::size_t p = 0; p < sw.plans.size(); ++p) EXPECT_TRUE(fp.stages[0][p].recv == sw.plans[p].recv) << p;
+  EXPECT_TRUE(check_fanout(sw.src, sw.dst, fp.stages).ok);
 }
 
 // The rule: relays where the network is the slower path; not where the node's own link is
@@ -113,7 +118,7 @@ TEST(Fanout, RuleRelaysOnlyWhereItSavesTime) {
                                            {.intra = 1e6, .inter = 100e9, .node_inter = 100e9,   .stage_seconds = 0});
   EXPECT_FALSE(slow_node.applied) << slow_node.reason;
   EXPECT_EQ(slow_node.inter_node_bytes, slow_node.inter_node_bytes_without);
-  EXPECT_TRUE(slow_node.stage2.empty());
+  EXPECT_EQ(slow_node.stages.size(), 1u);
   EXPECT_GT(slow_node.relayed_bytes, 0u);  // what fan-out would have saved is still reported
   // tiny-dense moves kilobytes: a 1 s second stage never pays.
   const FanoutPlan costly = plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kAuto,
@@ -134,10 +139,10 @@ TEST(Fanout, ZeroedKindsAreNotRelayed) {
   const FanoutPlan fp =
       plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kOn, {}, vps::kind_bit(StateKind::kGrad));
   ASSERT_TRUE(fp.applied);
-  for (const auto& p : fp.stage2)
+  for (const auto& p : fp.stages[1])
     for (const auto& [peer, v] : p.recv)
       for (const auto& q : v) EXPECT_NE(q.kind, StateKind::kGrad);
-  EXPECT_TRUE(check_fanout(sw.src, sw.dst, fp.stage1, fp.stage2).ok);
+  EXPECT_TRUE(check_fanout(sw.src, sw.dst, fp.stages).ok);
 }
 
 // Every relayed switch passes the checker: dense and MoE, TP / PP / EP changes, grow and
@@ -149,11 +154,14 @@ TEST(Fanout, StagesPassTheCheckerAcrossSwitches) {
   };
   const Case cases[] = {{"tiny-dense", "tp=2", "tp=4", 2},         {"tiny-dense", "tp=2,pp=2", "tp=2,dp=3", 2},
                         {"tiny-moe", "ep=2,dp=2", "ep=2,dp=4", 2}, {"tiny-dense", "pp=2", "tp=2,dp=3", 3},
-                        {"tiny-dense", "dp=4", "tp=2", 2},         {"tiny-moe", "tp=2", "dp=6,ep=2", 3}};
+                        {"tiny-dense", "dp=4", "tp=2", 2},         {"tiny-moe", "tp=2", "dp=6,ep=2", 3},
+                        // trees across nodes: one source, one or two a node; two sources
+                        {"tiny-dense", "dp=1", "dp=4", 1},         {"tiny-moe", "tp=2", "dp=6,ep=2", 2},
+                        {"tiny-dense", "dp=2", "dp=8", 1},         {"tiny-moe", "dp=2,ep=2", "dp=8,ep=2", 1}};
   for (const Case& c : cases) {
     const Switch sw(c.model, c.from, c.to, c.gpn, {.bucket_elems = 1000});
     const FanoutPlan fp = plan_fanout(sw.planner, sw.plans, sw.src.options().elem_bytes, FanoutMode::kOn);
-    const CheckResult r = check_fanout(sw.src, sw.dst, fp.stage1, fp.stage2);
+    const CheckResult r = check_fanout(sw.src, sw.dst, fp.stages);
     EXPECT_TRUE(r.ok) << c.from << " -> " << c.to << ": " << r.violation;
     EXPECT_EQ(fp.inter_node_bytes + (fp.applied ? fp.relayed_bytes : 0), fp.inter_node_bytes_without);
   }
@@ -165,8 +173,151 @@ TEST(Fanout, StagesPassTheCheckerAcrossSwitches) {
   const Planner planner(src, dst, Topology{2}, placed);
   const FanoutPlan fp = plan_fanout(planner, planner.plan_all(), lo.elem_bytes, FanoutMode::kOn);
   ASSERT_TRUE(fp.applied);
-  const CheckResult r = check_fanout(src, dst, fp.stage1, fp.stage2, placed);
+  const CheckResult r = check_fanout(src, dst, fp.stages, placed);
   EXPECT_TRUE(r.ok) << r.violation;
+}
+
+// Bytes of every segment `rl` holds (padding excluded).
+std::uint64_t held_bytes(const vps::RankLayout& rl, const vps::ElemBytes& eb) {
+  std::uint64_t n = 0;
+  for (const auto& buf : rl.buffers)
+    for (const auto& seg : buf.segments) n += static_cast<std::uint64_t>(seg.box.numel()) * eb[static_cast<int>(buf.kind)];
+  return n;
+}
+
+const vps::LayoutOptions kParamsOnly{.kinds = {StateKind::kParam}};
+
+// One source feeding R nodes (dp=1 -> dp=R+1, one process a node, weights only: every receiver
+// needs the whole replica, P bytes). The binomial tree, receivers sending before the source:
+//   R=2: s1 0->a; s2 a->b                                    2 stages, source 1 P, busiest 1 P
+//   R=3: s1 0->a; s2 a->b, 0->c                              2 stages, source 2 P, busiest 2 P
+//   R=4: s1 0->a; s2 a->b, 0->c; s3 a->d                     3 stages, source 2 P, busiest 2 P
+//   R=7: s1 0->a; s2 a->b, 0->c; s3 a->d, b->e, c->f, 0->g   3 stages, source 3 P, busiest 3 P
+// Without: one stage, the source sends R P. The bytes crossing nodes stay R P either way.
+TEST(FanoutTree, StageCountsAndBytesByHand) {
+  struct Case {
+    int receivers;
+    std::size_t stages;
+    std::uint64_t source_copies, busiest_copies, receiver_hops;
+  };
+  const Case cases[] = {{1, 1, 1, 1, 0}, {2, 2, 1, 1, 1}, {3, 2, 2, 2, 1}, {4, 3, 2, 2, 2}, {7, 3, 3, 3, 4}};
+  for (const Case& c : cases) {
+    const Switch sw("tiny-dense", "dp=1", "dp=" + std::to_string(c.receivers + 1), 1, kParamsOnly);
+    const auto& eb = sw.src.options().elem_bytes;
+    const std::uint64_t replica = held_bytes(sw.planner.dst_rank_layout(1), eb);
+    ASSERT_GT(replica, 0u);
+    const FanoutPlan fp = plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kOn);
+    const std::string r = "R=" + std::to_string(c.receivers);
+    EXPECT_EQ(fp.applied, c.receivers >= 2) << r;
+    EXPECT_EQ(fp.stages.size(), c.stages) << r;
+    EXPECT_EQ(fp.groups, 0u) << r;  // one process a node: nothing to relay inside a node
+    EXPECT_EQ(fp.inter_node_bytes_without, c.receivers * replica) << r;
+    EXPECT_EQ(fp.inter_node_bytes, c.receivers * replica) << r;
+    EXPECT_EQ(fp.max_sender_bytes_without, c.receivers * replica) << r;
+    EXPECT_EQ(fp.max_sender_bytes, c.busiest_copies * replica) << r;
+    EXPECT_EQ(fp.tree_bytes, c.receiver_hops * replica) << r;
+    // The source's sends over all stages.
+    std::uint64_t source = 0;
+    for (const auto& stage : fp.stages) source += inter_node_bytes_out(stage[0], sw.topo, eb);
+    EXPECT_EQ(source, c.source_copies * replica) << r;
+    if (c.receivers >= 2) {
+      EXPECT_EQ(fp.tree_groups, fp.tree_candidates) << r;
+    }
+    const CheckResult ok = check_fanout(sw.src, sw.dst, fp.stages);
+    EXPECT_TRUE(ok.ok) << r << ": " << ok.violation;
+  }
+}
+
+// The rule: a tree group takes its tree when its network stages are fewer than its R copies
+// through the source's port (stages x bytes over the link vs R x bytes), so R=2 never does (two
+// hops of P take as long as two copies); then the whole switch's estimate, with each later
+// stage's fixed cost once, decides: R=3 pays when that cost is small, the default 2 ms does not
+// pay for kilobytes.
+TEST(FanoutTree, RuleTakesATreeOnlyWhereItSavesTime) {
+  const FanoutCosts free_stages{.intra = 100e9, .inter = 1e9, .node_inter = 1e9, .stage_seconds = 0};
+  {
+    const Switch sw("tiny-dense", "dp=1", "dp=3", 1, kParamsOnly);
+    const FanoutPlan fp = plan_fanout(sw.planner, sw.plans, sw.src.options().elem_bytes, FanoutMode::kAuto, free_stages);
+    EXPECT_FALSE(fp.applied) << fp.reason;
+    EXPECT_GT(fp.tree_candidates, 0u);
+    EXPECT_NE(fp.reason.find("not relayed"), std::string::npos) << fp.reason;
+  }
+  const Switch sw("tiny-dense", "dp=1", "dp=4", 1, kParamsOnly);
+  const auto& eb = sw.src.options().elem_bytes;
+  const FanoutPlan fp = plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kAuto, free_stages);
+  ASSERT_TRUE(fp.applied) << fp.reason;
+  EXPECT_EQ(fp.tree_groups, fp.tree_candidates);
+  EXPECT_EQ(fp.stages.size(), 2u);
+  EXPECT_LT(fp.seconds_with, fp.seconds_without);
+  EXPECT_NE(fp.reason.find("tree groups"), std::string::npos) << fp.reason;
+  EXPECT_FALSE(plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kAuto).applied);  // 2 ms a stage
+  EXPECT_FALSE(plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kOff).applied);
+}
+
+// Two processes a node, three nodes (dp=1 -> dp=6): the relays of nodes 1 and 2 are one
+// source's two receivers; stage 1 the source feeds node 1's relay, stage 2 that relay feeds
+// node 2's, stage 3 every relay feeds its node. Crossing nodes: 2 P (4 P without); the busiest
+// sender to other nodes: P (the source: 4 P without).
+TEST(FanoutTree, RelaysOfThreeNodesTakeATree) {
+  const Switch sw("tiny-dense", "dp=1", "dp=6", 2, kParamsOnly);
+  const auto& eb = sw.src.options().elem_bytes;
+  const std::uint64_t replica = held_bytes(sw.planner.dst_rank_layout(1), eb);
+  const FanoutPlan fp = plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kOn);
+  ASSERT_TRUE(fp.applied) << fp.reason;
+  ASSERT_EQ(fp.stages.size(), 3u);
+  EXPECT_EQ(fp.tree_groups, fp.groups / 2);  // one tree per box, one relay group per box and node
+  EXPECT_EQ(fp.inter_node_bytes_without, 4 * replica);
+  EXPECT_EQ(fp.inter_node_bytes, 2 * replica);
+  EXPECT_EQ(fp.max_sender_bytes_without, 4 * replica);
+  EXPECT_EQ(fp.max_sender_bytes, replica);
+  const PlanStats s2 = sw.stats(fp.stages[1]), s3 = sw.stats(fp.stages[2]);
+  EXPECT_EQ(s2.total.inter_node, replica);  // node 1's relays to node 2's
+  EXPECT_EQ(s2.total.intra_node, 0u);
+  EXPECT_EQ(s3.total.inter_node, 0u);  // inside nodes only
+  EXPECT_EQ(s3.total.intra_node, 2 * replica);
+  const CheckResult ok = check_fanout(sw.src, sw.dst, fp.stages);
+  EXPECT_TRUE(ok.ok) << ok.violation;
+}
+
+// A third stage in which a process sends a box that it receives only in that same stage (no
+// earlier stage gave it): the stage alone is still an exact cover, the tracing catches it.
+TEST(FanoutTree, CheckerRejectsABrokenThirdStage) {
+  const Switch sw("tiny-dense", "dp=1", "dp=8", 1, kParamsOnly);
+  const FanoutPlan fp = plan_fanout(sw.planner, sw.plans, sw.src.options().elem_bytes, FanoutMode::kOn);
+  ASSERT_EQ(fp.stages.size(), 3u);
+  ASSERT_TRUE(check_fanout(sw.src, sw.dst, fp.stages).ok);
+  auto stages = fp.stages;
+  auto& third = stages[2];
+  // A hop a -> b of the third stage, and another receiver c of the same box in that stage.
+  const Piece* hop = nullptr;
+  const Piece* other = nullptr;
+  for (const auto& plan : third)
+    for (const auto& [from, v] : plan.recv)
+      for (const auto& q : v) {
+        if (!hop && from != 0) hop = &q;
+        else if (hop && !other && q.tensor == hop->tensor && q.box == hop->box && q.dst_rank != hop->dst_rank &&
+                 q.dst_rank != hop->src_rank)
+          other = &q;
+      }
+  ASSERT_TRUE(hop && other);
+  const Piece before = *hop;
+  Piece after = before;  // c sends b the box from the segment c receives it into in this stage
+  after.src_rank = other->dst_rank;
+  after.src_buffer = other->dst_buffer;
+  after.src_segment = other->dst_segment;
+  std::erase(third[before.src_rank].send[before.dst_rank], before);
+  if (third[before.src_rank].send[before.dst_rank].empty()) third[before.src_rank].send.erase(before.dst_rank);
+  std::erase(third[before.dst_rank].recv[before.src_rank], before);
+  if (third[before.dst_rank].recv[before.src_rank].empty()) third[before.dst_rank].recv.erase(before.src_rank);
+  third[after.src_rank].send[after.dst_rank].push_back(after);
+  third[after.dst_rank].recv[after.src_rank].push_back(after);
+  for (auto* v : {&third[after.src_rank].send[after.dst_rank], &third[after.dst_rank].recv[after.src_rank]})
+    std::sort(v->begin(), v->end(), piece_order);
+  EXPECT_TRUE(check_plan(sw.dst, sw.dst, third).ok);  // the stage alone looks fine
+  const CheckResult r = check_fanout(sw.src, sw.dst, stages);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.violation.find("stage 3"), std::string::npos) << r.violation;
+  EXPECT_NE(r.violation.find("no earlier stage"), std::string::npos) << r.violation;
 }
 
 // Stages that break the contract are caught, each with what is wrong.
@@ -175,28 +326,28 @@ TEST(Fanout, CheckerRejectsBrokenStages) {
   const FanoutPlan fp = plan_fanout(sw.planner, sw.plans, sw.src.options().elem_bytes, FanoutMode::kOn);
   ASSERT_TRUE(fp.applied);
   auto expect_bad = [&](const std::vector<RankPlan>& s1, const std::vector<RankPlan>& s2, const char* what) {
-    const CheckResult r = check_fanout(sw.src, sw.dst, s1, s2);
+    const CheckResult r = check_fanout(sw.src, sw.dst, {s1, s2});
     EXPECT_FALSE(r.ok) << what;
     EXPECT_FALSE(r.violation.empty()) << what;
   };
   // Stage 1 still holding the relayed receives: those elements are written twice.
-  expect_bad(sw.plans, fp.stage2, "relayed receives left in stage 1");
+  expect_bad(sw.plans, fp.stages[1], "relayed receives left in stage 1");
   // A relayed piece dropped from stage 2 (both sides): a hole stays.
   {
-    auto s2 = fp.stage2;
+    auto s2 = fp.stages[1];
     int relay = -1, to = -1;
     for (const auto& p : s2)
       if (!p.send.empty()) relay = p.rank, to = p.send.begin()->first;
     ASSERT_GE(relay, 0);
     s2[relay].send[to].pop_back();
     s2[to].recv[relay].pop_back();
-    expect_bad(fp.stage1, s2, "relayed piece dropped");
+    expect_bad(fp.stages[0], s2, "relayed piece dropped");
   }
   // Two processes that feed each other in stage 2 while stage 1 gives the box to neither: stage 2
   // alone is an exact cover, but nothing real stands behind it.
   {
-    auto s1 = fp.stage1;
-    auto s2 = fp.stage2;
+    auto s1 = fp.stages[0];
+    auto s2 = fp.stages[1];
     int relay = -1, to = -1;
     for (const auto& p : s2)
       if (!p.send.empty()) relay = p.rank, to = p.send.begin()->first;
@@ -226,11 +377,11 @@ TEST(Fanout, CheckerRejectsBrokenStages) {
   }
   // A stage-2 keep that reads another segment than it writes.
   {
-    auto s2 = fp.stage2;
+    auto s2 = fp.stages[1];
     ASSERT_GT(s2[2].keep.size(), 1u);
     s2[2].keep[1].src_segment = s2[2].keep[0].src_segment;
     s2[2].keep[1].src_buffer = s2[2].keep[0].src_buffer;
-    expect_bad(fp.stage1, s2, "non-identity keep");
+    expect_bad(fp.stages[0], s2, "non-identity keep");
   }
 }
 
