@@ -39,7 +39,7 @@ ROWS
 
 out="$here/out/sim"  # one JSON per row and run (run-transition --json), for a closer look
 mkdir -p "$out"
-echo "| np | switch | max in per rank | plain exchange s | link GB/s: probe -> calibrated | copy GB/s | cores | latency us: idle -> busy | run us (run KiB) | measured warm s: median (range) | predicted s: median (range) | runs free s | error | idle latency: s, error | probe's link, idle latency: s, error |"
+echo "| np | switch | max in per rank | plain exchange s (median of 5) | link GB/s: probe -> calibrated | copy GB/s | cores | latency us: idle -> busy | run us (run KiB) | measured warm s: median (range) | predicted s: median (range) | runs free s | error | idle latency: s, error | probe's link, idle latency: s, error |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 n=0
 worst=0
@@ -68,7 +68,7 @@ c = [r["predicted_cluster"] for r in runs]
 probe = [r["predicted_probe_link_seconds"] for r in runs]
 idle = [r["predicted_idle_latency_seconds"] for r in runs]
 print(f'| {np_} | {label} | {runs[0]["max_rank_bytes_received"] / 1e9:.2f} GB '
-      f'| {span([r["plain_exchange_seconds"] for r in runs], "{:.3f}")} '
+      f'| {span([r["plain_exchange_median_seconds"] for r in runs], "{:.3f}")} '
       f'| {span([r["predicted_probe_link_gb_per_s"] for r in runs], "{:.2f}")} -> {span([x["gpu_link_gb_per_s"] for x in c], "{:.2f}")} '
       f'| {span([x["copy_gb_per_s"] for x in c], "{:.2f}")} '
       f'| {span([r["predicted_cpu_cores"] for r in runs], "{:.2f}")} | {span([r["predicted_idle_latency_us"] for r in runs], "{:.0f}")} -> {span([x["intra_latency_us"] for x in c], "{:.0f}")} '
