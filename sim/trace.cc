@@ -30,17 +30,15 @@ class DryAllocator final : public exec::StateAllocator {
 
 }  // namespace
 
-std::vector<exec::ScheduleTrace> trace_switch(const plan::Planner& planner,
-                                              const std::array<int, vps::kNumStateKinds>& elem_bytes,
-                                              const exec::TransitionOptions& options, bool pool) {
-  const int world = planner.world_size();
-  // Plans and layouts first, on this thread (the planner's caches are not shared across threads).
-  const std::vector<plan::RankPlan> plans = planner.plan_all();
-  std::vector<vps::RankLayout> src(world), dst(world);
-  for (int p = 0; p < world; ++p) {
-    src[p] = planner.src_rank_layout(p);
-    dst[p] = planner.dst_rank_layout(p);
-  }
+namespace {
+
+// Every process's trace of `plans` (one per process, in process order) between the given layouts.
+std::vector<exec::ScheduleTrace> trace_plans(const std::vector<plan::RankPlan>& plans,
+                                             const std::vector<vps::RankLayout>& src,
+                                             const std::vector<vps::RankLayout>& dst,
+                                             const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                                             const exec::TransitionOptions& options, bool pool) {
+  const int world = static_cast<int>(plans.size());
   std::vector<exec::ScheduleTrace> traces(world);
   exec::SharedWaveAgreement waves;  // one agreement for all: its stats held once, each cut made once
   // The processes sit on nodes as the topology says (Transport::node_of), so the engine picks
@@ -60,6 +58,54 @@ std::vector<exec::ScheduleTrace> trace_switch(const plan::Planner& planner,
     exec::run_transition(plans[me], src[me], s, dst[me], d, elem_bytes, t, alloc, opt);
   }, nodes);
   return traces;
+}
+
+}  // namespace
+
+std::vector<exec::ScheduleTrace> trace_switch(const plan::Planner& planner,
+                                              const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                                              const exec::TransitionOptions& options, bool pool) {
+  const int world = planner.world_size();
+  // Plans and layouts first, on this thread (the planner's caches are not shared across threads).
+  const std::vector<plan::RankPlan> plans = planner.plan_all();
+  std::vector<vps::RankLayout> src(world), dst(world);
+  for (int p = 0; p < world; ++p) {
+    src[p] = planner.src_rank_layout(p);
+    dst[p] = planner.dst_rank_layout(p);
+  }
+  return trace_plans(plans, src, dst, elem_bytes, options, pool);
+}
+
+std::vector<exec::ScheduleTrace> trace_fanout(const plan::Planner& planner, const plan::FanoutPlan& fanout,
+                                              const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                                              const exec::TransitionOptions& options, bool pool) {
+  const int world = planner.world_size();
+  std::vector<vps::RankLayout> src(world), dst(world);
+  for (int p = 0; p < world; ++p) {
+    src[p] = planner.src_rank_layout(p);
+    dst[p] = planner.dst_rank_layout(p);
+  }
+  std::vector<exec::ScheduleTrace> all(world);
+  for (int p = 0; p < world; ++p) all[p].rank = p, all[p].world = world;
+  int wave_base = 0;
+  for (std::size_t s = 0; s < fanout.stages.size(); ++s) {
+    std::vector<plan::RankPlan> plans = fanout.stages[s];
+    DT_CHECK(static_cast<int>(plans.size()) <= world, "fan-out stage ", s, " has ", plans.size(),
+             " plans for ", world, " processes");
+    for (int p = static_cast<int>(plans.size()); p < world; ++p) plans.push_back(plan::RankPlan{p, {}, {}, {}});
+    exec::TransitionOptions opt = options;
+    opt.in_place = s > 0;  // later stages: the destination layout to itself, buffers stay put
+    const auto stage = trace_plans(plans, s == 0 ? src : dst, dst, elem_bytes, opt, pool);
+    int waves = 0;
+    for (int p = 0; p < world; ++p)
+      for (exec::ScheduleEvent e : stage[p].events) {
+        waves = std::max(waves, e.wave + 1);
+        e.wave += wave_base;
+        all[p].events.push_back(e);
+      }
+    wave_base += waves;
+  }
+  return all;
 }
 
 std::vector<exec::ScheduleTrace> plain_exchange_traces(const std::vector<exec::ScheduleTrace>& switch_traces,

@@ -12,6 +12,7 @@
 
 #include "exec/engine.h"
 #include "exec/schedule_trace.h"
+#include "plan/fanout.h"
 #include "plan/planner.h"
 
 namespace dynatrain::sim {
@@ -20,6 +21,17 @@ namespace dynatrain::sim {
 // The allocator kind decides zero-copy keeps and page-wise buffers: `pool` true for the
 // engine's PoolAllocator (what run-transition and the trainer use), false for the default.
 std::vector<exec::ScheduleTrace> trace_switch(const plan::Planner& planner,
+                                              const std::array<int, vps::kNumStateKinds>& elem_bytes,
+                                              const exec::TransitionOptions& options, bool pool = true);
+
+// Every process's trace of a switch run as node-level fan-out's stages (plan/fanout.h,
+// tools/fanout_switch.h): each stage traced by the engine as it runs it (stage 0 from the source
+// layout to the destination, every later one from the destination layout to itself, in place),
+// the stages spliced one after another per process: a process starts a stage once it has done
+// the one before (the engine calls run in sequence), and each stage's waves are numbered after
+// the previous stage's, so the messages of two stages never pair up. What is not modelled: the
+// agreement at the start of each stage (a collective, about 2 ms: plan::FanoutCosts::stage_seconds).
+std::vector<exec::ScheduleTrace> trace_fanout(const plan::Planner& planner, const plan::FanoutPlan& fanout,
                                               const std::array<int, vps::kNumStateKinds>& elem_bytes,
                                               const exec::TransitionOptions& options, bool pool = true);
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/bytes.h"
 #include "common/error.h"
@@ -15,6 +16,7 @@
 #include "sim/simulator.h"
 #include "sim/trace.h"
 #include "tools/commands.h"
+#include "tools/fanout_switch.h"
 #include "tools/flag_checks.h"
 
 namespace dynatrain::tools {
@@ -36,6 +38,7 @@ struct SimulateArgs {
   double run_us = 0;  // sim::SimOptions::run_seconds, in microseconds
   std::string overlap_links = "auto";  // exec::LinkOverlap: auto is on for a cluster of several nodes
   int rounds_in_flight = 0;            // exec::TransitionOptions::rounds_in_flight (0: auto)
+  std::string fanout = "off";          // plan::FanoutMode: off, auto (the faster of the two), on
   std::string json_path;
 };
 
@@ -104,22 +107,55 @@ int run_simulate(const SimulateArgs& a) {
   if (a.at_step_boundary) opt.zeroed_kinds = exec::kStepBoundaryKinds;
   opt.overlap_links = exec::parse_link_overlap(a.overlap_links);
   opt.rounds_in_flight = a.rounds_in_flight;
+  const plan::FanoutMode fanout_mode = plan::parse_fanout_mode(a.fanout);
+  const sim::SimOptions sim_opt{.fresh_rate = a.fresh_gbps * 1e9, .cpu_cores = a.cpu_cores, .run_seconds = a.run_us * 1e-6};
   t0 = std::chrono::steady_clock::now();
   const auto traces = sim::trace_switch(planner, lo.elem_bytes, opt);
-  const double trace_s = seconds_since(t0);
+  double trace_s = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
-  const sim::SimResult r =
-      sim::simulate(traces, cluster,
-                    {.fresh_rate = a.fresh_gbps * 1e9, .cpu_cores = a.cpu_cores, .run_seconds = a.run_us * 1e-6});
-  const double sim_s = seconds_since(t0);
+  const sim::SimResult one_stage = sim::simulate(traces, cluster, sim_opt);
+  double sim_s = seconds_since(t0);
+  // Fan-out (plan/fanout.h): every relay group and tree (what `on` runs), its stages traced and
+  // spliced (sim::trace_fanout) and simulated; `auto` keeps whichever the simulator finds faster.
+  sim::SimResult r = one_stage;
+  std::optional<sim::SimResult> staged;
+  plan::FanoutPlan fanout;
+  bool fanout_taken = false;
+  if (fanout_mode != plan::FanoutMode::kOff) {
+    fanout = plan::plan_fanout(planner, planner.plan_all(), lo.elem_bytes, plan::FanoutMode::kOn, fanout_costs(cluster),
+                               opt.zeroed_kinds);
+    if (fanout.applied) {
+      t0 = std::chrono::steady_clock::now();
+      const auto staged_traces = sim::trace_fanout(planner, fanout, lo.elem_bytes, opt);
+      trace_s += seconds_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      staged = sim::simulate(staged_traces, cluster, sim_opt);
+      sim_s += seconds_since(t0);
+      fanout_taken = fanout_mode == plan::FanoutMode::kOn || staged->seconds < one_stage.seconds;
+      if (fanout_taken) r = *staged;
+    }
+  }
 
   std::printf("simulate %s: %s (%d ranks) -> %s (%d ranks), placement %s, budget %s\n", model.name.c_str(),
               src.config().str().c_str(), src.config().world_size(), dst.config().str().c_str(),
               dst.config().world_size(), a.placement.c_str(), format_bytes(static_cast<double>(budget)).c_str());
   std::cout << sim::format_link_bound(bound, cluster, processes);
+  if (fanout_mode != plan::FanoutMode::kOff) {
+    if (staged)
+      std::printf("  fan-out %s: %zu stages, %llu relay groups, %llu trees; inter-node bytes %s -> %s; "
+                  "predicted %.4g s with, %.4g s without: %s\n",
+                  a.fanout.c_str(), fanout.stages.size(), static_cast<unsigned long long>(fanout.groups),
+                  static_cast<unsigned long long>(fanout.tree_groups),
+                  format_bytes(static_cast<double>(fanout.inter_node_bytes_without)).c_str(),
+                  format_bytes(static_cast<double>(fanout.inter_node_bytes)).c_str(), staged->seconds, one_stage.seconds,
+                  fanout_taken ? "taken" : "not taken (slower)");
+    else
+      std::printf("  fan-out %s: nothing to relay (%s)\n", a.fanout.c_str(), fanout.reason.c_str());
+  }
   std::cout << sim::format_sim(r);
-  std::printf("  predicted / lower bound %.2f; took %.3g s to plan, %.3g s to trace the engine, %.3g s to simulate\n",
-              bound.seconds > 0 ? r.seconds / bound.seconds : 0.0, plan_s, trace_s, sim_s);
+  std::printf("  predicted / lower bound%s %.2f; took %.3g s to plan, %.3g s to trace the engine, %.3g s to simulate\n",
+              fanout_taken ? " (of the plan without fan-out)" : "", bound.seconds > 0 ? r.seconds / bound.seconds : 0.0,
+              plan_s, trace_s, sim_s);
   if (!a.json_path.empty()) {
     nlohmann::json j;
     j["model"] = model.name;
@@ -135,6 +171,17 @@ int run_simulate(const SimulateArgs& a) {
     j["overlap_links"] = a.overlap_links;
     j["rounds_in_flight"] = a.rounds_in_flight;
     j["predicted_seconds"] = r.seconds;
+    j["fanout"] = a.fanout;
+    j["fanout_applied"] = fanout_taken;
+    j["fanout_stages"] = fanout_taken ? fanout.stages.size() : 1;
+    j["predicted_without_fanout_seconds"] = one_stage.seconds;
+    if (staged) {
+      j["predicted_with_fanout_seconds"] = staged->seconds;
+      j["inter_node_bytes"] = fanout_taken ? fanout.inter_node_bytes : fanout.inter_node_bytes_without;
+      j["inter_node_bytes_without_fanout"] = fanout.inter_node_bytes_without;
+      j["fanout_relay_groups"] = fanout.groups;
+      j["fanout_tree_groups"] = fanout.tree_groups;
+    }
     j["lower_bound_seconds"] = bound.seconds;
     j["busiest_link"] = r.busiest_link;
     j["busiest_link_seconds"] = r.busiest_link_seconds;
@@ -186,6 +233,11 @@ Command add_simulate_command(CLI::App& app) {
                   "(0: free, as on GPUs; run-transition --json measures it as predicted_run_seconds)")
       ->capture_default_str();
   add_link_schedule_options(cmd, args->overlap_links, args->rounds_in_flight);
+  cmd->add_option("--fanout", args->fanout,
+                  "Node-level fan-out (run-transition --fanout): off; on plays every relay group and tree as "
+                  "stages; auto plays both and keeps the faster")
+      ->check(CLI::IsMember({"off", "auto", "on"}))
+      ->capture_default_str();
   cmd->add_option("--json", args->json_path, "Write the prediction as JSON to this file");
   return [args] { return run_simulate(*args); };
 }

@@ -59,4 +59,22 @@ import json, sys
 free, costly = (json.load(open(f)) for f in sys.argv[1:])
 assert costly["run_us"] == 100 and costly["predicted_seconds"] > free["predicted_seconds"] + 0.01, (free, costly)
 PY
+# Fan-out's stages played by the simulator: dp=2 -> dp=4 over the two nodes without ZeRO, the
+# new node's two processes need the same boxes: relayed, the NIC carries half, and auto keeps
+# the faster (the staged switch here); off plays one stage.
+for f in off auto; do
+  expect 0 "predicted_seconds" -- simulate --cluster "$tmp/two.json" --model tiny-dense --from dp=2,zero=0 \
+         --to dp=4,zero=0 --fanout $f --json "$tmp/fan-$f.json"
+done
+grep -qF "fan-out auto: 2 stages" "$tmp/out" || { echo "FAIL: simulate --fanout auto did not play 2 stages"; cat "$tmp/out"; fail=1; }
+python3 - "$tmp/fan-off.json" "$tmp/fan-auto.json" <<'PY' || fail=1
+import json, sys
+off, auto = (json.load(open(f)) for f in sys.argv[1:])
+assert not off["fanout_applied"] and off["fanout_stages"] == 1, off
+assert auto["fanout_applied"] and auto["fanout_stages"] == 2, auto
+assert 2 * auto["inter_node_bytes"] == auto["inter_node_bytes_without_fanout"], auto
+assert auto["predicted_seconds"] == auto["predicted_with_fanout_seconds"] < auto["predicted_without_fanout_seconds"], auto
+assert abs(auto["predicted_without_fanout_seconds"] - off["predicted_seconds"]) < 1e-9, (off, auto)
+PY
+expect 2 "--fanout" -- simulate --cluster a800-16x8 --model tiny-dense --from tp=2 --to dp=2 --fanout maybe
 exit $fail

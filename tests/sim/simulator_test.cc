@@ -282,6 +282,37 @@ TEST(Simulator, CalibratedLinksPlayTheMeasuredExchangeInTheMeasuredTime) {
   EXPECT_THROW(calibrate_links(plain, 0, c), InvariantError);
 }
 
+// Fan-out's stages traced and spliced (sim::trace_fanout): dp=1 -> dp=4 without ZeRO on 4 nodes
+// of one process, every box replicated, so one source feeds 3 nodes. On a slow NIC the one-stage
+// switch sends 3 copies out of the source's NIC; the tree's 2 stages send 2 (stage 1 to one node,
+// stage 2 to another while that node passes its copy on): 2/3 of the time. Every stage's
+// messages pair up, and the simulator moves exactly the stages' bytes.
+TEST(Simulator, FanoutStagesSpliceAndATreeRelievesTheSource) {
+  Cluster c = toy(1, 1);
+  c.nodes = 4;
+  c.gpu_link = 1e9, c.nic = 1e6, c.pcie = 1e9, c.copy = 1e10;  // the NIC is the limit
+  const vps::LayoutOptions lo;
+  const vps::Layout src(vps::model_from_name("tiny-dense"), vps::ParallelConfig::parse("dp=1,zero=0"), lo);
+  const vps::Layout dst(vps::model_from_name("tiny-dense"), vps::ParallelConfig::parse("dp=4,zero=0"), lo);
+  const plan::Planner planner(src, dst, c.topology(4));
+  const plan::FanoutPlan fp = plan::plan_fanout(planner, planner.plan_all(), lo.elem_bytes, plan::FanoutMode::kOn);
+  ASSERT_TRUE(fp.applied);
+  ASSERT_EQ(fp.stages.size(), 2u);
+  exec::TransitionOptions opt;
+  opt.mem_budget = std::uint64_t{1} << 30;
+  opt.topology = c.topology(4);
+  const SimResult one = simulate(trace_switch(planner, lo.elem_bytes, opt), c);
+  const SimResult staged = simulate(trace_fanout(planner, fp, lo.elem_bytes, opt), c);
+  std::uint64_t stage_bytes = 0;
+  for (const auto& stage : fp.stages)
+    for (const auto& p : stage)
+      for (const auto& [peer, pieces] : p.send)
+        for (const auto& piece : pieces) stage_bytes += piece.box.numel() * lo.elem_bytes[static_cast<int>(piece.kind)];
+  EXPECT_EQ(staged.bytes, stage_bytes);
+  EXPECT_EQ(one.bytes, stage_bytes);  // a tree moves the same bytes, from other senders
+  EXPECT_NEAR(staged.seconds / one.seconds, 2.0 / 3.0, 0.02);
+}
+
 // tp=2 -> dp=2 on gpt3-1.3b (rows of 2 KiB per tp shard): the receiver puts each row of the
 // peer's shard beside its own, so messages move straight into scattered runs (the tracer's
 // in-process transport moves runs between every pair, as MPI does inside a node); the trace
