@@ -21,6 +21,16 @@ double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The mean over ranks of `mine`, ranks that pass a negative value (no partner) left out; 0 if
+// every rank does. Collective.
+double mean_over_ranks(comm::Transport& world, double mine) {
+  double sum = 0;
+  int count = 0;
+  for (double v : testing::gather_double(world, mine))
+    if (v >= 0) sum += v, ++count;
+  return count > 0 ? sum / count : 0;
+}
+
 double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
 
 // This rank's memcpy rate (best of three 64 MiB copies) with every rank copying at once, or
@@ -62,12 +72,7 @@ double link_rate(comm::Transport& world) {
     rates.push_back(kBytes / std::max(since(t0), 1e-9));
   }
   std::nth_element(rates.begin(), rates.begin() + 2, rates.end());
-  const auto all = testing::gather_double(world, paired ? rates[2] : -1);
-  double sum = 0;
-  int count = 0;
-  for (double v : all)
-    if (v > 0) sum += v, ++count;
-  return count > 0 ? sum / count : 0;
+  return mean_over_ranks(world, paired ? rates[2] : -1);
 }
 
 // One-way latency of a small message between rank and rank^1, all pairs at once.
@@ -113,12 +118,7 @@ double busy_handoff(comm::Transport& world, std::uint64_t bytes) {
     return best / kIters;
   };
   const double alone = timed(false), synced = timed(true);
-  const auto all = testing::gather_double(world, paired ? std::max(0.0, synced - alone) : -1);
-  double sum = 0;
-  int count = 0;
-  for (double v : all)
-    if (v >= 0) sum += v, ++count;
-  return count > 0 ? sum / count : 0;
+  return mean_over_ranks(world, paired ? std::max(0.0, synced - alone) : -1);
 }
 
 // The mean bytes of the switch's messages (0: none).
@@ -205,12 +205,7 @@ double run_cost(comm::Transport& world, const MessageShape& shape) {
   };
   const double apart = timed(scattered), together = timed(whole);
   const double runs = static_cast<double>(count) * static_cast<double>(std::max(send_n, recv_n) - 1);
-  const auto per_run = testing::gather_double(world, paired && runs > 0 ? std::max(0.0, apart - together) / runs : -1);
-  double sum = 0;
-  int n = 0;
-  for (double v : per_run)
-    if (v >= 0) sum += v, ++n;
-  return n > 0 ? sum / n : 0;
+  return mean_over_ranks(world, paired && runs > 0 ? std::max(0.0, apart - together) / runs : -1);
 }
 
 }  // namespace
