@@ -60,31 +60,36 @@ std::vector<exec::ScheduleTrace> trace_plans(const std::vector<plan::RankPlan>& 
   return traces;
 }
 
+// Every process's source and destination layout, in process order.
+struct RankLayouts {
+  std::vector<vps::RankLayout> src, dst;
+};
+RankLayouts rank_layouts(const plan::Planner& planner) {
+  const int world = planner.world_size();
+  RankLayouts l{std::vector<vps::RankLayout>(world), std::vector<vps::RankLayout>(world)};
+  for (int p = 0; p < world; ++p) {
+    l.src[p] = planner.src_rank_layout(p);
+    l.dst[p] = planner.dst_rank_layout(p);
+  }
+  return l;
+}
+
 }  // namespace
 
 std::vector<exec::ScheduleTrace> trace_switch(const plan::Planner& planner,
                                               const std::array<int, vps::kNumStateKinds>& elem_bytes,
                                               const exec::TransitionOptions& options, bool pool) {
-  const int world = planner.world_size();
   // Plans and layouts first, on this thread (the planner's caches are not shared across threads).
   const std::vector<plan::RankPlan> plans = planner.plan_all();
-  std::vector<vps::RankLayout> src(world), dst(world);
-  for (int p = 0; p < world; ++p) {
-    src[p] = planner.src_rank_layout(p);
-    dst[p] = planner.dst_rank_layout(p);
-  }
-  return trace_plans(plans, src, dst, elem_bytes, options, pool);
+  const RankLayouts layouts = rank_layouts(planner);
+  return trace_plans(plans, layouts.src, layouts.dst, elem_bytes, options, pool);
 }
 
 std::vector<exec::ScheduleTrace> trace_fanout(const plan::Planner& planner, const plan::FanoutPlan& fanout,
                                               const std::array<int, vps::kNumStateKinds>& elem_bytes,
                                               const exec::TransitionOptions& options, bool pool) {
   const int world = planner.world_size();
-  std::vector<vps::RankLayout> src(world), dst(world);
-  for (int p = 0; p < world; ++p) {
-    src[p] = planner.src_rank_layout(p);
-    dst[p] = planner.dst_rank_layout(p);
-  }
+  const RankLayouts layouts = rank_layouts(planner);
   std::vector<exec::ScheduleTrace> all(world);
   for (int p = 0; p < world; ++p) all[p].rank = p, all[p].world = world;
   int wave_base = 0;
@@ -95,7 +100,7 @@ std::vector<exec::ScheduleTrace> trace_fanout(const plan::Planner& planner, cons
     for (int p = static_cast<int>(plans.size()); p < world; ++p) plans.push_back(plan::RankPlan{p, {}, {}, {}});
     exec::TransitionOptions opt = options;
     opt.in_place = s > 0;  // later stages: the destination layout to itself, buffers stay put
-    const auto stage = trace_plans(plans, s == 0 ? src : dst, dst, elem_bytes, opt, pool);
+    const auto stage = trace_plans(plans, s == 0 ? layouts.src : layouts.dst, layouts.dst, elem_bytes, opt, pool);
     int waves = 0;
     for (int p = 0; p < world; ++p)
       for (exec::ScheduleEvent e : stage[p].events) {
@@ -118,33 +123,30 @@ std::vector<exec::ScheduleTrace> plain_exchange_traces(const std::vector<exec::S
       if (e.kind == exec::ScheduleEvent::Kind::kPost && e.send_bytes > 0) sends[t.rank][e.peer] += e.send_bytes;
   int steps = 1;
   while (steps < world) steps <<= 1;
+  struct Round {
+    int peer;
+    std::uint32_t index;          // chunk of the pair
+    std::uint64_t send, recv;     // bytes each way
+  };
   std::vector<exec::ScheduleTrace> out(world);
   for (int me = 0; me < world; ++me) {
-    struct Round {
-      int peer;
-      std::uint32_t index;  // chunk of the pair
-    };
     std::vector<Round> rounds;
-    exec::ScheduleTrace& t = out[me];
-    t.rank = me, t.world = world;
-    auto post = [&](const Round& r, std::uint64_t send, std::uint64_t recv) {
-      t.post(0, r.peer, r.index, send, false, recv);
-    };
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> sizes;  // (send, receive) of each round
     for (int s = 1; s < steps; ++s) {
       const int q = me ^ s;
       if (q >= world) continue;
       std::uint64_t out_left = sends[me][q], in_left = sends[q][me];
       for (std::uint32_t i = 0; out_left > 0 || in_left > 0; ++i) {
         const std::uint64_t a = std::min(out_left, chunk), b = std::min(in_left, chunk);
-        rounds.push_back({q, i});
-        sizes.push_back({a, b});
+        rounds.push_back({q, i, a, b});
         out_left -= a, in_left -= b;
       }
     }
-    if (!rounds.empty()) post(rounds[0], sizes[0].first, sizes[0].second);
+    exec::ScheduleTrace& t = out[me];
+    t.rank = me, t.world = world;
+    auto post = [&](const Round& r) { t.post(0, r.peer, r.index, r.send, false, r.recv); };
+    if (!rounds.empty()) post(rounds[0]);
     for (std::size_t k = 0; k < rounds.size(); ++k) {
-      if (k + 1 < rounds.size()) post(rounds[k + 1], sizes[k + 1].first, sizes[k + 1].second);
+      if (k + 1 < rounds.size()) post(rounds[k + 1]);
       t.wait(0, rounds[k].peer, rounds[k].index, 0);
     }
   }

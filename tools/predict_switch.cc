@@ -31,6 +31,19 @@ double mean_over_ranks(comm::Transport& world, double mine) {
   return count > 0 ? sum / count : 0;
 }
 
+// Seconds of the fastest of three runs of `work`, each started after a barrier of all ranks.
+template <typename Work>
+double fastest_of_three(comm::Transport& world, Work work) {
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    world.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    work();
+    best = std::min(best, since(t0));
+  }
+  return best;
+}
+
 double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
 
 // This rank's memcpy rate (best of three 64 MiB copies) with every rank copying at once, or
@@ -75,17 +88,18 @@ double link_rate(comm::Transport& world) {
   return mean_over_ranks(world, paired ? rates[2] : -1);
 }
 
-// One-way latency of a small message between rank and rank^1, all pairs at once.
+// One-way latency of a small message between rank and rank^1, all pairs at once; the mean over
+// the ranks that have a partner (0 when none has).
 double latency(comm::Transport& world) {
   constexpr int kIters = 200;
   const int peer = world.rank() ^ 1;
   std::array<std::byte, 8> out{}, in{};
   world.barrier();
-  if (peer >= world.size()) return 0;
+  if (peer >= world.size()) return mean_over_ranks(world, -1);
   world.sendrecv(out.data(), out.size(), peer, in.data(), in.size(), peer, 11);  // warm-up
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kIters; ++i) world.sendrecv(out.data(), out.size(), peer, in.data(), in.size(), peer, 11);
-  return since(t0) / kIters;
+  return mean_over_ranks(world, since(t0) / kIters);
 }
 
 // The cost of one handshake with rank^1 while every process is busy moving chunks of `bytes`,
@@ -103,21 +117,15 @@ double busy_handoff(comm::Transport& world, std::uint64_t bytes) {
   const std::size_t n = std::clamp<std::size_t>(static_cast<std::size_t>(bytes), 4096, kBuffer / 2);
   std::vector<std::byte> a(kBuffer, std::byte{1}), b(kBuffer, std::byte{2});
   std::array<std::byte, 8> out{}, in{};
-  auto timed = [&](bool handshake) {
-    double best = 1e30;
-    for (int rep = 0; rep < 3; ++rep) {
-      world.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < kIters; ++i) {
-        const std::size_t at = (static_cast<std::size_t>(i) * n) % (kBuffer - n);
-        std::memcpy(b.data() + at, a.data() + at, n);
-        if (handshake && paired) world.sendrecv(out.data(), out.size(), peer, in.data(), in.size(), peer, 14);
-      }
-      best = std::min(best, since(t0));
+  auto copies = [&](bool handshake) {
+    for (int i = 0; i < kIters; ++i) {
+      const std::size_t at = (static_cast<std::size_t>(i) * n) % (kBuffer - n);
+      std::memcpy(b.data() + at, a.data() + at, n);
+      if (handshake && paired) world.sendrecv(out.data(), out.size(), peer, in.data(), in.size(), peer, 14);
     }
-    return best / kIters;
   };
-  const double alone = timed(false), synced = timed(true);
+  const double alone = fastest_of_three(world, [&] { copies(false); }) / kIters;
+  const double synced = fastest_of_three(world, [&] { copies(true); }) / kIters;
   return mean_over_ranks(world, paired ? std::max(0.0, synced - alone) : -1);
 }
 
@@ -190,20 +198,14 @@ double run_cost(comm::Transport& world, const MessageShape& shape) {
   std::vector<comm::ByteRun> scattered = strided_runs(mine_n, run), whole{{0, msg}};
   scattered.back().bytes += msg - run * mine_n;
   std::vector<std::byte> buf(paired ? 2 * msg + 2 * run : 0, std::byte{3});
-  auto timed = [&](const std::vector<comm::ByteRun>& mine) {
-    double best = 1e30;
-    for (int i = 0; i < 3; ++i) {
-      world.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      for (std::size_t m = 0; paired && m < count; ++m) {
-        auto r = sender ? world.isend_runs(buf.data(), mine, peer, 12) : world.irecv_runs(buf.data(), mine, peer, 12);
-        r->wait();
-      }
-      best = std::min(best, since(t0));
+  auto messages = [&](const std::vector<comm::ByteRun>& mine) {
+    for (std::size_t m = 0; paired && m < count; ++m) {
+      auto r = sender ? world.isend_runs(buf.data(), mine, peer, 12) : world.irecv_runs(buf.data(), mine, peer, 12);
+      r->wait();
     }
-    return best;
   };
-  const double apart = timed(scattered), together = timed(whole);
+  const double apart = fastest_of_three(world, [&] { messages(scattered); });
+  const double together = fastest_of_three(world, [&] { messages(whole); });
   const double runs = static_cast<double>(count) * static_cast<double>(std::max(send_n, recv_n) - 1);
   return mean_over_ranks(world, paired && runs > 0 ? std::max(0.0, apart - together) / runs : -1);
 }
@@ -217,7 +219,6 @@ SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& pla
   const auto copies = testing::gather_double(world, copy_rate(world));
   const double solo = copy_rate(world, true);  // rank 0 only
   const double lat = latency(world);
-  const auto lats = testing::gather_double(world, lat);
   SwitchPrediction out;
   sim::Cluster& c = out.cluster;
   c.name = "this-machine";
@@ -227,11 +228,7 @@ SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& pla
   c.nics_per_node = 1;
   c.gpu_link = c.nic = c.pcie = link;
   c.copy = mean(copies);
-  double lat_sum = 0;
-  int pairs = 0;
-  for (int r = 0; r < world.size(); ++r)
-    if ((r ^ 1) < world.size()) lat_sum += lats[r], ++pairs;
-  c.intra_latency = c.inter_latency = pairs > 0 ? lat_sum / pairs : 0;
+  c.intra_latency = c.inter_latency = lat;
   // The shared-memory transport and every copy are work for the cores these processes get.
   const double n = world.size();
   // No more than the host's CPUs (the ranks share one host; mpirun may bind each to one of them).
@@ -252,17 +249,21 @@ SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& pla
   // mean run size.
   std::vector<exec::ScheduleTrace> traces;
   if (world.rank() == 0) traces = sim::trace_switch(planner, elem_bytes, traced);
-  MessageShape shape;
-  if (world.rank() == 0) shape = scattered_shape(traces);
-  shape.bytes = testing::gather_double(world, shape.bytes)[0];
-  shape.send_runs = testing::gather_double(world, shape.send_runs)[0];
-  shape.recv_runs = testing::gather_double(world, shape.recv_runs)[0];
+  // What the probes below need from the traces, from rank 0 to every rank in one broadcast: the
+  // typical scattered message (bytes, runs of each side) and the mean message bytes.
+  std::array<double, 4> from_traces{};
+  if (world.rank() == 0) {
+    const MessageShape s = scattered_shape(traces);
+    from_traces = {s.bytes, s.send_runs, s.recv_runs, mean_message_bytes(traces)};
+  }
+  world.broadcast(from_traces.data(), sizeof from_traces, 0);
+  const MessageShape shape{from_traces[0], from_traces[1], from_traces[2]};
+  const double message = from_traces[3];
   out.run_bytes = shape.bytes > 0 ? shape.run_bytes() : 0;
   out.message_bytes = shape.bytes, out.send_runs = shape.send_runs, out.recv_runs = shape.recv_runs;
   out.run_seconds = shape.bytes > 0 ? run_cost(world, shape) : 0;
   // A message's start costs the handshake under the switch's load, when that exceeds the idle
   // latency (processes outnumbering cores).
-  const double message = testing::gather_double(world, world.rank() == 0 ? mean_message_bytes(traces) : 0)[0];
   out.idle_latency = c.intra_latency;
   out.busy_handoff = message > 0 ? busy_handoff(world, static_cast<std::uint64_t>(message)) : 0;
   c.intra_latency = c.inter_latency = std::max(c.intra_latency, out.busy_handoff);

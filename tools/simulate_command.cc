@@ -94,8 +94,15 @@ int run_simulate(const SimulateArgs& a) {
   const plan::Planner planner(src, dst, topo, placement);
   auto plans = planner.plan_all();
   const double plan_s = seconds_since(t0);
+  const std::uint32_t zeroed = a.at_step_boundary ? exec::kStepBoundaryKinds : 0;
+  // Fan-out (plan/fanout.h) from the whole plan: every relay group and tree (what `on` runs).
+  const plan::FanoutMode fanout_mode = plan::parse_fanout_mode(a.fanout);
+  const plan::FanoutPlan fanout =
+      fanout_mode == plan::FanoutMode::kOff
+          ? plan::FanoutPlan{}
+          : plan::plan_fanout(planner, plans, lo.elem_bytes, plan::FanoutMode::kOn, fanout_costs(cluster), zeroed);
   // The bound covers what the engine moves: at a step boundary the gradients stay behind.
-  if (a.at_step_boundary) drop_kinds(plans, exec::kStepBoundaryKinds);
+  if (a.at_step_boundary) drop_kinds(plans, zeroed);
   const sim::LinkBound bound = sim::link_lower_bound(plans, lo.elem_bytes, cluster);
 
   exec::TransitionOptions opt;
@@ -104,10 +111,9 @@ int run_simulate(const SimulateArgs& a) {
   // Open MPI moves strided runs straight between buffers only when the whole communicator is on
   // one node (comm/mpi); on a cluster of several nodes every strided chunk is packed.
   opt.direct_runs = processes <= topo.gpus_per_node;
-  if (a.at_step_boundary) opt.zeroed_kinds = exec::kStepBoundaryKinds;
+  opt.zeroed_kinds = zeroed;
   opt.overlap_links = exec::parse_link_overlap(a.overlap_links);
   opt.rounds_in_flight = a.rounds_in_flight;
-  const plan::FanoutMode fanout_mode = plan::parse_fanout_mode(a.fanout);
   const sim::SimOptions sim_opt{.fresh_rate = a.fresh_gbps * 1e9, .cpu_cores = a.cpu_cores, .run_seconds = a.run_us * 1e-6};
   t0 = std::chrono::steady_clock::now();
   const auto traces = sim::trace_switch(planner, lo.elem_bytes, opt);
@@ -115,25 +121,20 @@ int run_simulate(const SimulateArgs& a) {
   t0 = std::chrono::steady_clock::now();
   const sim::SimResult one_stage = sim::simulate(traces, cluster, sim_opt);
   double sim_s = seconds_since(t0);
-  // Fan-out (plan/fanout.h): every relay group and tree (what `on` runs), its stages traced and
-  // spliced (sim::trace_fanout) and simulated; `auto` keeps whichever the simulator finds faster.
+  // Fan-out's stages traced and spliced (sim::trace_fanout) and simulated; `auto` keeps
+  // whichever the simulator finds faster.
   sim::SimResult r = one_stage;
   std::optional<sim::SimResult> staged;
-  plan::FanoutPlan fanout;
   bool fanout_taken = false;
-  if (fanout_mode != plan::FanoutMode::kOff) {
-    fanout = plan::plan_fanout(planner, planner.plan_all(), lo.elem_bytes, plan::FanoutMode::kOn, fanout_costs(cluster),
-                               opt.zeroed_kinds);
-    if (fanout.applied) {
-      t0 = std::chrono::steady_clock::now();
-      const auto staged_traces = sim::trace_fanout(planner, fanout, lo.elem_bytes, opt);
-      trace_s += seconds_since(t0);
-      t0 = std::chrono::steady_clock::now();
-      staged = sim::simulate(staged_traces, cluster, sim_opt);
-      sim_s += seconds_since(t0);
-      fanout_taken = fanout_mode == plan::FanoutMode::kOn || staged->seconds < one_stage.seconds;
-      if (fanout_taken) r = *staged;
-    }
+  if (fanout.applied) {
+    t0 = std::chrono::steady_clock::now();
+    const auto staged_traces = sim::trace_fanout(planner, fanout, lo.elem_bytes, opt);
+    trace_s += seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    staged = sim::simulate(staged_traces, cluster, sim_opt);
+    sim_s += seconds_since(t0);
+    fanout_taken = fanout_mode == plan::FanoutMode::kOn || staged->seconds < one_stage.seconds;
+    if (fanout_taken) r = *staged;
   }
 
   std::printf("simulate %s: %s (%d ranks) -> %s (%d ranks), placement %s, budget %s\n", model.name.c_str(),
