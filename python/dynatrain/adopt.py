@@ -356,6 +356,25 @@ def _manager_kwargs(resume, states: str, dtype: torch.dtype, bucket_elems: int, 
     return kwargs
 
 
+def _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by):
+    """Describes the model and optimizer on every rank; a refusal on any rank is the same
+    ValueError on every rank (no rank is left waiting in a collective)."""
+    error, out = None, None
+    try:
+        described = describe(model, plan, pipeline, vocab_divisible_by=vocab_divisible_by)
+        spec = spec_of(optimizer)
+        check_layout(layout)
+        hyperparameters(optimizer, {id(p): n for n, p in described.params})
+        out = described, spec
+    except ValueError as e:
+        error = str(e)
+    errors = comm.allgather(error)
+    for rank, e in enumerate(errors):
+        if e is not None:
+            raise ValueError(e if rank == comm.rank or error == e else f"rank {rank}: {e}")
+    return out
+
+
 def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, comm=None, *,
           pipeline: Optional[str] = None, resume=None, bucket_elems: int = 40_000_000,
           mem_budget: int = 256 << 20, vocab_divisible_by: int = 128) -> Job:
@@ -365,9 +384,7 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
     unless `resume` names a checkpoint or this process joins a running job. Returns the Job; the
     model and optimizer objects stay the user's and keep working after every job.switch()."""
     comm = MPI.COMM_WORLD if comm is None else comm
-    described = describe(model, plan, pipeline, vocab_divisible_by=vocab_divisible_by)
-    spec = spec_of(optimizer)
-    check_layout(layout)
+    described, spec = _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by)
     names_of = {id(p): n for n, p in described.params}
     settings = [layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume is not None]
     agree(comm, "adopt(): the model description (names, shapes, dtypes, plan splits)", described.summary())
