@@ -1,6 +1,6 @@
-"""Trains the small GPT of gpt_model.py with torch.optim.AdamW, adopted by DynaTrain, switching layouts.
+"""Trains the small GPT of gpt_model.py with torch.optim.AdamW.
 
-    mpirun -np 2 python3 examples/torch_gpt.py --schedule "0:dp=2,zero=0;8:tp=2;16:dp=2"
+    mpirun -np 2 python3 examples/torch_gpt.py   # adopted by DynaTrain: switches dp -> tp -> zero
 """
 import argparse
 
@@ -28,7 +28,8 @@ def main():
     for step in range(job.step, a.steps):
         if step in schedule:
             job.switch(schedule[step])
-        data = job.local_batch(batch(step, a.global_batch))
+        data = batch(step, a.global_batch)
+        data = job.local_batch(data)
         optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(data[:, :-1]).flatten(0, 1), data[:, 1:].flatten())
         loss.backward()

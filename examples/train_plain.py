@@ -1,6 +1,6 @@
-"""Trains the small GPT of gpt_model.py with torch.optim.AdamW in one process.
+"""Trains the small GPT of gpt_model.py with torch.optim.AdamW.
 
-    python3 examples/train_plain.py --steps 25
+    python3 examples/train_plain.py   # one plain process
 """
 import argparse
 

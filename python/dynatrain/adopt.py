@@ -16,7 +16,6 @@ Invariants between calls:
 from __future__ import annotations
 
 import inspect
-import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -323,7 +322,6 @@ class Job:
             if _sizes(layout) == {k: m.config[k] for k in _DEFAULTS}:
                 return {"config": m.config["config"], "joined": True}
         check_layout(layout)
-        t0 = time.perf_counter()
         self._unbind()
         try:
             stats = m.switch(layout) if vacate is None else m.switch(layout, vacate=vacate)
@@ -332,7 +330,6 @@ class Job:
             raise
         self._bind()
         self._synced = False
-        stats["job_pause_seconds"] = m.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
         return stats
 
     def save(self, directory) -> None:
