@@ -52,12 +52,19 @@ def python_switch(m, cfg, inside):
     return MPI.COMM_WORLD.allreduce(time.perf_counter() - t0, op=MPI.MAX)
 
 
-def job_switch(job, cfg, inside):
-    """Seconds of job.switch() (slowest rank); appends the native switch inside it to `inside`."""
+def job_switch(job, cfg, inside, rebinding):
+    """Seconds of job.switch() (slowest rank); appends the native switch inside it to `inside`,
+    and to `rebinding` the job's own part (unbind + rebind every parameter and state entry),
+    timed again on its own right after."""
     MPI.COMM_WORLD.Barrier()
     t0 = time.perf_counter()
     inside.append(job.switch(cfg)["seconds"])
-    return MPI.COMM_WORLD.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+    seconds = MPI.COMM_WORLD.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+    t1 = time.perf_counter()
+    job._unbind()
+    job._bind()
+    rebinding.append(MPI.COMM_WORLD.allreduce(time.perf_counter() - t1, op=MPI.MAX))
+    return seconds
 
 
 def reference_switch(job, cfg):
@@ -81,19 +88,21 @@ def adopted_rows(a, world):
     rows = []
     for src, dst in pairs:
         job.switch(src), job.switch(dst), job.switch(src)  # warm the pool: both paths then run warm
-        py, cpp, native = [], [], []
+        py, cpp, native, rebinding = [], [], [], []
         for r in range(2 * a.rounds):  # switch by switch, the paths alternate; both go both ways
             if r % 2 == 0:
-                py.append(job_switch(job, dst, native))
+                py.append(job_switch(job, dst, native, rebinding))
                 cpp.append(reference_switch(job, src))
             else:
                 cpp.append(reference_switch(job, dst))
-                py.append(job_switch(job, src, native))
+                py.append(job_switch(job, src, native, rebinding))
         m = job.manager
         state = world.allreduce(sum(b.numel() * b.element_size() for k in m._kinds for b in m.buffers(k)))
         share = statistics.median(p / n - 1 for p, n in zip(py, native))
         rows.append((src, dst, state, statistics.median(cpp), statistics.median(py), share,
                      statistics.median(p - n for p, n in zip(py, native))))
+        if world.rank == 0:
+            print(f"{src} <-> {dst}: the job's own unbind + rebind, median {statistics.median(rebinding) * 1e3:.2f} ms")
     return rows
 
 

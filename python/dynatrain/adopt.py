@@ -16,6 +16,7 @@ Invariants between calls:
 from __future__ import annotations
 
 import inspect
+import types
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -70,18 +71,18 @@ class Job:
         self._styled = described.styled
         self._spec = spec
         self._bf16 = described.dtype == torch.bfloat16
-        self._vocab = {n: t.shape[0] for n, t in zip((n for n, _ in self._params), described.model.tensors)}
         self._optimized = {id(p) for g in optimizer.param_groups for p in g["params"]}
         self._synced = False
         self._lazy_started = False
         self._joined_pending = bool(getattr(manager, "joined", False))
         self._step_fn = optimizer.step
-        optimizer.step = self._optimizer_step
-        optimizer.zero_grad = self._zero_grad
-        model.zero_grad = self._zero_grad
-        for name, module, style in self._styled:
-            weight = f"{name}.weight"
-            vocab = self._vocab.get(weight, 0)
+        # Methods of the optimizer (not of the Job), so that an LR scheduler built afterwards
+        # wraps them as it wraps any optimizer's step (it counts on method.__self__).
+        optimizer.step = types.MethodType(lambda _, closure=None: self._optimizer_step(closure), optimizer)
+        optimizer.zero_grad = types.MethodType(lambda _, set_to_none=False: self._zero_grad(), optimizer)
+        model.zero_grad = types.MethodType(lambda _, set_to_none=False: self._zero_grad(), model)
+        for _, module, style in self._styled:
+            vocab = getattr(module, "out_features", 0)  # a head's logits keep the width it was built with
             tp.install(module, style, lambda v=vocab: (self.manager.group("tp"), v))
         manager.register(_EXTRA, self._carried, self._receive)
 
@@ -150,7 +151,7 @@ class Job:
                 tp.all_reduce_(g, group).div_(group.size)
         self._synced = True
 
-    def _zero_grad(self, set_to_none: bool = False) -> None:
+    def _zero_grad(self) -> None:
         if self.manager.active:
             for g in self.manager.buffers("grad"):
                 g.zero_()

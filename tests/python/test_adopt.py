@@ -208,7 +208,7 @@ def test_switches_rebind_the_same_objects_to_the_same_values(world, dtype):
 # ---- training equals plain torch ----
 OPTIMIZERS = {
     "AdamW": lambda ps: torch.optim.AdamW(ps, lr=3e-3, weight_decay=0.05),
-    "Adam": lambda ps: torch.optim.Adam(ps, lr=3e-3),
+    "Adam": lambda ps: torch.optim.Adam(ps, lr=3e-3, betas=(0.8, 0.9)),
     "SGD-momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, dampening=0.1),
     "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1),
 }
@@ -236,6 +236,7 @@ def test_training_equals_plain_torch_across_switches(world, name):
     plain_opt = OPTIMIZERS[name](plain.parameters())
     optimizer = OPTIMIZERS[name](model.parameters())
     job = adopt(model, optimizer, cfgs[-1])
+    schedulers = [torch.optim.lr_scheduler.StepLR(o, 4, 0.5) for o in (plain_opt, optimizer)]  # built after adopt
     schedule = {3 * (i + 1): cfg for i, cfg in enumerate(cfgs)}
     worst = 0.0
     for step in range(3 * len(cfgs) + 3):
@@ -245,11 +246,31 @@ def test_training_equals_plain_torch_across_switches(world, name):
         want = run_step(plain, plain_opt, data, step == 4).item()
         got = job.average(run_step(model, optimizer, job.local_batch(data), step == 4)).item()
         assert math.isfinite(want) and math.isfinite(got)
+        for s in schedulers:
+            s.step()
         worst = max(worst, abs(got - want) / abs(want))
     assert worst <= 1e-5, (name, worst)
+    assert optimizer.param_groups[0]["lr"] == plain_opt.param_groups[0]["lr"] < OPTIMIZERS[name]([nn.Parameter(torch.zeros(1))]).defaults["lr"]
     for (n, p), q in zip(model.named_parameters(), plain.parameters()):
         if not n.endswith("attn.k.bias"):  # softmax ignores it: its grad is rounding noise, which Adam scales up
             assert torch.allclose(job.full(n), q.detach(), rtol=1e-3, atol=1e-4), n
+
+
+def test_tied_embedding_and_head_train_like_plain_torch(world):
+    model = small_gpt()
+    model.head.weight = model.tok.weight
+    plain = copy.deepcopy(model)
+    plain_opt, optimizer = torch.optim.AdamW(plain.parameters(), lr=3e-3), torch.optim.AdamW(model.parameters(), lr=3e-3)
+    cfgs = layouts(world.size)
+    job = adopt(model, optimizer, cfgs[0])
+    assert "head.weight" not in job.manager.names and model.head.weight is model.tok.weight
+    for step in range(2 * len(cfgs)):
+        if step % 2 == 0:
+            job.switch(cfgs[step // 2])
+        data = batch(step, 8, DIMS["vocab"], DIMS["seq"])
+        want = run_step(plain, plain_opt, data, False).item()
+        got = job.average(run_step(model, optimizer, job.local_batch(data), False)).item()
+        assert abs(got - want) <= 1e-5 * abs(want), (step, got, want)
 
 
 def test_zero_grad_set_to_none_keeps_the_managers_grads(world):
