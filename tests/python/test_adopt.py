@@ -273,6 +273,38 @@ def test_tied_embedding_and_head_train_like_plain_torch(world):
         assert abs(got - want) <= 1e-5 * abs(want), (step, got, want)
 
 
+class DenseMixture(nn.Module):
+    """Every token through every expert, mixed by a gate: expert weights [experts, in, out]."""
+
+    def __init__(self, vocab=50, hidden=16, experts=4):
+        super().__init__()
+        torch.manual_seed(1)
+        self.embed, self.gate, self.head = nn.Embedding(vocab, hidden), nn.Linear(hidden, experts), nn.Linear(hidden, vocab)
+        self.experts = nn.Parameter(torch.randn(experts, hidden, hidden) * 0.1)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        mix = torch.einsum("bse,bsh,ehk->bsk", self.gate(x).softmax(-1), x, self.experts)
+        return self.head(x + mix)
+
+
+def test_expert_parameters_train_like_plain_torch(world):
+    model = DenseMixture()
+    plain = copy.deepcopy(model)
+    plain_opt, optimizer = torch.optim.Adam(plain.parameters(), lr=1e-2), torch.optim.Adam(model.parameters(), lr=1e-2)
+    cfgs = layouts(world.size)
+    job = dynatrain.adopt(model, optimizer, {"embed": "vocab", "head": "vocab", "experts": "expert"}, cfgs[0],
+                          vocab_divisible_by=DIV, bucket_elems=1000)
+    assert any(b["expert"] for b in job.manager.buckets)
+    for step in range(2 * len(cfgs)):
+        if step % 2 == 0:
+            job.switch(cfgs[step // 2])
+        data = batch(step, 8, DIMS["vocab"], DIMS["seq"])
+        want = run_step(plain, plain_opt, data, False).item()
+        got = job.average(run_step(model, optimizer, job.local_batch(data), False)).item()
+        assert abs(got - want) <= 1e-5 * abs(want), (job.config["config"], step, got, want)
+
+
 def test_zero_grad_set_to_none_keeps_the_managers_grads(world):
     model = small_gpt()
     optimizer = torch.optim.AdamW(model.parameters())
