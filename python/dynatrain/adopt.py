@@ -69,6 +69,7 @@ class Job:
         self.manager, self.model, self.optimizer = manager, model, optimizer
         self._params = described.params
         self._styled = described.styled
+        self._split = {t.name: t.split for t in described.model.tensors}
         self._spec = spec
         self._bf16 = described.dtype == torch.bfloat16
         self._optimized = {id(p) for g in optimizer.param_groups for p in g["params"]}
@@ -150,6 +151,28 @@ class Job:
             if group is not None and group.size > 1:
                 tp.all_reduce_(g, group).div_(group.size)
         self._synced = True
+
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """Collective: torch.nn.utils.clip_grad_norm_ (2-norm) over the whole model, whatever the
+        layout: syncs the grads, sums the squares of tp-split grads over tp and counts replicated
+        ones once, scales every grad by max_norm / (norm + 1e-6) when that is below 1. Returns
+        the norm. (torch's own function would see only this rank's shards.)"""
+        if not self._synced:
+            self.sync_grads()
+        m = self.manager
+        if not m.active:
+            return torch.tensor(0.0)
+        grads, tp_rank = m.tensors("grad"), m.config["tp_rank"]
+        squares = torch.zeros(1)
+        for name, _ in self._params:
+            if self._split[name] != "replicated" or tp_rank == 0:
+                squares += grads[name].float().square().sum()
+        total = tp.all_reduce_(squares, m.group("tp")).sqrt()[0]
+        scale = max_norm / (float(total) + 1e-6)
+        if scale < 1:
+            for g in m.buffers("grad"):
+                g.mul_(scale)
+        return total
 
     def _zero_grad(self) -> None:
         if self.manager.active:

@@ -305,6 +305,27 @@ def test_expert_parameters_train_like_plain_torch(world):
         assert abs(got - want) <= 1e-5 * abs(want), (job.config["config"], step, got, want)
 
 
+def test_clip_grad_norm_equals_torch_on_the_whole_model(world):
+    model = small_gpt()
+    plain = copy.deepcopy(model)
+    plain_opt, optimizer = torch.optim.SGD(plain.parameters(), lr=0.5), torch.optim.SGD(model.parameters(), lr=0.5)
+    cfgs = layouts(world.size)
+    job = adopt(model, optimizer, cfgs[0])
+    for step, cfg in enumerate(cfgs + cfgs[:1]):
+        job.switch(cfg)
+        data = batch(step, 8, DIMS["vocab"], DIMS["seq"])
+        norms = []
+        for m, o, d, clip in ((plain, plain_opt, data, lambda: nn.utils.clip_grad_norm_(plain.parameters(), 0.5)),
+                              (model, optimizer, job.local_batch(data), lambda: job.clip_grad_norm_(0.5))):
+            o.zero_grad()
+            F.cross_entropy(m(d[:, :-1]).flatten(0, 1), d[:, 1:].flatten()).backward()
+            norms.append(float(clip()))
+            o.step()
+        assert norms[0] > 0.5 and abs(norms[1] - norms[0]) <= 1e-5 * norms[0], (cfg, norms)  # it clipped
+    for (n, _), q in zip(model.named_parameters(), plain.parameters()):
+        assert torch.allclose(job.full(n), q.detach(), rtol=1e-4, atol=1e-6), n
+
+
 def test_zero_grad_set_to_none_keeps_the_managers_grads(world):
     model = small_gpt()
     optimizer = torch.optim.AdamW(model.parameters())
