@@ -160,11 +160,6 @@ def install(module: nn.Module, style: str, tp_of: TpOf) -> None:
     module.forward = types.MethodType(_FORWARDS[(style, kind)], module)
 
 
-def uninstall(module: nn.Module) -> None:
-    module.__dict__.pop("forward", None)
-    module.__dict__.pop("_dynatrain_tp", None)
-
-
 def split_of(style: str, attr: str, on_module: bool) -> Tuple[str, int]:
     """(dynatrain.Tensor split, dim) of parameter `attr` under `style`: on a module's own
     parameter (on_module), or on a parameter the plan names itself (the style then says only

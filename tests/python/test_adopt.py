@@ -133,6 +133,8 @@ def test_adopt_refuses_optimizers_and_layouts(world):
         with pytest.raises(ValueError, match=f"layout '{layout}': an adopted model does not run {bad}; "
                                              "valid: tp, dp and zero=0/1"):
             adopt(model, torch.optim.AdamW(model.parameters()), layout)
+    with pytest.raises(ValueError, match="tp=3"):  # the Manager's own check, on every rank
+        adopt(model, torch.optim.AdamW(model.parameters()), "tp=3")
     other = small_gpt()
     with pytest.raises(ValueError, match="the optimizer holds a parameter of shape"):
         adopt(model, torch.optim.AdamW(other.parameters()), "tp=1")
