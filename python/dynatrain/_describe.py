@@ -145,6 +145,10 @@ def describe(model: nn.Module, plan: Dict[str, str], pipeline: Optional[str] = N
     params = list(model.named_parameters())
     if not params:
         raise ValueError(f"{type(model).__name__} has no parameters")
+    names = [n for n, _ in params]
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise ValueError(f"{type(model).__name__} names two parameters '{twice}'; names must be unique")
     param_styles = {}
     for name, _ in params:
         hit = _matches(plan, name)
