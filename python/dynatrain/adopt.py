@@ -7,7 +7,7 @@
 Invariants between calls:
   * every parameter p is bound to the Manager: p.data is this rank's local shard (tensors("param")),
     p.grad its grad (tensors("grad")), optimizer.state[p] holds the Manager's moment views
-    (local shape at zero=0, this rank's 1-D ZeRO shard at zero=1). A switch rebinds the same
+    (local shape at zero=0, this rank's 1-D ZeRO shard at zero>=1). A switch rebinds the same
     Parameter objects and the same state dicts; nothing else holds Manager views across a switch.
   * optimizer.step() reduces the grads over dp first (unless sync_grads() already did since the
     last step), updates, then all-gathers the ZeRO shards; zero_grad() zeroes the bound grads in
@@ -25,11 +25,12 @@ from mpi4py import MPI
 from . import Manager, tp
 from ._agree import agree
 from ._describe import Description, describe
+from ._grads import GradBuffers
 from ._optim import OptimizerSpec, hyperparameters, spec_of
 
 __all__ = ["adopt", "describe", "Job", "SUPPORTED_LAYOUT"]
 
-SUPPORTED_LAYOUT = "tp, dp and zero=0/1 in any combination (pp=1, cp=1, ep=1, etp=1)"
+SUPPORTED_LAYOUT = "tp, dp and zero=0/1/2 in any combination (pp=1, cp=1, ep=1, etp=1)"
 _DEFAULTS = {"tp": 1, "cp": 1, "dp": 1, "pp": 1, "ep": 1, "etp": 1, "zero": 1}
 _EXTRA = "dynatrain.adopt.optimizer"  # carried optimizer state outside the VPS
 
@@ -48,7 +49,7 @@ def _sizes(layout: str) -> Dict[str, int]:
 def check_layout(layout: str, sizes: Optional[Dict[str, int]] = None) -> None:
     """ValueError naming `layout` when adoption cannot run it."""
     s = sizes or _sizes(layout)
-    bad = [f"{k}={s[k]}" for k in ("pp", "cp", "ep", "etp") if s[k] > 1] + ([f"zero={s['zero']}"] if s["zero"] >= 2 else [])
+    bad = [f"{k}={s[k]}" for k in ("pp", "cp", "ep", "etp") if s[k] > 1] + ([f"zero={s['zero']}"] if s["zero"] >= 3 else [])
     if bad:
         raise ValueError(f"layout '{layout}': an adopted model does not run {', '.join(bad)}; valid: {SUPPORTED_LAYOUT}")
 
@@ -70,9 +71,11 @@ class Job:
         self._params = described.params
         self._styled = described.styled
         self._split = {t.name: t.split for t in described.model.tensors}
+        self._expert = {t.name: t.expert for t in described.model.tensors}
         self._spec = spec
         self._bf16 = described.dtype == torch.bfloat16
         self._optimized = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        self._grads: Optional[GradBuffers] = None
         self._synced = False
         self._lazy_started = False
         self._joined_pending = bool(getattr(manager, "joined", False))
@@ -128,7 +131,7 @@ class Job:
     def _bound_grads(self) -> None:
         """Puts back any grad that is not the Manager's view (zero_grad(set_to_none=True), a
         replaced p.grad): its values are copied into the view, never dropped."""
-        grads = self.manager.tensors("grad")
+        grads = self._grads.grads()
         for name, p in self._params:
             view, g = grads[name], p.grad
             if g is not None and g.data_ptr() == view.data_ptr() and g.shape == view.shape:
@@ -140,44 +143,51 @@ class Job:
             p.grad = view
 
     def sync_grads(self) -> None:
-        """Collective: every grad becomes its mean over dp (dense buckets over dp_cp, expert ones
-        over edp). optimizer.step() runs it when it has not run since the last step."""
-        m = self.manager
-        if not m.active:
+        """Collective: the Manager's grads become their mean over dp (dense buckets over dp_cp,
+        expert ones over edp); at zero>=2 only this rank's shard of that mean is kept, and p.grad
+        keeps this rank's own grads. optimizer.step() runs it unless it ran since the last step."""
+        if not self.manager.active:
             return
         self._bound_grads()
-        for info, g in zip(m.buckets, m.buffers("grad")):
-            group = m.group("edp" if info["expert"] else "dp_cp")
-            if group is not None and group.size > 1:
-                tp.all_reduce_(g, group).div_(group.size)
+        self._grads.reduce()
         self._synced = True
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """Collective: torch.nn.utils.clip_grad_norm_ (2-norm) over the whole model, whatever the
-        layout: syncs the grads, sums the squares of tp-split grads over tp and counts replicated
-        ones once, scales every grad by max_norm / (norm + 1e-6) when that is below 1. Returns
-        the norm. (torch's own function would see only this rank's shards.)"""
+        layout: syncs the grads, sums each element's square once over the job, scales every grad
+        by max_norm / (norm + 1e-6) when that is below 1. Returns the norm. (torch's own function
+        would see only this rank's shards.)"""
         if not self._synced:
             self.sync_grads()
         m = self.manager
         if not m.active:
             return torch.tensor(0.0)
-        grads, tp_rank = m.tensors("grad"), m.config["tp_rank"]
         squares = torch.zeros(1)
-        for name, _ in self._params:
-            if self._split[name] != "replicated" or tp_rank == 0:
-                squares += grads[name].float().square().sum()
-        total = tp.all_reduce_(squares, m.group("tp")).sqrt()[0]
+        for name, g in m.tensors("grad").items():
+            if self._holds_once(name):
+                squares += g.float().square().sum()
+        for group in ("dp_cp", "tp"):
+            tp.all_reduce_(squares, m.group(group))
+        total = squares.sqrt()[0]
         scale = max_norm / (float(total) + 1e-6)
         if scale < 1:
             for g in m.buffers("grad"):
                 g.mul_(scale)
         return total
 
+    def _holds_once(self, name: str) -> bool:
+        """Whether this rank counts its piece of the reduced grad of `name`, so that over the
+        tp x dp ranks every element counts once: split over tp, each tp rank its own; sharded over
+        dp (zero>=2; expert shards span tp too), each rank its own; else the replica on rank 0."""
+        c = self.manager.config
+        if self._grads.sharded and self._expert[name]:
+            return True
+        tp_unique = self._split[name] != "replicated"
+        return (tp_unique or c["tp_rank"] == 0) and (self._grads.sharded or c["dp_rank"] == 0)
+
     def _zero_grad(self) -> None:
         if self.manager.active:
-            for g in self.manager.buffers("grad"):
-                g.zero_()
+            self._grads.zero()
             self._bound_grads()
         self._synced = False
 
@@ -195,8 +205,11 @@ class Job:
     def _sharded_kind(self) -> Optional[str]:
         """A Manager kind that ZeRO shards in the current layout (None: the step runs on whole
         local tensors, every dp rank alike)."""
+        zero = self.manager.config["zero"]
+        if zero >= 2:
+            return "grad"
         kinds = (["master"] if self._bf16 else []) + sorted(set(self._spec.keys.values()))
-        return kinds[0] if kinds and self.manager.config["zero"] >= 1 else None
+        return kinds[0] if kinds and zero >= 1 else None
 
     def _step_on_shards(self) -> None:
         """One optimizer step on this rank's shard of every parameter: p.data / p.grad are the
@@ -212,7 +225,7 @@ class Job:
                 if sharded is not None:
                     lo, hi = m.shard_slice(name, sharded)
                     d = d if self._bf16 else d.reshape(-1)[lo:hi]
-                    g = g.reshape(-1)[lo:hi]
+                    g = g if self._grads.sharded else g.reshape(-1)[lo:hi]
                 p.data = d
                 p.grad = g.float() if self._bf16 else g
         try:
@@ -264,13 +277,14 @@ class Job:
                 p.data = torch.empty(0, dtype=p.dtype)
                 p.grad = None
             return
-        params, grads = m.tensors("param"), m.tensors("grad")
+        params, grads = m.tensors("param"), self._grads.grads()
         for name, p in self._params:
             p.data = params[name]
             p.grad = grads[name]
 
     def _bind(self) -> None:
         """Points every parameter, grad and optimizer state entry at the Manager's current views."""
+        self._grads = GradBuffers(self.manager)
         self._bind_params()
         m = self.manager
         if not m.active:
@@ -289,6 +303,7 @@ class Job:
 
     def _unbind(self) -> None:
         """Drops every reference to Manager views before they are invalidated."""
+        self._grads = None
         for _, p in self._params:
             p.grad = None
             p.data = torch.empty(0, dtype=p.dtype)

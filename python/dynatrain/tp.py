@@ -42,6 +42,18 @@ def all_reduce_(t: torch.Tensor, comm) -> torch.Tensor:
     return t
 
 
+def reduce_scatter_(src: torch.Tensor, dst: torch.Tensor, comm) -> torch.Tensor:
+    """dst = this rank's part (rank order, equal parts) of the sum of every rank's `src`."""
+    from mpi4py import MPI
+    if src.dtype == torch.float32:
+        comm.Reduce_scatter_block(src.numpy(), dst.numpy(), op=MPI.SUM)
+    else:
+        wide = torch.empty(dst.shape, dtype=torch.float32)
+        comm.Reduce_scatter_block(src.float().numpy(), wide.numpy(), op=MPI.SUM)
+        dst.copy_(wide)
+    return dst
+
+
 def all_gather_last(t: torch.Tensor, comm) -> torch.Tensor:
     """Concatenation over `comm` (in rank order) along the last dim of every rank's `t`."""
     if comm is None or comm.size == 1:

@@ -22,8 +22,9 @@ PLAN = {"tok": "vocab", "head": "vocab", "*.[qkv]": "column", "*.fc1": "column",
 DIMS = dict(vocab=50, hidden=16, heads=4, ffn=32, layers=2, seq=8)  # vocab 50: padded rows at every tp
 DIV = 8
 # Layouts visited in order; only those using exactly the job's ranks.
-LAYOUTS = ["tp=1,zero=0", "tp=1", "dp=2,zero=0", "tp=2", "dp=2", "tp=2,zero=0", "tp=2,dp=2", "dp=4", "tp=4",
-           "tp=2,dp=2,zero=0", "dp=4,zero=0", "tp=4,zero=0"]
+LAYOUTS = ["tp=1,zero=0", "tp=1,zero=2", "tp=1", "dp=2,zero=0", "tp=2", "dp=2,zero=2", "dp=2", "tp=2,zero=0",
+           "tp=2,dp=2", "dp=4,zero=2", "dp=4", "tp=4", "tp=2,dp=2,zero=2", "tp=2,dp=2,zero=0", "dp=4,zero=0",
+           "tp=4,zero=0"]
 
 
 def layouts(size):
@@ -129,9 +130,9 @@ def test_adopt_refuses_optimizers_and_layouts(world):
         adopt(model, torch.optim.RMSprop(model.parameters()), "tp=1")
     with pytest.raises(ValueError, match=r"torch.optim.Adam\(amsgrad=True\) is not supported"):
         adopt(model, torch.optim.Adam(model.parameters(), amsgrad=True), "tp=1")
-    for layout, bad in (("pp=2", "pp=2"), ("tp=1,cp=2", "cp=2"), ("dp=2,zero=2", "zero=2"), ("ep=2", "ep=2")):
+    for layout, bad in (("pp=2", "pp=2"), ("tp=1,cp=2", "cp=2"), ("dp=2,zero=3", "zero=3"), ("ep=2", "ep=2")):
         with pytest.raises(ValueError, match=f"layout '{layout}': an adopted model does not run {bad}; "
-                                             "valid: tp, dp and zero=0/1"):
+                                             "valid: tp, dp and zero=0/1/2"):
             adopt(model, torch.optim.AdamW(model.parameters()), layout)
     with pytest.raises(ValueError, match="tp=3"):  # the Manager's own check, on every rank
         adopt(model, torch.optim.AdamW(model.parameters()), "tp=3")
@@ -189,7 +190,7 @@ def check_bound(job, model, optimizer, before, objects):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_switches_rebind_the_same_objects_to_the_same_values(world, dtype):
-    cfgs = layouts(world.size)
+    cfgs = layouts(world.size)[:None if dtype == torch.float32 else 4]  # bf16: the first few kinds
     model = small_gpt(dtype)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
     job = adopt(model, optimizer, cfgs[0])
@@ -238,15 +239,15 @@ def test_training_equals_plain_torch_across_switches(world, name):
     plain_opt = OPTIMIZERS[name](plain.parameters())
     optimizer = OPTIMIZERS[name](model.parameters())
     job = adopt(model, optimizer, cfgs[-1])
-    schedulers = [torch.optim.lr_scheduler.StepLR(o, 4, 0.5) for o in (plain_opt, optimizer)]  # built after adopt
-    schedule = {3 * (i + 1): cfg for i, cfg in enumerate(cfgs)}
+    schedulers = [torch.optim.lr_scheduler.StepLR(o, 3, 0.5) for o in (plain_opt, optimizer)]  # built after adopt
+    schedule = {2 * (i + 1): cfg for i, cfg in enumerate(cfgs)}
     worst = 0.0
-    for step in range(3 * len(cfgs) + 3):
+    for step in range(2 * len(cfgs) + 2):
         if step in schedule:
             job.switch(schedule[step])
         data = batch(step, 8, DIMS["vocab"], DIMS["seq"])
-        want = run_step(plain, plain_opt, data, step == 4).item()
-        got = job.average(run_step(model, optimizer, job.local_batch(data), step == 4)).item()
+        want = run_step(plain, plain_opt, data, step == 3).item()
+        got = job.average(run_step(model, optimizer, job.local_batch(data), step == 3)).item()
         assert math.isfinite(want) and math.isfinite(got)
         for s in schedulers:
             s.step()
