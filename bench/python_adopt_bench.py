@@ -15,8 +15,8 @@ import subprocess
 import sys
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
-SCHEDULES = [(2, "0:dp=2,zero=0;8:tp=2;16:dp=2"), (2, "0:tp=2;5:dp=2;10:tp=2,zero=0;15:dp=2,zero=0;20:tp=2"),
-             (4, "0:tp=2,dp=2;8:dp=4;16:tp=4,zero=0")]
+SCHEDULES = [(2, "0:dp=2,zero=0;6:tp=2;12:dp=2;18:dp=2,zero=2"), (2, "0:tp=2;5:dp=2;10:tp=2,zero=0;15:dp=2,zero=2;20:tp=2"),
+             (4, "0:tp=2,dp=2;6:dp=4,zero=2;12:tp=4,zero=0;18:tp=2,dp=2,zero=2")]
 
 
 def losses(cmd):
