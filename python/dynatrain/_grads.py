@@ -11,9 +11,18 @@ from __future__ import annotations
 
 from typing import Dict, List
 
+import numpy
 import torch
 
 from . import tp
+
+
+def _lazy_zeros(numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """Zeros whose pages the OS supplies on first touch (numpy's calloc): the switch does not
+    pay for writing them, the next backward touches them anyway."""
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(numpy.zeros(numel, dtype=numpy.int16)).view(torch.bfloat16)
+    return torch.from_numpy(numpy.zeros(numel, dtype=numpy.float32))
 
 
 def _group(m, info):
@@ -34,7 +43,7 @@ class GradBuffers:
             self._buckets, self._views = manager.buffers("grad"), manager.tensors("grad")
             return
         params = manager.buffers("param")
-        self._buckets = [torch.zeros_like(b) for b in params]
+        self._buckets = [_lazy_zeros(b.numel(), b.dtype) for b in params]
         for name, view in manager.tensors("param").items():
             self._views[name] = self._at_offset(name, view, params)
 
