@@ -20,7 +20,6 @@ import types
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
-from mpi4py import MPI
 
 from . import Manager, tp
 from ._agree import agree
@@ -251,7 +250,7 @@ class Job:
         for info, param in zip(m.buckets, m.buffers("param")):
             group = m.group("edp" if info["expert"] else "dp_cp")
             if group is not None and group.size > 1:
-                group.Allgather(MPI.IN_PLACE, tp._raw(param))
+                group.Allgather(tp.in_place(), tp._raw(param))
 
     def _keep_lazy_state(self) -> None:
         """State torch created itself in the step (SGD's first momentum buffer) moves into the
@@ -419,7 +418,9 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
     vocab, replicated, expert). Rank 0's parameters (and optimizer state) are the initial values,
     unless `resume` names a checkpoint or this process joins a running job. Returns the Job; the
     model and optimizer objects stay the user's and keep working after every job.switch()."""
-    comm = MPI.COMM_WORLD if comm is None else comm
+    if comm is None:
+        from mpi4py import MPI  # here, not at import: `import dynatrain` leaves MPI alone
+        comm = MPI.COMM_WORLD
     described, spec = _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by)
     names_of = {id(p): n for n, p in described.params}
     settings = [layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume is not None]

@@ -28,6 +28,11 @@ TpOf = Callable[[], Tuple[Any, int]]  # () -> (tp mpi4py communicator or None, v
 MODULE_STYLES = {"column": nn.Linear, "row": nn.Linear, "vocab": (nn.Embedding, nn.Linear)}
 
 
+def in_place():
+    from mpi4py import MPI
+    return MPI.IN_PLACE
+
+
 def all_reduce_(t: torch.Tensor, comm) -> torch.Tensor:
     """Sums `t` (contiguous, CPU) over `comm` in place; a no-op for no group or one rank."""
     if comm is None or comm.size == 1:
