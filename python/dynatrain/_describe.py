@@ -159,6 +159,9 @@ def describe(model: nn.Module, plan: Dict[str, str], pipeline: Optional[str] = N
     if unused:
         raise ValueError(f"plan key '{unused[0]}' matches no module or parameter of {type(model).__name__} "
                          f"(names look like '{params[0][0]}')")
+    devices = {str(p.device) for _, p in params}
+    if devices != {"cpu"}:
+        raise ValueError(f"parameters must be on the cpu (the Manager's memory is host memory), got {sorted(devices)}")
     dtypes = {p.dtype for _, p in params}
     if len(dtypes) != 1 or next(iter(dtypes)) not in DTYPES:
         raise ValueError(f"parameters must all be float32 or all bfloat16, got {sorted(map(str, dtypes))}")
