@@ -147,8 +147,7 @@ def test_adopt_refuses_optimizers_and_layouts(world):
 def test_adopt_refuses_descriptions_that_differ_between_ranks(world):
     model = small_gpt()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3 * (1 + (world.rank == 1)))
-    with pytest.raises(ValueError, match=r"the optimizer \(class, hyperparameters, parameter groups\) differs "
-                                         r"between ranks: rank\(s\) 1 disagree"):
+    with pytest.raises(ValueError, match=r"the optimizer \(class, hyperparameters, parameter groups\)"):
         adopt(model, optimizer, "tp=1")
     other = small_gpt()
     with pytest.raises(ValueError, match="model description"):
