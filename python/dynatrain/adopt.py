@@ -6,7 +6,8 @@
 
 Invariants between calls:
   * every parameter p is bound to the Manager: p.data is this rank's local shard (tensors("param")),
-    p.grad its grad (tensors("grad")), optimizer.state[p] holds the Manager's moment views
+    p.grad its grad (tensors("grad"); at zero=2 a job-owned buffer, _grads.py),
+    optimizer.state[p] holds the Manager's moment views
     (local shape at zero=0, this rank's 1-D ZeRO shard at zero>=1). A switch rebinds the same
     Parameter objects and the same state dicts; nothing else holds Manager views across a switch.
   * optimizer.step() reduces the grads over dp first (unless sync_grads() already did since the
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 import types
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import torch
 
