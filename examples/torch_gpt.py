@@ -17,7 +17,7 @@ def main():
     ap.add_argument("--steps", type=int, default=25)
     ap.add_argument("--global-batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--schedule", default="0:dp=2,zero=0;6:tp=2;12:dp=2;18:dp=2,zero=2", help="step:layout;... (layout at step)")
+    ap.add_argument("--schedule", default="0:dp=2,zero=0;6:tp=2;12:dp=2;18:dp=2,zero=2", help="step:layout;...")
     a = ap.parse_args()
     schedule = dict((int(s), layout) for s, layout in (item.split(":", 1) for item in a.schedule.split(";")))
     torch.manual_seed(0)

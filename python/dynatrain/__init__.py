@@ -24,7 +24,8 @@ import torch
 from . import _native
 from ._native import CommError, InternalError
 
-__all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "CommError", "InternalError", "adopt", "describe", "Job"]
+__all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "CommError", "InternalError",
+           "adopt", "describe", "Job"]
 
 KINDS = tuple(_native.state_kinds())  # vps/state_kind.h, in StateKind order
 GROUPS = ("tp", "cp", "dp", "dp_cp", "pp", "ep", "etp", "edp")

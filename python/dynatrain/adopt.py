@@ -49,7 +49,8 @@ def _sizes(layout: str) -> Dict[str, int]:
 def check_layout(layout: str, sizes: Optional[Dict[str, int]] = None) -> None:
     """ValueError naming `layout` when adoption cannot run it."""
     s = sizes or _sizes(layout)
-    bad = [f"{k}={s[k]}" for k in ("pp", "cp", "ep", "etp") if s[k] > 1] + ([f"zero={s['zero']}"] if s["zero"] >= 3 else [])
+    bad = [f"{k}={s[k]}" for k in ("pp", "cp", "ep", "etp") if s[k] > 1]
+    bad += [f"zero={s['zero']}"] if s["zero"] >= 3 else []
     if bad:
         raise ValueError(f"layout '{layout}': an adopted model does not run {', '.join(bad)}; valid: {SUPPORTED_LAYOUT}")
 
@@ -426,7 +427,8 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
     names_of = {id(p): n for n, p in described.params}
     settings = [layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume is not None]
     agree(comm, "adopt(): the model description (names, shapes, dtypes, plan splits)", described.summary())
-    agree(comm, "adopt(): the optimizer (class, hyperparameters, parameter groups)", hyperparameters(optimizer, names_of))
+    agree(comm, "adopt(): the optimizer (class, hyperparameters, parameter groups)",
+          hyperparameters(optimizer, names_of))
     agree(comm, "adopt(): layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume", settings)
     kwargs = _manager_kwargs(resume, spec.states(described.dtype == torch.bfloat16), described.dtype, bucket_elems,
                              mem_budget)
