@@ -24,7 +24,8 @@ import torch
 from . import _native
 from ._native import CommError, InternalError
 
-__all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "CommError", "InternalError"]
+__all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "CommError", "InternalError",
+           "adopt", "describe", "Job"]
 
 KINDS = tuple(_native.state_kinds())  # vps/state_kind.h, in StateKind order
 GROUPS = ("tp", "cp", "dp", "dp_cp", "pp", "ep", "etp", "edp")
@@ -307,3 +308,6 @@ class Manager:
                 groups[name] = None if sub == MPI.COMM_NULL else sub
             self._group_cache[config] = groups
         return self._group_cache[config]
+
+
+from .adopt import Job, adopt, describe  # noqa: E402  (needs Manager, Tensor, Model above)
