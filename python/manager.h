@@ -98,6 +98,9 @@ class Manager {
   // Keeps buffer(i)'s memory out of every later switch's reuse until the token is destroyed.
   std::shared_ptr<void> pin(std::size_t i) { return keep_alive_.pin(buffers_.at(i), buffer_bytes(i)); }
   const KeepAliveAllocator& keep_alive() const { return keep_alive_; }
+  // The allocator every transition of this manager's buffers must use (switch_to() does), so
+  // that pinned buffers stay out of its reuse.
+  exec::StateAllocator& switch_allocator() { return keep_alive_; }
 
   std::vector<TensorView> views() const;
   std::vector<BucketInfo> buckets() const;

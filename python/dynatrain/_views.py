@@ -30,7 +30,7 @@ def _stale_message(t: torch.Tensor) -> str:
 class StaleTensor(torch.Tensor):
     """What a handed-out tensor becomes at the switch after it: empty, and every operation on
     it (reads, in-place writes, indexing, .shape, .numpy(), passing it to torch functions)
-    raises StaleTensorError. repr() and hash() still work."""
+    raises StaleTensorError. repr(), format() and hash() still work."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -43,18 +43,23 @@ class StaleTensor(torch.Tensor):
     def __repr__(self) -> str:  # noqa: D105
         return f"<StaleTensor: {_stale_message(self)}>"
 
+    def __format__(self, spec: str) -> str:  # noqa: D105 - f"{t}" in a log line still works
+        return repr(self)
+
 
 class ViewRegistry:
     """The tensors one Manager handed out since its last switch (weakly held)."""
 
     def __init__(self) -> None:
         self._views: List[Tuple["weakref.ref", str]] = []
+        self._prune_at = 4096  # entries; dead ones are dropped when the list reaches it
         self.switches = 0  # switches that invalidated views so far
 
     def hand_out(self, t: torch.Tensor, what: str) -> torch.Tensor:
         """Registers `t` (described by `what`, e.g. "tensor 'w' (param)") and returns it."""
-        if len(self._views) > 4096 and len(self._views) % 4096 == 0:
+        if len(self._views) >= self._prune_at:
             self._views = [(r, w) for r, w in self._views if r() is not None]
+            self._prune_at = max(4096, 2 * len(self._views))
         self._views.append((weakref.ref(t), what))
         return t
 
