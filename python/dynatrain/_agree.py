@@ -5,8 +5,9 @@ collective.
     agree(comm, "switch target", (to_cfg, vacate))   # ValueError on EVERY rank when they differ
     value = together(comm, "extra state get()", fn)   # fn() raised on one rank -> raises on all
 
-Both are collective over `comm` (an mpi4py communicator) and never raise before their one
-allgather, so a rank whose own value is bad still meets its peers there.
+Both are collective over `comm` (an mpi4py communicator) and never raise before their
+allgather, so a rank whose own value is bad still meets its peers there. Every allgather carries
+its `what`: ranks that meet in different calls raise ValueError on every rank.
 """
 from __future__ import annotations
 
@@ -76,6 +77,21 @@ def _mismatch_message(what: str, values: List[Any], digests: List[str]) -> str:
     return f"{what}: not equal on every rank: " + "; ".join(parts)
 
 
+def _gather(comm, what: str, payload: Any) -> List[Any]:
+    """allgather of `payload`, tagged with `what`: when ranks are in different calls (a rank
+    skipped a collective or called another one), ValueError on every rank naming each call."""
+    everyone = comm.allgather((what, payload))
+    calls = [w for w, _ in everyone]
+    if len(set(calls)) > 1:
+        by_call: dict = {}
+        for rank, w in enumerate(calls):
+            by_call.setdefault(w, []).append(rank)
+        raise ValueError("ranks are in different collective calls: " +
+                         "; ".join(f"{_rank_list(r)} in {w!r}" for w, r in by_call.items()) +
+                         "; every rank must make the same Manager calls in the same order")
+    return [p for _, p in everyone]
+
+
 def agree(comm, what: str, value: Any) -> None:
     """Collective: returns when every rank of `comm` passed an equal `value` (compared by a hash
     of its pickle), else raises ValueError on every rank naming `what`, the ranks that differ
@@ -84,7 +100,7 @@ def agree(comm, what: str, value: Any) -> None:
         mine: Tuple[Optional[str], Optional[str]] = (_digest(value), None)
     except Exception as e:  # noqa: BLE001 - reported on every rank below
         mine = (None, f"{type(e).__name__}: {e}")
-    everyone = comm.allgather(mine)
+    everyone = _gather(comm, what, mine)
     failed = [(r, err) for r, (_, err) in enumerate(everyone) if err is not None]
     if failed:
         raise ValueError(f"{what}: cannot compare across ranks: " +
@@ -92,7 +108,7 @@ def agree(comm, what: str, value: Any) -> None:
     digests = [d for d, _ in everyone]
     if len(set(digests)) == 1:
         return
-    values = comm.allgather(value)  # every rank takes this path: the digests are the same everywhere
+    values = _gather(comm, what, value)  # every rank takes this path: the digests are the same everywhere
     raise ValueError(_mismatch_message(what, values, digests))
 
 
@@ -108,7 +124,7 @@ def together(comm, what: str, fn: Callable[[], Any]) -> Any:
     except Exception as e:  # noqa: BLE001 - re-raised below, after the peers know
         error = e
     status = None if error is None else (type(error).__name__, str(error), isinstance(error, ValueError))
-    everyone = comm.allgather(status)
+    everyone = _gather(comm, what, status)
     if error is not None:
         raise error
     failed = [(r, s) for r, s in enumerate(everyone) if s is not None]

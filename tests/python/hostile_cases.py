@@ -111,6 +111,14 @@ def switch_targets_differ():
     report_ok()
 
 
+def different_calls():
+    m = manager()
+    call = (lambda: m.switch(configs()[1])) if WORLD.rank != 1 else (lambda: m.gather("norm", "param"))
+    expect_raise(ValueError, call, "ranks are in different collective calls", "rank 1 in 'gather arguments")
+    assert oracle_mismatches(m) == []  # nothing moved
+    report_ok()
+
+
 def models_differ():
     msg = expect_raise(ValueError, lambda: dynatrain.Manager(WORLD, model(extra_rows=64 * (WORLD.rank == 1)), "dp=1"),
                        "Manager arguments", "not equal on every rank", "rank 1 has at ['model']['tensors'][0]")

@@ -21,7 +21,9 @@ from conftest import fill_oracle, oracle_mismatches
 
 HERE = pathlib.Path(__file__).resolve().parent
 TIMEOUT = 60  # seconds per mpirun; every case must end well before it
-single = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="starts its own mpirun / one process is enough")
+# In-process cases return early on ranks a config leaves idle, so under mpirun the ranks would
+# make different calls; the multi-process cases start their own mpirun.
+pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="starts its own mpirun / runs in one process")
 
 
 def run_case(case, np=2, env=None, *args):
@@ -42,26 +44,26 @@ def assert_ok(case, np=2, *args):
     return out
 
 
-@single
 @pytest.mark.parametrize("case", ["view_outlives_manager", "view_after_switch", "duplicate_names"])
 def test_views_and_names_np2(case):
     assert_ok(case)
 
 
-@single
 @pytest.mark.parametrize("np", [2, 4])
 def test_different_switch_targets_raise_everywhere_nothing_moved(np):
     out = assert_ok("switch_targets_differ", np)
     assert "switch arguments (to_cfg, vacate): not equal on every rank: rank 1 has at [0] 'dp=" in out
 
 
-@single
+def test_ranks_in_different_calls_raise_on_every_rank_nothing_moved():
+    assert_ok("different_calls", 2)
+
+
 def test_models_that_differ_raise_on_every_rank():
     out = assert_ok("models_differ")
     assert "rank 1 has at ['model']['tensors'][0][1][0] 2112 where rank 0 has 2048" in out
 
 
-@single
 @pytest.mark.parametrize("np", [2, 4])
 def test_exception_in_the_loop_on_one_rank_ends_the_job(np):
     rc, out = run_case("error_in_loop", np)
@@ -69,18 +71,15 @@ def test_exception_in_the_loop_on_one_rank_ends_the_job(np):
     assert "Traceback" in out
 
 
-@single
 def test_getter_raising_on_one_rank_ends_the_job():
     rc, out = run_case("getter_raises")
     assert rc == 1 and "extra state get() failed on rank 1: KeyError: 'data position lost'" in out, out
 
 
-@single
 def test_getter_raising_raises_on_every_rank_before_anything_moves():
     assert_ok("getter_raises", 2, "caught")
 
 
-@single
 def test_silent_peer_is_caught_by_the_watchdog():
     rc, out = run_case("silent_peer", 2, {"DYNATRAIN_WATCHDOG_S": "2"})
     assert rc == 3 and "dynatrain: rank 0: no progress for 2 s in Manager.switch to 'tp=2,dp=1'" in out, out
@@ -155,7 +154,8 @@ class FakeComm:
     def allgather(self, mine):
         self.calls += 1
         other = self.others.pop(0)
-        return [mine] + list(other)
+        what = mine[0]
+        return [mine] + [(what, o) for o in other]
 
 
 def test_agree_names_what_and_the_ranks_that_differ():
@@ -183,6 +183,15 @@ def test_together_raises_on_every_rank():
     comm = FakeComm([[None]])
     with pytest.raises(ZeroDivisionError):
         _agree.together(comm, "step", lambda: 1 / 0)
+
+
+def test_ranks_in_different_calls_raise_on_every_rank():
+    class Skewed(FakeComm):
+        def allgather(self, mine):
+            return [mine, ("gather arguments (name, kind)", (None, None))]
+    with pytest.raises(ValueError, match=r"^ranks are in different collective calls: rank 0 in 'switch arguments'; "
+                                         r"rank 1 in 'gather arguments \(name, kind\)'; every rank must make the same"):
+        _agree.agree(Skewed([]), "switch arguments", "tp=2")
 
 
 def test_watchdog_and_abort_settings(world, monkeypatch):
