@@ -211,7 +211,9 @@ class Manager:
         from mpi4py import MPI
         t0 = time.perf_counter()
         with self._collective(f"Manager.switch to {to_cfg!r}", self._switch_bytes()):
-            _agree.agree(self.comm, "switch arguments (to_cfg, vacate)", (to_cfg, None if vacate is None else list(vacate)))
+            _agree.agree(self.comm, "switch arguments", {
+                "to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate),
+                "registered extra state": [(name, per_rank) for name, (_, _, per_rank) in self._extra.items()]})
             _agree.together(self.comm, f"switch to {to_cfg!r}", lambda: self._check_switch(to_cfg, vacate))
             job, mine = _agree.together(self.comm, "extra state get()", self._get_extra)
             self._drop_views(f"from before switch {self._views.switches + 1} ({self._config['config']} -> {to_cfg})")

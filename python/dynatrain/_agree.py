@@ -53,9 +53,7 @@ def _first_difference(a: Any, b: Any, path: str = "") -> Optional[Tuple[str, Any
             found = _first_difference(x, y, f"{path}[{i}]")
             if found:
                 return found
-        if len(a) != len(b):
-            return f"{path} (length)", len(a), len(b)
-        return None
+        return None if len(a) == len(b) else (path, a, b)  # one is a prefix of the other: show both
     try:
         return None if _digest(a) == _digest(b) else (path, a, b)
     except Exception:  # noqa: BLE001 - unpicklable parts compare by repr

@@ -111,6 +111,16 @@ def switch_targets_differ():
     report_ok()
 
 
+def extras_differ():
+    m = manager()
+    if WORLD.rank == 1:
+        m.register("rng", lambda: 0, lambda v: None)
+    expect_raise(ValueError, lambda: m.switch(configs()[1]), "switch arguments: not equal on every rank",
+                 "rank 1 has at ['registered extra state'] [('rng', False)] where rank 0 has []")
+    assert oracle_mismatches(m) == []
+    report_ok()
+
+
 def different_calls():
     m = manager()
     call = (lambda: m.switch(configs()[1])) if WORLD.rank != 1 else (lambda: m.gather("norm", "param"))

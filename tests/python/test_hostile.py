@@ -52,11 +52,12 @@ def test_views_and_names_np2(case):
 @pytest.mark.parametrize("np", [2, 4])
 def test_different_switch_targets_raise_everywhere_nothing_moved(np):
     out = assert_ok("switch_targets_differ", np)
-    assert "switch arguments (to_cfg, vacate): not equal on every rank: rank 1 has at [0] 'dp=" in out
+    assert "switch arguments: not equal on every rank: rank 1 has at ['to_cfg'] 'dp=" in out
 
 
-def test_ranks_in_different_calls_raise_on_every_rank_nothing_moved():
-    assert_ok("different_calls", 2)
+@pytest.mark.parametrize("case", ["different_calls", "extras_differ"])
+def test_ranks_in_different_calls_or_with_different_extras_raise_on_every_rank_nothing_moved(case):
+    assert_ok(case)
 
 
 def test_models_that_differ_raise_on_every_rank():
