@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -121,10 +120,8 @@ class Manager:
         self._views = _views.ViewRegistry()
         self._watchdog_s: Optional[float] = None  # agreed below; the environment's until then
         with self._collective("Manager construction"):
-            args = _agree.together(comm, "Manager arguments", lambda: {
-                "model": _agree.model_description(_model_arg(model)), "config": config, "states": states,
-                "bucket_elems": bucket_elems, "param_dtype": str(param_dtype), "mem_budget": mem_budget,
-                "gpus_per_node": gpus_per_node, "watchdog_s": _watchdog.base_seconds(watchdog_s)})
+            args = _agree.together(comm, "Manager arguments", lambda: _agree.manager_arguments(
+                _model_arg(model), config, states, bucket_elems, param_dtype, mem_budget, gpus_per_node, watchdog_s))
             _agree.agree(comm, "Manager arguments", args)
             self._watchdog_s = args["watchdog_s"]
             param_bytes = {torch.float32: 4, torch.bfloat16: 2}.get(param_dtype)
@@ -210,7 +207,7 @@ class Manager:
         (StaleTensorError when used): re-read tensors()/buffers()."""
         from mpi4py import MPI
         t0 = time.perf_counter()
-        with self._collective(f"Manager.switch to {to_cfg!r}", self._switch_bytes()):
+        with self._collective(f"Manager.switch to {to_cfg!r}", sum(b.numel() * b.element_size() for b in self._flat)):
             _agree.agree(self.comm, "switch arguments", {
                 "to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate),
                 "registered extra state": [(name, per_rank) for name, (_, _, per_rank) in self._extra.items()]})
@@ -227,7 +224,7 @@ class Manager:
             stats["rebind_seconds"] = self.comm.allreduce(time.perf_counter() - t1, op=MPI.MAX)
             stats["pause_seconds"] = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
         stats["config"] = self._config["config"]
-        self._warn_if_pinned()
+        _views.warn_if_pinned(self._native.pool_stats()["deferred_bytes"])
         return stats
 
     def _check_switch(self, to_cfg: str, vacate) -> None:
@@ -320,17 +317,6 @@ class Manager:
         """The watchdog's deadline around one collective call (python/dynatrain/_watchdog.py)."""
         base = self._watchdog_s if self._watchdog_s is not None else _watchdog.base_seconds_or_default()
         return _watchdog.WATCHDOG.guard(what, base + moved_bytes / _watchdog.SLOWEST_RATE if base > 0 else 0)
-
-    def _switch_bytes(self) -> int:
-        return sum(b.numel() * b.element_size() for b in self._flat)
-
-    def _warn_if_pinned(self) -> None:
-        held = self._native.pool_stats()["deferred_bytes"]
-        if held:
-            warnings.warn(f"dynatrain: {held} bytes of the layout before this switch stay allocated: tensors derived "
-                          f"from views handed out before it (slices, .view(), nn.Parameter(view), p.data = view) "
-                          f"still reference them and hold the old bytes, not the new state; drop them before "
-                          f"switching and re-derive them afterwards", RuntimeWarning, stacklevel=3)
 
     def _bind(self) -> None:
         """(Re)builds every view from the native layout: no copies, only tensor headers."""

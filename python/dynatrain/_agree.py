@@ -15,6 +15,8 @@ import hashlib
 import pickle
 from typing import Any, Callable, List, Optional, Tuple
 
+from . import _watchdog
+
 _SHOWN = 160  # characters of a value shown in a mismatch message
 
 
@@ -132,6 +134,14 @@ def together(comm, what: str, fn: Callable[[], Any]) -> Any:
         text = f"{what} failed on rank {rank}{others}: {name}: {message}"
         raise ValueError(text) if bad_input else PeerError(text)
     return result
+
+
+def manager_arguments(model, config, states, bucket_elems, param_dtype, mem_budget, gpus_per_node,
+                      watchdog_s) -> dict:
+    """What every rank must pass alike to a Manager (ValueError for a bad model or watchdog_s)."""
+    return {"model": model_description(model), "config": config, "states": states, "bucket_elems": bucket_elems,
+            "param_dtype": str(param_dtype), "mem_budget": mem_budget, "gpus_per_node": gpus_per_node,
+            "watchdog_s": _watchdog.base_seconds(watchdog_s)}
 
 
 def model_description(model: Any) -> Any:

@@ -10,6 +10,7 @@ tensor's state, and never point at freed memory.
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import List, Tuple
 
@@ -45,6 +46,16 @@ class StaleTensor(torch.Tensor):
 
     def __format__(self, spec: str) -> str:  # noqa: D105 - f"{t}" in a log line still works
         return repr(self)
+
+
+def warn_if_pinned(deferred_bytes: int) -> None:
+    """After a switch: a RuntimeWarning when derived views kept `deferred_bytes` of the old
+    layout allocated (python/keep_alive.h)."""
+    if deferred_bytes:
+        warnings.warn(f"dynatrain: {deferred_bytes} bytes of the layout before this switch stay allocated: tensors "
+                      f"derived from views handed out before it (slices, .view(), nn.Parameter(view), p.data = view) "
+                      f"still reference them and hold the old bytes, not the new state; drop them before switching "
+                      f"and re-derive them afterwards", RuntimeWarning, stacklevel=3)
 
 
 class ViewRegistry:
