@@ -295,7 +295,8 @@ class Manager:
         return full
 
     def pool_stats(self) -> Dict[str, int]:
-        """The manager's memory pool on this rank: live_bytes, reserved_bytes, fresh_bytes."""
+        """The manager's memory pool on this rank: live_bytes, reserved_bytes, fresh_bytes;
+        pinned_buffers and deferred_bytes (memory that tensors still reference, docs/python.md)."""
         return dict(self._native.pool_stats())
 
     # ---- internals ----
