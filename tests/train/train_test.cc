@@ -1,4 +1,4 @@
-// Proof of the reference trainer (issue 4), ranks as threads of one process (inproc transport):
+// Proof of the reference trainer, ranks as threads of one process (inproc transport):
 //   1. every parallel dimension's forward and backward matches a single-process reference
 //      (logits and gradients, fp32 tolerance), and so does the ZeRO-1 distributed Adam step;
 //   2. a switch moves every weight and optimizer element bit for bit (gathered in VPS
