@@ -180,7 +180,7 @@ const char* save_phase_name(SavePhase phase) {
 
 void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout,
             const std::vector<vps::StateKind>& kinds, const json& trainer_state,
-            const std::function<void()>& before_switch) {
+            const std::vector<Attachment>& attachments, const std::function<void()>& before_switch) {
   const std::string name = step_dir_name(step);
   const fs::path step_dir = fs::path(dir) / name;
   json index;
@@ -208,6 +208,7 @@ void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout
     files.push_back({{"name", rank_file_name(r)}, {"bytes", bytes}, {"header_checksum", hex64(checksum(head.data(), head.size()))}});
   }
   index["files"] = files;
+  index["attachments"] = write_attachments(step_dir.string(), attachments);
   write_file_atomic((step_dir / "index.json").string(), index.dump(1) + "\n");
   sync_dir(step_dir.string());
   if (before_switch) before_switch();
@@ -249,16 +250,8 @@ void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
   const fs::path step_dir = fs::path(dir) / step_dir_name(step);
   on_all_ranks(world, "checkpoint save", [&] {
     if (world.rank() != 0) return;
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) DT_INPUT_ERROR("cannot create checkpoint directory '", dir, "': ", ec.message());
-    const fs::path latest = fs::path(dir) / "latest";
-    if (fs::exists(latest) && read_small_file(latest.string(), 4096) == step_dir_name(step) + "\n")
-      DT_INPUT_ERROR("checkpoint directory '", dir, "' already holds step ", step, " as its latest");
-    fs::remove_all(step_dir, ec);  // a save of this step that never completed
-    fs::create_directories(step_dir, ec);
-    if (ec) DT_INPUT_ERROR("cannot create '", step_dir.string(), "': ", ec.message());
-    sync_dir(dir);
+    check_save_target(dir, step, layout);
+    begin_save(dir, step);
   });
   on_all_ranks(world, "checkpoint save", [&] {
     observe(SavePhase::kBegin);
@@ -268,29 +261,94 @@ void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
     }
   });
   on_all_ranks(world, "checkpoint save", [&] {
-    if (world.rank() == 0) commit(dir, step, layout, kinds, trainer_state, [&] { observe(SavePhase::kIndexed); });
+    if (world.rank() == 0) commit(dir, step, layout, kinds, trainer_state, {}, [&] { observe(SavePhase::kIndexed); });
   });
 }
 
 // ---------------------------------------------------------------------------------------------
 
-Checkpoint open_latest(const std::string& dir, const vps::ModelSpec& model) {
+namespace {
+
+// The name DIR/latest holds ("" when there is no latest file).
+std::string latest_name(const std::string& dir) {
   const fs::path latest = fs::path(dir) / "latest";
   std::error_code ec;
-  if (!fs::is_regular_file(latest, ec))
-    DT_INPUT_ERROR("'", dir, "' holds no complete checkpoint (no 'latest' file); give a --save directory");
+  if (!fs::is_regular_file(latest, ec)) return "";
   std::string name = read_small_file(latest.string(), 4096);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   if (name.rfind("step-", 0) != 0 || name.find('/') != std::string::npos)
     DT_INPUT_ERROR("'", latest.string(), "' is corrupted: '", name, "' is not a checkpoint name");
-  Checkpoint c;
-  c.step_dir = (fs::path(dir) / name).string();
-  const std::string index_path = c.step_dir + "/index.json";
+  return name;
+}
+
+json read_index(const std::string& index_path) {
   json index;
   try {
     index = json::parse(read_small_file(index_path, kMaxIndexBytes));
     if (index.at("format").get<std::string>() != kFormat)
       DT_INPUT_ERROR("'", index_path, "' is not a ", kFormat, " index");
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    DT_INPUT_ERROR("checkpoint index '", index_path, "' is corrupted: ", e.what());
+  }
+  return index;
+}
+
+// The saved model must be the one given: same tensors, same shapes, same order.
+void check_same_tensors(const json& index, const std::string& step_dir, const std::vector<vps::TensorSpec>& tensors,
+                        const std::string& model_name) {
+  const auto& saved = index.at("tensors");
+  for (std::size_t i = 0; i < std::max(saved.size(), tensors.size()); ++i) {
+    const bool same = i < saved.size() && i < tensors.size() && saved[i].at(0) == tensors[i].name &&
+                      saved[i].at(1).get<std::vector<std::int64_t>>() == tensors[i].shape;
+    if (!same)
+      DT_INPUT_ERROR("checkpoint '", step_dir, "' was saved for model '", index.value("model", "?"),
+                     "', which differs from '", model_name, "' at tensor ", i, " (",
+                     i < saved.size() ? saved[i].dump() : "none", " vs ",
+                     i < tensors.size() ? json{tensors[i].name, tensors[i].shape}.dump() : "none", ")");
+  }
+}
+
+}  // namespace
+
+void check_save_target(const std::string& dir, std::int64_t step, const vps::Layout& layout) {
+  const std::string name = latest_name(dir);
+  if (name.empty()) return;
+  if (name == step_dir_name(step))
+    DT_INPUT_ERROR("checkpoint directory '", dir, "' already holds step ", step, " as its latest");
+  const std::string step_dir = (fs::path(dir) / name).string();
+  try {
+    check_same_tensors(read_index(step_dir + "/index.json"), step_dir, layout.tensors(), layout.model().name);
+  } catch (const InputError& e) {
+    DT_INPUT_ERROR(e.what(), "; save into another directory");
+  } catch (const std::exception& e) {
+    DT_INPUT_ERROR("checkpoint index '", step_dir, "/index.json' is corrupted: ", e.what(), "; save into another directory");
+  }
+}
+
+std::string begin_save(const std::string& dir, std::int64_t step) {
+  const fs::path step_dir = fs::path(dir) / step_dir_name(step);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) DT_INPUT_ERROR("cannot create checkpoint directory '", dir, "': ", ec.message());
+  fs::remove_all(step_dir, ec);  // a save of this step that never completed
+  fs::create_directories(step_dir, ec);
+  if (ec) DT_INPUT_ERROR("cannot create '", step_dir.string(), "': ", ec.message());
+  sync_dir(dir);
+  return step_dir.string();
+}
+
+Checkpoint open_latest(const std::string& dir, const std::vector<vps::TensorSpec>& tensors,
+                       const std::string& model_name) {
+  const std::string name = latest_name(dir);
+  if (name.empty())
+    DT_INPUT_ERROR("'", dir, "' holds no complete checkpoint (no 'latest' file); give a directory a checkpoint was saved into");
+  Checkpoint c;
+  c.step_dir = (fs::path(dir) / name).string();
+  const std::string index_path = c.step_dir + "/index.json";
+  const json index = read_index(index_path);
+  try {
     c.step = index.at("step").get<std::int64_t>();
     c.config = vps::ParallelConfig::parse(index.at("config").get<std::string>());
     c.bucket_elems = index.at("bucket_elems").get<std::int64_t>();
@@ -304,28 +362,23 @@ Checkpoint open_latest(const std::string& dir, const vps::ModelSpec& model) {
       c.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<std::uint64_t>(),
                          f.at("header_checksum").get<std::string>()});
     c.trainer = index.at("trainer");
-    // The model must be the one saved: same tensors, same shapes, same order.
-    const auto& saved = index.at("tensors");
-    const auto tensors = vps::build_tensors(model);
-    for (std::size_t i = 0; i < std::max(saved.size(), tensors.size()); ++i) {
-      const bool same = i < saved.size() && i < tensors.size() && saved[i].at(0) == tensors[i].name &&
-                        saved[i].at(1).get<std::vector<std::int64_t>>() == tensors[i].shape;
-      if (!same)
-        DT_INPUT_ERROR("checkpoint '", c.step_dir, "' was saved for model '", index.value("model", "?"),
-                       "', which differs from '", model.name, "' at tensor ", i, " (",
-                       i < saved.size() ? saved[i].dump() : "none", " vs ",
-                       i < tensors.size() ? tensors[i].name : "none", ")");
-    }
+    c.attachments = parse_attachments(index);
+    check_same_tensors(index, c.step_dir, tensors, model_name);
   } catch (const InputError&) {
     throw;
   } catch (const std::exception& e) {
     DT_INPUT_ERROR("checkpoint index '", index_path, "' is corrupted: ", e.what());
   }
-  vps::ParallelConfig check = c.config;
-  check.validate_for(model);
   if (static_cast<int>(c.files.size()) != c.config.world_size())
     DT_INPUT_ERROR("checkpoint index '", index_path, "' lists ", c.files.size(), " files for ",
                    c.config.world_size(), " ranks (corrupted)");
+  return c;
+}
+
+Checkpoint open_latest(const std::string& dir, const vps::ModelSpec& model) {
+  Checkpoint c = open_latest(dir, vps::build_tensors(model), model.name);
+  vps::ParallelConfig check = c.config;
+  check.validate_for(model);
   return c;
 }
 
@@ -676,7 +729,7 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
   vps::LayoutOptions src_options = dst.options(), dst_options = dst.options();
   src_options.kinds = dst_options.kinds = kinds;
   src_options.bucket_elems = c.bucket_elems;
-  const vps::Layout src(dst.model(), c.config, src_options), to(dst.model(), dst.config(), dst_options);
+  const vps::Layout src = dst.relaid(c.config, src_options), to = dst.relaid(dst.config(), dst_options);
   const plan::Planner planner(src, to, plan::Topology{1});
   const plan::RankPlan mine = planner.plan_rank(rank);
 

@@ -6,6 +6,7 @@
     w = m.tensors("param")            # name -> torch tensor viewing this rank's shard (no copy)
     m.group("dp")                     # mpi4py communicator of this rank's data-parallel group
     stats = m.switch("dp=4")          # collective: moves every state kind; re-read m.tensors()
+    m.save("ckpt")                    # collective: checkpoint; Manager(..., resume="ckpt") loads it
 
 Tensors handed out view the manager's memory and are invalid after switch(): re-read them.
 Errors from the library keep its one-line messages: ValueError for bad input, CommError when a
@@ -21,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _native
+from . import _checkpoint, _native
 from ._native import CommError, InternalError
 
 __all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "CommError", "InternalError"]
@@ -100,11 +101,13 @@ class Manager:
     Collective: every rank of `comm` (an mpi4py communicator) constructs it with equal
     arguments, and calls switch() together. Ranks beyond a config's world size hold nothing in
     that config (`active` is False) and take part in switches anyway.
+    resume=DIR: the state, `step` and the saved extras come from DIR's latest checkpoint
+    (Manager.save), saved in any config and process count; `resumed` is then True.
     """
 
     def __init__(self, comm, model: ModelArg, config: str, *, states: str = "all",
                  bucket_elems: int = 40_000_000, param_dtype: torch.dtype = torch.float32,
-                 mem_budget: int = 256 << 20, gpus_per_node: int = 8):
+                 mem_budget: int = 256 << 20, gpus_per_node: int = 8, resume=None):
         param_bytes = {torch.float32: 4, torch.bfloat16: 2}.get(param_dtype)
         if param_bytes is None:
             raise ValueError(f"param_dtype {param_dtype}; valid: torch.float32, torch.bfloat16")
@@ -114,8 +117,12 @@ class Manager:
                                        mem_budget, gpus_per_node)
         self.step = 0
         self._extra: Dict[str, Tuple[Callable[[], Any], Callable[[Any], None], bool]] = {}
+        self._pending_extra: Dict[str, Any] = {}  # loaded or received values awaiting register()
+        self.resumed = False
         self._group_cache: Dict[str, Dict[str, Any]] = {}
         self._bind()
+        if resume is not None:
+            _checkpoint.resume(self, resume)
 
     # ---- the current layout ----
     @property
@@ -173,10 +180,13 @@ class Manager:
         switch get() runs and set() receives, on every rank: rank 0's value (default; ranks that
         join a layout receive it), or with per_rank=True the list of every rank's value indexed by
         rank, so each rank can take the one its new role needs (e.g. per-tp-rank RNG streams).
-        Values must pickle. `step` is carried like a default one."""
+        Values must pickle. `step` is carried like a default one. A value loaded by resume= (or
+        received on joining) for `name` is handed to set() at once."""
         if name in self._extra:
             raise ValueError(f"extra state '{name}' is already registered")
         self._extra[name] = (get, set, per_rank)
+        if name in self._pending_extra:
+            set(self._pending_extra.pop(name))
 
     # ---- switching ----
     def switch(self, to_cfg: str) -> Dict[str, Any]:
@@ -205,6 +215,14 @@ class Manager:
         stats["pause_seconds"] = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
         stats["config"] = self._config["config"]
         return stats
+
+    def save(self, directory) -> Dict[str, Any]:
+        """Collective: checkpoints every state kind, `step` and every registered extra's get()
+        (rank 0's, or every rank's list with per_rank) into `directory` (docs/python.md,
+        "Checkpoints"). Returns path, seconds, bytes. ValueError on every rank for a directory
+        of another model's checkpoint or an extra that does not pickle; OSError naming the path
+        when a write fails; the previous checkpoint stays the latest in either case."""
+        return _checkpoint.save(self, directory)
 
     def _reference_switch(self, to_cfg: str) -> float:
         """Benchmark only: the same switch timed inside C++ (bench/python_switch_bench.py)."""
