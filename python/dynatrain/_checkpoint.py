@@ -53,14 +53,16 @@ def _on_every_rank(comm, what: str, work: Callable[[], Any], *, io: bool = False
 
 def _extras_to_save(m) -> Dict[str, Any]:
     """Collective: every registered extra's value, as switch() hands them over: rank 0's get()
-    (default) or the list of every rank's get() (per_rank). Filled on rank 0 only."""
+    (default) or the list of every rank's get() (per_rank); and, as they are, the values a
+    resume loaded that are not registered yet (so a save does not drop them). On rank 0 only."""
     mine = _on_every_rank(m.comm, "extra state get()", lambda: {
         name: get() for name, (get, _, per_rank) in m._extra.items() if per_rank or m.comm.rank == 0})
     ranks = m.comm.gather({name: v for name, v in mine.items() if m._extra[name][2]}, root=0)
     if m.comm.rank != 0:
         return {}
-    return {name: [r[name] for r in ranks] if per_rank else mine[name]
-            for name, (_, _, per_rank) in m._extra.items()}
+    registered = {name: [r[name] for r in ranks] if per_rank else mine[name]
+                  for name, (_, _, per_rank) in m._extra.items()}
+    return {**m._pending_extra, **registered}
 
 
 def _pickled(step: int, extras: Dict[str, Any]) -> bytes:

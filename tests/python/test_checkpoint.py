@@ -121,6 +121,14 @@ def test_step_and_extras_come_back_through_register(world, shared_dir):
             r.register("rng", lambda: None, lambda v: None)
 
     on_ranks(world, 1, check)
+    # A save after a resume keeps the loaded values not registered yet.
+    r = dynatrain.Manager(world, "tiny-dense", "tp=1", resume=shared_dir)
+    r.register("data_pos", lambda: "new", lambda v: None)
+    r.step = 42
+    r.save(shared_dir)
+    again = dynatrain.Manager(world, "tiny-dense", "tp=1", resume=shared_dir)
+    assert again._pending_extra["data_pos"] == "new" and again._pending_extra["unused"] == "kept"
+    assert [t.tolist() for t in again._pending_extra["rng"]] == [[rank, 7] for rank in range(world.size)]
     fresh = dynatrain.Manager(world, "tiny-dense", "tp=1")
     assert not fresh.resumed and fresh._pending_extra == {} and fresh.step == 0
 
