@@ -2,6 +2,7 @@
 other process counts with every element equal to the oracle; step and extras come back through
 register(); damaged, missing or foreign checkpoints and failed writes raise on every rank naming
 the path, leaving the previous checkpoint the latest. Runs at any world size."""
+import json
 import os
 import pathlib
 import pickle
@@ -16,7 +17,7 @@ import torch
 from mpi4py import MPI
 
 import dynatrain
-from conftest import fill_oracle, oracle_mismatches
+from conftest import box_indices, fill_oracle, oracle, oracle_mismatches
 
 # (save config, resume configs) per world size; every config uses at most that many ranks.
 LAYOUTS = {
@@ -273,17 +274,42 @@ def test_saves_that_cannot_complete_raise_on_every_rank_and_publish_nothing(worl
     assert latest_of(shared_dir) == "step-00000004"
 
 
+def safetensors_entries(path):
+    """name -> (shape, float32 values) of a safetensors file, read without dynatrain."""
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__")
+    data = raw[8 + n:]
+    out = {}
+    for name, e in header.items():
+        assert e["dtype"] == "F32", name
+        begin, end = e["data_offsets"]
+        out[name] = (e["shape"], torch.frombuffer(bytearray(data[begin:end]), dtype=torch.float32))
+    return out
+
+
 def test_checkpoint_is_the_trainers_format(world, shared_dir):
-    """The files are ckpt/'s: safetensors rank files with VPS-box entries, an index naming
-    every file with its bytes and checksum, the Python state as a checksummed attachment."""
-    import json
-    saved(world, shared_dir, step=2)
+    """The files are ckpt/'s: safetensors rank files whose entries are VPS boxes
+    ("<kind>/<tensor>/<lo>-<hi>", every element the oracle's), an index naming every file, the
+    Python state as a checksummed attachment."""
+    m = saved(world, shared_dir, step=2)
     step_dir = shared_dir / "step-00000002"
     index = json.loads((step_dir / "index.json").read_text())
     assert index["format"] == "dynatrain-checkpoint-1" and index["model"] == "tiny-dense"
     assert index["kinds"] == ["param", "grad", "master", "exp_avg", "exp_avg_sq"]
-    assert [f["name"] for f in index["files"]] == [f"rank-{r:05d}.safetensors" for r in range(world_size_of(index["config"]))]
+    files = [f["name"] for f in index["files"]]
+    assert files == [f"rank-{r:05d}.safetensors" for r in range(world_size_of(index["config"]))]
     assert index["trainer"]["step"] == 2 and index["step"] == 2
     (attachment,) = index["attachments"]
     data = (step_dir / attachment["name"]).read_bytes()
     assert attachment["bytes"] == len(data) and pickle.loads(data) == {"step": 2, "extras": {}}
+    kinds = set()
+    for name, (shape, values) in safetensors_entries(step_dir / files[world.rank % len(files)]).items():
+        kind, tensor, box = name.split("/")
+        lo, hi = ([int(x) for x in side.split(",")] for side in box.split("-"))
+        assert shape == [b - a for a, b in zip(lo, hi)], name
+        want = oracle(m._ids[tensor], kind, box_indices(m.global_shape(tensor), lo, hi))
+        assert torch.equal(values, want), name
+        kinds.add(kind)
+    assert kinds == set(index["kinds"])
