@@ -93,7 +93,7 @@ def save(m, directory) -> Dict[str, Any]:
         if root:  # unpublished: `latest` never named it (check_target refused that)
             shutil.rmtree(step_dir, ignore_errors=True)
         raise
-    state = {"step": step, "python": {"state_file": STATE_FILE, "extras": sorted(m._extra), "processes": comm.size}}
+    state = {"step": step, "python": {"state_file": STATE_FILE, "extras": sorted(extras), "processes": comm.size}}
     _on_every_rank(comm, "checkpoint save", lambda: _native.ckpt_commit(
         mgr, directory, step, json.dumps(state), [(STATE_FILE, payload)]) if root else None, io=True)
     from mpi4py import MPI
