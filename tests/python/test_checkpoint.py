@@ -10,6 +10,7 @@ import re
 import resource
 import shutil
 import signal
+import subprocess
 import tempfile
 
 import pytest
@@ -17,7 +18,7 @@ import torch
 from mpi4py import MPI
 
 import dynatrain
-from conftest import box_indices, fill_oracle, oracle, oracle_mismatches
+from conftest import box_indices, cli_path, fill_oracle, oracle, oracle_mismatches
 
 # (save config, resume configs) per world size; every config uses at most that many ranks.
 LAYOUTS = {
@@ -289,6 +290,13 @@ def safetensors_entries(path):
     return out
 
 
+def entry_box(name):
+    """(kind, tensor, lo, hi) of a rank file's entry name "<kind>/<tensor>/<lo>-<hi>"."""
+    kind, tensor, box = name.split("/")
+    lo, hi = ([int(x) for x in side.split(",")] for side in box.split("-"))
+    return kind, tensor, lo, hi
+
+
 def test_checkpoint_is_the_trainers_format(world, shared_dir):
     """The files are ckpt/'s: safetensors rank files whose entries are VPS boxes
     ("<kind>/<tensor>/<lo>-<hi>", every element the oracle's), an index naming every file, the
@@ -306,10 +314,30 @@ def test_checkpoint_is_the_trainers_format(world, shared_dir):
     assert attachment["bytes"] == len(data) and pickle.loads(data) == {"step": 2, "extras": {}}
     kinds = set()
     for name, (shape, values) in safetensors_entries(step_dir / files[world.rank % len(files)]).items():
-        kind, tensor, box = name.split("/")
-        lo, hi = ([int(x) for x in side.split(",")] for side in box.split("-"))
+        kind, tensor, lo, hi = entry_box(name)
         assert shape == [b - a for a, b in zip(lo, hi)], name
         want = oracle(m._ids[tensor], kind, box_indices(m.global_shape(tensor), lo, hi))
         assert torch.equal(values, want), name
         kinds.add(kind)
     assert kinds == set(index["kinds"])
+
+
+def test_resumes_a_checkpoint_the_trainer_saved(world, shared_dir):
+    """`dynatrain train --save` and Manager.save write one format: a trainer checkpoint (no
+    grads, no Python state) resumes with every saved entry in place and grads zero."""
+    if world.size > 1:
+        pytest.skip("starts the trainer as a process of its own: one-process run only (python_np1)")
+    if not cli_path().exists():
+        pytest.skip(f"no dynatrain CLI at {cli_path()}")
+    subprocess.run([str(cli_path()), "train", "--model", "tiny-dense", "--steps", "2", "--save", str(shared_dir)],
+                   check=True, capture_output=True, timeout=300)
+    m = dynatrain.Manager(world, "tiny-dense", "tp=1,zero=0", resume=shared_dir)
+    assert m.step == 2 and m.resumed and m._pending_extra == {}
+    assert all(not bool(b.any()) for b in m.buffers("grad"))
+    entries = safetensors_entries(shared_dir / "step-00000002" / "rank-00000.safetensors")
+    assert {name.split("/")[0] for name in entries} == {"param", "master", "exp_avg", "exp_avg_sq"}
+    for name, (shape, values) in entries.items():
+        kind, tensor, lo, hi = entry_box(name)
+        got = m.gather(tensor, kind)[tuple(slice(a, b) for a, b in zip(lo, hi))].reshape(-1)
+        assert torch.equal(got, values), name
+    assert any(bool(v.any()) for _, v in entries.values())  # trained values, not zeros
