@@ -11,6 +11,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -341,3 +342,21 @@ def test_resumes_a_checkpoint_the_trainer_saved(world, shared_dir):
         got = m.gather(tensor, kind)[tuple(slice(a, b) for a, b in zip(lo, hi))].reshape(-1)
         assert torch.equal(got, values), name
     assert any(bool(v.any()) for _, v in entries.values())  # trained values, not zeros
+
+
+@pytest.mark.parametrize("where", ["write", "commit"])
+def test_a_save_that_dies_leaves_the_previous_checkpoint(world, shared_dir, where):
+    """A job killed inside a save (after a rank file, or where the index and pointer switch
+    come) leaves `latest` naming the previous checkpoint, which resumes whole."""
+    if world.size > 1:
+        pytest.skip("starts its own mpirun: one-process run only (python_np1)")
+    cmd = [shutil.which("mpirun") or "mpirun", "-np", "2", sys.executable, str(pathlib.Path(__file__).parent / "crash_during_save.py"),
+           str(shared_dir), where]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ))
+    assert run.returncode != 0, run.stdout + run.stderr
+    assert latest_of(shared_dir) == "step-00000001"
+    m = dynatrain.Manager(world, "tiny-dense", "tp=1", resume=shared_dir)
+    assert m.step == 1 and oracle_mismatches(m) == []
+    m.step = 2
+    m.save(shared_dir)  # the next save of that step replaces what the dead one left
+    assert latest_of(shared_dir) == "step-00000002"
