@@ -360,3 +360,32 @@ def test_a_save_that_dies_leaves_the_previous_checkpoint(world, shared_dir, wher
     m.step = 2
     m.save(shared_dir)  # the next save of that step replaces what the dead one left
     assert latest_of(shared_dir) == "step-00000002"
+
+
+def test_an_adopted_job_resumes_in_other_layouts(world, shared_dir):
+    """job.save() and adopt(..., resume=) run on Manager.save / resume: an Adam job resumed on
+    one process and in another layout of the whole job trains on with the losses of the job
+    that went on without a checkpoint (its optimizer state and step came back as extras)."""
+    from test_adopt import adopt, layouts as adopt_layouts, small_gpt, train_step
+    cfgs = adopt_layouts(world.size)
+    model = small_gpt()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    job = adopt(model, optimizer, cfgs[0])
+    for step in range(2):
+        train_step(job, model, optimizer, step)
+    job.save(shared_dir)
+    want = [train_step(job, model, optimizer, step) for step in (2, 3)]
+
+    def check(comm, cfg):
+        fresh = small_gpt()
+        with torch.no_grad():
+            for p in fresh.parameters():
+                p.zero_()  # the resume, not these values, must be what trains
+        opt = torch.optim.Adam(fresh.parameters(), lr=1e-2)
+        resumed = adopt(fresh, opt, cfg, comm=comm, resume=shared_dir)
+        assert resumed.step == 2 and resumed.manager.resumed and resumed.manager._pending_extra == {}
+        got = [train_step(resumed, fresh, opt, step) for step in (2, 3)]
+        assert got == pytest.approx(want, rel=1e-4), f"resumed {cfgs[0]} into {cfg} on {comm.size} processes"
+
+    on_ranks(world, 1, lambda sub: check(sub, "tp=1"))
+    check(world, cfgs[-1])
