@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "ckpt/file_io.h"
+#include "ckpt/index.h"
 #include "ckpt/safetensors.h"
 #include "common/error.h"
 #include "exec/box_copy.h"
@@ -22,6 +23,8 @@ namespace dynatrain::ckpt {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+using detail::entry_name;
 
 namespace {
 
@@ -38,296 +41,7 @@ class PhaseTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
-constexpr const char* kFormat = "dynatrain-checkpoint-1";
-constexpr std::uint64_t kMaxIndexBytes = std::uint64_t{256} << 20;
-
-
-std::string box_text(const vps::Box& b) {
-  std::string lo, hi;
-  for (int d = 0; d < b.ndim; ++d) {
-    lo += (d ? "," : "") + std::to_string(b.lo[d]);
-    hi += (d ? "," : "") + std::to_string(b.hi[d]);
-  }
-  return lo + "-" + hi;
-}
-
-// The safetensors entry name of one segment: its kind, tensor and VPS box.
-std::string entry_name(const vps::Layout& layout, vps::StateKind kind, const vps::Segment& s) {
-  return std::string(vps::state_kind_name(kind)) + "/" + layout.tensors()[s.tensor].name + "/" +
-         box_text(s.box);
-}
-
-unsigned kind_mask(const std::vector<vps::StateKind>& kinds) {
-  unsigned mask = 0;
-  for (auto k : kinds) mask |= 1u << static_cast<int>(k);
-  return mask;
-}
-
-json tensors_json(const std::vector<vps::TensorSpec>& tensors) {
-  json out = json::array();
-  for (const auto& t : tensors) out.push_back({t.name, t.shape});
-  return out;
-}
-
-// Every segment of `kinds` on `rank`, with where it lies in the arenas (bytes).
-struct SegmentRef {
-  vps::StateKind kind;
-  vps::Segment segment;
-  vps::LocalBuffer buffer;         // the segment's buffer (without its segment list)
-  std::uint64_t buffer_byte = 0;   // where the segment starts in it
-  std::uint64_t bytes = 0;
-};
-
-std::vector<SegmentRef> rank_segments(const vps::Layout& layout, int rank,
-                                      const std::vector<vps::StateKind>& kinds) {
-  std::vector<SegmentRef> out;
-  layout.visit_buffers(
-      rank,
-      [&](const vps::LocalBuffer& buf, const std::vector<vps::Segment>& segments) {
-        const int elem = layout.options().elem_bytes[static_cast<int>(buf.kind)];
-        for (const auto& s : segments)
-          out.push_back({buf.kind, s, buf, static_cast<std::uint64_t>(s.offset * elem),
-                         static_cast<std::uint64_t>(s.box.numel() * elem)});
-      },
-      kind_mask(kinds));
-  return out;
-}
-
 }  // namespace
-
-std::string step_dir_name(std::int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
-  return buf;
-}
-
-std::string rank_file_name(int rank) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "rank-%05d.safetensors", rank);
-  return buf;
-}
-
-std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& layout, int rank,
-                              const std::vector<vps::StateKind>& kinds, const Arenas& arenas,
-                              std::uint64_t chunk_bytes) {
-  DT_CHECK(chunk_bytes > 0, "checksum chunks of 0 bytes");
-  const auto segments = rank_segments(layout, rank, kinds);
-  StHeader header;
-  json sums = json::object();
-  for (const auto& s : segments) {
-    DT_CHECK(arenas.of_buffer(s.buffer, layout.options().elem_bytes[static_cast<int>(s.kind)]) != nullptr,
-             "no memory for a buffer of kind ", vps::state_kind_name(s.kind));
-    StEntry e;
-    e.name = entry_name(layout, s.kind, s.segment);
-    e.dtype = dtype_of_size(layout.options().elem_bytes[static_cast<int>(s.kind)]);
-    for (int d = 0; d < s.segment.box.ndim; ++d) e.shape.push_back(s.segment.box.extent(d));
-    DT_CHECK(!sums.contains(e.name), "entry ", e.name, " twice on rank ", rank);
-    // One checksum per chunk, fixed width: the header's length does not change when they are set.
-    sums[e.name] = json::array();
-    for (std::uint64_t c = 0; c * chunk_bytes < s.bytes; ++c) sums[e.name].push_back(std::string(16, '0'));
-    header.entries.push_back(std::move(e));
-  }
-  header.metadata = {{"format", kFormat}, {"rank", std::to_string(rank)}, {"config", layout.config().str()},
-                     {"chunk_bytes", std::to_string(chunk_bytes)}, {"checksums", sums.dump()}};
-  std::string encoded = encode_header(header);
-
-  const std::string path = (fs::path(step_dir) / rank_file_name(rank)).string();
-  File f = File::create(path);
-  // Data first (checksums are computed on the way), header last at the front.
-  constexpr std::uint64_t kStage = 16ull << 20;
-  std::vector<std::byte> stage;
-  std::uint64_t stage_at = header.data_start, written = header.data_start;
-  auto flush = [&] {
-    if (!stage.empty()) write_exact(f.fd(), stage.data(), stage.size(), stage_at, path);
-    stage.clear();
-    stage_at = written;
-  };
-  for (std::size_t i = 0; i < segments.size(); ++i) {
-    const auto& s = segments[i];
-    const std::byte* src =
-        arenas.of_buffer(s.buffer, layout.options().elem_bytes[static_cast<int>(s.kind)]) + s.buffer_byte;
-    auto& chunk_sums = sums[header.entries[i].name];
-    for (std::uint64_t c = 0, at = 0; at < s.bytes; ++c, at += chunk_bytes)
-      chunk_sums[c] = hex64(checksum(src + at, std::min(chunk_bytes, s.bytes - at)));
-    if (s.bytes >= kStage / 4) {  // large: straight from the arena
-      flush();
-      write_exact(f.fd(), src, s.bytes, written, path);
-      written += s.bytes;
-      stage_at = written;
-    } else {
-      if (stage.size() + s.bytes > kStage) flush();
-      stage.insert(stage.end(), src, src + s.bytes);
-      written += s.bytes;
-    }
-  }
-  flush();
-  header.metadata["checksums"] = sums.dump();
-  const std::string final_header = encode_header(header);
-  DT_CHECK_EQ(final_header.size(), encoded.size());
-  write_exact(f.fd(), final_header.data(), final_header.size(), 0, path);
-  f.sync();
-  return written;
-}
-
-const char* save_phase_name(SavePhase phase) {
-  switch (phase) {
-    case SavePhase::kBegin: return "save-begin";
-    case SavePhase::kWritten: return "save-written";
-    case SavePhase::kIndexed: return "save-index";
-  }
-  return "?";
-}
-
-void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout,
-            const std::vector<vps::StateKind>& kinds, const json& trainer_state,
-            const std::function<void()>& before_switch) {
-  const std::string name = step_dir_name(step);
-  const fs::path step_dir = fs::path(dir) / name;
-  json index;
-  index["format"] = kFormat;
-  index["model"] = layout.model().name;
-  index["family"] = layout.model().family;
-  index["tensors"] = tensors_json(layout.tensors());
-  index["config"] = layout.config().str();
-  index["bucket_elems"] = layout.options().bucket_elems;
-  json kind_names = json::array(), elem = json::array();
-  for (auto k : kinds) kind_names.push_back(vps::state_kind_name(k));
-  for (int k = 0; k < vps::kNumStateKinds; ++k) elem.push_back(layout.options().elem_bytes[k]);
-  index["kinds"] = kind_names;
-  index["elem_bytes"] = elem;
-  index["step"] = step;
-  index["trainer"] = trainer_state;
-  json files = json::array();
-  for (int r = 0; r < layout.config().world_size(); ++r) {
-    const std::string path = (step_dir / rank_file_name(r)).string();
-    File f = File::open_read(path);
-    const std::uint64_t bytes = f.size();
-    const StHeader h = read_header(f.fd(), bytes, path);
-    std::string head(h.data_start, '\0');
-    read_exact(f.fd(), head.data(), head.size(), 0, path);
-    files.push_back({{"name", rank_file_name(r)}, {"bytes", bytes}, {"header_checksum", hex64(checksum(head.data(), head.size()))}});
-  }
-  index["files"] = files;
-  write_file_atomic((step_dir / "index.json").string(), index.dump(1) + "\n");
-  sync_dir(step_dir.string());
-  if (before_switch) before_switch();
-
-  // The pointer switch: from here on the new checkpoint is the latest.
-  const fs::path latest = fs::path(dir) / "latest";
-  std::string previous;
-  std::error_code ec;
-  if (fs::is_regular_file(latest, ec)) {
-    previous = read_small_file(latest.string(), 4096);
-    while (!previous.empty() && (previous.back() == '\n' || previous.back() == ' ')) previous.pop_back();
-  }
-  write_file_atomic(latest.string(), name + "\n");
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string n = entry.path().filename().string();
-    if (n.rfind("step-", 0) == 0 && n != name && n != previous) fs::remove_all(entry.path(), ec);
-  }
-}
-
-void on_all_ranks(comm::Transport& world, const std::string& what, const std::function<void()>& work) {
-  std::string error;
-  try {
-    work();
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  float failed = error.empty() ? 0.f : 1.f;
-  world.all_reduce_sum(&failed, 1);
-  if (!error.empty()) throw InputError(error);
-  if (failed > 0) DT_INPUT_ERROR(what, " failed on another rank (its message is in that rank's output)");
-}
-
-void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
-          const std::vector<vps::StateKind>& kinds, const Arenas& arenas, const json& trainer_state,
-          comm::Transport& world, const SaveObserver& observer) {
-  auto observe = [&](SavePhase phase) {
-    if (observer) observer(phase, world.rank());
-  };
-  const fs::path step_dir = fs::path(dir) / step_dir_name(step);
-  on_all_ranks(world, "checkpoint save", [&] {
-    if (world.rank() != 0) return;
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) DT_INPUT_ERROR("cannot create checkpoint directory '", dir, "': ", ec.message());
-    const fs::path latest = fs::path(dir) / "latest";
-    if (fs::exists(latest) && read_small_file(latest.string(), 4096) == step_dir_name(step) + "\n")
-      DT_INPUT_ERROR("checkpoint directory '", dir, "' already holds step ", step, " as its latest");
-    fs::remove_all(step_dir, ec);  // a save of this step that never completed
-    fs::create_directories(step_dir, ec);
-    if (ec) DT_INPUT_ERROR("cannot create '", step_dir.string(), "': ", ec.message());
-    sync_dir(dir);
-  });
-  on_all_ranks(world, "checkpoint save", [&] {
-    observe(SavePhase::kBegin);
-    if (world.rank() < layout.config().world_size()) {
-      write_rank_file(step_dir.string(), layout, world.rank(), kinds, arenas);
-      observe(SavePhase::kWritten);
-    }
-  });
-  on_all_ranks(world, "checkpoint save", [&] {
-    if (world.rank() == 0) commit(dir, step, layout, kinds, trainer_state, [&] { observe(SavePhase::kIndexed); });
-  });
-}
-
-// ---------------------------------------------------------------------------------------------
-
-Checkpoint open_latest(const std::string& dir, const vps::ModelSpec& model) {
-  const fs::path latest = fs::path(dir) / "latest";
-  std::error_code ec;
-  if (!fs::is_regular_file(latest, ec))
-    DT_INPUT_ERROR("'", dir, "' holds no complete checkpoint (no 'latest' file); give a --save directory");
-  std::string name = read_small_file(latest.string(), 4096);
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  if (name.rfind("step-", 0) != 0 || name.find('/') != std::string::npos)
-    DT_INPUT_ERROR("'", latest.string(), "' is corrupted: '", name, "' is not a checkpoint name");
-  Checkpoint c;
-  c.step_dir = (fs::path(dir) / name).string();
-  const std::string index_path = c.step_dir + "/index.json";
-  json index;
-  try {
-    index = json::parse(read_small_file(index_path, kMaxIndexBytes));
-    if (index.at("format").get<std::string>() != kFormat)
-      DT_INPUT_ERROR("'", index_path, "' is not a ", kFormat, " index");
-    c.step = index.at("step").get<std::int64_t>();
-    c.config = vps::ParallelConfig::parse(index.at("config").get<std::string>());
-    c.bucket_elems = index.at("bucket_elems").get<std::int64_t>();
-    std::string kinds;
-    for (const auto& k : index.at("kinds")) kinds += (kinds.empty() ? "" : ",") + k.get<std::string>();
-    c.kinds = vps::parse_state_kinds(kinds);
-    const auto elem = index.at("elem_bytes").get<std::vector<int>>();
-    if (elem.size() != vps::kNumStateKinds) throw std::out_of_range("elem_bytes");
-    std::copy(elem.begin(), elem.end(), c.elem_bytes.begin());
-    for (const auto& f : index.at("files"))
-      c.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<std::uint64_t>(),
-                         f.at("header_checksum").get<std::string>()});
-    c.trainer = index.at("trainer");
-    // The model must be the one saved: same tensors, same shapes, same order.
-    const auto& saved = index.at("tensors");
-    const auto tensors = vps::build_tensors(model);
-    for (std::size_t i = 0; i < std::max(saved.size(), tensors.size()); ++i) {
-      const bool same = i < saved.size() && i < tensors.size() && saved[i].at(0) == tensors[i].name &&
-                        saved[i].at(1).get<std::vector<std::int64_t>>() == tensors[i].shape;
-      if (!same)
-        DT_INPUT_ERROR("checkpoint '", c.step_dir, "' was saved for model '", index.value("model", "?"),
-                       "', which differs from '", model.name, "' at tensor ", i, " (",
-                       i < saved.size() ? saved[i].dump() : "none", " vs ",
-                       i < tensors.size() ? tensors[i].name : "none", ")");
-    }
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception& e) {
-    DT_INPUT_ERROR("checkpoint index '", index_path, "' is corrupted: ", e.what());
-  }
-  vps::ParallelConfig check = c.config;
-  check.validate_for(model);
-  if (static_cast<int>(c.files.size()) != c.config.world_size())
-    DT_INPUT_ERROR("checkpoint index '", index_path, "' lists ", c.files.size(), " files for ",
-                   c.config.world_size(), " ranks (corrupted)");
-  return c;
-}
 
 namespace {
 
@@ -676,7 +390,7 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
   vps::LayoutOptions src_options = dst.options(), dst_options = dst.options();
   src_options.kinds = dst_options.kinds = kinds;
   src_options.bucket_elems = c.bucket_elems;
-  const vps::Layout src(dst.model(), c.config, src_options), to(dst.model(), dst.config(), dst_options);
+  const vps::Layout src = dst.relaid(c.config, src_options), to = dst.relaid(dst.config(), dst_options);
   const plan::Planner planner(src, to, plan::Topology{1});
   const plan::RankPlan mine = planner.plan_rank(rank);
 

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/attachment.h"
 #include "comm/transport.h"
 #include "vps/layout.h"
 #include "vps/model_spec.h"
@@ -73,12 +74,20 @@ enum class SavePhase { kBegin, kWritten, kIndexed };
 const char* save_phase_name(SavePhase phase);  // "save-begin", "save-written", "save-index"
 using SaveObserver = std::function<void(SavePhase phase, int rank)>;
 
-// After every rank of `layout` wrote its file into DIR/step_dir_name(step): writes the index,
-// switches DIR/latest to it and removes checkpoints older than the previous one. One process;
-// `before_switch` (if set) runs between the index and the pointer switch.
+// Rank 0 of a save, before anything is written (reads only): refuses (InputError) a `dir`
+// whose latest checkpoint was saved for a model whose tensors differ from `layout`'s, cannot be
+// read, or already is step `step` (its directory would be replaced).
+void check_save_target(const std::string& dir, std::int64_t step, const vps::Layout& layout);
+// Rank 0 of a save, after check_save_target: creates DIR/step_dir_name(step) empty (removing
+// what a save of this step that never completed left there) and returns its path.
+std::string begin_save(const std::string& dir, std::int64_t step);
+
+// After every rank of `layout` wrote its file into DIR/step_dir_name(step): writes the
+// attachments and the index, switches DIR/latest to it and removes checkpoints older than the
+// previous one. One process; `before_switch` (if set) runs between the index and the pointer switch.
 void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout,
             const std::vector<vps::StateKind>& kinds, const nlohmann::json& trainer_state,
-            const std::function<void()>& before_switch = {});
+            const std::vector<Attachment>& attachments = {}, const std::function<void()>& before_switch = {});
 // Collective over `world` (ranks outside the layout pass empty arenas): the whole save.
 // A process that dies at any point leaves `latest` naming the previous complete checkpoint.
 void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
@@ -107,11 +116,17 @@ struct Checkpoint {
   vps::ElemBytes elem_bytes{};
   std::vector<FileInfo> files;  // file r holds source rank r
   nlohmann::json trainer;       // opaque trainer state saved with it
+  std::vector<AttachmentInfo> attachments;  // read them with read_attachment(step_dir, attachments, name)
 };
 
 // The checkpoint DIR/latest points to. Throws InputError when there is none, or when it was
 // saved for a model whose tensors differ from `model`'s (naming the first difference).
 Checkpoint open_latest(const std::string& dir, const vps::ModelSpec& model);
+// The same for a layout of the caller's own tensors (vps::Layout's second constructor): the
+// saved tensors must equal `tensors` (names and shapes, in order). Whether the saved config
+// suits them is checked when a load builds the saved layout.
+Checkpoint open_latest(const std::string& dir, const std::vector<vps::TensorSpec>& tensors,
+                       const std::string& model_name);
 
 // How a load reads an entry of which it needs only part (ckpt/README.md, "Partial reads"):
 // it reads the checksum chunks that cover the contiguous runs its pieces need (rows of a split

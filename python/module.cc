@@ -16,6 +16,7 @@
 #include "plan/checker.h"
 #include "plan/planner.h"
 #include "plan/stats.h"
+#include "python/checkpoint_bindings.h"
 #include "python/lease_bindings.h"
 #include "python/manager.h"
 #include "vps/state_kind.h"
@@ -321,5 +322,6 @@ PYBIND11_MODULE(_native, m) {
     return names;
   });
   python::bind_manager(m);
+  python::bind_checkpoint(m);
   python::bind_leases(m);
 }

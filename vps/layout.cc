@@ -118,9 +118,14 @@ void validate_custom(std::vector<TensorSpec>& tensors, const ModelSpec& model, P
 Layout::Layout(std::vector<TensorSpec> tensors, const ModelSpec& model, ParallelConfig config,
                LayoutOptions options)
     : model_(model), config_(std::move(config)), options_(std::move(options)),
-      tensors_(std::move(tensors)), shard_cache_(std::make_shared<ShardCache>()) {
+      tensors_(std::move(tensors)), own_tensors_(true), shard_cache_(std::make_shared<ShardCache>()) {
   validate_custom(tensors_, model_, config_);
   check_options(options_);
+}
+
+Layout Layout::relaid(ParallelConfig config, LayoutOptions options) const {
+  if (own_tensors_) return Layout(tensors_, model_, std::move(config), std::move(options));
+  return Layout(model_, std::move(config), std::move(options));
 }
 
 namespace {

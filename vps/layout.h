@@ -111,6 +111,10 @@ class Layout {
   const ParallelConfig& config() const { return config_; }
   const LayoutOptions& options() const { return options_; }
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
+  // The same tensors, built the way this layout's were (from the ModelSpec, or the caller's own
+  // list), in another config and with other options: the layouts a checkpoint load plans
+  // between. InputError when the config cannot take them.
+  Layout relaid(ParallelConfig config, LayoutOptions options) const;
 
   // The local tensor shards of `rank` in model-buffer order (empty for inactive ranks).
   std::vector<LocalShard> local_shards(int rank) const;
@@ -133,6 +137,7 @@ class Layout {
   ParallelConfig config_;
   LayoutOptions options_;
   std::vector<TensorSpec> tensors_;
+  bool own_tensors_ = false;  // built from the caller's list (second constructor)
   std::shared_ptr<ShardCache> shard_cache_;
 };
 

@@ -6,6 +6,7 @@
     w = m.tensors("param")            # name -> torch tensor viewing this rank's shard (no copy)
     m.group("dp")                     # mpi4py communicator of this rank's data-parallel group
     stats = m.switch("dp=4")          # collective: moves every state kind; re-read m.tensors()
+    m.save("ckpt")                    # collective: checkpoint; Manager(..., resume="ckpt") loads it
 
 Tensors handed out view the manager's memory; switch() empties them (using one then raises
 StaleTensorError): re-read them. Every collective agrees its arguments across ranks first
@@ -24,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _abort, _agree, _native, _views, _watchdog
+from . import _abort, _agree, _checkpoint, _native, _views, _watchdog
 from ._agree import PeerError
 from ._native import CommError, InternalError
 from ._views import StaleTensor, StaleTensorError
@@ -109,11 +110,14 @@ class Manager:
     Collective: every rank of `comm` (an mpi4py communicator) constructs it with equal
     arguments, and calls switch() together. Ranks beyond a config's world size hold nothing in
     that config (`active` is False) and take part in switches anyway.
+    resume=DIR: the state, `step` and the saved extras come from DIR's latest checkpoint
+    (Manager.save), saved in any config and process count; `resumed` is then True.
     """
 
     def __init__(self, comm, model: ModelArg, config: str, *, states: str = "all",
                  bucket_elems: int = 40_000_000, param_dtype: torch.dtype = torch.float32,
-                 mem_budget: int = 256 << 20, gpus_per_node: int = 8, watchdog_s: Optional[float] = None):
+                 mem_budget: int = 256 << 20, gpus_per_node: int = 8, watchdog_s: Optional[float] = None,
+                 resume=None):
         if comm.size > 1:
             _abort.install()
         self.comm = comm
@@ -132,8 +136,13 @@ class Manager:
                                            mem_budget, gpus_per_node)
             self.step = 0
             self._extra: Dict[str, Tuple[Callable[[], Any], Callable[[Any], None], bool]] = {}
+            self._pending_extra: Dict[str, Any] = {}  # loaded or received values awaiting register()
+            self.resumed = False
             self._group_cache: Dict[str, Dict[str, Any]] = {}
             self._bind()
+        if resume is not None:
+            with self._collective("checkpoint resume", self._state_bytes()):
+                _checkpoint.resume(self, resume)
 
     # ---- the current layout ----
     @property
@@ -191,10 +200,13 @@ class Manager:
         switch get() runs and set() receives, on every rank: rank 0's value (default; ranks that
         join a layout receive it), or with per_rank=True the list of every rank's value indexed by
         rank, so each rank can take the one its new role needs (e.g. per-tp-rank RNG streams).
-        Values must pickle. `step` is carried like a default one."""
+        Values must pickle. `step` is carried like a default one. A value loaded by resume= (or
+        received on joining) for `name` is handed to set() at once."""
         if name in self._extra:
             raise ValueError(f"extra state '{name}' is already registered")
         self._extra[name] = (get, set, per_rank)
+        if name in self._pending_extra:
+            set(self._pending_extra.pop(name))
 
     # ---- switching ----
     def switch(self, to_cfg: str, *, vacate: Optional[Sequence[int]] = None) -> Dict[str, Any]:
@@ -207,7 +219,7 @@ class Manager:
         (StaleTensorError when used): re-read tensors()/buffers()."""
         from mpi4py import MPI
         t0 = time.perf_counter()
-        with self._collective(f"Manager.switch to {to_cfg!r}", sum(b.numel() * b.element_size() for b in self._flat)):
+        with self._collective(f"Manager.switch to {to_cfg!r}", self._state_bytes()):
             _agree.agree(self.comm, "switch arguments", {
                 "to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate),
                 "registered extra state": [(name, per_rank) for name, (_, _, per_rank) in self._extra.items()]})
@@ -239,6 +251,18 @@ class Manager:
     def _set_extra(self, job, ranks) -> None:
         for name, (_, put, per_rank) in self._extra.items():
             put([r[name] for r in ranks] if per_rank else job[name])
+
+    def save(self, directory) -> Dict[str, Any]:
+        """Collective: checkpoints every state kind, `step` and every registered extra's get()
+        (rank 0's, or every rank's list with per_rank) into `directory` (docs/python.md,
+        "Checkpoints"). Returns path, seconds, bytes. ValueError on every rank for a directory
+        of another model's checkpoint or an extra that does not pickle; OSError naming the path
+        when a write fails; the previous checkpoint stays the latest in either case."""
+        with self._collective("checkpoint save", self._state_bytes()):
+            return _checkpoint.save(self, directory)
+
+    def _state_bytes(self) -> int:
+        return sum(flat.numel() * flat.element_size() for flat in self._flat)
 
     def _reference_switch(self, to_cfg: str) -> float:
         """Benchmark only: the same switch timed inside C++ (bench/python_switch_bench.py)."""

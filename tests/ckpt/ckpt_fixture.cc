@@ -27,14 +27,15 @@ OwnedArenas filled(const vps::Layout& layout, int rank) {
   return a;
 }
 
-void save_filled(const std::string& dir, std::int64_t step, const vps::Layout& layout, std::uint64_t chunk_bytes) {
+void save_filled(const std::string& dir, std::int64_t step, const vps::Layout& layout, std::uint64_t chunk_bytes,
+                 const std::vector<Attachment>& attachments) {
   const std::string step_dir = dir + "/" + step_dir_name(step);
   std::filesystem::create_directories(step_dir);
   for (int r = 0; r < layout.config().world_size(); ++r) {
     OwnedArenas a = filled(layout, r);
     write_rank_file(step_dir, layout, r, layout.options().kinds, a.view(), chunk_bytes);
   }
-  commit(dir, step, layout, layout.options().kinds, {{"note", "filled"}});
+  commit(dir, step, layout, layout.options().kinds, {{"note", "filled"}}, attachments);
 }
 
 }  // namespace dynatrain::ckpt

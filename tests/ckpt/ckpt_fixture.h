@@ -25,8 +25,8 @@ OwnedArenas allocate(const vps::Layout& layout, int rank);
 // Fills every segment of `rank` with the oracle.
 OwnedArenas filled(const vps::Layout& layout, int rank);
 // Saves `layout` (all ranks filled with the oracle) as checkpoint `step` of `dir`, entries
-// checksummed in chunks of `chunk_bytes`.
+// checksummed in chunks of `chunk_bytes`, with `attachments`.
 void save_filled(const std::string& dir, std::int64_t step, const vps::Layout& layout,
-                 std::uint64_t chunk_bytes = kChecksumChunkBytes);
+                 std::uint64_t chunk_bytes = kChecksumChunkBytes, const std::vector<Attachment>& attachments = {});
 
 }  // namespace dynatrain::ckpt

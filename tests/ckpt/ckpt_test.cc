@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <vector>
@@ -61,7 +62,7 @@ std::string fresh_dir(const std::string& name) {
 // Returns the bytes read in place (no staging copy); `read` (if given) gets the file bytes read.
 std::uint64_t expect_loads_exactly(const std::string& dir, const vps::Layout& dst, std::uint64_t* read = nullptr,
                                    const LoadOptions& options = {}) {
-  const Checkpoint c = open_latest(dir, dst.model());
+  const Checkpoint c = open_latest(dir, dst.tensors(), dst.model().name);
   std::uint64_t loaded = 0, expected = 0, in_place = 0;
   for (int r = 0; r < dst.config().world_size(); ++r) {
     OwnedArenas a = allocate(dst, r);
@@ -371,6 +372,87 @@ TEST(Checkpoint, RefusesTruncatedAndCorruptedFiles) {
   EXPECT_NE(load_error(dir).find("corrupted"), std::string::npos) << load_error(dir);
   fs::remove(dir + "/latest");
   EXPECT_NE(load_error(dir).find("no complete checkpoint"), std::string::npos) << load_error(dir);
+}
+
+// A layout of the caller's own tensors (the Python module's user models) loads through the
+// same planner: the saved layout is rebuilt from the same tensor list (Layout::relaid).
+TEST(Checkpoint, LoadsLayoutsOfTheCallersOwnTensors) {
+  vps::ModelSpec spec;
+  spec.name = "own";
+  spec.layers = 2;
+  spec.vocab_divisible_by = 8;
+  using vps::Stage;
+  using vps::TpSplit;
+  std::vector<vps::TensorSpec> tensors{{.name = "embed", .shape = {100, 16}, .split = TpSplit::kVocab, .stage = Stage::kPre}};
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "l" + std::to_string(l);
+    tensors.push_back({.name = p + ".up", .shape = {32, 16}, .split = TpSplit::kDim, .layer = l});
+    tensors.push_back({.name = p + ".down", .shape = {16, 32}, .split = TpSplit::kDim, .split_dim = 1, .layer = l});
+  }
+  tensors.push_back({.name = "head", .shape = {100, 16}, .stage = Stage::kPost});
+  auto own = [&](const char* config) { return vps::Layout(tensors, spec, vps::ParallelConfig::parse(config), options()); };
+  const std::string dir = fresh_dir("own");
+  save_filled(dir, 2, own("tp=2,pp=2,dp=2,zero=1"));
+  for (const char* to : {"tp=1", "dp=3,zero=1", "tp=4,zero=0", "pp=2,dp=2,zero=3"}) {
+    SCOPED_TRACE(to);
+    expect_loads_exactly(dir, own(to));
+  }
+  tensors[3].shape = {16, 64};
+  try {
+    open_latest(dir, tensors, "own");
+    ADD_FAILURE() << "another tensor list was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("differs from 'own' at tensor 3"), std::string::npos) << e.what();
+  }
+}
+
+std::string error_of(const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Checkpoint, SavingIntoAnotherModelsDirectoryIsRefused) {
+  const std::string dir = fresh_dir("target");
+  const auto a = layout("tiny-dense", "tp=2");
+  EXPECT_EQ(error_of([&] { check_save_target(dir, 1, a); }), "");  // no directory yet
+  save_filled(dir, 1, a);
+  EXPECT_EQ(error_of([&] { check_save_target(dir, 2, layout("tiny-dense", "dp=3")); }), "");
+  EXPECT_NE(error_of([&] { check_save_target(dir, 1, a); }).find("already holds step 1 as its latest"), std::string::npos);
+  const std::string other = error_of([&] { check_save_target(dir, 2, layout("tiny-moe", "tp=1")); });
+  EXPECT_NE(other.find("was saved for model 'tiny-dense', which differs from 'tiny-moe'"), std::string::npos) << other;
+  EXPECT_NE(other.find("save into another directory"), std::string::npos) << other;
+  std::ofstream(dir + "/step-00000001/index.json") << "{";
+  EXPECT_NE(error_of([&] { check_save_target(dir, 2, a); }).find("is corrupted"), std::string::npos);
+}
+
+TEST(Checkpoint, AttachmentsAreCheckedLikeRankFiles) {
+  const std::string dir = fresh_dir("attachments");
+  const auto a = layout("tiny-dense", "tp=2");
+  const std::string content(100000, 'x');
+  save_filled(dir, 4, a, kChecksumChunkBytes, {{"state.pkl", content}, {"empty", ""}});
+  const Checkpoint c = open_latest(dir, a.model());
+  ASSERT_EQ(c.attachments.size(), 2u);
+  EXPECT_EQ(read_attachment(c.step_dir, c.attachments, "state.pkl"), content);
+  EXPECT_EQ(read_attachment(c.step_dir, c.attachments, "empty"), "");
+  auto read_error = [&](const std::string& name) { return error_of([&] { read_attachment(c.step_dir, c.attachments, name); }); };
+  EXPECT_NE(read_error("other").find("has no attachment 'other'"), std::string::npos);
+  const std::string path = c.step_dir + "/state.pkl";
+  patch_byte(path, 500);
+  EXPECT_NE(read_error("state.pkl").find("'" + path + "' fails its checksum: corrupted"), std::string::npos);
+  patch_byte(path, 500);
+  EXPECT_EQ(read_error("state.pkl"), "");
+  fs::resize_file(path, 99);
+  EXPECT_NE(read_error("state.pkl").find("truncated"), std::string::npos);
+  fs::remove(path);
+  EXPECT_NE(read_error("state.pkl").find("is missing"), std::string::npos);
+  for (const char* bad : {"index.json", "a/b", "rank-00000.safetensors", "", "x.tmp"})
+    EXPECT_NE(error_of([&] { save_filled(dir, 5, a, kChecksumChunkBytes, {{bad, "x"}}); }).find("not a plain file name"),
+              std::string::npos) << bad;
+  EXPECT_EQ(open_latest(dir, a.model()).step, 4);  // none of those was published
 }
 
 TEST(Checkpoint, RankFilesAreSafetensorsRecordingTheBoxes) {
