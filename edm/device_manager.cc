@@ -9,18 +9,13 @@
 #include "common/error.h"
 
 namespace dynatrain::edm {
+
+using comm::broadcast_string;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
-
-// Rank 0's string on every rank (length, then bytes).
-void broadcast_string(comm::Transport& t, std::string& s) {
-  std::uint64_t n = s.size();
-  t.broadcast(&n, sizeof(n), 0);
-  s.resize(n);
-  if (n > 0) t.broadcast(s.data(), n, 0);
-}
 
 // What world rank 0 tells a process started by a grow:
 // "CURRENT\nNEXT\nNEXT_ID ID ID ...\nPAYLOAD" (the payload may hold anything, newlines too).
@@ -131,7 +126,10 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
       const std::string why = launcher_ ? launcher_->cannot_leave() : "the transport has no launcher";
       if (!why.empty()) reason = "cannot vacate processes: " + why;
     }
-    decision = !reason.empty() ? "R" + reason : (need < 0 && launcher_ && note.empty() ? "S" : "K" + note);
+    // Shrink also when vacated processes all sit beyond the layout (an identity placement:
+    // nobody else moves, the world keeps its lowest ranks and the vacated ones leave).
+    const bool shrink = (need < 0 || !vacate.empty()) && launcher_ && note.empty();
+    decision = !reason.empty() ? "R" + reason : (shrink ? "S" : "K" + note);
   }
   broadcast_string(ctl, decision);
   if (decision[0] == 'R') {
