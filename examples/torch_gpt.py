@@ -155,7 +155,8 @@ def bind(m, lr):
 
 def train(schedule, steps, global_batch, lr):
     world = MPI.COMM_WORLD
-    m = dynatrain.Manager(world, gpt_tensors(), schedule[0], bucket_elems=20_000)
+    # Fixed processes: layouts smaller than the job leave ranks idle until the next switch.
+    m = dynatrain.Manager(world, gpt_tensors(), schedule[0], bucket_elems=20_000, elastic=False)
     for name in m.names:  # the same initial model in every layout: a function of the name only
         g = torch.Generator().manual_seed(sum(map(ord, name)))
         full = torch.ones(m.global_shape(name)) if name.endswith("ln1.w") or name.endswith("ln2.w") or name == "lnf.w" \

@@ -21,10 +21,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _native
+from . import _elastic, _native
+from ._elastic import Leaving
 from ._native import CommError, InternalError
 
-__all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "CommError", "InternalError"]
+__all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "Leaving", "CommError", "InternalError"]
 
 KINDS = tuple(_native.state_kinds())  # vps/state_kind.h, in StateKind order
 GROUPS = ("tp", "cp", "dp", "dp_cp", "pp", "ep", "etp", "edp")
@@ -100,21 +101,33 @@ class Manager:
     Collective: every rank of `comm` (an mpi4py communicator) constructs it with equal
     arguments, and calls switch() together. Ranks beyond a config's world size hold nothing in
     that config (`active` is False) and take part in switches anyway.
+
+    Process-count changes (docs/python.md): a switch to a config needing more processes than
+    `comm` has starts them; they run the same script, whose first Manager(...) joins (`joined`
+    True; state, `step` and extras from the job; its `comm` argument is replaced by the job's).
+    A switch to fewer makes the processes it does not use leave (Leaving). With elastic=False
+    the processes are fixed: a smaller config leaves ranks idle, a larger one is a ValueError.
     """
 
     def __init__(self, comm, model: ModelArg, config: str, *, states: str = "all",
                  bucket_elems: int = 40_000_000, param_dtype: torch.dtype = torch.float32,
-                 mem_budget: int = 256 << 20, gpus_per_node: int = 8):
+                 mem_budget: int = 256 << 20, gpus_per_node: int = 8, elastic: bool = True):
         param_bytes = {torch.float32: 4, torch.bfloat16: 2}.get(param_dtype)
         if param_bytes is None:
             raise ValueError(f"param_dtype {param_dtype}; valid: torch.float32, torch.bfloat16")
-        self.comm = comm
-        self._kind_dtype = {k: param_dtype if k in ("param", "grad") else torch.float32 for k in KINDS}
-        self._native = _native.Manager(comm.py2f(), _model_arg(model), config, states, bucket_elems, param_bytes,
-                                       mem_budget, gpus_per_node)
+        self._options = dict(model=_model_arg(model), states=states, bucket_elems=bucket_elems, param_bytes=param_bytes,
+                             mem_budget=mem_budget, gpus_per_node=gpus_per_node, elastic=bool(elastic))
         self.step = 0
         self._extra: Dict[str, Tuple[Callable[[], Any], Callable[[Any], None], bool]] = {}
+        self._pending_extra: Dict[str, Any] = {}
         self._group_cache: Dict[str, Dict[str, Any]] = {}
+        self.joined = False
+        if _elastic.join(self):  # a process a grow started: its state comes from the running job
+            return
+        self.comm = comm
+        self._kind_dtype = self._kind_dtypes(param_bytes)
+        self._native = _native.Manager(comm.py2f(), self._options["model"], config, states, bucket_elems, param_bytes,
+                                       mem_budget, gpus_per_node)
         self._bind()
 
     # ---- the current layout ----
@@ -177,14 +190,21 @@ class Manager:
         if name in self._extra:
             raise ValueError(f"extra state '{name}' is already registered")
         self._extra[name] = (get, set, per_rank)
+        if name in self._pending_extra:  # received when this process joined
+            set(self._pending_extra.pop(name))
 
     # ---- switching ----
-    def switch(self, to_cfg: str) -> Dict[str, Any]:
+    def switch(self, to_cfg: str, *, vacate: Optional[Sequence[int]] = None) -> Dict[str, Any]:
         """Collective: moves every state kind to layout `to_cfg` in memory and rebinds.
         Returns max-over-ranks times (seconds: the native switch; plan_seconds; engine_seconds;
         pause_seconds: everything including rebinding and groups) and bytes (bytes_sent,
         max_rank_bytes_received, bytes_kept, messages, peak_bytes, max_src_bytes, max_dst_bytes).
-        Tensors from before are invalid afterwards: re-read tensors()/buffers()."""
+        Tensors from before are invalid afterwards: re-read tensors()/buffers().
+        Elastic managers: a config needing more processes than the job has grows it, fewer
+        shrinks it, `vacate` names world ranks that must leave; processes that leave get Leaving
+        (exit status 0), `comm` is then the job's new communicator (docs/python.md)."""
+        if _elastic.changes_processes(self, to_cfg, vacate):
+            return _elastic.switch(self, to_cfg, vacate)
         from mpi4py import MPI
         t0 = time.perf_counter()
         self._drop_views()
@@ -267,6 +287,10 @@ class Manager:
 
     def _dtype_of(self, kind: str) -> torch.dtype:
         return self._kind_dtype[kind]
+
+    @staticmethod
+    def _kind_dtypes(param_bytes: int) -> Dict[str, torch.dtype]:
+        return {k: _DTYPES[param_bytes] if k in ("param", "grad") else torch.float32 for k in KINDS}
 
     def _drop_views(self) -> None:
         self._flat = []
