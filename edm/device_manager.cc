@@ -30,8 +30,8 @@ std::string join_message(const vps::ParallelConfig& current, const vps::Parallel
 
 }  // namespace
 
-DeviceManager::DeviceManager(comm::Transport& world, std::shared_ptr<Launcher> launcher)
-    : world_(&world), launcher_(std::move(launcher)) {
+DeviceManager::DeviceManager(comm::Transport& world, std::shared_ptr<Launcher> launcher, bool layout_groups)
+    : world_(&world), launcher_(std::move(launcher)), layout_groups_(layout_groups) {
   control_ = world.split(0, world.rank());
   for (int r = 0; r < world.size(); ++r) ids_.push_back(static_cast<ProcessId>(r));
   next_id_ = static_cast<ProcessId>(world.size());
@@ -44,8 +44,9 @@ void DeviceManager::remember_world(const std::vector<ProcessId>& order, std::sha
   worlds_[order] = World{std::move(world), std::move(control)};
 }
 
-DeviceManager::DeviceManager(std::unique_ptr<comm::Transport> joined, std::shared_ptr<Launcher> launcher)
-    : launcher_(std::move(launcher)) {
+DeviceManager::DeviceManager(std::unique_ptr<comm::Transport> joined, std::shared_ptr<Launcher> launcher,
+                             bool layout_groups)
+    : launcher_(std::move(launcher)), layout_groups_(layout_groups) {
   owned_world_ = std::move(joined);
   world_ = owned_world_.get();
   std::string msg;
@@ -240,9 +241,11 @@ void DeviceManager::after_grow(const vps::ParallelConfig& next, Work& work) {
   if (!p.leaving) {
     comm::Transport& nc = next_control_ ? *next_control_ : *control_;
     p.world_after = nc.size();
-    const std::uint64_t before = cache_.creations();
-    p.comms = cache_.get(nc, next_ids_, next);
-    p.creations += cache_.creations() - before;
+    if (layout_groups_) {
+      const std::uint64_t before = cache_.creations();
+      p.comms = cache_.get(nc, next_ids_, next);
+      p.creations += cache_.creations() - before;
+    }
   } else {
     p.world_after = next.world_size();
   }

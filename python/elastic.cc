@@ -69,9 +69,10 @@ ElasticOutcome commit(Manager& m, const edm::Prepared& p, std::string job, const
 
 }  // namespace
 
+// The Python side splits its own groups (mpi4py), so the EDM builds none.
 Elastic::Elastic(comm::Transport& world, edm::MpiLaunchSettings launch)
     : launcher_(edm::make_mpi_launcher(std::move(launch))),
-      edm_(std::make_unique<edm::DeviceManager>(world, launcher_)) {}
+      edm_(std::make_unique<edm::DeviceManager>(world, launcher_, /*layout_groups=*/false)) {}
 
 std::shared_ptr<Elastic> Elastic::join(edm::MpiLaunchSettings launch) {
   comm::MpiSession::init();
@@ -79,7 +80,7 @@ std::shared_ptr<Elastic> Elastic::join(edm::MpiLaunchSettings launch) {
   std::unique_ptr<comm::Transport> world = launcher->join();
   if (!world) return nullptr;
   std::shared_ptr<Elastic> e(new Elastic(launcher));
-  e->edm_ = std::make_unique<edm::DeviceManager>(std::move(world), launcher);
+  e->edm_ = std::make_unique<edm::DeviceManager>(std::move(world), launcher, /*layout_groups=*/false);
   return e;
 }
 

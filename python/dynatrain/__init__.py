@@ -322,12 +322,22 @@ class Manager:
         self._groups = self._groups_for(self._config["config"])
 
     def _groups_for(self, config: str) -> Dict[str, Any]:
-        """mpi4py sub-communicators of the current config, split once per config (collective)."""
+        """mpi4py sub-communicators of the current config, split once per config (collective).
+        Groups of one rank are duplicates of COMM_SELF and dp_cp is dp where cp is 1: no split
+        (each costs collectives over the whole job; the sizes are the config's, equal everywhere)."""
         if config not in self._group_cache:
             from mpi4py import MPI
+            c = self._config
+            sizes = {"tp": c["tp"], "cp": c["cp"], "dp": c["dp"], "dp_cp": c["dp"] * c["cp"], "pp": c["pp"],
+                     "ep": c["ep"], "etp": c["etp"], "edp": c["edp"]}
             groups = {}
             for name, (color, key) in self._native.group_colors().items():
-                sub = self.comm.Split(color if color >= 0 else MPI.UNDEFINED, key)
-                groups[name] = None if sub == MPI.COMM_NULL else sub
+                if name == "dp_cp" and c["cp"] == 1:
+                    groups[name] = groups["dp"]
+                elif sizes[name] == 1:
+                    groups[name] = MPI.COMM_SELF.Dup() if color >= 0 else None
+                else:
+                    sub = self.comm.Split(color if color >= 0 else MPI.UNDEFINED, key)
+                    groups[name] = None if sub == MPI.COMM_NULL else sub
             self._group_cache[config] = groups
         return self._group_cache[config]
