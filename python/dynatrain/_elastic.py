@@ -71,7 +71,7 @@ def switch(m, to_cfg: str, vacate: Optional[Sequence[int]]) -> Dict[str, Any]:
     t0 = time.perf_counter()
     ranks = _vacate_list(vacate)
     job, mine = _outgoing(m)
-    payload = pickle.dumps(m._options) if m.comm.rank == 0 else b""
+    payload = _payload(m) if m.comm.rank == 0 else b""
     m._drop_views()
     try:
         out = _native.elastic_switch(m._native, to_cfg, ranks, executable(), payload, job, mine)
@@ -122,6 +122,15 @@ def _vacate_list(vacate: Optional[Sequence[int]]) -> List[int]:
     if isinstance(vacate, (str, bytes)) or not all(isinstance(r, int) and not isinstance(r, bool) for r in vacate):
         raise ValueError(f"vacate must be a list of world ranks (ints); got {vacate!r}")
     return list(vacate)
+
+
+def _payload(m) -> bytes:
+    """Rank 0's model and options for the processes a grow starts (a config.json path made
+    absolute: they may start in another directory)."""
+    options = dict(m._options)
+    if isinstance(options["model"], str) and os.path.isfile(options["model"]):
+        options["model"] = os.path.abspath(options["model"])
+    return pickle.dumps(options)
 
 
 def _outgoing(m):
