@@ -59,6 +59,8 @@ def changes_processes(m, to_cfg: str, vacate: Optional[Sequence[int]]) -> bool:
     """Whether switching `m` to `to_cfg` changes the job's processes (ValueError for a config
     that does not parse, or a vacate list on a manager with fixed processes)."""
     needed = _native.world_size_of(to_cfg)
+    if m.comm is None:
+        raise ValueError("this process left the job in an earlier switch; its Manager holds nothing")
     if not m._options["elastic"]:
         if vacate:
             raise ValueError("vacate needs a Manager whose processes may change (elastic=True)")

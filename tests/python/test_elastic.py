@@ -95,6 +95,17 @@ def test_vacate_named_ranks_and_migrate_rank_zero():
     assert out.count("done rank") == 2
 
 
+def test_vacate_the_last_rank_keeps_the_others_in_place():
+    # No rank moves (rank r stays on process r): the vacated process alone leaves.
+    rc, out = job(3, "--schedule", "dp=3;tp=2@2")
+    assert rc == 0, out
+    steps = checks_by_step(out)
+    first = pids_before(out, 1)
+    assert_world(steps, 1, "tp=2,pp=1,dp=1,zero=1", 2)
+    assert [steps[1][r][2] for r in (0, 1)] == [first[0], first[1]]
+    assert [int(p) for _, p in LEAVING.findall(out)] == [first[2]]
+
+
 def refusals(out, attempts):
     for cfg, why in attempts:
         said = re.findall(rf"refusal {re.escape(cfg)} rank (\d): (.*)", out)
