@@ -59,10 +59,10 @@ ElasticOutcome commit(Manager& m, const edm::Prepared& p, std::string job, const
   const plan::Planner planner(m.layout(), *next, m.options().topology, {{}, placement});
   const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
   out.stats = m.move_state(std::move(next), new_rank, plan, tw, t0);
-
-  dm.adopt();
-  out.left = dm.left();
   out.world_after = p.world_after;
+
+  dm.adopt();  // `p` is gone from here on
+  out.left = dm.left();
   m.set_world(out.left ? nullptr : &dm.world());
   return out;
 }
