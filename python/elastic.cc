@@ -37,14 +37,17 @@ std::string world_change_refusal(comm::Transport& world, const edm::Launcher& la
   return why;
 }
 
-// The commit, on starters and joiners alike: carry, plan, move, adopt the new world.
+// The commit, on starters and joiners alike: carry, plan, move, adopt the new world. Times count
+// from `t0`, or on a joined process from the moment the starters' commit reached it (before
+// that it waited for them, while they trained).
 ElasticOutcome commit(Manager& m, const edm::Prepared& p, std::string job, const std::string& mine,
-                      Clock::time_point t0) {
+                      Clock::time_point t0, bool joined) {
   edm::DeviceManager& dm = m.elastic()->edm();
   comm::Transport& tw = dm.transition_world();
   ElasticOutcome out;
   Carried carried{static_cast<std::int32_t>(p.world_before), p.spawn_seconds};
   tw.broadcast(&carried, sizeof(carried), 0);
+  if (joined) t0 = Clock::now();
   comm::broadcast_string(tw, job);
   out.job = std::move(job);
   out.mine = comm::all_gather_strings(tw, mine);
@@ -94,37 +97,45 @@ std::string vacate_problem(const std::vector<int>& vacate, int world_size) {
   return {};
 }
 
-ElasticOutcome switch_processes(Manager& m, const ElasticRequest& r) {
-  const auto t0 = Clock::now();
+void prepare_processes(Manager& m, const ElasticRequest& r) {
   comm::Transport& world = m.world();
+  if (m.elastic() && m.elastic()->edm().preparing()) DT_INPUT_ERROR("a switch is being prepared already");
   if (const std::string why = vacate_problem(r.vacate, world.size()); !why.empty()) DT_INPUT_ERROR(why);
   m.make_layout(r.to);  // a config the model cannot take: InputError before any communication
   if (!m.elastic()) m.set_elastic(std::make_shared<Elastic>(world, r.launch));
   const std::string refusal = world_change_refusal(world, m.elastic()->launcher(), r);
   if (!refusal.empty()) DT_INPUT_ERROR(refusal);
-
-  edm::DeviceManager& dm = m.elastic()->edm();
   edm::DeviceManager::Place place;
   if (!r.vacate.empty())
     place = [ranks = r.to.world_size(), vacate = r.vacate](int processes) {
       return plan::place_around(ranks, processes, vacate);
     };
-  dm.prepare(m.layout().config(), r.to, [](const edm::Prepared&) {}, r.payload, place, r.vacate);
+  m.elastic()->edm().prepare(m.layout().config(), r.to, [](const edm::Prepared&) {}, r.payload, place, r.vacate);
+}
+
+ElasticOutcome commit_processes(Manager& m, const std::string& job, const std::string& mine, Clock::time_point t0) {
+  DT_CHECK(m.elastic() != nullptr && m.elastic()->edm().preparing(), "commit_processes() without a prepare");
+  edm::DeviceManager& dm = m.elastic()->edm();
   edm::Prepared& p = dm.wait_prepared();
   if (!p.refused.empty()) {  // decided by rank 0 for every rank: nothing started, nothing moved
-    const std::string why = p.refused;
+    const std::string why = "switch to " + p.config.str() + " refused: " + p.refused;
     dm.discard();
-    DT_INPUT_ERROR("switch to ", r.to.str(), " refused: ", why);
+    DT_INPUT_ERROR(why);
   }
-  return commit(m, p, r.job, r.mine, t0);
+  return commit(m, p, job, mine, t0, /*joined=*/false);
+}
+
+ElasticOutcome switch_processes(Manager& m, const ElasticRequest& r) {
+  const auto t0 = Clock::now();
+  prepare_processes(m, r);
+  return commit_processes(m, r.job, r.mine, t0);
 }
 
 ElasticOutcome finish_join(Manager& m) {
-  const auto t0 = Clock::now();
   DT_CHECK(m.elastic() != nullptr, "finish_join() on a manager that did not join");
   edm::DeviceManager& dm = m.elastic()->edm();
   dm.prepare_joined(vps::ParallelConfig::parse(dm.joined_next()), [](const edm::Prepared&) {});
-  return commit(m, dm.wait_prepared(), {}, {}, t0);
+  return commit(m, dm.wait_prepared(), {}, {}, Clock::now(), /*joined=*/true);
 }
 
 }  // namespace dynatrain::python

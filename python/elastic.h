@@ -10,9 +10,9 @@
 //   shrink  fewer: the processes beyond the layout hand their state over and leave (`left`).
 //   vacate  named world ranks take no rank (plan::place_around) and leave; processes are
 //           started for the ranks the others cannot hold.
-// One switch = the EDM's prepare (waited for at once: nothing trains meanwhile), the carry of
-// the caller's blobs, this process's plan with the EDM's placement, the engine over the
-// transition world, the EDM's adopt; the manager then works on the new world.
+// One switch = the EDM's prepare (waited for at once, or started ahead while the caller
+// trains), the carry of the caller's blobs, this process's plan with the EDM's placement, the
+// engine over the transition world, the EDM's adopt; the manager then works on the new world.
 //
 // Invariants:
 //  * Collective over the manager's world, every rank with equal arguments. Every refusal (a bad
@@ -28,6 +28,7 @@
 //    process (measured: MPI_Finalize of two connected jobs never returned).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,8 +78,20 @@ struct ElasticOutcome {
   double spawn_seconds = 0;        // starting the new processes and merging them (rank 0's)
 };
 
-// The whole switch on a process of the running job. Throws InputError as above.
+// The whole switch on a process of the running job: prepare_processes + commit_processes.
+// Throws InputError as above.
 ElasticOutcome switch_processes(Manager& manager, const ElasticRequest& request);
+// Its two halves. prepare_processes validates and refuses what only rank 0 can tell (both
+// collective over the world), then starts the EDM's prepare on its thread and returns: new
+// processes start while the caller goes on (its collectives must not use the EDM's
+// communicators, which they cannot reach). commit_processes, collective over the world at the
+// caller's next step boundary: waits for the prepare, throws InputError if it was refused
+// (processes could not be started; nothing moved), else carries `job` / `mine` and moves the
+// state; its times count from `started`. One prepare at a time; the prepare does not use
+// `request.job` and `request.mine`.
+void prepare_processes(Manager& manager, const ElasticRequest& request);
+ElasticOutcome commit_processes(Manager& manager, const std::string& job, const std::string& mine,
+                                std::chrono::steady_clock::time_point started);
 // On a joined manager (Manager's joining constructor): the rest of the switch that started
 // this process; afterwards it holds its state in the new layout.
 ElasticOutcome finish_join(Manager& manager);

@@ -60,6 +60,21 @@ void bind_elastic(py::module_& m) {
     return outcome_dict(o);
   }, py::arg("manager"), py::arg("to"), py::arg("vacate"), py::arg("executable"), py::arg("payload"),
      py::arg("job"), py::arg("mine"));
+  // The two halves of elastic_switch: start preparing (returns at once), commit later.
+  m.def("elastic_prepare", [](Manager& self, const std::string& to, const std::vector<int>& vacate,
+                              const std::string& executable, const py::bytes& payload) {
+    ElasticRequest r{vps::ParallelConfig::parse(to), vacate, launch_settings(executable), payload, {}, {}};
+    py::gil_scoped_release unlocked;
+    prepare_processes(self, r);
+  }, py::arg("manager"), py::arg("to"), py::arg("vacate"), py::arg("executable"), py::arg("payload"));
+  m.def("elastic_commit", [](Manager& self, const py::bytes& job, const py::bytes& mine) {
+    ElasticOutcome o;
+    {
+      py::gil_scoped_release unlocked;
+      o = commit_processes(self, job, mine, std::chrono::steady_clock::now());
+    }
+    return outcome_dict(o);
+  }, py::arg("manager"), py::arg("job"), py::arg("mine"));
   m.def("finish_join", [](Manager& self) {
     ElasticOutcome o;
     {

@@ -121,6 +121,7 @@ class Manager:
         self._extra: Dict[str, Tuple[Callable[[], Any], Callable[[Any], None], bool]] = {}
         self._pending_extra: Dict[str, Any] = {}
         self._group_cache: Dict[str, Dict[str, Any]] = {}
+        self._prepared: Optional[Tuple[str, List[int]]] = None  # a process-count change in flight
         self.joined = False
         if _elastic.join(self):  # a process a grow started: its state comes from the running job
             return
@@ -225,6 +226,13 @@ class Manager:
         stats["pause_seconds"] = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
         stats["config"] = self._config["config"]
         return stats
+
+    def prepare(self, to_cfg: str, *, vacate: Optional[Sequence[int]] = None) -> None:
+        """Collective: starts ahead what switch(to_cfg, vacate=...) needs, so that it pauses
+        less: processes a grow needs start in the background while the loop trains (a switch
+        that changes no process needs nothing ahead). Call switch() with the same arguments
+        next; ValueError for what switch() would refuse now."""
+        _elastic.prepare(self, to_cfg, vacate)
 
     def _reference_switch(self, to_cfg: str) -> float:
         """Benchmark only: the same switch timed inside C++ (bench/python_switch_bench.py)."""

@@ -14,6 +14,9 @@ Only in a Manager(..., elastic=True) (the default); with elastic=False its proce
            on the others (rank r stays where it is unless vacated), processes are started for
            what they cannot hold.
 
+A switch may be prepared ahead, Manager.prepare(cfg, vacate=...) a few steps before
+Manager.switch(cfg, vacate=...): the processes then start while the loop trains.
+
 Invariants:
   * The carried state travels with the switch, before the state moves, over every process of
     both worlds: rank 0's step and extras, and every process's per-rank extras (a list indexed
@@ -59,6 +62,8 @@ def changes_processes(m, to_cfg: str, vacate: Optional[Sequence[int]]) -> bool:
     """Whether switching `m` to `to_cfg` changes the job's processes (ValueError for a config
     that does not parse, or a vacate list on a manager with fixed processes)."""
     needed = _native.world_size_of(to_cfg)
+    if m._prepared is not None:
+        return True
     if m.comm is None:
         raise ValueError("this process left the job in an earlier switch; its Manager holds nothing")
     if not m._options["elastic"]:
@@ -68,15 +73,34 @@ def changes_processes(m, to_cfg: str, vacate: Optional[Sequence[int]]) -> bool:
     return bool(vacate) or needed != m.comm.size
 
 
-def switch(m, to_cfg: str, vacate: Optional[Sequence[int]]) -> Dict[str, Any]:
-    """Manager.switch() where the processes change (collective over m.comm)."""
-    t0 = time.perf_counter()
+def prepare(m, to_cfg: str, vacate: Optional[Sequence[int]]) -> None:
+    """Manager.prepare(): starts a switch that changes the processes in the background (new
+    processes start while the caller trains); nothing for a switch that changes none."""
+    if m._prepared is not None:
+        raise ValueError(f"a switch to {m._prepared[0]} is being prepared already; switch() to it first")
+    if not changes_processes(m, to_cfg, vacate):
+        return
     ranks = _vacate_list(vacate)
+    _native.elastic_prepare(m._native, to_cfg, ranks, executable(), _payload(m) if m.comm.rank == 0 else b"")
+    m._prepared = (to_cfg, ranks)
+
+
+def switch(m, to_cfg: str, vacate: Optional[Sequence[int]]) -> Dict[str, Any]:
+    """Manager.switch() where the processes change (collective over m.comm): the commit of the
+    prepared switch, or prepare and commit at once."""
+    ranks = _vacate_list(vacate)
+    if m._prepared is not None and m._prepared != (to_cfg, ranks):
+        raise ValueError(f"a switch to {m._prepared[0]} (vacate {m._prepared[1]}) is being prepared; "
+                         f"switch() to it with the same arguments")
     job, mine = _outgoing(m)
-    payload = _payload(m) if m.comm.rank == 0 else b""
     m._drop_views()
     try:
-        out = _native.elastic_switch(m._native, to_cfg, ranks, executable(), payload, job, mine)
+        if m._prepared is not None:
+            m._prepared = None
+            out = _native.elastic_commit(m._native, job, mine)
+        else:
+            payload = _payload(m) if m.comm.rank == 0 else b""
+            out = _native.elastic_switch(m._native, to_cfg, ranks, executable(), payload, job, mine)
     except ValueError:
         m._bind()  # refused on every rank before anything moved
         raise
@@ -84,7 +108,7 @@ def switch(m, to_cfg: str, vacate: Optional[Sequence[int]]) -> Dict[str, Any]:
     if out["left"]:
         _hold_nothing(m)
         raise Leaving(to_cfg)
-    return _adopt(m, out, t0)
+    return _adopt(m, out)
 
 
 def join(m) -> bool:
@@ -93,7 +117,6 @@ def join(m) -> bool:
     ticket = _join_ticket()
     if ticket is None:
         return False
-    t0 = time.perf_counter()
     m._options = pickle.loads(ticket.payload())  # rank 0's: the job's model and options
     o = m._options
     m._kind_dtype = m._kind_dtypes(o["param_bytes"])
@@ -102,7 +125,7 @@ def join(m) -> bool:
     out = _native.finish_join(m._native)
     _ending.after_world_change()
     m.joined = True
-    m.join_stats = _adopt(m, out, t0)
+    m.join_stats = _adopt(m, out)
     return True
 
 
@@ -156,7 +179,7 @@ def _deliver(m, head: Dict[str, Any], mine: List[bytes]) -> None:
             m._pending_extra[name] = value
 
 
-def _adopt(m, out: Dict[str, Any], t0: float) -> Dict[str, Any]:
+def _adopt(m, out: Dict[str, Any]) -> Dict[str, Any]:
     """After the native switch on a process that stays: the new communicator, groups, carried
     values and views; the switch's statistics."""
     from mpi4py import MPI
@@ -167,7 +190,9 @@ def _adopt(m, out: Dict[str, Any], t0: float) -> Dict[str, Any]:
     m._bind()
     stats = {k: v for k, v in out.items() if k not in ("job", "mine", "left")}
     stats["rebind_seconds"] = m.comm.allreduce(time.perf_counter() - t1, op=MPI.MAX)
-    stats["pause_seconds"] = m.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+    # The native part (`seconds`, slowest process) counts from the commit's start on every
+    # process: a joined one waited for the starters before it, while they trained.
+    stats["pause_seconds"] = stats["seconds"] + stats["rebind_seconds"]
     stats["config"] = m._config["config"]
     return stats
 

@@ -58,7 +58,7 @@ def check(m, extras, stats):
         f"pause_s {stats['pause_seconds']:.3f}")
 
 
-def run(schedule, model):
+def run(schedule, model, ahead):
     m = dynatrain.Manager(MPI.COMM_WORLD, model, schedule[0][0], bucket_elems=5000)
     if not m.joined:
         fill_oracle(m)  # a joined manager holds the job's values already
@@ -71,6 +71,10 @@ def run(schedule, model):
         extras.before(m, step)
         say(f"before step {step} rank {m.comm.rank} pid {os.getpid()}")
         m.step = step  # carried: processes this switch starts go on from here
+        if ahead:  # start the processes, then go on training (collectives on m.comm) meanwhile
+            m.prepare(cfg, vacate=vacate)
+            for _ in range(3):
+                m.comm.allreduce(m.comm.rank)
         try:
             stats = m.switch(cfg, vacate=vacate)
         except dynatrain.Leaving:
@@ -102,12 +106,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--schedule", default="tp=2;tp=2,dp=2;pp=2")
     ap.add_argument("--model", default="tiny-dense")
+    ap.add_argument("--ahead", action="store_true", help="prepare each switch before its step's work")
     ap.add_argument("--refusals", help="switches that must be refused, in --schedule's form")
     a = ap.parse_args()
     if a.refusals:
         refusals(parse_schedule(a.refusals), a.model)
     else:
-        run(parse_schedule(a.schedule), a.model)
+        run(parse_schedule(a.schedule), a.model, a.ahead)
 
 
 if __name__ == "__main__":

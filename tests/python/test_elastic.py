@@ -67,6 +67,19 @@ def test_grow_two_to_four_then_shrink_to_two():
     assert out.count("done rank") == 2
 
 
+def test_prepared_ahead_grow_and_shrink():
+    # Manager.prepare() starts the processes while the loop goes on; switch() commits.
+    rc, out = job(2, "--ahead", "--schedule", "dp=2;tp=2,dp=2;dp=2@0")
+    assert rc == 0, out
+    steps = checks_by_step(out)
+    assert_world(steps, 1, "tp=2,pp=1,dp=2,zero=1", 4)
+    assert [steps[1][r][3] for r in range(4)] == [False, False, True, True]
+    assert_world(steps, 2, "tp=1,pp=1,dp=2,zero=1", 2)
+    first = pids_before(out, 2)
+    assert [steps[2][r][2] for r in (0, 1)] == [first[2], first[1]]  # rank 0 vacated: rank 2 takes it
+    assert sorted(int(p) for _, p in LEAVING.findall(out)) == sorted([first[0], first[3]])
+
+
 def test_two_to_three_to_one():
     rc, out = job(2, "--schedule", "dp=2;dp=3,zero=0;tp=1")
     assert rc == 0, out
