@@ -98,6 +98,14 @@ def refusals(attempts, model):
             say(f"refusal {cfg}@{vacate} rank {world.rank}: {e}")
         say(f"intact {cfg}@{vacate} rank {world.rank} mismatches {len(oracle_mismatches(m))} "
             f"world {m.comm.size}")
+    if os.environ.get("DT_EDM_EXECUTABLE"):  # a grow prepared ahead is refused by its switch
+        m.prepare("dp=4")
+        try:
+            m.switch("dp=4")
+            say(f"refusal prepared dp=4 rank {world.rank}: NOT REFUSED")
+        except ValueError as e:
+            say(f"refusal prepared dp=4 rank {world.rank}: {e}")
+        say(f"intact prepared dp=4 rank {world.rank} mismatches {len(oracle_mismatches(m))} world {m.comm.size}")
     stats = m.switch("tp=2")  # the job still switches
     say(f"after refusals rank {world.rank} mismatches {len(oracle_mismatches(m))} bytes {stats['bytes_sent']}")
 

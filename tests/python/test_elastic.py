@@ -139,7 +139,8 @@ def test_refusals_move_nothing():
                    ("dp=2@[-1]", "cannot vacate rank -1"),
                    ("dp=4@None", cannot_start), ("dp=2@[0, 1]", cannot_start),
                    ("dp=2@['1']", "vacate must be a list of world ranks (ints)"),
-                   ("tp=3,dp=2@None", "tp=3 does not divide 8 attention heads")])
+                   ("tp=3,dp=2@None", "tp=3 does not divide 8 attention heads"),
+                   ("prepared dp=4", cannot_start)])
 
 
 def test_without_leaving_allowed_nothing_changes():
