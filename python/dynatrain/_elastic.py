@@ -9,10 +9,10 @@
            `step` and the job's extras (in `_pending_extra` until register()).
   shrink   fewer processes than the world: the processes beyond the layout hand their state
            over, then switch() raises Leaving on them.
-Only in a Manager(..., elastic=True) (the default); with elastic=False its processes are fixed.
   vacate   switch(cfg, vacate=[ranks]): those processes take no rank and leave; the layout is laid
            on the others (rank r stays where it is unless vacated), processes are started for
            what they cannot hold.
+Only in a Manager(..., elastic=True) (the default); with elastic=False its processes are fixed.
 
 A switch may be prepared ahead, Manager.prepare(cfg, vacate=...) a few steps before
 Manager.switch(cfg, vacate=...): the processes then start while the loop trains.
@@ -39,6 +39,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import _native
+
 
 class Leaving(SystemExit):
     """Raised by Manager.switch() on a process that holds no rank of the new layout, after it
