@@ -134,7 +134,7 @@ def switch_rows(a, world):
     rows = []
     for pair in a.pairs.split(";"):
         src, dst = pair.split(">")
-        m = dynatrain.Manager(world, model, src, bucket_elems=4_000_000, param_dtype=torch.bfloat16)
+        m = dynatrain.Manager(world, model, src, bucket_elems=4_000_000, param_dtype=torch.bfloat16, elastic=False)
         m.switch(dst), m.switch(src)  # warm the pool once: both paths then run warm
         py, cpp, native = [], [], []
         for r in range(2 * a.rounds):  # switch by switch, the paths alternate; both go both ways

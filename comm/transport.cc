@@ -118,6 +118,25 @@ bool agree_with_root(Transport& transport, bool ok) {
   return flag != 0;
 }
 
+void broadcast_string(Transport& transport, std::string& text) {
+  std::uint64_t n = text.size();
+  transport.broadcast(&n, sizeof(n), 0);
+  text.resize(n);
+  if (n > 0) transport.broadcast(text.data(), n, 0);
+}
+
+std::vector<std::string> all_gather_strings(Transport& transport, const std::string& mine) {
+  const std::vector<std::uint64_t> sizes = all_gather_values(transport, static_cast<std::uint64_t>(mine.size()));
+  const std::uint64_t widest = *std::max_element(sizes.begin(), sizes.end());
+  std::string padded = mine;
+  padded.resize(widest);
+  std::string all(widest * sizes.size(), '\0');
+  if (widest > 0) transport.all_gather_bytes(padded.data(), all.data(), widest);
+  std::vector<std::string> out;
+  for (std::size_t r = 0; r < sizes.size(); ++r) out.push_back(all.substr(r * widest, sizes[r]));
+  return out;
+}
+
 void check_all_to_all_args(int size, const std::vector<std::size_t>& send_counts,
                            const std::vector<std::size_t>& send_offsets,
                            const std::vector<std::size_t>& recv_counts,

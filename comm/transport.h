@@ -35,6 +35,7 @@
 #include <cstring>
 #include <type_traits>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace dynatrain::comm {
@@ -156,5 +157,12 @@ std::vector<T> all_gather_values(Transport& transport, const std::vector<T>& val
 // such as opening an output file, so that every rank throws the same error instead of rank 0
 // alone leaving its peers waiting in the next collective.
 bool agree_with_root(Transport& transport, bool ok);
+
+// Collective: rank 0's `text` (any bytes) on every rank, replacing the others' (two broadcasts:
+// length, then bytes).
+void broadcast_string(Transport& transport, std::string& text);
+
+// Collective: every rank's `mine` (any bytes, any length per rank) on every rank, indexed by rank.
+std::vector<std::string> all_gather_strings(Transport& transport, const std::string& mine);
 
 }  // namespace dynatrain::comm

@@ -9,18 +9,13 @@
 #include "common/error.h"
 
 namespace dynatrain::edm {
+
+using comm::broadcast_string;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
-
-// Rank 0's string on every rank (length, then bytes).
-void broadcast_string(comm::Transport& t, std::string& s) {
-  std::uint64_t n = s.size();
-  t.broadcast(&n, sizeof(n), 0);
-  s.resize(n);
-  if (n > 0) t.broadcast(s.data(), n, 0);
-}
 
 // What world rank 0 tells a process started by a grow:
 // "CURRENT\nNEXT\nNEXT_ID ID ID ...\nPAYLOAD" (the payload may hold anything, newlines too).
@@ -35,8 +30,8 @@ std::string join_message(const vps::ParallelConfig& current, const vps::Parallel
 
 }  // namespace
 
-DeviceManager::DeviceManager(comm::Transport& world, std::shared_ptr<Launcher> launcher)
-    : world_(&world), launcher_(std::move(launcher)) {
+DeviceManager::DeviceManager(comm::Transport& world, std::shared_ptr<Launcher> launcher, bool layout_groups)
+    : world_(&world), launcher_(std::move(launcher)), layout_groups_(layout_groups) {
   control_ = world.split(0, world.rank());
   for (int r = 0; r < world.size(); ++r) ids_.push_back(static_cast<ProcessId>(r));
   next_id_ = static_cast<ProcessId>(world.size());
@@ -49,8 +44,9 @@ void DeviceManager::remember_world(const std::vector<ProcessId>& order, std::sha
   worlds_[order] = World{std::move(world), std::move(control)};
 }
 
-DeviceManager::DeviceManager(std::unique_ptr<comm::Transport> joined, std::shared_ptr<Launcher> launcher)
-    : launcher_(std::move(launcher)) {
+DeviceManager::DeviceManager(std::unique_ptr<comm::Transport> joined, std::shared_ptr<Launcher> launcher,
+                             bool layout_groups)
+    : launcher_(std::move(launcher)), layout_groups_(layout_groups) {
   owned_world_ = std::move(joined);
   world_ = owned_world_.get();
   std::string msg;
@@ -131,7 +127,10 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
       const std::string why = launcher_ ? launcher_->cannot_leave() : "the transport has no launcher";
       if (!why.empty()) reason = "cannot vacate processes: " + why;
     }
-    decision = !reason.empty() ? "R" + reason : (need < 0 && launcher_ && note.empty() ? "S" : "K" + note);
+    // Shrink also when vacated processes all sit beyond the layout (an identity placement:
+    // nobody else moves, the world keeps its lowest ranks and the vacated ones leave).
+    const bool shrink = (need < 0 || !vacate.empty()) && launcher_ && note.empty();
+    decision = !reason.empty() ? "R" + reason : (shrink ? "S" : "K" + note);
   }
   broadcast_string(ctl, decision);
   if (decision[0] == 'R') {
@@ -242,9 +241,11 @@ void DeviceManager::after_grow(const vps::ParallelConfig& next, Work& work) {
   if (!p.leaving) {
     comm::Transport& nc = next_control_ ? *next_control_ : *control_;
     p.world_after = nc.size();
-    const std::uint64_t before = cache_.creations();
-    p.comms = cache_.get(nc, next_ids_, next);
-    p.creations += cache_.creations() - before;
+    if (layout_groups_) {
+      const std::uint64_t before = cache_.creations();
+      p.comms = cache_.get(nc, next_ids_, next);
+      p.creations += cache_.creations() - before;
+    }
   } else {
     p.world_after = next.world_size();
   }

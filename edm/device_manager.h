@@ -57,11 +57,15 @@ struct Prepared {
 class DeviceManager {
  public:
   // A world of the processes started together (ids 0..n-1). `world` must outlive the EDM.
-  DeviceManager(comm::Transport& world, std::shared_ptr<Launcher> launcher);
+  // `layout_groups` false: prepares build no communicators of the next layout (Prepared::comms
+  // stays nullptr), for callers that split their own; every process of the job (those a grow
+  // starts included) must pass the same value.
+  DeviceManager(comm::Transport& world, std::shared_ptr<Launcher> launcher, bool layout_groups = true);
   // In a process started by a grow: `joined` is Launcher::join()'s world. Collective with the
   // starters' prepare (receives the state of the job from world rank 0). Afterwards call
   // prepare_joined() to run the rest of that prepare in step with the starters.
-  DeviceManager(std::unique_ptr<comm::Transport> joined, std::shared_ptr<Launcher> launcher);
+  DeviceManager(std::unique_ptr<comm::Transport> joined, std::shared_ptr<Launcher> launcher,
+                bool layout_groups = true);
   ~DeviceManager();
   DeviceManager(const DeviceManager&) = delete;
   DeviceManager& operator=(const DeviceManager&) = delete;
@@ -144,6 +148,7 @@ class DeviceManager {
   ProcessId next_id_ = 0;
   std::shared_ptr<Launcher> launcher_;
   CommunicatorCache cache_;
+  bool layout_groups_ = true;
   bool left_ = false;
   std::string joined_current_, joined_next_, joined_payload_;
 

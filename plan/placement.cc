@@ -186,6 +186,27 @@ void pin_rank0(std::vector<std::int64_t>& cost, int ranks, const std::vector<int
 }
 }  // namespace
 
+std::vector<int> place_around(int ranks, int processes, const std::vector<int>& vacate) {
+  std::vector<bool> used(static_cast<std::size_t>(processes), false);
+  for (int v : vacate) {
+    DT_CHECK(v >= 0 && v < processes, "vacated process ", v, " is outside 0..", processes - 1);
+    used[v] = true;
+  }
+  DT_CHECK(processes - static_cast<int>(vacate.size()) >= ranks, ranks, " ranks do not fit on ", processes,
+           " processes with ", vacate.size(), " vacated");
+  std::vector<int> out(static_cast<std::size_t>(ranks), -1);
+  for (int r = 0; r < ranks && r < processes; ++r)
+    if (!used[r]) out[r] = r, used[r] = true;
+  int q = 0;
+  for (int& p : out)
+    if (p < 0) {
+      while (used[q]) ++q;
+      p = q;
+      used[q] = true;
+    }
+  return out;
+}
+
 Placement auto_placement(const vps::Layout& src, const vps::Layout& dst, const Topology& topology,
                          const Placement& src_placement, const Bandwidth& bandwidth,
                          const std::vector<int>& eligible, bool rank0_on_process0) {

@@ -79,6 +79,13 @@ Placement auto_placement(const vps::Layout& src, const vps::Layout& dst, const T
                          const Placement& src_placement = {}, const Bandwidth& bandwidth = {},
                          const std::vector<int>& eligible = {}, bool rank0_on_process0 = false);
 
+// The placement of a `ranks`-rank layout onto `processes` processes when the processes in
+// `vacate` must take no rank (a vacate request): rank r stays on process r unless that process
+// is vacated or missing; the other ranks take the remaining processes in order (processes
+// started for the switch, numbered last, included). process_of_rank of the result; needs
+// processes - vacate.size() >= ranks and vacate within [0, processes) (InvariantError otherwise).
+std::vector<int> place_around(int ranks, int processes, const std::vector<int>& vacate);
+
 struct Affinity;  // plan/planner.h
 
 // The fewest bytes any destination placement onto `eligible` processes (empty: all) can send

@@ -8,20 +8,21 @@
 
 #include "common/error.h"
 #include "plan/planner.h"
+#include "python/elastic.h"
 
 namespace dynatrain::python {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::size_t bytes_of(const vps::LocalBuffer& b, const vps::LayoutOptions& o) {
   return static_cast<std::size_t>(b.numel) * o.elem_bytes[static_cast<int>(b.kind)];
 }
 
 }  // namespace
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 void require_world(const vps::Layout& layout, int job_size) {
   if (layout.config().world_size() > job_size)
@@ -45,14 +46,27 @@ LayoutFactory tensor_list_layouts(std::vector<vps::TensorSpec> tensors, vps::Mod
 
 Manager::Manager(std::unique_ptr<comm::Transport> world, LayoutFactory layouts,
                  const vps::ParallelConfig& config, exec::TransitionOptions options)
-    : world_(std::move(world)), layouts_(std::move(layouts)), options_(options),
+    : first_world_(std::move(world)), world_(first_world_.get()), layouts_(std::move(layouts)), options_(options),
       layout_(std::make_unique<vps::Layout>(layouts_(config))) {
   require_world(*layout_, world_->size());
   rank_layout_ = layout_->rank_layout(world_->rank());
   allocate_zeroed();
 }
 
+Manager::Manager(std::shared_ptr<Elastic> joined, LayoutFactory layouts, const vps::ParallelConfig& config,
+                 exec::TransitionOptions options)
+    : elastic_(std::move(joined)), world_(&elastic_->edm().world()), layouts_(std::move(layouts)),
+      options_(options), layout_(std::make_unique<vps::Layout>(layouts_(config))) {
+  rank_layout_ = layout_->rank_layout(world_->rank());
+  DT_CHECK(rank_layout_.buffers.empty(), "a joining process holds rank ", world_->rank(), " of ", config.str());
+}
+
 Manager::~Manager() { release_all(); }
+
+comm::Transport& Manager::world() const {
+  if (world_ == nullptr) DT_INPUT_ERROR("this process left the job in its last switch; it holds no state");
+  return *world_;
+}
 
 std::size_t Manager::buffer_bytes(std::size_t i) const {
   return bytes_of(rank_layout_.buffers.at(i), layout_->options());
@@ -74,21 +88,28 @@ void Manager::release_all() {
   buffers_.clear();
 }
 
-void Manager::validate(const vps::ParallelConfig& to) const { require_world(layouts_(to), world_->size()); }
+void Manager::validate(const vps::ParallelConfig& to) const { require_world(layouts_(to), world().size()); }
 
 SwitchStats Manager::switch_to(const vps::ParallelConfig& to) {
   const auto t0 = std::chrono::steady_clock::now();
   auto next = std::make_unique<vps::Layout>(layouts_(to));
-  require_world(*next, world_->size());
+  require_world(*next, world().size());
   const plan::Planner planner(*layout_, *next, options_.topology);
   const int me = world_->rank();
   const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
-  vps::RankLayout dst_layout = next->rank_layout(me);
+  return move_state(std::move(next), me, plan, *world_, t0);
+}
+
+SwitchStats Manager::move_state(std::unique_ptr<vps::Layout> next, int new_rank, const plan::RankPlan& plan,
+                                comm::Transport& transition, std::chrono::steady_clock::time_point t0) {
+  // A process without a new rank holds nothing (a rank beyond the layout).
+  const int layout_rank = new_rank >= 0 ? new_rank : next->config().world_size() + transition.rank();
+  vps::RankLayout dst_layout = next->rank_layout(layout_rank);
   const double plan_s = seconds_since(t0);
 
   std::vector<std::byte*> dst(dst_layout.buffers.size(), nullptr);
   const exec::TransitionStats ts = exec::run_transition(plan, rank_layout_, buffers_, dst_layout, dst,
-                                                        layout_->options().elem_bytes, *world_, keep_alive_, options_);
+                                                        layout_->options().elem_bytes, transition, keep_alive_, options_);
   for (std::size_t i = 0; i < dst.size(); ++i)
     DT_CHECK(dst[i] != nullptr || dst_layout.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
   layout_ = std::move(next);
@@ -102,7 +123,7 @@ SwitchStats Manager::switch_to(const vps::ParallelConfig& to) {
   const Mine mine{plan_s, ts.seconds, seconds_since(t0), ts.bytes_sent, ts.bytes_received, ts.bytes_kept,
                   ts.messages, ts.peak_bytes, ts.src_bytes, ts.dst_bytes};
   SwitchStats st;
-  for (const Mine& m : comm::all_gather_values(*world_, mine)) {
+  for (const Mine& m : comm::all_gather_values(transition, mine)) {
     st.plan_seconds = std::max(st.plan_seconds, m.plan_s);
     st.engine_seconds = std::max(st.engine_seconds, m.engine_s);
     st.pause_seconds = std::max(st.pause_seconds, m.total_s);

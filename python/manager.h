@@ -10,10 +10,15 @@
 //    until its pin goes (python/keep_alive.h).
 //  * Every rank of the job calls the constructor and switch_to() with equal arguments
 //    (collective); ranks at or above a config's world size hold nothing in it.
+//  * The layout's rank r is world() rank r. A switch that changes the job's processes
+//    (python/elastic.h) replaces the world with one that keeps this invariant: the state moves
+//    over a transition world holding every process of both layouts, then the new world (the
+//    grown, shrunk or reordered one) becomes world(). On a process that left, world() throws.
 //  * Padding elements (bucket padding, vocab padding rows) are zero after construction and after
 //    every switch (the engine zeroes them), unless the caller writes them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,9 +29,12 @@
 #include "exec/engine.h"
 #include "exec/pool_allocator.h"
 #include "python/keep_alive.h"
+#include "plan/plan.h"
 #include "vps/layout.h"
 
 namespace dynatrain::python {
+
+class Elastic;  // python/elastic.h: the job's process-count changes
 
 // The layout of the manager's model in a config: a built-in or HF model, or a user tensor list
 // (the two Layout constructors). Throws InputError for a config the model cannot take.
@@ -77,6 +85,10 @@ class Manager {
   // Allocates and zeroes this rank's buffers.
   Manager(std::unique_ptr<comm::Transport> world, LayoutFactory layouts,
           const vps::ParallelConfig& config, exec::TransitionOptions options = {});
+  // In a process a grow started: `joined` holds the job's world, in which this process holds
+  // nothing of the job's current layout `config` until python::finish_join() moves its state in.
+  Manager(std::shared_ptr<Elastic> joined, LayoutFactory layouts, const vps::ParallelConfig& config,
+          exec::TransitionOptions options = {});
   ~Manager();
   Manager(const Manager&) = delete;
   Manager& operator=(const Manager&) = delete;
@@ -91,9 +103,9 @@ class Manager {
   const vps::RankLayout& rank_layout() const { return rank_layout_; }
   std::byte* buffer(std::size_t i) const { return buffers_.at(i); }
   std::size_t buffer_bytes(std::size_t i) const;
-  int rank() const { return world_->rank(); }
-  int size() const { return world_->size(); }
-  comm::Transport& world() { return *world_; }
+  int rank() const { return world().rank(); }
+  int size() const { return world().size(); }
+  comm::Transport& world() const;  // InputError on a process that left the job
   const exec::PoolAllocator& pool() const { return pool_; }
   // Keeps buffer(i)'s memory out of every later switch's reuse until the token is destroyed.
   std::shared_ptr<void> pin(std::size_t i) { return keep_alive_.pin(buffers_.at(i), buffer_bytes(i)); }
@@ -105,11 +117,30 @@ class Manager {
   std::vector<TensorView> views() const;
   std::vector<BucketInfo> buckets() const;
 
+  // ---- for switches that change the job's processes (python/elastic.h) ----
+  vps::Layout make_layout(const vps::ParallelConfig& config) const { return layouts_(config); }
+  const exec::TransitionOptions& options() const { return options_; }
+  Elastic* elastic() const { return elastic_.get(); }
+  // Collective over the current world, once: the machinery of process-count changes over it.
+  void set_elastic(std::shared_ptr<Elastic> elastic) { elastic_ = std::move(elastic); }
+  // Collective over `transition` (every process of both layouts; this process's rank there
+  // keeps its current layout rank): moves every state kind by `plan` (this process's part, in
+  // processes of `transition`) to rank `new_rank` of `next` (-1: none) and rebinds buffer(i).
+  // Times (from `started`, when the switch began: planning is the part before this call) and
+  // bytes are gathered over `transition`.
+  SwitchStats move_state(std::unique_ptr<vps::Layout> next, int new_rank, const plan::RankPlan& plan,
+                         comm::Transport& transition, std::chrono::steady_clock::time_point started);
+  // The world after such a switch: its rank r holds rank r of the layout; nullptr on a process
+  // that left (it holds nothing).
+  void set_world(comm::Transport* world) { world_ = world; }
+
  private:
   void allocate_zeroed();
   void release_all();
 
-  std::unique_ptr<comm::Transport> world_;
+  std::unique_ptr<comm::Transport> first_world_;  // the constructor's (outlives elastic_, which may use it)
+  std::shared_ptr<Elastic> elastic_;              // created at the first process-count change
+  comm::Transport* world_ = nullptr;              // the job's world now (first_world_ or elastic_'s)
   LayoutFactory layouts_;
   exec::TransitionOptions options_;
   std::unique_ptr<vps::Layout> layout_;
@@ -121,5 +152,7 @@ class Manager {
 
 // Throws InputError when `layout`'s config needs more ranks than the job has.
 void require_world(const vps::Layout& layout, int job_size);
+
+double seconds_since(std::chrono::steady_clock::time_point t0);
 
 }  // namespace dynatrain::python

@@ -18,6 +18,8 @@
 #include "plan/stats.h"
 #include "python/checkpoint_bindings.h"
 #include "python/lease_bindings.h"
+#include "python/bindings.h"
+#include "python/elastic.h"
 #include "python/manager.h"
 #include "vps/state_kind.h"
 
@@ -25,10 +27,6 @@ namespace py = pybind11;
 
 namespace dynatrain::python {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 template <typename Enum, std::size_t N>
 Enum parse_enum(const std::string& what, const std::string& tensor, const std::string& value,
@@ -124,6 +122,8 @@ std::unique_ptr<comm::Transport> transport_from_fortran_handle(std::int64_t hand
   return comm::MpiTransport::from_comm(comm);
 }
 
+}  // namespace
+
 py::dict stats_dict(const SwitchStats& s) {
   py::dict d;
   d["seconds"] = s.pause_seconds;
@@ -138,6 +138,8 @@ py::dict stats_dict(const SwitchStats& s) {
   d["max_dst_bytes"] = s.max_dst_bytes;
   return d;
 }
+
+namespace {
 
 // Sub-communicator colors and keys of this rank in the current config: name -> (color, key),
 // color -1 where the rank is outside the config. Ranks with equal colors form one group.
@@ -177,7 +179,9 @@ py::dict config_dict(const vps::ParallelConfig& c, int rank) {
 
 void bind_manager(py::module_& m) {
   py::class_<Manager, std::shared_ptr<Manager>>(m, "Manager")
-      .def(py::init([](std::int64_t comm, const py::object& model, const std::string& config,
+      // `comm`: an MPI communicator's Fortran handle, or the job a grow started this process
+      // for (join_job(); `config` is then the job's current layout).
+      .def(py::init([](const py::object& comm, const py::object& model, const std::string& config,
                        const std::string& states, std::int64_t bucket_elems, int param_bytes,
                        std::uint64_t mem_budget, int gpus_per_node) {
              exec::TransitionOptions t;
@@ -185,7 +189,9 @@ void bind_manager(py::module_& m) {
              t.topology.gpus_per_node = gpus_per_node;
              auto layouts = layouts_from_python(model, layout_options(states, bucket_elems, param_bytes));
              auto first = vps::ParallelConfig::parse(config);
-             auto world = transport_from_fortran_handle(comm);
+             if (py::isinstance<Elastic>(comm))
+               return std::make_shared<Manager>(comm.cast<std::shared_ptr<Elastic>>(), std::move(layouts), first, t);
+             auto world = transport_from_fortran_handle(comm.cast<std::int64_t>());
              py::gil_scoped_release unlocked;
              return std::make_shared<Manager>(std::move(world), std::move(layouts), first, t);
            }),
@@ -324,4 +330,5 @@ PYBIND11_MODULE(_native, m) {
   python::bind_manager(m);
   python::bind_checkpoint(m);
   python::bind_leases(m);
+  python::bind_elastic(m);
 }

@@ -585,29 +585,11 @@ struct Trainer::Impl {
     }, std::move(payload), place(current, next, vacate), vacate);
   }
 
-  // Vacating: rank r stays on process r unless that process is vacated or missing; the other
-  // ranks take the remaining processes in order (processes started for the switch last).
-  static std::vector<int> place_around(int ranks, int processes, const std::vector<int>& vacate) {
-    std::vector<bool> used(static_cast<std::size_t>(processes), false);
-    for (int v : vacate) used.at(v) = true;
-    std::vector<int> out(static_cast<std::size_t>(ranks), -1);
-    for (int r = 0; r < ranks && r < processes; ++r)
-      if (!used[r]) out[r] = r, used[r] = true;
-    int q = 0;
-    for (int& p : out)
-      if (p < 0) {
-        while (used.at(q)) ++q;
-        p = q;
-        used[q] = true;
-      }
-    return out;
-  }
-
   // The EDM's placement callback (runs on its thread on every rank, same answer everywhere).
   edm::DeviceManager::Place place(const vps::ParallelConfig& current, const vps::ParallelConfig& next,
                                   const std::vector<int>& vacate) const {
     if (!vacate.empty())
-      return [ranks = next.world_size(), vacate](int processes) { return place_around(ranks, processes, vacate); };
+      return [ranks = next.world_size(), vacate](int processes) { return plan::place_around(ranks, processes, vacate); };
     if (opt.placement != TrainerOptions::Placement::kAuto || opt.switch_method != SwitchMethod::kEngine) return {};
     return [this, current, next](int processes) -> std::vector<int> {
       auto src = make_layout(current, kMovedKinds);
@@ -717,10 +699,7 @@ struct Trainer::Impl {
     // The job's leader (world rank 0) moves when the placement gives rank 0 to another
     // process: the caller's leader state goes along, to every rank of the transition world.
     if (!p.process_of_rank.empty() && p.process_of_rank[0] != 0) {
-      std::uint64_t n = leader_state.size();
-      tw.broadcast(&n, sizeof(n), 0);
-      leader_state.resize(n);
-      if (n > 0) tw.broadcast(leader_state.data(), n, 0);
+      comm::broadcast_string(tw, leader_state);
       st.leader_state = std::move(leader_state);
       st.leader_moved = true;
     }

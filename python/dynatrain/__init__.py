@@ -25,13 +25,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _abort, _agree, _checkpoint, _native, _views, _watchdog
+from . import _abort, _agree, _checkpoint, _elastic, _native, _views, _watchdog
 from ._agree import PeerError
+from ._elastic import Leaving
 from ._native import CommError, InternalError
 from ._views import StaleTensor, StaleTensorError
 
-__all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "CommError", "InternalError", "PeerError",
-           "StaleTensor", "StaleTensorError", "adopt", "describe", "Job"]
+__all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "Leaving", "CommError", "InternalError",
+           "PeerError", "StaleTensor", "StaleTensorError", "adopt", "describe", "Job"]
 
 if _abort.launched_with_peers():
     _abort.install()  # an uncaught exception on one rank ends the job (DYNATRAIN_ABORT_ON_ERROR=0: off)
@@ -112,33 +113,47 @@ class Manager:
     that config (`active` is False) and take part in switches anyway.
     resume=DIR: the state, `step` and the saved extras come from DIR's latest checkpoint
     (Manager.save), saved in any config and process count; `resumed` is then True.
+
+    Process-count changes (docs/python.md): a switch to a config needing more processes than
+    `comm` has starts them; they run the same script, whose first Manager(...) joins (`joined`
+    True; state, `step` and extras from the job; its `comm` argument is replaced by the job's).
+    A switch to fewer makes the processes it does not use leave (Leaving). With elastic=False
+    the processes are fixed: a smaller config leaves ranks idle, a larger one is a ValueError.
     """
 
     def __init__(self, comm, model: ModelArg, config: str, *, states: str = "all",
                  bucket_elems: int = 40_000_000, param_dtype: torch.dtype = torch.float32,
                  mem_budget: int = 256 << 20, gpus_per_node: int = 8, watchdog_s: Optional[float] = None,
-                 resume=None):
+                 resume=None, elastic: bool = True):
+        param_bytes = {torch.float32: 4, torch.bfloat16: 2}.get(param_dtype)
+        self._options = dict(model=_model_arg(model), states=states, bucket_elems=bucket_elems, param_bytes=param_bytes,
+                             mem_budget=mem_budget, gpus_per_node=gpus_per_node, elastic=bool(elastic))
+        self._views = _views.ViewRegistry()
+        self._watchdog_s: Optional[float] = None  # agreed below; the environment's until then
+        self.step = 0
+        self._extra: Dict[str, Tuple[Callable[[], Any], Callable[[Any], None], bool]] = {}
+        self._pending_extra: Dict[str, Any] = {}  # loaded or received values awaiting register()
+        self.resumed = False
+        self._group_cache: Dict[str, Dict[str, Any]] = {}
+        self._prepared: Optional[Tuple[str, List[int]]] = None  # a process-count change in flight
+        self.joined = False
+        if _elastic.join(self):  # a process a grow started: its state comes from the running job
+            if self.comm.size > 1:
+                _abort.install()
+            return
         if comm.size > 1:
             _abort.install()
         self.comm = comm
-        self._views = _views.ViewRegistry()
-        self._watchdog_s: Optional[float] = None  # agreed below; the environment's until then
         with self._collective("Manager construction"):
             args = _agree.together(comm, "Manager arguments", lambda: _agree.manager_arguments(
                 _model_arg(model), config, states, bucket_elems, param_dtype, mem_budget, gpus_per_node, watchdog_s))
-            _agree.agree(comm, "Manager arguments", args)
+            _agree.agree(comm, "Manager arguments", dict(args, elastic=bool(elastic)))
             self._watchdog_s = args["watchdog_s"]
-            param_bytes = {torch.float32: 4, torch.bfloat16: 2}.get(param_dtype)
             if param_bytes is None:
                 raise ValueError(f"param_dtype {param_dtype}; valid: torch.float32, torch.bfloat16")
-            self._kind_dtype = {k: param_dtype if k in ("param", "grad") else torch.float32 for k in KINDS}
-            self._native = _native.Manager(comm.py2f(), _model_arg(model), config, states, bucket_elems, param_bytes,
-                                           mem_budget, gpus_per_node)
-            self.step = 0
-            self._extra: Dict[str, Tuple[Callable[[], Any], Callable[[Any], None], bool]] = {}
-            self._pending_extra: Dict[str, Any] = {}  # loaded or received values awaiting register()
-            self.resumed = False
-            self._group_cache: Dict[str, Dict[str, Any]] = {}
+            self._kind_dtype = self._kind_dtypes(param_bytes)
+            self._native = _native.Manager(comm.py2f(), self._options["model"], config, states, bucket_elems,
+                                           param_bytes, mem_budget, gpus_per_node)
             self._bind()
         if resume is not None:
             with self._collective("checkpoint resume", self._state_bytes()):
@@ -216,13 +231,21 @@ class Manager:
         max_rank_bytes_received, bytes_kept, messages, peak_bytes, max_src_bytes, max_dst_bytes).
         The arguments are agreed first and the target validated: ValueError on every rank,
         nothing moved, views intact. Tensors handed out before a switch that moves are emptied
-        (StaleTensorError when used): re-read tensors()/buffers()."""
+        (StaleTensorError when used): re-read tensors()/buffers().
+        Elastic managers: a config needing more processes than the job has grows it, fewer
+        shrinks it, `vacate` names world ranks that must leave; processes that leave get Leaving
+        (exit status 0), `comm` is then the job's new communicator (docs/python.md)."""
         from mpi4py import MPI
+        if self.comm is None:
+            raise ValueError("this process left the job in an earlier switch; its Manager holds nothing")
         t0 = time.perf_counter()
         with self._collective(f"Manager.switch to {to_cfg!r}", self._state_bytes()):
             _agree.agree(self.comm, "switch arguments", {
                 "to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate),
                 "registered extra state": [(name, per_rank) for name, (_, _, per_rank) in self._extra.items()]})
+            if _agree.together(self.comm, f"switch to {to_cfg!r}",
+                               lambda: _elastic.changes_processes(self, to_cfg, vacate)):
+                return _elastic.switch(self, to_cfg, vacate)
             _agree.together(self.comm, f"switch to {to_cfg!r}", lambda: self._check_switch(to_cfg, vacate))
             job, mine = _agree.together(self.comm, "extra state get()", self._get_extra)
             self._drop_views(f"from before switch {self._views.switches + 1} ({self._config['config']} -> {to_cfg})")
@@ -263,6 +286,17 @@ class Manager:
 
     def _state_bytes(self) -> int:
         return sum(flat.numel() * flat.element_size() for flat in self._flat)
+
+    def prepare(self, to_cfg: str, *, vacate: Optional[Sequence[int]] = None) -> None:
+        """Collective: starts ahead what switch(to_cfg, vacate=...) needs, so that it pauses
+        less: processes a grow needs start in the background while the loop trains (a switch
+        that changes no process needs nothing ahead). Call switch() with the same arguments
+        next; ValueError for what switch() would refuse now."""
+        if self.comm is None:
+            raise ValueError("this process left the job in an earlier switch; its Manager holds nothing")
+        with self._collective(f"Manager.prepare of {to_cfg!r}"):
+            _agree.agree(self.comm, "prepare arguments", {"to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate)})
+            _agree.together(self.comm, f"prepare of {to_cfg!r}", lambda: _elastic.prepare(self, to_cfg, vacate))
 
     def _reference_switch(self, to_cfg: str) -> float:
         """Benchmark only: the same switch timed inside C++ (bench/python_switch_bench.py)."""
@@ -332,7 +366,11 @@ class Manager:
     def _dtype_of(self, kind: str) -> torch.dtype:
         return self._kind_dtype[kind]
 
-    def _drop_views(self, why: str) -> None:
+    @staticmethod
+    def _kind_dtypes(param_bytes: int) -> Dict[str, torch.dtype]:
+        return {k: _DTYPES[param_bytes] if k in ("param", "grad") else torch.float32 for k in KINDS}
+
+    def _drop_views(self, why: str = "from before a switch that changed the job's processes") -> None:
         """Empties every tensor handed out so far (StaleTensorError when used, saying `why`)."""
         self._views.invalidate(why)
         self._flat = []
@@ -370,13 +408,23 @@ class Manager:
         self._groups = self._groups_for(self._config["config"])
 
     def _groups_for(self, config: str) -> Dict[str, Any]:
-        """mpi4py sub-communicators of the current config, split once per config (collective)."""
+        """mpi4py sub-communicators of the current config, split once per config (collective).
+        Groups of one rank are duplicates of COMM_SELF and dp_cp is dp where cp is 1: no split
+        (each costs collectives over the whole job; the sizes are the config's, equal everywhere)."""
         if config not in self._group_cache:
             from mpi4py import MPI
+            c = self._config
+            sizes = {"tp": c["tp"], "cp": c["cp"], "dp": c["dp"], "dp_cp": c["dp"] * c["cp"], "pp": c["pp"],
+                     "ep": c["ep"], "etp": c["etp"], "edp": c["edp"]}
             groups = {}
             for name, (color, key) in self._native.group_colors().items():
-                sub = self.comm.Split(color if color >= 0 else MPI.UNDEFINED, key)
-                groups[name] = None if sub == MPI.COMM_NULL else sub
+                if name == "dp_cp" and c["cp"] == 1:
+                    groups[name] = groups["dp"]
+                elif sizes[name] == 1:
+                    groups[name] = MPI.COMM_SELF.Dup() if color >= 0 else None
+                else:
+                    sub = self.comm.Split(color if color >= 0 else MPI.UNDEFINED, key)
+                    groups[name] = None if sub == MPI.COMM_NULL else sub
             self._group_cache[config] = groups
         return self._group_cache[config]
 

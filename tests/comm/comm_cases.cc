@@ -323,6 +323,21 @@ void all_gather_values_exact(Transport& t) {
   }
 }
 
+// broadcast_string / all_gather_strings: rank 0's bytes everywhere, and every rank's bytes of
+// its own length (uneven, empty, with NUL bytes) by rank.
+void string_collectives(Transport& t) {
+  const int n = t.size(), r = t.rank();
+  auto text_of = [](int q) {
+    return std::string(static_cast<std::size_t>(q * 3 + 1) % 5, '\0') + "rank" + std::to_string(q);
+  };
+  std::string root = r == 0 ? std::string("from root\0with a NUL", 21) : std::string(100, 'x');
+  broadcast_string(t, root);
+  CASE_REQUIRE(root == std::string("from root\0with a NUL", 21), "broadcast of ", root.size(), " bytes");
+  const std::vector<std::string> all = all_gather_strings(t, r == n - 1 ? std::string() : text_of(r));
+  CASE_REQUIRE(all.size() == static_cast<std::size_t>(n));
+  for (int q = 0; q < n; ++q) CASE_REQUIRE(all[q] == (q == n - 1 ? std::string() : text_of(q)), "string of rank ", q);
+}
+
 // all_gather_bytes of odd byte counts (not a multiple of a float) and of vectors: every byte
 // of every rank's block in place, uneven sizes, and the vector form of all_gather_values.
 void all_gather_bytes_sizes(Transport& t) {
@@ -688,6 +703,7 @@ const std::vector<CommCase>& comm_cases() {
       {"all_gather_sizes", all_gather_sizes},
       {"all_gather_values_exact", all_gather_values_exact},
       {"all_gather_bytes_sizes", all_gather_bytes_sizes},
+      {"string_collectives", string_collectives},
       {"reduce_scatter_sizes", reduce_scatter_sizes},
       {"all_to_all_uneven", all_to_all_uneven},
       {"split", split_cases},

@@ -133,6 +133,16 @@ TEST(Placement, LeavingProcessesEndEmptyAndJoiningOnesStartEmpty) {
   for (int p : {0, 2}) EXPECT_TRUE(up[p].keep.empty() && up[p].send.empty()) << "process " << p;
 }
 
+TEST(Placement, PlaceAroundKeepsRanksOffVacatedProcesses) {
+  // Rank r stays on process r unless vacated; the rest take free processes in order, new ones last.
+  EXPECT_EQ(place_around(2, 3, {1}), (std::vector<int>{0, 2}));
+  EXPECT_EQ(place_around(2, 3, {0}), (std::vector<int>{2, 1}));
+  EXPECT_EQ(place_around(3, 5, {0, 2}), (std::vector<int>{3, 1, 4}));  // 2 processes started at 3, 4
+  EXPECT_EQ(place_around(3, 4, {3}), (std::vector<int>{0, 1, 2}));      // the identity: the vacated one is beyond
+  EXPECT_THROW(place_around(3, 3, {1}), InvariantError);                 // does not fit
+  EXPECT_THROW(place_around(2, 3, {3}), InvariantError);                 // no such process
+}
+
 TEST(AutoPlacement, UndoesAPermutedSourceSoEverythingStaysInPlace) {
   // The running job holds source rank r on process perm[r]; the destination config equals the
   // source config. Fixed placement moves every ZeRO shard; auto finds perm and keeps all.

@@ -1,7 +1,8 @@
 """Manager.save / Manager(..., resume=): a checkpoint saved in one layout loads into others and
 other process counts with every element equal to the oracle; step and extras come back through
 register(); damaged, missing or foreign checkpoints and failed writes raise on every rank naming
-the path, leaving the previous checkpoint the latest. Runs at any world size."""
+the path, leaving the previous checkpoint the latest. Runs at any world size; its Managers keep
+their processes (elastic=False: a smaller layout leaves ranks idle), as pytest cannot be grown."""
 import json
 import os
 import pathlib
@@ -76,7 +77,7 @@ def on_ranks(world, n, body):
 
 
 def saved(world, directory, model="tiny-dense", cfg=None, step=12, **kw):
-    m = dynatrain.Manager(world, model, cfg or layouts(world)[0], bucket_elems=5000, **kw)
+    m = dynatrain.Manager(world, model, cfg or layouts(world)[0], bucket_elems=5000, elastic=False, **kw)
     fill_oracle(m)
     m.step = step
     m.save(directory)
@@ -91,7 +92,7 @@ def test_resume_into_other_layouts_and_process_counts(world, shared_dir, model):
     saved_as = saved(world, shared_dir, arg, save_cfg).config["config"]
 
     def check(sub, cfg):
-        m = dynatrain.Manager(sub, arg, cfg, bucket_elems=3000, resume=shared_dir)
+        m = dynatrain.Manager(sub, arg, cfg, bucket_elems=3000, resume=shared_dir, elastic=False)
         assert m.resumed and m.step == 12
         assert oracle_mismatches(m) == [], f"resumed {save_cfg} into {cfg} on {sub.size} processes"
         assert m._resume_stats["saved_config"] == saved_as
@@ -102,7 +103,7 @@ def test_resume_into_other_layouts_and_process_counts(world, shared_dir, model):
 
 
 def test_step_and_extras_come_back_through_register(world, shared_dir):
-    m = dynatrain.Manager(world, "tiny-dense", layouts(world)[0], bucket_elems=5000)
+    m = dynatrain.Manager(world, "tiny-dense", layouts(world)[0], bucket_elems=5000, elastic=False)
     m.step = 41
     m.register("data_pos", lambda: {"epoch": 3, "pos": 1234 + world.rank}, lambda v: None)
     m.register("rng", lambda: torch.tensor([world.rank, 7]), lambda v: None, per_rank=True)
@@ -111,7 +112,7 @@ def test_step_and_extras_come_back_through_register(world, shared_dir):
 
     def check(sub):
         got = {}
-        r = dynatrain.Manager(sub, "tiny-dense", "tp=1", resume=shared_dir)
+        r = dynatrain.Manager(sub, "tiny-dense", "tp=1", resume=shared_dir, elastic=False)
         assert r.step == 41 and r.resumed
         assert sorted(r._pending_extra) == ["data_pos", "rng", "unused"]
         r.register("data_pos", lambda: None, lambda v: got.__setitem__("data_pos", v))
@@ -125,21 +126,21 @@ def test_step_and_extras_come_back_through_register(world, shared_dir):
 
     on_ranks(world, 1, check)
     # A save after a resume keeps the loaded values not registered yet.
-    r = dynatrain.Manager(world, "tiny-dense", "tp=1", resume=shared_dir)
+    r = dynatrain.Manager(world, "tiny-dense", "tp=1", resume=shared_dir, elastic=False)
     r.register("data_pos", lambda: "new", lambda v: None)
     r.step = 42
     r.save(shared_dir)
-    again = dynatrain.Manager(world, "tiny-dense", "tp=1", resume=shared_dir)
+    again = dynatrain.Manager(world, "tiny-dense", "tp=1", resume=shared_dir, elastic=False)
     assert again._pending_extra["data_pos"] == "new" and again._pending_extra["unused"] == "kept"
     assert [t.tolist() for t in again._pending_extra["rng"]] == [[rank, 7] for rank in range(world.size)]
-    fresh = dynatrain.Manager(world, "tiny-dense", "tp=1")
+    fresh = dynatrain.Manager(world, "tiny-dense", "tp=1", elastic=False)
     assert not fresh.resumed and fresh._pending_extra == {} and fresh.step == 0
 
 
 def test_resumed_manager_switches_and_saves_again(world, shared_dir):
     save_cfg, resume_cfgs = layouts(world)
     saved(world, shared_dir, step=5)
-    m = dynatrain.Manager(world, "tiny-dense", resume_cfgs[0], bucket_elems=5000, resume=shared_dir)
+    m = dynatrain.Manager(world, "tiny-dense", resume_cfgs[0], bucket_elems=5000, resume=shared_dir, elastic=False)
     for cfg in resume_cfgs[1:] + [save_cfg]:
         m.switch(cfg)
         assert oracle_mismatches(m) == [], f"after switching to {cfg}"
@@ -147,7 +148,7 @@ def test_resumed_manager_switches_and_saves_again(world, shared_dir):
     m.save(shared_dir)
     names = sorted(p.name for p in shared_dir.iterdir())
     assert names == ["latest", "step-00000005", "step-00000006"]  # the previous one is kept
-    again = dynatrain.Manager(world, "tiny-dense", resume_cfgs[0], resume=shared_dir)
+    again = dynatrain.Manager(world, "tiny-dense", resume_cfgs[0], resume=shared_dir, elastic=False)
     assert again.step == 6 and oracle_mismatches(again) == []
 
 
@@ -176,7 +177,7 @@ def alter_header(path):
 def refused(world, directory, match, model="tiny-dense", **kw):
     """Resuming raises ValueError on every rank, with `match` (a regex) in its message."""
     with pytest.raises(ValueError, match=match):
-        dynatrain.Manager(world, model, "tp=1", resume=directory, **kw)
+        dynatrain.Manager(world, model, "tp=1", resume=directory, **kw, elastic=False)
 
 
 def test_foreign_damaged_and_missing_checkpoints_are_refused(world, shared_dir):
@@ -220,7 +221,7 @@ def test_foreign_damaged_and_missing_checkpoints_are_refused(world, shared_dir):
     damage("index.json", lambda p: p.write_text("{"))
     refused(world, shared_dir, f"checkpoint index '{at}/index.json' is corrupted")
     restore("index.json")
-    m = dynatrain.Manager(world, "tiny-dense", "tp=1", resume=shared_dir)  # undamaged again
+    m = dynatrain.Manager(world, "tiny-dense", "tp=1", resume=shared_dir, elastic=False)  # undamaged again
     assert oracle_mismatches(m) == []
 
 
@@ -232,7 +233,7 @@ def test_saves_that_cannot_complete_raise_on_every_rank_and_publish_nothing(worl
     m = saved(world, shared_dir, step=3)
     m.step = 4
     # Another model's checkpoint directory: refused before anything is written.
-    other = dynatrain.Manager(world, "tiny-moe", "tp=1", bucket_elems=5000)
+    other = dynatrain.Manager(world, "tiny-moe", "tp=1", bucket_elems=5000, elastic=False)
     other.step = 9
     with pytest.raises(ValueError, match=f"'{rx(shared_dir / 'step-00000003')}' was saved for model "
                                          "'tiny-dense'.*; save into another directory"):
@@ -270,7 +271,7 @@ def test_saves_that_cannot_complete_raise_on_every_rank_and_publish_nothing(worl
     world.Barrier()
     assert latest_of(shared_dir) == "step-00000003"
     assert sorted(p.name for p in shared_dir.iterdir()) == ["a-file", "latest", "step-00000003"]
-    r = dynatrain.Manager(world, "tiny-dense", "tp=1", resume=shared_dir)
+    r = dynatrain.Manager(world, "tiny-dense", "tp=1", resume=shared_dir, elastic=False)
     assert r.step == 3 and oracle_mismatches(r) == []
     m.save(shared_dir)  # and a save that can complete does
     assert latest_of(shared_dir) == "step-00000004"
@@ -332,7 +333,7 @@ def test_resumes_a_checkpoint_the_trainer_saved(world, shared_dir):
         pytest.skip(f"no dynatrain CLI at {cli_path()}")
     subprocess.run([str(cli_path()), "train", "--model", "tiny-dense", "--steps", "2", "--save", str(shared_dir)],
                    check=True, capture_output=True, timeout=300)
-    m = dynatrain.Manager(world, "tiny-dense", "tp=1,zero=0", resume=shared_dir)
+    m = dynatrain.Manager(world, "tiny-dense", "tp=1,zero=0", resume=shared_dir, elastic=False)
     assert m.step == 2 and m.resumed and m._pending_extra == {}
     assert all(not bool(b.any()) for b in m.buffers("grad"))
     entries = safetensors_entries(shared_dir / "step-00000002" / "rank-00000.safetensors")
@@ -355,7 +356,7 @@ def test_a_save_that_dies_leaves_the_previous_checkpoint(world, shared_dir, wher
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ))
     assert run.returncode != 0, run.stdout + run.stderr
     assert latest_of(shared_dir) == "step-00000001"
-    m = dynatrain.Manager(world, "tiny-dense", "tp=1", resume=shared_dir)
+    m = dynatrain.Manager(world, "tiny-dense", "tp=1", resume=shared_dir, elastic=False)
     assert m.step == 1 and oracle_mismatches(m) == []
     m.step = 2
     m.save(shared_dir)  # the next save of that step replaces what the dead one left
