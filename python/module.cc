@@ -74,8 +74,10 @@ LayoutFactory layouts_from_python(const py::object& model, const vps::LayoutOpti
   return tensor_list_layouts(std::move(tensors), std::move(spec), options);
 }
 
-vps::LayoutOptions layout_options(const std::string& states, std::int64_t bucket_elems, int param_bytes) {
+vps::LayoutOptions layout_options(const std::string& states, std::int64_t bucket_elems, int param_bytes,
+                                  bool align_pages = false) {
   vps::LayoutOptions o;
+  if (align_pages) o.align_elems = vps::kPageAlignElems;
   o.kinds = vps::parse_state_kinds(states);
   o.bucket_elems = bucket_elems;
   if (param_bytes != 2 && param_bytes != 4)
@@ -177,18 +179,21 @@ void bind_manager(py::module_& m) {
   py::class_<Manager>(m, "Manager")
       .def(py::init([](std::int64_t comm, const py::object& model, const std::string& config,
                        const std::string& states, std::int64_t bucket_elems, int param_bytes,
-                       std::uint64_t mem_budget, int gpus_per_node) {
+                       std::uint64_t mem_budget, int gpus_per_node, bool align_pages, bool prefault) {
              exec::TransitionOptions t;
              t.mem_budget = mem_budget;
              t.topology.gpus_per_node = gpus_per_node;
-             auto layouts = layouts_from_python(model, layout_options(states, bucket_elems, param_bytes));
+             auto layouts = layouts_from_python(model, layout_options(states, bucket_elems, param_bytes, align_pages));
              auto first = vps::ParallelConfig::parse(config);
              auto world = transport_from_fortran_handle(comm);
              py::gil_scoped_release unlocked;
-             return std::make_unique<Manager>(std::move(world), std::move(layouts), first, t);
+             return std::make_unique<Manager>(std::move(world), std::move(layouts), first, t, prefault);
            }),
            py::arg("comm"), py::arg("model"), py::arg("config"), py::arg("states"),
-           py::arg("bucket_elems"), py::arg("param_bytes"), py::arg("mem_budget"), py::arg("gpus_per_node"))
+           py::arg("bucket_elems"), py::arg("param_bytes"), py::arg("mem_budget"), py::arg("gpus_per_node"),
+           // Page-aligned tensors (kept tensors at new offsets remapped, not copied) and a pool
+           // prefaulted at construction (python/manager.h): both on unless switched off.
+           py::arg("align_pages") = true, py::arg("prefault") = true)
       .def("switch", [](Manager& self, const std::string& to) {
              auto config = vps::ParallelConfig::parse(to);
              SwitchStats s;
