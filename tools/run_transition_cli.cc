@@ -44,21 +44,15 @@ void check_memory_fits(comm::Transport& world, std::uint64_t src_bytes, std::uin
 // gives back: the peak the engine's dry run predicts for `plan` (collective: the wave agreement)
 // minus this rank's source bytes, since the pool builds destination state in drained source
 // pages first. That is at most max(0, dst - src) + budget, the bound's headroom, and often far
-// less. Without a plan (node-level fan-out: two engine calls) the headroom itself. Returns the
-// bytes touched.
-std::uint64_t prefault_for_switch(const plan::RankPlan* plan, const vps::RankLayout& src_rl, std::vector<std::byte*>& src,
-                         const vps::RankLayout& dst_rl, const vps::LayoutOptions& lo, comm::Transport& world,
-                         PoolAllocator& pool, TransitionOptions opt) {
-  const std::uint64_t src_bytes = static_cast<std::uint64_t>(src_rl.bytes(lo));
-  const std::uint64_t dst_bytes = static_cast<std::uint64_t>(dst_rl.bytes(lo));
-  std::uint64_t need = (dst_bytes > src_bytes ? dst_bytes - src_bytes : 0) + opt.mem_budget;
-  if (plan) {
-    opt.dry_only = true;
-    std::vector<std::byte*> none;
-    const TransitionStats dry = run_transition(*plan, src_rl, src, dst_rl, none, lo.elem_bytes, world, pool, opt);
-    need = dry.predicted_peak_bytes > dry.src_bytes ? dry.predicted_peak_bytes - dry.src_bytes : 0;
-  }
-  return pool.prefault(need);
+// less. With node-level fan-out the direct plan's dry run sizes it (same source and destination
+// as the stages). Returns the bytes touched.
+std::uint64_t prefault_for_switch(const plan::RankPlan& plan, const vps::RankLayout& src_rl, std::vector<std::byte*>& src,
+                                  const vps::RankLayout& dst_rl, const vps::ElemBytes& eb, comm::Transport& world,
+                                  PoolAllocator& pool, TransitionOptions opt) {
+  opt.dry_only = true;
+  std::vector<std::byte*> none;
+  const TransitionStats dry = run_transition(plan, src_rl, src, dst_rl, none, eb, world, pool, opt);
+  return pool.prefault(dry.predicted_peak_bytes > dry.src_bytes ? dry.predicted_peak_bytes - dry.src_bytes : 0);
 }
 
 double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
@@ -157,7 +151,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   if (args.prefault) {
     world.barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    prefaulted_local = prefault_for_switch(fanout.applied ? nullptr : &fwd, src_rl, a, dst_rl, lo, world, pool, opt);
+    prefaulted_local = prefault_for_switch(fwd, src_rl, a, dst_rl, eb, world, pool, opt);
     prepare_local = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double prepare_s = max_of(gather_double(world, prepare_local));
