@@ -15,9 +15,7 @@
 # bench/results/run_transition_defaults.md (min / median over the repetitions, then every run).
 # Needs about 3 GB of free memory; takes 30-60 s a run on 2 cores.
 set -euo pipefail
-build=${1:-build}
-reps=${2:-3}
-here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-build} reps=${2:-3} here=$(cd "$(dirname "$0")" && pwd)
 exe="$build/dynatrain"
 [[ -x "$exe" ]] || { echo "no $exe; build the dynatrain target first" >&2; exit 2; }
 source "$here/../scripts/mpi-env.sh"
