@@ -191,9 +191,11 @@ void bind_manager(py::module_& m) {
            }),
            py::arg("comm"), py::arg("model"), py::arg("config"), py::arg("states"),
            py::arg("bucket_elems"), py::arg("param_bytes"), py::arg("mem_budget"), py::arg("gpus_per_node"),
-           // Page-aligned tensors (kept tensors at new offsets remapped, not copied) and a pool
-           // prefaulted at construction (python/manager.h): both on unless switched off.
-           py::arg("align_pages") = true, py::arg("prefault") = true)
+           // A pool prefaulted at construction (python/manager.h): on unless switched off.
+           // Page-aligned tensors (kept tensors at new offsets remapped, not copied) only when
+           // asked: dynatrain.plan() and `dynatrain plan` describe packed layouts, and a
+           // Manager moves exactly the bytes they plan (tests/python).
+           py::arg("align_pages") = false, py::arg("prefault") = true)
       .def("switch", [](Manager& self, const std::string& to) {
              auto config = vps::ParallelConfig::parse(to);
              SwitchStats s;
