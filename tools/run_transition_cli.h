@@ -7,7 +7,8 @@
 // Every rank: builds both layouts, plans its own part (Planner::plan_rank), allocates its
 // source state from a PoolAllocator and fills it with the content oracle (testing/fill.h),
 // measures point-to-point bandwidth (all pairs rank <-> rank^1 at once, both directions, the
-// same load shape as one XOR step), switches K times (the first switch is "cold"; between two
+// same load shape as one XOR step), unless --no-prefault touches the memory the switch will take
+// beyond its source (sized by a dry run), switches K times (the first switch is "cold"; between two
 // forward switches the state is switched back, so switches 2..K are "warm": pool memory and
 // staging already touched), verifies (--verify), and rank 0 prints and writes the figures.
 #pragma once
