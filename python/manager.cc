@@ -45,12 +45,17 @@ LayoutFactory tensor_list_layouts(std::vector<vps::TensorSpec> tensors, vps::Mod
 }
 
 Manager::Manager(std::unique_ptr<comm::Transport> world, LayoutFactory layouts,
-                 const vps::ParallelConfig& config, exec::TransitionOptions options)
+                 const vps::ParallelConfig& config, exec::TransitionOptions options, bool prefault)
     : first_world_(std::move(world)), world_(first_world_.get()), layouts_(std::move(layouts)), options_(options),
       layout_(std::make_unique<vps::Layout>(layouts_(config))) {
   require_world(*layout_, world_->size());
   rank_layout_ = layout_->rank_layout(world_->rank());
   allocate_zeroed();
+  if (prefault) {
+    std::size_t state = 0;
+    for (std::size_t i = 0; i < buffers_.size(); ++i) state += buffer_bytes(i);
+    pool_.prefault(std::min(options_.mem_budget, state));
+  }
 }
 
 Manager::Manager(std::shared_ptr<Elastic> joined, LayoutFactory layouts, const vps::ParallelConfig& config,

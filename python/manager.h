@@ -82,9 +82,13 @@ struct BucketInfo {
 class Manager {
  public:
   // Collective. `config`'s world size must not exceed world->size() (InputError otherwise).
-  // Allocates and zeroes this rank's buffers.
+  // Allocates and zeroes this rank's buffers. With `prefault` (the default) it then touches
+  // min(options.mem_budget, this rank's state bytes) of spare pages in the pool: what a switch
+  // that does not grow this rank's state can take beyond its source at most (the engine's peak
+  // <= max(source, destination) + budget), so switches build their state in warm pages, not
+  // fresh ones; the pool then holds at most state + budget, within that bound.
   Manager(std::unique_ptr<comm::Transport> world, LayoutFactory layouts,
-          const vps::ParallelConfig& config, exec::TransitionOptions options = {});
+          const vps::ParallelConfig& config, exec::TransitionOptions options = {}, bool prefault = true);
   // In a process a grow started: `joined` holds the job's world, in which this process holds
   // nothing of the job's current layout `config` until python::finish_join() moves its state in.
   Manager(std::shared_ptr<Elastic> joined, LayoutFactory layouts, const vps::ParallelConfig& config,

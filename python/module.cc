@@ -74,8 +74,10 @@ LayoutFactory layouts_from_python(const py::object& model, const vps::LayoutOpti
   return tensor_list_layouts(std::move(tensors), std::move(spec), options);
 }
 
-vps::LayoutOptions layout_options(const std::string& states, std::int64_t bucket_elems, int param_bytes) {
+vps::LayoutOptions layout_options(const std::string& states, std::int64_t bucket_elems, int param_bytes,
+                                  bool align_pages = false) {
   vps::LayoutOptions o;
+  if (align_pages) o.align_elems = vps::kPageAlignElems;
   o.kinds = vps::parse_state_kinds(states);
   o.bucket_elems = bucket_elems;
   if (param_bytes != 2 && param_bytes != 4)
@@ -183,20 +185,25 @@ void bind_manager(py::module_& m) {
       // for (join_job(); `config` is then the job's current layout).
       .def(py::init([](const py::object& comm, const py::object& model, const std::string& config,
                        const std::string& states, std::int64_t bucket_elems, int param_bytes,
-                       std::uint64_t mem_budget, int gpus_per_node) {
+                       std::uint64_t mem_budget, int gpus_per_node, bool align_pages, bool prefault) {
              exec::TransitionOptions t;
              t.mem_budget = mem_budget;
              t.topology.gpus_per_node = gpus_per_node;
-             auto layouts = layouts_from_python(model, layout_options(states, bucket_elems, param_bytes));
+             auto layouts = layouts_from_python(model, layout_options(states, bucket_elems, param_bytes, align_pages));
              auto first = vps::ParallelConfig::parse(config);
              if (py::isinstance<Elastic>(comm))
                return std::make_shared<Manager>(comm.cast<std::shared_ptr<Elastic>>(), std::move(layouts), first, t);
              auto world = transport_from_fortran_handle(comm.cast<std::int64_t>());
              py::gil_scoped_release unlocked;
-             return std::make_shared<Manager>(std::move(world), std::move(layouts), first, t);
+             return std::make_shared<Manager>(std::move(world), std::move(layouts), first, t, prefault);
            }),
            py::arg("comm"), py::arg("model"), py::arg("config"), py::arg("states"),
-           py::arg("bucket_elems"), py::arg("param_bytes"), py::arg("mem_budget"), py::arg("gpus_per_node"))
+           py::arg("bucket_elems"), py::arg("param_bytes"), py::arg("mem_budget"), py::arg("gpus_per_node"),
+           // A pool prefaulted at construction (python/manager.h): on unless switched off.
+           // Page-aligned tensors (kept tensors at new offsets remapped, not copied) only when
+           // asked: dynatrain.plan() and `dynatrain plan` describe packed layouts, and a
+           // Manager moves exactly the bytes they plan (tests/python).
+           py::arg("align_pages") = false, py::arg("prefault") = true)
       .def("switch", [](Manager& self, const std::string& to) {
              auto config = vps::ParallelConfig::parse(to);
              SwitchStats s;

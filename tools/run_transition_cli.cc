@@ -41,6 +41,21 @@ void check_memory_fits(comm::Transport& world, std::uint64_t src_bytes, std::uin
                     "use more nodes, a smaller model or a smaller --mem-budget");
 }
 
+// Touches, as spare pages of `pool`, the memory the switch will take beyond what its source
+// gives back: the peak the engine's dry run predicts for `plan` (collective: the wave agreement)
+// minus this rank's source bytes, since the pool builds destination state in drained source
+// pages first. That is at most max(0, dst - src) + budget, the bound's headroom, and often far
+// less. With node-level fan-out the direct plan's dry run sizes it (same source and destination
+// as the stages). Returns the bytes touched.
+std::uint64_t prefault_for_switch(const plan::RankPlan& plan, const vps::RankLayout& src_rl, std::vector<std::byte*>& src,
+                                  const vps::RankLayout& dst_rl, const vps::ElemBytes& eb, comm::Transport& world,
+                                  PoolAllocator& pool, TransitionOptions opt) {
+  opt.dry_only = true;
+  std::vector<std::byte*> none;
+  const TransitionStats dry = run_transition(plan, src_rl, src, dst_rl, none, eb, world, pool, opt);
+  return pool.prefault(dry.predicted_peak_bytes > dry.src_bytes ? dry.predicted_peak_bytes - dry.src_bytes : 0);
+}
+
 double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 std::uint64_t max_of(const std::vector<std::uint64_t>& v) { return *std::max_element(v.begin(), v.end()); }
 std::uint64_t sum_of(const std::vector<std::uint64_t>& v) { return std::accumulate(v.begin(), v.end(), std::uint64_t{0}); }
@@ -124,20 +139,6 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
 
   const double bw = measure_p2p_bandwidth(world, std::size_t{64} << 20);
 
-  // --prefault: what the elastic device manager does while training still runs: touch the
-  // memory the switch needs beyond what the source gives back (max(0, dst - src) + budget), so
-  // the cold switch builds its destination in warm pages. Timed apart as prepare_seconds.
-  double prepare_local = 0;
-  if (args.prefault) {
-    world.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::uint64_t src_bytes = static_cast<std::uint64_t>(src_rl.bytes(lo));
-    const std::uint64_t dst_bytes = static_cast<std::uint64_t>(dst_rl.bytes(lo));
-    pool.prefault((dst_bytes > src_bytes ? dst_bytes - src_bytes : 0) + args.mem_budget);
-    prepare_local = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  const double prepare_s = max_of(gather_double(world, prepare_local));
-
   TransitionOptions opt;
   opt.mem_budget = args.mem_budget;
   opt.topology = topo;
@@ -145,6 +146,20 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   opt.direct_runs = args.direct_runs;
   opt.overlap_links = exec::parse_link_overlap(args.overlap_links);
   opt.rounds_in_flight = args.rounds_in_flight;
+
+  // Prefault (default; --no-prefault skips it): what the elastic device manager's prepare does
+  // while training still runs, so the cold switch builds its destination in warm pages. Timed
+  // apart as prepare_seconds.
+  double prepare_local = 0;
+  std::uint64_t prefaulted_local = 0;
+  if (args.prefault) {
+    world.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    prefaulted_local = prefault_for_switch(fwd, src_rl, a, dst_rl, eb, world, pool, opt);
+    prepare_local = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double prepare_s = max_of(gather_double(world, prepare_local));
+  const std::uint64_t prefaulted = max_of(gather_u64(world, prefaulted_local));
 
   std::vector<TransitionStats> forward;
   std::vector<double> forward_secs, back_secs, fanout_stage1_secs;
@@ -312,6 +327,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["saved_bytes_kept"] = sum_of(saved_kept);    // not copied locally
     j["prefault"] = args.prefault;
     j["prepare_seconds"] = prepare_s;
+    j["prefaulted_bytes"] = prefaulted;  // max over ranks
     j["granule_bytes"] = cold.granule_bytes;
     j["pagewise_buffers"] = cold.pagewise_buffers;
     j["phases"] = phases;                         // cold switch, max over ranks per phase
@@ -362,7 +378,9 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
       std::fprintf(out, "  at step boundary     grads zeroed in the new layout: %s not sent, %s not copied\n",
                    format_bytes(static_cast<double>(sum_of(saved_sent))).c_str(),
                    format_bytes(static_cast<double>(sum_of(saved_kept))).c_str());
-    if (args.prefault) std::fprintf(out, "  prepare_seconds      %.6f (--prefault, before the switch)\n", prepare_s);
+    if (args.prefault)
+      std::fprintf(out, "  prepare_seconds      %.6f (prefault of %s before the switch; --no-prefault: none)\n",
+                   prepare_s, format_bytes(static_cast<double>(prefaulted)).c_str());
     std::fprintf(out, "  seconds              %.6f (cold)\n", cold_s);
     if (forward_secs.size() > 1)
       std::fprintf(out, "  warm seconds         %.6f mean, %.6f min over %zu repeats\n", warm_mean, warm_min,

@@ -1,13 +1,14 @@
 // `dynatrain run-transition`: the library side of the CLI command (tools/ only parses flags).
 //
 //   mpirun -np N dynatrain run-transition --model M --from CFG --to CFG [--mem-budget B]
-//          [--verify] [--repeat K] [--json FILE] [--prefault] [--at-step-boundary]
-//          [--fanout off|auto|on] [--fanout-cluster SPEC]
+//          [--verify] [--repeat K] [--json FILE] [--no-prefault] [--no-align-pages]
+//          [--at-step-boundary] [--fanout off|auto|on] [--fanout-cluster SPEC]
 //
 // Every rank: builds both layouts, plans its own part (Planner::plan_rank), allocates its
 // source state from a PoolAllocator and fills it with the content oracle (testing/fill.h),
 // measures point-to-point bandwidth (all pairs rank <-> rank^1 at once, both directions, the
-// same load shape as one XOR step), switches K times (the first switch is "cold"; between two
+// same load shape as one XOR step), unless --no-prefault touches the memory the switch will take
+// beyond its source (sized by a dry run), switches K times (the first switch is "cold"; between two
 // forward switches the state is switched back, so switches 2..K are "warm": pool memory and
 // staging already touched), verifies (--verify), and rank 0 prints and writes the figures.
 #pragma once
@@ -35,10 +36,10 @@ struct RunTransitionArgs {
   int gpus_per_node = 8;                  // --gpus-per-node (planner source choice)
   std::string placement = "fixed";        // --placement fixed|auto|list (plan/placement.h)
   bool at_step_boundary = false;          // --at-step-boundary: grads zeroed, not moved
-  bool align_pages = false;               // --align-pages: tensors start on page boundaries
-                                          // (vps::kPageAlignElems), so kept runs can be remapped
-  bool prefault = false;                  // --prefault: touch the pool's growth before the
-                                          // cold switch, timed apart (prepare_seconds)
+  bool align_pages = true;                // tensors start on page boundaries (vps::kPageAlignElems),
+                                          // so kept runs can be remapped; --no-align-pages: packed
+  bool prefault = true;                   // touch the memory the cold switch will take fresh
+                                          // before it, timed apart (prepare_seconds); --no-prefault
   bool direct_runs = true;                // --no-direct-runs: pack / unpack every chunk that
                                           // is not one contiguous run (exec: direct_runs)
   std::string overlap_links = "auto";     // --overlap-links auto|on|off (exec::LinkOverlap)

@@ -19,12 +19,16 @@ Command add_run_transition_command(CLI::App& app) {
   cmd->add_flag("--at-step-boundary", args->at_step_boundary,
                 "Gradients hold nothing at a step boundary: allocate them zeroed in the new layout "
                 "instead of moving them (bytes saved reported)");
-  cmd->add_flag("--prefault", args->prefault,
-                "Touch the memory the switch needs beyond the source's before the first switch "
-                "(as the elastic device manager does while training runs); reported as prepare_seconds");
-  cmd->add_flag("--align-pages", args->align_pages,
+  cmd->add_flag("--prefault,!--no-prefault", args->prefault,
+                "Touch the memory the switch will take beyond the source's before the first switch, as "
+                "the elastic device manager does while training runs (reported as prepare_seconds); on "
+                "by default, --no-prefault (or --prefault=false) builds the cold switch in fresh pages")
+      ->capture_default_str();
+  cmd->add_flag("--align-pages,!--no-align-pages", args->align_pages,
                 "Start every tensor on a 4 KiB page boundary in its buffers, so kept tensors that move "
-                "to a new offset are remapped instead of copied (kept_remapped_bytes)");
+                "to a new offset are remapped instead of copied (kept_remapped_bytes); on by default, "
+                "--no-align-pages (or --align-pages=false) packs them")
+      ->capture_default_str();
   cmd->add_flag("--no-direct-runs{false}", args->direct_runs,
                 "Pack and unpack every chunk that is not one contiguous run, instead of moving scattered "
                 "runs straight between buffers (for comparison)");

@@ -44,7 +44,7 @@ struct TrainArgs {
   int lookahead = 0;                 // --lookahead: steps between prepare and commit; 0 = auto
   std::string placement = "auto";    // --placement: fixed | auto (which process takes which rank)
   std::string job;                   // --job DIR: take switch requests from DIR (tools/job_request.h)
-  bool align_pages = false;          // --align-pages: TrainerOptions::align_pages
+  bool align_pages = true;           // TrainerOptions::align_pages; --no-align-pages: packed
   bool bf16 = false;                 // --bf16: TrainerOptions::bf16 (bf16 weights, fp32 master)
   // How processes are started and ended (nullptr: the job keeps its processes; layouts must
   // fit the world). `dynatrain train` uses the MPI launcher with --hostfile / --host.

@@ -34,9 +34,10 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--lookahead", args->lookahead, "Steps between preparing a switch and committing it (0: auto)")
       ->capture_default_str();
   cmd->add_option("--job", args->job, "Directory to watch for `dynatrain request` switch requests");
-  cmd->add_flag("--align-pages", args->align_pages,
+  cmd->add_flag("--align-pages,!--no-align-pages", args->align_pages,
                 "Start every tensor of the state on a page boundary, so that switches move kept tensors "
-                "by remapping pages instead of copying them");
+                "by remapping pages instead of copying them; on by default, --no-align-pages (or "
+                "--align-pages=false) packs them");
   cmd->add_flag("--bf16", args->bf16,
                 "bf16 weights (computed with in bf16), fp32 gradients, fp32 master weights and Adam moments");
   cmd->add_option("--hostfile", launch->hostfile, "MPI hostfile for processes started by a grow");

@@ -84,7 +84,8 @@ struct TrainerOptions {
   // kPageAlignElems; the gaps are padding), so that a switch moves kept tensors that sit at a
   // new offset by remapping their pages instead of copying them
   // (SwitchStats::kept_remapped_bytes). Costs up to a page of padding per tensor and buffer.
-  bool align_pages = false;
+  // On by default (train --no-align-pages: packed).
+  bool align_pages = true;
   // Mixed precision (--bf16): params held and computed with in bf16; gradients accumulated and
   // reduced in fp32; Adam on the fp32 master (its own state kind, sharded like the moments),
   // after which the bf16 params are rounded from it (vps::bf16_param_elem_bytes).

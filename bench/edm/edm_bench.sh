@@ -3,8 +3,8 @@
 #   A. 4 processes, llama-style 133M model (2.1 GB of state), tp=2,dp=2 -> pp=2,dp=2 and back
 #      and again: the job's first switch (cold: nothing warmed by an earlier switch), the way
 #      back, and the same switch repeated (warm: communicators, worlds and pool pages reused);
-#      with the default placement (auto), with --placement fixed and with --align-pages
-#      (page-aligned tensors: kept tensors at a new offset are remapped instead of copied);
+#      with the defaults (placement auto, page-aligned tensors: kept tensors at a new offset are
+#      remapped instead of copied), with --placement fixed and with --no-align-pages (packed);
 #   B. the same model on 2 processes growing to 4 (dp=2 -> tp=2,dp=2: 2 processes spawned);
 #   D. the same model on 2 processes, tp=2 -> pp=2 and back and again: one process a core on
 #      this 2-core machine, where A's four processes share two;
@@ -64,7 +64,7 @@ run() {  # NAME NP ARGS...
 uptime
 run switch_4 4 "${BACK_AND_FORTH[@]}"
 run switch_4_fixed 4 "${BACK_AND_FORTH[@]}" --placement fixed
-run switch_4_aligned 4 "${BACK_AND_FORTH[@]}" --align-pages
+run switch_4_packed 4 "${BACK_AND_FORTH[@]}" --no-align-pages
 run grow_2_4 2 "${GROW[@]}"
 run switch_2 2 "${TWO[@]}"
 echo "== run_transition: mpirun -np 4 dynatrain run-transition (same model and switch, engine alone)"

@@ -123,7 +123,23 @@ TEST(InprocTransitionFixed, MessageCountsPerRank) {
 namespace dynatrain::exec {
 namespace {
 
-TEST(RunTransitionCommand, VerifiesRepeatsAndWritesJson) {
+// Runs the command on 5 in-process ranks; returns its JSON and appends what rank 0 printed.
+nlohmann::json run_command(const RunTransitionArgs& args, std::string* text) {
+  std::FILE* out = std::tmpfile();
+  std::vector<int> codes(5, -1);
+  comm::run_ranks(5, [&](comm::Transport& t) { codes[t.rank()] = run_transition_command(args, t, out); },
+                  test_options());
+  for (int c : codes) EXPECT_EQ(c, 0);
+  std::rewind(out);
+  std::string got(1 << 14, '\0');
+  got.resize(std::fread(got.data(), 1, got.size(), out));
+  std::fclose(out);
+  *text += got;
+  std::ifstream f(args.json);
+  return nlohmann::json::parse(f);
+}
+
+RunTransitionArgs command_args() {
   RunTransitionArgs args;
   args.model = "tiny-moe";
   args.from = "tp=2,dp=2,zero=1";
@@ -132,36 +148,60 @@ TEST(RunTransitionCommand, VerifiesRepeatsAndWritesJson) {
   args.bucket_elems = 700;
   args.verify = true;
   args.repeat = 3;
-  args.prefault = true;
   args.json = ::testing::TempDir() + "run_transition.json";
-  std::FILE* out = std::tmpfile();
-  std::vector<int> codes(5, -1);
-  comm::run_ranks(5, [&](comm::Transport& t) { codes[t.rank()] = run_transition_command(args, t, out); },
-                  test_options());
-  for (int c : codes) EXPECT_EQ(c, 0);
-  std::rewind(out);
-  std::string text(1 << 14, '\0');
-  text.resize(std::fread(text.data(), 1, text.size(), out));
-  std::fclose(out);
+  return args;
+}
+
+// The defaults (page-aligned layouts, the prefault) and the opt-outs (--no-align-pages
+// --no-prefault: the old defaults), every destination element verified. The default prefault
+// touches what the dry run predicts the switch takes beyond its source, so the pool never holds
+// more than the engine's bound, max(source, destination) + budget (plus page rounding).
+TEST(RunTransitionCommand, VerifiesRepeatsAndWritesJson) {
+  RunTransitionArgs args = command_args();
+  EXPECT_TRUE(args.align_pages) << "page-aligned layouts are the default";
+  EXPECT_TRUE(args.prefault) << "the prefault is the default";
+  std::string text;
+  const auto j = run_command(args, &text);
   EXPECT_NE(text.find("verify: ok"), std::string::npos) << text;
-  std::ifstream f(args.json);
-  const auto j = nlohmann::json::parse(f);
   EXPECT_EQ(j["verify"], "ok");
   EXPECT_EQ(j["warm_repeats"], 2);
   EXPECT_EQ(j["ranks"], 5);
-  EXPECT_TRUE(j["peak_within_bound"].get<bool>());
   EXPECT_GT(j["bytes_moved"].get<std::uint64_t>(), 0u);
   EXPECT_GT(j["lower_bound_seconds"].get<double>(), 0.0);
   EXPECT_TRUE(j["prefault"].get<bool>());
+  EXPECT_TRUE(j["align_pages"].get<bool>());
   EXPECT_GE(j["prepare_seconds"].get<double>(), 0.0);
   for (const char* phase : {"keep", "pack", "wait", "unpack", "alloc", "agree", "dry"}) {
     EXPECT_GE(j["phases"][phase].get<double>(), 0.0) << phase;
     EXPECT_GE(j["warm_phases"][phase].get<double>(), 0.0) << phase;
   }
+  const std::uint64_t prefaulted = j["prefaulted_bytes"].get<std::uint64_t>();
+  EXPECT_GT(prefaulted, 0u) << "this switch grows the busiest rank's state";
+  // Per rank: peak - source <= max(0, destination - source) + budget <= destination + budget.
+  EXPECT_LE(prefaulted, j["max_dst_bytes"].get<std::uint64_t>() + j["budget_bytes"].get<std::uint64_t>());
+
+  args.repeat = 1;
+  args.prefault = args.align_pages = false;
+  const auto off = run_command(args, &text);
+  EXPECT_EQ(off["verify"], "ok");
+  EXPECT_FALSE(off["prefault"].get<bool>());
+  EXPECT_FALSE(off["align_pages"].get<bool>());
+  EXPECT_EQ(off["prefaulted_bytes"].get<std::uint64_t>(), 0u);
+  const auto bound = [](const nlohmann::json& r) {
+    return std::max(r["max_src_bytes"].get<std::uint64_t>(), r["max_dst_bytes"].get<std::uint64_t>()) +
+           r["budget_bytes"].get<std::uint64_t>();
+  };
+  for (const auto* r : {&j, &off}) {
+    EXPECT_TRUE((*r)["peak_within_bound"].get<bool>()) << text;
+    EXPECT_LE((*r)["pool_peak_reserved_max"].get<std::uint64_t>(), bound(*r) + (std::uint64_t{64} << 10)) << text;
+  }
+
   // Too few ranks for the switch: an InputError naming the need.
   args.to = "dp=8";
+  std::FILE* out = std::tmpfile();
   EXPECT_THROW(comm::run_ranks(2, [&](comm::Transport& t) { run_transition_command(args, t, out); }, test_options()),
                InputError);
+  std::fclose(out);
 }
 
 }  // namespace

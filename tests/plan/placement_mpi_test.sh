@@ -31,11 +31,12 @@ run 4 "placement " -- --model tiny-dense --from tp=4,zero=1 --to tp=2,dp=2,zero=
 # Auto chooses by node, not only by what one process keeps (tests/plan, AutoPlacement.
 # PrefersTheNodeHoldingMostOverAProcessKeepingAsMuch): dp=6 -> dp=2 on nodes of two; rank 1 on
 # process 4 finds two of its three ZeRO sixths on its node, so two sixths of the optimizer state
-# cross nodes; on process 3, which keeps as much, three do.
+# cross nodes; on process 3, which keeps as much, three do. Packed layouts (--no-align-pages),
+# as `plan` lays them out below: page padding would move the ZeRO sixths' bounds.
 run 6 "inter-node bytes     706.43 KiB" -- --model tiny-dense --from dp=6,zero=1 --to dp=2,zero=1 \
-    --placement auto --bucket-elems 700 --gpus-per-node 2
+    --placement auto --bucket-elems 700 --gpus-per-node 2 --no-align-pages
 run 6 "inter-node bytes     1.03 MiB" -- --model tiny-dense --from dp=6,zero=1 --to dp=2,zero=1 \
-    --placement 0,3 --bucket-elems 700 --gpus-per-node 2
+    --placement 0,3 --bucket-elems 700 --gpus-per-node 2 --no-align-pages
 # Auto on a switch where the identity is best: no placement line, still verified.
 run 2 - -- --model tiny-dense --from tp=2 --to tp=2 --placement auto
 # plan prints the floor over all placements; on the switch above auto reaches it (2 sixths).

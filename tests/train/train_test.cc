@@ -577,12 +577,15 @@ TEST(Train, AutoPlacementSwitchBackReusesTheReorderedWorld) {
   EXPECT_EQ(sws[2].comm_creations, 0u) << "switching forth again (placement " << sws[2].placement << ") must reuse them";
 }
 
-// With page-aligned tensors (TrainerOptions::align_pages) the commit's kept tensors that sit at a
-// new offset are moved by remapping pages (the pool's page-wise memory reaches the engine):
-// some kept bytes are remapped, the peak stays within its bound, and the loss tracks the static
-// run (which is packed: the padding changes nothing).
+// With page-aligned tensors (TrainerOptions::align_pages, the default) the commit's kept tensors
+// that sit at a new offset are moved by remapping pages (the pool's page-wise memory reaches the
+// engine): some kept bytes are remapped, the peak stays within its bound, and the loss tracks
+// the static run, which is packed (align_pages = false, train --no-align-pages): the padding
+// changes nothing.
 TEST(Train, AlignedPagesSwitchRemapsKeptTensors) {
   auto o = tiny("tiny-dense", 8, 32);
+  EXPECT_TRUE(o.align_pages) << "page-aligned tensors are the trainer's default";
+  o.align_pages = false;
   const auto stat = losses(o, 4, {{0, "tp=2,dp=2"}}, 6);
   o.align_pages = true;
   std::vector<double> dyn;
