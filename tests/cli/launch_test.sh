@@ -32,6 +32,9 @@ for np in 2 4; do
 done
 check "launch np4 tp=2,dp=2 -> pp=2,dp=2" 0 "$exe" launch --np 4 -- "$exe" run-transition --model tiny-dense \
   --from tp=2,dp=2 --to pp=2,dp=2 --verify
+check "launch np2 train tp=2 -> dp=2" 0 "$exe" launch --np 2 -- "$exe" train --model tiny-dense --steps 4 \
+  --global-batch 4 --seq 32 --schedule "0:tp=2;2:dp=2"
+grep -q "switch before step 2: tp=2,pp=1,dp=1,zero=1 -> tp=1,pp=1,dp=2,zero=1" "$tmp/out" || { echo "FAIL train: no switch"; cat "$tmp/out"; fail=1; }
 # A rank that fails: the launcher ends the others and exits with that code.
 check "first non-zero exit code" 3 "$exe" launch --np 2 -- sh -c 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 30'
 check "variables set" 0 "$exe" launch --np 2 --port 29577 -- sh -c \
