@@ -1,7 +1,8 @@
 // `dynatrain launch --np N [--port P] -- CMD ARGS...`: a small torchrun for one machine. Starts N
 // processes of CMD with the variables torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE,
 // LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT), lets them share this terminal's output,
-// forwards SIGINT / SIGTERM to them, and exits with the first non-zero exit code (128 + signal
+// forwards SIGINT / SIGTERM to them (each rank heads a process group of its own, which gets
+// them), and exits with the first non-zero exit code (128 + signal
 // for a rank killed by one), ending the others; 0 when every rank exited 0.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -77,7 +78,7 @@ int supervise(std::vector<pid_t> pids) {
   bool ending = false;
   auto end_others = [&](int sig) {
     for (pid_t pid : pids)
-      if (pid > 0) kill(pid, sig);
+      if (pid > 0) kill(-pid, sig);  // the rank's process group: what it started goes too
   };
   auto deadline = std::chrono::steady_clock::time_point::max();
   while (alive > 0) {
@@ -131,15 +132,17 @@ int run_launch(const LaunchArgs& args) {
   for (int rank = 0; rank < args.np; ++rank) {
     const pid_t pid = fork();
     if (pid == 0) {
+      setpgid(0, 0);  // a group of its own: ending a rank ends the processes it started
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
       exec_rank(rank, args.np, port, args.command);
     }
     if (pid < 0) {
-      for (pid_t p : pids) kill(p, SIGTERM);
+      for (pid_t p : pids) kill(-p, SIGTERM);
       supervise(pids);
       throw CommError(detail::concat("launch: fork of rank ", rank, " failed: ", std::strerror(errno)));
     }
+    setpgid(pid, pid);  // also here, so that the group exists before any kill(-pid)
     pids.push_back(pid);
   }
   return supervise(std::move(pids));

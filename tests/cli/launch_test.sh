@@ -36,7 +36,11 @@ check "launch np2 train tp=2 -> dp=2" 0 "$exe" launch --np 2 -- "$exe" train --m
   --global-batch 4 --seq 32 --schedule "0:tp=2;2:dp=2"
 grep -q "switch before step 2: tp=2,pp=1,dp=1,zero=1 -> tp=1,pp=1,dp=2,zero=1" "$tmp/out" || { echo "FAIL train: no switch"; cat "$tmp/out"; fail=1; }
 # A rank that fails: the launcher ends the others and exits with that code.
-check "first non-zero exit code" 3 "$exe" launch --np 2 -- sh -c 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 30'
+check "first non-zero exit code" 3 "$exe" launch --np 2 -- sh -c 'if [ "$RANK" = 1 ]; then exit 3; fi; exec sleep 30'
+# Ending a rank ends what it started (its process group): no sleep of that rank is left.
+check "ended with its children" 143 "$exe" launch --np 2 -- sh -c 'if [ "$RANK" = 1 ]; then kill -TERM $$; fi; sleep 31; true'
+sleep 0.5
+if pgrep -f "^sleep 31$" > /dev/null; then echo "FAIL a rank's child outlived the launch"; fail=1; fi
 check "variables set" 0 "$exe" launch --np 2 --port 29577 -- sh -c \
   'test "$WORLD_SIZE" = 2 -a "$LOCAL_WORLD_SIZE" = 2 -a "$RANK" = "$LOCAL_RANK" -a "$MASTER_ADDR" = 127.0.0.1 -a "$MASTER_PORT" = 29577'
 check "np 0" 2 "$exe" launch --np 0 -- true
