@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Planner benchmark (issue: plan + check the two reference switches on one core).
-# Usage: bench/plan_bench.sh [path/to/dynatrain]   -> prints one line per case, JSON in bench/out/
+# Planner benchmark: plan + check the two reference switches on one core.
+# Usage: bench/plan_bench.sh [path/to/dynatrain]   -> prints one line per case, JSON in bench/out/,
+# and refreshes bench/results/planner.md (bench/results.sh).
 set -euo pipefail
+source "$(dirname "$0")/results.sh"
+results_begin planner text "$0 $*"
 dt="${1:-$(dirname "$0")/../build/dynatrain}"
 out="$(dirname "$0")/out"
 mkdir -p "$out"
@@ -22,3 +25,4 @@ run llama70b llama2-70b "tp=8,pp=4,dp=4" "tp=4,pp=8,dp=4"
 # The same switches with the destination placement chosen for locality (plan/placement.h).
 run qwen3-auto qwen3-235b-a22b "tp=4,pp=2,dp=16,ep=16" "tp=2,pp=2,dp=48,ep=32" --placement auto
 run llama-auto llama2-70b "tp=8,pp=4,dp=4" "tp=4,pp=8,dp=4" --placement auto
+results_end

@@ -10,6 +10,13 @@ The two paths alternate switch by switch, so both see the same machine load. Pri
 the binding's share of the very same Python call (its wall time over the native switch inside
 it, slowest rank each): that last figure is free of run-to-run noise.
 Figures come from a shared 2-core machine: the ratio is the figure, not the seconds.
+
+    PYTHONPATH=build/python mpirun -np 2 python3 bench/python_switch_bench.py --adopted [--hidden 1024 --blocks 4]
+
+--adopted: the same comparison for an adopted torch.nn model and torch.optim.AdamW (fp32: param,
+grad and both moments, 16 bytes a parameter), column/row-parallel MLP blocks: job.switch()
+(unbind, Manager.switch, rebinding every Parameter, grad and optimizer.state entry) against the
+same switch timed in C++.
 """
 import argparse
 import json
@@ -45,13 +52,84 @@ def python_switch(m, cfg, inside):
     return MPI.COMM_WORLD.allreduce(time.perf_counter() - t0, op=MPI.MAX)
 
 
+def job_switch(job, cfg, inside, rebinding):
+    """Seconds of job.switch() (slowest rank); appends the native switch inside it to `inside`,
+    and to `rebinding` the job's own part (unbind + rebind every parameter and state entry),
+    timed again on its own right after."""
+    MPI.COMM_WORLD.Barrier()
+    t0 = time.perf_counter()
+    inside.append(job.switch(cfg)["seconds"])
+    seconds = MPI.COMM_WORLD.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+    t1 = time.perf_counter()
+    job._unbind()
+    job._bind()
+    rebinding.append(MPI.COMM_WORLD.allreduce(time.perf_counter() - t1, op=MPI.MAX))
+    return seconds
+
+
+def reference_switch(job, cfg):
+    """The same switch timed in C++; the job's bindings are dropped and rebuilt outside the timing."""
+    job._unbind()
+    seconds = job.manager._reference_switch(cfg)
+    job._bind()
+    return seconds
+
+
+def adopted_rows(a, world):
+    """(src, dst, state bytes, C++ median, job.switch median, job's own share) per pair."""
+    import torch.nn as nn
+    layers = [nn.Sequential(nn.Linear(a.hidden, 4 * a.hidden), nn.GELU(), nn.Linear(4 * a.hidden, a.hidden))
+              for _ in range(a.blocks)]
+    model = nn.Sequential(*layers)
+    optimizer = torch.optim.AdamW(model.parameters())
+    plan = {"*.0": "column", "*.2": "row"}
+    pairs = [pair.split(">") for pair in a.adopted_pairs.split(";")]
+    job = dynatrain.adopt(model, optimizer, plan, pairs[0][0], bucket_elems=4_000_000)
+    rows = []
+    for src, dst in pairs:
+        job.switch(src), job.switch(dst), job.switch(src)  # warm the pool: both paths then run warm
+        py, cpp, native, rebinding = [], [], [], []
+        for r in range(2 * a.rounds):  # switch by switch, the paths alternate; both go both ways
+            if r % 2 == 0:
+                py.append(job_switch(job, dst, native, rebinding))
+                cpp.append(reference_switch(job, src))
+            else:
+                cpp.append(reference_switch(job, dst))
+                py.append(job_switch(job, src, native, rebinding))
+        m = job.manager
+        state = world.allreduce(sum(b.numel() * b.element_size() for k in m._kinds for b in m.buffers(k)))
+        share = statistics.median(p / n - 1 for p, n in zip(py, native))
+        rows.append((src, dst, state, statistics.median(cpp), statistics.median(py), share,
+                     statistics.median(p - n for p, n in zip(py, native))))
+        if world.rank == 0:
+            print(f"{src} <-> {dst}: the job's own unbind + rebind, median {statistics.median(rebinding) * 1e3:.2f} ms")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--pairs", default="tp=2,dp=2>tp=4;pp=2,dp=2>dp=4", help="A>B;... switched A->B->A")
+    ap.add_argument("--adopted", action="store_true", help="an adopted nn.Module + AdamW, switched by job.switch()")
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--adopted-pairs", default="tp=2>dp=2;dp=2,zero=0>tp=2")
     a = ap.parse_args()
     world = MPI.COMM_WORLD
+    rows = adopted_rows(a, world) if a.adopted else switch_rows(a, world)
+    if world.rank == 0:
+        what = "adopted job.switch()" if a.adopted else "binding"
+        print(f"{what} vs C++ switch, {world.size} ranks, {a.rounds * 2} switches each path, median seconds")
+        print("| switch (there and back) | state | C++ alone | Python | Python / C++ - 1 | Python's own time in the call | its share |")
+        print("|---|---|---|---|---|---|---|")
+        for src, dst, state, c, p, share, extra in rows:
+            print(f"| `{src}` <-> `{dst}` | {state / 1e9:.2f} GB | {c:.3f} s | {p:.3f} s | {100 * (p / c - 1):+.1f} % "
+                  f"| {extra * 1e3:.1f} ms | {100 * share:+.2f} % |")
+    return 0
+
+
+def switch_rows(a, world):
     model = bench_model(a.layers)
     rows = []
     for pair in a.pairs.split(";"):
@@ -71,14 +149,7 @@ def main():
         extra = statistics.median(p - n for p, n in zip(py, native))
         rows.append((src, dst, state, statistics.median(cpp), statistics.median(py), share, extra))
         del m
-    if world.rank == 0:
-        print(f"binding vs C++ switch, {world.size} ranks, {a.rounds * 2} switches each path, median seconds")
-        print("| switch (there and back) | state | C++ alone | Python | Python / C++ - 1 | binding's own time in the call | its share |")
-        print("|---|---|---|---|---|---|---|")
-        for src, dst, state, c, p, share, extra in rows:
-            print(f"| `{src}` <-> `{dst}` | {state / 1e9:.2f} GB | {c:.3f} s | {p:.3f} s | {100 * (p / c - 1):+.1f} % "
-                  f"| {extra * 1e3:.1f} ms | {100 * share:+.2f} % |")
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

@@ -7,11 +7,15 @@
 # included, runs under flock /tmp/dt-bench.lock so that two benchmarks never overlap on the
 # shared machine and the restart is timed in the same run as the save, load and switch.
 #   bench/run_ckpt_bench.sh [BUILD_DIR] [--quick]
-# Checkpoint files go to DT_CKPT_DIR (default /tmp); needs ~7 GB of free memory.
+# Checkpoint files go to DT_CKPT_DIR (default /tmp); needs ~7 GB of free memory. Refreshes
+# bench/results/checkpoint.md (bench/results.sh; not with --quick).
 set -euo pipefail
 if [[ -z ${DT_BENCH_LOCKED:-} ]]; then DT_BENCH_LOCKED=1 exec flock /tmp/dt-bench.lock "$0" "$@"; fi
 build=${1:-build}
 shift || true
+source "$(dirname "$0")/results.sh"
+[[ " $* " == *" --quick "* ]] && export DT_RESULTS=0
+results_begin checkpoint text "$0 $build $*"
 exe="$build/bench_ckpt"
 [[ -x "$exe" ]] || { echo "no $exe; build the bench_ckpt target first" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -33,4 +37,5 @@ if "$build/dynatrain" train --help >/dev/null 2>&1 && ! "$build/dynatrain" train
     --threads 1 --schedule "0:tp=2,dp=2")
   echo "trainer restart (mpirun -np $np dynatrain train, tiny-dense, 1 step, best of 3): $best s (counted below)"
 fi
-exec mpirun -np "$np" "$exe" --restart-s "$best" "$@"
+mpirun -np "$np" "$exe" --restart-s "$best" "$@"
+results_end

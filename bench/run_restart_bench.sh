@@ -17,6 +17,8 @@ BUILD=${1:-build}
 OUT=${2:-bench-out/restart}
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../scripts/mpi-env.sh"
+source "$HERE/results.sh"  # refreshes bench/results/restart.md
+results_begin restart text "$0 $*"
 mkdir -p "$OUT"
 rm -f "$OUT/restart.log"
 CK="${DT_CKPT_DIR:-/tmp}/dt-restart-bench-$$"
@@ -52,3 +54,4 @@ printf 'checkpoint-restart / online: save + restart to ready %.3f s = %.1fx; to 
   "$(echo "$save + $ready" | bc -l)" "$(echo "($save + $ready) / $pause" | bc -l)" \
   "$(echo "$save + $first - $step / 1000" | bc -l)" "$(echo "($save + $first - $step / 1000) / $pause" | bc -l)"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+results_end

@@ -5,11 +5,14 @@
 #   bench/run_transition_bench.sh [BUILD_DIR] --engine    the engine table of the README: every
 #       row one `dynatrain run-transition` (needs the dynatrain target), see engine_table below
 # BUILD_DIR defaults to ./build. Needs a few GB of free memory per run (8 ranks: ~10 GB peak).
-# Run it under `flock /tmp/dt-bench.lock` on a shared machine.
+# Run it under `flock /tmp/dt-bench.lock` on a shared machine. Refreshes bench/results/
+# transition-engine.md (--engine) or transition-baselines.md (bench/results.sh; not with --quick).
 set -euo pipefail
 build=${1:-build}
 shift || true
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/results.sh"
+[[ " $* " == *" --quick "* ]] && export DT_RESULTS=0
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 # One row per switch: NP|label|model dir|from|to. Each row runs twice, both with --align-pages
@@ -30,7 +33,7 @@ engine_rows() {
 4|EP dp=4,ep=2 -> ep=4 (MoE)|bench-moe|dp=4,ep=2|dp=4,ep=4
 4|ZeRO tp=2,dp=2,zero=1 -> zero=3|bench-dense|tp=2,dp=2,zero=1|tp=2,dp=2,zero=3
 4|hybrid tp=2,dp=2 -> tp=2,pp=2|bench-dense|tp=2,dp=2|tp=2,pp=2
-2|issue row tp=2,dp=1 -> tp=1,dp=2 (2.1 GB)|gqa-2gb|tp=2,dp=1|tp=1,dp=2
+2|GQA tp=2,dp=1 -> tp=1,dp=2 (2.1 GB)|gqa-2gb|tp=2,dp=1|tp=1,dp=2
 ROWS
 }
 
@@ -71,11 +74,15 @@ PY
 }
 
 if [[ "${1:-}" == "--engine" ]]; then
+  results_begin transition-engine markdown "$0 $build $*"
   engine_table
+  results_end
   exit 0
 fi
 exe="$build/bench_transition"
 [[ -x "$exe" ]] || { echo "no $exe; build the bench_transition target first" >&2; exit 2; }
+results_begin transition-baselines markdown "$0 $build $*"
 for np in 4 8; do
   mpirun -np "$np" "$exe" "$@"
 done
+results_end

@@ -63,7 +63,7 @@ void Placement::validate(int ranks, int processes) const {
   for (int r = 0; r < ranks; ++r) {
     const int p = process_of_[r];
     if (p < 0 || p >= processes)
-      DT_INPUT_ERROR("placement ", str(), " puts rank ", r, " on process ", p, "; the job has processes 0..",
+      DT_INPUT_ERROR("placement ", str(), " puts rank ", r, " on process ", p, "; valid processes: 0..",
                      processes - 1);
     if (seen[p] >= 0)
       DT_INPUT_ERROR("placement ", str(), " puts ranks ", seen[p], " and ", r, " on process ", p,

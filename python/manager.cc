@@ -74,6 +74,8 @@ void Manager::release_all() {
   buffers_.clear();
 }
 
+void Manager::validate(const vps::ParallelConfig& to) const { require_world(layouts_(to), world_->size()); }
+
 SwitchStats Manager::switch_to(const vps::ParallelConfig& to) {
   const auto t0 = std::chrono::steady_clock::now();
   auto next = std::make_unique<vps::Layout>(layouts_(to));
@@ -86,7 +88,7 @@ SwitchStats Manager::switch_to(const vps::ParallelConfig& to) {
 
   std::vector<std::byte*> dst(dst_layout.buffers.size(), nullptr);
   const exec::TransitionStats ts = exec::run_transition(plan, rank_layout_, buffers_, dst_layout, dst,
-                                                        layout_->options().elem_bytes, *world_, pool_, options_);
+                                                        layout_->options().elem_bytes, *world_, keep_alive_, options_);
   for (std::size_t i = 0; i < dst.size(); ++i)
     DT_CHECK(dst[i] != nullptr || dst_layout.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
   layout_ = std::move(next);

@@ -5,7 +5,9 @@
 // Invariants:
 //  * buffer(i) is the memory of rank_layout().buffers[i] (nullptr for zero elements), taken
 //    from the manager's PoolAllocator, so a switch builds the new state in the memory the old
-//    one gave back. Pointers (and any tensor viewing them) are invalid after switch_to().
+//    one gave back. Pointers (and any tensor viewing them) are invalid after switch_to(),
+//    except that a buffer pinned through pin() keeps its memory (unused by the new layout)
+//    until its pin goes (python/keep_alive.h).
 //  * Every rank of the job calls the constructor and switch_to() with equal arguments
 //    (collective); ranks at or above a config's world size hold nothing in it.
 //  * Padding elements (bucket padding, vocab padding rows) are zero after construction and after
@@ -21,6 +23,7 @@
 #include "comm/transport.h"
 #include "exec/engine.h"
 #include "exec/pool_allocator.h"
+#include "python/keep_alive.h"
 #include "vps/layout.h"
 
 namespace dynatrain::python {
@@ -81,6 +84,8 @@ class Manager {
   // Collective: moves every state kind to `to`, rebinding buffer(i). An InputError (bad
   // config) is thrown on every rank before anything moves; the state is then unchanged.
   SwitchStats switch_to(const vps::ParallelConfig& to);
+  // Throws the InputError switch_to(to) would throw before moving anything; no communication.
+  void validate(const vps::ParallelConfig& to) const;
 
   const vps::Layout& layout() const { return *layout_; }
   const vps::RankLayout& rank_layout() const { return rank_layout_; }
@@ -90,6 +95,12 @@ class Manager {
   int size() const { return world_->size(); }
   comm::Transport& world() { return *world_; }
   const exec::PoolAllocator& pool() const { return pool_; }
+  // Keeps buffer(i)'s memory out of every later switch's reuse until the token is destroyed.
+  std::shared_ptr<void> pin(std::size_t i) { return keep_alive_.pin(buffers_.at(i), buffer_bytes(i)); }
+  const KeepAliveAllocator& keep_alive() const { return keep_alive_; }
+  // The allocator every transition of this manager's buffers must use (switch_to() does), so
+  // that pinned buffers stay out of its reuse.
+  exec::StateAllocator& switch_allocator() { return keep_alive_; }
 
   std::vector<TensorView> views() const;
   std::vector<BucketInfo> buckets() const;
@@ -104,6 +115,7 @@ class Manager {
   std::unique_ptr<vps::Layout> layout_;
   vps::RankLayout rank_layout_;
   exec::PoolAllocator pool_;
+  KeepAliveAllocator keep_alive_{pool_};  // the switches' allocator: the pool, minus pinned blocks
   std::vector<std::byte*> buffers_;
 };
 

@@ -16,6 +16,7 @@
 #include "plan/checker.h"
 #include "plan/planner.h"
 #include "plan/stats.h"
+#include "python/lease_bindings.h"
 #include "python/manager.h"
 #include "vps/state_kind.h"
 
@@ -174,7 +175,7 @@ py::dict config_dict(const vps::ParallelConfig& c, int rank) {
 }
 
 void bind_manager(py::module_& m) {
-  py::class_<Manager>(m, "Manager")
+  py::class_<Manager, std::shared_ptr<Manager>>(m, "Manager")
       .def(py::init([](std::int64_t comm, const py::object& model, const std::string& config,
                        const std::string& states, std::int64_t bucket_elems, int param_bytes,
                        std::uint64_t mem_budget, int gpus_per_node) {
@@ -185,7 +186,7 @@ void bind_manager(py::module_& m) {
              auto first = vps::ParallelConfig::parse(config);
              auto world = transport_from_fortran_handle(comm);
              py::gil_scoped_release unlocked;
-             return std::make_unique<Manager>(std::move(world), std::move(layouts), first, t);
+             return std::make_shared<Manager>(std::move(world), std::move(layouts), first, t);
            }),
            py::arg("comm"), py::arg("model"), py::arg("config"), py::arg("states"),
            py::arg("bucket_elems"), py::arg("param_bytes"), py::arg("mem_budget"), py::arg("gpus_per_node"))
@@ -198,6 +199,7 @@ void bind_manager(py::module_& m) {
              }
              return stats_dict(s);
            })
+      .def("validate", [](const Manager& self, const std::string& to) { self.validate(vps::ParallelConfig::parse(to)); })
       // The same switch driven from C++ alone (no Python between plan, engine and stats), timed
       // between barriers; max over ranks. For bench/python_switch_bench.py's reference figure.
       .def("timed_switch", [](Manager& self, const std::string& to) {
@@ -229,18 +231,16 @@ void bind_manager(py::module_& m) {
              for (auto k : self.layout().options().kinds) names.push_back(vps::state_kind_name(k));
              return names;
            })
-      // (memoryview or None, kind, element bytes) per buffer, in buffer id order. The views
-      // alias the manager's memory and are invalid after switch().
-      .def("buffers", [](const Manager& self) {
+      // (BufferLease or None, kind, element bytes, numel) per buffer, in buffer id order. A lease
+      // keeps the manager and the buffer's memory alive (lease_bindings.h); its bytes belong to
+      // the current layout only until switch().
+      .def("buffers", [](const std::shared_ptr<Manager>& self) {
              py::list out;
-             const auto& rl = self.rank_layout();
+             const auto& rl = self->rank_layout();
              for (std::size_t i = 0; i < rl.buffers.size(); ++i) {
                const auto kind = rl.buffers[i].kind;
-               const int elem = self.layout().options().elem_bytes[static_cast<int>(kind)];
-               py::object view = py::none();
-               if (self.buffer(i))
-                 view = py::memoryview::from_memory(self.buffer(i), static_cast<py::ssize_t>(self.buffer_bytes(i)));
-               out.append(py::make_tuple(view, vps::state_kind_name(kind), elem, rl.buffers[i].numel));
+               const int elem = self->layout().options().elem_bytes[static_cast<int>(kind)];
+               out.append(py::make_tuple(buffer_lease(self, i), vps::state_kind_name(kind), elem, rl.buffers[i].numel));
              }
              return out;
            })
@@ -285,6 +285,8 @@ void bind_manager(py::module_& m) {
              d["live_bytes"] = self.pool().live_bytes();
              d["reserved_bytes"] = self.pool().reserved_bytes();
              d["fresh_bytes"] = self.pool().fresh_bytes();
+             d["pinned_buffers"] = self.keep_alive().pinned_blocks();
+             d["deferred_bytes"] = self.keep_alive().deferred_bytes();
              return d;
            });
 }
@@ -319,4 +321,5 @@ PYBIND11_MODULE(_native, m) {
     return names;
   });
   python::bind_manager(m);
+  python::bind_leases(m);
 }

@@ -9,7 +9,7 @@
 # Bounded: every command under `timeout`; the namespaces are removed on exit, whatever happens.
 # Writes JSON per run under bench/out/netns/. DT_ENGINE_FLAGS (e.g. "--overlap-links off
 # --rounds-in-flight 2": the engine's schedule before link classes) goes to run-transition and
-# simulate alike.
+# simulate alike. Refreshes bench/results/netns-rehearsal.md (bench/results.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/netns-env.sh
@@ -19,6 +19,8 @@ dt="$PWD/$build/dynatrain"
 out="$PWD/bench/out/netns"
 mkdir -p "$out"
 read -r -a engine_flags <<< "${DT_ENGINE_FLAGS:-}"
+source bench/results.sh
+results_begin netns-rehearsal markdown "$0 $*"
 dtc_lock
 trap 'scripts/netns-down.sh >/dev/null' EXIT
 scripts/netns-up.sh "$rate" 2
@@ -55,3 +57,4 @@ for placement in fixed auto; do
 done
 row tp=2,dp=2 tp=4 fixed
 cp "$DTC_STATE/cluster.json" "$out/cluster.json"
+results_end

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
 #include "common/error.h"
+#include "common/json_error.h"
 
 namespace dynatrain::sim {
 
@@ -14,6 +16,9 @@ namespace {
 
 constexpr double kGB = 1e9;
 constexpr double kUs = 1e-6;
+constexpr double kMinRate = 1e-3 * kGB, kMaxRate = 1e6 * kGB;  // bytes/s
+constexpr double kMaxLatency = 1.0;                             // seconds
+constexpr int kMaxNodes = 131072, kMaxGpusPerNode = 1 << 16;
 
 // The presets' assumptions are stated in docs/cluster.md; keep the two in step. 8 GPUs per
 // node, one NIC per GPU unless said otherwise, 5 us per message inside a node, 10 us across.
@@ -71,8 +76,12 @@ plan::Bandwidth Cluster::bandwidth() const {
 }
 
 void Cluster::validate() const {
+  // Rates between 1 MB/s and 1 PB/s, latencies up to 1 s: beyond them a prediction's times
+  // overflow or vanish (1e-300 GB/s), and no real link is there.
   auto positive = [&](double v, const char* what) {
-    if (!(v > 0)) DT_INPUT_ERROR("cluster '", name, "': ", what, " must be positive, got ", v);
+    if (!(v >= kMinRate && v <= kMaxRate))
+      DT_INPUT_ERROR("cluster '", name, "': ", what, " must be positive, from ", kMinRate / kGB, " to ", kMaxRate / kGB,
+                     " GB/s; got ", v / kGB);
   };
   positive(gpu_link, "gpu_link_gb_per_s");
   positive(nic, "nic_gb_per_s");
@@ -83,7 +92,12 @@ void Cluster::validate() const {
   if (nics_per_node < 1 || (gpus_per_node > 0 && gpus_per_node % nics_per_node != 0))
     DT_INPUT_ERROR("cluster '", name, "': nics_per_node ", nics_per_node, " must be at least 1 and divide gpus_per_node ",
                    gpus_per_node);
-  if (intra_latency < 0 || inter_latency < 0) DT_INPUT_ERROR("cluster '", name, "': latencies must not be negative");
+  for (const double latency : {intra_latency, inter_latency})
+    if (!(latency >= 0 && latency <= kMaxLatency))
+      DT_INPUT_ERROR("cluster '", name, "': latencies must be from 0 to ", kMaxLatency / kUs, " us; got ", latency / kUs);
+  if (nodes > kMaxNodes || gpus_per_node > kMaxGpusPerNode)
+    DT_INPUT_ERROR("cluster '", name, "': nodes ", nodes, " and gpus_per_node ", gpus_per_node, " must be at most ",
+                   kMaxNodes, " and ", kMaxGpusPerNode);
 }
 
 std::vector<std::string> cluster_presets() { return {"a800-16x8", "a800-16x8-4nic", "h100-nx8", "this-machine"}; }
@@ -94,13 +108,16 @@ Cluster cluster_from_spec(const std::string& spec) {
   if (spec == "h100-nx8") return h100();
   if (spec == "this-machine") return measure_this_machine();
   if (spec.ends_with(".json")) {
+    std::error_code ec;  // a FIFO would block the open, a device never end
+    if (std::filesystem::exists(spec, ec) && !std::filesystem::is_regular_file(spec, ec))
+      DT_INPUT_ERROR("cluster file '", spec, "' is not a regular file; give the path of a JSON file");
     std::ifstream in(spec);
     if (!in) DT_INPUT_ERROR("cannot open cluster file '", spec, "'");
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(in);
     } catch (const nlohmann::json::parse_error& e) {
-      DT_INPUT_ERROR("cluster file '", spec, "' is not valid JSON: ", e.what());
+      DT_INPUT_ERROR("cluster file '", spec, "' is not valid JSON: ", brief_json_error(e.what()));
     }
     return cluster_from_json(j, spec);
   }

@@ -34,19 +34,23 @@ void stamp_and_raise(int sig, int delay_ms) {
 
 }  // namespace
 
-void fault_point(const char* point, int rank) {
+bool fault_point(const char* point, int rank) {
   static bool fired = false;
   static std::map<std::string, int> reached;  // times each point was reached on this rank
   const char* spec = std::getenv("DT_FAULT");
-  if (fired || !spec) return;
+  if (fired || !spec) return false;
   char action[16] = {}, where[32] = {};
   int fault_rank = -1, delay_ms = 0, skip = 0;
   const int n = std::sscanf(spec, "%15[a-z]:%d:%31[a-z-]:%d:%d", action, &fault_rank, where, &delay_ms, &skip);
-  if (n < 4) return;
-  if (fault_rank != rank || std::strcmp(where, point) != 0) return;
-  if (reached[point]++ < skip) return;
-  if (const char* stamp = std::getenv("DT_FAULT_STAMP"); stamp && access(stamp, F_OK) == 0) return;
+  if (n < 4) return false;
+  if (fault_rank != rank || std::strcmp(where, point) != 0) return false;
+  if (reached[point]++ < skip) return false;
+  if (const char* stamp = std::getenv("DT_FAULT_STAMP"); stamp && access(stamp, F_OK) == 0) return false;
   fired = true;
+  if (std::strcmp(action, "nan") == 0) {  // the caller poisons the value it produces next
+    write_stamp();
+    return true;
+  }
   if (std::strcmp(action, "throw") == 0) {  // an exception on this rank only, at once
     write_stamp();
     throw std::runtime_error(std::string("injected fault at '") + point + "'");
@@ -54,9 +58,10 @@ void fault_point(const char* point, int rank) {
   const int sig = std::strcmp(action, "stop") == 0 ? SIGSTOP : SIGKILL;
   if (delay_ms <= 0) {
     stamp_and_raise(sig, 0);
-    return;  // after a SIGSTOP, once continued
+    return false;  // after a SIGSTOP, once continued
   }
   std::thread(stamp_and_raise, sig, delay_ms).detach();
+  return false;
 }
 
 }  // namespace dynatrain::tools

@@ -3,8 +3,9 @@
 // unless DT_FAULT is set.
 //
 //   DT_FAULT=ACTION:RANK:POINT:DELAY_MS[:SKIP]     e.g. kill:1:switch:50   stop:2:step:0
-//     ACTION  kill (SIGKILL), stop (SIGSTOP: alive but silent, for the watchdog) or throw (a
+//     ACTION  kill (SIGKILL), stop (SIGSTOP: alive but silent, for the watchdog), throw (a
 //             std::runtime_error on this rank only, at once: the other ranks are left waiting)
+//             or nan (fault_point returns true: at POINT step, the step's loss reads NaN)
 //     RANK    world rank that faults
 //     POINT   switch (a layout switch starts), step (a training step starts), prepare (the
 //             background prepare of the next switch starts, train only), join (a process
@@ -24,6 +25,7 @@
 
 namespace dynatrain::tools {
 
-void fault_point(const char* point, int rank);
+// Returns true when a `nan` fault fired here; kill, stop and throw act themselves.
+bool fault_point(const char* point, int rank);
 
 }  // namespace dynatrain::tools

@@ -3,6 +3,7 @@
 #include <exception>
 #include <map>
 #include <new>
+#include <system_error>
 
 #include "common/error.h"
 #include "tools/commands.h"
@@ -54,6 +55,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "dynatrain: error: out of memory (std::bad_alloc); lower the model size or --mem-budget\n");
+    return 3;
+  } catch (const std::system_error& e) {  // the system refused a resource: threads, their stacks
+    std::fprintf(stderr, "dynatrain: error: %s\n", e.what());
     return 3;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dynatrain: internal error: %s\n", e.what());

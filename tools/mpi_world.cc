@@ -37,6 +37,10 @@ bool env_names_world() { return !started_by_mpirun() && std::getenv("RANK") && s
 
 // Grace before a rank other than 0 reports: rank 0, failing alike, reports first.
 constexpr auto kNonRootGrace = std::chrono::milliseconds(1000);
+// Before MPI starts, every rank finds a flag error alike and rank 0 prints it: the others wait
+// for mpirun to end them once rank 0 has exited. Longer than kNonRootGrace, since on a loaded
+// machine rank 0 may take seconds to start (load libtorch) after the others gave up.
+constexpr auto kPreMpiGrace = std::chrono::milliseconds(15000);
 
 // Async-signal-safe: true when this rank may print the job's one line.
 bool claim_report() {
@@ -166,7 +170,7 @@ bool is_nonzero_mpi_rank() {
 void set_env_world_factory(EnvWorldFactory factory) { g_env_world = factory; }
 
 void wait_for_root_report() {
-  if (is_nonzero_mpi_rank()) std::this_thread::sleep_for(kNonRootGrace);
+  if (is_nonzero_mpi_rank()) std::this_thread::sleep_for(kPreMpiGrace);
 }
 
 void abort_job(const char* kind, const std::string& message, int exit_code) {

@@ -18,6 +18,7 @@
 #include "sim/link_bound.h"
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
+#include "tools/output_file.h"
 
 namespace dynatrain::tools {
 
@@ -81,6 +82,7 @@ void check_flags(const PlanArgs& a) {
 
 int run_plan(const PlanArgs& a) {
   check_flags(a);
+  check_output_path("--json", a.json_path);  // before any work: a bad path prints one line, nothing else
   // The planner's own memory: peak RSS above what the process held before planning (the
   // executable's libraries, libtorch included, are resident already).
   const std::uint64_t rss_before = current_rss_bytes();
@@ -191,9 +193,7 @@ int run_plan(const PlanArgs& a) {
       j["busiest_rank_seconds"] = link->busiest_rank_seconds;
       j["latency_seconds"] = link->latency_seconds;
     }
-    std::ofstream out(a.json_path);
-    if (!out) DT_INPUT_ERROR("cannot write --json file '", a.json_path, "'");
-    out << j.dump(2) << "\n";
+    write_output_file("--json", a.json_path, j.dump(2) + "\n");
   }
   return exit_code;
 }

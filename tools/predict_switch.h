@@ -1,5 +1,5 @@
 // The simulator's prediction for the switch run-transition is timing, from rates measured in
-// the same run on this machine (issue 9, item 3: the validation of sim/simulator.h).
+// the same run on this machine (the validation of sim/simulator.h).
 //
 // Collective over `world`: every rank measures, with all ranks at once, its copy rate (memcpy
 // of 64 MiB between warm buffers) and its message latency (ping-pong of 8 bytes with rank^1);

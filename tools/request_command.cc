@@ -1,6 +1,9 @@
 // `dynatrain request`: asks a running `dynatrain train --job DIR` job to switch layout.
+#include <limits>
+
 #include "tools/commands.h"
 #include "common/error.h"
+#include "tools/flag_checks.h"
 #include "tools/job_request.h"
 
 namespace dynatrain::tools {
@@ -12,7 +15,8 @@ Command add_request_command(CLI::App& app) {
   cmd->add_option("--job", *dir, "The job's directory (train --job DIR)")->required();
   auto migrate = std::make_shared<bool>(false);
   cmd->add_option("--to", req->to, "Layout to switch to, e.g. tp=2,dp=4 (with --migrate: default the current one)");
-  cmd->add_option("--at-step", req->at_step, "Step before which to switch (default: as soon as prepared)");
+  cmd->add_option("--at-step", req->at_step, "Step before which to switch (default: as soon as prepared)")
+      ->check(whole_number_in(std::int64_t{0}, std::numeric_limits<std::int64_t>::max()));
   cmd->add_option("--vacate", req->vacate,
                   "World ranks that must hold nothing afterwards and leave, e.g. 1,3 (0 too: the "
                   "job's leader role moves); processes are started for the ranks they held");

@@ -22,6 +22,7 @@
 #include "tools/fault_injection.h"
 #include "tools/memory_check.h"
 #include "tools/mpi_world.h"
+#include "tools/output_file.h"
 #include "tools/predict_switch.h"
 #include "tools/watchdog.h"
 
@@ -77,6 +78,9 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   // Which process takes each destination rank (plan/placement.h); the way back undoes it.
   const plan::Placement placed = args.placement == "auto" ? plan::auto_placement(src_layout, dst_layout, topo)
                                                           : plan::Placement::parse(args.placement);
+  // The switch runs on processes 0..need-1 (the others wait): a given placement puts each
+  // destination rank on its own process among them (a permutation when both layouts are as large).
+  placed.validate(dst_layout.config().world_size(), need);
   const plan::Planner fwd_planner(src_layout, dst_layout, topo, {{}, placed}),
       back_planner(dst_layout, src_layout, topo, {placed, {}});
   const plan::RankPlan fwd = me < need ? fwd_planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
@@ -407,7 +411,10 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
                    dst_layout.config().world_size());
     if (verify_text == "ok") std::fprintf(out, "verify: ok\n");
     std::fflush(out);
-    if (json_file.is_open()) json_file << j.dump(2) << "\n";
+    if (json_file.is_open()) {
+      json_file << j.dump(2) << "\n";
+      check_written(json_file, "--json", args.json);  // a full disk is an error, not a cut-off file
+    }
   }
   world.barrier();
   return exit_code;

@@ -18,6 +18,7 @@
 #include "tools/commands.h"
 #include "tools/fanout_switch.h"
 #include "tools/flag_checks.h"
+#include "tools/output_file.h"
 
 namespace dynatrain::tools {
 
@@ -75,6 +76,7 @@ int run_simulate(const SimulateArgs& a) {
   if (a.placement != "fixed" && a.placement != "auto")
     DT_INPUT_ERROR("--placement '", a.placement, "' is not valid; valid: fixed, auto");
   const std::uint64_t budget = parse_bytes(a.mem_budget);
+  check_output_path("--json", a.json_path);  // before any work
   const sim::Cluster cluster = sim::cluster_from_spec(a.cluster);
   const vps::ModelSpec model = vps::model_from_name(a.model);
   vps::LayoutOptions lo;
@@ -198,9 +200,7 @@ int run_simulate(const SimulateArgs& a) {
     j["plan_seconds"] = plan_s;
     j["trace_seconds"] = trace_s;
     j["simulate_seconds"] = sim_s;
-    std::ofstream out(a.json_path);
-    if (!out) DT_INPUT_ERROR("cannot write --json file '", a.json_path, "'");
-    out << j.dump(2) << "\n";
+    write_output_file("--json", a.json_path, j.dump(2) + "\n");
   }
   return 0;
 }

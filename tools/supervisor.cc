@@ -15,6 +15,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "common/error.h"
+#include "tools/output_file.h"
 
 namespace dynatrain::tools {
 
@@ -127,6 +128,7 @@ void assemble_csv(const std::string& out_path, const std::vector<CsvPart>& parts
       mark.clear();
     }
   }
+  check_written(out, "CSV", out_path);  // the attempts' files stay when the assembled one is short
   for (const auto& p : parts) fs::remove(p.path);
 }
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "train/data.h"
 #include "train/trainer.h"
 #include "tools/fault_injection.h"
+#include "tools/output_file.h"
 #include "tools/watchdog.h"
 #include "tools/train_ckpt.h"
 #include "tools/train_leader.h"
@@ -139,6 +141,11 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   if (args.lookahead < 0) DT_INPUT_ERROR("--lookahead ", args.lookahead, " must be 0 (auto) or positive");
   auto schedule = parse_schedule(args.schedule);
   if (args.static_layout) schedule.resize(1);
+  // An entry at or past --steps could never run: refused, so a typo in a step is not a silent no-op.
+  for (const auto& [step, config] : schedule)
+    if (step >= args.steps)
+      DT_INPUT_ERROR("schedule entry '", step, ":", config.str(), "' is at or past --steps ", args.steps,
+                     " (steps 0..", args.steps - 1, "): it would never run");
   // A process started by a grow joins the running job instead of starting one (its own MPI
   // world holds only the processes started with it: the schedule's sizes do not apply to it).
   std::unique_ptr<comm::Transport> joined_world = args.launcher ? args.launcher->join() : nullptr;
@@ -165,6 +172,8 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   bool tty = leader && isatty(fileno(stdout));
   LeaderState ls;  // the leader's state beyond the VPS state (meaningful on the leader only)
   std::ofstream csv, json_out;
+  if (!joined && !comm::agree_with_root(world, !(leader && names_one_file(args.csv, args.json))))
+    DT_INPUT_ERROR("--csv and --json both name '", args.csv, "'; give each its own file");
   if (leader && !args.csv.empty()) csv.open(args.csv);
   if (leader && !args.json.empty()) json_out.open(args.json);
   // Every rank learns whether rank 0 could open them, so all throw alike (no rank left waiting).
@@ -350,6 +359,11 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     std::int64_t earliest = step + 1;
     if (trainer->preparing()) earliest = std::max(earliest, schedule[next].first + 1);
     at = std::max(at, earliest);
+    if (at >= args.steps) {  // it would never run
+      std::printf("request refused: a switch before step %lld is at or past --steps %lld; training continues in %s\n",
+                  static_cast<long long>(at), static_cast<long long>(args.steps), trainer->config().str().c_str());
+      return;
+    }
     std::size_t i = next;
     while (i < schedule.size() && schedule[i].first < at) ++i;
     if (i < schedule.size() && schedule[i].first == at) schedule[i].second = config;
@@ -443,12 +457,18 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       maybe_prepare();
     }
     if (!trainer->active()) continue;  // wait in the next prepare / commit / finish
-    fault_point("step", trainer->world().rank());
+    const bool nan_loss = fault_point("step", trainer->world().rank());  // DT_FAULT=nan:...: test the stop below
     // A peer that stops answering mid-step ends the job too: the deadline is the watchdog's
     // floor plus 10x the slowest step so far (the first step, warm-up included, is not timed).
     if (slowest_step > 0) watchdog.arm("step " + std::to_string(step), switch_timeout_seconds(0) + 10 * slowest_step);
     const StepStats st = trainer->step();
     watchdog.disarm();
+    // Every active rank has the loss: all stop alike, with the CSV rows before this step kept.
+    if (const double loss = nan_loss ? std::nan("") : st.loss; !std::isfinite(loss)) {
+      if (csv.is_open()) csv.flush();
+      DT_INPUT_ERROR("the loss is ", loss, " at step ", step, ": training diverged; lower --lr (", args.lr, ")",
+                     args.save_dir.empty() ? "" : " and --resume from the last checkpoint");
+    }
     slowest_step = std::max(slowest_step, st.seconds);
     if (!leader) continue;
     const std::string layout = trainer->config().str();
@@ -483,8 +503,10 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       csv << ',' << trainer->world_size() << ',';
       if (moved) csv << sw.total_s;
       csv << '\n';
+      if (!csv) check_written(csv, "CSV", args.csv);  // a full disk ends the run at the row it lost
     }
   }
+  if (csv.is_open()) check_written(csv, "CSV", args.csv);
   end_job();
   if (trainer->left()) {  // handed its state over in the last commit
     trainer.reset();
@@ -504,7 +526,10 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
                     r["from"].get<std::string>().c_str(), r["to"].get<std::string>().c_str(),
                     r["world_before"].get<int>(), r["world_after"].get<int>(), r["pause_s"].get<double>() * 1e3,
                     r["prepare_s"].get<double>() * 1e3, r["hidden_fraction"].get<double>() * 100);
-    if (json_out.is_open()) json_out << nlohmann::json{{"switches", ls.records}}.dump(2) << '\n';
+    if (json_out.is_open()) {
+      json_out << nlohmann::json{{"switches", ls.records}}.dump(2) << '\n';
+      check_written(json_out, "JSON", args.json);
+    }
     std::fflush(stdout);
   }
   // Where processes may leave a running job, every process ends that way: MPI_Finalize can wait

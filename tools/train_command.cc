@@ -1,5 +1,6 @@
 // `dynatrain train`: flags only; tools/train_cli.h does the work.
 #include <cstdlib>
+#include <limits>
 
 #include "edm/mpi_launcher.h"
 #include "tools/commands.h"
@@ -41,13 +42,17 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--hostfile", launch->hostfile, "MPI hostfile for processes started by a grow");
   cmd->add_option("--host", launch->hosts, "Hosts for processes started by a grow (h1,h2,...)");
   cmd->add_option("--lr", args->lr, "Adam learning rate")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Seed for weights and data order")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed for weights and data order")
+      ->check(whole_number_in(std::uint64_t{0}, std::numeric_limits<std::uint64_t>::max()))
+      ->capture_default_str();
   cmd->add_option("--micro-batches", args->micro_batches, "Pipeline micro-batches (0: auto)")->capture_default_str();
   cmd->add_option("--switch-method", args->switch_method, "engine (default) or gather");
   cmd->add_option("--threads", args->threads, "Torch threads per rank (0: cores / local ranks)")
       ->capture_default_str();
-  cmd->add_option("--save", args->save_dir, "Checkpoint directory to save into (see --save-every)");
+  auto* save = cmd->add_option("--save", args->save_dir, "Checkpoint directory to save into (see --save-every)");
   cmd->add_option("--save-every", args->save_every, "Also save every N steps (0: only after the last step)")
+      ->check(whole_number_in(std::int64_t{0}, std::int64_t{1'000'000'000}))
+      ->needs(save)
       ->capture_default_str();
   cmd->add_option("--resume", args->resume_dir,
                   "Continue from this directory's latest checkpoint, in the schedule's layout for its step");

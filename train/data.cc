@@ -1,7 +1,7 @@
 #include "train/data.h"
 
+#include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "common/error.h"
 
@@ -44,12 +44,36 @@ const std::string& embedded_text() {
   return text;
 }
 
+namespace {
+
+const char* file_type_name(std::filesystem::file_type type) {
+  switch (type) {
+    case std::filesystem::file_type::directory: return "a directory";
+    case std::filesystem::file_type::fifo: return "a FIFO";
+    case std::filesystem::file_type::character: return "a character device";
+    case std::filesystem::file_type::block: return "a block device";
+    case std::filesystem::file_type::socket: return "a socket";
+    default: return "not a regular file";
+  }
+}
+
+}  // namespace
+
 std::string read_text_file(const std::string& path) {
+  // Only a regular file of bounded size: a FIFO would block the open and /dev/zero never ends.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) DT_INPUT_ERROR("cannot open data file '", path, "'");
+  if (!std::filesystem::is_regular_file(status))
+    DT_INPUT_ERROR("data file '", path, "' is ", file_type_name(status.type()), "; give a regular text file");
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec || size > kMaxTextFileBytes)
+    DT_INPUT_ERROR("data file '", path, "' has ", size, " bytes; every rank holds it whole, at most ", kMaxTextFileBytes);
   std::ifstream in(path, std::ios::binary);
   if (!in) DT_INPUT_ERROR("cannot open data file '", path, "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
+  std::string text(static_cast<std::size_t>(size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  text.resize(static_cast<std::size_t>(in.gcount()));  // a file that shrank since the stat
   if (text.size() < 2) DT_INPUT_ERROR("data file '", path, "' has ", text.size(), " bytes; need at least 2");
   return text;
 }

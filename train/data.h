@@ -15,7 +15,10 @@ namespace dynatrain::train {
 
 // A few KB of public-domain English text compiled into the binary (no download needed).
 const std::string& embedded_text();
-// The bytes of `path`; throws InputError if it cannot be read or is shorter than 2 bytes.
+// The largest --data file: every rank holds the whole text.
+constexpr std::uintmax_t kMaxTextFileBytes = std::uintmax_t{4} << 30;
+// The bytes of `path`; throws InputError if it is not a regular file (a FIFO, a device such as
+// /dev/zero), cannot be read, is larger than kMaxTextFileBytes or shorter than 2 bytes.
 std::string read_text_file(const std::string& path);
 
 struct DataCursor {

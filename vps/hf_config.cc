@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/json_error.h"
 #include "vps/model_spec.h"
 
 namespace dynatrain::vps {
@@ -69,7 +70,7 @@ json read_json_object(const std::string& path) {
   try {
     j = json::parse(body);
   } catch (const json::exception& e) {
-    DT_INPUT_ERROR("model config '", path, "' is not valid JSON: ", e.what());
+    DT_INPUT_ERROR("model config '", path, "' is not valid JSON: ", brief_json_error(e.what()));
   }
   if (!j.is_object())
     DT_INPUT_ERROR("model config '", path, "' must be a JSON object, got ", j.type_name());

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <set>
+#include <string>
 
 #include "common/error.h"
 
@@ -59,6 +61,10 @@ namespace {
 // own tensors instead; fills config.pp_layers with the even split when it was empty.
 void validate_custom(std::vector<TensorSpec>& tensors, const ModelSpec& model, ParallelConfig& c) {
   if (tensors.empty()) DT_INPUT_ERROR("model '", model.name, "' has no tensors");
+  std::set<std::string> names;  // names key checkpoints and the Python views
+  for (const TensorSpec& t : tensors)
+    if (!names.insert(t.name).second)
+      DT_INPUT_ERROR("model '", model.name, "' has two tensors named '", t.name, "'; tensor names must be unique");
   if (model.layers < 1) DT_INPUT_ERROR("model '", model.name, "': layers=", model.layers, " must be at least 1");
   bool any_expert = false;
   for (std::size_t i = 0; i < tensors.size(); ++i) {

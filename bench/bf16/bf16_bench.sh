@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# `train --bf16` against fp32 on the issue's llama-style 133M model (bench/edm/llama-133m.json,
+# `train --bf16` against fp32 on the llama-style 133M model (bench/edm/llama-133m.json,
 # 2.1 GB of param + master + Adam state), in one run of this script:
 #   A. step time on one process (dp=1, static): the bf16 matmuls against fp32 ones;
 #   B. the same switch on 4 processes, tp=2,dp=2 -> pp=2,dp=2 before step 4 (prepared 3 steps
 #      ahead, the job's first switch), in fp32 and in --bf16: bytes moved, pause, step time.
 # The runs alternate fp32 / bf16 and each pair runs twice, so that a load change on a shared
 # machine shows as a spread, not as a bf16 effect. Run under `flock /tmp/dt-bench.lock`.
-# Usage: bench/bf16/bf16_bench.sh [BUILD_DIR] [OUT_DIR]
+# Usage: bench/bf16/bf16_bench.sh [BUILD_DIR] [OUT_DIR]   (refreshes bench/results/bf16.md)
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-bench-out/bf16}
@@ -15,6 +15,8 @@ mkdir -p "$OUT"
 BIN="$OUT/dynatrain"
 cp "$BUILD/dynatrain" "$BIN"
 source "$HERE/../../scripts/mpi-env.sh"
+source "$HERE/../results.sh"
+results_begin bf16 text "$0 $*"
 COMMON=(train --model "$HERE/../edm/llama-133m.json" --global-batch 4 --seq 32 --threads 1)
 
 field() {  # JSON FIELD: the first number of "FIELD": in the file
@@ -49,3 +51,4 @@ for round in 1 2; do
     grep -E '^  (tp|pp)=.* tok/s' "$OUT/$name.log" | sed 's/^/      /'
   done
 done
+results_end

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trainer switches at GB scale, through `dynatrain train --json` (issue 7's figures):
+# Trainer switches at GB scale, through `dynatrain train --json`:
 #   A. 4 processes, llama-style 133M model (2.1 GB of state), tp=2,dp=2 -> pp=2,dp=2 and back
 #      and again: the job's first switch (cold: nothing warmed by an earlier switch), the way
 #      back, and the same switch repeated (warm: communicators, worlds and pool pages reused);
@@ -18,7 +18,7 @@
 # (on a core, runnable without one, asleep) and its CPU in the exchange; prepare, hidden share,
 # peak and bound; where the pause went (commit phases).
 # Run under `flock /tmp/dt-bench.lock` on a shared machine.
-# Usage: bench/edm/edm_bench.sh [BUILD_DIR] [OUT_DIR]
+# Usage: bench/edm/edm_bench.sh [BUILD_DIR] [OUT_DIR]   (refreshes bench/results/edm-gb-scale.md)
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-bench-out/edm}
@@ -27,6 +27,8 @@ mkdir -p "$OUT"
 BIN="$OUT/dynatrain"  # a copy: spawned processes run this file even if the build changes it
 cp "$BUILD/dynatrain" "$BIN"
 source "$HERE/../../scripts/mpi-env.sh"
+source "$HERE/../results.sh"
+results_begin edm-gb-scale text "$0 $*"
 MODEL="$HERE/llama-133m.json"
 COMMON=(train --model "$MODEL" --global-batch 4 --seq 32 --threads 1)
 BACK_AND_FORTH=(--steps 9 --lookahead 1 --schedule "0:tp=2,dp=2;3:pp=2,dp=2;5:tp=2,dp=2;7:pp=2,dp=2")
@@ -71,3 +73,4 @@ mpirun -np 4 "$BIN" run-transition --model "$MODEL" --from tp=2,dp=2 --to pp=2,d
   { tail -20 "$OUT/run_transition.log"; exit 1; }
 grep -E "^  (seconds|warm seconds|bytes_moved|p2p|lower_bound|plain|ratio|phases)" "$OUT/run_transition.log"
 uptime
+results_end

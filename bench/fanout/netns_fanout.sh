@@ -11,7 +11,7 @@
 # Run it alone (flock /tmp/dt-bench.lock ...): the namespaces and $DTC_STATE are shared with
 # scripts/netns-rehearsal.sh. Bounded: every command under `timeout`; namespaces removed on exit.
 # Writes JSON per run under bench/out/fanout/. DT_ENGINE_FLAGS (e.g. "--overlap-links off
-# --rounds-in-flight 2") goes to every run-transition.
+# --rounds-in-flight 2") goes to every run-transition. Refreshes bench/results/fanout-netns-NODES.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/netns-env.sh
@@ -19,6 +19,8 @@ build="${1:-build}"
 rate="${2:-1}"
 nodes="${3:-2}"
 slots=$(( nodes == 2 ? 2 : 1 ))
+source bench/results.sh
+results_begin "fanout-netns-$nodes" markdown "$0 $*"
 dt="$PWD/$build/dynatrain"
 out="$PWD/bench/out/fanout"
 mkdir -p "$out"
@@ -55,3 +57,4 @@ for sw in "${switches[@]}"; do
     row $sw "$mode"
   done
 done
+results_end

@@ -10,6 +10,8 @@
 #   bench/sim/predict.sh [BUILD_DIR]     BUILD_DIR defaults to ./build (needs `dynatrain`)
 # About 4 minutes on 2 cores, ~4 GB peak (the qwen3 rows trace 192 processes).
 set -euo pipefail
+source "$(dirname "$0")/../results.sh"  # refreshes bench/results/sim-predict.md
+results_begin sim-predict markdown "$0 $*"
 build=${1:-build}
 exe="$build/dynatrain"
 [[ -x "$exe" ]] || { echo "no $exe; build the dynatrain target first" >&2; exit 2; }
@@ -48,3 +50,4 @@ while IFS='|' read -r model from to cluster placement extra; do
   [[ -n "$extra" ]] && label="$placement, at a step boundary"
   echo "| $model \`$from -> $to\` | $cluster | $label | $a | $b | $c |"
 done < <(rows)
+results_end

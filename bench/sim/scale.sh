@@ -5,6 +5,8 @@
 #   bench/sim/scale.sh [BUILD_DIR]        BUILD_DIR defaults to ./build (needs `dynatrain`)
 # Run it under `flock /tmp/dt-bench.lock` on a shared machine. About 30 s, ~1 GB peak.
 set -euo pipefail
+source "$(dirname "$0")/../results.sh"  # refreshes bench/results/sim-scale.md
+results_begin sim-scale markdown "$0 $*"
 build=${1:-build}
 exe="$build/dynatrain"
 [[ -x "$exe" ]] || { echo "no $exe; build the dynatrain target first" >&2; exit 2; }
@@ -37,3 +39,4 @@ print(f'| {np_} | {cluster} | {switch} | {placement} | {float(wall):.1f} | {int(
       f'| {r["plan_seconds"]:.2f} | {r["trace_seconds"]:.2f} | {r["simulate_seconds"]:.2f} | {r["trace_events"]} | {r["predicted_seconds"]:.3f} |')
 PY
 done < <(rows)
+results_end

@@ -11,10 +11,12 @@
 # the last two columns are the prediction with the idle latency, and with the link probe's rate
 # and the idle latency (the model before both). Measured = the median of every warm switch of the row's runs;
 # predicted = the median of the runs' predictions; nothing is fitted to the switch's own time. Prints a Markdown
-# table with the spread of both (the issue's goal: |error| <= 25 % on at least 8 switches).
+# table with the spread of both (the goal: |error| <= 25 % on at least 8 switches).
 #   bench/sim/validate.sh [BUILD_DIR] [RUNS]   BUILD_DIR defaults to ./build (needs `dynatrain`)
 # Run it under `flock /tmp/dt-bench.lock` on a shared machine. About 5 minutes a run, ~6 GB peak.
 set -euo pipefail
+source "$(dirname "$0")/../results.sh"  # refreshes bench/results/sim-validate.md
+results_begin sim-validate markdown "$0 $*"
 build=${1:-build}
 runs=${2:-3}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -83,3 +85,4 @@ PY
 done < <(rows) 2>&1
 echo
 echo "$within of $n rows within 25 %; worst |error| $(python3 -c "print(f'{100 * $worst:.0f} %')") (goal: at least 8 rows)"
+results_end

@@ -7,6 +7,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <tuple>
 
@@ -451,26 +452,42 @@ void run_ranks(int n, std::function<void(Transport&)> body, InprocOptions option
   std::exception_ptr first;
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(n));
+  // A thread that cannot start (its stack is memory: `ulimit -v`, or a thread limit) ends the
+  // ranks already running, which are joined before the error leaves: no thread is left joinable.
+  auto start_failed = [&](int r, const std::system_error& e) {
+    {
+      std::lock_guard lock(mu);
+      first = std::make_exception_ptr(std::system_error(
+          e.code(), ::dynatrain::detail::concat("out of memory or threads: cannot start the thread of rank ", r,
+                                                " of ", n)));
+    }
+    world.abort(::dynatrain::detail::concat("rank ", r, " could not start"));
+  };
   for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      std::string reason;
-      std::exception_ptr error;
-      try {
-        body(world.transport(r));
-        return;
-      } catch (const std::exception& e) {
-        error = std::current_exception();
-        reason = ::dynatrain::detail::concat("rank ", r, " failed: ", e.what());
-      } catch (...) {
-        error = std::current_exception();
-        reason = ::dynatrain::detail::concat("rank ", r, " failed with a non-standard exception");
-      }
-      {
-        std::lock_guard lock(mu);
-        if (!first) first = error;
-      }
-      world.abort(reason);
-    });
+    try {
+      threads.emplace_back([&, r] {
+        std::string reason;
+        std::exception_ptr error;
+        try {
+          body(world.transport(r));
+          return;
+        } catch (const std::exception& e) {
+          error = std::current_exception();
+          reason = ::dynatrain::detail::concat("rank ", r, " failed: ", e.what());
+        } catch (...) {
+          error = std::current_exception();
+          reason = ::dynatrain::detail::concat("rank ", r, " failed with a non-standard exception");
+        }
+        {
+          std::lock_guard lock(mu);
+          if (!first) first = error;
+        }
+        world.abort(reason);
+      });
+    } catch (const std::system_error& e) {
+      start_failed(r, e);
+      break;
+    }
   }
   for (auto& t : threads) t.join();
   if (first) std::rethrow_exception(first);

@@ -7,7 +7,10 @@
     m.group("dp")                     # mpi4py communicator of this rank's data-parallel group
     stats = m.switch("dp=4")          # collective: moves every state kind; re-read m.tensors()
 
-Tensors handed out view the manager's memory and are invalid after switch(): re-read them.
+Tensors handed out view the manager's memory; switch() empties them (using one then raises
+StaleTensorError): re-read them. Every collective agrees its arguments across ranks first
+(ValueError on every rank when they differ); under mpirun an uncaught exception on one rank
+ends the job (MPI Abort) and a watchdog ends it when a peer stops taking part.
 Errors from the library keep its one-line messages: ValueError for bad input, CommError when a
 transport fails, InternalError for a broken invariant. docs/python.md has the whole API.
 """
@@ -21,10 +24,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _native
+from . import _abort, _agree, _native, _views, _watchdog
+from ._agree import PeerError
 from ._native import CommError, InternalError
+from ._views import StaleTensor, StaleTensorError
 
-__all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "CommError", "InternalError"]
+__all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "CommError", "InternalError", "PeerError",
+           "StaleTensor", "StaleTensorError", "adopt", "describe", "Job"]
+
+if _abort.launched_with_peers():
+    _abort.install()  # an uncaught exception on one rank ends the job (DYNATRAIN_ABORT_ON_ERROR=0: off)
 
 KINDS = tuple(_native.state_kinds())  # vps/state_kind.h, in StateKind order
 GROUPS = ("tp", "cp", "dp", "dp_cp", "pp", "ep", "etp", "edp")
@@ -104,18 +113,27 @@ class Manager:
 
     def __init__(self, comm, model: ModelArg, config: str, *, states: str = "all",
                  bucket_elems: int = 40_000_000, param_dtype: torch.dtype = torch.float32,
-                 mem_budget: int = 256 << 20, gpus_per_node: int = 8):
-        param_bytes = {torch.float32: 4, torch.bfloat16: 2}.get(param_dtype)
-        if param_bytes is None:
-            raise ValueError(f"param_dtype {param_dtype}; valid: torch.float32, torch.bfloat16")
+                 mem_budget: int = 256 << 20, gpus_per_node: int = 8, watchdog_s: Optional[float] = None):
+        if comm.size > 1:
+            _abort.install()
         self.comm = comm
-        self._kind_dtype = {k: param_dtype if k in ("param", "grad") else torch.float32 for k in KINDS}
-        self._native = _native.Manager(comm.py2f(), _model_arg(model), config, states, bucket_elems, param_bytes,
-                                       mem_budget, gpus_per_node)
-        self.step = 0
-        self._extra: Dict[str, Tuple[Callable[[], Any], Callable[[Any], None], bool]] = {}
-        self._group_cache: Dict[str, Dict[str, Any]] = {}
-        self._bind()
+        self._views = _views.ViewRegistry()
+        self._watchdog_s: Optional[float] = None  # agreed below; the environment's until then
+        with self._collective("Manager construction"):
+            args = _agree.together(comm, "Manager arguments", lambda: _agree.manager_arguments(
+                _model_arg(model), config, states, bucket_elems, param_dtype, mem_budget, gpus_per_node, watchdog_s))
+            _agree.agree(comm, "Manager arguments", args)
+            self._watchdog_s = args["watchdog_s"]
+            param_bytes = {torch.float32: 4, torch.bfloat16: 2}.get(param_dtype)
+            if param_bytes is None:
+                raise ValueError(f"param_dtype {param_dtype}; valid: torch.float32, torch.bfloat16")
+            self._kind_dtype = {k: param_dtype if k in ("param", "grad") else torch.float32 for k in KINDS}
+            self._native = _native.Manager(comm.py2f(), _model_arg(model), config, states, bucket_elems, param_bytes,
+                                           mem_budget, gpus_per_node)
+            self.step = 0
+            self._extra: Dict[str, Tuple[Callable[[], Any], Callable[[Any], None], bool]] = {}
+            self._group_cache: Dict[str, Dict[str, Any]] = {}
+            self._bind()
 
     # ---- the current layout ----
     @property
@@ -179,36 +197,52 @@ class Manager:
         self._extra[name] = (get, set, per_rank)
 
     # ---- switching ----
-    def switch(self, to_cfg: str) -> Dict[str, Any]:
+    def switch(self, to_cfg: str, *, vacate: Optional[Sequence[int]] = None) -> Dict[str, Any]:
         """Collective: moves every state kind to layout `to_cfg` in memory and rebinds.
         Returns max-over-ranks times (seconds: the native switch; plan_seconds; engine_seconds;
         pause_seconds: everything including rebinding and groups) and bytes (bytes_sent,
         max_rank_bytes_received, bytes_kept, messages, peak_bytes, max_src_bytes, max_dst_bytes).
-        Tensors from before are invalid afterwards: re-read tensors()/buffers()."""
+        The arguments are agreed first and the target validated: ValueError on every rank,
+        nothing moved, views intact. Tensors handed out before a switch that moves are emptied
+        (StaleTensorError when used): re-read tensors()/buffers()."""
         from mpi4py import MPI
         t0 = time.perf_counter()
-        self._drop_views()
-        try:
+        with self._collective(f"Manager.switch to {to_cfg!r}", sum(b.numel() * b.element_size() for b in self._flat)):
+            _agree.agree(self.comm, "switch arguments", {
+                "to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate),
+                "registered extra state": [(name, per_rank) for name, (_, _, per_rank) in self._extra.items()]})
+            _agree.together(self.comm, f"switch to {to_cfg!r}", lambda: self._check_switch(to_cfg, vacate))
+            job, mine = _agree.together(self.comm, "extra state get()", self._get_extra)
+            self._drop_views(f"from before switch {self._views.switches + 1} ({self._config['config']} -> {to_cfg})")
             stats = self._native.switch(to_cfg)
-        except ValueError:
-            self._bind()  # bad input is rejected on every rank before anything moves
-            raise
-        t1 = time.perf_counter()
+            t1 = time.perf_counter()
+            step, job = self.comm.bcast((self.step, job) if self.comm.rank == 0 else None, root=0)
+            ranks = self.comm.allgather(mine)
+            self.step = step
+            self._bind()
+            _agree.together(self.comm, "extra state set()", lambda: self._set_extra(job, ranks))
+            stats["rebind_seconds"] = self.comm.allreduce(time.perf_counter() - t1, op=MPI.MAX)
+            stats["pause_seconds"] = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        stats["config"] = self._config["config"]
+        _views.warn_if_pinned(self._native.pool_stats()["deferred_bytes"])
+        return stats
+
+    def _check_switch(self, to_cfg: str, vacate) -> None:
+        if vacate:
+            raise ValueError(f"vacate={list(vacate)}: this Manager does not change its process count")
+        self._native.validate(to_cfg)
+
+    def _get_extra(self):
         job = {name: get() for name, (get, _, per_rank) in self._extra.items() if not per_rank}
-        step, job = self.comm.bcast((self.step, job) if self.comm.rank == 0 else None, root=0)
-        ranks = self.comm.allgather({name: get() for name, (get, _, per_rank) in self._extra.items() if per_rank})
-        self.step = step
+        return job, {name: get() for name, (get, _, per_rank) in self._extra.items() if per_rank}
+
+    def _set_extra(self, job, ranks) -> None:
         for name, (_, put, per_rank) in self._extra.items():
             put([r[name] for r in ranks] if per_rank else job[name])
-        self._bind()
-        stats["rebind_seconds"] = self.comm.allreduce(time.perf_counter() - t1, op=MPI.MAX)
-        stats["pause_seconds"] = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-        stats["config"] = self._config["config"]
-        return stats
 
     def _reference_switch(self, to_cfg: str) -> float:
         """Benchmark only: the same switch timed inside C++ (bench/python_switch_bench.py)."""
-        self._drop_views()
+        self._drop_views("from before a benchmark switch")
         seconds = self._native.timed_switch(to_cfg)
         self._bind()
         return seconds
@@ -225,7 +259,9 @@ class Manager:
             numel = 1
             for a, b in zip(lo, hi):
                 numel *= b - a
-            out.append((self._names[tensor], self._flat[buf][offset:offset + numel], tuple(lo), tuple(hi)))
+            view = self._views.hand_out(self._flat[buf][offset:offset + numel],
+                                        f"segment of tensor '{self._names[tensor]}' ({kind})")
+            out.append((self._names[tensor], view, tuple(lo), tuple(hi)))
         return out
 
     def load(self, name: str, kind: str, full: torch.Tensor) -> None:
@@ -239,11 +275,14 @@ class Manager:
     def gather(self, name: str, kind: str) -> torch.Tensor:
         """Collective over the whole communicator: the full global tensor (name, kind) on every
         rank, assembled from the holders' boxes (replicas must agree: ValueError otherwise)."""
-        mine = [(lo, hi, view.clone()) for n, view, lo, hi in self.segments(kind) if n == name]
+        with self._collective(f"Manager.gather({name!r}, {kind!r})"):
+            _agree.agree(self.comm, "gather arguments (name, kind)", (name, kind))
+            mine = [(lo, hi, view.clone()) for n, view, lo, hi in self.segments(kind) if n == name]
+            everyone = self.comm.allgather(mine)
         dtype = self._dtype_of(kind)
         full = torch.zeros(self.global_shape(name), dtype=dtype)
         seen = torch.zeros(self.global_shape(name), dtype=torch.bool)
-        for pieces in self.comm.allgather(mine):
+        for pieces in everyone:
             for lo, hi, data in pieces:
                 box = tuple(slice(a, b) for a, b in zip(lo, hi))
                 data = data.view([b - a for a, b in zip(lo, hi)])
@@ -256,7 +295,8 @@ class Manager:
         return full
 
     def pool_stats(self) -> Dict[str, int]:
-        """The manager's memory pool on this rank: live_bytes, reserved_bytes, fresh_bytes."""
+        """The manager's memory pool on this rank: live_bytes, reserved_bytes, fresh_bytes;
+        pinned_buffers and deferred_bytes (memory that tensors still reference, docs/python.md)."""
         return dict(self._native.pool_stats())
 
     # ---- internals ----
@@ -268,9 +308,16 @@ class Manager:
     def _dtype_of(self, kind: str) -> torch.dtype:
         return self._kind_dtype[kind]
 
-    def _drop_views(self) -> None:
+    def _drop_views(self, why: str) -> None:
+        """Empties every tensor handed out so far (StaleTensorError when used, saying `why`)."""
+        self._views.invalidate(why)
         self._flat = []
         self._tensors, self._slices, self._buffers = {}, {}, {}
+
+    def _collective(self, what: str, moved_bytes: int = 0):
+        """The watchdog's deadline around one collective call (python/dynatrain/_watchdog.py)."""
+        base = self._watchdog_s if self._watchdog_s is not None else _watchdog.base_seconds_or_default()
+        return _watchdog.WATCHDOG.guard(what, base + moved_bytes / _watchdog.SLOWEST_RATE if base > 0 else 0)
 
     def _bind(self) -> None:
         """(Re)builds every view from the native layout: no copies, only tensor headers."""
@@ -285,14 +332,15 @@ class Manager:
         for view, kind, elem, numel in n.buffers():
             dtype = _DTYPES[elem]
             flat = torch.frombuffer(view, dtype=dtype) if view is not None else torch.empty(0, dtype=dtype)
-            self._flat.append(flat)
+            self._flat.append(self._views.hand_out(flat, f"buffer {len(self._flat)} ({kind})"))
             self._buffers[kind].append(flat)
         self._tensors = {k: {} for k in self._kinds}
         self._slices = {k: {} for k in self._kinds}
         for tensor, kind, buf, offset, length, start, sharded, shape in n.views():
             name = self._names[tensor]
             piece = self._flat[buf][offset:offset + length]
-            self._tensors[kind][name] = piece if sharded else piece.view(shape)
+            self._tensors[kind][name] = self._views.hand_out(piece if sharded else piece.view(shape),
+                                                             f"tensor '{name}' ({kind})")
             self._slices[kind][name] = (start, start + length)
         self._buckets = [dict(b) for b in n.buckets()]
         self._groups = self._groups_for(self._config["config"])
@@ -307,3 +355,6 @@ class Manager:
                 groups[name] = None if sub == MPI.COMM_NULL else sub
             self._group_cache[config] = groups
         return self._group_cache[config]
+
+
+from .adopt import Job, adopt, describe  # noqa: E402  (needs Manager, Tensor, Model above)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Whole-job migration (issue 7, "Migrate"), through the dynatrain CLI under mpirun:
+# Whole-job migration, through the dynatrain CLI under mpirun:
 #   1. a 2-process dp=2 job is asked (`dynatrain request --migrate`) to move onto new processes
 #      before step 4, then again before step 10: each time 2 processes are started, the state
 #      moves onto them, the leader role (world rank 0: CSV, JSON, requests) moves to a new

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Real processes join and leave a running job (issue 7), through the dynatrain CLI:
-#   1. the issue's schedule (switches every 4 steps instead of 20, a smaller batch, to keep the
+# Real processes join and leave a running job, through the dynatrain CLI:
+#   1. the demo's schedule (switches every 4 steps instead of 20, a smaller batch, to keep the
 #      test short) grows 2 -> 4 -> 6 processes by MPI_Comm_spawn and shrinks 6 -> 3 -> 1
 #      by processes leaving; `pgrep` (the processes mpirun started or spawned) must see 2, 4, 6,
 #      3 and 1 in that order, the CSV's world column must say the same per phase, every switch

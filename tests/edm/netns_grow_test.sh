@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A grow onto another host (issue 7: "hosts from an MPI hostfile or --host ..., so it works
-# across machines"), on the two-node rehearsal (scripts/netns-*.sh: two network namespaces with
+# A grow onto another host (hosts from an MPI hostfile or --host, so it works across
+# machines), on the two-node rehearsal (scripts/netns-*.sh: two network namespaces with
 # their own hostnames, Open MPI's remote launch through scripts/netns-agent.sh, TCP between
 # them). mpirun is given node 0 only; `train --host NODE1:2` grows dp=2 -> dp=4 onto node 1
 # (the hosts join the job's allocation with the spawn) and shrinks back to dp=2. Checks: node 1

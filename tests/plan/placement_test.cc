@@ -242,9 +242,9 @@ TEST(InterNodeFloor, ChargesRanksThatMustSitOnAnEmptyNode) {
   EXPECT_EQ(inter_node_floor(Planner(src, dst, Topology{4}).affinity(), Topology{4}), 0u);
 }
 
-// The case: llama2-70b tp8 pp4 dp4 -> tp4 pp8 dp4 on 16 nodes of 8 GPUs. Weights and
+// The paper's case: llama2-70b tp8 pp4 dp4 -> tp4 pp8 dp4 on 16 nodes of 8 GPUs. Weights and
 // grads already stay in their node under fixed; auto also keeps 4.5x more bytes in place and
-// sends 29 % fewer across nodes (382 vs 540 GiB). No placement reaches the third: even
+// sends 29 % fewer across nodes (382 vs 540 GiB). No placement reaches a third of fixed's: even
 // with every rank on the node holding most of its state and no limit on ranks per node, 380 GiB
 // cross (inter_node_floor), because each ZeRO bucket is split dp ways and the tp4 buckets do not
 // line up with the tp8 ones (docs/cluster.md).

@@ -67,6 +67,8 @@ bad 1 "unknown state kind 'momentum'" -- "${T[@]}" --states momentum
 bad 1 "empty state kind list" -- "${T[@]}" --states ""
 bad 1 "cannot write --json file '/nonexistent/dir/p.json'" -- "${T[@]}" --json /nonexistent/dir/p.json
 bad 1 "cannot write --json file '/'" -- "${T[@]}" --json /
+bad 1 "cannot write --json file '/nonexistent/x.json': no directory '/nonexistent'" -- "${T[@]}" --json /nonexistent/x.json
+LOUD=1 bad 1 "cannot write --json file '/dev/full': No space left on device" -- "${T[@]}" --json /dev/full
 bad 1 "--frm" -- "${T[@]}" --frm tp=1
 bad 1 "--from" -- plan --model tiny-dense --from
 bad 1 "extra-word" -- plan --model tiny-dense extra-word
@@ -104,6 +106,17 @@ bad 1 "vocab_size=9223372036854775807 is out of range" -- plan --model "$(j huge
 bad 1 "num_hidden_layers=1000000000000" -- plan --model "$(j hugelayers "{$base, \"num_hidden_layers\": 1000000000000}")" --from tp=1 --to tp=2
 bad 1 "num_attention_heads=1000000000000 is out of range" -- plan --model "$(j hugeheads "{$base, \"num_attention_heads\": 1000000000000, \"num_key_value_heads\": 1000000000000, \"head_dim\": 16}")" --from tp=3 --to tp=2
 
+# ---- simulate ----
+S=(simulate --cluster a800-16x8 --model tiny-dense --from tp=1 --to tp=2)
+bad 1 "cannot write --json file '/nonexistent/s.json'" -- "${S[@]}" --json /nonexistent/s.json
+LOUD=1 bad 1 "cannot write --json file '/dev/full'" -- "${S[@]}" --json /dev/full
+cl='"name": "c", "nodes": 2, "gpus_per_node": 4, "nics_per_node": 1, "nic_gb_per_s": 25, "pcie_gb_per_s": 25, "intra_latency_us": 5, "inter_latency_us": 10, "copy_gb_per_s": 100'
+bad 1 "gpu_link_gb_per_s must be positive, from 0.001 to 1e+06 GB/s; got 1e-300" -- "${S[@]/a800-16x8/$(j tinylink "{$cl, \"gpu_link_gb_per_s\": 1e-300}")}"
+bad 1 "gpu_link_gb_per_s must be positive, from 0.001 to 1e+06 GB/s; got inf" -- "${S[@]/a800-16x8/$(j hugelink "{$cl, \"gpu_link_gb_per_s\": 1e300}")}"
+bad 1 "latencies must be from 0 to 1e+06 us; got 1e+20" -- "${S[@]/a800-16x8/$(j slowlat "{${cl/\"inter_latency_us\": 10/\"inter_latency_us\": 1e20}, \"gpu_link_gb_per_s\": 100}")}"
+# 1,024 processes traced as threads in a process limited to 2 GiB of address space: one line
+CODE=3 LIMIT_KB=2097152 bad 1 "out of memory" -- simulate --cluster a800-16x8 --model llama2-7b --from dp=1024 --to tp=8,dp=128
+
 # ---- run-transition flags (checked before MPI starts) ----
 R=(run-transition --model tiny-dense --from tp=1 --to tp=1)
 bad 1 "byte size 'lots'" -- "${R[@]}" --mem-budget lots
@@ -137,6 +150,14 @@ bad 2 "cannot write --json file '/nonexistent/dir/x.json'" -- run-transition --m
 bad 2 "per rank" -- run-transition --model gpt3-175b --from dp=2 --to tp=2
 bad 2 "is not valid JSON" -- run-transition --model "$tmp/trunc.json" --from dp=2 --to tp=2
 bad 4 "--from is required" -- run-transition --model tiny-dense --frm tp=1 --to tp=2
+# --placement: one process per destination rank, each among the switch's processes, no two alike
+bad 1 "placement 1 puts rank 0 on process 1; valid processes: 0..0" -- run-transition --model tiny-dense --from tp=1 --to tp=1 --placement 1
+bad 4 "placement 2,3 puts rank 0 on process 2; valid processes: 0..1" -- run-transition --model tiny-dense --from tp=2 --to tp=2 --placement 2,3
+bad 2 "placement 0,5 puts rank 1 on process 5; valid processes: 0..1" -- run-transition --model tiny-dense --from dp=2 --to tp=2 --placement 0,5
+bad 2 "placement 0,0 puts ranks 0 and 1 on process 0" -- run-transition --model tiny-dense --from dp=2 --to tp=2 --placement 0,0
+bad 2 "placement 1 names 1 processes but the layout has 2 ranks" -- run-transition --model tiny-dense --from dp=2 --to tp=2 --placement 1
+bad 2 "placement '0,-1': '-1' is not a process number" -- run-transition --model tiny-dense --from dp=2 --to tp=2 --placement 0,-1
+LOUD=1 bad 1 "cannot write --json file '/dev/full'" -- run-transition --model tiny-dense --from tp=1 --to tp=1 --json /dev/full
 
 # ---- train ----
 if [[ $with_train == 1 ]]; then
@@ -166,6 +187,34 @@ if [[ $with_train == 1 ]]; then
   bad 1 "'0x' is not a step number" -- "${D[@]}" --steps 2 --schedule "0x:tp=1"
   bad 1 "schedule must start at step 0, got '5:tp=1'" -- "${D[@]}" --steps 2 --schedule "5:tp=1"
   bad 1 "schedule steps must increase: '0:dp=1'" -- "${D[@]}" --steps 2 --schedule "0:tp=1;0:dp=1"
+  bad 1 "schedule entry 2 of 3 is empty" -- "${D[@]}" --steps 6 --schedule "0:tp=1;;4:dp=1"
+  bad 1 "schedule entry 2 of 2 is empty" -- "${D[@]}" --steps 6 --schedule "0:tp=1;"
+  bad 1 "schedule entry 1 of 2 is empty" -- "${D[@]}" --steps 6 --schedule ";0:tp=1"
+  bad 1 "'+1' is not a step number" -- "${D[@]}" --steps 6 --schedule "0:tp=1;+1:dp=1"
+  bad 1 "'+0' is not a step number" -- "${D[@]}" --steps 6 --schedule "+0:tp=1"
+  bad 1 "' 0' is not a step number" -- "${D[@]}" --steps 6 --schedule " 0:tp=1"
+  bad 1 "' 4' is not a step number" -- "${D[@]}" --steps 6 --schedule "0:tp=1; 4:dp=1"
+  bad 1 "'-4' is not a step number" -- "${D[@]}" --steps 6 --schedule "0:tp=1;-4:dp=1"
+  bad 1 "'99999999999999999999' is not a step number" -- "${D[@]}" --steps 6 --schedule "0:tp=1;99999999999999999999:dp=1"
+  bad 1 "empty config" -- "${D[@]}" --steps 6 --schedule "0:"
+  bad 1 "is at or past --steps 6 (steps 0..5): it would never run" -- "${D[@]}" --steps 6 --schedule "0:tp=1;6:dp=1"
+  bad 1 "--seed: '-1' is not a whole number in 0..18446744073709551615" -- "${D[@]}" --steps 2 --seed -1
+  bad 1 "--seed: '99999999999999999999' is not a whole number" -- "${D[@]}" --steps 2 --seed 99999999999999999999
+  bad 1 "--seed: '0x10' is not a whole number" -- "${D[@]}" --steps 2 --seed 0x10
+  bad 1 "--save-every requires --save" -- "${D[@]}" --steps 2 --save-every 1
+  bad 1 "--save-every: '-1' is not a whole number in 0..1000000000" -- "${D[@]}" --steps 2 --save-every -1 --save "$tmp/sv"
+  bad 1 "--csv and --json both name '$tmp/out'" -- "${D[@]}" --steps 2 --csv "$tmp/out" --json "$tmp/out"
+  bad 2 "--csv and --json both name '$tmp/out'" -- "${D[@]}" --steps 2 --schedule "0:dp=2" --csv "$tmp/out" --json "$tmp/./out"
+  LOUD=1 bad 1 "cannot write CSV file '/dev/full': No space left on device" -- "${D[@]}" --steps 2 --csv /dev/full
+  LOUD=1 bad 2 "cannot write CSV file '/dev/full'" -- "${D[@]}" --steps 2 --schedule "0:dp=2" --csv /dev/full
+  mkfifo "$tmp/fifo"
+  bad 1 "data file '$tmp/fifo' is a FIFO; give a regular text file" -- "${D[@]}" --steps 2 --data "$tmp/fifo"
+  bad 1 "data file '/dev/zero' is a character device" -- "${D[@]}" --steps 2 --data /dev/zero
+  bad 1 "data file '$tmp' is a directory" -- "${D[@]}" --steps 2 --data "$tmp"
+  # a loss that turns NaN (injected: no --lr up to the bound 1000 overflows the tiny models'
+  # loss) stops the run at that step with a hint, on every rank alike
+  LOUD=1 FAULT=nan:0:step:0:3 bad 1 "the loss is nan at step 3: training diverged; lower --lr (3)" -- "${D[@]}" --steps 8 --lr 3
+  LOUD=1 FAULT=nan:1:step:0:2 bad 2 "the loss is nan at step 2: training diverged; lower --lr (0.003) and --resume" -- "${D[@]}" --steps 8 --schedule "0:dp=2" --save "$tmp/nan"
   bad 1 "stray comma" -- "${D[@]}" --steps 2 --schedule "0:tp=1,"
   bad 1 "tp=3 does not divide 8 attention heads" -- "${D[@]}" --steps 3 --schedule "0:tp=3"
   bad 1 "needs 2 ranks; the job has 1" -- "${D[@]}" --steps 3 --schedule "0:dp=2"
@@ -192,3 +241,8 @@ if [[ $with_train == 1 ]]; then
   bad 1 "cannot run '/nonexistent/mpirun'" -- "${D[@]}" --steps 2 --max-restarts 1 --np 2 --save "$tmp/sv" --mpirun /nonexistent/mpirun
   bad 2 "--max-restarts starts mpirun itself" -- "${D[@]}" --steps 2 --max-restarts 1 --np 2 --save "$tmp/sv"
 fi
+
+# ---- request (a running train --job DIR) ----
+mkdir -p "$tmp/job"
+bad 1 "--at-step: '99999999999999999999' is not a whole number" -- request --job "$tmp/job" --to dp=2 --at-step 99999999999999999999
+bad 1 "--at-step: '-5' is not a whole number" -- request --job "$tmp/job" --to dp=2 --at-step -5

@@ -232,6 +232,10 @@ TEST(Layout, CustomTensorsRejectSplitsThatDoNotDivide) {
   qkv[1].split = TpSplit::kQkv;
   EXPECT_NE(message(qkv, "dp=1").find("fused-QKV"), std::string::npos);
   EXPECT_EQ(message({}, "dp=1"), "model 'custom' has no tensors");
+  auto twice = custom_tensors(4);
+  twice.push_back(twice[2]);
+  EXPECT_EQ(message(twice, "dp=1"), "model 'custom' has two tensors named '" + twice[2].name +
+                                        "'; tensor names must be unique");
 }
 
 }  // namespace

@@ -1,0 +1,79 @@
+"""Where autograd accumulates an adopted model's grads, and how they become the dp mean.
+
+zero <= 1: the Manager's grad state is whole local tensors; autograd accumulates into it and
+the mean is an all-reduce over dp in place. zero >= 2: the Manager keeps only this rank's ZeRO
+shard of each grad bucket, so autograd accumulates into job-owned buckets of the same layout
+(one per Manager bucket, every tensor at its offset in the param bucket) and the mean is a
+reduce-scatter from them into the Manager's shards. Either way the Manager's grad state holds
+the mean after reduce(), and grads() is what each p.grad is bound to.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import numpy
+import torch
+
+from . import tp
+
+
+def _lazy_zeros(numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """Zeros whose pages the OS supplies on first touch (numpy's calloc): the switch does not
+    pay for writing them, the next backward touches them anyway."""
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(numpy.zeros(numel, dtype=numpy.int16)).view(torch.bfloat16)
+    return torch.from_numpy(numpy.zeros(numel, dtype=numpy.float32))
+
+
+def _group(m, info):
+    return m.group("edp" if info["expert"] else "dp_cp")
+
+
+class GradBuffers:
+    """Built per layout (after every switch), from the Manager's current views."""
+
+    def __init__(self, manager):
+        self.manager = manager
+        self.sharded = manager.config["zero"] >= 2
+        self._buckets: List[torch.Tensor] = []
+        self._views: Dict[str, torch.Tensor] = {}
+        if not manager.active:
+            return
+        if not self.sharded:
+            self._buckets, self._views = manager.buffers("grad"), manager.tensors("grad")
+            return
+        params = manager.buffers("param")
+        self._buckets = [_lazy_zeros(b.numel(), b.dtype) for b in params]
+        for name, view in manager.tensors("param").items():
+            self._views[name] = self._at_offset(name, view, params)
+
+    def _at_offset(self, name: str, view: torch.Tensor, params: List[torch.Tensor]) -> torch.Tensor:
+        if view.numel() == 0:
+            return torch.zeros(view.shape, dtype=view.dtype)
+        for bucket, own in zip(params, self._buckets):
+            start = (view.data_ptr() - bucket.data_ptr()) // view.element_size()
+            if 0 <= start < bucket.numel():
+                return own[start:start + view.numel()].view(view.shape)
+        raise RuntimeError(f"tensor '{name}' lies in no param bucket")  # the Manager's layout broke
+
+    def grads(self) -> Dict[str, torch.Tensor]:
+        """name -> the local-shape tensor p.grad is bound to."""
+        return self._views
+
+    def zero(self) -> None:
+        for b in self._buckets:
+            b.zero_()
+
+    def reduce(self) -> None:
+        """Collective: the Manager's grad state becomes the mean over dp of every rank's grads."""
+        m = self.manager
+        for info, own, state in zip(m.buckets, self._buckets, m.buffers("grad")):
+            group = _group(m, info)
+            size = group.size if group is not None else 1
+            if not self.sharded:
+                if size > 1:
+                    tp.all_reduce_(own, group).div_(size)
+            elif size == 1:
+                state.copy_(own[info["shard_lo"]:info["shard_hi"]])
+            else:
+                tp.reduce_scatter_(own, state, group).div_(size)

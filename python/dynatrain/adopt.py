@@ -1,0 +1,442 @@
+"""Adoption: an ordinary torch.nn.Module and torch.optim optimizer trained on DynaTrain's state.
+
+    job = dynatrain.adopt(model, optimizer, {"*.q": "column", "*.proj": "row"}, "tp=2")
+    ... the user's loop, unchanged: zero_grad(), forward, backward(), optimizer.step() ...
+    job.switch("dp=2")                     # collective: same model, same optimizer afterwards
+
+Invariants between calls:
+  * every parameter p is bound to the Manager: p.data is this rank's local shard (tensors("param")),
+    p.grad its grad (tensors("grad"); at zero=2 a job-owned buffer, _grads.py),
+    optimizer.state[p] holds the Manager's moment views
+    (local shape at zero=0, this rank's 1-D ZeRO shard at zero>=1). A switch rebinds the same
+    Parameter objects and the same state dicts; nothing else holds Manager views across a switch.
+  * optimizer.step() reduces the grads over dp first (unless sync_grads() already did since the
+    last step), updates, then all-gathers the ZeRO shards; zero_grad() zeroes the bound grads in
+    place (set_to_none is honoured as zeroing: the grads live in the Manager's memory).
+"""
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from . import Manager, tp
+from ._agree import agree
+from ._describe import Description, describe
+from ._grads import GradBuffers
+from ._optim import OptimizerSpec, hyperparameters, spec_of
+
+__all__ = ["adopt", "describe", "Job", "SUPPORTED_LAYOUT"]
+
+SUPPORTED_LAYOUT = "tp, dp and zero=0/1/2 in any combination (pp=1, cp=1, ep=1, etp=1)"
+_DEFAULTS = {"tp": 1, "cp": 1, "dp": 1, "pp": 1, "ep": 1, "etp": 1, "zero": 1}
+_EXTRA = "dynatrain.adopt.optimizer"  # carried optimizer state outside the VPS
+
+
+def _sizes(layout: str) -> Dict[str, int]:
+    """The sizes a config string sets, defaults for the others (bad syntax is left to the native
+    parser, which names it)."""
+    sizes = dict(_DEFAULTS)
+    for item in str(layout).split(","):
+        key, _, value = item.partition("=")
+        if key.strip() in sizes and value.strip().isdigit():
+            sizes[key.strip()] = int(value)
+    return sizes
+
+
+def check_layout(layout: str, sizes: Optional[Dict[str, int]] = None) -> None:
+    """ValueError naming `layout` when adoption cannot run it."""
+    s = sizes or _sizes(layout)
+    bad = [f"{k}={s[k]}" for k in ("pp", "cp", "ep", "etp") if s[k] > 1]
+    bad += [f"zero={s['zero']}"] if s["zero"] >= 3 else []
+    if bad:
+        raise ValueError(f"layout '{layout}': an adopted model does not run {', '.join(bad)}; valid: {SUPPORTED_LAYOUT}")
+
+
+def _broadcast(comm, t: torch.Tensor) -> torch.Tensor:
+    """Rank 0's values of `t` on every rank (a contiguous copy; shapes agreed beforehand)."""
+    out = t.detach().contiguous().clone()
+    comm.Bcast(tp._raw(out), root=0)
+    return out
+
+
+class Job:
+    """An adopted model and optimizer on a Manager. Collective calls: switch, sync_grads (also
+    run by optimizer.step), save, average; every rank calls them together."""
+
+    def __init__(self, manager: Manager, model: torch.nn.Module, optimizer, described: Description,
+                 spec: OptimizerSpec):
+        self.manager, self.model, self.optimizer = manager, model, optimizer
+        self._params = described.params
+        self._styled = described.styled
+        self._split = {t.name: t.split for t in described.model.tensors}
+        self._expert = {t.name: t.expert for t in described.model.tensors}
+        self._spec = spec
+        self._bf16 = described.dtype == torch.bfloat16
+        self._optimized = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        self._grads: Optional[GradBuffers] = None
+        self._synced = False
+        self._lazy_started = False
+        self._joined_pending = bool(getattr(manager, "joined", False))
+        self._step_fn = optimizer.step
+        # Methods of the optimizer (not of the Job), so that an LR scheduler built afterwards
+        # wraps them as it wraps any optimizer's step (it counts on method.__self__).
+        optimizer.step = types.MethodType(lambda _, closure=None: self._optimizer_step(closure), optimizer)
+        optimizer.zero_grad = types.MethodType(lambda _, set_to_none=False: self._zero_grad(), optimizer)
+        model.zero_grad = types.MethodType(lambda _, set_to_none=False: self._zero_grad(), model)
+        for _, module, style in self._styled:
+            vocab = getattr(module, "out_features", 0)  # a head's logits keep the width it was built with
+            tp.install(module, style, lambda v=vocab: (self.manager.group("tp"), v))
+        manager.register(_EXTRA, self._carried, self._receive)
+
+    # ---- the current layout ----
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken (carried by switches, joins and checkpoints)."""
+        return self.manager.step
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        return self.manager.config
+
+    @property
+    def active(self) -> bool:
+        """False on a process that holds no rank in the current layout (it must skip compute)."""
+        return self.manager.active
+
+    @property
+    def rank(self) -> int:
+        return self.manager.comm.rank
+
+    def local_batch(self, batch: torch.Tensor) -> torch.Tensor:
+        """This rank's contiguous slice (dim 0) of the global batch: dp equal parts, in dp order."""
+        c = self.manager.config
+        if batch.shape[0] % c["dp"]:
+            raise ValueError(f"global batch of {batch.shape[0]} does not split into dp={c['dp']} equal parts")
+        return batch.chunk(c["dp"])[c["dp_rank"]]
+
+    def average(self, value) -> torch.Tensor:
+        """Collective over dp: the mean of a scalar (e.g. each rank's loss on its slice) as a
+        0-d float tensor, detached."""
+        x = float(value.detach()) if torch.is_tensor(value) else float(value)
+        dp = self.manager.group("dp")
+        return torch.tensor(dp.allreduce(x) / dp.size if dp is not None else x)
+
+    def register(self, name, get, set, *, per_rank: bool = False) -> None:
+        """Extra state carried by switches and checkpoints (Manager.register)."""
+        self.manager.register(name, get, set, per_rank=per_rank)
+
+    # ---- gradients and the step ----
+    def _bound_grads(self) -> None:
+        """Puts back any grad that is not the Manager's view (zero_grad(set_to_none=True), a
+        replaced p.grad): its values are copied into the view, never dropped."""
+        grads = self._grads.grads()
+        for name, p in self._params:
+            view, g = grads[name], p.grad
+            if g is not None and g.data_ptr() == view.data_ptr() and g.shape == view.shape:
+                continue
+            if g is None:
+                view.zero_()
+            else:
+                view.copy_(g)
+            p.grad = view
+
+    def sync_grads(self) -> None:
+        """Collective: the Manager's grads become their mean over dp (dense buckets over dp_cp,
+        expert ones over edp); at zero>=2 only this rank's shard of that mean is kept, and p.grad
+        keeps this rank's own grads. optimizer.step() runs it unless it ran since the last step."""
+        if not self.manager.active:
+            return
+        self._bound_grads()
+        self._grads.reduce()
+        self._synced = True
+
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """Collective: torch.nn.utils.clip_grad_norm_ (2-norm) over the whole model, whatever the
+        layout: syncs the grads, sums each element's square once over the job, scales every grad
+        by max_norm / (norm + 1e-6) when that is below 1. Returns the norm. (torch's own function
+        would see only this rank's shards.)"""
+        if not self._synced:
+            self.sync_grads()
+        m = self.manager
+        if not m.active:
+            return torch.tensor(0.0)
+        squares = torch.zeros(1)
+        for name, g in m.tensors("grad").items():
+            if self._holds_once(name):
+                squares += g.float().square().sum()
+        for group in ("dp_cp", "tp"):
+            tp.all_reduce_(squares, m.group(group))
+        total = squares.sqrt()[0]
+        scale = max_norm / (float(total) + 1e-6)
+        if scale < 1:
+            for g in m.buffers("grad"):
+                g.mul_(scale)
+        return total
+
+    def _holds_once(self, name: str) -> bool:
+        """Whether this rank counts its piece of the reduced grad of `name`, so that over the
+        tp x dp ranks every element counts once: split over tp, each tp rank its own; sharded over
+        dp (zero>=2; expert shards span tp too), each rank its own; else the replica on rank 0."""
+        c = self.manager.config
+        if self._grads.sharded and self._expert[name]:
+            return True
+        tp_unique = self._split[name] != "replicated"
+        return (tp_unique or c["tp_rank"] == 0) and (self._grads.sharded or c["dp_rank"] == 0)
+
+    def _zero_grad(self) -> None:
+        if self.manager.active:
+            self._grads.zero()
+            self._bound_grads()
+        self._synced = False
+
+    def _optimizer_step(self, closure=None):
+        if closure is not None:
+            raise ValueError("optimizer.step(closure) is not supported on an adopted optimizer; call it without")
+        if not self._synced:
+            self.sync_grads()
+        m = self.manager
+        if m.active:
+            self._step_on_shards()
+        m.step += 1
+        self._synced = False
+
+    def _sharded_kind(self) -> Optional[str]:
+        """A Manager kind that ZeRO shards in the current layout (None: the step runs on whole
+        local tensors, every dp rank alike)."""
+        zero = self.manager.config["zero"]
+        if zero >= 2:
+            return "grad"
+        kinds = (["master"] if self._bf16 else []) + sorted(set(self._spec.keys.values()))
+        return kinds[0] if kinds and zero >= 1 else None
+
+    def _step_on_shards(self) -> None:
+        """One optimizer step on this rank's shard of every parameter: p.data / p.grad are the
+        shard (fp32 master and grad for bf16) during the step, bound again after it."""
+        m = self.manager
+        sharded = self._sharded_kind()
+        swap = sharded is not None or self._bf16
+        if swap:
+            data = m.tensors("master" if self._bf16 else "param")
+            grads = m.tensors("grad")
+            for name, p in self._params:
+                d, g = data[name], grads[name]
+                if sharded is not None:
+                    lo, hi = m.shard_slice(name, sharded)
+                    d = d if self._bf16 else d.reshape(-1)[lo:hi]
+                    g = g if self._grads.sharded else g.reshape(-1)[lo:hi]
+                p.data = d
+                p.grad = g.float() if self._bf16 else g
+        try:
+            self._step_fn()
+        finally:
+            if swap:
+                self._bind_params()
+        self._keep_lazy_state()
+        if self._bf16:
+            self._master_to_param(sharded is not None)
+        if sharded is not None:
+            self._gather_shards()
+
+    def _master_to_param(self, zero: bool) -> None:
+        m = self.manager
+        for info, param, master in zip(m.buckets, m.buffers("param"), m.buffers("master")):
+            lo, hi = (info["shard_lo"], info["shard_hi"]) if zero else (0, param.numel())
+            param[lo:hi].copy_(master)
+
+    def _gather_shards(self) -> None:
+        """ZeRO-1: each rank updated its shard of every bucket; all-gather the new weights."""
+        m = self.manager
+        for info, param in zip(m.buckets, m.buffers("param")):
+            group = m.group("edp" if info["expert"] else "dp_cp")
+            if group is not None and group.size > 1:
+                group.Allgather(tp.in_place(), tp._raw(param))
+
+    def _keep_lazy_state(self) -> None:
+        """State torch created itself in the step (SGD's first momentum buffer) moves into the
+        Manager's view, so it is switched with the rest."""
+        if not self._spec.lazy:
+            return
+        views = {k: self.manager.tensors(kind) for k, kind in self._spec.keys.items()}
+        for name, p in self._params:
+            state = self.optimizer.state.get(p)
+            for key, view in views.items():
+                if state is not None and key in state and state[key] is not None:
+                    got = state[key]
+                    if got.data_ptr() != view[name].data_ptr():
+                        view[name].copy_(got.reshape(view[name].shape))
+                        state[key] = view[name]
+        self._lazy_started = True
+
+    # ---- binding to the Manager ----
+    def _bind_params(self) -> None:
+        m = self.manager
+        if not m.active:
+            for _, p in self._params:
+                p.data = torch.empty(0, dtype=p.dtype)
+                p.grad = None
+            return
+        params, grads = m.tensors("param"), self._grads.grads()
+        for name, p in self._params:
+            p.data = params[name]
+            p.grad = grads[name]
+
+    def _bind(self) -> None:
+        """Points every parameter, grad and optimizer state entry at the Manager's current views."""
+        self._grads = GradBuffers(self.manager)
+        self._bind_params()
+        m = self.manager
+        if not m.active:
+            return
+        started = self._lazy_started or not self._spec.lazy
+        views = {k: m.tensors(kind) for k, kind in self._spec.keys.items()}
+        for name, p in self._params:
+            if id(p) not in self._optimized:
+                continue
+            state = self.optimizer.state[p]  # the same dict across switches: keyed by the same p
+            for key, view in views.items():
+                if started:
+                    state[key] = view[name]
+            if self._spec.per_param_step and "step" not in state:
+                state["step"] = torch.tensor(float(m.step))
+
+    def _unbind(self) -> None:
+        """Drops every reference to Manager views before they are invalidated."""
+        self._grads = None
+        for _, p in self._params:
+            p.grad = None
+            p.data = torch.empty(0, dtype=p.dtype)
+        for _, p in self._params:
+            state = self.optimizer.state.get(p)
+            for key in self._spec.keys:
+                if state is not None and key in state:
+                    state[key] = torch.empty(0)
+
+    def _carried(self) -> Dict[str, Any]:
+        steps = {}
+        if self._spec.per_param_step:
+            steps = {name: float(self.optimizer.state[p]["step"]) for name, p in self._params
+                     if id(p) in self._optimized and "step" in self.optimizer.state.get(p, {})}
+        return {"steps": steps, "lazy_started": self._lazy_started}
+
+    def _receive(self, value: Dict[str, Any]) -> None:
+        self._lazy_started = bool(value["lazy_started"])
+        names = dict(self._params)
+        for name, step in value["steps"].items():
+            state = self.optimizer.state[names[name]]
+            if "step" in state:
+                state["step"].fill_(step)
+            else:
+                state["step"] = torch.tensor(step)
+
+    def _load_initial(self) -> None:
+        """Rank 0's parameters (and optimizer state, when it has stepped) become every rank's."""
+        m, comm = self.manager, self.manager.comm
+        for name, p in self._params:
+            full = _broadcast(comm, p)
+            m.load(name, "param", full)
+            if self._bf16:
+                m.load(name, "master", full.float())
+        carried = comm.bcast((self._carried(), self._state_keys()) if comm.rank == 0 else None, root=0)
+        for name, p in self._params:
+            for key in carried[1].get(name, []):
+                full = self.optimizer.state[p][key].reshape(p.shape) if comm.rank == 0 else torch.empty(p.shape)
+                m.load(name, self._spec.keys[key], _broadcast(comm, full.float()))
+        carried[0]["lazy_started"] = self._spec.lazy and any(carried[1].values())
+        self._receive(carried[0])
+
+    def _state_keys(self) -> Dict[str, List[str]]:
+        """Per parameter name, the optimizer.state keys it already holds (those adoption binds)."""
+        return {name: [k for k in self._spec.keys if k in self.optimizer.state.get(p, {})] for name, p in self._params}
+
+    # ---- switching and checkpoints ----
+    def switch(self, layout: str, vacate: Optional[List[int]] = None) -> Dict[str, Any]:
+        """Collective: moves the whole training state to `layout` and rebinds the same parameters
+        and optimizer state entries. In a process that joined the job at this step, a switch to
+        the layout it joined in is a local no-op (the others ran that switch already)."""
+        m = self.manager
+        if self._joined_pending:
+            self._joined_pending = False
+            if _sizes(layout) == {k: m.config[k] for k in _DEFAULTS}:
+                return {"config": m.config["config"], "joined": True}
+        check_layout(layout)
+        self._unbind()
+        try:
+            stats = m.switch(layout) if vacate is None else m.switch(layout, vacate=vacate)
+        except ValueError:
+            self._bind()  # rejected on every rank before anything moved
+            raise
+        self._bind()
+        self._synced = False
+        return stats
+
+    def save(self, directory) -> None:
+        """Collective: a checkpoint of the whole job (Manager.save: every state kind, the step,
+        the carried optimizer state and every registered extra)."""
+        if not hasattr(self.manager, "save"):
+            raise NotImplementedError("this build's dynatrain.Manager has no save(); checkpoints need it")
+        self.manager.save(directory)
+
+    def full(self, name: str, kind: str = "param") -> torch.Tensor:
+        """Collective: the whole tensor `name` of state `kind` (Manager.gather), e.g. for checks."""
+        return self.manager.gather(name, kind)
+
+
+def _manager_kwargs(resume, states: str, dtype: torch.dtype, bucket_elems: int, mem_budget: int) -> Dict[str, Any]:
+    kwargs = dict(states=states, bucket_elems=bucket_elems, param_dtype=dtype, mem_budget=mem_budget)
+    if resume is not None:
+        if "resume" not in inspect.signature(Manager.__init__).parameters:
+            raise ValueError("resume= needs checkpoint support in dynatrain.Manager, which this build lacks")
+        kwargs["resume"] = resume
+    return kwargs
+
+
+def _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by):
+    """Describes the model and optimizer on every rank; a refusal on any rank is the same
+    ValueError on every rank (no rank is left waiting in a collective)."""
+    error, out = None, None
+    try:
+        described = describe(model, plan, pipeline, vocab_divisible_by=vocab_divisible_by)
+        spec = spec_of(optimizer)
+        check_layout(layout)
+        hyperparameters(optimizer, {id(p): n for n, p in described.params})
+        out = described, spec
+    except ValueError as e:
+        error = str(e)
+    errors = comm.allgather(error)
+    for rank, e in enumerate(errors):
+        if e is not None:
+            raise ValueError(e if rank == comm.rank or error == e else f"rank {rank}: {e}")
+    return out
+
+
+def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, comm=None, *,
+          pipeline: Optional[str] = None, resume=None, bucket_elems: int = 40_000_000,
+          mem_budget: int = 256 << 20, vocab_divisible_by: int = 128) -> Job:
+    """Collective: trains `model` and `optimizer` (Adam, AdamW or SGD) on DynaTrain's state in
+    `layout`, tensor-parallel as `plan` says (glob over module / parameter names -> column, row,
+    vocab, replicated, expert). Rank 0's parameters (and optimizer state) are the initial values,
+    unless `resume` names a checkpoint or this process joins a running job. Returns the Job; the
+    model and optimizer objects stay the user's and keep working after every job.switch()."""
+    if comm is None:
+        from mpi4py import MPI  # here, not at import: `import dynatrain` leaves MPI alone
+        comm = MPI.COMM_WORLD
+    described, spec = _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by)
+    names_of = {id(p): n for n, p in described.params}
+    settings = [layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume is not None]
+    agree(comm, "adopt(): the model description (names, shapes, dtypes, plan splits)", described.summary())
+    agree(comm, "adopt(): the optimizer (class, hyperparameters, parameter groups)",
+          hyperparameters(optimizer, names_of))
+    agree(comm, "adopt(): layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume", settings)
+    kwargs = _manager_kwargs(resume, spec.states(described.dtype == torch.bfloat16), described.dtype, bucket_elems,
+                             mem_budget)
+    manager = Manager(comm, described.model, layout, **kwargs)
+    c = manager.config
+    check_layout(c["config"], {k: c[k] for k in _DEFAULTS})  # a resumed or joined job's layout too
+    job = Job(manager, model, optimizer, described, spec)
+    if not (getattr(manager, "joined", False) or getattr(manager, "resumed", False)):
+        job._load_initial()
+    job._bind()
+    return job
