@@ -2,6 +2,7 @@
 // and the trainer (train/) talk through. Backends live in subfolders:
 //   comm/mpi/      real processes under mpirun (Open MPI, MPI_THREAD_MULTIPLE)
 //   comm/inproc/   ranks as threads of one process, for unit tests
+//   comm/c10d/     processes (torchrun, `dynatrain launch`) over a c10d Gloo process group
 //   comm/nccl/     (later) device buffers; `Buffer` pointers are then device pointers and the
 //                  backend orders work on its own stream. Exact values travel as bytes
 //                  (all_gather_bytes, all_to_all, broadcast); floats only where they are added.

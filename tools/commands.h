@@ -16,6 +16,7 @@ Command add_train_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
 Command add_request_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);
+Command add_launch_command(CLI::App& app);
 
 // The engine's schedule flags, shared by run-transition and simulate (the simulator traces the
 // engine, so both take the same values; exec::TransitionOptions::overlap_links, rounds_in_flight).

@@ -8,8 +8,14 @@
 #include "common/error.h"
 #include "tools/commands.h"
 #include "tools/mpi_world.h"
+#ifdef DT_HAVE_C10D
+#include "comm/c10d/c10d_transport.h"
+#endif
 
 int main(int argc, char** argv) {
+#ifdef DT_HAVE_C10D
+  dynatrain::tools::set_env_world_factory(&dynatrain::comm::c10d_world_from_env);  // RANK, WORLD_SIZE, ...
+#endif
   CLI::App app{"DynaTrain: switch the parallel layout of a training job in memory"};
   app.require_subcommand(1);
   std::map<CLI::App*, dynatrain::tools::Command> commands;
@@ -24,6 +30,7 @@ int main(int argc, char** argv) {
   add(dynatrain::tools::add_export_command);
   add(dynatrain::tools::add_request_command);
   add(dynatrain::tools::add_simulate_command);
+  add(dynatrain::tools::add_launch_command);
   // Under mpirun every rank parses the same flags: rank 0 alone prints help and flag errors.
   const bool quiet = dynatrain::tools::is_nonzero_mpi_rank();
   try {

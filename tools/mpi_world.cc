@@ -28,6 +28,12 @@ struct JobInfo {
   int peer_pid[kMaxPeers] = {};  // pid of each rank on this node, 0 elsewhere
 };
 JobInfo g_job;
+EnvWorldFactory g_env_world = nullptr;
+
+bool started_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_RANK") != nullptr; }
+
+// True when the environment names a rank of a world started without mpirun.
+bool env_names_world() { return !started_by_mpirun() && std::getenv("RANK") && std::getenv("WORLD_SIZE"); }
 
 // Grace before a rank other than 0 reports: rank 0, failing alike, reports first.
 constexpr auto kNonRootGrace = std::chrono::milliseconds(1000);
@@ -157,9 +163,11 @@ std::int64_t this_host_id() {
 }
 
 bool is_nonzero_mpi_rank() {
-  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const char* rank = std::getenv(env_names_world() ? "RANK" : "OMPI_COMM_WORLD_RANK");
   return rank && std::strcmp(rank, "0") != 0;
 }
+
+void set_env_world_factory(EnvWorldFactory factory) { g_env_world = factory; }
 
 void wait_for_root_report() {
   if (is_nonzero_mpi_rank()) std::this_thread::sleep_for(kPreMpiGrace);
@@ -177,7 +185,41 @@ void abort_job(const char* kind, const std::string& message, int exit_code) {
   _exit(exit_code);  // without MPI (in-process ranks), or should MPI_Abort ever return
 }
 
+namespace {
+
+// The failure path of a world from the environment: one line per failing rank (rank 0 first),
+// then _exit, so no destructor waits on peers that may be gone.
+int run_on_env_world(comm::Transport& world, const std::function<int(comm::Transport&)>& body) {
+  g_job.rank = world.rank();
+  g_job.size = world.size();
+  auto fail = [&](const char* kind, const std::string& message, int code) {
+    if (world.rank() != 0) std::this_thread::sleep_for(kNonRootGrace);
+    std::fprintf(stderr, "dynatrain: %s: rank %d of %d: %s\n", kind, world.rank(), world.size(), message.c_str());
+    std::fflush(stderr);
+    std::fflush(stdout);
+    _exit(code);
+  };
+  try {
+    return body(world);
+  } catch (const InputError& e) {
+    fail("error", e.what(), 2);
+  } catch (const std::bad_alloc&) {
+    fail("error", "out of memory (std::bad_alloc); lower the model size or --mem-budget", 3);
+  } catch (const std::exception& e) {
+    fail("internal error", e.what(), 3);
+  }
+  return 3;  // not reached
+}
+
+}  // namespace
+
 int run_on_mpi_world(const std::function<int(comm::Transport&)>& body) {
+  if (g_env_world && env_names_world())
+    if (auto world = g_env_world()) {
+      const int code = run_on_env_world(*world, body);
+      std::fflush(stdout);
+      return code;
+    }
   // The ranks' own Open MPI help messages ("MPI_ABORT was invoked ...") would follow our line.
   setenv("OMPI_MCA_orte_execute_quiet", "1", 0);
   comm::MpiSession session;

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "comm/transport.h"
@@ -26,6 +27,15 @@
 namespace dynatrain::tools {
 
 int run_on_mpi_world(const std::function<int(comm::Transport&)>& body);
+
+// A world the environment describes without mpirun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT:
+// torchrun, `dynatrain launch`, a scheduler). The program registers the factory once at start
+// (comm/c10d: c10d_world_from_env); it answers nullptr when the environment names no world.
+// run_on_mpi_world then runs the body on that world when no mpirun started this process; a
+// failure prints "dynatrain: error: rank R of N: <message>" (ranks other than 0 after the
+// grace) and ends this process with the same exit codes (the launcher ends the others).
+using EnvWorldFactory = std::unique_ptr<comm::Transport> (*)();
+void set_env_world_factory(EnvWorldFactory factory);
 
 // Ends the whole job from this rank: prints "dynatrain: <kind>: rank R of N: <message>" unless
 // another rank of the node already reported, then MPI_Abort(exit_code). Safe from any thread.

@@ -214,6 +214,8 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   const auto sent = gather_u64(world, cold.bytes_sent);
   const auto messages = gather_u64(world, cold.messages);
   const auto sent_direct = gather_u64(world, cold.bytes_sent_direct);
+  // Whether the transport moves scattered runs unpacked at all (c10d never; MPI where attach works).
+  const bool runs_direct_available = world.size() < 2 || world.runs_direct((world.rank() + 1) % world.size());
   const auto received_direct = gather_u64(world, cold.bytes_received_direct);
   const auto kept = gather_u64(world, cold.bytes_kept);
   const auto kept_zero_copy = gather_u64(world, cold.kept_zero_copy_bytes);
@@ -290,6 +292,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     j["back_seconds"] = back_secs;
     j["bytes_moved"] = sum_of(sent);
     j["direct_runs"] = args.direct_runs;
+    j["runs_direct_available"] = runs_direct_available;  // false: the transport packs every scattered message
     j["overlap_links"] = args.overlap_links;
     j["link_classes"] = cold.link_classes;  // 2: one pipeline per link class (exec::LinkOverlap)
     j["overlapped_rounds"] = sum_of(overlapped);
@@ -374,6 +377,9 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     std::fprintf(out, "run-transition %s: %s -> %s on %d ranks (%s), budget %s\n", model.name.c_str(),
                  src_layout.config().str().c_str(), dst_layout.config().str().c_str(), world.size(),
                  world.backend(), format_bytes(static_cast<double>(args.mem_budget)).c_str());
+    if (!runs_direct_available)
+      std::fprintf(out, "  direct runs          none on the %s transport (no cross-memory reads): scattered messages packed\n",
+                   world.backend());
     if (args.at_step_boundary)
       std::fprintf(out, "  at step boundary     grads zeroed in the new layout: %s not sent, %s not copied\n",
                    format_bytes(static_cast<double>(sum_of(saved_sent))).c_str(),

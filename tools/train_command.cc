@@ -81,7 +81,10 @@ Command add_train_command(CLI::App& app) {
     }
     if (const char* exe = std::getenv("DT_EDM_EXECUTABLE")) launch->executable = exe;
     args->launcher = edm::make_mpi_launcher(*launch);
-    return run_on_mpi_world([&](comm::Transport& world) { return tools::train_command(*args, world); });
+    return run_on_mpi_world([&](comm::Transport& world) {
+      if (std::string(world.backend()) != "mpi") args->launcher = nullptr;  // grows start processes by MPI
+      return tools::train_command(*args, world);
+    });
   };
 }
 
