@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake git libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev
           libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev libopenblas0-pthread gnuplot-nox
-          libxxhash-dev pybind11-dev python3-dev python3-torch python3-mpi4py python3-numpy python3-pytest
+          libgloo-dev libxxhash-dev pybind11-dev python3-dev python3-torch python3-mpi4py python3-numpy python3-pytest
           clang-14 libclang-rt-14-dev
           iproute2)  # iproute2: ip netns / tc for the two-node rehearsal (scripts/netns-*.sh)
 missing=()
