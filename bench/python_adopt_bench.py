@@ -1,5 +1,6 @@
 """The adopted example against the plain single-process run: loss agreement and lines changed.
 
+    source scripts/mpi-env.sh   # the last schedule grows 2 -> 4 processes and shrinks back
     PYTHONPATH=build/python python3 bench/python_adopt_bench.py [--steps 25]
 
 Runs examples/train_plain.py once (one process) and examples/torch_gpt.py under mpirun for each
@@ -16,7 +17,8 @@ import sys
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 SCHEDULES = [(2, "0:dp=2,zero=0;6:tp=2;12:dp=2;18:dp=2,zero=2"), (2, "0:tp=2;5:dp=2;10:tp=2,zero=0;15:dp=2,zero=2;20:tp=2"),
-             (4, "0:tp=2,dp=2;6:dp=4,zero=2;12:tp=4,zero=0;18:tp=2,dp=2,zero=2")]
+             (4, "0:tp=2,dp=2;6:dp=4,zero=2;12:tp=4,zero=0;18:tp=2,dp=2,zero=2"),
+             (2, "0:dp=2,zero=0;6:tp=2;10:tp=2,dp=2;14:dp=2;18:dp=2,zero=2")]  # grows to 4, shrinks to 2
 
 
 def losses(cmd):
