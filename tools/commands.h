@@ -1,5 +1,5 @@
 // The `dynatrain` subcommands. Each registers its flags on a CLI11 subcommand and returns the
-// function that runs it (exit code: 0 ok, 1 a check failed, 2 bad input). README.md (CLI) lists all.
+// function that runs it (exit code: 0 ok, 1 a check failed, 2 bad input). docs/cli.md lists all.
 #pragma once
 
 #include <CLI/CLI.hpp>

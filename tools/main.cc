@@ -1,4 +1,4 @@
-// dynatrain: plan, execute and train through parallel-layout switches. See README.md (CLI).
+// dynatrain: plan, execute and train through parallel-layout switches. See docs/cli.md.
 #include <cstdio>
 #include <exception>
 #include <map>
