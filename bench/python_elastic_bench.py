@@ -17,12 +17,12 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 
 from mpi4py import MPI
 
 import dynatrain
+from python_switch_bench import shared_config  # bench/, beside this script
 
 LAYOUTS = {"small": ("tiny-dense", "tp=2", "tp=2,dp=2"),
            "200mb": (None, "tp=2", "tp=2,dp=2")}
@@ -30,14 +30,9 @@ LAYOUTS = {"small": ("tiny-dense", "tp=2", "tp=2,dp=2"),
 
 def model_200mb() -> str:
     """A llama of ~10.5 M parameters: ~210 MB of fp32 weights, grads, master and both moments."""
-    config = {"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
-              "num_key_value_heads": 8, "intermediate_size": 1408, "vocab_size": 4000, "tie_word_embeddings": False}
-    path = None
-    if MPI.COMM_WORLD.rank == 0:
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump(config, f)
-            path = f.name
-    return MPI.COMM_WORLD.bcast(path, root=0)
+    return shared_config({"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+                          "num_key_value_heads": 8, "intermediate_size": 1408, "vocab_size": 4000,
+                          "tie_word_embeddings": False})
 
 
 def main():

@@ -31,15 +31,20 @@ from mpi4py import MPI
 import dynatrain
 
 
-def bench_model(layers: int) -> str:
-    config = {"model_type": "llama", "hidden_size": 1024, "num_hidden_layers": layers, "num_attention_heads": 16, "num_key_value_heads": 8,
-              "head_dim": 64, "intermediate_size": 2816, "vocab_size": 16000, "tie_word_embeddings": False}
+def shared_config(config: dict) -> str:
+    """Rank 0 writes a Hugging Face config.json to a temporary file; every rank gets its path."""
     path = None
     if MPI.COMM_WORLD.rank == 0:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(config, f)
             path = f.name
     return MPI.COMM_WORLD.bcast(path, root=0)
+
+
+def bench_model(layers: int) -> str:
+    return shared_config({"model_type": "llama", "hidden_size": 1024, "num_hidden_layers": layers,
+                          "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 64,
+                          "intermediate_size": 2816, "vocab_size": 16000, "tie_word_embeddings": False})
 
 
 def python_switch(m, cfg, inside):
