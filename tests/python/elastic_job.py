@@ -50,12 +50,28 @@ class Extras:
         return self.position == 1000 + step and self.seeds == [(r, step) for r in range(world_before)]
 
 
-def check(m, extras, stats):
+def handed_out(m):
+    """A tensor this process holds from before a switch (None where it holds no param)."""
+    return next(iter(m.tensors("param").values()), None)
+
+
+def stale(old) -> bool:
+    """Whether a tensor from before the switch raises StaleTensorError on use, as it must."""
+    if old is None:
+        return True
+    try:
+        old.sum()
+    except dynatrain.StaleTensorError:
+        return True
+    return False
+
+
+def check(m, extras, stats, old=None):
     bad = oracle_mismatches(m)
     extras_ok = extras.ok(m.step, stats.get("world_before", m.comm.size))
     say(f"check step {m.step} config {m.config['config']} rank {m.comm.rank} of {m.comm.size} pid {os.getpid()} "
-        f"joined {m.joined} mismatches {len(bad)} extras {extras_ok} spawn_s {stats.get('spawn_seconds', 0):.3f} "
-        f"pause_s {stats['pause_seconds']:.3f}")
+        f"joined {m.joined} mismatches {len(bad)} extras {extras_ok} stale {stale(old)} "
+        f"spawn_s {stats.get('spawn_seconds', 0):.3f} pause_s {stats['pause_seconds']:.3f}")
 
 
 def run(schedule, model, ahead):
@@ -75,12 +91,13 @@ def run(schedule, model, ahead):
             m.prepare(cfg, vacate=vacate)
             for _ in range(3):
                 m.comm.allreduce(m.comm.rank)
+        old = handed_out(m)
         try:
             stats = m.switch(cfg, vacate=vacate)
         except dynatrain.Leaving:
-            say(f"leaving step {step} pid {os.getpid()}")
+            say(f"leaving step {step} pid {os.getpid()} stale {stale(old)}")
             raise
-        check(m, extras, stats)
+        check(m, extras, stats, old)
     say(f"done rank {m.comm.rank} pid {os.getpid()}")
 
 

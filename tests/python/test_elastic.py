@@ -16,9 +16,9 @@ from conftest import REPO
 
 HERE = REPO / "tests" / "python"
 CHECK = re.compile(r"check step (\d+) config (\S+) rank (\d+) of (\d+) pid (\d+) joined (\w+) mismatches (\d+) "
-                   r"extras (\w+)")
+                   r"extras (\w+) stale (\w+)")
 BEFORE = re.compile(r"before step (\d+) rank (\d+) pid (\d+)")
-LEAVING = re.compile(r"leaving step (\d+) pid (\d+)")
+LEAVING = re.compile(r"leaving step (\d+) pid (\d+) stale True")
 
 pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="starts its own mpirun")
 
@@ -34,8 +34,9 @@ def job(np, *args, leaving_allowed=True, extra_env=None):
 def checks_by_step(out):
     """step -> {rank: (config, world, pid, joined)}; asserts every check passed."""
     steps = {}
-    for step, cfg, rank, size, pid, joined, bad, extras in CHECK.findall(out):
-        assert (bad, extras) == ("0", "True"), f"step {step} rank {rank}: {bad} mismatches, extras {extras}\n{out}"
+    for step, cfg, rank, size, pid, joined, bad, extras, stale in CHECK.findall(out):
+        assert (bad, extras, stale) == ("0", "True", "True"), \
+            f"step {step} rank {rank}: {bad} mismatches, extras {extras}, stale views raise: {stale}\n{out}"
         assert int(rank) not in steps.setdefault(int(step), {}), f"rank {rank} twice at step {step}\n{out}"
         steps[int(step)][int(rank)] = (cfg, int(size), int(pid), joined == "True")
     return steps
