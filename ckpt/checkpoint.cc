@@ -390,6 +390,7 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
   vps::LayoutOptions src_options = dst.options(), dst_options = dst.options();
   src_options.kinds = dst_options.kinds = kinds;
   src_options.bucket_elems = c.bucket_elems;
+  src_options.align_elems = c.align_elems;  // the saver's, whatever this layout uses
   const vps::Layout src = dst.relaid(c.config, src_options), to = dst.relaid(dst.config(), dst_options);
   const plan::Planner planner(src, to, plan::Topology{1});
   const plan::RankPlan mine = planner.plan_rank(rank);

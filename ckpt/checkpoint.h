@@ -112,6 +112,7 @@ struct Checkpoint {
   std::int64_t step = 0;
   vps::ParallelConfig config;
   std::int64_t bucket_elems = 0;
+  std::int64_t align_elems = 1;  // the saved layout's tensor alignment (vps::LayoutOptions)
   std::vector<vps::StateKind> kinds;
   vps::ElemBytes elem_bytes{};
   std::vector<FileInfo> files;  // file r holds source rank r

@@ -101,6 +101,8 @@ Checkpoint open_latest(const std::string& dir, const std::vector<vps::TensorSpec
     c.step = index.at("step").get<std::int64_t>();
     c.config = vps::ParallelConfig::parse(index.at("config").get<std::string>());
     c.bucket_elems = index.at("bucket_elems").get<std::int64_t>();
+    c.align_elems = index.value("align_elems", std::int64_t{1});  // absent: saved packed
+    if (c.align_elems < 1) throw std::out_of_range("align_elems");
     std::string kinds;
     for (const auto& k : index.at("kinds")) kinds += (kinds.empty() ? "" : ",") + k.get<std::string>();
     c.kinds = vps::parse_state_kinds(kinds);

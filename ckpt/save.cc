@@ -142,6 +142,7 @@ void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout
   index["tensors"] = tensors_json(layout.tensors());
   index["config"] = layout.config().str();
   index["bucket_elems"] = layout.options().bucket_elems;
+  index["align_elems"] = layout.options().align_elems;  // page-aligned or packed: moves ZeRO shard bounds
   json kind_names = json::array(), elem = json::array();
   for (auto k : kinds) kind_names.push_back(vps::state_kind_name(k));
   for (int k = 0; k < vps::kNumStateKinds; ++k) elem.push_back(layout.options().elem_bytes[k]);

@@ -62,6 +62,7 @@ ckpt::Checkpoint open_for(const Manager& mgr, const std::string& dir) {
   }
   vps::LayoutOptions saved = here.options();
   saved.bucket_elems = c.bucket_elems;
+  saved.align_elems = c.align_elems;
   try {
     (void)here.relaid(c.config, saved);
   } catch (const InputError& e) {
