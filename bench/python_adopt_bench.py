@@ -9,6 +9,7 @@ difference over the steps, then the lines `diff` reports between the two scripts
 own mpirun processes; run it from a shell, not under mpirun.
 """
 import argparse
+import os
 import pathlib
 import re
 import shutil
@@ -22,7 +23,10 @@ SCHEDULES = [(2, "0:dp=2,zero=0;6:tp=2;12:dp=2;18:dp=2,zero=2"), (2, "0:tp=2;5:d
 
 
 def losses(cmd):
-    run = subprocess.run(cmd, capture_output=True, text=True, cwd=EXAMPLES, timeout=600)
+    # The scripts run in examples/: a relative PYTHONPATH (build/python) is made absolute first.
+    path = os.pathsep.join(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=EXAMPLES, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=path))
     if run.returncode:
         sys.exit(run.stdout + run.stderr)
     return [float(x) for x in re.findall(r"^step +\d+ +loss (\S+)$", run.stdout, re.M)]
