@@ -236,17 +236,14 @@ class Manager:
         shrinks it, `vacate` names world ranks that must leave; processes that leave get Leaving
         (exit status 0), `comm` is then the job's new communicator (docs/python.md)."""
         from mpi4py import MPI
-        if self.comm is None:
-            raise ValueError("this process left the job in an earlier switch; its Manager holds nothing")
+        self._require_member()
         t0 = time.perf_counter()
         with self._collective(f"Manager.switch to {to_cfg!r}", self._state_bytes()):
             _agree.agree(self.comm, "switch arguments", {
                 "to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate),
                 "registered extra state": [(name, per_rank) for name, (_, _, per_rank) in self._extra.items()]})
-            if _agree.together(self.comm, f"switch to {to_cfg!r}",
-                               lambda: _elastic.changes_processes(self, to_cfg, vacate)):
+            if _agree.together(self.comm, f"switch to {to_cfg!r}", lambda: self._check_switch(to_cfg, vacate)):
                 return _elastic.switch(self, to_cfg, vacate)
-            _agree.together(self.comm, f"switch to {to_cfg!r}", lambda: self._check_switch(to_cfg, vacate))
             job, mine = _agree.together(self.comm, "extra state get()", self._get_extra)
             self._drop_views(f"from before switch {self._views.switches + 1} ({self._config['config']} -> {to_cfg})")
             stats = self._native.switch(to_cfg)
@@ -262,10 +259,17 @@ class Manager:
         _views.warn_if_pinned(self._native.pool_stats()["deferred_bytes"])
         return stats
 
-    def _check_switch(self, to_cfg: str, vacate) -> None:
-        if vacate:
-            raise ValueError(f"vacate={list(vacate)}: this Manager does not change its process count")
+    def _check_switch(self, to_cfg: str, vacate) -> bool:
+        """Whether the switch changes the job's processes (python/dynatrain/_elastic.py, which
+        refuses a vacate list on fixed processes); a switch within them is validated here."""
+        if _elastic.changes_processes(self, to_cfg, vacate):
+            return True
         self._native.validate(to_cfg)
+        return False
+
+    def _require_member(self) -> None:
+        if self.comm is None:
+            raise ValueError("this process left the job in an earlier switch; its Manager holds nothing")
 
     def _get_extra(self):
         job = {name: get() for name, (get, _, per_rank) in self._extra.items() if not per_rank}
@@ -292,8 +296,7 @@ class Manager:
         less: processes a grow needs start in the background while the loop trains (a switch
         that changes no process needs nothing ahead). Call switch() with the same arguments
         next; ValueError for what switch() would refuse now."""
-        if self.comm is None:
-            raise ValueError("this process left the job in an earlier switch; its Manager holds nothing")
+        self._require_member()
         with self._collective(f"Manager.prepare of {to_cfg!r}"):
             _agree.agree(self.comm, "prepare arguments", {"to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate)})
             _agree.together(self.comm, f"prepare of {to_cfg!r}", lambda: _elastic.prepare(self, to_cfg, vacate))

@@ -65,8 +65,6 @@ def changes_processes(m, to_cfg: str, vacate: Optional[Sequence[int]]) -> bool:
     needed = _native.world_size_of(to_cfg)
     if m._prepared is not None:
         return True
-    if m.comm is None:
-        raise ValueError("this process left the job in an earlier switch; its Manager holds nothing")
     if not m._options["elastic"]:
         if vacate:
             raise ValueError("vacate needs a Manager whose processes may change (elastic=True)")
