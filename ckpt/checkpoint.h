@@ -66,7 +66,7 @@ std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& la
                               const std::vector<vps::StateKind>& kinds, const Arenas& arenas,
                               std::uint64_t chunk_bytes = kChecksumChunkBytes);
 // The phases of a save, in order, as reported to a SaveObserver on the rank where they happen
-// (a test hook: `dynatrain train` lets tools/fault_injection.h kill a rank there).
+// (a test hook: `dynatrain train` lets job/fault_injection.h kill a rank there).
 //   kBegin    every rank, before it writes its rank file
 //   kWritten  every rank of the layout, after its rank file is written and fsync'd
 //   kIndexed  rank 0, after the index is written and fsync'd, before `latest` is switched

@@ -147,7 +147,7 @@ struct TransitionOptions {
   // is an identity (same buffer, segment, box), and when the allocator can adopt, every source
   // buffer becomes its destination buffer as it is: keeps copy nothing, sends read from and
   // receives write into that buffer, and no state memory is allocated or released. Stage 2 of
-  // node-level fan-out (tools/fanout_switch.h) runs this way.
+  // node-level fan-out (job/fanout_switch.h) runs this way.
   bool in_place = false;
   // One pipeline per link class or one for all (LinkOverlap). Every rank must pass the same value.
   LinkOverlap overlap_links = LinkOverlap::kAuto;

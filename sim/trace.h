@@ -25,7 +25,7 @@ std::vector<exec::ScheduleTrace> trace_switch(const plan::Planner& planner,
                                               const exec::TransitionOptions& options, bool pool = true);
 
 // Every process's trace of a switch run as node-level fan-out's stages (plan/fanout.h,
-// tools/fanout_switch.h): each stage traced by the engine as it runs it (stage 0 from the source
+// job/fanout_switch.h): each stage traced by the engine as it runs it (stage 0 from the source
 // layout to the destination, every later one from the destination layout to itself, in place),
 // the stages spliced one after another per process: a process starts a stage once it has done
 // the one before (the engine calls run in sequence), and each stage's waves are numbered after

@@ -7,14 +7,14 @@
 
 #include "common/error.h"
 #include "tools/commands.h"
-#include "tools/mpi_world.h"
+#include "job/mpi_world.h"
 #ifdef DT_HAVE_C10D
 #include "comm/c10d/c10d_transport.h"
 #endif
 
 int main(int argc, char** argv) {
 #ifdef DT_HAVE_C10D
-  dynatrain::tools::set_env_world_factory(&dynatrain::comm::c10d_world_from_env);  // RANK, WORLD_SIZE, ...
+  dynatrain::job::set_env_world_factory(&dynatrain::comm::c10d_world_from_env);  // RANK, WORLD_SIZE, ...
 #endif
   CLI::App app{"DynaTrain: switch the parallel layout of a training job in memory"};
   app.require_subcommand(1);
@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   add(dynatrain::tools::add_simulate_command);
   add(dynatrain::tools::add_launch_command);
   // Under mpirun every rank parses the same flags: rank 0 alone prints help and flag errors.
-  const bool quiet = dynatrain::tools::is_nonzero_mpi_rank();
+  const bool quiet = dynatrain::job::is_nonzero_mpi_rank();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return quiet ? 0 : app.exit(e);
   } catch (const CLI::ParseError& e) {
-    if (quiet) dynatrain::tools::wait_for_root_report();
+    if (quiet) dynatrain::job::wait_for_root_report();
     else std::fprintf(stderr, "dynatrain: error: %s (see --help)\n", e.what());
     return 2;
   }
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   } catch (const dynatrain::InputError& e) {
     // Errors reaching here come from a world of one rank, or from flag values checked before
     // MPI starts (identical on every rank of an mpirun job: rank 0 prints).
-    if (quiet) dynatrain::tools::wait_for_root_report();
+    if (quiet) dynatrain::job::wait_for_root_report();
     else std::fprintf(stderr, "dynatrain: error: %s\n", e.what());
     return 2;
   } catch (const std::bad_alloc&) {

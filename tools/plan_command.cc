@@ -18,7 +18,7 @@
 #include "sim/link_bound.h"
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
-#include "tools/output_file.h"
+#include "common/output_file.h"
 
 namespace dynatrain::tools {
 

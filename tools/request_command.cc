@@ -4,13 +4,13 @@
 #include "tools/commands.h"
 #include "common/error.h"
 #include "tools/flag_checks.h"
-#include "tools/job_request.h"
+#include "job/job_request.h"
 
 namespace dynatrain::tools {
 
 Command add_request_command(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
-  auto req = std::make_shared<JobRequest>();
+  auto req = std::make_shared<job::JobRequest>();
   auto* cmd = app.add_subcommand("request", "Ask a running train --job DIR job to switch layout");
   cmd->add_option("--job", *dir, "The job's directory (train --job DIR)")->required();
   auto migrate = std::make_shared<bool>(false);
@@ -25,9 +25,9 @@ Command add_request_command(CLI::App& app) {
   return [dir, req, migrate] {
     if (*migrate) {
       if (!req->vacate.empty()) DT_INPUT_ERROR("--migrate vacates every process; drop --vacate ", req->vacate);
-      req->vacate = kVacateAll;
+      req->vacate = job::kVacateAll;
     }
-    write_job_request(*dir, *req);
+    job::write_job_request(*dir, *req);
     std::printf("request: %s -> %s%s%s\n", dir->c_str(), req->to.empty() ? "(current layout)" : req->to.c_str(),
                 req->at_step >= 0 ? (" at step " + std::to_string(req->at_step)).c_str() : "",
                 req->vacate.empty() ? "" : (", vacating ranks " + req->vacate).c_str());

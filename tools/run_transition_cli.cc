@@ -18,13 +18,13 @@
 #include "plan/planner.h"
 #include "vps/model_spec.h"
 #include "vps/parallel_config.h"
-#include "tools/fanout_switch.h"
-#include "tools/fault_injection.h"
-#include "tools/memory_check.h"
-#include "tools/mpi_world.h"
-#include "tools/output_file.h"
+#include "job/fanout_switch.h"
+#include "job/fault_injection.h"
+#include "job/memory_check.h"
+#include "job/mpi_world.h"
+#include "common/output_file.h"
 #include "tools/predict_switch.h"
-#include "tools/watchdog.h"
+#include "job/watchdog.h"
 
 namespace dynatrain::tools {
 using namespace dynatrain::testing;  // the state oracle (testing/state_oracle.h)
@@ -32,12 +32,12 @@ using namespace dynatrain::exec;  // the engine this command drives
 
 namespace {
 
-// Refuses a switch whose state cannot fit in this node's memory (tools/memory_check.h).
+// Refuses a switch whose state cannot fit in this node's memory (job/memory_check.h).
 // Per rank: max(src, dst) + staging (the engine's bound) + the bandwidth probe's buffers.
 void check_memory_fits(comm::Transport& world, std::uint64_t src_bytes, std::uint64_t dst_bytes,
                        std::uint64_t budget) {
   const std::uint64_t state = std::max(src_bytes, dst_bytes);
-  check_node_memory(world, state + std::min(budget, state) + (std::uint64_t{128} << 20), "the switch",
+  job::check_node_memory(world, state + std::min(budget, state) + (std::uint64_t{128} << 20), "the switch",
                     "use more nodes, a smaller model or a smaller --mem-budget");
 }
 
@@ -67,7 +67,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   if (args.repeat < 1) DT_INPUT_ERROR("--repeat ", args.repeat, " must be at least 1");
   const plan::FanoutMode fanout_mode = plan::parse_fanout_mode(args.fanout);
   const plan::FanoutCosts fanout_rates =
-      args.fanout_cluster.empty() ? plan::FanoutCosts{} : fanout_costs(sim::cluster_from_spec(args.fanout_cluster));
+      args.fanout_cluster.empty() ? plan::FanoutCosts{} : job::fanout_costs(sim::cluster_from_spec(args.fanout_cluster));
   const vps::ModelSpec model = vps::model_from_name(args.model);
   vps::ParallelConfig from = vps::ParallelConfig::parse(args.from);
   vps::ParallelConfig to = vps::ParallelConfig::parse(args.to);
@@ -128,11 +128,11 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
                     args.mem_budget);
   const auto largest_all = gather_u64(world, largest_local);
   const std::uint64_t largest = *std::max_element(largest_all.begin(), largest_all.end());
-  // A peer that stops answering mid-switch ends the job (tools/watchdog.h); the deadline grows
+  // A peer that stops answering mid-switch ends the job (job/watchdog.h); the deadline grows
   // with the most state any rank holds before and after.
   const auto state_all = gather_u64(world, state_local);
-  const double switch_deadline = switch_timeout_seconds(*std::max_element(state_all.begin(), state_all.end()));
-  Watchdog watchdog;
+  const double switch_deadline = job::switch_timeout_seconds(*std::max_element(state_all.begin(), state_all.end()));
+  job::Watchdog watchdog;
 
   PoolAllocator pool;
   std::vector<std::byte*> a = allocate_filled(src_layout, src_rl, pool), b;
@@ -189,9 +189,9 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
       back_secs.push_back(max_of(gather_double(world, s.seconds)));
     }
     world.barrier();
-    fault_point("switch", me);
+    job::fault_point("switch", me);
     double stage1 = 0;
-    const auto s = fanout.applied ? run_fanout_switch(fanout, src_rl, a, dst_rl, b, eb, world, pool, opt, &stage1)
+    const auto s = fanout.applied ? job::run_fanout_switch(fanout, src_rl, a, dst_rl, b, eb, world, pool, opt, &stage1)
                                   : run_transition(fwd, src_rl, a, dst_rl, b, eb, world, pool, opt);
     forward.push_back(s);
     if (fanout.applied) fanout_stage1_secs.push_back(max_of(gather_double(world, stage1)));

@@ -3,7 +3,7 @@
 #include "tools/run_transition_cli.h"
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
-#include "tools/mpi_world.h"
+#include "job/mpi_world.h"
 
 namespace dynatrain::tools {
 
@@ -59,7 +59,7 @@ Command add_run_transition_command(CLI::App& app) {
     require_int_in("--repeat", args->repeat, 1, 1'000'000);
     require_int_in("--bucket-elems", args->bucket_elems, 0, std::int64_t{1} << 40, " (0: 40M)");
     require_int_in("--gpus-per-node", args->gpus_per_node, 1, 1 << 16);
-    return run_on_mpi_world([&](comm::Transport& world) { return tools::run_transition_command(*args, world); });
+    return job::run_on_mpi_world([&](comm::Transport& world) { return tools::run_transition_command(*args, world); });
   };
 }
 

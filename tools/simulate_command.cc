@@ -16,9 +16,9 @@
 #include "sim/simulator.h"
 #include "sim/trace.h"
 #include "tools/commands.h"
-#include "tools/fanout_switch.h"
+#include "job/fanout_switch.h"
 #include "tools/flag_checks.h"
-#include "tools/output_file.h"
+#include "common/output_file.h"
 
 namespace dynatrain::tools {
 
@@ -102,7 +102,7 @@ int run_simulate(const SimulateArgs& a) {
   const plan::FanoutPlan fanout =
       fanout_mode == plan::FanoutMode::kOff
           ? plan::FanoutPlan{}
-          : plan::plan_fanout(planner, plans, lo.elem_bytes, plan::FanoutMode::kOn, fanout_costs(cluster), zeroed);
+          : plan::plan_fanout(planner, plans, lo.elem_bytes, plan::FanoutMode::kOn, job::fanout_costs(cluster), zeroed);
   // The bound covers what the engine moves: at a step boundary the gradients stay behind.
   if (a.at_step_boundary) drop_kinds(plans, zeroed);
   const sim::LinkBound bound = sim::link_lower_bound(plans, lo.elem_bytes, cluster);

@@ -1,20 +1,20 @@
-// `dynatrain train`: flags only; tools/train_cli.h does the work.
+// `dynatrain train`: flags only; job/train_job.h does the work.
 #include <cstdlib>
 #include <limits>
 
 #include "edm/mpi_launcher.h"
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
-#include "tools/mpi_world.h"
-#include "tools/supervisor.h"
-#include "tools/train_cli.h"
+#include "job/mpi_world.h"
+#include "job/supervisor.h"
+#include "job/train_job.h"
 
 namespace dynatrain::tools {
 
 Command add_train_command(CLI::App& app) {
-  auto args = std::make_shared<tools::TrainArgs>();
+  auto args = std::make_shared<job::TrainArgs>();
   auto launch = std::make_shared<edm::MpiLaunchSettings>();
-  auto supervise_settings = std::make_shared<tools::SuperviseSettings>();
+  auto supervise_settings = std::make_shared<job::SuperviseSettings>();
   auto* cmd = app.add_subcommand("train", "Train a model, switching layouts on a schedule (run under mpirun)");
   cmd->add_option("--model", args->model, "tiny-dense, tiny-moe, or a Hugging Face config.json")
       ->capture_default_str();
@@ -59,7 +59,7 @@ Command add_train_command(CLI::App& app) {
                   "Continue from this directory's latest checkpoint, in the schedule's layout for its step");
   cmd->add_option("--max-restarts", supervise_settings->max_restarts,
                   "Run without mpirun: start the job on --np processes and restart it from the last "
-                  "checkpoint, on one process fewer, up to K times when a process dies (tools/supervisor.h)")
+                  "checkpoint, on one process fewer, up to K times when a process dies (job/supervisor.h)")
       ->capture_default_str();
   auto* np_flag = cmd->add_option("--np", supervise_settings->np, "With --max-restarts: processes to start");
   cmd->add_option("--mpirun", supervise_settings->mpirun, "With --max-restarts: the mpirun to start the job with")
@@ -76,14 +76,14 @@ Command add_train_command(CLI::App& app) {
     if (supervise_settings->max_restarts > 0) {  // the supervisor: outside MPI, it starts mpirun
       if (np_flag->count() == 0) DT_INPUT_ERROR("--max-restarts needs --np N, the processes to start");
       require_int_in("--np", supervise_settings->np, 1, 131072);
-      supervise_settings->argv = train_argv_for_job();
-      return supervise(*args, *supervise_settings);
+      supervise_settings->argv = job::train_argv_for_job();
+      return job::supervise(*args, *supervise_settings);
     }
     if (const char* exe = std::getenv("DT_EDM_EXECUTABLE")) launch->executable = exe;
     args->launcher = edm::make_mpi_launcher(*launch);
-    return run_on_mpi_world([&](comm::Transport& world) {
+    return job::run_on_mpi_world([&](comm::Transport& world) {
       if (std::string(world.backend()) != "mpi") args->launcher = nullptr;  // grows start processes by MPI
-      return tools::train_command(*args, world);
+      return job::train_command(*args, world);
     });
   };
 }

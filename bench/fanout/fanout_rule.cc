@@ -1,6 +1,6 @@
 // What node-level fan-out's rule (plan/fanout.h) says at scale, without running the switch:
 // plans every process of the switch (Planner::plan_all), then plan_fanout three ways on the
-// cluster's rates (tools::fanout_costs, as run-transition --fanout-cluster): off, relay groups
+// cluster's rates (job::fanout_costs, as run-transition --fanout-cluster): off, relay groups
 // only, relay groups and trees across nodes, each with --fanout on (forced) and the rule's
 // choice (auto). Prints one Markdown table row per way: stages, groups, bytes crossing nodes,
 // the busiest process's bytes sent to other nodes, and the rule's estimated seconds.
@@ -17,7 +17,7 @@
 #include "plan/fanout.h"
 #include "plan/planner.h"
 #include "sim/cluster.h"
-#include "tools/fanout_switch.h"
+#include "job/fanout_switch.h"
 #include "vps/layout.h"
 
 namespace {
@@ -42,7 +42,7 @@ int run(int argc, char** argv) {
   const int processes = std::max(src.config().world_size(), dst.config().world_size());
   const plan::Planner planner(src, dst, cluster.topology(processes));
   const auto plans = planner.plan_all();
-  const plan::FanoutCosts costs = tools::fanout_costs(cluster);
+  const plan::FanoutCosts costs = job::fanout_costs(cluster);
   std::printf("%s %s -> %s on %s (%d processes, %d a node): relays inside nodes %.0f GB/s, a process to the "
               "network %.1f GB/s, a node's NICs %.0f GB/s, %.0f ms a later stage\n",
               model.name.c_str(), argv[2], argv[3], cluster.name.c_str(), processes, cluster.gpus_per_node,

@@ -230,10 +230,10 @@ if [[ $with_train == 1 ]]; then
   bad 2 "schedule steps must increase" -- "${D[@]}" --steps 3 --schedule "0:dp=2;2:tp=2;1:dp=1"
   bad 2 "cannot write CSV file '/nonexistent/dir/x.csv'" -- "${D[@]}" --steps 2 --schedule "0:dp=2" --csv /nonexistent/dir/x.csv
   bad 4 "cannot open data file" -- "${D[@]}" --steps 2 --schedule "0:dp=4" --data /nonexistent/data.txt
-  # ---- memory checked up front (tools/train_memory.h) ----
+  # ---- memory checked up front (job/train_memory.h) ----
   bad 1 "training model 'llama2-70b' in tp=1,pp=1,dp=1,zero=1 needs up to" -- train --model llama2-70b --steps 2
   bad 2 "training model 'llama2-70b' in tp=2,pp=1,dp=1,zero=1 needs up to" -- train --model llama2-70b --steps 2 --schedule "0:tp=2"
-  # ---- the supervisor: train --max-restarts (tools/supervisor.h) ----
+  # ---- the supervisor: train --max-restarts (job/supervisor.h) ----
   bad 1 "--max-restarts -1 is out of range" -- "${D[@]}" --steps 2 --max-restarts -1
   bad 1 "--max-restarts needs --np N" -- "${D[@]}" --steps 2 --max-restarts 1 --save "$tmp/sv"
   bad 1 "--np 0 is out of range" -- "${D[@]}" --steps 2 --max-restarts 1 --np 0 --save "$tmp/sv"

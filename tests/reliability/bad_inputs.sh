@@ -4,7 +4,7 @@
 # (timeout) and no crash (signal, core dump), under mpirun too (the line printed once, not once
 # per rank). Per case, set before `bad`: CODE=N another exit code (3: out of memory), LIMIT_KB=N
 # run under `ulimit -v N`, LOUD=1 the command may print on stdout first (a run that fails
-# after it started), FAULT=SPEC run with DT_FAULT=SPEC (tools/fault_injection.h).
+# after it started), FAULT=SPEC run with DT_FAULT=SPEC (job/fault_injection.h).
 # Usage: bad_inputs.sh DYNATRAIN WITH_TRAIN(0|1) MPIEXEC
 # Prints one line per case and a summary: tried / clear errors / hangs / crashes / accepted.
 set -u

@@ -16,7 +16,7 @@ tried=0 clean=0 vader=0
 head -c 4000 "$(dirname "$0")/../../README.md" >"$tmp/data.txt"
 
 # fault NP WANT FAULT -- ARGS...: runs `mpirun -np NP dynatrain ARGS` with DT_FAULT=FAULT
-# (tools/fault_injection.h; "term-mpirun:TEXT" sends SIGTERM to mpirun once TEXT appeared on
+# (job/fault_injection.h; "term-mpirun:TEXT" sends SIGTERM to mpirun once TEXT appeared on
 # its stdout (term-mpirun:@S: after S seconds) instead, "none" runs as is) and checks the ending. WANT: a substring of the one line.
 fault() {
   local np="$1" want="$2" spec="$3"

@@ -1,10 +1,10 @@
-// The restart layout rule of `train --max-restarts` (tools/supervisor.h): the most processes,
+// The restart layout rule of `train --max-restarts` (job/supervisor.h): the most processes,
 // then the same tp, then the same pp, then the same ep, then the most dp, among the layouts the
 // trainer supports for the model and batch.
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "tools/supervisor.h"
+#include "job/supervisor.h"
 
 namespace dynatrain::tools {
 namespace {
@@ -14,7 +14,7 @@ std::string restart(const std::string& model, std::int64_t global_batch, const s
   o.model = vps::model_from_name(model);
   o.global_batch = global_batch;
   o.seq = 16;
-  return choose_restart_layout(o, vps::ParallelConfig::parse(previous), processes).str();
+  return job::choose_restart_layout(o, vps::ParallelConfig::parse(previous), processes).str();
 }
 
 TEST(RestartLayout, MostProcessesThenTheSameSplit) {

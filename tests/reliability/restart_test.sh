@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A job that survives a lost process (tools/supervisor.h): `dynatrain train --max-restarts 2
+# A job that survives a lost process (job/supervisor.h): `dynatrain train --max-restarts 2
 # --np 4` trains tiny-dense in tp=2,dp=2 and saves every 4 steps; rank 1 is SIGKILLed as step 6
 # starts. The supervisor must restart the job from the checkpoint of step 4 on 3 processes (the
 # layout rule picks dp=3), and the job must finish all 14 steps. Checked:

@@ -8,7 +8,7 @@
 
 #include "comm/mpi/mpi_transport.h"
 #include "common/error.h"
-#include "tools/train_cli.h"
+#include "job/train_job.h"
 
 int main(int argc, char** argv) {
   using namespace dynatrain;
@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   int rc = 0;
   {
     auto world = comm::MpiTransport::world();
-    tools::TrainArgs args;
+    job::TrainArgs args;
     args.model = "tiny-dense";
     args.steps = 24;
     args.global_batch = 8;
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
       args.csv = argv[3];
     }
     try {
-      rc = tools::train_command(args, *world);
+      rc = job::train_command(args, *world);
     } catch (const Error& e) {
       std::fprintf(stderr, "rank %d: %s\n", world->rank(), e.what());
       return 1;

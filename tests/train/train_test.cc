@@ -20,11 +20,11 @@
 #include "train/bf16.h"
 #include "train/data.h"
 #include "train/state.h"
-#include "tools/train_cli.h"
+#include "job/train_job.h"
 #include "train/trainer.h"
 
 namespace dynatrain::train {
-using tools::parse_schedule;
+using job::parse_schedule;
 namespace {
 
 using vps::StateKind;

@@ -1,11 +1,11 @@
-#include "tools/watchdog.h"
+#include "job/watchdog.h"
 
 #include <cstdio>
 #include <cstdlib>
 
-#include "tools/mpi_world.h"
+#include "job/mpi_world.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 double switch_timeout_seconds(std::uint64_t bytes) {
   double floor_s = 60;
@@ -68,4 +68,4 @@ void Watchdog::watch() {
   }
 }
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

@@ -1,13 +1,13 @@
-#include "tools/memory_check.h"
+#include "job/memory_check.h"
 
 #include <algorithm>
 #include <fstream>
 
 #include "common/bytes.h"
 #include "common/error.h"
-#include "tools/mpi_world.h"
+#include "job/mpi_world.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 std::uint64_t node_available_bytes() {
   std::ifstream meminfo("/proc/meminfo");
@@ -39,4 +39,4 @@ void check_node_memory(comm::Transport& world, std::uint64_t rank_bytes, const s
                    remedy);
 }
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

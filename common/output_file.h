@@ -9,7 +9,7 @@
 #include <ostream>
 #include <string>
 
-namespace dynatrain::tools {
+namespace dynatrain {
 
 // Throws InputError ("cannot write <what> file '<path>': <reason>") unless `path` names an
 // existing file (not a directory) this process may write, or a new file in an existing directory
@@ -27,4 +27,4 @@ void check_written(std::ostream& out, const std::string& what, const std::string
 // Writes `text` to `path` (truncating it) and checks every byte arrived (check_written).
 void write_output_file(const std::string& what, const std::string& path, const std::string& text);
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain

@@ -16,7 +16,7 @@
 
 #include "comm/transport.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 struct JobRequest {
   std::string to;             // config string
@@ -38,7 +38,7 @@ void write_job_request(const std::string& dir, const JobRequest& request);
 std::optional<JobRequest> take_job_request(const std::string& dir);
 
 // How rank 0 of a `train --job` run tells the other ranks, once per step, the schedule it took
-// requests into (tools/train_cli.cc). Point-to-point on the world with tags of their own, so
+// requests into (job/train_job.cc). Point-to-point on the world with tags of their own, so
 // that ranks outside the current layout can wait for it without spinning in a collective.
 enum JobSyncKind : std::uint64_t { kJobSchedule = 1, kJobEnd = 2 };
 struct JobSync {
@@ -51,4 +51,4 @@ void send_job_sync(comm::Transport& world, int to, const JobSync& msg, const std
 // may wait for many steps; they are woken a step before they have work).
 JobSync receive_job_sync(comm::Transport& world, std::string& body, bool sleep_poll);
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

@@ -23,9 +23,9 @@
 // `train --max-restarts` with the same environment is not hit again).
 #pragma once
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 // Returns true when a `nan` fault fired here; kill, stop and throw act themselves.
 bool fault_point(const char* point, int rank);
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

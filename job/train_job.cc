@@ -1,4 +1,4 @@
-#include "tools/train_cli.h"
+#include "job/train_job.h"
 
 #include <unistd.h>
 
@@ -16,21 +16,21 @@
 
 #include "common/error.h"
 #include "testing/state_oracle.h"
-#include "tools/job_request.h"
+#include "job/job_request.h"
 #include "train/data.h"
 #include "train/trainer.h"
-#include "tools/fault_injection.h"
-#include "tools/output_file.h"
-#include "tools/watchdog.h"
-#include "tools/train_ckpt.h"
-#include "tools/train_leader.h"
-#include "tools/train_memory.h"
+#include "job/fault_injection.h"
+#include "common/output_file.h"
+#include "job/watchdog.h"
+#include "job/train_ckpt.h"
+#include "job/train_leader.h"
+#include "job/train_memory.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 using namespace dynatrain::train;  // the trainer this command drives
 
 
-// parse_schedule: tools/schedule.cc (no torch, so the fuzz target can build it).
+// parse_schedule: job/schedule.cc (no torch, so the fuzz target can build it).
 
 namespace {
 
@@ -166,7 +166,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   set_intra_op_threads(args.threads > 0 ? args.threads : default_threads());
 
   if (!joined) check_train_memory(o, schedule, world);  // "needs X per rank, have Y", before allocating
-  // The job's leader (tools/train_leader.h): world rank 0 of the current world; the role moves
+  // The job's leader (job/train_leader.h): world rank 0 of the current world; the role moves
   // with rank 0 in a commit (take_over_as_leader below).
   bool leader = !joined && world.rank() == 0;
   bool tty = leader && isatty(fileno(stdout));
@@ -226,7 +226,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
       joined ? Trainer::join(o, std::move(joined_world), std::move(text))
              : std::make_unique<Trainer>(o, schedule[first_layout - 1].second, world, std::move(text));
   if (resume) resume_trainer(*resume, *trainer, world);
-  // A peer that stops answering mid-switch ends the job (tools/watchdog.h). The deadline covers
+  // A peer that stops answering mid-switch ends the job (job/watchdog.h). The deadline covers
   // the whole model's state (weights, grads, fp32 master and two moments: 16 bytes a parameter).
   Watchdog watchdog;
   const double switch_deadline = switch_timeout_seconds(16 * static_cast<std::uint64_t>(model_parameters(o.model)));
@@ -439,7 +439,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
     bool switched = false;
     if (next < schedule.size() && schedule[next].first == step) {
       fault_point("switch", trainer->world().rank());
-      // A peer that stops answering mid-switch ends the job (tools/watchdog.h). Ranks the current
+      // A peer that stops answering mid-switch ends the job (job/watchdog.h). Ranks the current
       // layout leaves idle wait for the active ones: only active ranks arm.
       if (trainer->active())
         watchdog.arm("the switch before step " + std::to_string(step), switch_deadline, [t = trainer.get()] {
@@ -546,4 +546,4 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   return 0;
 }
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

@@ -1,9 +1,9 @@
-#include "tools/fanout_switch.h"
+#include "job/fanout_switch.h"
 
 #include <algorithm>
 #include <string>
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 namespace {
 
@@ -52,4 +52,4 @@ plan::FanoutCosts fanout_costs(const sim::Cluster& c) {
   return costs;
 }
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

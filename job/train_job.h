@@ -26,7 +26,7 @@
 #include "edm/launcher.h"
 #include "vps/parallel_config.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 struct TrainArgs {
   std::string model = "tiny-dense";  // --model: preset name or a Hugging Face config.json
@@ -43,7 +43,7 @@ struct TrainArgs {
   std::string json;                  // --json: one record per switch (docs/edm.md)
   int lookahead = 0;                 // --lookahead: steps between prepare and commit; 0 = auto
   std::string placement = "auto";    // --placement: fixed | auto (which process takes which rank)
-  std::string job;                   // --job DIR: take switch requests from DIR (tools/job_request.h)
+  std::string job;                   // --job DIR: take switch requests from DIR (job/job_request.h)
   bool align_pages = true;           // TrainerOptions::align_pages; --no-align-pages: packed
   bool bf16 = false;                 // --bf16: TrainerOptions::bf16 (bf16 weights, fp32 master)
   // How processes are started and ended (nullptr: the job keeps its processes; layouts must
@@ -55,7 +55,7 @@ struct TrainArgs {
   int micro_batches = 0;             // 0: auto
   std::string switch_method;         // "engine" | "gather" | "" (engine when built)
   int threads = 0;                   // torch intra-op threads per rank; 0: cores / local ranks
-  // Checkpoints (tools/train_ckpt.h): --save DIR every --save-every steps and after the last
+  // Checkpoints (job/train_ckpt.h): --save DIR every --save-every steps and after the last
   // step; --resume DIR continues from DIR's latest checkpoint in the schedule's layout
   // for that step, with any number of processes.
   std::string save_dir;
@@ -70,4 +70,4 @@ std::vector<std::pair<std::int64_t, vps::ParallelConfig>> parse_schedule(const s
 // raised identically on every rank before any communication) or CommError.
 int train_command(const TrainArgs& args, comm::Transport& world);
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

@@ -14,7 +14,7 @@
 #include "sim/cluster.h"
 #include "vps/layout.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 // Runs `fanout`'s stages for process `world.rank()` (its plans, or empty ones when the plan
 // spans fewer processes). `src` is consumed as by run_transition; on return `dst` holds the
@@ -32,4 +32,4 @@ exec::TransitionStats run_fanout_switch(const plan::FanoutPlan& fanout, const vp
 // together. A cluster without NICs (one node) gets its intra-node rates.
 plan::FanoutCosts fanout_costs(const sim::Cluster& cluster);
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 struct LeaderState {
   struct Tally {  // steady-state throughput of one layout (first step after a switch excluded)
@@ -30,4 +30,4 @@ struct LeaderState {
   static LeaderState parse(const std::string& blob);
 };
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

@@ -1,4 +1,4 @@
-#include "tools/mpi_world.h"
+#include "job/mpi_world.h"
 
 #include <fcntl.h>
 #include <mpi.h>
@@ -16,7 +16,7 @@
 #include "comm/mpi/mpi_transport.h"
 #include "common/error.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 namespace {
 
@@ -244,4 +244,4 @@ int run_on_mpi_world(const std::function<int(comm::Transport&)>& body) {
   return 3;  // not reached: fail() aborts the job
 }
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

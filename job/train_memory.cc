@@ -1,13 +1,13 @@
-#include "tools/train_memory.h"
+#include "job/train_memory.h"
 
 #include <algorithm>
 
 #include "exec/engine.h"
-#include "tools/memory_check.h"
+#include "job/memory_check.h"
 #include "train/state.h"
 #include "vps/layout.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 void check_train_memory(const train::TrainerOptions& options,
                         const std::vector<std::pair<std::int64_t, vps::ParallelConfig>>& schedule,
@@ -30,4 +30,4 @@ void check_train_memory(const train::TrainerOptions& options,
                     "use more processes (a layout that splits the model further), a smaller model, or more memory");
 }
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

@@ -1,4 +1,4 @@
-#include "tools/supervisor.h"
+#include "job/supervisor.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -15,9 +15,9 @@
 
 #include "ckpt/checkpoint.h"
 #include "common/error.h"
-#include "tools/output_file.h"
+#include "common/output_file.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 namespace fs = std::filesystem;
 
@@ -273,4 +273,4 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
   return code;
 }
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

@@ -24,7 +24,7 @@
 
 #include "comm/transport.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 int run_on_mpi_world(const std::function<int(comm::Transport&)>& body);
 
@@ -54,4 +54,4 @@ void wait_for_root_report();
 // (gethostid() is not: containers on different nodes often share it).
 std::int64_t this_host_id();
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

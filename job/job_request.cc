@@ -1,4 +1,4 @@
-#include "tools/job_request.h"
+#include "job/job_request.h"
 
 #include <unistd.h>
 
@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "vps/parallel_config.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 void write_job_request(const std::string& dir, const JobRequest& r) {
   // InputError names a bad config before anything is written; a migration may keep the layout.
@@ -103,4 +103,4 @@ JobSync receive_job_sync(comm::Transport& world, std::string& body, bool sleep_p
   return msg;
 }
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

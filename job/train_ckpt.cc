@@ -1,12 +1,12 @@
-#include "tools/train_ckpt.h"
+#include "job/train_ckpt.h"
 
 #include <chrono>
 #include <cstdio>
 
 #include "common/error.h"
-#include "tools/fault_injection.h"
+#include "job/fault_injection.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 namespace {
 
@@ -34,7 +34,7 @@ void save_trainer(const std::string& dir, std::int64_t step, train::Trainer& tra
   const auto p = trainer.progress();
   if (world.rank() == 0) DT_CHECK_EQ(p.step, step);
   const nlohmann::json state = {{"step", step}, {"data_seed", p.data_seed}, {"data_position", p.data_position}};
-  // Fault tests kill a rank at a chosen phase of the save (tools/fault_injection.h).
+  // Fault tests kill a rank at a chosen phase of the save (job/fault_injection.h).
   const auto observer = [](ckpt::SavePhase phase, int rank) { fault_point(ckpt::save_phase_name(phase), rank); };
   ckpt::save(dir, step, trainer.layout(), saved_kinds(), view(trainer.arenas()), state, world, observer);
   if (world.rank() == 0) {
@@ -74,4 +74,4 @@ void resume_trainer(const ckpt::Checkpoint& c, train::Trainer& trainer, comm::Tr
   }
 }
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

@@ -8,7 +8,7 @@
 //   ... run_transition(...) ...
 //   dog.disarm();
 //
-// On expiry: tools::abort_job prints "dynatrain: error: rank R of N: no progress for T s during
+// On expiry: job::abort_job prints "dynatrain: error: rank R of N: no progress for T s during
 // <phase>; <cause>" and aborts the MPI job (exit 3). The cause is "a peer stopped answering"
 // unless arm() was given a function that names what the rank waits for (asked at expiry, on the
 // watchdog's thread; e.g. processes that a grow started and that never joined).
@@ -22,7 +22,7 @@
 #include <string>
 #include <thread>
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 // Deadline for moving `bytes` into or out of one rank: DT_WATCHDOG_S (default 60) plus the bytes
 // at 50 MB/s, a rate far below any link this runs on (so a slow but working peer never trips it).
@@ -52,4 +52,4 @@ class Watchdog {
   std::thread thread_;  // last: starts after the fields above exist
 };
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

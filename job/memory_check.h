@@ -9,7 +9,7 @@
 
 #include "comm/transport.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 // Bytes the kernel could still give this node ("MemAvailable" in /proc/meminfo); 0 when unknown.
 std::uint64_t node_available_bytes();
@@ -21,4 +21,4 @@ std::uint64_t node_available_bytes();
 void check_node_memory(comm::Transport& world, std::uint64_t rank_bytes, const std::string& what,
                        const std::string& remedy);
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

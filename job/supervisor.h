@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
-#include "tools/train_cli.h"
+#include "job/train_job.h"
 #include "train/trainer.h"
 #include "vps/parallel_config.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 struct SuperviseSettings {
   int max_restarts = 0;             // --max-restarts K
@@ -48,4 +48,4 @@ int supervise(const TrainArgs& args, const SuperviseSettings& settings);
 // (--max-restarts, --np, --mpirun), from /proc/self/cmdline.
 std::vector<std::string> train_argv_for_job();
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

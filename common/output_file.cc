@@ -1,4 +1,4 @@
-#include "tools/output_file.h"
+#include "common/output_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 
-namespace dynatrain::tools {
+namespace dynatrain {
 
 namespace {
 
@@ -75,4 +75,4 @@ void write_output_file(const std::string& what, const std::string& path, const s
   if (close(fd) != 0) cannot_write(what, path, std::strerror(errno));
 }
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain

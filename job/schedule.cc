@@ -1,4 +1,4 @@
-// parse_schedule (declared in tools/train_cli.h): kept apart from the trainer so that it builds
+// parse_schedule (declared in job/train_job.h): kept apart from the trainer so that it builds
 // without libtorch (fuzz/fuzz_schedule.cc).
 //
 // Grammar: ENTRY(;ENTRY)*, ENTRY = STEP:CONFIG, STEP = decimal digits only (no sign, no spaces),
@@ -8,9 +8,9 @@
 #include <limits>
 
 #include "common/error.h"
-#include "tools/train_cli.h"
+#include "job/train_job.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 namespace {
 
@@ -60,4 +60,4 @@ std::vector<std::pair<std::int64_t, vps::ParallelConfig>> parse_schedule(const s
   return out;
 }
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

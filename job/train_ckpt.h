@@ -11,7 +11,7 @@
 #include "comm/transport.h"
 #include "train/trainer.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 // Collective over `world` at the boundary after `step` steps: saves the trainer's state as
 // checkpoint `step` of `dir`. Rank 0 prints one line with the time.
@@ -21,4 +21,4 @@ void save_trainer(const std::string& dir, std::int64_t step, train::Trainer& tra
 // progress. Rank 0 prints one line with the time and bytes (max over ranks).
 void resume_trainer(const ckpt::Checkpoint& ckpt, train::Trainer& trainer, comm::Transport& world);
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

@@ -1,4 +1,4 @@
-// The up-front memory check of `dynatrain train` (tools/memory_check.h): refuses, before the
+// The up-front memory check of `dynatrain train` (job/memory_check.h): refuses, before the
 // trainer allocates anything, a schedule whose layouts cannot fit in the nodes' memory.
 #pragma once
 
@@ -10,7 +10,7 @@
 #include "train/trainer.h"
 #include "vps/parallel_config.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 // Collective over `world`. Per rank: the largest state it holds in any layout of `schedule`
 // (weights, grads, fp32 master, both Adam moments, as the trainer lays them out) plus the
@@ -20,4 +20,4 @@ void check_train_memory(const train::TrainerOptions& options,
                         const std::vector<std::pair<std::int64_t, vps::ParallelConfig>>& schedule,
                         comm::Transport& world);
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

@@ -1,8 +1,8 @@
-#include "tools/train_leader.h"
+#include "job/train_leader.h"
 
 #include "common/error.h"
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 std::string LeaderState::serialize() const {
   nlohmann::json j;
@@ -30,4 +30,4 @@ LeaderState LeaderState::parse(const std::string& blob) {
   return s;
 }
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job

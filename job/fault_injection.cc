@@ -1,4 +1,4 @@
-#include "tools/fault_injection.h"
+#include "job/fault_injection.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-namespace dynatrain::tools {
+namespace dynatrain::job {
 
 namespace {
 
@@ -64,4 +64,4 @@ bool fault_point(const char* point, int rank) {
   return false;
 }
 
-}  // namespace dynatrain::tools
+}  // namespace dynatrain::job
