@@ -47,13 +47,15 @@
 #include "plan/planner.h"
 #include "testing/fill.h"
 #include "testing/state_oracle.h"
+#include "common/clock.h"
 
 namespace dt = dynatrain;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using dt::Clock;
+using dt::seconds_since;
+
 
 double max_over_ranks(dt::comm::Transport& t, double v) {
   const auto all = dt::testing::gather_double(t, v);
@@ -188,7 +190,7 @@ DiskLimits disk_bandwidth(dt::comm::Transport& t, const std::vector<std::pair<st
     f.sync();
   }
   dt::ckpt::sync_dir(dir);
-  const double write_s = max_over_ranks(t, since(t0));
+  const double write_s = max_over_ranks(t, seconds_since(t0));
   drop_from_cache(path);
   t.barrier();
   t0 = Clock::now();
@@ -197,7 +199,7 @@ DiskLimits disk_bandwidth(dt::comm::Transport& t, const std::vector<std::pair<st
     std::size_t at = 0;
     for (const auto& [p, n] : runs) dt::ckpt::read_exact(f.fd(), p, n, at, path), at += n;
   }
-  const double read_s = max_over_ranks(t, since(t0));
+  const double read_s = max_over_ranks(t, seconds_since(t0));
   drop_from_cache(path);
   t.barrier();
   t0 = Clock::now();
@@ -206,7 +208,7 @@ DiskLimits disk_bandwidth(dt::comm::Transport& t, const std::vector<std::pair<st
     dt::ckpt::File f = dt::ckpt::File::open_read(path);
     dt::ckpt::read_exact(f.fd(), fresh.get(), bytes, 0, path);
   }
-  const double fresh_s = max_over_ranks(t, since(t0));
+  const double fresh_s = max_over_ranks(t, seconds_since(t0));
   // Past the page cache: into pre-touched memory, then into fresh memory.
   bool direct = true;
   double direct_s = 0, direct_fresh_s = 0;
@@ -217,14 +219,14 @@ DiskLimits disk_bandwidth(dt::comm::Transport& t, const std::vector<std::pair<st
     t.barrier();
     t0 = Clock::now();
     direct = read_whole_direct(path, touched.data(), bytes);
-    direct_s = max_over_ranks(t, since(t0));
+    direct_s = max_over_ranks(t, seconds_since(t0));
   }
   {
     dt::ckpt::AlignedBuffer fresh(bytes + dt::ckpt::kDirectAlignBytes);  // untouched
     t.barrier();
     t0 = Clock::now();
     direct = read_whole_direct(path, fresh.data(), bytes) && direct;
-    direct_fresh_s = max_over_ranks(t, since(t0));
+    direct_fresh_s = max_over_ranks(t, seconds_since(t0));
   }
   const bool all_direct = sum_over_ranks(t, direct ? 0 : 1) == 0;
   std::filesystem::remove(path);
@@ -254,9 +256,9 @@ LoadResult timed_load(dt::comm::Transport& t, const std::string& dir, const dt::
   dt::ckpt::LoadOptions options;
   if (std::getenv("DT_PREFETCH_MIB")) options.prefetch_bytes = std::strtoull(std::getenv("DT_PREFETCH_MIB"), nullptr, 10) << 20;
   const auto stats = dt::ckpt::load_rank(c, dst, t.rank(), arenas.view(), options);
-  const double mine = since(t0);
+  const double mine = seconds_since(t0);
   LoadResult r;
-  r.seconds = max_over_ranks(t, since(t0));
+  r.seconds = max_over_ranks(t, seconds_since(t0));
   r.read = sum_over_ranks(t, stats.bytes_read);
   r.loaded = sum_over_ranks(t, stats.bytes_loaded);
   r.calls = sum_over_ranks(t, static_cast<std::uint64_t>(stats.read_calls));
@@ -357,7 +359,7 @@ int main(int argc, char** argv) {
     world->barrier();
     auto t0 = Clock::now();
     dt::ckpt::save(dir, round, src, lo.kinds, state.view(), {{"bench", true}}, *world);
-    const double save1 = max_over_ranks(*world, since(t0));
+    const double save1 = max_over_ranks(*world, seconds_since(t0));
     save_s = std::min(save_s, save1);
     files_total = 0;
     if (me == 0)

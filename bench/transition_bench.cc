@@ -41,13 +41,15 @@
 #include "plan/planner.h"
 #include "vps/model_spec.h"
 #include "vps/parallel_config.h"
+#include "common/clock.h"
 
 namespace dt = dynatrain;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using dt::Clock;
+using dt::seconds_since;
+
 
 dt::vps::ModelSpec bench_dense(bool quick) {
   dt::vps::ModelSpec m;
@@ -105,7 +107,7 @@ double measure_copy_bandwidth(dt::comm::Transport& t, std::size_t bytes, int ite
     t.barrier();
     const auto t0 = Clock::now();
     std::memcpy(to.data(), from.data(), bytes);
-    best = std::min(best, max_d(t, since(t0)));
+    best = std::min(best, max_d(t, seconds_since(t0)));
   }
   return static_cast<double>(bytes) / best;
 }
@@ -139,7 +141,7 @@ std::pair<double, double> ckpt_restart_switch(const dt::vps::Layout& src, const 
   }
   dt::testing::release_all(src, my_src, a, pool);
   t.barrier();
-  const double save_s = since(t0);
+  const double save_s = seconds_since(t0);
   t0 = Clock::now();
   b.assign(my_dst.buffers.size(), nullptr);
   for (std::size_t j = 0; j < my_dst.buffers.size(); ++j) {
@@ -152,7 +154,7 @@ std::pair<double, double> ckpt_restart_switch(const dt::vps::Layout& src, const 
   const dt::ckpt::Checkpoint c = dt::ckpt::open_latest(root, dst.model());
   dt::ckpt::load_rank(c, dst, me, arenas_of(b));
   t.barrier();
-  const double load_s = since(t0);
+  const double load_s = seconds_since(t0);
   if (me == 0) std::filesystem::remove_all(root);
   return {save_s, load_s};
 }
@@ -215,7 +217,7 @@ double naive_switch(const dt::vps::Layout& src, const dt::vps::Layout& dst, std:
     peak = std::max<std::uint64_t>(peak, live + blob.size() + gathered.size() + full.size());
   }
   dt::testing::release_all(src, my_src, a, pool);
-  return since(t0);
+  return seconds_since(t0);
 }
 
 }  // namespace
@@ -328,7 +330,7 @@ int main(int argc, char** argv) {
       world->barrier();
       auto t0 = Clock::now();
       world->broadcast(buf.data(), bytes, 0);
-      best_b = std::min(best_b, max_d(*world, since(t0)));
+      best_b = std::min(best_b, max_d(*world, seconds_since(t0)));
       world->barrier();
       t0 = Clock::now();
       if (me == 0) {
@@ -338,7 +340,7 @@ int main(int argc, char** argv) {
       } else {
         world->irecv(buf.data(), bytes, 0, 9)->wait();
       }
-      best_p = std::min(best_p, max_d(*world, since(t0)));
+      best_p = std::min(best_p, max_d(*world, seconds_since(t0)));
     }
     if (me == 0)
       std::printf("\nfan-out of 64 MiB from rank 0 to %d ranks: broadcast %.3f s, point-to-point %.3f s (best of 4)\n\n",

@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "exec/box_copy.h"
 #include "plan/planner.h"
+#include "common/clock.h"
 
 namespace dynatrain::ckpt {
 
@@ -32,7 +33,7 @@ namespace {
 class PhaseTimer {
  public:
   explicit PhaseTimer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
-  ~PhaseTimer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  ~PhaseTimer() { total_ += seconds_since(start_); }
   PhaseTimer(const PhaseTimer&) = delete;
   PhaseTimer& operator=(const PhaseTimer&) = delete;
 
@@ -440,7 +441,7 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
     work.push_back(plan_entry(r, pieces, dsts, dst.options().elem_bytes[static_cast<int>(r.kind)],
                               options.merge_gap_bytes, options.min_scatter_run_bytes, spans));
   stats.plan_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() - stats.open_seconds;
+      seconds_since(started) - stats.open_seconds;
 
   // Prefetch: the kernel is asked for the next `prefetch_bytes` of file ranges ahead of the one
   // being read, from a thread of its own, so the disk streams while this rank checks checksums

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/clock.h"
 
 namespace dynatrain::edm {
 
@@ -14,7 +15,6 @@ using comm::broadcast_string;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
 // What world rank 0 tells a process started by a grow:

@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "exec/box_copy.h"
 #include "exec/wave_agreement.h"
+#include "common/clock.h"
 
 namespace dynatrain::exec {
 namespace {
@@ -75,8 +76,6 @@ struct PeerWork {
   std::vector<Chunk> send, recv;
 };
 
-using Clock = std::chrono::steady_clock;
-double secs(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 class Engine {
  public:
@@ -98,7 +97,7 @@ class Engine {
     agree_waves();
     choose_pagewise();
     find_remaps();
-    stats_.agree_seconds = secs(t0);
+    stats_.agree_seconds = seconds_since(t0);
     const std::uint64_t floor = std::max(src_total_, dst_total_);
     WaveOrder order = opt_.order;
     if (order == WaveOrder::kAuto) {
@@ -120,7 +119,7 @@ class Engine {
     trace_ = opt_.trace;
     stats_.predicted_peak_bytes = execute(true);
     trace_ = nullptr;
-    stats_.dry_seconds = secs(t0) - stats_.agree_seconds;
+    stats_.dry_seconds = seconds_since(t0) - stats_.agree_seconds;
     stats_.peak_bytes = opt_.dry_only ? stats_.predicted_peak_bytes : execute(false);
     const bool desc = order == WaveOrder::kDescending;
     stats_.wave_order = order == WaveOrder::kAscending ? "ascending"
@@ -135,7 +134,7 @@ class Engine {
     stats_.pagewise_buffers = pagewise_count_;
     stats_.src_bytes = src_total_;
     stats_.dst_bytes = dst_total_;
-    stats_.seconds = secs(t0);
+    stats_.seconds = seconds_since(t0);
     return stats_;
   }
 
@@ -805,7 +804,7 @@ class Engine {
       commit_range(b, 0, dst_size_[b]);
     }
     zero_padding(b, 0, dst_size_[b]);
-    stats_.alloc_seconds += secs(t0);
+    stats_.alloc_seconds += seconds_since(t0);
   }
   // Zeroes the padding (bytes of no segment) of destination buffer b inside [lo, hi), so that
   // recycled memory leaks nothing.
@@ -844,7 +843,7 @@ class Engine {
     const auto t0 = Clock::now();
     commit_range(b, gi * granule_, gi * granule_ + n);
     zero_padding(b, gi * granule_, gi * granule_ + n);
-    stats_.alloc_seconds += secs(t0);
+    stats_.alloc_seconds += seconds_since(t0);
   }
   // Elements [begin, end) of piece `p` are about to be written into its destination buffer.
   void touch(Mem& m, bool dry, const plan::Piece& p, std::int64_t begin, std::int64_t end) {
@@ -885,7 +884,7 @@ class Engine {
         else
           remap_keep(p, keep_remaps_[i]);
         stats_.bytes_kept += piece_bytes(p);
-        stats_.keep_seconds += secs(t0);
+        stats_.keep_seconds += seconds_since(t0);
       }
       consume(m, dry, p, 0, p.box.numel());
     }
@@ -955,7 +954,7 @@ class Engine {
                            src_seg(p).box, at, e, alloc_);
         consume(m, dry, p, rg.begin, rg.end);
       }
-      if (!dry) stats_.pack_seconds += secs(t0);
+      if (!dry) stats_.pack_seconds += seconds_since(t0);
     }
     if (dry) return;
     if (pair_runs(peer)) {
@@ -976,7 +975,7 @@ class Engine {
     if (!dry) {
       const auto t0 = Clock::now();
       f.rreq->wait();
-      stats_.wait_seconds += secs(t0);
+      stats_.wait_seconds += seconds_since(t0);
       stats_.bytes_received += f.rc->bytes;
       stats_.zero_copy_recvs += f.r_direct;
       if (f.r_direct) stats_.bytes_received_direct += f.rc->bytes;
@@ -993,7 +992,7 @@ class Engine {
         at += unpack_range(p.box, rg.begin, rg.end, at, dst_[p.dst_buffer] + dst_seg(p).offset * e,
                            dst_seg(p).box, e, alloc_);
     }
-    if (!dry) stats_.unpack_seconds += secs(t0);
+    if (!dry) stats_.unpack_seconds += seconds_since(t0);
   }
 
   void finish_send(Mem& m, bool dry, int peer, Flight& f) {
@@ -1001,7 +1000,7 @@ class Engine {
     if (!dry) {
       const auto t0 = Clock::now();
       f.sreq->wait();
-      stats_.wait_seconds += secs(t0);
+      stats_.wait_seconds += seconds_since(t0);
     }
     if (f.s_direct)
       for (const Range& rg : f.sc->ranges) consume(m, dry, wp_.send.at(peer)[rg.piece], rg.begin, rg.end);
@@ -1147,7 +1146,7 @@ class Engine {
       if (!dry && dst_size_[b] > 0 && zeroed(dl_.buffers[b].kind)) {
         const auto t0 = Clock::now();
         alloc_.zero(dst_[b], dst_size_[b]);
-        stats_.alloc_seconds += secs(t0);
+        stats_.alloc_seconds += seconds_since(t0);
       }
     }
     if (!dry && opt_.in_place) std::fill(src_.begin(), src_.end(), nullptr);

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "job/fault_injection.h"
+#include "common/clock.h"
 
 namespace dynatrain::job {
 
@@ -17,9 +18,6 @@ ckpt::Arenas view(train::Arenas& a) {
   return out;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 const std::vector<vps::StateKind>& saved_kinds() {
   static const std::vector<vps::StateKind> kinds = vps::parse_state_kinds("param,master,exp_avg,exp_avg_sq");

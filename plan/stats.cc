@@ -8,6 +8,7 @@
 
 #include "common/bytes.h"
 #include "plan/planner.h"
+#include "common/clock.h"
 
 namespace dynatrain::plan {
 
@@ -21,17 +22,14 @@ nlohmann::json totals_json(const TrafficTotals& t) {
 }  // namespace
 
 TimedPlans plan_timed(const Planner& planner) {
-  auto since = [](std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
   TimedPlans out;
   auto t0 = std::chrono::steady_clock::now();
   out.plans = planner.plan_all();
-  out.plan_seconds = since(t0);
+  out.plan_seconds = seconds_since(t0);
   for (int r : {0, planner.world_size() / 2, planner.world_size() - 1}) {
     t0 = std::chrono::steady_clock::now();
     (void)planner.plan_rank(r);
-    out.rank_plan_seconds = std::max(out.rank_plan_seconds, since(t0));
+    out.rank_plan_seconds = std::max(out.rank_plan_seconds, seconds_since(t0));
   }
   return out;
 }

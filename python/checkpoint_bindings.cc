@@ -15,6 +15,7 @@
 #include "ckpt/checkpoint.h"
 #include "common/error.h"
 #include "python/manager.h"
+#include "common/clock.h"
 
 namespace py = pybind11;
 
@@ -120,7 +121,7 @@ void bind_checkpoint(py::module_& m) {
       py::gil_scoped_release unlocked;
       stats = ckpt::load_rank(c, mgr.layout(), mgr.rank(), arenas_of(mgr));
     }
-    return load_stats_dict(stats, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return load_stats_dict(stats, seconds_since(t0));
   });
   m.def("ckpt_read_attachment", [](const ckpt::Checkpoint& c, const std::string& name) {
     return py::bytes(ckpt::read_attachment(c.step_dir, c.attachments, name));

@@ -10,12 +10,12 @@
 #include "common/error.h"
 #include "plan/placement.h"
 #include "plan/planner.h"
+#include "common/clock.h"
 
 namespace dynatrain::python {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 // Rank 0's figures of the switch that every process reports alike (processes it started did
 // not see the world before it).

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "plan/planner.h"
 #include "python/elastic.h"
+#include "common/clock.h"
 
 namespace dynatrain::python {
 
@@ -20,9 +21,6 @@ std::size_t bytes_of(const vps::LocalBuffer& b, const vps::LayoutOptions& o) {
 
 }  // namespace
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void require_world(const vps::Layout& layout, int job_size) {
   if (layout.config().world_size() > job_size)

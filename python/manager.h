@@ -31,6 +31,7 @@
 #include "python/keep_alive.h"
 #include "plan/plan.h"
 #include "vps/layout.h"
+#include "common/clock.h"
 
 namespace dynatrain::python {
 
@@ -157,6 +158,5 @@ class Manager {
 // Throws InputError when `layout`'s config needs more ranks than the job has.
 void require_world(const vps::Layout& layout, int job_size);
 
-double seconds_since(std::chrono::steady_clock::time_point t0);
 
 }  // namespace dynatrain::python

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/json_error.h"
+#include "common/clock.h"
 
 namespace dynatrain::sim {
 
@@ -136,7 +137,7 @@ Cluster measure_this_machine() {
   for (int i = 0; i < 4; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     std::memcpy(i % 2 ? a.get() : b.get(), i % 2 ? b.get() : a.get(), kBytes);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best, seconds_since(t0));
   }
   Cluster c;
   c.name = "this-machine";

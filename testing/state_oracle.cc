@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "testing/fill.h"
+#include "common/clock.h"
 
 namespace dynatrain::testing {
 
@@ -81,7 +82,7 @@ double measure_p2p_bandwidth(comm::Transport& world, std::size_t bytes, int iter
   if (paired) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int it = 0; it < iters; ++it) world.sendrecv(out.data(), bytes, peer, in.data(), bytes, peer, 7);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = seconds_since(t0);
     if (s > 0) rate = static_cast<double>(bytes) * iters / s;
   }
   const auto all = gather_double(world, rate);
@@ -125,7 +126,7 @@ double measure_plain_exchange(comm::Transport& world, const std::vector<std::uin
     for (std::size_t i = 2 * (k % 2); i < 2 * (k % 2) + 2; ++i)
       if (flight[i]) flight[i]->wait(), flight[i].reset();
   }
-  const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double mine = seconds_since(t0);
   const auto all = gather_double(world, mine);
   return *std::max_element(all.begin(), all.end());
 }

@@ -7,6 +7,7 @@
 #include "ckpt/hf_export.h"
 #include "common/error.h"
 #include "tools/commands.h"
+#include "common/clock.h"
 
 namespace dynatrain::tools {
 
@@ -27,7 +28,7 @@ int run_export(const ExportArgs& a) {
   if (a.model.ends_with(".json"))
     std::filesystem::copy_file(a.model, a.hf_dir + "/config.json",
                                std::filesystem::copy_options::overwrite_existing);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = seconds_since(t0);
   std::printf("exported %s (step %lld, saved in %s) to %s/model.safetensors: %lld tensors, %.1f MB, %.2f s\n",
               c.step_dir.c_str(), static_cast<long long>(c.step), c.config.str().c_str(), a.hf_dir.c_str(),
               static_cast<long long>(stats.tensors), stats.bytes / 1e6, s);

@@ -19,6 +19,7 @@
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
 #include "common/output_file.h"
+#include "common/clock.h"
 
 namespace dynatrain::tools {
 
@@ -40,9 +41,6 @@ struct PlanArgs {
   bool describe = false;
 };
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::uint64_t peak_rss_bytes() {
   rusage usage{};

@@ -12,14 +12,12 @@
 
 #include "sim/trace.h"
 #include "testing/state_oracle.h"
+#include "common/clock.h"
 
 namespace dynatrain::tools {
 
 namespace {
 
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // The mean over ranks of `mine`, ranks that pass a negative value (no partner) left out; 0 if
 // every rank does. Collective.
@@ -39,7 +37,7 @@ double fastest_of_three(comm::Transport& world, Work work) {
     world.barrier();
     const auto t0 = std::chrono::steady_clock::now();
     work();
-    best = std::min(best, since(t0));
+    best = std::min(best, seconds_since(t0));
   }
   return best;
 }
@@ -60,7 +58,7 @@ double copy_rate(comm::Transport& world, bool alone = false) {
   for (int i = 0; i < 3; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     std::memcpy(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(), kBytes);
-    best = std::min(best, since(t0));
+    best = std::min(best, seconds_since(t0));
   }
   if (alone) world.barrier();
   return kBytes / std::max(best, 1e-9);
@@ -82,7 +80,7 @@ double link_rate(comm::Transport& world) {
     world.barrier();
     const auto t0 = std::chrono::steady_clock::now();
     if (paired) world.sendrecv(out.data(), kBytes, peer, in.data(), kBytes, peer, 13);
-    rates.push_back(kBytes / std::max(since(t0), 1e-9));
+    rates.push_back(kBytes / std::max(seconds_since(t0), 1e-9));
   }
   std::nth_element(rates.begin(), rates.begin() + 2, rates.end());
   return mean_over_ranks(world, paired ? rates[2] : -1);
@@ -99,7 +97,7 @@ double latency(comm::Transport& world) {
   world.sendrecv(out.data(), out.size(), peer, in.data(), in.size(), peer, 11);  // warm-up
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kIters; ++i) world.sendrecv(out.data(), out.size(), peer, in.data(), in.size(), peer, 11);
-  return mean_over_ranks(world, since(t0) / kIters);
+  return mean_over_ranks(world, seconds_since(t0) / kIters);
 }
 
 // The cost of one handshake with rank^1 while every process is busy moving chunks of `bytes`,

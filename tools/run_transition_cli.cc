@@ -25,6 +25,7 @@
 #include "common/output_file.h"
 #include "tools/predict_switch.h"
 #include "job/watchdog.h"
+#include "common/clock.h"
 
 namespace dynatrain::tools {
 using namespace dynatrain::testing;  // the state oracle (testing/state_oracle.h)
@@ -156,7 +157,7 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
     world.barrier();
     const auto t0 = std::chrono::steady_clock::now();
     prefaulted_local = prefault_for_switch(fwd, src_rl, a, dst_rl, eb, world, pool, opt);
-    prepare_local = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    prepare_local = seconds_since(t0);
   }
   const double prepare_s = max_of(gather_double(world, prepare_local));
   const std::uint64_t prefaulted = max_of(gather_u64(world, prefaulted_local));

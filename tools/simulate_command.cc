@@ -19,6 +19,7 @@
 #include "job/fanout_switch.h"
 #include "tools/flag_checks.h"
 #include "common/output_file.h"
+#include "common/clock.h"
 
 namespace dynatrain::tools {
 
@@ -43,9 +44,6 @@ struct SimulateArgs {
   std::string json_path;
 };
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Removes the pieces of the kinds in `kinds` (bit k = vps::StateKind k) from every plan.
 void drop_kinds(std::vector<plan::RankPlan>& plans, std::uint32_t kinds) {

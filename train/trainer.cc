@@ -23,6 +23,7 @@
 #include "train/zero.h"
 #include "exec/engine.h"
 #include "exec/pool_allocator.h"
+#include "common/clock.h"
 
 namespace dynatrain::train {
 
@@ -31,10 +32,6 @@ using vps::StateKind;
 namespace {
 
 constexpr int kTagForward = 101, kTagBackward = 102, kTagLogits = 104, kTagLink = 105;
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 const std::vector<StateKind> kMovedKinds = {StateKind::kParam, StateKind::kMaster,
                                             StateKind::kExpAvg, StateKind::kExpAvgSq};

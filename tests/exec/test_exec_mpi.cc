@@ -13,6 +13,7 @@
 #include "comm/mpi/mpi_transport.h"
 #include "tests/exec/exec_cases.h"
 #include "testing/seed.h"
+#include "common/clock.h"
 
 int main(int argc, char** argv) {
   using namespace dynatrain;
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
       const auto s = exec::cases::run_case(c, *world);
       if (me == 0)
         std::printf("[ok] np%d %-70s %6.3fs  %3llu msgs  %3llu waves %s\n", n, current.c_str(),
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                    seconds_since(t0),
                     static_cast<unsigned long long>(s.messages), static_cast<unsigned long long>(s.waves),
                     s.wave_order.c_str());
     }
