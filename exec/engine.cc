@@ -270,7 +270,7 @@ class Engine {
       stats_.fanout_bytes += bytes * (peers.size() - 1);
       int off_node = 0;
       for (int q : peers) off_node += opt_.topology.node_of(q) != my_node;
-      if (opt_.allow_broadcast && broadcast_preferred(static_cast<int>(peers.size()), off_node, bytes))
+      if (broadcast_preferred(static_cast<int>(peers.size()), off_node, bytes))
         stats_.broadcast_preferred_bytes += bytes * (peers.size() - 1);
     }
     stats_.path = "p2p";
@@ -1225,7 +1225,6 @@ TransitionStats sequential_stats(TransitionStats a, const TransitionStats& b) {
   a.zero_copy_recvs += b.zero_copy_recvs;
   a.bytes_sent_direct += b.bytes_sent_direct;
   a.bytes_received_direct += b.bytes_received_direct;
-  a.broadcasts += b.broadcasts;
   a.staging_bytes = std::max(a.staging_bytes, b.staging_bytes);
   a.waves += b.waves;
   a.link_classes = std::max(a.link_classes, b.link_classes);
