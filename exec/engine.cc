@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "exec/box_copy.h"
+#include "exec/chunking.h"
 #include "exec/wave_agreement.h"
 #include "common/clock.h"
 
@@ -27,53 +28,10 @@ namespace {
 constexpr int kTag = 1495;
 constexpr std::size_t kMinBudget = 256;
 
-struct Range {
-  std::uint32_t piece = 0;
-  std::int64_t begin = 0, end = 0;  // row-major elements of the piece's box
-};
-struct Chunk {
-  std::vector<Range> ranges;
-  std::size_t bytes = 0;
-  bool direct = false;  // this side moves it without staging (Engine::chunk_direct, build_chunks)
-};
-
-// Greedy, element-granular: a chunk takes whole elements until the next one would not fit.
-// Both sides of a pair run this on the same piece list and capacity, so they agree.
-std::vector<Chunk> cut_chunks(const std::vector<plan::Piece>& pieces,
-                              const std::vector<std::uint32_t>& order,
-                              const vps::ElemBytes& eb, std::size_t cap) {
-  std::vector<Chunk> out;
-  Chunk cur;
-  for (std::uint32_t i : order) {
-    const plan::Piece& p = pieces[i];
-    const std::size_t e = static_cast<std::size_t>(eb[static_cast<int>(p.kind)]);
-    const std::int64_t n = p.box.numel();
-    std::int64_t pos = 0;
-    while (pos < n) {
-      const std::int64_t room = static_cast<std::int64_t>((cap - cur.bytes) / e);
-      if (room == 0) {
-        out.push_back(std::move(cur));
-        cur = {};
-        continue;
-      }
-      const std::int64_t take = std::min(room, n - pos);
-      cur.ranges.push_back({i, pos, pos + take});
-      cur.bytes += static_cast<std::size_t>(take) * e;
-      pos += take;
-    }
-  }
-  if (!cur.ranges.empty()) out.push_back(std::move(cur));
-  return out;
-}
-
 // Whole pages of a kept run moved by StateAllocator::move_pages: byte offsets into the source
 // and the destination buffer (multiples of kPageBytes) and the length.
 struct Remap {
   std::uint64_t src_at = 0, dst_at = 0, bytes = 0;
-};
-
-struct PeerWork {
-  std::vector<Chunk> send, recv;
 };
 
 
@@ -216,7 +174,7 @@ class Engine {
     const int n = opt_.rounds_in_flight;
     depth_[0] = n > 0 ? n : kAutoRoundsInFlight[0];
     depth_[1] = classes_ == 1 ? 0 : n > 0 ? n : kAutoRoundsInFlight[1];
-    cap_ = opt_.mem_budget / (4 * static_cast<std::size_t>(depth_[0] + depth_[1])) / 8 * 8;
+    cap_ = chunk_capacity(opt_.mem_budget, depth_[0] + depth_[1]);
     src_size_.resize(sl_.buffers.size());
     src_left_.assign(sl_.buffers.size(), 0);
     for (std::size_t i = 0; i < sl_.buffers.size(); ++i) {
@@ -594,22 +552,11 @@ class Engine {
     send_stage_size_.fill(0);
     recv_stage_size_.fill(0);
     keeps_.assign(static_cast<std::size_t>(nwaves_), {});
-    work_.assign(static_cast<std::size_t>(nwaves_), {});
     for (std::uint32_t i = 0; i < wp_.keep.size(); ++i)
       keeps_[wave_of_key_[dst_key(wp_.keep[i])]].push_back(i);
-    std::vector<std::vector<std::uint32_t>> by_wave(static_cast<std::size_t>(nwaves_));
-    for (const auto& [peer, pieces] : wp_.send) {
-      for (auto& v : by_wave) v.clear();
-      for (std::uint32_t i = 0; i < pieces.size(); ++i) by_wave[wave_of_key_[src_key(pieces[i])]].push_back(i);
-      for (int w = 0; w < nwaves_; ++w)
-        if (!by_wave[w].empty()) work_[w][peer].send = cut_chunks(pieces, by_wave[w], eb_, cap_);
-    }
-    for (const auto& [peer, pieces] : wp_.recv) {
-      for (auto& v : by_wave) v.clear();
-      for (std::uint32_t i = 0; i < pieces.size(); ++i) by_wave[wave_of_key_[dst_key(pieces[i])]].push_back(i);
-      for (int w = 0; w < nwaves_; ++w)
-        if (!by_wave[w].empty()) work_[w][peer].recv = cut_chunks(pieces, by_wave[w], eb_, cap_);
-    }
+    work_ = cut_wave_chunks(wp_, nwaves_, eb_, cap_, [&](const plan::Piece& p, bool source) {
+      return wave_of_key_[source ? src_key(p) : dst_key(p)];
+    });
     // This rank's sequence of rounds: waves in order, XOR steps, rounds of each pair.
     rounds_.clear();
     const int W = t_.size(), me = t_.rank();
@@ -1191,7 +1138,7 @@ class Engine {
   WaveStats wave_stats_;  // all ranks' (load, net) per key (agree_waves)
   int nwaves_ = 0;
   std::vector<std::vector<std::uint32_t>> keeps_;
-  std::vector<std::map<int, PeerWork>> work_;
+  WaveWork work_;
   struct Round {
     int wave = 0, peer = 0;
     std::size_t round = 0;
