@@ -1,0 +1,116 @@
+// TrainJob: the body of `dynatrain train` (train_command in job/train_job.h), job-internal.
+//
+//   train_job.cc           run(): set_up(), then per step: boundary() (checkpoint, prepare, switch
+//                          commit, requests), train_step(), report_step(); then finish()
+//   train_job_setup.cc     flag and schedule checks, output files, resume, the trainer
+//   train_job_schedule.cc  the schedule as it changes: requests, the per-step job sync, prepares
+//   train_job_report.cc    the leader's output: switch and step lines, CSV rows, JSON, summary
+//
+// Invariants: every rank of the current world calls the same collective methods in the same
+// order; set-up raises InputError identically on every rank before any communication it could
+// leave waiting; only the leader (world rank 0 of the current world) writes the files.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "job/train_job.h"
+#include "job/train_leader.h"
+#include "job/watchdog.h"
+#include "train/trainer.h"
+
+namespace dynatrain::job {
+
+class TrainJob {
+ public:
+  TrainJob(const TrainArgs& args, comm::Transport& world) : args_(args), world_(world) {}
+  int run();  // train_command's result
+
+ private:
+  using Schedule = std::vector<std::pair<std::int64_t, vps::ParallelConfig>>;
+
+  // Set-up (train_job_setup.cc): every check before any file or collective. set_up returns
+  // false when this process joined for a switch and left the job in that first commit.
+  bool set_up();
+  void build_options();
+  void load_schedule();
+  void check_layouts(bool joined);
+  std::string load_text() const;
+  void open_outputs();
+  void print_banner() const;
+  std::optional<ckpt::Checkpoint> open_resume();
+  void start_trainer(std::unique_ptr<comm::Transport> joined_world, std::string text,
+                     const std::optional<ckpt::Checkpoint>& resume);
+
+  // The loop (train_job.cc).
+  bool boundary();                 // the work between two steps; false: the loop ends here
+  void save_if_due();
+  bool commit_if_due();            // false: this process left the job in the commit
+  bool commit();
+  train::StepStats train_step();
+  int finish();
+
+  // The schedule (train_job_schedule.cc).
+  void maybe_prepare();
+  std::vector<int> vacated_ranks(std::int64_t at) const;
+  std::string rest_of_schedule() const;
+  void adopt_rest_of_schedule(const std::string& text);
+  void skip_past_entries();        // next = the first entry after the current step
+  void take_request();
+  bool outside_needed() const;
+  bool save_point(std::int64_t s) const;
+  bool save_due(std::int64_t s) const;
+  bool sync_job();
+  void end_job();
+
+  // The leader's output (train_job_report.cc).
+  bool after_commit(const train::SwitchStats& sw);
+  void take_over_as_leader(const train::SwitchStats& sw);
+  void report_switch(const train::SwitchStats& sw) const;
+  void report_step(const train::StepStats& st);
+  void write_csv_row(const train::StepStats& st, const std::string& layout);
+  void print_summary();
+
+  const TrainArgs& args_;
+  comm::Transport& world_;  // the world the job started on (a joined process: its spawn world)
+  train::TrainerOptions o_;
+
+  // What the steps share: the schedule as it changes, where the loop stands, the leader's I/O.
+  struct State {
+    Schedule schedule;         // entry 0: the layout the run starts in; requests insert entries
+    std::size_t next = 1;      // the next schedule entry to prepare / commit
+    std::int64_t step = 0;     // the step the loop is at
+    std::int64_t first_step = 0;   // 0, or the checkpoint's step with --resume
+    std::int64_t joined_at = -1;   // a joined process: the step of its first commit (saved already)
+    bool resumed_elsewhere = false;  // --resume and --save name different directories
+    // Switches that must vacate world ranks (`dynatrain request --vacate`), by step: the
+    // request's list ("1,3"), or kVacateAll (`--migrate`), which names the processes of the world
+    // as it is when the switch is prepared (a grow before then adds its processes to it).
+    std::map<std::int64_t, std::string> vacate_at;
+    std::string preparing;     // layout being prepared, for the progress line
+    std::optional<train::SwitchStats> switched;  // the switch committed at this step's boundary
+    double slowest_step = 0;   // seconds; arms the step watchdog once nonzero
+    bool outside_waiting = false;  // rank 0: ranks outside the layout wait for a message
+    // The job's leader (job/train_leader.h): world rank 0 of the current world; the role moves
+    // with rank 0 in a commit (take_over_as_leader).
+    bool leader = false;
+    bool tty = false;          // the leader's stdout is a terminal: step lines get a progress bar
+    LeaderState ls;            // the leader's state beyond the VPS state (leader only)
+    std::ofstream csv, json_out;
+  } s_;
+
+  // Members are destroyed in reverse order: the watchdog before the trainer it watches, the
+  // trainer before the files in s_ (as the steps left them).
+  std::unique_ptr<train::Trainer> trainer_;
+  Watchdog watchdog_;
+  double switch_deadline_ = 0;  // seconds a switch may take before the watchdog ends the job
+};
+
+}  // namespace dynatrain::job
