@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/output_file.h"
 #include "job/fault_injection.h"
+#include "job/notice.h"
 #include "job/train_ckpt.h"
 #include "job/train_job_run.h"
 
@@ -22,6 +23,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
 
 int TrainJob::run() {
   if (!set_up()) return 0;
+  enable_notices(args_.notice);
   for (; s_.step < args_.steps; ++s_.step) {
     if (!boundary()) break;
     if (!trainer_->active()) continue;  // wait in the next prepare / commit / finish
@@ -31,13 +33,14 @@ int TrainJob::run() {
   return finish();
 }
 
-// Everything between two steps, in this order on every rank: the periodic checkpoint, a
-// prepare that is due, the switch committed before this step, then (with --job) the request
+// Everything between two steps, in this order on every rank: the periodic checkpoint, the
+// preemption notices (a vacating switch scheduled at this step), a prepare that is due, the switch committed before this step, then (with --job) the request
 // sync, each followed by any prepare it made due. Returns false when the loop must end: this
 // process left the job in a commit, or rank 0 ended the run (kJobEnd).
 bool TrainJob::boundary() {
   s_.switched.reset();
   save_if_due();
+  if (!act_on_notices()) return false;
   maybe_prepare();
   if (!commit_if_due()) return false;
   if (!args_.job.empty()) {
@@ -107,6 +110,7 @@ StepStats TrainJob::train_step() {
 int TrainJob::finish() {
   if (s_.csv.is_open()) check_written(s_.csv, "CSV", args_.csv);
   end_job();
+  if (s_.notice_exit != 0) return s_.notice_exit;  // every process had notice: saved, ending
   if (trainer_->left()) {  // handed its state over in the last commit
     trainer_.reset();
     if (args_.launcher) args_.launcher->leave();
