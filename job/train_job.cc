@@ -34,8 +34,9 @@ int TrainJob::run() {
 }
 
 // Everything between two steps, in this order on every rank: the periodic checkpoint, the
-// preemption notices (a vacating switch scheduled at this step), a prepare that is due, the switch committed before this step, then (with --job) the request
-// sync, each followed by any prepare it made due. Returns false when the loop must end: this
+// preemption notices (a vacating switch scheduled at this step), a prepare that is due, the
+// switch committed before this step, then (with --job) the request sync, each followed by any
+// prepare it made due. Returns false when the loop must end: this
 // process left the job in a commit, or rank 0 ended the run (kJobEnd).
 bool TrainJob::boundary() {
   s_.switched.reset();
