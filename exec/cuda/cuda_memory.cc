@@ -6,12 +6,13 @@
 #include <cstdint>
 #include <string>
 
+#include "common/cuda_check.h"
 #include "common/error.h"
-#include "exec/cuda/cuda_error.h"
 #include "exec/cuda/strided_copy.h"
 
 namespace dynatrain::exec::cuda {
 namespace {
+void check(cudaError_t e, const char* what) { check_cuda(e, "exec/cuda", what); }
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 cudaMemPool_t as_pool(void* p) { return static_cast<cudaMemPool_t>(p); }
 }  // namespace
@@ -32,17 +33,17 @@ CudaMemory::CudaMemory(int device) : device_(device) {
                    n == 0 ? std::string("none (no CUDA device or driver)") : "0.." + std::to_string(n - 1));
   use_device();
   cudaStream_t s = nullptr;
-  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   stream_ = s;
   cudaMemPoolProps props{};
   props.allocType = cudaMemAllocationTypePinned;
   props.location.type = cudaMemLocationTypeDevice;
   props.location.id = device;
   cudaMemPool_t pool = nullptr;
-  check_cuda(cudaMemPoolCreate(&pool, &props), "cudaMemPoolCreate");
+  check(cudaMemPoolCreate(&pool, &props), "cudaMemPoolCreate");
   pool_ = pool;
   std::uint64_t keep_all = UINT64_MAX;  // released memory stays cached in the pool
-  check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all),
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all),
              "cudaMemPoolSetAttribute(release threshold)");
 }
 
@@ -58,15 +59,15 @@ CudaMemory::~CudaMemory() {
 
 void CudaMemory::use_device() const {
   int current = -1;
-  check_cuda(cudaGetDevice(&current), "cudaGetDevice");
-  if (current != device_) check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  check(cudaGetDevice(&current), "cudaGetDevice");
+  if (current != device_) check(cudaSetDevice(device_), "cudaSetDevice");
 }
 
 std::byte* CudaMemory::allocate(std::size_t bytes) {
   DT_CHECK(bytes > 0, "allocate of 0 bytes");
   use_device();
   void* p = nullptr;
-  check_cuda(cudaMallocFromPoolAsync(&p, bytes, as_pool(pool_), as_stream(stream_)),
+  check(cudaMallocFromPoolAsync(&p, bytes, as_pool(pool_), as_stream(stream_)),
              "cudaMallocFromPoolAsync");
   std::lock_guard lock(mu_);
   blocks_.emplace(static_cast<std::byte*>(p), bytes);
@@ -85,34 +86,34 @@ void CudaMemory::release(std::byte* data, std::size_t bytes) {
     live_ -= bytes;
   }
   use_device();
-  check_cuda(cudaFreeAsync(data, as_stream(stream_)), "cudaFreeAsync");
+  check(cudaFreeAsync(data, as_stream(stream_)), "cudaFreeAsync");
 }
 
 void CudaMemory::copy(std::byte* dst, const std::byte* src, std::size_t bytes) const {
   if (bytes == 0) return;
   use_device();
-  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream_)), "cudaMemcpyAsync");
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream_)), "cudaMemcpyAsync");
 }
 
 void CudaMemory::zero(std::byte* dst, std::size_t bytes) const {
   if (bytes == 0) return;
   use_device();
-  check_cuda(cudaMemsetAsync(dst, 0, bytes, as_stream(stream_)), "cudaMemsetAsync");
+  check(cudaMemsetAsync(dst, 0, bytes, as_stream(stream_)), "cudaMemsetAsync");
 }
 
 void CudaMemory::copy_strided(std::byte* dst, const std::byte* src, const StridedRuns& runs) const {
   use_device();
-  check_cuda(launch_strided_copy(dst, src, runs, as_stream(stream_)), "the strided copy kernel's launch");
+  check(launch_strided_copy(dst, src, runs, as_stream(stream_)), "the strided copy kernel's launch");
 }
 
 void CudaMemory::synchronize() const {
   use_device();
-  check_cuda(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize");
+  check(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize");
 }
 
 void CudaMemory::trim() {
   synchronize();
-  check_cuda(cudaMemPoolTrimTo(as_pool(pool_), 0), "cudaMemPoolTrimTo");
+  check(cudaMemPoolTrimTo(as_pool(pool_), 0), "cudaMemPoolTrimTo");
 }
 
 std::size_t CudaMemory::live_bytes() const {
