@@ -85,10 +85,9 @@ double best_of(comm::Transport& world, const exec::cuda::CudaMemory& mem, int n,
 
 // The first element of `dst` (storage of `box`) that is not value_of(its global index), or -1.
 std::int64_t first_wrong(const std::vector<std::uint32_t>& dst, const vps::Box& box) {
-  for (std::int64_t i = 0; i < box.numel(); ++i) {
-    const vps::Coord c = box.coord_at(i);
-    if (dst[static_cast<std::size_t>(i)] != value_of(c[0] * kCols + c[1])) return i;
-  }
+  const std::int64_t w = box.extent(1);  // rows of box are consecutive global rows
+  for (std::int64_t i = 0; i < box.numel(); ++i)
+    if (dst[static_cast<std::size_t>(i)] != value_of((box.lo[0] + i / w) * kCols + box.lo[1] + i % w)) return i;
   return -1;
 }
 
@@ -120,10 +119,9 @@ void make_state(State& s, const Args& a, int me) {
   check(cudaMalloc(&s.dst, s.half), "cudaMalloc (destination)");
   check(cudaMalloc(&s.flat, s.half), "cudaMalloc (copy-bound source)");
   std::vector<std::uint32_t> host(static_cast<std::size_t>(s.col_half[me].numel()));
-  for (std::int64_t i = 0; i < s.col_half[me].numel(); ++i) {
-    const vps::Coord c = s.col_half[me].coord_at(i);
-    host[static_cast<std::size_t>(i)] = value_of(c[0] * kCols + c[1]);
-  }
+  const std::int64_t c0 = s.col_half[me].lo[1], w = kCols / 2;
+  for (std::int64_t r = 0; r < s.rows; ++r)
+    for (std::int64_t c = 0; c < w; ++c) host[static_cast<std::size_t>(r * w + c)] = value_of(r * kCols + c0 + c);
   check(cudaMemcpy(s.src, host.data(), s.half, cudaMemcpyHostToDevice), "cudaMemcpy (fill)");
   check(cudaMemcpy(s.flat, host.data(), s.half, cudaMemcpyHostToDevice), "cudaMemcpy (fill)");
 }

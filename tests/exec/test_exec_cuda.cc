@@ -67,7 +67,7 @@ TEST_F(CudaMemoryTest, StridedKernelCopiesEveryElementOfRandomBoxes) {
     const std::size_t elem = elems[trial % 6];
     const std::size_t pad = trial % 5 == 0 ? 1 : 0;
     const BoxCase bc = test::random_box_case(rng, 1 + trial % 4, trial % 2 ? 9 : 300);
-    if (bc.q.empty() || bc.src.numel() > (1 << 22) || bc.dst.numel() > (1 << 22)) continue;
+    if (bc.q.empty() || bc.src.numel() > (1 << 20) || bc.dst.numel() > (1 << 20)) continue;
     const auto src = filled(bc.src, bc.global, elem, pad);
     const std::vector<std::byte> blank(pad + static_cast<std::size_t>(bc.dst.numel()) * elem, std::byte{0xEE});
     std::byte* ds = upload(src);
