@@ -49,12 +49,14 @@ fi
 fail() { echo "gpu-check: error: $*" >&2; exit 1; }
 # step NAME CMD...: runs CMD with its output in $logs/NAME.log; on failure one line naming the
 # step, the log and its last line.
+timings=""
 step() {
-  local name=$1
+  local name=$1 t0=$SECONDS
   shift
   if ! "$@" >"$logs/$name.log" 2>&1; then
     fail "$name failed ($logs/$name.log): $(grep -v '^\s*$' "$logs/$name.log" | tail -n 1)"
   fi
+  timings+="${timings:+, }$name $((SECONDS - t0)) s"
 }
 
 launcher=()
@@ -73,7 +75,7 @@ step test_exec_nccl timeout 120 mpirun -np 1 "$build/tests/exec/test_exec_nccl" 
 
 if [[ "$devices" -eq 0 ]]; then
   [[ $allow_no_gpu -eq 1 ]] || fail "no CUDA device visible (driver or GPU missing); --allow-no-gpu rehearses the build and skip paths"
-  echo "gpu-check: no CUDA device: built, device tests skipped (logs in $logs), switch not run"
+  echo "gpu-check: no CUDA device: built, device tests skipped (logs in $logs), switch not run ($timings)"
   exit 0
 fi
 # With a device, a skipped device test is a failure (only the cases NCCL cannot meet may skip).
@@ -85,4 +87,5 @@ grep -q "OK \] NcclDevice.XorExchangeAndAllReduceOnDeviceBuffers" "$logs/test_co
   fail "test_exec_nccl skipped the engine on the device ($logs/test_exec_nccl.log)"
 
 step switch timeout 120 mpirun -np 2 "$build/bench_gpu_switch" --gib "$gib" --repeat 5 --out "$results"
-echo "gpu-check: ok: $(grep -h "switch / copy_bound" "$logs/switch.log"); results in $results"
+printf '\nSteps of this run (%s cores): %s; %s s in all.\n' "$(nproc)" "$timings" "$SECONDS" >>"$results"
+echo "gpu-check: ok: $(grep -h "switch / copy_bound" "$logs/switch.log"); results in $results (${SECONDS} s)"
