@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One short check of the CUDA parts on a machine with a GPU (well under 5 minutes on 16 cores):
 #   1. configures build-gpu/ (Release, CUDA required, no libtorch) and builds only what it runs;
-#   2. runs the device tests: test_box_index (host), test_exec_cuda, test_comm_nccl and
+#   2. runs the device tests: test_box_index (host), test_exec_cuda, nccl_transport_test and
 #      test_exec_nccl (the engine on device state over NCCL; 1 process each); with a device
 #      present none of them may skip (but the generic comm cases NCCL cannot meet);
 #   3. runs bench_gpu_switch: a 2 GiB switch between 2 processes sharing GPU 0 (CUDA IPC) and the
@@ -64,13 +64,13 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -
 step configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DDYNATRAIN_WITH_CUDA=ON \
   -DDYNATRAIN_WITH_TORCH=OFF "${launcher[@]}"
 grep -q "comm/nccl are built" "$logs/configure.log" || fail "configure found no NCCL ($logs/configure.log)"
-step build cmake --build "$build" -j "$jobs" --target test_box_index test_exec_cuda test_comm_nccl test_exec_nccl bench_gpu_switch
+step build cmake --build "$build" -j "$jobs" --target test_box_index test_exec_cuda nccl_transport_test test_exec_nccl bench_gpu_switch
 
 devices=$("$build/bench_gpu_switch" --device-count 2>"$logs/devices.log") || fail "device query failed ($logs/devices.log)"
 source scripts/mpi-env.sh
 step test_box_index "$build/tests/exec/test_box_index" --gtest_color=no
 step test_exec_cuda "$build/tests/exec/test_exec_cuda" --gtest_color=no
-step test_comm_nccl timeout 120 mpirun -np 1 "$build/tests/comm/test_comm_nccl" --gtest_color=no
+step nccl_transport_test timeout 120 mpirun -np 1 "$build/tests/comm/nccl_transport_test" --gtest_color=no
 step test_exec_nccl timeout 120 mpirun -np 1 "$build/tests/exec/test_exec_nccl" --gtest_color=no
 
 if [[ "$devices" -eq 0 ]]; then
@@ -81,8 +81,8 @@ fi
 # With a device, a skipped device test is a failure (only the cases NCCL cannot meet may skip).
 ! grep -q "SKIPPED \]" "$logs/test_exec_cuda.log" ||
   fail "test_exec_cuda skipped tests on a machine with $devices devices ($logs/test_exec_cuda.log)"
-grep -q "OK \] NcclDevice.XorExchangeAndAllReduceOnDeviceBuffers" "$logs/test_comm_nccl.log" ||
-  fail "test_comm_nccl did not run its device tests ($logs/test_comm_nccl.log)"
+grep -q "OK \] NcclDevice.XorExchangeAndAllReduceOnDeviceBuffers" "$logs/nccl_transport_test.log" ||
+  fail "nccl_transport_test did not run its device tests ($logs/nccl_transport_test.log)"
 ! grep -q "SKIPPED \]" "$logs/test_exec_nccl.log" ||
   fail "test_exec_nccl skipped the engine on the device ($logs/test_exec_nccl.log)"
 

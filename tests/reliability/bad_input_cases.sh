@@ -75,7 +75,7 @@ bad 1 "extra-word" -- plan --model tiny-dense extra-word
 bad 1 "dynatrain" -- plann --model tiny-dense
 bad 1 "A subcommand is required" --
 
-# ---- Hugging Face config.json (vps/hf_config.cc; more hostile-JSON cases in tests/vps) ----
+# ---- Hugging Face config.json (vps/hf_config.cc; more hostile-JSON cases in tests/vps/hf_config_test.cc) ----
 j() { printf '%s' "$2" >"$tmp/$1.json"; echo "$tmp/$1.json"; }
 base='"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 300'
 bad 1 "cannot open model config '/nonexistent/config.json'" -- plan --model /nonexistent/config.json --from tp=1 --to tp=2

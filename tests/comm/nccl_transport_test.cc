@@ -1,6 +1,6 @@
 // The NCCL backend (comm/nccl/): the generic comm test core on NcclTransport (host buffers, which
 // it stages through device memory) for every case NCCL can meet, and device buffers moved as
-// they are, content-checked. Run as `mpirun -np N test_comm_nccl`; needs one CUDA device per
+// they are, content-checked. Run as `mpirun -np N nccl_transport_test`; needs one CUDA device per
 // rank, and every test skips (GTEST_SKIP) where there are fewer, so it passes everywhere.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -15,13 +15,13 @@
 #include "comm/mpi/mpi_transport.h"
 #include "comm/nccl/nccl_transport.h"
 #include "common/error.h"
-#include "tests/comm/comm_cases.h"
+#include "tests/comm/transport_cases.h"
 #include "tests/comm/mpi_gtest_main.h"
 
 namespace dynatrain::comm {
 namespace {
 
-using testing::comm_cases;
+using testing::transport_cases;
 using testing::CommCase;
 
 // Cases that test what NCCL cannot give (comm/nccl/nccl_transport.h): tag selection, a
@@ -68,7 +68,7 @@ TEST_P(NcclCase, Runs) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Generic, NcclCase, ::testing::ValuesIn(comm_cases()),
+INSTANTIATE_TEST_SUITE_P(Generic, NcclCase, ::testing::ValuesIn(transport_cases()),
                          [](const ::testing::TestParamInfo<CommCase>& info) { return std::string(info.param.name); });
 
 // Device buffers: each rank sends its XOR partner (and itself) 3 MiB + 5 bytes whose bytes are a
@@ -146,5 +146,5 @@ TEST(NcclBootstrap, RefusesADeviceThatDoesNotExist) {
 }  // namespace dynatrain::comm
 
 int main(int argc, char** argv) {
-  return dynatrain::comm::testing::run_mpi_gtest(argc, argv, "test_comm_nccl");
+  return dynatrain::comm::testing::run_mpi_gtest(argc, argv, "nccl_transport_test");
 }
