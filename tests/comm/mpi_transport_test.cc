@@ -14,6 +14,7 @@
 
 #include "comm/mpi/mpi_transport.h"
 #include "common/error.h"
+#include "tests/comm/mpi_gtest_main.h"
 #include "tests/comm/transport_cases.h"
 
 namespace dynatrain::comm {
@@ -131,21 +132,5 @@ TEST(Mpi, ErrorMessageNamesOperationAndMpiString) {
 }  // namespace dynatrain::comm
 
 int main(int argc, char** argv) {
-  int result = 1;
-  try {
-    dynatrain::comm::MpiSession session(&argc, &argv);
-    ::testing::InitGoogleTest(&argc, argv);
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank != 0) {
-      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-      delete listeners.Release(listeners.default_result_printer());
-    }
-    const int mine = RUN_ALL_TESTS();
-    MPI_Allreduce(&mine, &result, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "mpi_transport_test: %s\n", e.what());
-    return 1;
-  }
-  return result;
+  return dynatrain::comm::testing::run_mpi_gtest(argc, argv, "mpi_transport_test");
 }
