@@ -123,8 +123,8 @@ def report(a, results: dict, started: str, load: str) -> str:
               "machine with more runnable processes than cores the polling ranks compete for the cores, where",
               "Gloo's waits sleep in the kernel, so Gloo can come out ahead here as the C++ engine's own",
               "comparison of the two transports did ([c10d_vs_mpi.md](c10d_vs_mpi.md)). The ratio is the",
-              "figure, not the seconds; Gloo has no cross-memory attach, so on a quiet machine with large",
-              "messages MPI's single copy would be expected to win.", ""]
+              "figure, not the seconds. Not measured here: a quiet machine, where MPI's cross-memory attach",
+              "(one copy; Gloo's loopback TCP has none) may win on large messages.", ""]
     return "\n".join(lines)
 
 
