@@ -144,7 +144,7 @@ class Manager:
             if self.comm.size > 1:
                 _abort.install()
             return
-        comm = _c10d.default_comm() if comm is None else comm
+        comm = _c10d.resolve(comm)
         if comm.size > 1:
             _abort.install()
         self.comm = comm

@@ -129,12 +129,22 @@ def all_sum(comm, value):
     return comm.allreduce(value, op=MPI.SUM)
 
 
-def default_comm():
-    """comm=None: the torch.distributed world when it is initialised, else MPI.COMM_WORLD."""
-    if available():
+def resolve(comm):
+    """The communicator a Manager or adopt() runs on. None: the torch.distributed world when it
+    is initialised, else MPI.COMM_WORLD; torch.distributed's default group itself: its world;
+    an mpi4py communicator or a Comm: as given. ValueError for another torch group: the
+    Manager's own groups are made by new_group, which every rank of the default group calls."""
+    if comm is None and not available():
+        from mpi4py import MPI  # here, not at import: `import dynatrain` leaves MPI alone
+        return MPI.COMM_WORLD
+    if comm is None:
         return world()
-    from mpi4py import MPI  # here, not at import: `import dynatrain` leaves MPI alone
-    return MPI.COMM_WORLD
+    if isinstance(comm, torch._C._distributed_c10d.ProcessGroup):
+        if comm is not _dist().distributed_c10d._get_default_group():
+            raise ValueError("comm= is a torch.distributed group other than the default one; a Manager runs on "
+                             "every process of the default group: pass comm=None (or an mpi4py communicator)")
+        return world()
+    return comm
 
 
 def world() -> Comm:

@@ -421,8 +421,7 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
     unless `resume` names a checkpoint or this process joins a running job. comm=None: the
     torch.distributed default group when it is initialised, else MPI.COMM_WORLD. Returns the Job; the
     model and optimizer objects stay the user's and keep working after every job.switch()."""
-    if comm is None:  # torch.distributed's default group when initialised, else MPI.COMM_WORLD
-        comm = _c10d.default_comm()
+    comm = _c10d.resolve(comm)  # None: torch.distributed's default group when initialised, else MPI.COMM_WORLD
     described, spec = _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by)
     names_of = {id(p): n for n, p in described.params}
     settings = [layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume is not None]

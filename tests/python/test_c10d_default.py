@@ -31,6 +31,10 @@ def test_comm_none_is_the_default_group_and_an_explicit_comm_wins(torch_world):
     assert not oracle_mismatches(m) and m.group("dp").size == 1
     explicit = dynatrain.Manager(MPI.COMM_SELF, "tiny-dense", "tp=1")
     assert isinstance(explicit.comm, MPI.Comm)
+    assert type(dynatrain.Manager(dist.group.WORLD, "tiny-dense", "tp=1").comm).__name__ == "Comm"
+    other = dist.new_group(ranks=[0])
+    with pytest.raises(ValueError, match="other than the default one"):
+        dynatrain.Manager(other, "tiny-dense", "tp=1")
 
 
 def test_a_switch_needing_more_processes_says_it_needs_mpi(torch_world):
