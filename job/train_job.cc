@@ -44,6 +44,7 @@ bool TrainJob::boundary() {
     if (!sync_job()) return false;
     maybe_prepare();
   }
+  control_.boundary(s_.step, trainer_->config().str(), trainer_->world_size());
   return true;
 }
 
@@ -77,6 +78,7 @@ bool TrainJob::commit() {
   if (s_.leader) {  // the leader's state, in case the commit moves rank 0 to another process
     s_.csv.flush();
     s_.ls.schedule = rest_of_schedule();
+    s_.ls.control = control_.hand_over();
     handed = s_.ls.serialize();
   }
   s_.switched = trainer_->commit(std::move(handed));
@@ -114,6 +116,7 @@ int TrainJob::finish() {
   }
   if (!args_.save_dir.empty()) save_trainer(args_.save_dir, args_.steps, *trainer_, trainer_->world());  // the final state
   trainer_->finish();
+  control_.end(0, args_.steps);
   if (s_.leader) print_summary();
   // Where processes may leave a running job, every process ends that way: MPI_Finalize can wait
   // (measured: sometimes for ever) for processes of its job that already left (docs/edm.md).
