@@ -12,7 +12,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../edm/mpi_test_lib.sh" "$@"
 TRAIN=(train --model tiny-dense --steps 8 --global-batch 4 --seq 16 --threads 1 --schedule "0:dp=2")
-field() { sed -n "s/.*\"$2\":\"\\{0,1\\}\([^,\"}]*\).*/\1/p" "$1" | head -1; }
+field() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 
 D="$OUT/two"
 rm -rf "$D" && mkdir -p "$D"
