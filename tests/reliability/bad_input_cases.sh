@@ -263,7 +263,6 @@ bad 1 "its process 999999999 on $(hostname) is gone" -- request --job "$tmp/dead
 mkdir -p "$tmp/stale" && printf '{"version":1,"pid":1,"host":"elsewhere.invalid","started_unix":1}\n' > "$tmp/stale/job.lock"
 bad 1 "its heartbeat is" -- request --job "$tmp/stale" --to dp=2
 bad 1 "a request needs --to CONFIG (or --migrate)" -- request --job "$tmp/job"
-bad 1 "tp=x" -- request --job "$tmp/job" --to tp=x
 bad 1 "--timeout 5 needs --wait" -- request --job "$tmp/job" --to dp=2 --timeout 5
 bad 1 "--timeout -1 is not valid" -- request --job "$tmp/job" --to dp=2 --wait --timeout -1
 bad 1 "--at-step: '99999999999999999999' is not a whole number" -- request --job "$tmp/job" --to dp=2 --at-step 99999999999999999999
