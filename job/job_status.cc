@@ -71,7 +71,11 @@ std::string hold_job_dir(const std::string& dir, bool take_over) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
     return "job directory '" + dir + "' is not a writable directory";
-  if (!take_over && why_no_live_job(dir).empty())
+  // A lock whose process on this host is gone is a dead job's, without the hand-over grace (a
+  // supervisor restarting the job may come back within it).
+  const auto old = read_json(dir + "/job.lock");
+  const bool dead_here = old && old->value("host", "") == host_name() && !pid_exists(old->value("pid", -1L));
+  if (!take_over && !dead_here && why_no_live_job(dir).empty())
     return "job directory '" + dir + "' is held by another live job (its job.lock); give each job its own --job DIR";
   for (const char* sub : {"/requests", "/answers"}) {
     std::filesystem::create_directories(dir + sub, ec);

@@ -86,8 +86,12 @@ TEST(JobLiveness, NamesWhyThereIsNoLiveJob) {
   put(d.path + "/job.lock", R"({"version":1,"pid":999999999,"host":")" + host_name() + R"(","started_unix":1})");
   put(d.path + "/status.json", R"({"version":1,"heartbeat_unix":1})");
   EXPECT_NE(why_no_live_job(d.path).find("process 999999999 on " + host_name() + " is gone"), std::string::npos);
+  put(d.path + "/status.json", R"({"version":1,"heartbeat_unix":)" + std::to_string(unix_now()) + "}");
+  EXPECT_EQ(why_no_live_job(d.path), "");  // within the hand-over grace: still live for a request
+  EXPECT_EQ(hold_job_dir(d.path, false), "");  // but a new job may take a dead process's directory
   // Another host's pid cannot be checked: the heartbeat decides.
   put(d.path + "/job.lock", R"({"version":1,"pid":1,"host":"elsewhere.invalid","started_unix":1})");
+  put(d.path + "/status.json", R"({"version":1,"heartbeat_unix":1})");
   EXPECT_NE(why_no_live_job(d.path, 30).find("heartbeat is"), std::string::npos);
   put(d.path + "/status.json", R"({"version":1,"health":"ended","exit_code":0,"heartbeat_unix":1})");
   EXPECT_NE(why_no_live_job(d.path).find("the job ended (exit code 0)"), std::string::npos);
