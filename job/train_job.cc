@@ -48,6 +48,7 @@ bool TrainJob::boundary() {
     if (!sync_job()) return false;
     maybe_prepare();
   }
+  control_.boundary(s_.step, trainer_->config().str(), trainer_->world_size());
   return true;
 }
 
@@ -81,6 +82,7 @@ bool TrainJob::commit() {
   if (s_.leader) {  // the leader's state, in case the commit moves rank 0 to another process
     s_.csv.flush();
     s_.ls.schedule = rest_of_schedule();
+    s_.ls.control = control_.hand_over();
     handed = s_.ls.serialize();
   }
   s_.switched = trainer_->commit(std::move(handed));
@@ -111,7 +113,10 @@ StepStats TrainJob::train_step() {
 int TrainJob::finish() {
   if (s_.csv.is_open()) check_written(s_.csv, "CSV", args_.csv);
   end_job();
-  if (s_.notice_exit != 0) return s_.notice_exit;  // every process had notice: saved, ending
+  if (s_.notice_exit != 0) {  // every process had notice: saved, ending
+    control_.end(s_.notice_exit, s_.step);
+    return s_.notice_exit;
+  }
   if (trainer_->left()) {  // handed its state over in the last commit
     trainer_.reset();
     if (args_.launcher) args_.launcher->leave();
@@ -119,6 +124,7 @@ int TrainJob::finish() {
   }
   if (!args_.save_dir.empty()) save_trainer(args_.save_dir, args_.steps, *trainer_, trainer_->world());  // the final state
   trainer_->finish();
+  control_.end(0, args_.steps);
   if (s_.leader) print_summary();
   // Where processes may leave a running job, every process ends that way: MPI_Finalize can wait
   // (measured: sometimes for ever) for processes of its job that already left (docs/edm.md).

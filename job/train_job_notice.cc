@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "job/job_events.h"
 #include "job/notice.h"
 #include "job/supervisor.h"
 #include "job/train_ckpt.h"
@@ -27,6 +28,9 @@ bool TrainJob::act_on_notices() {
     if (n.rank == trainer_->world().rank()) notice_taken();
   const int stay = trainer_->world_size() - static_cast<int>(noticed.size());
   const char* sig = notice_signal_name(args_.notice.signal);
+  if (s_.leader)
+    for (const auto& n : noticed)
+      record_notice(n.rank, args_.notice.seconds, detail::concat(sig, " to pid ", n.pid, " before step ", s_.step));
   if (stay == 0) {
     if (!args_.save_dir.empty()) save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world());
     if (s_.leader)

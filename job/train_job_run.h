@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "job/job_control.h"
 #include "job/train_job.h"
 #include "job/train_leader.h"
 #include "job/watchdog.h"
@@ -112,6 +113,7 @@ class TrainJob {
   // Members are destroyed in reverse order: the watchdog before the trainer it watches, the
   // trainer before the files in s_ (as the steps left them).
   std::unique_ptr<train::Trainer> trainer_;
+  JobControl control_{args_.job};  // the scheduler protocol (--job DIR), on the leader
   Watchdog watchdog_;
   double switch_deadline_ = 0;  // seconds a switch may take before the watchdog ends the job
 };
