@@ -25,6 +25,7 @@
 #include "job/train_ckpt.h"
 #include "job/train_leader.h"
 #include "job/train_memory.h"
+#include "job/switch_probe.h"
 
 namespace dynatrain::job {
 using namespace dynatrain::train;  // the trainer this command drives
@@ -126,8 +127,6 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   o.micro_batches = args.micro_batches;
   o.launcher = args.launcher;
   o.lookahead = args.lookahead;
-  o.measure_link = !args.json.empty();
-  o.measure_exchange = testing::measure_plain_exchange;
   o.align_pages = args.align_pages;
   o.bf16 = args.bf16;
   if (args.placement == "fixed") o.placement = TrainerOptions::Placement::kFixed;
@@ -225,6 +224,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
   std::unique_ptr<Trainer> trainer =
       joined ? Trainer::join(o, std::move(joined_world), std::move(text))
              : std::make_unique<Trainer>(o, schedule[first_layout - 1].second, world, std::move(text));
+  if (!args.json.empty()) trainer->set_switch_probe(std::make_shared<BenchmarkSwitchProbe>());  // link, bare exchange
   if (resume) resume_trainer(*resume, *trainer, world);
   // A peer that stops answering mid-switch ends the job (job/watchdog.h). The deadline covers
   // the whole model's state (weights, grads, fp32 master and two moments: 16 bytes a parameter).
