@@ -2,7 +2,6 @@
 // its arenas (Trainer::Impl::adopt). Invariants: every weight view points into the param arena
 // (or the ZeRO-2/3 working copy of its bucket), its .grad into the grad arena (or working
 // copy), at the shard's offset; the views are rebuilt whenever the arenas change.
-#include <string>
 
 #include "common/error.h"
 #include "train/trainer_impl.h"
@@ -10,6 +9,50 @@
 namespace dynatrain::train {
 
 using vps::StateKind;
+
+namespace {
+
+// The field of a layer that holds a tensor of `role`; nullptr for a role the trainer's model
+// does not implement (check_supported refuses those models first).
+torch::Tensor* layer_slot(LayerWeights& L, vps::TensorRole role) {
+  using R = vps::TensorRole;
+  switch (role) {
+    case R::kInputNorm: return &L.input_norm;
+    case R::kQkv: return &L.qkv;
+    case R::kQkvBias: return &L.qkv_bias;
+    case R::kQNorm: return &L.q_norm;
+    case R::kKNorm: return &L.k_norm;
+    case R::kProj: return &L.proj;
+    case R::kQDown: return &L.q_down;
+    case R::kQDownNorm: return &L.q_down_norm;
+    case R::kQUp: return &L.q_up;
+    case R::kQ: return &L.q;
+    case R::kKvDown: return &L.kv_down;
+    case R::kKvDownNorm: return &L.kv_down_norm;
+    case R::kKvUp: return &L.kv_up;
+    case R::kPostAttnNorm: return &L.post_norm;
+    case R::kFc1: return &L.fc1;
+    case R::kFc2: return &L.fc2;
+    case R::kRouter: return &L.router;
+    case R::kExpertFc1: return &L.expert_fc1;
+    case R::kExpertFc2: return &L.expert_fc2;
+    case R::kSharedFc1: return &L.shared_fc1;
+    case R::kSharedFc2: return &L.shared_fc2;
+    case R::kSharedGate: return &L.shared_gate;
+    default: return nullptr;
+  }
+}
+
+// Tensors whose gradient is partial over tp (Trainer::Impl::tp_partial): q/k norms and MLA's
+// down projections and their norms see only local heads; the router only the tokens of its tp
+// rank.
+bool partial_over_tp(vps::TensorRole role) {
+  using R = vps::TensorRole;
+  return role == R::kQNorm || role == R::kKNorm || role == R::kRouter || role == R::kQDown ||
+         role == R::kQDownNorm || role == R::kKvDown || role == R::kKvDownNorm;
+}
+
+}  // namespace
 
 void Trainer::Impl::use_groups(std::shared_ptr<const edm::Communicators> g) {
   groups = std::move(g);
@@ -92,50 +135,25 @@ void Trainer::Impl::build_views() {
   }
 }
 
-// Puts the view `w` of tensor `t` into its slot of the stage's model.
+// Puts the view `w` of tensor `t` into its slot of the stage's model (by the tensor's role).
 void Trainer::Impl::bind_view(const vps::TensorSpec& t, const vps::LocalShard& s, torch::Tensor w,
                               std::int64_t first_layer) {
-  const std::string& n = t.name;
-  if (n == "embedding.word.weight") {
-    model.embedding = w;
-    model.vocab_start = s.boxes.empty() ? t.shape[0] : s.boxes[0].lo[0];
-  } else if (n == "final_norm.weight") {
-    model.final_norm = w;
-  } else if (n == "output.weight") {
-    model.output = w;
-    model.vocab_start = s.boxes.empty() ? t.shape[0] : s.boxes[0].lo[0];
-  } else if (t.stage == vps::Stage::kLayer) {
-    auto& L = model.layers.at(t.layer - first_layer);
-    const std::string suffix = n.substr(n.find('.', 7) + 1);
-    if (suffix == "input_norm.weight") L.input_norm = w;
-    else if (suffix == "attn.qkv.weight") L.qkv = w;
-    else if (suffix == "attn.qkv.bias") L.qkv_bias = w;
-    else if (suffix == "attn.q_norm.weight") L.q_norm = w;
-    else if (suffix == "attn.k_norm.weight") L.k_norm = w;
-    else if (suffix == "attn.proj.weight") L.proj = w;
-    else if (suffix == "attn.q_down.weight") L.q_down = w;
-    else if (suffix == "attn.q_down_norm.weight") L.q_down_norm = w;
-    else if (suffix == "attn.q_up.weight") L.q_up = w;
-    else if (suffix == "attn.q.weight") L.q = w;
-    else if (suffix == "attn.kv_down.weight") L.kv_down = w;
-    else if (suffix == "attn.kv_down_norm.weight") L.kv_down_norm = w;
-    else if (suffix == "attn.kv_up.weight") L.kv_up = w;
-    else if (suffix == "post_attn_norm.weight") L.post_norm = w;
-    else if (suffix == "mlp.fc1.weight") L.fc1 = w;
-    else if (suffix == "mlp.fc2.weight") L.fc2 = w;
-    else if (suffix == "mlp.router.weight") L.router = w;
-    else if (suffix == "mlp.experts.fc1.weight") L.expert_fc1 = w;
-    else if (suffix == "mlp.experts.fc2.weight") L.expert_fc2 = w;
-    else if (suffix == "mlp.shared.fc1.weight") L.shared_fc1 = w;
-    else if (suffix == "mlp.shared.fc2.weight") L.shared_fc2 = w;
-    else if (suffix == "mlp.shared.gate.weight") L.shared_gate = w;
-    else DT_CHECK(false, "unexpected tensor ", n);
-    if (suffix.find("q_norm") != std::string::npos || suffix.find("k_norm") != std::string::npos ||
-        suffix.find("router") != std::string::npos || suffix.find("_down") != std::string::npos)
-      tp_partial.push_back(w);
-  } else {
-    DT_CHECK(false, "unexpected tensor ", n);
+  using R = vps::TensorRole;
+  const std::int64_t vocab_start = s.boxes.empty() ? t.shape[0] : s.boxes[0].lo[0];
+  if (t.role == R::kWordEmbedding || t.role == R::kOutput) {
+    (t.role == R::kOutput ? model.output : model.embedding) = w;
+    model.vocab_start = vocab_start;
+    return;
   }
+  if (t.role == R::kFinalNorm) {
+    model.final_norm = w;
+    return;
+  }
+  DT_CHECK(t.stage == vps::Stage::kLayer, "unexpected tensor ", t.name);
+  torch::Tensor* slot = layer_slot(model.layers.at(t.layer - first_layer), t.role);
+  DT_CHECK(slot != nullptr, "unexpected tensor ", t.name);
+  *slot = w;
+  if (partial_over_tp(t.role)) tp_partial.push_back(w);
 }
 
 // `prepared`: this rank's layout of `l` when already computed (a switch's prepare).
