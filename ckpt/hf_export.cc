@@ -39,77 +39,101 @@ vps::Box sub_box(const std::vector<std::int64_t>& shape, int dim, std::int64_t l
   return b;
 }
 
+// Fused QKV [groups, q_per_group + 2, head_dim, (hidden)] (weight or bias) as q_proj (all query
+// rows, head-major), k_proj and v_proj.
+void add_qkv(const vps::TensorSpec& t, const std::string& p, std::vector<HfTensor>& out) {
+  const auto& s = t.shape;
+  const std::string kind = t.role == vps::TensorRole::kQkv ? "weight" : "bias";
+  const std::int64_t g = s[0], q = s[1] - 2, d = s[2];
+  std::vector<std::int64_t> tail(s.begin() + 3, s.end());  // [hidden] or []
+  auto shape_of = [&](std::int64_t rows) {
+    std::vector<std::int64_t> v{rows};
+    v.insert(v.end(), tail.begin(), tail.end());
+    return v;
+  };
+  out.push_back({p + "self_attn.q_proj." + kind, shape_of(g * q * d), t.id, sub_box(s, 1, 0, q)});
+  out.push_back({p + "self_attn.k_proj." + kind, shape_of(g * d), t.id, sub_box(s, 1, q, q + 1)});
+  out.push_back({p + "self_attn.v_proj." + kind, shape_of(g * d), t.id, sub_box(s, 1, q + 1, q + 2)});
+}
+
+// Routed experts [experts, 2, ffn, hidden] (fc1: gate; up) or [experts, hidden, ffn] (fc2) as
+// one tensor per expert and projection.
+void add_experts(const vps::TensorSpec& t, const Names& n, const std::string& p, std::vector<HfTensor>& out) {
+  const auto& s = t.shape;
+  for (std::int64_t e = 0; e < s[0]; ++e) {
+    const std::string x = p + n.moe + ".experts." + std::to_string(e) + ".";
+    if (t.role == vps::TensorRole::kExpertFc2) {
+      out.push_back({x + n.down + ".weight", {s[1], s[2]}, t.id, sub_box(s, 0, e, e + 1)});
+      continue;
+    }
+    vps::Box gate = sub_box(s, 0, e, e + 1), up = gate;
+    gate.hi[1] = 1;
+    up.lo[1] = 1;
+    out.push_back({x + n.gate + ".weight", {s[2], s[3]}, t.id, gate});
+    out.push_back({x + n.up + ".weight", {s[2], s[3]}, t.id, up});
+  }
+}
+
+// The Hugging Face name of a tensor exported whole (reshaped to `shape`); "" when the role is
+// exported in parts or has no Hugging Face name.
+std::string whole_name(vps::TensorRole role, const Names& n, const std::string& p) {
+  using R = vps::TensorRole;
+  switch (role) {
+    case R::kWordEmbedding: return "model.embed_tokens.weight";
+    case R::kFinalNorm: return "model.norm.weight";
+    case R::kOutput: return "lm_head.weight";
+    case R::kInputNorm: return p + "input_layernorm.weight";
+    case R::kPostAttnNorm: return p + "post_attention_layernorm.weight";
+    case R::kQNorm: return p + "self_attn.q_norm.weight";
+    case R::kKNorm: return p + "self_attn.k_norm.weight";
+    case R::kProj: return p + "self_attn.o_proj.weight";
+    case R::kProjBias: return p + "self_attn.o_proj.bias";
+    case R::kQDown: return p + "self_attn.q_a_proj.weight";
+    case R::kQDownNorm: return p + "self_attn.q_a_layernorm.weight";
+    case R::kQUp: return p + "self_attn.q_b_proj.weight";
+    case R::kQ: return p + "self_attn.q_proj.weight";
+    case R::kKvDown: return p + "self_attn.kv_a_proj_with_mqa.weight";
+    case R::kKvDownNorm: return p + "self_attn.kv_a_layernorm.weight";
+    case R::kKvUp: return p + "self_attn.kv_b_proj.weight";
+    case R::kFc2: return p + "mlp.down_proj.weight";
+    case R::kRouter: return p + n.moe + "." + n.router + ".weight";
+    case R::kRouterBias: return p + n.moe + "." + n.router + ".e_score_correction_bias";
+    case R::kSharedFc2: return p + "mlp." + n.shared + ".down_proj.weight";
+    case R::kSharedGate: return p + "mlp.shared_expert_gate.weight";
+    default: return "";
+  }
+}
+
+// Appends the Hugging Face tensors of VPS tensor `t` (by its role).
+void add_hf_tensors(const vps::TensorSpec& t, const Names& n, const std::string& family, std::vector<HfTensor>& out) {
+  using R = vps::TensorRole;
+  const auto& s = t.shape;
+  const std::string p = "model.layers." + std::to_string(t.layer) + ".";
+  switch (t.role) {
+    case R::kQkv: case R::kQkvBias: add_qkv(t, p, out); return;
+    case R::kExpertFc1: case R::kExpertFc2: add_experts(t, n, p, out); return;
+    case R::kFc1: case R::kSharedFc1: {  // [2, ffn, hidden]: gate; up
+      const std::string mlp = t.role == R::kFc1 ? p + "mlp." : p + "mlp." + n.shared + ".";
+      out.push_back({mlp + "gate_proj.weight", {s[1], s[2]}, t.id, sub_box(s, 0, 0, 1)});
+      out.push_back({mlp + "up_proj.weight", {s[1], s[2]}, t.id, sub_box(s, 0, 1, 2)});
+      return;
+    }
+    case R::kQUp: case R::kQ: case R::kKvUp:  // [heads, rows per head, in] -> [heads * rows, in]
+      out.push_back({whole_name(t.role, n, p), {s[0] * s[1], s[2]}, t.id, t.full_box()});
+      return;
+    default: break;
+  }
+  const std::string name = whole_name(t.role, n, p);
+  DT_CHECK(!name.empty(), "no Hugging Face name for ", t.name, " in family ", family);
+  out.push_back({name, s, t.id, t.full_box()});
+}
+
 }  // namespace
 
 std::vector<HfTensor> hf_tensors(const vps::ModelSpec& m) {
   const Names n = family_names(m);
   std::vector<HfTensor> out;
-  for (const auto& t : vps::build_tensors(m)) {
-    const auto& s = t.shape;
-    auto whole = [&](std::string name, std::vector<std::int64_t> shape) {
-      out.push_back({std::move(name), std::move(shape), t.id, t.full_box()});
-    };
-    auto part = [&](std::string name, std::vector<std::int64_t> shape, vps::Box box) {
-      out.push_back({std::move(name), std::move(shape), t.id, box});
-    };
-    if (t.name == "embedding.word.weight") { whole("model.embed_tokens.weight", s); continue; }
-    if (t.name == "final_norm.weight") { whole("model.norm.weight", s); continue; }
-    if (t.name == "output.weight") { whole("lm_head.weight", s); continue; }
-    // layers.L.<rest>
-    const auto dot = t.name.find('.', 7);
-    const std::string p = "model.layers." + std::to_string(t.layer) + ".";
-    const std::string rest = t.name.substr(dot + 1);
-    if (rest == "input_norm.weight") whole(p + "input_layernorm.weight", s);
-    else if (rest == "post_attn_norm.weight") whole(p + "post_attention_layernorm.weight", s);
-    else if (rest == "attn.qkv.weight" || rest == "attn.qkv.bias") {
-      const std::string kind = rest == "attn.qkv.weight" ? "weight" : "bias";
-      const std::int64_t g = s[0], q = s[1] - 2, d = s[2];
-      std::vector<std::int64_t> tail(s.begin() + 3, s.end());  // [hidden] or []
-      auto shape_of = [&](std::int64_t rows) {
-        std::vector<std::int64_t> v{rows};
-        v.insert(v.end(), tail.begin(), tail.end());
-        return v;
-      };
-      part(p + "self_attn.q_proj." + kind, shape_of(g * q * d), sub_box(s, 1, 0, q));
-      part(p + "self_attn.k_proj." + kind, shape_of(g * d), sub_box(s, 1, q, q + 1));
-      part(p + "self_attn.v_proj." + kind, shape_of(g * d), sub_box(s, 1, q + 1, q + 2));
-    } else if (rest == "attn.q_norm.weight") whole(p + "self_attn.q_norm.weight", s);
-    else if (rest == "attn.k_norm.weight") whole(p + "self_attn.k_norm.weight", s);
-    else if (rest == "attn.proj.weight") whole(p + "self_attn.o_proj.weight", s);
-    else if (rest == "attn.proj.bias") whole(p + "self_attn.o_proj.bias", s);
-    else if (rest == "attn.q_down.weight") whole(p + "self_attn.q_a_proj.weight", s);
-    else if (rest == "attn.q_down_norm.weight") whole(p + "self_attn.q_a_layernorm.weight", s);
-    else if (rest == "attn.q_up.weight") whole(p + "self_attn.q_b_proj.weight", {s[0] * s[1], s[2]});
-    else if (rest == "attn.q.weight") whole(p + "self_attn.q_proj.weight", {s[0] * s[1], s[2]});
-    else if (rest == "attn.kv_down.weight") whole(p + "self_attn.kv_a_proj_with_mqa.weight", s);
-    else if (rest == "attn.kv_down_norm.weight") whole(p + "self_attn.kv_a_layernorm.weight", s);
-    else if (rest == "attn.kv_up.weight") whole(p + "self_attn.kv_b_proj.weight", {s[0] * s[1], s[2]});
-    else if (rest == "mlp.fc1.weight") {
-      part(p + "mlp.gate_proj.weight", {s[1], s[2]}, sub_box(s, 0, 0, 1));
-      part(p + "mlp.up_proj.weight", {s[1], s[2]}, sub_box(s, 0, 1, 2));
-    } else if (rest == "mlp.fc2.weight") whole(p + "mlp.down_proj.weight", s);
-    else if (rest == "mlp.router.weight") whole(p + n.moe + "." + n.router + ".weight", s);
-    else if (rest == "mlp.router.bias") whole(p + n.moe + "." + n.router + ".e_score_correction_bias", s);
-    else if (rest == "mlp.experts.fc1.weight") {
-      for (std::int64_t e = 0; e < s[0]; ++e) {
-        const std::string x = p + n.moe + ".experts." + std::to_string(e) + ".";
-        vps::Box gate = sub_box(s, 0, e, e + 1), up = gate;
-        gate.hi[1] = 1;
-        up.lo[1] = 1;
-        part(x + n.gate + ".weight", {s[2], s[3]}, gate);
-        part(x + n.up + ".weight", {s[2], s[3]}, up);
-      }
-    } else if (rest == "mlp.experts.fc2.weight") {
-      for (std::int64_t e = 0; e < s[0]; ++e)
-        part(p + n.moe + ".experts." + std::to_string(e) + "." + n.down + ".weight", {s[1], s[2]},
-             sub_box(s, 0, e, e + 1));
-    } else if (rest == "mlp.shared.fc1.weight") {
-      part(p + "mlp." + n.shared + ".gate_proj.weight", {s[1], s[2]}, sub_box(s, 0, 0, 1));
-      part(p + "mlp." + n.shared + ".up_proj.weight", {s[1], s[2]}, sub_box(s, 0, 1, 2));
-    } else if (rest == "mlp.shared.fc2.weight") whole(p + "mlp." + n.shared + ".down_proj.weight", s);
-    else if (rest == "mlp.shared.gate.weight") whole(p + "mlp.shared_expert_gate.weight", s);
-    else DT_CHECK(false, "no Hugging Face name for ", t.name, " in family ", m.family);
-  }
+  for (const auto& t : vps::build_tensors(m)) add_hf_tensors(t, n, m.family, out);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "job/train_ckpt.h"
 #include "job/train_job_run.h"
 #include "job/train_memory.h"
+#include "job/switch_probe.h"
 #include "testing/state_oracle.h"
 #include "train/data.h"
 
@@ -87,8 +88,6 @@ void TrainJob::build_options() {
   o_.micro_batches = args_.micro_batches;
   o_.launcher = args_.launcher;
   o_.lookahead = args_.lookahead;
-  o_.measure_link = !args_.json.empty();
-  o_.measure_exchange = testing::measure_plain_exchange;
   o_.align_pages = args_.align_pages;
   o_.bf16 = args_.bf16;
   if (args_.placement == "fixed") o_.placement = TrainerOptions::Placement::kFixed;
@@ -185,6 +184,7 @@ void TrainJob::start_trainer(std::unique_ptr<comm::Transport> joined_world, std:
   while (first_layout < s_.schedule.size() && s_.schedule[first_layout].first <= s_.first_step) ++first_layout;
   trainer_ = joined_world ? Trainer::join(o_, std::move(joined_world), std::move(text))
                           : std::make_unique<Trainer>(o_, s_.schedule[first_layout - 1].second, world_, std::move(text));
+  if (!args_.json.empty()) trainer_->set_switch_probe(std::make_shared<BenchmarkSwitchProbe>());  // link, bare exchange
   if (resume) resume_trainer(*resume, *trainer_, world_);
   // A peer that stops answering mid-switch ends the job (job/watchdog.h). The deadline covers
   // the whole model's state (weights, grads, fp32 master and two moments: 16 bytes a parameter).

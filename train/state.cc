@@ -105,10 +105,11 @@ std::size_t state_bytes(const vps::RankLayout& layout, const vps::ElemBytes& ele
 
 float init_value(const vps::ModelSpec& model, const vps::TensorSpec& t, std::int64_t index,
                  std::uint64_t seed) {
-  const std::string& n = t.name;
-  if (n.find("norm") != std::string::npos) return 1.0f;
+  using R = vps::TensorRole;
+  if (vps::is_norm(t.role)) return 1.0f;
   double stddev = 0.02;
-  if (n.ends_with("attn.proj.weight") || n.ends_with("fc2.weight"))
+  // The projections back into the residual stream: scaled by 1 / sqrt(2 * layers).
+  if (t.role == R::kProj || t.role == R::kFc2 || t.role == R::kExpertFc2 || t.role == R::kSharedFc2)
     stddev /= std::sqrt(2.0 * static_cast<double>(model.layers));
   // Box-Muller on two counter-based uniforms.
   const std::uint64_t key = mix64(seed ^ (static_cast<std::uint64_t>(t.id) << 40));

@@ -21,7 +21,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,17 +68,6 @@ struct TrainerOptions {
   // process r; kAuto = plan::auto_placement (fewest bytes to move), used where it keeps rank 0
   // on process 0 (the job's I/O runs there), else kFixed. The new world is ordered by it.
   enum class Placement { kFixed, kAuto } placement = Placement::kAuto;
-  // Measure each switch's link after its commit (SwitchStats::link_bytes_per_s); costs one
-  // 64 MiB exchange per switch, outside the pause.
-  bool measure_link = false;
-  // With measure_link, and when set: the switch's own traffic (this rank's bytes to and from
-  // every peer of the transition world, cut in the engine's chunks, in its pair order) as bare
-  // messages between warm buffers, timed right after the commit on the same processes
-  // (SwitchStats::exchange_s): the transfer's floor on these processes as loaded now. The CLI
-  // passes testing::measure_plain_exchange (run-transition's "plain exchange").
-  std::function<double(comm::Transport&, const std::vector<std::uint64_t>& send_bytes,
-                       const std::vector<std::uint64_t>& recv_bytes, std::size_t chunk)>
-      measure_exchange;
   // Every tensor of every layout starts on a page boundary (vps::LayoutOptions::align_elems =
   // kPageAlignElems; the gaps are padding), so that a switch moves kept tensors that sit at a
   // new offset by remapping their pages instead of copying them
@@ -142,15 +130,13 @@ struct SwitchStats {
     double carry = 0, engine_pack = 0, engine_unpack = 0, engine_keep = 0, engine_wait = 0,
            engine_alloc = 0, engine_agree = 0, free = 0, grads = 0, views = 0;
   } phases;
-  // The link into the busiest receiver, measured right after the commit (outside total_s) when
-  // TrainerOptions::measure_link is set: bytes/s arriving there when every rank that sent to it
-  // in the switch sends it 64 MiB at once, the rest of the transition world idle; its senders
-  // are of the "same job", "between jobs" or "mixed" (processes started by different mpirun /
-  // MPI_Comm_spawn calls talk over TCP here).
+  // Filled by a SwitchProbe (Trainer::set_switch_probe) right after the commit, outside
+  // total_s; 0 / empty without one. The job's probe (job/switch_probe.h) measures the link into
+  // the busiest receiver (bytes/s; its senders of the "same job", "between jobs" or "mixed")
+  // and exchange_s, this switch's traffic as bare messages (max over ranks): pause / exchange_s
+  // is how far the commit is from moving the same bytes bare.
   double link_bytes_per_s = 0;
   std::string link_path;
-  // TrainerOptions::measure_exchange's time for this switch's traffic (max over ranks; 0: not
-  // measured). pause / exchange_s is how far the commit is from moving the same bytes bare.
   double exchange_s = 0;
   // CPU during the commit (train/cpu_usage.h), the largest over ranks: the training thread's
   // own CPU, that of the process's other threads (a pool spinning after the step would show
@@ -172,6 +158,27 @@ struct SwitchStats {
   // leader_state is the old leader's Trainer::commit argument, on every rank.
   bool leader_moved = false;
   std::string leader_state;
+};
+
+// What a commit moved, for a SwitchProbe: this rank's part and every rank's totals, in the
+// transition world's ranks (the world of the commit: the larger of the old and new one).
+struct SwitchTraffic {
+  // This rank's planned bytes to and from every rank (0 for itself), at 4 bytes an element.
+  std::vector<std::uint64_t> send_bytes, recv_bytes;
+  std::size_t chunk_bytes = 0;  // the engine's chunk in the commit (at least 4096)
+  // Per rank: bytes it received in the commit, and the launch its process came from
+  // (edm::Launcher::job_id; processes of different launches talk over other links).
+  std::vector<std::uint64_t> received, job_id;
+};
+
+// Measures a switch on its processes right after its commit, before ranks that leave have
+// left; collective over the transition world (same call order on every rank). It may write the
+// SwitchStats fields documented as a probe's. The trainer calls it after every commit that was
+// not refused; what it measures is the caller's (job/switch_probe.h).
+class SwitchProbe {
+ public:
+  virtual ~SwitchProbe() = default;
+  virtual void measure(comm::Transport& transition_world, const SwitchTraffic& traffic, SwitchStats& stats) = 0;
 };
 
 class Trainer {
@@ -209,6 +216,8 @@ class Trainer {
   // another process, the leader role moves there and every rank gets this in
   // SwitchStats::leader_state.
   SwitchStats commit(std::string leader_state = {});
+  // The probe every later commit runs (nullptr: none). Set it on every rank alike.
+  void set_switch_probe(std::shared_ptr<SwitchProbe> probe);
   // prepare + commit at once.
   SwitchStats switch_to(const vps::ParallelConfig& config);
   // After a commit that removed this process from the job: call nothing but the destructor.

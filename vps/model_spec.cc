@@ -165,6 +165,58 @@ std::int64_t TensorSpec::numel() const {
   return n;
 }
 
+const char* tensor_role_name(TensorRole role) {
+  switch (role) {
+    case TensorRole::kOther: return "";
+    case TensorRole::kWordEmbedding: return "embedding.word.weight";
+    case TensorRole::kPositionEmbedding: return "embedding.position.weight";
+    case TensorRole::kOutput: return "output.weight";
+    case TensorRole::kInputNorm: return "input_norm.weight";
+    case TensorRole::kInputNormBias: return "input_norm.bias";
+    case TensorRole::kPostAttnNorm: return "post_attn_norm.weight";
+    case TensorRole::kPostAttnNormBias: return "post_attn_norm.bias";
+    case TensorRole::kFinalNorm: return "final_norm.weight";
+    case TensorRole::kFinalNormBias: return "final_norm.bias";
+    case TensorRole::kQkv: return "attn.qkv.weight";
+    case TensorRole::kQkvBias: return "attn.qkv.bias";
+    case TensorRole::kQNorm: return "attn.q_norm.weight";
+    case TensorRole::kKNorm: return "attn.k_norm.weight";
+    case TensorRole::kProj: return "attn.proj.weight";
+    case TensorRole::kProjBias: return "attn.proj.bias";
+    case TensorRole::kQDown: return "attn.q_down.weight";
+    case TensorRole::kQDownNorm: return "attn.q_down_norm.weight";
+    case TensorRole::kQUp: return "attn.q_up.weight";
+    case TensorRole::kQ: return "attn.q.weight";
+    case TensorRole::kKvDown: return "attn.kv_down.weight";
+    case TensorRole::kKvDownNorm: return "attn.kv_down_norm.weight";
+    case TensorRole::kKvUp: return "attn.kv_up.weight";
+    case TensorRole::kFc1: return "mlp.fc1.weight";
+    case TensorRole::kFc1Bias: return "mlp.fc1.bias";
+    case TensorRole::kFc2: return "mlp.fc2.weight";
+    case TensorRole::kFc2Bias: return "mlp.fc2.bias";
+    case TensorRole::kRouter: return "mlp.router.weight";
+    case TensorRole::kRouterBias: return "mlp.router.bias";
+    case TensorRole::kExpertFc1: return "mlp.experts.fc1.weight";
+    case TensorRole::kExpertFc2: return "mlp.experts.fc2.weight";
+    case TensorRole::kSharedFc1: return "mlp.shared.fc1.weight";
+    case TensorRole::kSharedFc2: return "mlp.shared.fc2.weight";
+    case TensorRole::kSharedGate: return "mlp.shared.gate.weight";
+    case TensorRole::kCount: break;
+  }
+  return "";
+}
+
+bool is_norm(TensorRole role) {
+  switch (role) {
+    case TensorRole::kInputNorm: case TensorRole::kInputNormBias: case TensorRole::kPostAttnNorm:
+    case TensorRole::kPostAttnNormBias: case TensorRole::kFinalNorm: case TensorRole::kFinalNormBias:
+    case TensorRole::kQNorm: case TensorRole::kKNorm: case TensorRole::kQDownNorm: case TensorRole::kKvDownNorm:
+      return true;
+    default:
+      return false;
+  }
+}
+
 namespace {
 
 // Appends one layer's attention tensors.
@@ -176,27 +228,27 @@ void add_attention(const ModelSpec& m, Add&& layer) {
     // are column-parallel over heads, the output projection row-parallel.
     const auto qk = m.qk_nope_dim + m.qk_rope_dim;
     if (m.q_lora_rank > 0) {
-      layer("attn.q_down.weight", {m.q_lora_rank, h}, TpSplit::kReplicated, 0);
-      layer("attn.q_down_norm.weight", {m.q_lora_rank}, TpSplit::kReplicated, 0);
-      layer("attn.q_up.weight", {m.heads, qk, m.q_lora_rank}, TpSplit::kDim, 0);
+      layer(TensorRole::kQDown, {m.q_lora_rank, h}, TpSplit::kReplicated, 0);
+      layer(TensorRole::kQDownNorm, {m.q_lora_rank}, TpSplit::kReplicated, 0);
+      layer(TensorRole::kQUp, {m.heads, qk, m.q_lora_rank}, TpSplit::kDim, 0);
     } else {
-      layer("attn.q.weight", {m.heads, qk, h}, TpSplit::kDim, 0);
+      layer(TensorRole::kQ, {m.heads, qk, h}, TpSplit::kDim, 0);
     }
-    layer("attn.kv_down.weight", {m.kv_lora_rank + m.qk_rope_dim, h}, TpSplit::kReplicated, 0);
-    layer("attn.kv_down_norm.weight", {m.kv_lora_rank}, TpSplit::kReplicated, 0);
-    layer("attn.kv_up.weight", {m.heads, m.qk_nope_dim + m.v_head_dim, m.kv_lora_rank}, TpSplit::kDim, 0);
-    layer("attn.proj.weight", {h, m.heads * m.v_head_dim}, TpSplit::kDim, 1);
+    layer(TensorRole::kKvDown, {m.kv_lora_rank + m.qk_rope_dim, h}, TpSplit::kReplicated, 0);
+    layer(TensorRole::kKvDownNorm, {m.kv_lora_rank}, TpSplit::kReplicated, 0);
+    layer(TensorRole::kKvUp, {m.heads, m.qk_nope_dim + m.v_head_dim, m.kv_lora_rank}, TpSplit::kDim, 0);
+    layer(TensorRole::kProj, {h, m.heads * m.v_head_dim}, TpSplit::kDim, 1);
     return;
   }
   const auto d = m.head_dim, g = m.groups(), qg = m.q_per_group();
-  layer("attn.qkv.weight", {g, qg + 2, d, h}, TpSplit::kQkv, 0);
-  if (m.bias || m.qkv_bias) layer("attn.qkv.bias", {g, qg + 2, d}, TpSplit::kQkv, 0);
+  layer(TensorRole::kQkv, {g, qg + 2, d, h}, TpSplit::kQkv, 0);
+  if (m.bias || m.qkv_bias) layer(TensorRole::kQkvBias, {g, qg + 2, d}, TpSplit::kQkv, 0);
   if (m.qk_norm) {
-    layer("attn.q_norm.weight", {d}, TpSplit::kReplicated, 0);
-    layer("attn.k_norm.weight", {d}, TpSplit::kReplicated, 0);
+    layer(TensorRole::kQNorm, {d}, TpSplit::kReplicated, 0);
+    layer(TensorRole::kKNorm, {d}, TpSplit::kReplicated, 0);
   }
-  layer("attn.proj.weight", {h, m.heads * d}, TpSplit::kDim, 1);
-  if (m.bias || m.proj_bias) layer("attn.proj.bias", {h}, TpSplit::kReplicated, 0);
+  layer(TensorRole::kProj, {h, m.heads * d}, TpSplit::kDim, 1);
+  if (m.bias || m.proj_bias) layer(TensorRole::kProjBias, {h}, TpSplit::kReplicated, 0);
 }
 
 // Appends one layer's MLP: dense, or routed experts (+ shared expert) for an MoE layer.
@@ -204,23 +256,23 @@ template <typename Add>
 void add_mlp(const ModelSpec& m, std::int64_t l, Add&& layer) {
   const auto h = m.hidden;
   if (m.is_moe_layer(l)) {
-    layer("mlp.router.weight", {m.experts, h}, TpSplit::kReplicated, 0);
-    if (m.router_bias) layer("mlp.router.bias", {m.experts}, TpSplit::kReplicated, 0);
-    layer("mlp.experts.fc1.weight", {m.experts, 2, m.expert_ffn, h}, TpSplit::kDim, 2).expert = true;
-    layer("mlp.experts.fc2.weight", {m.experts, h, m.expert_ffn}, TpSplit::kDim, 2).expert = true;
+    layer(TensorRole::kRouter, {m.experts, h}, TpSplit::kReplicated, 0);
+    if (m.router_bias) layer(TensorRole::kRouterBias, {m.experts}, TpSplit::kReplicated, 0);
+    layer(TensorRole::kExpertFc1, {m.experts, 2, m.expert_ffn, h}, TpSplit::kDim, 2).expert = true;
+    layer(TensorRole::kExpertFc2, {m.experts, h, m.expert_ffn}, TpSplit::kDim, 2).expert = true;
     if (m.shared_expert_ffn > 0) {
-      layer("mlp.shared.fc1.weight", {2, m.shared_expert_ffn, h}, TpSplit::kDim, 1);
-      layer("mlp.shared.fc2.weight", {h, m.shared_expert_ffn}, TpSplit::kDim, 1);
-      if (m.shared_expert_gate) layer("mlp.shared.gate.weight", {1, h}, TpSplit::kReplicated, 0);
+      layer(TensorRole::kSharedFc1, {2, m.shared_expert_ffn, h}, TpSplit::kDim, 1);
+      layer(TensorRole::kSharedFc2, {h, m.shared_expert_ffn}, TpSplit::kDim, 1);
+      if (m.shared_expert_gate) layer(TensorRole::kSharedGate, {1, h}, TpSplit::kReplicated, 0);
     }
   } else if (m.swiglu) {
-    layer("mlp.fc1.weight", {2, m.ffn, h}, TpSplit::kDim, 1);
-    layer("mlp.fc2.weight", {h, m.ffn}, TpSplit::kDim, 1);
+    layer(TensorRole::kFc1, {2, m.ffn, h}, TpSplit::kDim, 1);
+    layer(TensorRole::kFc2, {h, m.ffn}, TpSplit::kDim, 1);
   } else {
-    layer("mlp.fc1.weight", {m.ffn, h}, TpSplit::kDim, 0);
-    if (m.bias) layer("mlp.fc1.bias", {m.ffn}, TpSplit::kDim, 0);
-    layer("mlp.fc2.weight", {h, m.ffn}, TpSplit::kDim, 1);
-    if (m.bias) layer("mlp.fc2.bias", {h}, TpSplit::kReplicated, 0);
+    layer(TensorRole::kFc1, {m.ffn, h}, TpSplit::kDim, 0);
+    if (m.bias) layer(TensorRole::kFc1Bias, {m.ffn}, TpSplit::kDim, 0);
+    layer(TensorRole::kFc2, {h, m.ffn}, TpSplit::kDim, 1);
+    if (m.bias) layer(TensorRole::kFc2Bias, {h}, TpSplit::kReplicated, 0);
   }
 }
 
@@ -240,11 +292,13 @@ std::int64_t checked_numel(const ModelSpec& m, const TensorSpec& t) {
 std::vector<TensorSpec> build_tensors(const ModelSpec& m) {
   m.validate();
   std::vector<TensorSpec> out;
-  auto add = [&](std::string name, std::vector<std::int64_t> shape, TpSplit split, int split_dim,
-                 Stage stage, std::int64_t layer) -> TensorSpec& {
+  // The name is the layer prefix ("layers.L." inside a layer) and the role's name.
+  auto add = [&](std::string prefix, TensorRole role, std::vector<std::int64_t> shape, TpSplit split,
+                 int split_dim, Stage stage, std::int64_t layer) -> TensorSpec& {
     TensorSpec t;
     t.id = static_cast<std::uint32_t>(out.size());
-    t.name = std::move(name);
+    t.name = std::move(prefix) + tensor_role_name(role);
+    t.role = role;
     t.shape = std::move(shape);
     t.split = split;
     t.split_dim = static_cast<std::uint8_t>(split_dim);
@@ -254,27 +308,26 @@ std::vector<TensorSpec> build_tensors(const ModelSpec& m) {
     return out.back();
   };
   const auto h = m.hidden;
-  auto& word = add("embedding.word.weight", {m.vocab, h}, TpSplit::kVocab, 0, Stage::kPre, -1);
+  auto& word = add("", TensorRole::kWordEmbedding, {m.vocab, h}, TpSplit::kVocab, 0, Stage::kPre, -1);
   word.also_on_last_stage = m.tied_embedding;
   if (m.max_positions > 0)
-    add("embedding.position.weight", {m.max_positions, h}, TpSplit::kReplicated, 0, Stage::kPre, -1);
-  auto norm = [&](const std::string& name, Stage stage, std::int64_t layer) {
-    add(name + ".weight", {h}, TpSplit::kReplicated, 0, stage, layer);
-    if (m.layernorm) add(name + ".bias", {h}, TpSplit::kReplicated, 0, stage, layer);
+    add("", TensorRole::kPositionEmbedding, {m.max_positions, h}, TpSplit::kReplicated, 0, Stage::kPre, -1);
+  auto norm = [&](const std::string& prefix, TensorRole weight, TensorRole bias, Stage stage, std::int64_t layer) {
+    add(prefix, weight, {h}, TpSplit::kReplicated, 0, stage, layer);
+    if (m.layernorm) add(prefix, bias, {h}, TpSplit::kReplicated, 0, stage, layer);
   };
   for (std::int64_t l = 0; l < m.layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    auto layer = [&](const std::string& name, std::vector<std::int64_t> shape, TpSplit split,
-                     int dim) -> TensorSpec& {
-      return add(p + name, std::move(shape), split, dim, Stage::kLayer, l);
+    auto layer = [&](TensorRole role, std::vector<std::int64_t> shape, TpSplit split, int dim) -> TensorSpec& {
+      return add(p, role, std::move(shape), split, dim, Stage::kLayer, l);
     };
-    norm(p + "input_norm", Stage::kLayer, l);
+    norm(p, TensorRole::kInputNorm, TensorRole::kInputNormBias, Stage::kLayer, l);
     add_attention(m, layer);
-    norm(p + "post_attn_norm", Stage::kLayer, l);
+    norm(p, TensorRole::kPostAttnNorm, TensorRole::kPostAttnNormBias, Stage::kLayer, l);
     add_mlp(m, l, layer);
   }
-  norm("final_norm", Stage::kPost, -1);
-  if (!m.tied_embedding) add("output.weight", {m.vocab, h}, TpSplit::kVocab, 0, Stage::kPost, -1);
+  norm("", TensorRole::kFinalNorm, TensorRole::kFinalNormBias, Stage::kPost, -1);
+  if (!m.tied_embedding) add("", TensorRole::kOutput, {m.vocab, h}, TpSplit::kVocab, 0, Stage::kPost, -1);
   std::int64_t total = 0;
   for (const auto& t : out)
     if (__builtin_add_overflow(total, checked_numel(m, t), &total) || total > kMaxElements)

@@ -93,6 +93,29 @@ enum class TpSplit : std::uint8_t {
 // Where a tensor lives in the pipeline: before the first layer, in a layer, or after the last.
 enum class Stage : std::uint8_t { kPre, kLayer, kPost };
 
+// What a tensor is in the model: the contract between build_tensors and every reader that
+// needs to know (the trainer's module views, the weight init, the Hugging Face export). Readers
+// switch on the role, never on the name; the name is for display and file formats only and is
+// built from the role (tensor_role_name) by build_tensors. kOther: a tensor no model spec
+// describes (the Python binding's user models).
+enum class TensorRole : std::uint8_t {
+  kOther,
+  kWordEmbedding, kPositionEmbedding, kOutput,
+  kInputNorm, kInputNormBias, kPostAttnNorm, kPostAttnNormBias, kFinalNorm, kFinalNormBias,
+  kQkv, kQkvBias, kQNorm, kKNorm, kProj, kProjBias,               // attention (fused QKV)
+  kQDown, kQDownNorm, kQUp, kQ, kKvDown, kKvDownNorm, kKvUp,       // MLA attention
+  kFc1, kFc1Bias, kFc2, kFc2Bias,                                  // dense MLP
+  kRouter, kRouterBias, kExpertFc1, kExpertFc2,                    // MoE
+  kSharedFc1, kSharedFc2, kSharedGate,                             // shared expert
+  kCount  // number of roles (not a role)
+};
+// The role's part of a tensor name: the whole name outside the layers ("embedding.word.weight",
+// "final_norm.weight", "output.weight"), the part after "layers.L." inside them
+// ("attn.qkv.weight"); "" for kOther. Distinct for every role.
+const char* tensor_role_name(TensorRole role);
+// A norm's weight or bias (RMSNorm / LayerNorm, q/k norms, MLA's down-projection norms).
+bool is_norm(TensorRole role);
+
 struct TensorSpec {
   std::uint32_t id = 0;  // index into the model's tensor list
   std::string name;      // e.g. "layers.3.attn.qkv.weight"
@@ -104,6 +127,7 @@ struct TensorSpec {
   std::int64_t layer = -1;  // for Stage::kLayer
   // Held by the last pipeline stage too (tied output layer when pp > 1).
   bool also_on_last_stage = false;
+  TensorRole role = TensorRole::kOther;  // what it is (build_tensors sets it for every tensor)
 
   std::int64_t numel() const;  // build_tensors guarantees it does not overflow
   Box full_box() const { return Box::of_shape(shape); }

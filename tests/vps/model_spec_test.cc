@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "common/error.h"
 #include "vps/model_spec.h"
@@ -77,6 +78,34 @@ TEST(ModelSpec, FamiliesHaveTheirOwnTensors) {
   EXPECT_TRUE(has_tensor(gpt2, "embedding.position.weight"));
   EXPECT_TRUE(has_tensor(gpt2, "layers.0.input_norm.bias"));
   EXPECT_FALSE(has_tensor(gpt2, "output.weight"));  // tied
+}
+
+// Every role has a distinct name, every tensor build_tensors makes has a role (never kOther)
+// whose name ends the tensor's name, and across the presets and the real configs every role
+// occurs: no role is declared that no model builds.
+TEST(ModelSpec, EveryTensorRoleMapsToANameAndOccurs) {
+  std::set<std::string> names;
+  for (int r = 1; r < static_cast<int>(TensorRole::kCount); ++r) {
+    const std::string name = tensor_role_name(static_cast<TensorRole>(r));
+    EXPECT_FALSE(name.empty()) << "role " << r;
+    EXPECT_TRUE(names.insert(name).second) << "two roles named " << name;
+  }
+  EXPECT_STREQ(tensor_role_name(TensorRole::kOther), "");
+  std::vector<ModelSpec> models;
+  for (const auto& p : preset_names()) models.push_back(model_from_name(p));
+  for (const auto& p : kPublished) models.push_back(model_from_hf_config(config_path(p.config)));
+  std::set<TensorRole> seen;
+  for (const auto& m : models)
+    for (const auto& t : build_tensors(m)) {
+      ASSERT_NE(t.role, TensorRole::kOther) << m.name << " " << t.name;
+      const std::string prefix = t.stage == Stage::kLayer ? "layers." + std::to_string(t.layer) + "." : "";
+      EXPECT_EQ(t.name, prefix + tensor_role_name(t.role)) << m.name;
+      EXPECT_EQ(is_norm(t.role), t.name.find("norm") != std::string::npos) << t.name;
+      seen.insert(t.role);
+    }
+  for (int r = 1; r < static_cast<int>(TensorRole::kCount); ++r)
+    EXPECT_TRUE(seen.count(static_cast<TensorRole>(r))) << "no model builds a "
+                                                        << tensor_role_name(static_cast<TensorRole>(r));
 }
 
 TEST(ModelSpec, QwenMoeSparseStepAndMlpOnlyLayers) {
