@@ -8,11 +8,12 @@
 
 #include "common/error.h"
 #include "common/output_file.h"
+#include "comm/probe.h"
+#include "exec/probe.h"
 #include "job/fault_injection.h"
 #include "job/train_ckpt.h"
 #include "job/train_job_run.h"
 #include "job/train_memory.h"
-#include "testing/state_oracle.h"
 #include "train/data.h"
 
 namespace dynatrain::job {
@@ -59,7 +60,7 @@ bool TrainJob::set_up() {
   if (!joined) open_outputs();
   print_banner();
   // The lower bound of every switch divides by this point-to-point bandwidth, measured once.
-  if (!joined && !args_.json.empty()) s_.ls.p2p_bytes_per_s = testing::measure_p2p_bandwidth(world_, std::size_t{64} << 20);
+  if (!joined && !args_.json.empty()) s_.ls.p2p_bytes_per_s = comm::measure_p2p_bandwidth(world_, std::size_t{64} << 20);
   std::optional<ckpt::Checkpoint> resume;
   if (!joined) resume = open_resume();
   if (args_.save_every < 0) DT_INPUT_ERROR("--save-every ", args_.save_every, " must be >= 0");
@@ -88,7 +89,7 @@ void TrainJob::build_options() {
   o_.launcher = args_.launcher;
   o_.lookahead = args_.lookahead;
   o_.measure_link = !args_.json.empty();
-  o_.measure_exchange = testing::measure_plain_exchange;
+  o_.measure_exchange = exec::measure_plain_exchange;
   o_.align_pages = args_.align_pages;
   o_.bf16 = args_.bf16;
   if (args_.placement == "fixed") o_.placement = TrainerOptions::Placement::kFixed;
