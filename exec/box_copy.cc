@@ -26,9 +26,10 @@ std::int64_t offset_in(const vps::Box& outer, const vps::Coord& c, const vps::Co
 
 }  // namespace
 
-void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, std::byte* dst,
-              const vps::Box& dst_box, std::size_t elem, const MemoryOps& ops) {
-  if (q.empty()) return;
+StridedRuns strided_runs(const vps::Box& q, const vps::Box& src_box, const vps::Box& dst_box,
+                         std::size_t elem) {
+  static_assert(kIndexMaxDims == vps::kMaxDims, "exec/box_index.h assumes vps::kMaxDims");
+  DT_CHECK(!q.empty(), "strided_runs of the empty box ", q.str());
   DT_CHECK(src_box.contains(q), "box ", q.str(), " outside source storage ", src_box.str());
   DT_CHECK(dst_box.contains(q), "box ", q.str(), " outside destination storage ", dst_box.str());
   const int nd = q.ndim;
@@ -38,33 +39,33 @@ void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, 
   while (m > 0 && q.extent(m - 1) == src_box.extent(m - 1) &&
          q.extent(m - 1) == dst_box.extent(m - 1))
     --m;
-  // One contiguous run covers dims [m-1, nd) (or everything when m == 0).
-  std::int64_t run = 1;
+  // One contiguous run covers dims [run_dim, nd) (or everything when m == 0).
   const int run_dim = m > 0 ? m - 1 : 0;
-  for (int d = run_dim; d < nd; ++d) run *= q.extent(d);
-  const std::size_t run_bytes = static_cast<std::size_t>(run) * elem;
-  const std::byte* s0 = src + offset_in(src_box, q.lo, ss) * elem;
-  std::byte* d0 = dst + offset_in(dst_box, q.lo, ds) * elem;
-  if (run_dim == 0) {
-    ops.copy(d0, s0, run_bytes);
-    return;
+  const auto e = static_cast<std::int64_t>(elem);
+  StridedRuns r;
+  r.row_dims = run_dim;
+  r.run_bytes = e;
+  for (int d = run_dim; d < nd; ++d) r.run_bytes *= q.extent(d);
+  r.rows = 1;
+  for (int d = 0; d < run_dim; ++d) {
+    r.extent[d] = q.extent(d);
+    r.src_stride[d] = ss[d] * e;
+    r.dst_stride[d] = ds[d] * e;
+    r.rows *= q.extent(d);
   }
-  // Odometer over dims [0, run_dim).
-  std::int64_t idx[vps::kMaxDims] = {0, 0, 0, 0};
-  for (;;) {
-    std::int64_t so = 0, doff = 0;
-    for (int d = 0; d < run_dim; ++d) {
-      so += idx[d] * ss[d];
-      doff += idx[d] * ds[d];
-    }
-    ops.copy(d0 + doff * elem, s0 + so * elem, run_bytes);
-    int d = run_dim - 1;
-    for (; d >= 0; --d) {
-      if (++idx[d] < q.extent(d)) break;
-      idx[d] = 0;
-    }
-    if (d < 0) break;
-  }
+  r.src_base = offset_in(src_box, q.lo, ss) * e;
+  r.dst_base = offset_in(dst_box, q.lo, ds) * e;
+  return r;
+}
+
+void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, std::byte* dst,
+              const vps::Box& dst_box, std::size_t elem, const MemoryOps& ops) {
+  if (q.empty()) return;
+  const StridedRuns r = strided_runs(q, src_box, dst_box, elem);
+  if (r.rows == 1)
+    ops.copy(dst + r.dst_base, src + r.src_base, static_cast<std::size_t>(r.run_bytes));
+  else
+    ops.copy_strided(dst, src, r);
 }
 
 std::size_t pack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end,

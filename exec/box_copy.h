@@ -14,14 +14,20 @@
 #include <cstdint>
 #include <vector>
 
+#include "exec/box_index.h"
 #include "exec/memory_ops.h"
 #include "vps/box.h"
 
 namespace dynatrain::exec {
 
+// The runs (exec/box_index.h) that copy box `q` from the storage of `src_box` to the storage of
+// `dst_box`, `elem` bytes an element; `q` must lie inside both (checked) and not be empty.
+StridedRuns strided_runs(const vps::Box& q, const vps::Box& src_box, const vps::Box& dst_box,
+                         std::size_t elem);
+
 // Copies box `q` from storage of box `src_box` at `src` to storage of box `dst_box` at `dst`.
-// `q` must lie inside both boxes (checked); `elem` is the element size in bytes. Every run is
-// moved by `ops` (all three functions).
+// `q` must lie inside both boxes (checked); `elem` is the element size in bytes. The runs are
+// moved by `ops` (all three functions): one copy() when contiguous, else one copy_strided().
 void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, std::byte* dst,
               const vps::Box& dst_box, std::size_t elem, const MemoryOps& ops = host_memory());
 

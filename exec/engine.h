@@ -119,8 +119,9 @@ LinkOverlap parse_link_overlap(const std::string& text);
 
 struct TransitionOptions {
   std::size_t mem_budget = 256ull << 20;  // bytes: staging + wave working set (exec/README.md)
-  bool allow_broadcast = true;            // use a broadcast where the cost model prefers it
-  plan::Topology topology{};              // for the broadcast cost model
+  // Nodes of the ranks for the broadcast cost model (TransitionStats::broadcast_preferred_bytes)
+  // and for LinkOverlap::kOn on a transport that sees one node.
+  plan::Topology topology{};
   WaveOrder order = WaveOrder::kAuto;
   // State kinds that need not move (bit k = vps::StateKind k): their pieces are not kept, sent
   // or received; their source buffers are released first and their destination buffers are
@@ -146,8 +147,8 @@ struct TransitionOptions {
   // In place (default off): source and destination layout are the same, every keep of the plan
   // is an identity (same buffer, segment, box), and when the allocator can adopt, every source
   // buffer becomes its destination buffer as it is: keeps copy nothing, sends read from and
-  // receives write into that buffer, and no state memory is allocated or released. Stage 2 of
-  // node-level fan-out (job/fanout_switch.h) runs this way.
+  // receives write into that buffer, and no state memory is allocated or released. Every stage
+  // of node-level fan-out after the first (job/fanout_switch.h) runs this way.
   bool in_place = false;
   // One pipeline per link class or one for all (LinkOverlap). Every rank must pass the same value.
   LinkOverlap overlap_links = LinkOverlap::kAuto;
@@ -183,7 +184,6 @@ struct TransitionStats {
   // straight into the destination buffers (not unpacked); the rest of bytes_sent / _received
   // went through staging.
   std::uint64_t bytes_sent_direct = 0, bytes_received_direct = 0;
-  std::uint64_t broadcasts = 0;      // broadcast collectives this rank took part in
   std::uint64_t staging_bytes = 0;   // staging actually allocated (<= mem_budget / 2)
   std::uint64_t chunk_bytes = 0;     // chunk capacity used to cut each peer's stream
   std::uint64_t waves = 0;           // number of waves (equal on every rank)
@@ -214,10 +214,10 @@ struct TransitionStats {
   double dry_seconds = 0;
 };
 
-// The figures of two switches run one after the other as one switch (the two stages of
-// node-level fan-out): bytes, messages, waves and seconds add up; peaks and staging are the
-// larger of the two; the state before is the first's and the state after the second's; chunk
-// and granule size, wave order, fan-out detection and path are the first's.
+// The figures of two switches run one after the other as one switch (node-level fan-out folds
+// in its stages one after another): bytes, messages, waves and seconds add up; peaks and
+// staging are the larger of the two; the state before is the first's and the state after the
+// second's; chunk and granule size, wave order, fan-out detection and path are the first's.
 TransitionStats sequential_stats(TransitionStats first, const TransitionStats& second);
 
 // Runs `plan` (this rank's part). `src[i]` is the data of src_layout.buffers[i] (nullptr if

@@ -55,7 +55,9 @@ bool fault_point(const char* point, int rank) {
     write_stamp();
     throw std::runtime_error(std::string("injected fault at '") + point + "'");
   }
-  const int sig = std::strcmp(action, "stop") == 0 ? SIGSTOP : SIGKILL;
+  const int sig = std::strcmp(action, "stop") == 0     ? SIGSTOP
+                  : std::strcmp(action, "notice") == 0 ? SIGTERM
+                                                       : SIGKILL;
   if (delay_ms <= 0) {
     stamp_and_raise(sig, 0);
     return false;  // after a SIGSTOP, once continued

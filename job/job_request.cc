@@ -1,64 +1,170 @@
 #include "job/job_request.h"
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <atomic>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "common/error.h"
+#include "job/job_files.h"
+#include "job/job_status.h"
 #include "vps/parallel_config.h"
 
 namespace dynatrain::job {
 
-void write_job_request(const std::string& dir, const JobRequest& r) {
-  // InputError names a bad config before anything is written; a migration may keep the layout.
+namespace {
+
+constexpr std::size_t kMaxRequestBytes = 64 << 10;
+
+// "1764632400123456789-HOST-PID-N": sorts by the time it was placed (19 digits until 2286).
+std::string new_request_id() {
+  static std::atomic<int> counter{0};
+  std::string host = host_name();
+  for (char& c : host)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.') c = '_';
+  const auto ns = static_cast<long long>(unix_now() * 1e9);
+  char stamp[24];
+  std::snprintf(stamp, sizeof stamp, "%019lld", ns);
+  return std::string(stamp) + "-" + host + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+void check_version(const nlohmann::json& j, const char* what) {
+  if (!j.is_object()) DT_INPUT_ERROR("malformed ", what, ": not a JSON object");
+  if (!j.contains("version") || !j["version"].is_number_integer())
+    DT_INPUT_ERROR("malformed ", what, ": no integer \"version\"");
+  const auto v = j["version"].get<long long>();
+  if (v != kRequestVersion)
+    DT_INPUT_ERROR(what, " version ", v, " is not supported; this job reads version ", kRequestVersion);
+}
+
+nlohmann::json parse_one_line(const std::string& text, const char* what) {
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) DT_INPUT_ERROR("malformed ", what, ": not JSON (", text.size(), " bytes)");
+  return j;
+}
+
+}  // namespace
+
+void check_request(const JobRequest& r) {
   if (r.to.empty() && r.vacate != kVacateAll) DT_INPUT_ERROR("a request needs --to CONFIG (or --migrate)");
   if (!r.to.empty()) vps::ParallelConfig::parse(r.to);
   if (r.at_step < -1) DT_INPUT_ERROR("--at-step ", r.at_step, " must be a step number (>= 0)");
   if (r.vacate != kVacateAll) parse_rank_list(r.vacate);  // InputError names a bad rank
-  const std::string tmp = dir + "/.request." + std::to_string(getpid()), final_path = dir + "/request";
-  {
-    std::ofstream out(tmp);
-    if (!out) DT_INPUT_ERROR("cannot write to job directory '", dir, "' (does it exist?)");
-    out << "to=" << r.to << '\n';
-    if (r.at_step >= 0) out << "at_step=" << r.at_step << '\n';
-    if (!r.vacate.empty()) out << "vacate=" << r.vacate << '\n';
-    if (!out.flush()) DT_INPUT_ERROR("cannot write to job directory '", dir, "'");
-  }
-  if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
-    DT_INPUT_ERROR("cannot place the request in job directory '", dir, "'");
 }
 
-std::optional<JobRequest> take_job_request(const std::string& dir) {
-  const std::string path = dir + "/request";
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  in.close();
-  std::remove(path.c_str());
+std::string request_to_json(const JobRequest& r) {
+  nlohmann::json j = {{"version", kRequestVersion}, {"to", r.to}};
+  if (r.at_step >= 0) j["at_step"] = r.at_step;
+  if (!r.vacate.empty()) j["vacate"] = r.vacate;
+  return j.dump() + "\n";
+}
+
+JobRequest request_from_json(const std::string& text) {
+  const auto j = parse_one_line(text, "request");
+  check_version(j, "request");
   JobRequest r;
-  std::string line;
-  bool ok = true;
-  while (std::getline(text, line)) {
-    if (line.rfind("to=", 0) == 0) r.to = line.substr(3);
-    else if (line.rfind("at_step=", 0) == 0) {
-      try {
-        r.at_step = std::stoll(line.substr(8));
-      } catch (const std::exception&) {
-        ok = false;
-      }
-    } else if (line.rfind("vacate=", 0) == 0) {
-      r.vacate = line.substr(7);
-    } else if (!line.empty()) {
-      ok = false;
-    }
+  try {
+    r.to = j.value("to", std::string());
+    r.at_step = j.value("at_step", std::int64_t{-1});
+    r.vacate = j.value("vacate", std::string());
+  } catch (const nlohmann::json::exception&) {
+    DT_INPUT_ERROR("malformed request: \"to\" and \"vacate\" must be strings, \"at_step\" an integer");
   }
-  if (!ok || (r.to.empty() && r.vacate != kVacateAll)) r = JobRequest{"malformed request file: " + text.str(), -1, {}};
+  for (const auto& [key, value] : j.items())
+    if (key != "version" && key != "to" && key != "at_step" && key != "vacate")
+      DT_INPUT_ERROR("malformed request: unknown field \"", key, "\"; valid: version, to, at_step, vacate");
+  check_request(r);
   return r;
+}
+
+std::string place_request(const std::string& dir, const JobRequest& r) {
+  check_request(r);
+  require_live_job(dir);
+  const std::string id = new_request_id();
+  if (!write_file_atomically(dir + "/requests/" + id + ".json", request_to_json(r), true))
+    DT_INPUT_ERROR("cannot place the request in '", dir, "/requests' (", std::strerror(errno), ")");
+  return id;
+}
+
+std::vector<TakenRequest> take_requests(const std::string& dir) {
+  const std::string queue = dir + "/requests";
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(queue.c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') names.emplace_back(e->d_name);  // temporary names start with '.'
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  std::vector<TakenRequest> taken;
+  for (const auto& name : names) {
+    const std::string path = queue + "/" + name;
+    TakenRequest t;
+    const bool json_name = name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
+    t.id = json_name ? name.substr(0, name.size() - 5) : name;
+    std::string why;
+    const auto text = read_regular_file(path, kMaxRequestBytes, why);
+    if (!json_name) t.why = "'" + name + "' is not named ID.json (place requests with dynatrain request)";
+    else if (!text) t.why = "request file '" + name + "' is " + why;
+    else {
+      try {
+        t.request = request_from_json(*text);
+      } catch (const InputError& e) {
+        t.why = e.what();
+      }
+    }
+    // Removed in every case (a directory too, when empty), so it is answered once.
+    if (std::remove(path.c_str()) != 0 && t.why.empty()) continue;  // taken by someone else
+    taken.push_back(std::move(t));
+  }
+  return taken;
+}
+
+const char* answer_state_name(AnswerState s) {
+  switch (s) {
+    case AnswerState::kAccepted: return "accepted";
+    case AnswerState::kCommitted: return "committed";
+    case AnswerState::kRefused: return "refused";
+    case AnswerState::kSuperseded: return "superseded";
+  }
+  return "?";
+}
+
+void write_answer(const std::string& dir, const Answer& a) {
+  nlohmann::json j = {{"version", kRequestVersion}, {"id", a.id}, {"state", answer_state_name(a.state)},
+                      {"time", iso_time(unix_now())}};
+  if (a.step >= 0) j["step"] = a.step;
+  if (!a.to.empty()) j["to"] = a.to;
+  if (!a.reason.empty()) j["reason"] = a.reason;
+  if (!a.figures.is_null()) j["figures"] = a.figures;
+  write_file_atomically(dir + "/answers/" + a.id + ".json", j.dump() + "\n", false);
+}
+
+std::optional<Answer> read_answer(const std::string& dir, const std::string& id) {
+  std::string why;
+  const auto text = read_regular_file(dir + "/answers/" + id + ".json", kMaxRequestBytes, why);
+  if (!text) return std::nullopt;
+  const auto j = parse_one_line(*text, "answer");
+  check_version(j, "answer");
+  Answer a;
+  a.id = id;
+  const std::string state = j.value("state", "");
+  if (state == "accepted") a.state = AnswerState::kAccepted;
+  else if (state == "committed") a.state = AnswerState::kCommitted;
+  else if (state == "refused") a.state = AnswerState::kRefused;
+  else if (state == "superseded") a.state = AnswerState::kSuperseded;
+  else DT_INPUT_ERROR("malformed answer '", id, "': unknown state '", state, "'");
+  a.step = j.value("step", std::int64_t{-1});
+  a.to = j.value("to", "");
+  a.reason = j.value("reason", "");
+  if (j.contains("figures")) a.figures = j["figures"];
+  return a;
 }
 
 std::vector<int> parse_rank_list(const std::string& text) {

@@ -1,12 +1,16 @@
 // Switch requests from outside a running job: `dynatrain request --job DIR --to CONFIG
-// [--at-step S]` writes DIR/request; a `dynatrain train --job DIR` job takes it (rank 0 reads and
-// removes the file at every step boundary, all ranks agree on it) and switches at step S, or
-// as soon as the switch can be prepared. How a cluster scheduler tells a job that GPUs came or
-// went.
+// [--at-step S] [--wait]` places a request in DIR/requests/; the leader of a `dynatrain train
+// --job DIR` job takes every queued request, oldest first, at each step boundary, and answers
+// each in DIR/answers/ID.json: accepted (with the step it switches before), then committed or
+// refused, or superseded when a later request replaced it before it ran. How a cluster
+// scheduler tells a job that GPUs came or went (docs/edm.md, "Driving a job from a scheduler").
 //
-// File format (one key a line): "to=CONFIG" and optionally "at_step=S", "vacate=R1,R2" (or
-// "vacate=all": `request --migrate`). Written to a temporary
-// name and renamed, so the job never reads half a request.
+// A request file is one JSON object, {"version": 1, "to": CONFIG, "at_step": S, "vacate": "1,3"}
+// ("vacate": "all" is `request --migrate`), named ID.json, ID = 19-digit Unix nanoseconds,
+// host and pid, so names sort in the order requests were placed. Written to a temporary name,
+// fsync'd and renamed: the job never reads half a request. Anything else in requests/ (another
+// name, a FIFO, a directory, malformed JSON, an unknown version) is refused with one line and
+// removed; it is never opened for reading unless it is a regular file.
 #pragma once
 
 #include <cstdint>
@@ -14,28 +18,61 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "comm/transport.h"
 
 namespace dynatrain::job {
 
 struct JobRequest {
-  std::string to;             // config string
+  std::string to;             // config string; "" with vacate == kVacateAll: keep the layout
   std::int64_t at_step = -1;  // -1: as soon as possible
   std::string vacate;         // world ranks that must hold nothing and leave ("1,3"); "" = none;
                               // kVacateAll = every process of the job (a whole-job migration)
 };
 inline constexpr const char* kVacateAll = "all";
+inline constexpr int kRequestVersion = 1;  // of request and answer files
 
 // "1,3" -> {1, 3}; InputError naming the bad token (ranks are non-negative integers).
 std::vector<int> parse_rank_list(const std::string& text);
 
-// Validates the config string (InputError) and writes DIR/request (InputError if DIR is not a
-// writable directory).
-void write_job_request(const std::string& dir, const JobRequest& request);
+// The checks the CLI makes before placing a request (InputError naming the bad value): a
+// config that parses, --at-step >= 0 or -1, a valid rank list. The job checks the rest (the
+// trainer supports the layout, the ranks exist, the step is not past the end).
+void check_request(const JobRequest& request);
 
-// Reads and removes DIR/request; nullopt when there is none. A malformed file becomes a request
-// whose `to` is the file's text, so that the job refuses it with a message.
-std::optional<JobRequest> take_job_request(const std::string& dir);
+std::string request_to_json(const JobRequest& request);
+// The inverse: InputError with one line ("malformed request: ...", "request version 2 is not
+// supported; this job reads version 1").
+JobRequest request_from_json(const std::string& text);
+
+// Checks the request (check_request) and that a live job holds DIR (job/job_status.h:
+// require_live_job), then places it in DIR/requests/. Returns its id. InputError otherwise.
+std::string place_request(const std::string& dir, const JobRequest& request);
+
+// One entry of DIR/requests/ taken by the leader: a request, or the one-line reason it was refused.
+struct TakenRequest {
+  std::string id;                     // the file name without ".json"
+  std::optional<JobRequest> request;  // nullopt: refused (why)
+  std::string why;
+};
+// Takes (reads and removes) every request in DIR/requests/, oldest first. Never blocks on a FIFO.
+std::vector<TakenRequest> take_requests(const std::string& dir);
+
+// DIR/answers/ID.json: the job's answer to a request, replaced as it moves on.
+enum class AnswerState { kAccepted, kCommitted, kRefused, kSuperseded };
+const char* answer_state_name(AnswerState state);
+struct Answer {
+  std::string id;
+  AnswerState state = AnswerState::kAccepted;
+  std::int64_t step = -1;  // accepted / committed: the step the switch happens before
+  std::string to;          // the layout it switches to (accepted / committed)
+  std::string reason;      // refused: one line; superseded: "replaced by request ID"
+  nlohmann::json figures;  // committed: pause_s, prepare_s, hidden_fraction, bytes_sent, ...
+};
+void write_answer(const std::string& dir, const Answer& answer);  // best effort (never throws)
+// nullopt while there is no answer (or it is being replaced); InputError on a malformed one.
+std::optional<Answer> read_answer(const std::string& dir, const std::string& id);
 
 // How rank 0 of a `train --job` run tells the other ranks, once per step, the schedule it took
 // requests into (job/train_job.cc). Point-to-point on the world with tags of their own, so

@@ -98,7 +98,9 @@ const char* signal_name(int sig) {
   }
 }
 
-void on_stop_signal(int sig) {
+}  // namespace
+
+void stop_on_signal(int sig) {
   // Peers are looked up before the claim: until some rank claims, no handler has exited, so the
   // ranks found gone are those that ended first (the cause), not survivors already stopping.
   int gone[16], n_gone = 0;
@@ -127,6 +129,14 @@ void on_stop_signal(int sig) {
   _exit(128 + sig);
 }
 
+bool peer_gone_on_this_node() {
+  for (int r = 0; r < g_job.size && r < JobInfo::kMaxPeers; ++r)
+    if (r != g_job.rank && g_job.peer_pid[r] != 0 && process_gone(g_job.peer_pid[r])) return true;
+  return false;
+}
+
+namespace {
+
 // Fills g_job for this rank of `world` (collective: one all-gather of pids and host ids).
 void prepare_failure_path(comm::Transport& world) {
   g_job.rank = world.rank();
@@ -142,7 +152,7 @@ void prepare_failure_path(comm::Transport& world) {
   for (int r = 0; r < world.size() && r < JobInfo::kMaxPeers; ++r)
     if (ids[r].host == host) g_job.peer_pid[r] = static_cast<int>(ids[r].pid);
   struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
+  sa.sa_handler = stop_on_signal;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
 }

@@ -41,6 +41,14 @@ void set_env_world_factory(EnvWorldFactory factory);
 // another rank of the node already reported, then MPI_Abort(exit_code). Safe from any thread.
 [[noreturn]] void abort_job(const char* kind, const std::string& message, int exit_code);
 
+// The failure path's signal handler (SIGTERM, SIGINT, SIGHUP): one line for the job naming the
+// signal and any peer of this node whose process is gone, then _exit(128 + sig).
+// Async-signal-safe, for handlers that take over a signal (job/notice.h).
+[[noreturn]] void stop_on_signal(int sig);
+
+// Async-signal-safe: whether a process of a peer rank on this node is gone (missing or a zombie).
+bool peer_gone_on_this_node();
+
 // True when this process is a rank other than 0 of an mpirun job (read from the environment, so
 // it works before MPI starts): errors every rank raises alike before MPI starts, such as flag
 // parsing, are printed by rank 0 only.

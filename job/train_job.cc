@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/output_file.h"
 #include "job/fault_injection.h"
+#include "job/notice.h"
 #include "job/train_ckpt.h"
 #include "job/train_job_run.h"
 
@@ -22,6 +23,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
 
 int TrainJob::run() {
   if (!set_up()) return 0;
+  enable_notices(args_.notice);
   for (; s_.step < args_.steps; ++s_.step) {
     if (!boundary()) break;
     if (!trainer_->active()) continue;  // wait in the next prepare / commit / finish
@@ -31,19 +33,22 @@ int TrainJob::run() {
   return finish();
 }
 
-// Everything between two steps, in this order on every rank: the periodic checkpoint, a
-// prepare that is due, the switch committed before this step, then (with --job) the request
-// sync, each followed by any prepare it made due. Returns false when the loop must end: this
+// Everything between two steps, in this order on every rank: the periodic checkpoint, the
+// preemption notices (a vacating switch scheduled at this step), a prepare that is due, the
+// switch committed before this step, then (with --job) the request sync, each followed by any
+// prepare it made due. Returns false when the loop must end: this
 // process left the job in a commit, or rank 0 ended the run (kJobEnd).
 bool TrainJob::boundary() {
   s_.switched.reset();
   save_if_due();
+  if (!act_on_notices()) return false;
   maybe_prepare();
   if (!commit_if_due()) return false;
   if (!args_.job.empty()) {
     if (!sync_job()) return false;
     maybe_prepare();
   }
+  control_.boundary(s_.step, trainer_->config().str(), trainer_->world_size());
   return true;
 }
 
@@ -77,6 +82,7 @@ bool TrainJob::commit() {
   if (s_.leader) {  // the leader's state, in case the commit moves rank 0 to another process
     s_.csv.flush();
     s_.ls.schedule = rest_of_schedule();
+    s_.ls.control = control_.hand_over();
     handed = s_.ls.serialize();
   }
   s_.switched = trainer_->commit(std::move(handed));
@@ -107,6 +113,10 @@ StepStats TrainJob::train_step() {
 int TrainJob::finish() {
   if (s_.csv.is_open()) check_written(s_.csv, "CSV", args_.csv);
   end_job();
+  if (s_.notice_exit != 0) {  // every process had notice: saved, ending
+    control_.end(s_.notice_exit, s_.step);
+    return s_.notice_exit;
+  }
   if (trainer_->left()) {  // handed its state over in the last commit
     trainer_.reset();
     if (args_.launcher) args_.launcher->leave();
@@ -114,6 +124,7 @@ int TrainJob::finish() {
   }
   if (!args_.save_dir.empty()) save_trainer(args_.save_dir, args_.steps, *trainer_, trainer_->world());  // the final state
   trainer_->finish();
+  control_.end(0, args_.steps);
   if (s_.leader) print_summary();
   // Where processes may leave a running job, every process ends that way: MPI_Finalize can wait
   // (measured: sometimes for ever) for processes of its job that already left (docs/edm.md).

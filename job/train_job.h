@@ -16,6 +16,7 @@
 // processes cannot start is refused with one line and training goes on in the old layout.
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +25,7 @@
 
 #include "comm/transport.h"
 #include "edm/launcher.h"
+#include "job/notice.h"
 #include "vps/parallel_config.h"
 
 namespace dynatrain::job {
@@ -55,6 +57,7 @@ struct TrainArgs {
   int micro_batches = 0;             // 0: auto
   std::string switch_method;         // "engine" | "gather" | "" (engine when built)
   int threads = 0;                   // torch intra-op threads per rank; 0: cores / local ranks
+  NoticeSettings notice{SIGTERM, 30.0};  // --notice-signal, --notice-s (job/notice.h)
   // Checkpoints (job/train_ckpt.h): --save DIR every --save-every steps and after the last
   // step; --resume DIR continues from DIR's latest checkpoint in the schedule's layout
   // for that step, with any number of processes.

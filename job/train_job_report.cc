@@ -91,11 +91,12 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
 // the leader reports the switch. Returns false when this process left the job.
 bool TrainJob::after_commit(const SwitchStats& sw) {
   const bool leads = !trainer_->left() && trainer_->world().rank() == 0;
-  if (!leads) s_.leader = false;
+  if (!leads) s_.leader = false, control_.resign();
   else if (!s_.leader) take_over_as_leader(sw);
   else if (sw.leader_moved) DT_CHECK(false, "the leader kept world rank 0 in a commit that moved it");
   if (s_.leader) {
     s_.ls.records.push_back(switch_record(s_.step, sw, s_.ls.p2p_bytes_per_s));
+    control_.switch_done(s_.step, s_.ls.records.back());
     report_switch(sw);
   }
   return !trainer_->left();
@@ -106,6 +107,7 @@ bool TrainJob::after_commit(const SwitchStats& sw) {
 void TrainJob::take_over_as_leader(const SwitchStats& sw) {
   DT_CHECK(sw.leader_moved, "world rank 0 changed process without a leader hand-over");
   s_.ls = LeaderState::parse(sw.leader_state);
+  control_.take_over(s_.ls.control, s_.step);
   adopt_rest_of_schedule(s_.ls.schedule);
   skip_past_entries();
   if (!args_.csv.empty()) s_.csv.open(args_.csv, std::ios::app);

@@ -5,6 +5,7 @@
 //   train_job_setup.cc     flag and schedule checks, output files, resume, the trainer
 //   train_job_schedule.cc  the schedule as it changes: requests, the per-step job sync, prepares
 //   train_job_report.cc    the leader's output: switch and step lines, CSV rows, JSON, summary
+//   train_job_notice.cc    preemption notices: the switch that vacates noticed processes
 //
 // Invariants: every rank of the current world calls the same collective methods in the same
 // order; set-up raises InputError identically on every rank before any communication it could
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "job/job_control.h"
 #include "job/train_job.h"
 #include "job/train_leader.h"
 #include "job/watchdog.h"
@@ -52,6 +54,7 @@ class TrainJob {
   // The loop (train_job.cc).
   bool boundary();                 // the work between two steps; false: the loop ends here
   void save_if_due();
+  bool act_on_notices();           // false: every process has notice (train_job_notice.cc)
   bool commit_if_due();            // false: this process left the job in the commit
   bool commit();
   train::StepStats train_step();
@@ -98,6 +101,7 @@ class TrainJob {
     std::optional<train::SwitchStats> switched;  // the switch committed at this step's boundary
     double slowest_step = 0;   // seconds; arms the step watchdog once nonzero
     bool outside_waiting = false;  // rank 0: ranks outside the layout wait for a message
+    int notice_exit = 0;       // 128 + signal once every process had notice (job/notice.h)
     // The job's leader (job/train_leader.h): world rank 0 of the current world; the role moves
     // with rank 0 in a commit (take_over_as_leader).
     bool leader = false;
@@ -109,6 +113,7 @@ class TrainJob {
   // Members are destroyed in reverse order: the watchdog before the trainer it watches, the
   // trainer before the files in s_ (as the steps left them).
   std::unique_ptr<train::Trainer> trainer_;
+  JobControl control_{args_.job};  // the scheduler protocol (--job DIR), on the leader
   Watchdog watchdog_;
   double switch_deadline_ = 0;  // seconds a switch may take before the watchdog ends the job
 };

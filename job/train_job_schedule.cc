@@ -1,11 +1,11 @@
 // TrainJob's schedule as it changes: prepares, requests from `dynatrain request`, and the
 // per-step job sync that hands rank 0's schedule to the other ranks (--job DIR).
 #include <cstdio>
-#include <sstream>
 
 #include "common/error.h"
 #include "job/fault_injection.h"
 #include "job/job_request.h"
+#include "job/schedule_tail.h"
 #include "job/train_job_run.h"
 
 namespace dynatrain::job {
@@ -19,6 +19,7 @@ void TrainJob::maybe_prepare() {
   trainer_->prepare(config, rest_of_schedule(), vacated_ranks(at));
   fault_point("prepare", trainer_->world().rank());  // fires DELAY_MS into the background prepare
   s_.preparing = config.str();
+  control_.switch_prepared(at, trainer_->config().str(), s_.preparing);
 }
 
 std::vector<int> TrainJob::vacated_ranks(std::int64_t at) const {
@@ -30,32 +31,14 @@ std::vector<int> TrainJob::vacated_ranks(std::int64_t at) const {
   return all;
 }
 
-// The schedule from entry `next` on, as a valid --schedule string (processes started by the
-// switch being prepared continue from it: it holds switches requested while running), then
-// "|STEP:R1,R2;..." for the switches among them that vacate ranks ("STEP:all": --migrate).
+// The schedule from entry `next` on (job/schedule_tail.h): processes started by the switch
+// being prepared continue from it, it holds switches requested while running.
 std::string TrainJob::rest_of_schedule() const {
-  std::string s = "0:", v;
-  s.append(trainer_->config().str());
-  for (std::size_t i = s_.next; i < s_.schedule.size(); ++i) {
-    const auto& [at, config] = s_.schedule[i];
-    s.append(";").append(std::to_string(at)).append(":").append(config.str());
-    if (auto it = s_.vacate_at.find(at); it != s_.vacate_at.end())
-      v.append(v.empty() ? "" : ";").append(std::to_string(at)).append(":").append(it->second);
-  }
-  return v.empty() ? s : s.append("|").append(v);
+  return encode_schedule_tail(trainer_->config(), s_.schedule, s_.next, s_.vacate_at);
 }
 
 void TrainJob::adopt_rest_of_schedule(const std::string& text) {  // the inverse, on another rank
-  const auto bar = text.find('|');
-  s_.schedule = parse_schedule(text.substr(0, bar));
-  s_.vacate_at.clear();
-  if (bar == std::string::npos) return;
-  std::stringstream items(text.substr(bar + 1));
-  std::string item;
-  while (std::getline(items, item, ';')) {
-    const auto colon = item.find(':');
-    s_.vacate_at[std::stoll(item.substr(0, colon))] = item.substr(colon + 1);
-  }
+  decode_schedule_tail(text, s_.schedule, s_.vacate_at);
 }
 
 void TrainJob::skip_past_entries() {
@@ -63,42 +46,14 @@ void TrainJob::skip_past_entries() {
   while (s_.next < s_.schedule.size() && s_.schedule[s_.next].first <= s_.step) ++s_.next;
 }
 
-// A request from `dynatrain request` (rank 0 reads it and decides): the switch goes into the
-// schedule at its step, or as soon as it can be prepared; never before a switch already being
-// prepared. Rank 0 only; the others learn the schedule in sync_job().
+// Requests from `dynatrain request` (rank 0 takes and answers them, job/job_control.h): a
+// switch goes into the schedule at its step, or as soon as it can be prepared; never before a
+// switch already being prepared. Rank 0 only; the others learn the schedule in sync_job().
 void TrainJob::take_request() {
-  auto q = take_job_request(args_.job);
-  if (!q) return;
-  vps::ParallelConfig config;
-  try {
-    config = q->to.empty() ? trainer_->config() : vps::ParallelConfig::parse(q->to);
-    Trainer::check_supported(o_, config);
-    // Named ranks only (`--migrate`: resolved when the switch is prepared).
-    const std::vector<int> vacate = q->vacate != kVacateAll ? parse_rank_list(q->vacate) : std::vector<int>{};
-    for (int v : vacate)
-      if (v >= trainer_->world_size())
-        DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 0..", trainer_->world_size() - 1);
-  } catch (const InputError& e) {
-    std::printf("request refused: %s; training continues in %s\n", e.what(), trainer_->config().str().c_str());
-    return;
-  }
-  std::int64_t at = q->at_step >= 0 ? q->at_step : s_.step + trainer_->lookahead();
-  std::int64_t earliest = s_.step + 1;
-  if (trainer_->preparing()) earliest = std::max(earliest, s_.schedule[s_.next].first + 1);
-  at = std::max(at, earliest);
-  if (at >= args_.steps) {  // it would never run
-    std::printf("request refused: a switch before step %lld is at or past --steps %lld; training continues in %s\n",
-                static_cast<long long>(at), static_cast<long long>(args_.steps), trainer_->config().str().c_str());
-    return;
-  }
-  std::size_t i = s_.next;
-  while (i < s_.schedule.size() && s_.schedule[i].first < at) ++i;
-  if (i < s_.schedule.size() && s_.schedule[i].first == at) s_.schedule[i].second = config;
-  else s_.schedule.insert(s_.schedule.begin() + static_cast<std::ptrdiff_t>(i), {at, config});
-  if (q->vacate.empty()) s_.vacate_at.erase(at);
-  else s_.vacate_at[at] = q->vacate;
-  std::printf("request: switch to %s before step %lld%s\n", config.str().c_str(), static_cast<long long>(at),
-              q->vacate.empty() ? "" : (", vacating ranks " + q->vacate).c_str());
+  RequestContext ctx{s_.schedule, s_.vacate_at, s_.next, s_.step, args_.steps, trainer_->lookahead(),
+                     trainer_->preparing(), trainer_->world_size(), trainer_->config(),
+                     [this](vps::ParallelConfig& c) { Trainer::check_supported(o_, c); }};
+  control_.take_requests(ctx);
 }
 
 // Periodic saves; none at the step resumed from, unless saving into another directory (that

@@ -146,6 +146,10 @@ void TrainJob::open_outputs() {
     DT_INPUT_ERROR("cannot write JSON file '", args_.json, "'");
   if (!comm::agree_with_root(world, args_.job.empty() || access(args_.job.c_str(), W_OK) == 0))
     DT_INPUT_ERROR("job directory '", args_.job, "' is not a writable directory");
+  const std::string held = s_.leader ? control_.start({{"model", o_.model.name}, {"steps", args_.steps},
+                                                       {"schedule", args_.schedule}, {"processes", world.size()}}) : "";
+  if (!comm::agree_with_root(world, held.empty()))
+    DT_INPUT_ERROR(s_.leader ? held : "rank 0 cannot take job directory '" + args_.job + "'");
   if (s_.csv.is_open()) {
     s_.csv.precision(9);
     s_.csv << "step,loss,tokens_per_s,step_s,layout,ranks,switch_plan_s,switch_transfer_s,"

@@ -13,6 +13,8 @@
 
 namespace dynatrain::job {
 
+inline constexpr int kLeaderStateVersion = 1;
+
 struct LeaderState {
   struct Tally {  // steady-state throughput of one layout (first step after a switch excluded)
     double tokens = 0, seconds = 0;
@@ -24,9 +26,15 @@ struct LeaderState {
   // The schedule from the current layout on (--schedule syntax, then "|STEP:R1,R2;..." for
   // switches that vacate ranks): it holds the requests taken so far.
   std::string schedule;
+  // The scheduler protocol's state (job/job_control.h: JobControl::hand_over): requests
+  // accepted and not yet committed, the last switch.
+  nlohmann::json control = nlohmann::json::object();
 
+  // JSON: {"version": kLeaderStateVersion, "records", "p2p_bytes_per_s", "schedule",
+  // "per_layout": {LAYOUT: [tokens, seconds, steps]}, "control"}.
   std::string serialize() const;
-  // The inverse; InvariantError when `blob` is not serialize()'s output.
+  // The inverse; InputError naming an unknown version (every process of a job must run the
+  // same dynatrain), InvariantError when `blob` is not serialize()'s output.
   static LeaderState parse(const std::string& blob);
 };
 

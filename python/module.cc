@@ -16,6 +16,7 @@
 #include "plan/checker.h"
 #include "plan/planner.h"
 #include "plan/stats.h"
+#include "python/c10d_bindings.h"
 #include "python/checkpoint_bindings.h"
 #include "python/lease_bindings.h"
 #include "python/bindings.h"
@@ -181,8 +182,8 @@ py::dict config_dict(const vps::ParallelConfig& c, int rank) {
 
 void bind_manager(py::module_& m) {
   py::class_<Manager, std::shared_ptr<Manager>>(m, "Manager")
-      // `comm`: an MPI communicator's Fortran handle, or the job a grow started this process
-      // for (join_job(); `config` is then the job's current layout).
+      // `comm`: an MPI communicator's Fortran handle, a c10d_world() (c10d_bindings.h), or the
+      // job a grow started this process for (join_job(); `config` is then the job's current layout).
       .def(py::init([](const py::object& comm, const py::object& model, const std::string& config,
                        const std::string& states, std::int64_t bucket_elems, int param_bytes,
                        std::uint64_t mem_budget, int gpus_per_node, bool align_pages, bool prefault) {
@@ -193,7 +194,8 @@ void bind_manager(py::module_& m) {
              auto first = vps::ParallelConfig::parse(config);
              if (py::isinstance<Elastic>(comm))
                return std::make_shared<Manager>(comm.cast<std::shared_ptr<Elastic>>(), std::move(layouts), first, t);
-             auto world = transport_from_fortran_handle(comm.cast<std::int64_t>());
+             auto world = py::isinstance<PendingWorld>(comm) ? take_world(comm.cast<PendingWorld&>())
+                                                             : transport_from_fortran_handle(comm.cast<std::int64_t>());
              py::gil_scoped_release unlocked;
              return std::make_shared<Manager>(std::move(world), std::move(layouts), first, t, prefault);
            }),
@@ -338,4 +340,5 @@ PYBIND11_MODULE(_native, m) {
   python::bind_checkpoint(m);
   python::bind_leases(m);
   python::bind_elastic(m);
+  python::bind_c10d(m);
 }

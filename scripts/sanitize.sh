@@ -22,7 +22,7 @@ configure() {  # configure DIR FLAGS: -O1 -g1 (line tables for reports) keeps th
 asan() {
   configure build-asan "-fsanitize=address,undefined -fno-sanitize-recover=undefined"
   cmake --build build-asan -j"$jobs" --target test_vps test_plan test_input_bounds test_exec_unit test_exec_inproc \
-        test_comm_inproc test_comm_mpi test_exec_mpi test_ckpt
+        inproc_transport_test mpi_transport_test test_exec_mpi test_ckpt
   # Full stacks (Open MPI is built without frame pointers) and its plugins kept loaded, so the
   # suppressions can match Open MPI's own leaks by library name.
   export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0:exitcode=86:fast_unwind_on_malloc=0"
@@ -30,14 +30,14 @@ asan() {
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   export OMPI_MCA_mca_base_component_disable_dlclose=1
   local b=build-asan/tests
-  for t in "$b/test_vps" "$b/plan/test_plan" "$b/reliability/test_input_bounds" "$b/exec/test_exec_unit" "$b/comm/test_comm_inproc" \
+  for t in "$b/test_vps" "$b/plan/test_plan" "$b/reliability/test_input_bounds" "$b/exec/test_exec_unit" "$b/comm/inproc_transport_test" \
            "$b/exec/test_exec_inproc" "$b/ckpt/test_ckpt"; do
     echo "asan: $t"
     "$t" --gtest_brief=1
   done
   for np in 2 4; do
-    echo "asan: mpirun -np $np test_comm_mpi, test_exec_mpi"
-    mpirun -np "$np" "$b/comm/test_comm_mpi" --gtest_brief=1
+    echo "asan: mpirun -np $np mpi_transport_test, test_exec_mpi"
+    mpirun -np "$np" "$b/comm/mpi_transport_test" --gtest_brief=1
     mpirun -np "$np" "$b/exec/test_exec_mpi" >/dev/null
   done
   echo "asan: no reports"
@@ -45,10 +45,10 @@ asan() {
 
 tsan() {
   configure build-tsan "-fsanitize=thread"
-  cmake --build build-tsan -j"$jobs" --target test_comm_inproc test_exec_inproc
+  cmake --build build-tsan -j"$jobs" --target inproc_transport_test test_exec_inproc
   export TSAN_OPTIONS="halt_on_error=1:exitcode=87"
-  echo "tsan: test_comm_inproc"
-  build-tsan/tests/comm/test_comm_inproc --gtest_brief=1
+  echo "tsan: inproc_transport_test"
+  build-tsan/tests/comm/inproc_transport_test --gtest_brief=1
   echo "tsan: test_exec_inproc"
   build-tsan/tests/exec/test_exec_inproc --gtest_brief=1
   echo "tsan: no reports"

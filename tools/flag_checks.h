@@ -17,6 +17,8 @@
 #include <sstream>
 #include <string>
 
+#include "common/error.h"
+
 namespace dynatrain::tools {
 
 // An integer flag's check: the text is a decimal whole number (the rule above) in [lo, hi],
@@ -54,6 +56,13 @@ inline CLI::Validator positive_number_up_to(double hi) {
         return {};
       },
       "NUMBER in (0, " + bound.str() + "]");
+}
+
+// For a value whose check depends on another flag (so it runs after parsing, not as a CLI11
+// check): `request --timeout S` is only checked with --wait.
+inline void require_positive_finite(const char* flag, double value, double hi) {
+  if (!std::isfinite(value) || value <= 0 || value > hi)
+    DT_INPUT_ERROR(flag, " ", value, " is not valid; give a positive finite number up to ", hi);
 }
 
 }  // namespace dynatrain::tools

@@ -6,6 +6,7 @@
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
 #include "job/mpi_world.h"
+#include "job/notice.h"
 #include "job/supervisor.h"
 #include "job/train_job.h"
 
@@ -67,6 +68,15 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--resume", args->resume_dir,
                   "Continue from this directory's latest checkpoint, in the schedule's layout for its step");
+  auto notice_signal = std::make_shared<std::string>("TERM");
+  cmd->add_option("--notice-signal", *notice_signal,
+                  "Signal that gives ONE process notice that it will be gone in --notice-s seconds: the "
+                  "job vacates its ranks into a layout for the others and goes on (TERM, USR1, USR2, HUP, "
+                  "or none: the signal stops the job)")
+      ->capture_default_str();
+  cmd->add_option("--notice-s", args->notice.seconds, "Seconds from a notice until the process is gone")
+      ->check(positive_number_up_to(86400))
+      ->capture_default_str();
   cmd->add_option("--max-restarts", supervise_settings->max_restarts,
                   "Run without mpirun: start the job on --np processes and restart it from the last "
                   "checkpoint, on one process fewer, up to K times when a process dies (job/supervisor.h)")
@@ -76,9 +86,10 @@ Command add_train_command(CLI::App& app) {
                       ->check(whole_number_in(1, 131072));
   cmd->add_option("--mpirun", supervise_settings->mpirun, "With --max-restarts: the mpirun to start the job with")
       ->capture_default_str();
-  return [args, launch, supervise_settings, np_flag] {
+  return [args, launch, supervise_settings, np_flag, notice_signal] {
     // The flags' values were checked while parsing (before MPI starts: identical on every rank,
     // printed once by rank 0).
+    args->notice.signal = job::parse_notice_signal(*notice_signal);
     if (supervise_settings->max_restarts > 0) {  // the supervisor: outside MPI, it starts mpirun
       if (np_flag->count() == 0) DT_INPUT_ERROR("--max-restarts needs --np N, the processes to start");
       supervise_settings->argv = job::train_argv_for_job();

@@ -119,7 +119,7 @@ class MpiTransport final : public Transport {
   MPI_Comm runs_comm_ = MPI_COMM_NULL;  // the runs protocol's descriptors and answers
   std::vector<char> runs_direct_;       // per peer: runs go by cross-memory attach
   std::vector<int> node_of_;            // per rank: the lowest rank on its node
-  std::shared_ptr<detail::RunsProgress> runs_progress_;  // posted runs receives (mpi_transport.cc)
+  std::shared_ptr<detail::RunsProgress> runs_progress_;  // posted runs requests (mpi_runs.cc)
   void probe_runs_direct();
   int rank_ = 0;
   int size_ = 0;

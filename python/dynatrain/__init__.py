@@ -5,6 +5,7 @@
     m = dynatrain.Manager(MPI.COMM_WORLD, "tiny-dense", "tp=2,dp=2")         # collective
     w = m.tensors("param")            # name -> torch tensor viewing this rank's shard (no copy)
     m.group("dp")                     # mpi4py communicator of this rank's data-parallel group
+    m = dynatrain.Manager(None, ...)  # after torch.distributed.init_process_group(): its default group
     stats = m.switch("dp=4")          # collective: moves every state kind; re-read m.tensors()
     m.save("ckpt")                    # collective: checkpoint; Manager(..., resume="ckpt") loads it
 
@@ -25,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _abort, _agree, _checkpoint, _elastic, _native, _views, _watchdog
+from . import _abort, _agree, _c10d, _checkpoint, _elastic, _native, _views, _watchdog
 from ._agree import PeerError
 from ._elastic import Leaving
 from ._native import CommError, InternalError
@@ -109,7 +110,9 @@ class Manager:
     """This rank's training state in the Virtual Parameter Space, switchable between layouts.
 
     Collective: every rank of `comm` (an mpi4py communicator) constructs it with equal
-    arguments, and calls switch() together. Ranks beyond a config's world size hold nothing in
+    arguments, and calls switch() together. comm=None: the user's torch.distributed default
+    group when torch.distributed is initialised (processes fixed: docs/python.md,
+    "On torch.distributed"), else MPI.COMM_WORLD. Ranks beyond a config's world size hold nothing in
     that config (`active` is False) and take part in switches anyway.
     resume=DIR: the state, `step` and the saved extras come from DIR's latest checkpoint
     (Manager.save), saved in any config and process count; `resumed` is then True.
@@ -141,6 +144,7 @@ class Manager:
             if self.comm.size > 1:
                 _abort.install()
             return
+        comm = _c10d.resolve(comm)
         if comm.size > 1:
             _abort.install()
         self.comm = comm
@@ -152,8 +156,8 @@ class Manager:
             if param_bytes is None:
                 raise ValueError(f"param_dtype {param_dtype}; valid: torch.float32, torch.bfloat16")
             self._kind_dtype = self._kind_dtypes(param_bytes)
-            self._native = _native.Manager(comm.py2f(), self._options["model"], config, states, bucket_elems,
-                                           param_bytes, mem_budget, gpus_per_node)
+            self._native = _native.Manager(self._native_world(comm), self._options["model"], config, states,
+                                           bucket_elems, param_bytes, mem_budget, gpus_per_node)
             self._bind()
         if resume is not None:
             with self._collective("checkpoint resume", self._state_bytes()):
@@ -235,7 +239,6 @@ class Manager:
         Elastic managers: a config needing more processes than the job has grows it, fewer
         shrinks it, `vacate` names world ranks that must leave; processes that leave get Leaving
         (exit status 0), `comm` is then the job's new communicator (docs/python.md)."""
-        from mpi4py import MPI
         self._require_member()
         t0 = time.perf_counter()
         with self._collective(f"Manager.switch to {to_cfg!r}", self._state_bytes()):
@@ -253,19 +256,27 @@ class Manager:
             self.step = step
             self._bind()
             _agree.together(self.comm, "extra state set()", lambda: self._set_extra(job, ranks))
-            stats["rebind_seconds"] = self.comm.allreduce(time.perf_counter() - t1, op=MPI.MAX)
-            stats["pause_seconds"] = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            stats["rebind_seconds"] = _c10d.all_max(self.comm, time.perf_counter() - t1)
+            stats["pause_seconds"] = _c10d.all_max(self.comm, time.perf_counter() - t0)
         stats["config"] = self._config["config"]
         _views.warn_if_pinned(self._native.pool_stats()["deferred_bytes"])
         return stats
 
     def _check_switch(self, to_cfg: str, vacate) -> bool:
         """Whether the switch changes the job's processes (python/dynatrain/_elastic.py, which
-        refuses a vacate list on fixed processes); a switch within them is validated here."""
+        refuses a vacate list on fixed processes; _c10d.py what needs MPI on torch.distributed); a
+        switch within them is validated here."""
+        _c10d.refuse_process_change(self, to_cfg, vacate)
         if _elastic.changes_processes(self, to_cfg, vacate):
             return True
         self._native.validate(to_cfg)
         return False
+
+    @staticmethod
+    def _native_world(comm):
+        """What the native Manager runs on: a transport over a torch.distributed Comm's group, or
+        an mpi4py communicator's Fortran handle."""
+        return _c10d.native_world(comm) if _c10d.is_c10d(comm) else comm.py2f()
 
     def _require_member(self) -> None:
         if self.comm is None:
@@ -299,7 +310,8 @@ class Manager:
         self._require_member()
         with self._collective(f"Manager.prepare of {to_cfg!r}"):
             _agree.agree(self.comm, "prepare arguments", {"to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate)})
-            _agree.together(self.comm, f"prepare of {to_cfg!r}", lambda: _elastic.prepare(self, to_cfg, vacate))
+            _agree.together(self.comm, f"prepare of {to_cfg!r}", lambda: (
+                _c10d.refuse_process_change(self, to_cfg, vacate), _elastic.prepare(self, to_cfg, vacate)))
 
     def _reference_switch(self, to_cfg: str) -> float:
         """Benchmark only: the same switch timed inside C++ (bench/python_switch_bench.py)."""
@@ -411,14 +423,18 @@ class Manager:
         self._groups = self._groups_for(self._config["config"])
 
     def _groups_for(self, config: str) -> Dict[str, Any]:
-        """mpi4py sub-communicators of the current config, split once per config (collective).
+        """mpi4py sub-communicators of the current config, split once per config (collective;
+        torch.distributed groups on a Manager over torch.distributed, _c10d.groups).
         Groups of one rank are duplicates of COMM_SELF and dp_cp is dp where cp is 1: no split
         (each costs collectives over the whole job; the sizes are the config's, equal everywhere)."""
         if config not in self._group_cache:
-            from mpi4py import MPI
             c = self._config
             sizes = {"tp": c["tp"], "cp": c["cp"], "dp": c["dp"], "dp_cp": c["dp"] * c["cp"], "pp": c["pp"],
                      "ep": c["ep"], "etp": c["etp"], "edp": c["edp"]}
+            if _c10d.is_c10d(self.comm):  # torch.distributed.new_group, not MPI_Comm_split
+                self._group_cache[config] = _c10d.groups(self.comm, self._native.group_colors(), sizes, c["cp"])
+                return self._group_cache[config]
+            from mpi4py import MPI
             groups = {}
             for name, (color, key) in self._native.group_colors().items():
                 if name == "dp_cp" and c["cp"] == 1:

@@ -40,7 +40,7 @@ def _world():
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
         return mpi.COMM_WORLD.rank, mpi.COMM_WORLD.size, mpi.COMM_WORLD
-    rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "-1"))
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", os.environ.get("RANK", "-1")))
     return int(rank) if rank.lstrip("-").isdigit() else -1, 1, None
 
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict
 
 from . import _native
 from ._agree import agree
+from ._c10d import all_max, all_sum
 from ._native import CommError, InternalError
 
 STATE_FILE = "python-state.pkl"
@@ -96,9 +97,8 @@ def save(m, directory) -> Dict[str, Any]:
     state = {"step": step, "python": {"state_file": STATE_FILE, "extras": sorted(extras), "processes": comm.size}}
     _on_every_rank(comm, "checkpoint save", lambda: _native.ckpt_commit(
         mgr, directory, step, json.dumps(state), [(STATE_FILE, payload)]) if root else None, io=True)
-    from mpi4py import MPI
-    return {"path": step_dir, "seconds": comm.allreduce(time.perf_counter() - t0, op=MPI.MAX),
-            "bytes": comm.allreduce(written + len(payload), op=MPI.SUM)}
+    return {"path": step_dir, "seconds": all_max(comm, time.perf_counter() - t0),
+            "bytes": all_sum(comm, written + len(payload))}
 
 
 def _open(m, directory: str):
@@ -135,10 +135,9 @@ def resume(m, directory) -> None:
     ckpt = _on_every_rank(comm, "checkpoint resume", lambda: _open(m, directory))
     stats = _on_every_rank(comm, "checkpoint resume", lambda: _native.ckpt_load(m._native, ckpt))
     state = _on_every_rank(comm, "checkpoint resume", lambda: _saved_state(ckpt))
-    from mpi4py import MPI
-    stats["seconds"] = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+    stats["seconds"] = all_max(comm, time.perf_counter() - t0)
     for key in ("bytes_read", "bytes_loaded"):
-        stats[key] = comm.allreduce(stats[key], op=MPI.SUM)
+        stats[key] = all_sum(comm, stats[key])
     stats.update(path=ckpt.step_dir, saved_config=ckpt.config, saved_files=ckpt.files)
     m.step = state["step"]
     m._pending_extra.update(state["extras"])

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import Manager, tp
+from . import Manager, _c10d, tp
 from ._agree import agree
 from ._describe import Description, describe
 from ._grads import GradBuffers
@@ -58,7 +58,7 @@ def check_layout(layout: str, sizes: Optional[Dict[str, int]] = None) -> None:
 def _broadcast(comm, t: torch.Tensor) -> torch.Tensor:
     """Rank 0's values of `t` on every rank (a contiguous copy; shapes agreed beforehand)."""
     out = t.detach().contiguous().clone()
-    comm.Bcast(tp._raw(out), root=0)
+    tp.broadcast_(out, comm)
     return out
 
 
@@ -252,7 +252,7 @@ class Job:
         for info, param in zip(m.buckets, m.buffers("param")):
             group = m.group("edp" if info["expert"] else "dp_cp")
             if group is not None and group.size > 1:
-                group.Allgather(tp.in_place(), tp._raw(param))
+                tp.all_gather_in_place_(param, group)
 
     def _keep_lazy_state(self) -> None:
         """State torch created itself in the step (SGD's first momentum buffer) moves into the
@@ -418,11 +418,10 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
     """Collective: trains `model` and `optimizer` (Adam, AdamW or SGD) on DynaTrain's state in
     `layout`, tensor-parallel as `plan` says (glob over module / parameter names -> column, row,
     vocab, replicated, expert). Rank 0's parameters (and optimizer state) are the initial values,
-    unless `resume` names a checkpoint or this process joins a running job. Returns the Job; the
+    unless `resume` names a checkpoint or this process joins a running job. comm=None: the
+    torch.distributed default group when it is initialised, else MPI.COMM_WORLD. Returns the Job; the
     model and optimizer objects stay the user's and keep working after every job.switch()."""
-    if comm is None:
-        from mpi4py import MPI  # here, not at import: `import dynatrain` leaves MPI alone
-        comm = MPI.COMM_WORLD
+    comm = _c10d.resolve(comm)  # None: torch.distributed's default group when initialised, else MPI.COMM_WORLD
     described, spec = _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by)
     names_of = {id(p): n for n, p in described.params}
     settings = [layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume is not None]

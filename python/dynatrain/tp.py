@@ -12,7 +12,8 @@ the user's own nn.Linear / nn.Embedding modules so that their forward code does 
 
 Every collective reads the tp communicator and this rank's tp coordinate from `tp_of()` when it
 runs, not when it is installed: the group changes at each switch. Tensors are on the CPU and
-reduced through mpi4py; bfloat16 is reduced in float32 (numpy has no bfloat16).
+reduced through mpi4py, or through torch.distributed when the group is a _c10d.Comm (a Manager on
+torch.distributed); bfloat16 is reduced in float32 (numpy has no bfloat16) and gathered as bytes.
 """
 from __future__ import annotations
 
@@ -23,32 +24,43 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-TpOf = Callable[[], Tuple[Any, int]]  # () -> (tp mpi4py communicator or None, vocab size or 0)
+from ._c10d import is_c10d
+
+TpOf = Callable[[], Tuple[Any, int]]  # () -> (tp communicator or None, vocab size or 0)
 
 MODULE_STYLES = {"column": nn.Linear, "row": nn.Linear, "vocab": (nn.Embedding, nn.Linear)}
 
 
-def in_place():
-    from mpi4py import MPI
-    return MPI.IN_PLACE
+def _sum_in_place(t: torch.Tensor, comm) -> None:
+    """float32 `t` summed over `comm` in place."""
+    if is_c10d(comm):
+        comm.all_reduce_(t)
+    else:
+        from mpi4py import MPI
+        comm.Allreduce(MPI.IN_PLACE, t.numpy())
 
 
 def all_reduce_(t: torch.Tensor, comm) -> torch.Tensor:
     """Sums `t` (contiguous, CPU) over `comm` in place; a no-op for no group or one rank."""
     if comm is None or comm.size == 1:
         return t
-    from mpi4py import MPI
     if t.dtype == torch.float32:
-        comm.Allreduce(MPI.IN_PLACE, t.numpy())
+        _sum_in_place(t, comm)
     else:
         wide = t.float()
-        comm.Allreduce(MPI.IN_PLACE, wide.numpy())
+        _sum_in_place(wide, comm)
         t.copy_(wide)
     return t
 
 
 def reduce_scatter_(src: torch.Tensor, dst: torch.Tensor, comm) -> torch.Tensor:
-    """dst = this rank's part (rank order, equal parts) of the sum of every rank's `src`."""
+    """dst = this rank's part (rank order, equal parts) of the sum of every rank's `src`.
+    On torch.distributed (Gloo has no reduce-scatter): an all-reduce of a float32 copy."""
+    if is_c10d(comm):
+        wide = src.float().clone() if src.dtype == torch.float32 else src.float()
+        comm.all_reduce_(wide)
+        dst.copy_(wide.view(comm.size, -1)[comm.rank].view(dst.shape))
+        return dst
     from mpi4py import MPI
     if src.dtype == torch.float32:
         comm.Reduce_scatter_block(src.numpy(), dst.numpy(), op=MPI.SUM)
@@ -65,8 +77,39 @@ def all_gather_last(t: torch.Tensor, comm) -> torch.Tensor:
         return t
     local = t.contiguous()
     parts = torch.empty((comm.size,) + tuple(local.shape), dtype=local.dtype)
-    comm.Allgather(_raw(local), _raw(parts))
+    _gather(comm, parts, local)
     return torch.cat(list(parts.unbind(0)), dim=-1)
+
+
+def all_gather_in_place_(flat: torch.Tensor, comm) -> None:
+    """Every rank's part (rank order, equal parts) of 1-D `flat` from its owner, in place."""
+    if is_c10d(comm):
+        parts = flat.view(comm.size, -1)
+        _gather(comm, parts, parts[comm.rank].clone())
+    else:
+        from mpi4py import MPI
+        comm.Allgather(MPI.IN_PLACE, _raw(flat))
+
+
+def broadcast_(t: torch.Tensor, comm) -> None:
+    """Rank 0's values of contiguous `t` on every rank of `comm`, in place."""
+    if is_c10d(comm):
+        comm.broadcast_(_bytes(t), root=0)
+    else:
+        comm.Bcast(_raw(t), root=0)
+
+
+def _gather(comm, parts: torch.Tensor, local: torch.Tensor) -> None:
+    """parts[i] = rank i's `local` (parts: (comm.size,) + local.shape, contiguous)."""
+    if is_c10d(comm):
+        comm.all_gather_(list(_bytes(parts).unbind(0)), _bytes(local))
+    else:
+        comm.Allgather(_raw(local), _raw(parts))
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """`t` as a type Gloo moves (bfloat16 as bytes, the last dim twice as long)."""
+    return t.view(torch.uint8) if t.dtype == torch.bfloat16 else t
 
 
 def _raw(t: torch.Tensor):

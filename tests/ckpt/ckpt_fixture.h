@@ -8,6 +8,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "vps/layout.h"
+#include "vps/model_spec.h"
 
 namespace dynatrain::ckpt {
 
@@ -20,6 +21,17 @@ struct OwnedArenas {
     return a;
   }
 };
+
+// The ckpt tests' layout options: param, master and both moments; 3000-element buckets (several
+// buckets, uneven ZeRO shards).
+vps::LayoutOptions options();
+// `config` of preset `model`, validated for it, with options().
+vps::Layout layout(const std::string& model, const std::string& config);
+// An empty scratch directory named after `name` and this process; removed when the process exits.
+std::string fresh_dir(const std::string& name);
+// A tiny DeepSeek-style model: MLA with a query low-rank projection, shared experts, router
+// bias and a dense first layer (the tensors the trainer does not run but checkpoints carry).
+vps::ModelSpec tiny_deepseek();
 
 OwnedArenas allocate(const vps::Layout& layout, int rank);
 // Fills every segment of `rank` with the oracle.

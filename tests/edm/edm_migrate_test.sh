@@ -32,17 +32,17 @@ mpirun -np 2 "$BIN" "${COMMON[@]}" --static --csv "$OUT/static.csv" > "$OUT/stat
   { cat "$OUT/static.log"; fail "static run"; }
 
 rm -rf "$OUT/job" && mkdir -p "$OUT/job"
-"$BIN" request --job "$OUT/job" --migrate --at-step 4 > /dev/null || fail "request --migrate"
 rm -f "$OUT/migrate.csv" "$OUT/migrate.json"
-(cd "$OUT" && exec mpirun -np 2 "$BIN" "${COMMON[@]}" --job job --lookahead 2 --csv migrate.csv \
+(cd "$OUT" && exec env $(hold_env "$OUT/job") mpirun -np 2 "$BIN" "${COMMON[@]}" --job job --lookahead 2 --csv migrate.csv \
   --json migrate.json > migrate.log 2>&1) &
 pid=$!
 sample_pids "$pid" "$OUT/pids.txt" &
 sampler=$!
-# The second request once the job has taken the first (one request file at a time).
-for _ in $(seq 1 3000); do [[ -e "$OUT/job/request" ]] || break; sleep 0.01; done
-[[ -e "$OUT/job/request" ]] && fail "the job did not take the first request"
+# Both requests queued together: each is answered, and both run.
+wait_held "$OUT/job"
+"$BIN" request --job "$OUT/job" --migrate --at-step 4 > /dev/null || fail "request --migrate"
 "$BIN" request --job "$OUT/job" --migrate --at-step 10 > /dev/null || fail "second request --migrate"
+release "$OUT/job"
 wait "$pid" || { cat "$OUT/migrate.log"; fail "migrating run exited with $?"; }
 wait "$sampler"
 
@@ -77,19 +77,32 @@ paste -d, "$OUT/static.csv" "$OUT/migrate.csv" | awk -F, 'NR > 1 { d = $2 - $14;
 
 # A migration requested before a grow moves the processes the grow started too.
 rm -rf "$OUT/job_grow" && mkdir -p "$OUT/job_grow"
+env $(hold_env "$OUT/job_grow") mpirun -np 2 "$BIN" train --model tiny-dense --steps 6 --global-batch 8 --seq 32 --threads 1 --schedule "0:dp=2;3:dp=4" \
+  --job "$OUT/job_grow" --lookahead 1 --json "$OUT/grow_migrate.json" > "$OUT/grow_migrate.log" 2>&1 &
+pid=$!
+wait_held "$OUT/job_grow"
 "$BIN" request --job "$OUT/job_grow" --migrate --to dp=4 --at-step 5 > /dev/null || fail "request --migrate (after a grow)"
-mpirun -np 2 "$BIN" train --model tiny-dense --steps 6 --global-batch 8 --seq 32 --threads 1 --schedule "0:dp=2;3:dp=4" \
-  --job "$OUT/job_grow" --lookahead 1 --json "$OUT/grow_migrate.json" > "$OUT/grow_migrate.log" 2>&1 ||
-  { cat "$OUT/grow_migrate.log"; fail "grow then migrate: exit status $?"; }
+release "$OUT/job_grow"
+wait "$pid" || { cat "$OUT/grow_migrate.log"; fail "grow then migrate: exit status $?"; }
 grep -q '"placement": "4,5,6,7"' "$OUT/grow_migrate.json" ||
   { grep '"placement"' "$OUT/grow_migrate.json"; fail "the migration after the grow did not vacate all 4 processes"; }
 
 # A migration whose processes cannot start is refused; the job finishes in its processes.
 rm -rf "$OUT/job_refused" && mkdir -p "$OUT/job_refused"
-"$BIN" request --job "$OUT/job_refused" --migrate --at-step 2 > /dev/null || fail "request --migrate (refused case)"
-DT_EDM_EXECUTABLE=/nonexistent/dynatrain mpirun -np 2 "$BIN" train --model tiny-dense --steps 5 --global-batch 6 \
+env $(hold_env "$OUT/job_refused") DT_EDM_EXECUTABLE=/nonexistent/dynatrain mpirun -np 2 "$BIN" train --model tiny-dense --steps 5 --global-batch 6 \
   --seq 32 --threads 1 --schedule "0:dp=2" --job "$OUT/job_refused" --lookahead 1 --csv "$OUT/refused.csv" \
-  > "$OUT/refused.log" 2>&1 || { cat "$OUT/refused.log"; fail "refused migration: exit status $?"; }
+  > "$OUT/refused.log" 2>&1 &
+pid=$!
+wait_held "$OUT/job_refused"
+# --wait follows the request to its answer: the migration is refused (its processes cannot start).
+"$BIN" request --job "$OUT/job_refused" --migrate --at-step 2 --wait > "$OUT/refused_wait.out" 2> "$OUT/refused_wait.err" &
+waiter=$!
+for _ in $(seq 1 3000); do compgen -G "$OUT/job_refused/requests/*.json" > /dev/null && break; sleep 0.02; done
+release "$OUT/job_refused"
+wait "$pid" || { cat "$OUT/refused.log"; fail "refused migration: exit status $?"; }
+set +e; wait "$waiter"; rc=$?; set -e
+[[ $rc == 2 ]] && grep -q "refused: cannot start 2 process(es)" "$OUT/refused_wait.err" ||
+  { cat "$OUT/refused_wait.out" "$OUT/refused_wait.err"; fail "request --wait on a refused migration: exit $rc"; }
 grep -q "refused: cannot start 2 process(es): executable '/nonexistent/dynatrain' is missing" "$OUT/refused.log" ||
   { cat "$OUT/refused.log"; fail "no refusal line"; }
 grep -q "^leader:" "$OUT/refused.log" && fail "the leader moved in a refused migration"

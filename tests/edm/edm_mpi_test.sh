@@ -94,27 +94,37 @@ awk -F, 'NR > 1 { n++; if ($11 != 2) bad = 1 } END { exit bad || n != 6 }' "$OUT
   fail "steps missing or world changed after a failed spawn"
 # A switch requested from outside (`dynatrain request`) happens at the requested step; a request
 # the trainer cannot run is refused with one line and the job goes on.
-mkdir -p "$OUT/job"
+rm -rf "$OUT/job" && mkdir -p "$OUT/job"
+env $(hold_env "$OUT/job") mpirun -np 2 "$BIN" train --model tiny-dense --steps 6 --global-batch 4 --seq 16 --threads 1 \
+  --schedule "0:dp=2" --job "$OUT/job" --csv "$OUT/request.csv" > "$OUT/request.log" 2>&1 &
+pid=$!
+wait_held "$OUT/job"
 "$BIN" request --job "$OUT/job" --to tp=2 --at-step 3 > /dev/null || fail "request command"
-mpirun -np 2 "$BIN" train --model tiny-dense --steps 6 --global-batch 4 --seq 16 --threads 1 \
-  --schedule "0:dp=2" --job "$OUT/job" --csv "$OUT/request.csv" > "$OUT/request.log" 2>&1 ||
-  { cat "$OUT/request.log"; fail "run with a request"; }
+release "$OUT/job"
+wait "$pid" || { cat "$OUT/request.log"; fail "run with a request"; }
 grep -q "request: switch to tp=2,pp=1,dp=1,zero=1 before step 3" "$OUT/request.log" || { cat "$OUT/request.log"; fail "request not taken"; }
 awk -F, 'NR > 1 { want = $1 < 3 ? "tp=1 pp=1 dp=2 zero=1" : "tp=2 pp=1 dp=1 zero=1"; if ($5 != want) bad = 1 }
          END { exit bad }' "$OUT/request.csv" || fail "requested switch not at step 3"
+rm -rf "$OUT/job" && mkdir -p "$OUT/job"
+env $(hold_env "$OUT/job") mpirun -np 2 "$BIN" train --model tiny-dense --steps 2 --global-batch 4 --seq 16 --threads 1 \
+  --schedule "0:dp=2" --job "$OUT/job" > "$OUT/request_bad.log" 2>&1 &
+pid=$!
+wait_held "$OUT/job"
 "$BIN" request --job "$OUT/job" --to tp=3 > /dev/null || fail "request command (tp=3)"
-mpirun -np 2 "$BIN" train --model tiny-dense --steps 2 --global-batch 4 --seq 16 --threads 1 \
-  --schedule "0:dp=2" --job "$OUT/job" > "$OUT/request_bad.log" 2>&1 || { cat "$OUT/request_bad.log"; fail "bad request ended the job"; }
+release "$OUT/job"
+wait "$pid" || { cat "$OUT/request_bad.log"; fail "bad request ended the job"; }
 grep -q "request refused: tp=3 does not divide" "$OUT/request_bad.log" || { cat "$OUT/request_bad.log"; fail "bad request not refused"; }
 # With --job, a rank outside the layout waits for rank 0 without spinning: 3 processes train
 # dp=2 (rank 2 idle) until a request brings in dp=3 at step 40. Over steps 5-35 the idle rank
 # must use under a tenth of the CPU time of the least busy active rank (a per-step broadcast,
 # as before, used 23 %; the sleep-polled wait 1 %), and the switch must still happen.
 rm -rf "$OUT/idle" && mkdir -p "$OUT/idle"
-"$BIN" request --job "$OUT/idle" --to dp=3 --at-step 40 > /dev/null || fail "request command (dp=3)"
-mpirun -np 3 "$BIN" train --model tiny-dense --steps 44 --global-batch 12 --seq 64 --threads 1 \
+env $(hold_env "$OUT/idle") mpirun -np 3 "$BIN" train --model tiny-dense --steps 44 --global-batch 12 --seq 64 --threads 1 \
   --schedule "0:dp=2" --job "$OUT/idle" --csv "$OUT/idle.csv" > "$OUT/idle.log" 2>&1 &
 pid=$!
+wait_held "$OUT/idle"
+"$BIN" request --job "$OUT/idle" --to dp=3 --at-step 40 > /dev/null || fail "request command (dp=3)"
+release "$OUT/idle"
 declare -A rank_of at5 at35
 cpu_s() { awk '{ print ($14 + $15) / 100 }' "/proc/$1/stat" 2>/dev/null; }
 while kill -0 "$pid" 2>/dev/null; do
@@ -141,12 +151,14 @@ awk -v i="$idle" -v b="$busy" 'BEGIN { n = split(b, a, " "); m = a[1]; for (k = 
 # take their ranks (placement 0,3,4), the vacated ones hand over their state and exit (3 -> 5 ->
 # 3 processes), and the loss tracks the static run.
 rm -rf "$OUT/vacate" && mkdir -p "$OUT/vacate"
-"$BIN" request --job "$OUT/vacate" --to dp=3 --vacate 1,2 --at-step 4 > /dev/null || fail "request command (--vacate)"
 VCOMMON=(train --model tiny-dense --steps 10 --global-batch 6 --seq 16 --threads 1 --schedule "0:dp=3")
 mpirun -np 3 "$BIN" "${VCOMMON[@]}" --static --csv "$OUT/vacate_static.csv" > "$OUT/vacate_static.log" 2>&1 ||
   { cat "$OUT/vacate_static.log"; fail "static dp=3 run"; }
-mpirun -np 3 "$BIN" "${VCOMMON[@]}" --job "$OUT/vacate" --lookahead 2 --csv "$OUT/vacate.csv" > "$OUT/vacate.log" 2>&1 &
+env $(hold_env "$OUT/vacate") mpirun -np 3 "$BIN" "${VCOMMON[@]}" --job "$OUT/vacate" --lookahead 2 --csv "$OUT/vacate.csv" > "$OUT/vacate.log" 2>&1 &
 pid=$!
+wait_held "$OUT/vacate"
+"$BIN" request --job "$OUT/vacate" --to dp=3 --vacate 1,2 --at-step 4 > /dev/null || fail "request command (--vacate)"
+release "$OUT/vacate"
 count_processes "$pid" "$OUT/vacate_ps.txt"
 wait "$pid" || { cat "$OUT/vacate.log"; fail "vacating run exited with $?"; }
 grep -q "placement 0,3,4" "$OUT/vacate.log" || { cat "$OUT/vacate.log"; fail "vacated ranks not placed on new processes"; }
@@ -159,8 +171,12 @@ paste -d, "$OUT/vacate_static.csv" "$OUT/vacate.csv" | awk -F, 'NR > 1 { d = $2 
 "$BIN" request --job "$OUT/vacate" --to dp=3 --vacate 1,x > /dev/null 2>&1 && fail "request --vacate 1,x accepted"
 # A request to vacate a rank the job does not have is refused by the job with one line
 # (vacating rank 0 moves the leader role: edm_migrate_test.sh).
+rm -rf "$OUT/vacate" && mkdir -p "$OUT/vacate"
+env $(hold_env "$OUT/vacate") mpirun -np 3 "$BIN" train --model tiny-dense --steps 2 --global-batch 6 --seq 16 --threads 1 --schedule "0:dp=3" --job "$OUT/vacate" > "$OUT/vacate5.log" 2>&1 &
+pid=$!
+wait_held "$OUT/vacate"
 "$BIN" request --job "$OUT/vacate" --to dp=3 --vacate 5 > /dev/null || fail "request command (--vacate 5)"
-mpirun -np 3 "$BIN" train --model tiny-dense --steps 2 --global-batch 6 --seq 16 --threads 1 --schedule "0:dp=3" --job "$OUT/vacate" > "$OUT/vacate5.log" 2>&1 ||
-  { cat "$OUT/vacate5.log"; fail "a refused vacate ended the job"; }
+release "$OUT/vacate"
+wait "$pid" || { cat "$OUT/vacate5.log"; fail "a refused vacate ended the job"; }
 grep -q "request refused: cannot vacate rank 5: valid ranks are 0..2" "$OUT/vacate5.log" || { cat "$OUT/vacate5.log"; fail "vacating rank 5 not refused"; }
 echo "edm mpi test: ok"

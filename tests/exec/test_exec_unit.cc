@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "exec/box_copy.h"
+#include "tests/exec/box_cases.h"
 #include "testing/fill.h"
 #include "exec/pool_allocator.h"
 #include "vps/layout.h"
@@ -16,13 +17,7 @@
 namespace dynatrain::exec {
 using namespace dynatrain::testing;
 namespace {
-
-vps::Box box(std::vector<std::int64_t> lo, std::vector<std::int64_t> hi) {
-  vps::Box b;
-  b.ndim = static_cast<std::uint8_t>(lo.size());
-  for (std::size_t d = 0; d < lo.size(); ++d) b.lo[d] = lo[d], b.hi[d] = hi[d];
-  return b;
-}
+using test::box;
 
 // Storage of `outer` where each element holds its row-major index in `global` (a big box).
 std::vector<std::uint32_t> storage(const vps::Box& outer, const vps::Box& global) {
@@ -32,28 +27,12 @@ std::vector<std::uint32_t> storage(const vps::Box& outer, const vps::Box& global
   return v;
 }
 
-vps::Box random_sub(std::mt19937& rng, const vps::Box& outer) {
-  vps::Box b = outer;
-  for (int d = 0; d < outer.ndim; ++d) {
-    const std::int64_t e = outer.extent(d);
-    std::int64_t a = rng() % e, z = rng() % e;
-    if (a > z) std::swap(a, z);
-    if (rng() % 3 == 0) a = 0, z = e - 1;  // often full: exercises the folded fast path
-    b.lo[d] = outer.lo[d] + a;
-    b.hi[d] = outer.lo[d] + z + 1;
-  }
-  return b;
-}
-
 TEST(BoxCopy, RandomBoxesAllRanksPackUnpackAndDirect) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 400; ++trial) {
     const int nd = 1 + trial % 4;
-    std::vector<std::int64_t> lo(nd, 0), hi(nd);
-    for (int d = 0; d < nd; ++d) hi[d] = 1 + rng() % 6;
-    const vps::Box global = box(lo, hi);
-    const vps::Box s_outer = random_sub(rng, global), d_outer = random_sub(rng, global);
-    const vps::Box q = vps::intersect(s_outer, d_outer);
+    const test::BoxCase bc = test::random_box_case(rng, nd, 6);
+    const vps::Box &global = bc.global, &s_outer = bc.src, &d_outer = bc.dst, &q = bc.q;
     if (q.empty()) continue;
     const auto src = storage(s_outer, global);
     // Direct strided -> strided.
@@ -62,10 +41,7 @@ TEST(BoxCopy, RandomBoxesAllRanksPackUnpackAndDirect) {
              d_outer, 4);
     for (std::int64_t i = 0; i < d_outer.numel(); ++i) {
       const auto c = d_outer.coord_at(i);
-      vps::Box one = box(std::vector<std::int64_t>(c.begin(), c.begin() + nd),
-                         std::vector<std::int64_t>(c.begin(), c.begin() + nd));
-      for (int d = 0; d < nd; ++d) one.hi[d] = one.lo[d] + 1;
-      const bool in = q.contains(one);
+      const bool in = test::holds(q, c);
       ASSERT_EQ(dst[i], in ? static_cast<std::uint32_t>(global.linear_index(c)) : 0xFFFFFFFF) << trial;
     }
     // Pack a random flat range of q, unpack it into a fresh destination.

@@ -7,6 +7,7 @@
 #include "plan/checker.h"
 #include "plan/planner.h"
 #include "plan/stats.h"
+#include "tests/plan/plan_fixture.h"
 
 namespace dynatrain::plan {
 namespace {
@@ -15,12 +16,8 @@ using vps::Layout;
 using vps::LayoutOptions;
 using vps::ModelSpec;
 using vps::ParallelConfig;
-
-LayoutOptions small_buckets(std::int64_t elems) {
-  LayoutOptions o;
-  o.bucket_elems = elems;
-  return o;
-}
+using plan_test::plan_between;
+using plan_test::small_buckets;
 
 // Bytes of segments (real data, no padding) over all ranks.
 std::uint64_t segment_bytes(const Layout& layout, int first_rank, int end_rank) {
@@ -30,21 +27,6 @@ std::uint64_t segment_bytes(const Layout& layout, int first_rank, int end_rank) 
       for (const auto& seg : buf.segments)
         bytes += seg.box.numel() * layout.options().elem_bytes[static_cast<int>(buf.kind)];
   return bytes;
-}
-
-struct Planned {
-  Layout src, dst;
-  std::vector<RankPlan> plans;
-  PlanStats stats;
-};
-
-Planned plan_between(const ModelSpec& m, const std::string& from, const std::string& to,
-                     LayoutOptions options = {}, Topology topo = {}) {
-  Layout src(m, ParallelConfig::parse(from), options), dst(m, ParallelConfig::parse(to), options);
-  Planner planner(src, dst, topo);
-  auto plans = planner.plan_all();
-  auto stats = compute_stats(plans, options.elem_bytes, topo);
-  return {std::move(src), std::move(dst), std::move(plans), stats};
 }
 
 TEST(Planner, IdenticalConfigMovesNothing) {
@@ -109,30 +91,6 @@ TEST(Planner, PlanRankAgreesWithPlanAll) {
     EXPECT_EQ(mine.send, all[r].send) << "rank " << r;
     EXPECT_EQ(mine.recv, all[r].recv) << "rank " << r;
   }
-}
-
-TEST(Checker, CatchesAMissingADuplicatedAndAStolenPiece) {
-  const auto m = vps::model_from_name("tiny-dense");
-  auto p = plan_between(m, "tp=2,pp=2,zero=1", "tp=1,pp=2,dp=4,zero=1", small_buckets(1000));
-  ASSERT_TRUE(check_plan(p.src, p.dst, p.plans).ok);
-
-  auto missing = p.plans;
-  auto& recv = missing[5].recv.begin()->second;
-  recv.pop_back();
-  auto r1 = check_plan(p.src, p.dst, missing);
-  EXPECT_FALSE(r1.ok);
-
-  auto twice = p.plans;
-  twice[0].keep.push_back(twice[0].keep.front());
-  auto r2 = check_plan(p.src, p.dst, twice);
-  EXPECT_FALSE(r2.ok);
-  EXPECT_NE(r2.violation.find("written 2 times"), std::string::npos) << r2.violation;
-
-  // A piece attributed to a source rank that does not hold it.
-  auto stolen = p.plans;
-  auto& piece = stolen[4].recv.begin()->second.front();
-  piece.src_segment += 1000;
-  EXPECT_FALSE(check_plan(p.src, p.dst, stolen).ok);
 }
 
 // ---- property test over random model / config pairs -------------------------------------

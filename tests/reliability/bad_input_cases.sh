@@ -85,7 +85,7 @@ bad 1 "extra-word" -- plan --model tiny-dense extra-word
 bad 1 "dynatrain" -- plann --model tiny-dense
 bad 1 "A subcommand is required" --
 
-# ---- Hugging Face config.json (vps/hf_config.cc; more hostile-JSON cases in tests/vps) ----
+# ---- Hugging Face config.json (vps/hf_config.cc; more hostile-JSON cases in tests/vps/hf_config_test.cc) ----
 j() { printf '%s' "$2" >"$tmp/$1.json"; echo "$tmp/$1.json"; }
 base='"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 300'
 bad 1 "cannot open model config '/nonexistent/config.json'" -- plan --model /nonexistent/config.json --from tp=1 --to tp=2
@@ -255,7 +255,28 @@ if [[ $with_train == 1 ]]; then
   bad 2 "--max-restarts starts mpirun itself" -- "${D[@]}" --steps 2 --max-restarts 1 --np 2 --save "$tmp/sv"
 fi
 
-# ---- request (a running train --job DIR) ----
-mkdir -p "$tmp/job"
+# ---- request (a running train --job DIR; job/job_request.h, job/job_status.h) ----
+# Cases with a live job (two requests at once both answered, a FIFO and malformed JSON in
+# DIR/requests/, --wait on a refused request, a job that dies): tests/job/job_control_test.sh
+# and tests/edm/edm_migrate_test.sh.
+mkdir -p "$tmp/job" "$tmp/ended"
+touch "$tmp/regular_file"
+mkfifo "$tmp/request_fifo"
+bad 1 "no live job holds '$tmp/job': no job holds it (no readable job.lock" -- request --job "$tmp/job" --to dp=2
+bad 1 "no live job holds '$tmp/job'" -- request --job "$tmp/job" --to dp=2 --wait
+bad 1 "'$tmp/regular_file' is a regular file, not a job directory" -- request --job "$tmp/regular_file" --to dp=2
+bad 1 "'$tmp/request_fifo' is a FIFO, not a job directory" -- request --job "$tmp/request_fifo" --to dp=2
+bad 1 "'/nonexistent/job' does not exist" -- request --job /nonexistent/job --to dp=2
+# A job that ended, and one whose leader's pid is gone (a lock left by a killed job).
+printf '{"version":1,"pid":1,"host":"h","started_unix":1}\n' > "$tmp/ended/job.lock"
+printf '{"version":1,"health":"ended","exit_code":0,"heartbeat_unix":1}\n' > "$tmp/ended/status.json"
+bad 1 "the job ended (exit code 0)" -- request --job "$tmp/ended" --to dp=2
+mkdir -p "$tmp/dead" && printf '{"version":1,"pid":999999999,"host":"%s","started_unix":1}\n' "$(hostname)" > "$tmp/dead/job.lock"
+bad 1 "its process 999999999 on $(hostname) is gone" -- request --job "$tmp/dead" --to dp=2
+mkdir -p "$tmp/stale" && printf '{"version":1,"pid":1,"host":"elsewhere.invalid","started_unix":1}\n' > "$tmp/stale/job.lock"
+bad 1 "its heartbeat is" -- request --job "$tmp/stale" --to dp=2
+bad 1 "a request needs --to CONFIG (or --migrate)" -- request --job "$tmp/job"
+bad 1 "--timeout 5 needs --wait" -- request --job "$tmp/job" --to dp=2 --timeout 5
+bad 1 "--timeout -1 is not valid" -- request --job "$tmp/job" --to dp=2 --wait --timeout -1
 bad 1 "--at-step: '99999999999999999999' is not a whole number" -- request --job "$tmp/job" --to dp=2 --at-step 99999999999999999999
 bad 1 "--at-step: -5 is out of range; valid: 0..9223372036854775807" -- request --job "$tmp/job" --to dp=2 --at-step -5

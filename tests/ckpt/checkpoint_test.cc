@@ -1,8 +1,6 @@
 // Checkpoints: save in one layout, load into others (other process counts, ZeRO stages, tp, pp,
 // ep), every destination byte checked against the content oracle; the pointer protocol; and
-// truncated or corrupted files refused with a clear error.
-#include <unistd.h>
-
+// truncated or corrupted files refused with a clear error. (The export: hf_export_test.cc.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,12 +8,10 @@
 #include <fstream>
 #include <functional>
 #include <random>
-#include <set>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/file_io.h"
-#include "ckpt/hf_export.h"
 #include "ckpt/safetensors.h"
 #include "common/error.h"
 #include "testing/fill.h"
@@ -25,38 +21,6 @@ namespace dynatrain::ckpt {
 namespace {
 
 namespace fs = std::filesystem;
-
-vps::LayoutOptions options() {
-  vps::LayoutOptions o;
-  o.kinds = vps::parse_state_kinds("param,master,exp_avg,exp_avg_sq");
-  o.bucket_elems = 3000;  // several buckets, uneven ZeRO shards
-  return o;
-}
-
-vps::Layout layout(const std::string& model, const std::string& config) {
-  auto c = vps::ParallelConfig::parse(config);
-  const auto m = vps::model_from_name(model);
-  c.validate_for(m);
-  return vps::Layout(m, c, options());
-}
-
-// Removes the checkpoints this process wrote when it exits.
-struct ScratchDirs {
-  std::vector<std::string> dirs;
-  ~ScratchDirs() {
-    std::error_code ignored;
-    for (const auto& d : dirs) fs::remove_all(d, ignored);
-  }
-};
-
-std::string fresh_dir(const std::string& name) {
-  static ScratchDirs scratch;
-  // The pid keeps two checkouts' suites (or two ctest runs) on one machine out of each other's files.
-  const std::string dir = ::testing::TempDir() + "dt_ckpt_" + std::to_string(getpid()) + "_" + name;
-  fs::remove_all(dir);
-  scratch.dirs.push_back(dir);
-  return dir;
-}
 
 // Loads every rank of `dst` from the latest checkpoint of `dir` and checks every segment byte.
 // Returns the bytes read in place (no staging copy); `read` (if given) gets the file bytes read.
@@ -243,23 +207,6 @@ TEST(Checkpoint, PartialReadsOfDimOneSplitsReadColumnBlocksOrWholeRowsByTheGapRu
   const LoadStats per_block = load_rank(c, to, 1, a.view(), blocks), merged = load_rank(c, to, 1, b.view());
   EXPECT_GT(per_block.read_calls, merged.read_calls * 10) << per_block.read_calls << " vs " << merged.read_calls;
   EXPECT_EQ(a.kind, b.kind);
-}
-
-// A tiny DeepSeek-style model: MLA with a query low-rank projection, shared experts, router
-// bias and a dense first layer (the tensors the trainer does not run but checkpoints carry).
-vps::ModelSpec tiny_deepseek() {
-  vps::ModelSpec m = vps::model_from_name("tiny-moe");
-  m.name = "tiny-deepseek";
-  m.family = "deepseek_v3";
-  m.qk_norm = false;
-  m.heads = m.kv_heads = 4;
-  m.kv_lora_rank = 12, m.qk_nope_dim = 8, m.qk_rope_dim = 4, m.v_head_dim = 6, m.head_dim = 12;
-  m.q_lora_rank = 10;
-  m.shared_expert_ffn = 16;
-  m.router_bias = true;
-  m.ffn = 48;
-  m.dense_layers = {0};
-  return m;
 }
 
 TEST(Checkpoint, RandomLayoutPairsLoadExactly) {
@@ -468,51 +415,6 @@ TEST(Checkpoint, RankFilesAreSafetensorsRecordingTheBoxes) {
   bool found = false;  // tp rank 1 holds the second half of fc2's columns: box [0,64)x[64,128)
   for (const auto& e : h.entries) found = found || e.name == "param/layers.0.mlp.fc2.weight/0,64-64,128";
   EXPECT_TRUE(found);
-}
-
-TEST(Export, HuggingFaceNamesAndValues) {
-  const auto a = layout("tiny-moe", "tp=2,pp=2,ep=2");
-  const std::string dir = fresh_dir("export");
-  save_filled(dir, 1, a);
-  const std::string out = dir + "/hf";
-  const auto stats = export_hf(open_latest(dir, a.model()), a.model(), out);
-  File f = File::open_read(out + "/model.safetensors");
-  const StHeader h = read_header(f.fd(), f.size(), f.path());
-  EXPECT_EQ(static_cast<std::int64_t>(h.entries.size()), stats.tensors);
-  std::map<std::string, StEntry> by_name;
-  for (const auto& e : h.entries) by_name[e.name] = e;
-  // k_proj of layer 1: rows of the qkv tensor's k head of each group, in group order.
-  const StEntry& k = by_name.at("model.layers.1.self_attn.k_proj.weight");
-  EXPECT_EQ(k.shape, (std::vector<std::int64_t>{4 * 8, 64}));  // 4 groups x head_dim 8, hidden 64
-  std::vector<std::uint16_t> data((k.end - k.begin) / 2);      // param is bf16: low 2 bytes of the word
-  read_exact(f.fd(), data.data(), k.end - k.begin, h.data_start + k.begin, f.path());
-  const auto& qkv = *std::find_if(a.tensors().begin(), a.tensors().end(),
-                                  [](const vps::TensorSpec& t) { return t.name == "layers.1.attn.qkv.weight"; });
-  const std::int64_t g = 3, row = 5, col = 7;  // group 3, row 5 of its k head, column 7
-  const std::int64_t vps_index = ((g * 4 + 2) * 8 + row) * 64 + col;  // [g, q_per_group + 2 = 4, 8, 64]
-  EXPECT_EQ(data[(g * 8 + row) * 64 + col],
-            static_cast<std::uint16_t>(testing::fill_word(qkv.id, vps::StateKind::kParam, vps_index)));
-  EXPECT_TRUE(by_name.count("model.layers.3.mlp.experts.7.down_proj.weight"));
-  EXPECT_TRUE(by_name.count("lm_head.weight"));
-  EXPECT_THROW((void)hf_tensors(vps::model_from_name("gpt3-1.3b")), InputError);
-  // Every tensor of the other families has a Hugging Face name and covers its VPS tensor.
-  vps::ModelSpec qwen2_moe = vps::model_from_name("tiny-moe");
-  qwen2_moe.family = "qwen2_moe", qwen2_moe.qk_norm = false, qwen2_moe.qkv_bias = true;
-  qwen2_moe.shared_expert_ffn = 16, qwen2_moe.shared_expert_gate = true;
-  for (const auto& m : {tiny_deepseek(), qwen2_moe}) {
-    std::map<std::string, std::int64_t> covered;  // VPS tensor -> elements exported
-    std::set<std::string> names;
-    const auto tensors = vps::build_tensors(m);
-    for (const auto& t : hf_tensors(m)) {
-      std::int64_t n = 1;
-      for (auto d : t.shape) n *= d;
-      EXPECT_EQ(n, t.box.numel()) << t.name;
-      covered[tensors[t.vps_tensor].name] += n;
-      EXPECT_TRUE(names.insert(t.name).second) << "twice: " << t.name;
-    }
-    for (const auto& t : tensors) EXPECT_EQ(covered[t.name], t.numel()) << m.family << " " << t.name;
-  }
-  EXPECT_TRUE(hf_tensors(tiny_deepseek()).size() > 0);
 }
 
 }  // namespace

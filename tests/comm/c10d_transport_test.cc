@@ -7,12 +7,12 @@
 
 #include "comm/c10d/c10d_transport.h"
 #include "common/error.h"
-#include "tests/comm/comm_cases.h"
+#include "tests/comm/transport_cases.h"
 
 namespace dynatrain::comm {
 namespace {
 
-using testing::comm_cases;
+using testing::transport_cases;
 using testing::CommCase;
 
 class C10dCase : public ::testing::TestWithParam<std::tuple<CommCase, int>> {};
@@ -30,7 +30,7 @@ TEST_P(C10dCase, Runs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Generic, C10dCase,
-                         ::testing::Combine(::testing::ValuesIn(comm_cases()), ::testing::Values(1, 2, 3, 4)),
+                         ::testing::Combine(::testing::ValuesIn(transport_cases()), ::testing::Values(1, 2, 3, 4)),
                          [](const ::testing::TestParamInfo<C10dCase::ParamType>& info) {
                            return std::string(std::get<0>(info.param).name) + "_np" +
                                   std::to_string(std::get<1>(info.param));

@@ -9,12 +9,12 @@
 
 #include "comm/inproc/inproc_transport.h"
 #include "common/error.h"
-#include "tests/comm/comm_cases.h"
+#include "tests/comm/transport_cases.h"
 
 namespace dynatrain::comm {
 namespace {
 
-using testing::comm_cases;
+using testing::transport_cases;
 using testing::CommCase;
 
 // Short enough that a deadlocked case fails fast, long enough for a loaded 2-core machine.
@@ -37,7 +37,7 @@ TEST_P(InprocCase, Runs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Generic, InprocCase,
-                         ::testing::Combine(::testing::ValuesIn(comm_cases()),
+                         ::testing::Combine(::testing::ValuesIn(transport_cases()),
                                             ::testing::Values(1, 2, 3, 4)),
                          [](const ::testing::TestParamInfo<InprocCase::ParamType>& info) {
                            return std::string(std::get<0>(info.param).name) + "_np" +

@@ -1,7 +1,7 @@
 // The comm test core: every case is one function written once against `Transport&`, run by every
 // rank. Bootstraps (style.md item 8):
-//   test_comm_inproc.cc  ranks as threads (run_ranks), 1..4 ranks, under gtest
-//   test_comm_mpi.cc     ranks as processes under `mpirun -np N`, also with a tiny MPI chunk size
+//   inproc_transport_test.cc  ranks as threads (run_ranks), 1..4 ranks, under gtest
+//   mpi_transport_test.cc     ranks as processes under `mpirun -np N`, also with a tiny MPI chunk size
 //
 // Cases check by content: every byte sent is a pure function of (sender, receiver, tag, index) and
 // every received byte is compared. A failed check throws CaseFailure naming the rank; no gtest
@@ -32,7 +32,7 @@ struct CommCase {
 inline void PrintTo(const CommCase& c, std::ostream* os) { *os << c.name; }
 
 // All generic cases, in a fixed order.
-const std::vector<CommCase>& comm_cases();
+const std::vector<CommCase>& transport_cases();
 
 }  // namespace dynatrain::comm::testing
 

@@ -1,4 +1,4 @@
-// Bootstrap 2 of the comm test core: ranks as processes. Run as `mpirun -np N test_comm_mpi`.
+// Bootstrap 2 of the comm test core: ranks as processes. Run as `mpirun -np N mpi_transport_test`.
 // Every case runs twice: with the default chunk size and with a 7-byte MPI chunk, which pushes
 // every message through the derived-datatype / chunked-collective paths that >2 GiB transfers use.
 //
@@ -14,12 +14,13 @@
 
 #include "comm/mpi/mpi_transport.h"
 #include "common/error.h"
-#include "tests/comm/comm_cases.h"
+#include "tests/comm/mpi_gtest_main.h"
+#include "tests/comm/transport_cases.h"
 
 namespace dynatrain::comm {
 namespace {
 
-using testing::comm_cases;
+using testing::transport_cases;
 using testing::CommCase;
 
 constexpr std::size_t kTinyChunk = 7;
@@ -48,7 +49,7 @@ TEST_P(MpiCase, Runs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Generic, MpiCase,
-                         ::testing::Combine(::testing::ValuesIn(comm_cases()),
+                         ::testing::Combine(::testing::ValuesIn(transport_cases()),
                                             ::testing::Values(MpiTransport::kDefaultMaxChunkBytes,
                                                               kTinyChunk)),
                          [](const ::testing::TestParamInfo<MpiCase::ParamType>& info) {
@@ -131,21 +132,5 @@ TEST(Mpi, ErrorMessageNamesOperationAndMpiString) {
 }  // namespace dynatrain::comm
 
 int main(int argc, char** argv) {
-  int result = 1;
-  try {
-    dynatrain::comm::MpiSession session(&argc, &argv);
-    ::testing::InitGoogleTest(&argc, argv);
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank != 0) {
-      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-      delete listeners.Release(listeners.default_result_printer());
-    }
-    const int mine = RUN_ALL_TESTS();
-    MPI_Allreduce(&mine, &result, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "test_comm_mpi: %s\n", e.what());
-    return 1;
-  }
-  return result;
+  return dynatrain::comm::testing::run_mpi_gtest(argc, argv, "mpi_transport_test");
 }

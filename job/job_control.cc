@@ -1,0 +1,193 @@
+#include "job/job_control.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "common/error.h"
+#include "job/job_events.h"
+#include "job/job_files.h"
+#include "job/job_request.h"
+
+namespace dynatrain::job {
+
+JobControl::JobControl(std::string dir) : dir_(std::move(dir)) {}
+
+JobControl::~JobControl() {
+  if (!leading_ || std::uncaught_exceptions() == 0) return;
+  // An error ends the job on this rank: the scheduler sees why in the events, not only on stderr.
+  health_ = "ended";
+  record_event("job_ended", {{"exit_code", -1}, {"error", "an error ended the job (its one line is on stderr)"}});
+  status_->update([](nlohmann::json& s) { s["health"] = "ended"; s["exit_code"] = -1; }, true);
+  status_.reset();
+  release_job_dir(dir_);
+  close_event_log();
+}
+
+std::string JobControl::start(const nlohmann::json& fields) {
+  if (dir_.empty()) return "";
+  const std::string why = hold_job_dir(dir_, /*take_over=*/false);
+  if (!why.empty()) return why;
+  status_ = std::make_unique<StatusFile>(dir_);
+  leading_ = true;
+  open_event_log(dir_, [this](const nlohmann::json&) { write_status(true); });
+  nlohmann::json f = fields;
+  f["pid"] = static_cast<long>(getpid());
+  f["host"] = host_name();
+  record_event("job_started", f);
+  return "";
+}
+
+void JobControl::take_over(const nlohmann::json& handed, std::int64_t step) {
+  if (dir_.empty()) return;
+  const std::string why = hold_job_dir(dir_, /*take_over=*/true);
+  if (!why.empty()) DT_INPUT_ERROR("the new leader cannot take the job directory: ", why);
+  status_ = std::make_unique<StatusFile>(dir_);
+  leading_ = true;
+  pending_.clear();
+  for (const auto& p : handed.value("pending", nlohmann::json::array()))
+    pending_[p.at("step").get<std::int64_t>()] = Pending{p.at("id").get<std::string>(), p.at("to").get<std::string>()};
+  last_switch_ = handed.value("last_switch", nlohmann::json());
+  open_event_log(dir_, [this](const nlohmann::json&) { write_status(true); });
+  record_event("leader_moved", {{"step", step}, {"pid", static_cast<long>(getpid())}, {"host", host_name()}});
+}
+
+nlohmann::json JobControl::hand_over() const {
+  nlohmann::json pending = nlohmann::json::array();
+  for (const auto& [step, p] : pending_) pending.push_back({{"step", step}, {"id", p.id}, {"to", p.to}});
+  return {{"pending", pending}, {"last_switch", last_switch_}};
+}
+
+void JobControl::resign() {
+  if (!leading_) return;
+  leading_ = false;
+  status_.reset();
+  close_event_log();
+}
+
+void JobControl::refuse(const std::string& id, const std::string& why, const std::string& layout) {
+  std::printf("request refused: %s; training continues in %s\n", why.c_str(), layout.c_str());
+  write_answer(dir_, Answer{id, AnswerState::kRefused, -1, "", why, {}});
+  record_event("request_refused", {{"request", id}, {"reason", why}});
+}
+
+void JobControl::take_requests(RequestContext& ctx) {
+  if (!leading_) return;
+  for (const auto& t : job::take_requests(dir_)) {
+    if (t.request) answer_taken(ctx, t.id, *t.request);
+    else if (reported_.insert(t.id).second) refuse(t.id, t.why, ctx.current.str());
+  }
+}
+
+void JobControl::answer_taken(RequestContext& ctx, const std::string& id, const JobRequest& r) {
+  vps::ParallelConfig config;
+  try {
+    config = r.to.empty() ? ctx.current : vps::ParallelConfig::parse(r.to);
+    ctx.check_supported(config);
+    const std::vector<int> vacate = r.vacate == kVacateAll ? std::vector<int>{} : parse_rank_list(r.vacate);
+    for (int v : vacate)
+      if (v >= ctx.world_size) DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 0..", ctx.world_size - 1);
+  } catch (const InputError& e) {
+    return refuse(id, e.what(), ctx.current.str());
+  }
+  // Never before a switch already being prepared; without --at-step, after the look-ahead.
+  std::int64_t at = r.at_step >= 0 ? r.at_step : ctx.step + ctx.lookahead;
+  std::int64_t earliest = ctx.step + 1;
+  if (ctx.preparing) earliest = std::max(earliest, ctx.schedule[ctx.next].first + 1);
+  at = std::max(at, earliest);
+  if (at >= ctx.steps)  // it would never run
+    return refuse(id, "a switch before step " + std::to_string(at) + " is at or past --steps " + std::to_string(ctx.steps),
+                  ctx.current.str());
+  std::size_t i = ctx.next;
+  while (i < ctx.schedule.size() && ctx.schedule[i].first < at) ++i;
+  if (i < ctx.schedule.size() && ctx.schedule[i].first == at) ctx.schedule[i].second = config;
+  else ctx.schedule.insert(ctx.schedule.begin() + static_cast<std::ptrdiff_t>(i), {at, config});
+  if (r.vacate.empty()) ctx.vacate_at.erase(at);
+  else ctx.vacate_at[at] = r.vacate;
+  if (const auto old = pending_.find(at); old != pending_.end()) {
+    const std::string why = "replaced by request " + id + " before it ran";
+    write_answer(dir_, Answer{old->second.id, AnswerState::kSuperseded, at, old->second.to, why, {}});
+    record_event("request_superseded", {{"request", old->second.id}, {"by", id}, {"step", at}});
+  }
+  pending_[at] = Pending{id, config.str()};
+  std::printf("request: switch to %s before step %lld%s (request %s)\n", config.str().c_str(), static_cast<long long>(at),
+              r.vacate.empty() ? "" : (", vacating ranks " + r.vacate).c_str(), id.c_str());
+  write_answer(dir_, Answer{id, AnswerState::kAccepted, at, config.str(), "", {}});
+  record_event("request_accepted", {{"request", id}, {"step", at}, {"to", config.str()}, {"vacate", r.vacate}});
+}
+
+void JobControl::switch_prepared(std::int64_t step, const std::string& from, const std::string& to) {
+  if (!leading_) return;
+  health_ = "switching";
+  record_event("switch_prepared", {{"step", step}, {"from", from}, {"to", to}});
+}
+
+void JobControl::switch_done(std::int64_t step, const nlohmann::json& record) {
+  if (!leading_) return;
+  health_ = "running";
+  last_switch_ = {{"step", step}};
+  for (const char* key : {"from", "to", "refused", "world_before", "world_after", "pause_s", "prepare_s",
+                          "hidden_fraction", "bytes_sent", "max_bytes_received", "placement"})
+    if (record.contains(key)) last_switch_[key] = record[key];
+  const std::string refused = record.value("refused", "");
+  const auto asked = pending_.find(step);
+  nlohmann::json event = last_switch_;
+  if (asked != pending_.end()) event["request"] = asked->second.id;
+  record_event(refused.empty() ? "switch_committed" : "switch_refused", event);
+  if (asked == pending_.end()) return;
+  Answer a{asked->second.id, refused.empty() ? AnswerState::kCommitted : AnswerState::kRefused, step,
+           asked->second.to, refused, last_switch_};
+  write_answer(dir_, a);
+  pending_.erase(asked);
+  write_status(true);
+}
+
+void JobControl::boundary(std::int64_t step, const std::string& layout, int processes) {
+  if (!leading_) return;
+  status_->update([&](nlohmann::json& s) {
+    s["step"] = step;
+    s["layout"] = layout;
+    s["processes"] = processes;
+  }, false);
+  write_status(false);
+}
+
+void JobControl::write_status(bool now) {
+  if (!status_) return;
+  nlohmann::json pending = nlohmann::json::array();
+  for (const auto& [step, p] : pending_) pending.push_back({{"request", p.id}, {"step", step}, {"to", p.to}});
+  status_->update([&](nlohmann::json& s) {
+    s["job_dir"] = dir_;
+    s["leader"] = {{"pid", static_cast<long>(getpid())}, {"host", host_name()}};
+    s["health"] = health_;
+    s["last_switch"] = last_switch_;
+    s["pending_requests"] = pending;
+  }, now);
+}
+
+void JobControl::end(int exit_code, std::int64_t step) {
+  if (!leading_) return;
+  health_ = "ending";
+  const std::string after = "the job ended after step " + std::to_string(step - 1);
+  for (const auto& t : job::take_requests(dir_))
+    if (reported_.insert(t.id).second) {
+      write_answer(dir_, Answer{t.id, AnswerState::kRefused, -1, "", after + " before taking it", {}});
+      record_event("request_refused", {{"request", t.id}, {"reason", after + " before taking it"}});
+    }
+  for (const auto& [at, p] : pending_) {
+    write_answer(dir_, Answer{p.id, AnswerState::kRefused, at, p.to, after, {}});
+    record_event("request_refused", {{"request", p.id}, {"reason", after}});
+  }
+  pending_.clear();
+  health_ = "ended";
+  record_event("job_ended", {{"exit_code", exit_code}, {"step", step}});
+  status_->update([&](nlohmann::json& s) { s["exit_code"] = exit_code; }, true);
+  status_.reset();
+  release_job_dir(dir_);
+  close_event_log();
+  leading_ = false;
+}
+
+}  // namespace dynatrain::job

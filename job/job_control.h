@@ -1,0 +1,83 @@
+// The job's side of the scheduler protocol (docs/edm.md, "Driving a job from a scheduler"),
+// run by the leader of a `dynatrain train --job DIR` job: it holds DIR (job/job_status.h),
+// takes queued requests at step boundaries and puts them into the schedule, answers each one
+// (job/job_request.h), keeps status.json and appends to events.jsonl (job/job_events.h).
+// The training loop (job/train_job.cc) calls it at its boundaries; it moves with the leader
+// role (hand_over / take_over, inside LeaderState). Every call is a no-op without --job.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "job/job_status.h"
+#include "vps/parallel_config.h"
+
+namespace dynatrain::job {
+
+using Schedule = std::vector<std::pair<std::int64_t, vps::ParallelConfig>>;
+
+// What deciding a request needs from the training loop at a step boundary.
+struct RequestContext {
+  Schedule& schedule;                            // entries from `next` on are still to come
+  std::map<std::int64_t, std::string>& vacate_at;  // step -> ranks to vacate (or kVacateAll)
+  std::size_t next = 0;                          // the first entry not yet committed
+  std::int64_t step = 0, steps = 0, lookahead = 0;
+  bool preparing = false;                        // schedule[next] is being prepared
+  int world_size = 0;
+  vps::ParallelConfig current;
+  std::function<void(vps::ParallelConfig&)> check_supported;  // InputError: the trainer cannot run it (may complete it)
+};
+
+class JobControl {
+ public:
+  explicit JobControl(std::string dir);  // "" (no --job): every call does nothing
+  ~JobControl();                          // unwinding on the leader: job_ended with an error
+  JobControl(const JobControl&) = delete;
+  JobControl& operator=(const JobControl&) = delete;
+
+  // The first leader takes DIR and records job_started with `fields`. Returns "" or why it
+  // cannot (job/job_status.h: hold_job_dir).
+  std::string start(const nlohmann::json& fields);
+  // A process that became the leader in a commit: `handed` is the old leader's hand_over().
+  void take_over(const nlohmann::json& handed, std::int64_t step);
+  nlohmann::json hand_over() const;
+  // The old leader after a commit that gave rank 0 away: stops writing, ends nothing.
+  void resign();
+
+  // Takes every queued request, oldest first: accepted ones go into ctx.schedule (a request
+  // for a step that already has a requested switch supersedes it), the others are refused.
+  void take_requests(RequestContext& ctx);
+  void switch_prepared(std::int64_t step, const std::string& from, const std::string& to);
+  // After a commit at `step`: `record` is the switch's JSON record (job/train_job.cc). Answers
+  // the request that asked for it (committed, or refused when the switch was).
+  void switch_done(std::int64_t step, const nlohmann::json& record);
+  // At every step boundary: step, layout, processes (status.json at most once a second).
+  void boundary(std::int64_t step, const std::string& layout, int processes);
+  // The job's last act on the leader: refuses what is still queued, job_ended, releases DIR.
+  void end(int exit_code, std::int64_t step);
+
+ private:
+  struct Pending {
+    std::string id, to;
+  };
+  void answer_taken(RequestContext& ctx, const std::string& id, const struct JobRequest& r);
+  void refuse(const std::string& id, const std::string& why, const std::string& layout);
+  void write_status(bool now);
+  std::string dir_;
+  bool leading_ = false;
+  std::map<std::int64_t, Pending> pending_;  // accepted, not yet committed, by switch step
+  std::set<std::string> reported_;          // entries that could not be removed (said once)
+  std::unique_ptr<StatusFile> status_;
+  nlohmann::json last_switch_;
+  std::string health_ = "running";
+};
+
+}  // namespace dynatrain::job

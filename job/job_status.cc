@@ -1,0 +1,141 @@
+#include "job/job_status.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#include "common/error.h"
+#include "job/job_files.h"
+
+namespace dynatrain::job {
+
+namespace {
+
+constexpr double kGoneAfterS = 3 * kHeartbeatS;  // a pid gone this long: not a leader hand-over
+
+std::optional<nlohmann::json> read_json(const std::string& path) {
+  std::string why;
+  const auto text = read_regular_file(path, 1 << 20, why);
+  if (!text) return std::nullopt;
+  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return j;
+}
+
+bool pid_exists(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
+
+}  // namespace
+
+double stale_after_seconds() {
+  const char* v = std::getenv("DT_JOB_STALE_S");
+  if (!v || !*v) return kStaleAfterS;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (*end != '\0' || !std::isfinite(s) || s <= 0)
+    DT_INPUT_ERROR("DT_JOB_STALE_S='", v, "' is not valid; give a positive number of seconds (default ", kStaleAfterS, ")");
+  return s;
+}
+
+std::string why_no_live_job(const std::string& dir, double stale_after_s) {
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0) return "'" + dir + "' does not exist";
+  if (!S_ISDIR(st.st_mode)) return "'" + dir + "' is " + file_kind(st.st_mode) + ", not a job directory";
+  const auto status = read_json(dir + "/status.json").value_or(nlohmann::json::object());
+  if (status.value("health", "") == "ended")
+    return "the job ended (exit code " + std::to_string(status.value("exit_code", -1)) + ")";
+  const auto lock = read_json(dir + "/job.lock");
+  if (!lock) return "no job holds it (no readable job.lock; start one with train --job " + dir + ")";
+  const long pid = lock->value("pid", -1L);
+  const std::string host = lock->value("host", "");
+  const double beat = std::max(lock->value("started_unix", 0.0), status.value("heartbeat_unix", 0.0));
+  const double age = unix_now() - beat;
+  if (host == host_name() && !pid_exists(pid) && age > kGoneAfterS)
+    return "its process " + std::to_string(pid) + " on " + host + " is gone";
+  if (age > stale_after_s)
+    return "its heartbeat is " + std::to_string(static_cast<long>(age)) + " s old (process " + std::to_string(pid) +
+           " on " + host + ")";
+  return "";
+}
+
+void require_live_job(const std::string& dir) {
+  const std::string why = why_no_live_job(dir);
+  if (!why.empty()) DT_INPUT_ERROR("no live job holds '", dir, "': ", why);
+}
+
+std::string hold_job_dir(const std::string& dir, bool take_over) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
+    return "job directory '" + dir + "' is not a writable directory";
+  // A lock whose process on this host is gone is a dead job's, without the hand-over grace (a
+  // supervisor restarting the job may come back within it).
+  const auto old = read_json(dir + "/job.lock");
+  const bool dead_here = old && old->value("host", "") == host_name() && !pid_exists(old->value("pid", -1L));
+  if (!take_over && !dead_here && why_no_live_job(dir).empty())
+    return "job directory '" + dir + "' is held by another live job (its job.lock); give each job its own --job DIR";
+  for (const char* sub : {"/requests", "/answers"}) {
+    std::filesystem::create_directories(dir + sub, ec);
+    if (!std::filesystem::is_directory(dir + sub, ec)) return "cannot create '" + dir + sub + "' (a directory)";
+  }
+  const nlohmann::json lock = {{"version", kStatusVersion}, {"pid", static_cast<long>(getpid())},
+                               {"host", host_name()}, {"started_unix", unix_now()}};
+  // The old status says "ended" when the directory held a job before: replaced at once.
+  if (!take_over)
+    write_file_atomically(dir + "/status.json", nlohmann::json{{"version", kStatusVersion}, {"health", "starting"},
+                                                               {"heartbeat_unix", unix_now()}}.dump(), false);
+  if (!write_file_atomically(dir + "/job.lock", lock.dump() + "\n", true))
+    return "cannot write '" + dir + "/job.lock'";
+  return "";
+}
+
+void release_job_dir(const std::string& dir) {
+  const auto lock = read_json(dir + "/job.lock");
+  if (lock && lock->value("pid", -1L) == static_cast<long>(getpid()) && lock->value("host", "") == host_name())
+    std::remove((dir + "/job.lock").c_str());
+}
+
+StatusFile::StatusFile(std::string dir) : path_(std::move(dir) + "/status.json") {
+  status_ = {{"version", kStatusVersion}};
+  thread_ = std::thread([this] { heartbeat(); });
+}
+
+StatusFile::~StatusFile() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  thread_.join();
+}
+
+void StatusFile::update(const std::function<void(nlohmann::json&)>& edit, bool now) {
+  std::lock_guard<std::mutex> g(mu_);
+  edit(status_);
+  if (now || unix_now() - last_write_ >= kHeartbeatS) write_locked();
+}
+
+nlohmann::json StatusFile::snapshot() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return status_;
+}
+
+void StatusFile::write_locked() {
+  last_write_ = unix_now();
+  status_["heartbeat_unix"] = last_write_;
+  status_["updated"] = iso_time(last_write_);
+  write_file_atomically(path_, status_.dump(2) + "\n", false);
+}
+
+void StatusFile::heartbeat() {
+  std::unique_lock<std::mutex> g(mu_);
+  while (!stop_) {
+    if (stop_cv_.wait_for(g, std::chrono::duration<double>(kHeartbeatS), [this] { return stop_; })) break;
+    if (status_.value("health", "") != "ended") write_locked();
+  }
+}
+
+}  // namespace dynatrain::job

@@ -1,0 +1,72 @@
+// What a scheduler reads to watch a `dynatrain train --job DIR` job, and the liveness marker
+// that `dynatrain request` checks before it places a request (docs/edm.md, "Driving a job from
+// a scheduler").
+//
+//   DIR/job.lock     {"version":1,"pid":P,"host":H,"started_unix":T}: the leader (world rank 0)
+//                    holding DIR; rewritten by a new leader, removed when the job ends.
+//   DIR/status.json  replaced atomically (temporary name + rename) at step boundaries (at most
+//                    once a second), at every event, and once a second by a heartbeat thread:
+//                    step, layout, processes, health, last switch, pending requests and
+//                    "heartbeat_unix".
+// A job is live when job.lock names it, status.json is not "ended", its heartbeat is younger
+// than stale_after_seconds() and, on the lock's host, its pid exists (a pid gone for more than
+// 3 heartbeats: dead; the grace covers a leader hand-over).
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+namespace dynatrain::job {
+
+inline constexpr int kStatusVersion = 1;     // of job.lock and status.json
+inline constexpr double kHeartbeatS = 1.0;   // status.json's heartbeat period
+inline constexpr double kStaleAfterS = 30.0;  // default of DT_JOB_STALE_S
+
+// A heartbeat older than this many seconds means the job is gone: DT_JOB_STALE_S (a positive
+// number; default kStaleAfterS). InputError naming a bad value.
+double stale_after_seconds();
+
+// "" when a live job holds DIR; otherwise one line saying why not ("DIR is not a directory",
+// "no job holds it (no job.lock)", "the job ended (exit code 0)", "process 123 on HOST is gone",
+// "its heartbeat is 41 s old").
+std::string why_no_live_job(const std::string& dir, double stale_after_s = stale_after_seconds());
+// InputError "no live job holds 'DIR': WHY" (why_no_live_job).
+void require_live_job(const std::string& dir);
+
+// The leader takes DIR: creates DIR/requests and DIR/answers, writes DIR/job.lock naming this
+// process. Returns "" or why it cannot (DIR is not a writable directory; another live job
+// holds it, unless `take_over`: a new leader of the same job).
+std::string hold_job_dir(const std::string& dir, bool take_over);
+// Removes DIR/job.lock when it names this process.
+void release_job_dir(const std::string& dir);
+
+// DIR/status.json, owned by the leader. A heartbeat thread rewrites it every kHeartbeatS.
+class StatusFile {
+ public:
+  explicit StatusFile(std::string dir);
+  ~StatusFile();
+  StatusFile(const StatusFile&) = delete;
+  StatusFile& operator=(const StatusFile&) = delete;
+  // Edits the status under its lock, then writes it when `now` or when the last write is
+  // kHeartbeatS old. Never throws for a failed write (the job goes on; the next write retries).
+  void update(const std::function<void(nlohmann::json&)>& edit, bool now);
+  nlohmann::json snapshot() const;
+
+ private:
+  void write_locked();
+  void heartbeat();
+  std::string path_;
+  mutable std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  nlohmann::json status_;
+  double last_write_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace dynatrain::job

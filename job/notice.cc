@@ -1,0 +1,111 @@
+#include "job/notice.h"
+
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include "common/error.h"
+#include "job/mpi_world.h"
+
+namespace dynatrain::job {
+
+namespace {
+
+// Written by the signal handler: lock-free atomics are async-signal-safe.
+std::atomic<std::int64_t> g_notice_ns{0};  // CLOCK_MONOTONIC time of the first notice; 0: none
+std::atomic<bool> g_taken{false};          // the job is acting on this process's notice
+static_assert(std::atomic<std::int64_t>::is_always_lock_free);
+NoticeSettings g_settings;
+
+std::int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void on_notice(int sig) {
+  // mpirun's SIGTERM to the survivors of a lost rank is the failure path, not a notice.
+  if (peer_gone_on_this_node()) stop_on_signal(sig);
+  std::int64_t none = 0;
+  g_notice_ns.compare_exchange_strong(none, monotonic_ns());
+}
+
+// Ends the job when this process is still in it --notice-s after its notice.
+void watch_deadline() {
+  const auto deadline_ns = static_cast<std::int64_t>(g_settings.seconds * 1e9);
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::int64_t t = g_notice_ns.load();
+    if (t != 0 && monotonic_ns() - t > deadline_ns)
+      abort_job("error",
+                detail::concat("this process had notice (", notice_signal_name(g_settings.signal), ") ",
+                               g_settings.seconds, " s ago and has not handed its state over; the job "
+                               "ends so that it restarts from its newest checkpoint (--max-restarts)"),
+                3);
+  }
+}
+
+}  // namespace
+
+const char* notice_signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+  }
+}
+
+int parse_notice_signal(const std::string& name) {
+  const std::string n = name.rfind("SIG", 0) == 0 ? name.substr(3) : name;
+  if (n == "TERM") return SIGTERM;
+  if (n == "USR1") return SIGUSR1;
+  if (n == "USR2") return SIGUSR2;
+  if (n == "HUP") return SIGHUP;
+  if (n == "none") return 0;
+  DT_INPUT_ERROR("--notice-signal '", name, "' is not a notice signal; valid: TERM, USR1, USR2, HUP (with or "
+                 "without SIG), or none");
+}
+
+void enable_notices(const NoticeSettings& settings) {
+  if (settings.signal == 0 || g_settings.signal != 0) return;
+  g_settings = settings;
+  struct sigaction sa {};
+  sa.sa_handler = on_notice;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(settings.signal, &sa, nullptr);
+  std::thread(watch_deadline).detach();
+}
+
+bool notices_enabled() { return g_settings.signal != 0; }
+
+std::vector<NoticedProcess> agree_on_notices(comm::Transport& world) {
+  struct Flag {
+    std::int32_t noticed, pid;
+  };
+  const Flag mine{g_notice_ns.load() != 0 && !g_taken.load() ? 1 : 0, static_cast<std::int32_t>(getpid())};
+  const auto all = comm::all_gather_values(world, mine);
+  std::vector<NoticedProcess> noticed;
+  for (int r = 0; r < world.size(); ++r)
+    if (all[static_cast<std::size_t>(r)].noticed != 0) noticed.push_back({r, all[static_cast<std::size_t>(r)].pid});
+  return noticed;
+}
+
+std::string describe_noticed(const std::vector<NoticedProcess>& noticed) {
+  std::string s = noticed.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < noticed.size(); ++i)
+    s += detail::concat(i ? ", " : "", noticed[i].rank, " (pid ", noticed[i].pid, ")");
+  return s;
+}
+
+void notice_taken() { g_taken.store(true); }
+
+}  // namespace dynatrain::job

@@ -1,0 +1,61 @@
+// Preemption notices: a signal delivered to ONE worker process (SIGTERM by default, what a
+// cloud's spot revocation or a scheduler's preemption sends; `train --notice-signal`) means
+// "this process will be gone in --notice-s seconds". The job does not stop: at the next step
+// boundary every rank learns which processes have notice (one all-gather), the job vacates their
+// ranks into a layout for the processes that stay (an ordinary planned switch, prepared at once
+// and committed before the following step), and each noticed process exits 0 after handing its
+// state over. Several notices at once are one switch; a notice during a switch's prepare is
+// acted on once that switch has committed. If every process has notice, the job saves a
+// checkpoint (with --save) and ends with 128 + the signal.
+//
+// A signal that follows the loss of a peer on this node (mpirun sends SIGTERM to every survivor
+// when a rank dies) is not a notice: it takes the job's failure path (job/mpi_world.h).
+//
+// Deadline: a noticed process still in the job --notice-s seconds after its notice ends the
+// whole job with one line (exit 3), so that a supervisor (--max-restarts) restarts it from the
+// newest checkpoint before the machine disappears under it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "comm/transport.h"
+
+namespace dynatrain::job {
+
+struct NoticeSettings {
+  int signal = 0;         // the notice signal (e.g. SIGTERM); 0: notices off, the signal stops the job
+  double seconds = 30.0;  // time from the notice until the process is gone
+};
+
+// Parses a --notice-signal value: TERM, SIGTERM, USR1, SIGUSR1, USR2, SIGUSR2, HUP, SIGHUP, or
+// "none" (returns 0); anything else is an InputError naming the valid names.
+int parse_notice_signal(const std::string& name);
+
+// Installs the notice handler for settings.signal (replacing the failure path's handler for it)
+// and starts the deadline thread. Call once, after run_on_mpi_world has set up the failure path.
+void enable_notices(const NoticeSettings& settings);
+
+// Whether enable_notices ran with a signal.
+bool notices_enabled();
+
+struct NoticedProcess {
+  int rank = 0;  // world rank
+  int pid = 0;
+};
+
+// Collective over `world`: the processes with a notice not yet acted on, by increasing world
+// rank, the same list on every rank (one all-gather of a flag and a pid).
+std::vector<NoticedProcess> agree_on_notices(comm::Transport& world);
+
+// "rank 3 (pid 4242)", "ranks 1 (pid 11), 2 (pid 12)".
+std::string describe_noticed(const std::vector<NoticedProcess>& noticed);
+
+// This process's notice is being acted on (its ranks are in a vacating switch): later
+// agree_on_notices calls leave it out. Its deadline still runs.
+void notice_taken();
+
+// The signal's name for messages ("SIGTERM").
+const char* notice_signal_name(int sig);
+
+}  // namespace dynatrain::job

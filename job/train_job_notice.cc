@@ -1,0 +1,61 @@
+// Preemption notices in the training loop (job/notice.h).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "job/job_events.h"
+#include "job/notice.h"
+#include "job/supervisor.h"
+#include "job/train_ckpt.h"
+#include "job/train_job_run.h"
+
+namespace dynatrain::job {
+
+// At a boundary where every process of the world is in the layout and no switch is being
+// prepared (else at a later one), every rank learns the processes with notice and schedules a
+// switch at this very step (prepared and committed before it: the deadline matters more than
+// hiding the prepare) into the layout the restart rule picks for the processes that stay,
+// vacating the noticed ones. Every rank computes the same entry from the same agreed list.
+// Returns false when every process has notice: the state is saved (with --save) and the loop
+// ends with s_.notice_exit = 128 + signal.
+bool TrainJob::act_on_notices() {
+  if (!notices_enabled() || trainer_->preparing() || trainer_->config().world_size() != trainer_->world_size())
+    return true;
+  const std::vector<NoticedProcess> noticed = agree_on_notices(trainer_->world());
+  if (noticed.empty()) return true;
+  for (const auto& n : noticed)
+    if (n.rank == trainer_->world().rank()) notice_taken();
+  const int stay = trainer_->world_size() - static_cast<int>(noticed.size());
+  const char* sig = notice_signal_name(args_.notice.signal);
+  if (s_.leader)
+    for (const auto& n : noticed)
+      record_notice(n.rank, args_.notice.seconds, detail::concat(sig, " to pid ", n.pid, " before step ", s_.step));
+  if (stay == 0) {
+    if (!args_.save_dir.empty()) save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world());
+    if (s_.leader)
+      std::printf("notice: every process has notice (%s): %s; the job ends\n", sig,
+                  args_.save_dir.empty() ? "no --save, nothing saved"
+                                         : detail::concat("saved checkpoint of step ", s_.step).c_str());
+    std::fflush(stdout);
+    s_.notice_exit = 128 + args_.notice.signal;
+    return false;
+  }
+  const std::int64_t at = s_.step;
+  const vps::ParallelConfig to = choose_restart_layout(o_, trainer_->config(), stay);
+  std::size_t i = s_.next;
+  while (i < s_.schedule.size() && s_.schedule[i].first < at) ++i;
+  if (i < s_.schedule.size() && s_.schedule[i].first == at) s_.schedule[i].second = to;
+  else s_.schedule.insert(s_.schedule.begin() + static_cast<std::ptrdiff_t>(i), {at, to});
+  std::string ranks;
+  for (const auto& n : noticed) ranks += (ranks.empty() ? "" : ",") + std::to_string(n.rank);
+  s_.vacate_at[at] = ranks;
+  if (s_.leader)
+    std::printf("notice: %s will be gone in %g s (%s): vacating %s into %s before step %lld\n",
+                describe_noticed(noticed).c_str(), args_.notice.seconds, sig, noticed.size() == 1 ? "it" : "them",
+                to.str().c_str(), static_cast<long long>(at));
+  std::fflush(stdout);
+  return true;
+}
+
+}  // namespace dynatrain::job

@@ -1,0 +1,90 @@
+// dynatrain._native.c10d_world(group, store, ...): a comm::Transport over a torch.distributed
+// process group the user's Python code already built (python/README.md, "torch.distributed").
+//
+// The Python objects torch hands out (torch._C._distributed_c10d.ProcessGroup, .Store) are
+// pybind11 instances registered by libtorch_python. This extension is built against the same
+// pybind11 internals (version 4, same compiler and C++ ABI: the internals id is checked by
+// pybind11 itself), so it finds those registered types and casts an instance to the raw C++
+// pointer; the pointer then becomes a new owning c10::intrusive_ptr (the object is an
+// intrusive_ptr_target already owned by its Python holder). When the internals differ (a torch
+// built elsewhere), the cast fails with a pybind11 cast error, turned into a ValueError here:
+// never a reinterpretation of foreign memory.
+#include "python/c10d_bindings.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "common/error.h"
+
+#if DT_PYTHON_C10D
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "comm/c10d/process_group_transport.h"
+#endif
+
+namespace py = pybind11;
+
+namespace dynatrain::python {
+
+std::unique_ptr<comm::Transport> take_world(PendingWorld& world) {
+  if (!world.transport) DT_INPUT_ERROR("this c10d world was given to a Manager already; build one per Manager");
+  return std::move(world.transport);
+}
+
+namespace {
+
+#if DT_PYTHON_C10D
+std::string type_name(const py::handle& obj) {
+  return py::str(py::type::handle_of(obj).attr("__qualname__"));
+}
+
+// A new owning reference to the C++ object behind a torch pybind11 instance.
+template <typename T>
+c10::intrusive_ptr<T> owning(const py::handle& obj, const char* want) {
+  T* raw = nullptr;
+  try {
+    raw = obj.cast<T*>();
+  } catch (const py::cast_error&) {
+    DT_INPUT_ERROR("expected a torch.distributed ", want, ", got a ", type_name(obj),
+                   " (or a torch whose pybind11 build differs from this module's)");
+  }
+  if (raw == nullptr) DT_INPUT_ERROR("expected a torch.distributed ", want, ", got None");
+  return c10::intrusive_ptr<T>::unsafe_reclaim_from_nonowning(raw);
+}
+
+PendingWorld c10d_world(const py::handle& group, const py::handle& store, const std::string& prefix,
+                        double timeout_seconds) {
+  auto pg = owning<c10d::ProcessGroup>(group, "ProcessGroup");
+  auto st = owning<c10d::Store>(store, "Store");
+  comm::C10dOptions options;
+  options.rank = pg->getRank();
+  options.size = pg->getSize();
+  if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) options.master_addr = addr;
+  options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1000));
+  py::gil_scoped_release unlocked;  // collective: the transport learns every rank's host
+  return PendingWorld{comm::process_group_transport(std::move(pg), std::move(st), prefix, options)};
+}
+#endif
+
+}  // namespace
+
+void bind_c10d(py::module_& m) {
+  py::class_<PendingWorld>(m, "C10dWorld");
+#if DT_PYTHON_C10D
+  m.attr("has_c10d") = true;
+  // Collective over `group`: its transport (point to point on slots of its own, collectives on
+  // the group's), splitting sub-groups over `store` under keys starting with `prefix`.
+  m.def("c10d_world", &c10d_world, py::arg("group"), py::arg("store"), py::arg("prefix"),
+        py::arg("timeout_seconds"));
+#else
+  m.attr("has_c10d") = false;
+  m.def("c10d_world", [](const py::handle&, const py::handle&, const std::string&, double) -> PendingWorld {
+    DT_INPUT_ERROR("this build of dynatrain has no torch.distributed transport (comm/c10d needs libtorch and "
+                   "the Gloo headers at build time); run under mpirun or pass an mpi4py comm=");
+  });
+#endif
+}
+
+}  // namespace dynatrain::python

@@ -1,0 +1,215 @@
+"""The Manager on the user's torch.distributed (python/README.md, "torch.distributed").
+
+When `torch.distributed.is_initialized()` and no comm is passed, a Manager (and adopt()) runs on
+the user's default group instead of MPI:
+
+  * world(): a Gloo group over every rank of the default group (torch.distributed.new_group,
+    same ranks, same store, rank r is rank r), built once per Manager. The native transport
+    runs on it (comm/c10d, through _native.c10d_world), and so do the Python-side collectives
+    (argument agreement, tensor-parallel and data-parallel reductions). Its own group keeps the
+    Manager's messages apart from the user's own send/recv tags and works under an NCCL
+    default group too (the state is on the CPU).
+  * Comm: the subset of an mpi4py communicator the package uses (rank, size, allgather,
+    bcast, gather, allreduce of Python values; tensor collectives for tp.py), over one such
+    group. Its rank order is the layout's (the key order of the group colors); torch orders a
+    group's ranks by their global rank, so gathers are permuted back into the layout's order.
+  * groups(): a config's sub-groups by torch.distributed.new_group, which every rank of the
+    default group calls for every group, in one order (torch's rule), members or not.
+  * What needs MPI is refused before anything moves (refuse_process_change()): growing (spawning
+    processes), shrinking (processes leaving) and vacating.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+from . import _native
+
+NEEDS_MPI = ("growing or shrinking the job's processes (a config of another world size than the "
+             "torch.distributed world, or vacate=) needs MPI: run under mpirun with an mpi4py comm; on a "
+             "torch.distributed group the processes are fixed")
+_managers = itertools.count()  # names each Manager's key space in the store (equal on every rank)
+
+
+def _dist():
+    import torch.distributed as dist
+    return dist
+
+
+def available() -> bool:
+    """Whether the user initialised torch.distributed (then comm=None means its default group)."""
+    dist = _dist()
+    return dist.is_available() and dist.is_initialized()
+
+
+def is_c10d(comm) -> bool:
+    return isinstance(comm, Comm)
+
+
+class Comm:
+    """mpi4py's communicator calls the package makes, over a torch.distributed group (CPU
+    tensors). `ranks`: the global ranks of the members in this communicator's rank order;
+    `group`: the torch group (None for a group of one rank, which never communicates)."""
+
+    def __init__(self, group, ranks: Sequence[int], rank: int):
+        self.group = group
+        self.ranks = list(ranks)
+        self.rank, self.size = rank, len(self.ranks)
+        order = sorted(self.ranks)
+        self._torch_rank = [order.index(g) for g in self.ranks]  # this comm's rank i -> torch's group rank
+
+    def Get_rank(self) -> int:
+        return self.rank
+
+    def Get_size(self) -> int:
+        return self.size
+
+    # ---- Python values ----
+    def allgather(self, value: Any) -> List[Any]:
+        if self.size == 1:
+            return [value]
+        out: List[Any] = [None] * self.size
+        _dist().all_gather_object(out, value, group=self.group)
+        return [out[t] for t in self._torch_rank]
+
+    def bcast(self, value: Any = None, root: int = 0) -> Any:
+        if self.size == 1:
+            return value
+        box = [value]
+        _dist().broadcast_object_list(box, src=self.ranks[root], group=self.group)
+        return box[0]
+
+    def gather(self, value: Any, root: int = 0) -> Optional[List[Any]]:
+        everyone = self.allgather(value)
+        return everyone if self.rank == root else None
+
+    def allreduce(self, value: Any, op: str = "sum") -> Any:
+        """`op`: "sum" or "max" (mpi4py's MPI.SUM / MPI.MAX; see all_max / all_sum)."""
+        everyone = self.allgather(value)
+        return max(everyone) if op == "max" else sum(everyone[1:], everyone[0])
+
+    def Barrier(self) -> None:
+        if self.size > 1:
+            _dist().barrier(group=self.group)
+
+    # ---- tensors (contiguous, CPU; dtypes Gloo reduces: float32) ----
+    def all_reduce_(self, t: torch.Tensor) -> None:
+        if self.size > 1:
+            _dist().all_reduce(t, group=self.group)
+
+    def all_gather_(self, parts: List[torch.Tensor], local: torch.Tensor) -> None:
+        """parts[i] = rank i's `local` (parts in this comm's rank order)."""
+        if self.size == 1:
+            parts[0].copy_(local)
+            return
+        by_torch: List[Optional[torch.Tensor]] = [None] * self.size
+        for i, t in enumerate(self._torch_rank):
+            by_torch[t] = parts[i]
+        _dist().all_gather(by_torch, local, group=self.group)
+
+    def broadcast_(self, t: torch.Tensor, root: int = 0) -> None:
+        if self.size > 1:
+            _dist().broadcast(t, src=self.ranks[root], group=self.group)
+
+
+def all_max(comm, value):
+    """The maximum of `value` over `comm` (an mpi4py communicator or a Comm)."""
+    if is_c10d(comm):
+        return comm.allreduce(value, op="max")
+    from mpi4py import MPI
+    return comm.allreduce(value, op=MPI.MAX)
+
+
+def all_sum(comm, value):
+    if is_c10d(comm):
+        return comm.allreduce(value, op="sum")
+    from mpi4py import MPI
+    return comm.allreduce(value, op=MPI.SUM)
+
+
+def resolve(comm):
+    """The communicator a Manager or adopt() runs on. None: the torch.distributed world when it
+    is initialised, else MPI.COMM_WORLD; torch.distributed's default group itself: its world;
+    an mpi4py communicator or a Comm: as given. ValueError for another torch group: the
+    Manager's own groups are made by new_group, which every rank of the default group calls."""
+    if comm is None and not available():
+        from mpi4py import MPI  # here, not at import: `import dynatrain` leaves MPI alone
+        return MPI.COMM_WORLD
+    if comm is None:
+        return world()
+    if isinstance(comm, torch._C._distributed_c10d.ProcessGroup):
+        if comm is not _dist().distributed_c10d._get_default_group():
+            raise ValueError("comm= is a torch.distributed group other than the default one; a Manager runs on "
+                             "every process of the default group: pass comm=None (or an mpi4py communicator)")
+        return world()
+    return comm
+
+
+def world() -> Comm:
+    """Collective over the default group: a Comm over a Gloo group of all its ranks, whose
+    native transport c10d_transport() hands to the Manager (once)."""
+    dist = _dist()
+    size, rank = dist.get_world_size(), dist.get_rank()
+    group = dist.new_group(ranks=list(range(size)), backend="gloo")
+    comm = Comm(group, range(size), rank)
+    comm.manager_serial = next(_managers)
+    return comm
+
+
+def native_world(comm: Comm, timeout_seconds: float = 300.0):
+    """Collective: the native transport over `comm`'s group (_native.C10dWorld, taken by the
+    native Manager). Its own sub-groups (none today) would use keys under dynatrain/<serial>."""
+    if not _native.has_c10d:
+        raise ValueError("this build of dynatrain has no torch.distributed transport (comm/c10d was not built); "
+                         "run under mpirun or pass an mpi4py comm=")
+    store = _dist().distributed_c10d._get_default_store()
+    return _native.c10d_world(comm.group, store, f"dynatrain/manager{comm.manager_serial}", timeout_seconds)
+
+
+def groups(comm: Comm, colors: Dict[str, Any], sizes: Dict[str, int], cp: int) -> Dict[str, Optional[Comm]]:
+    """A config's named sub-groups (Manager._groups_for on torch.distributed): every rank's colors
+    are gathered, then each group is made with new_group on every rank in one order; None where
+    this rank is outside the config. Members are ordered by key, as MPI_Comm_split orders them."""
+    everyone = comm.allgather(colors)
+    out: Dict[str, Optional[Comm]] = {}
+    for name, (color, key) in colors.items():
+        if name == "dp_cp" and cp == 1:
+            out[name] = out["dp"]
+        elif sizes[name] == 1:
+            out[name] = Comm(None, [comm.ranks[comm.rank]], 0) if color >= 0 else None
+        else:
+            out[name] = _split(comm, [ranks[name] for ranks in everyone], color)
+    return out
+
+
+def _split(comm: Comm, colors: List[Any], mine: int) -> Optional[Comm]:
+    members: Dict[int, List[Any]] = {}
+    for rank, (color, key) in enumerate(colors):
+        if color >= 0:
+            members.setdefault(color, []).append((key, rank))
+    made = None
+    for color in sorted(members):  # every rank makes every group, in the same order
+        ordered = [comm.ranks[r] for _, r in sorted(members[color])]
+        group = _dist().new_group(ranks=ordered, backend="gloo")
+        if color == mine:
+            made = Comm(group, ordered, ordered.index(comm.ranks[comm.rank]))
+    return made
+
+
+def refuse_process_change(m, to_cfg: str, vacate) -> None:
+    """ValueError (before anything moves) for a switch of a Manager on torch.distributed that would
+    change its processes; none for one within them (elastic=False leaves the surplus ranks idle)."""
+    if not is_c10d(m.comm):
+        return
+    needed = _native.world_size_of(to_cfg)
+    if vacate:
+        raise ValueError(f"switch to {to_cfg!r} with vacate={list(vacate)}: {NEEDS_MPI}")
+    if needed > m.comm.size:
+        raise ValueError(f"switch to {to_cfg!r} needs {needed} processes, the torch.distributed world has "
+                         f"{m.comm.size}: {NEEDS_MPI}")
+    if needed < m.comm.size and m._options["elastic"]:
+        raise ValueError(f"switch to {to_cfg!r} uses {needed} of the torch.distributed world's {m.comm.size} "
+                         f"processes: {NEEDS_MPI}; or build the Manager with elastic=False to leave "
+                         f"{m.comm.size - needed} of them idle")

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Preemption notices (job/notice.h): SIGTERM to ONE worker process of a running `dynatrain train`
+# job vacates that process's ranks into a layout for the others, in memory, and training goes on.
+# tiny-dense in tp=2,dp=2 on 4 processes, 24 steps; each case against the uninterrupted run:
+#  1. notice to rank 3 during step 8 (DT_FAULT=notice): seen at the next boundary (step 9), the
+#     job goes on in 3 processes from step 9;
+#  2. notice to ranks 1 and 2 at once, sent from outside (kill -TERM of their pids) once step 6
+#     has been written: one switch vacates both, the job goes on in 2 processes;
+#  3. notice to rank 0, the leader: its I/O moves to another process in the vacating commit;
+#  4. notice during a switch's background prepare (the schedule switches to dp=4 before step
+#     10, placement auto may renumber the process): acted on at the boundary after that switch
+#     has committed (step 11);
+#  5. notice to every process (2 processes): the job saves a checkpoint and ends with 143.
+# Each case checks: every step in the CSV exactly once (none repeated or skipped), the process
+# count drops as it must, every loss within fp32 reduction noise of the uninterrupted run's
+# (another dp split), and one "notice:" line naming the ranks.
+# Usage: notice_test.sh DYNATRAIN MPIEXEC
+set -u
+dt="$1"
+mpiexec="${2:-mpirun}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
+ulimit -c 0
+common=(--model tiny-dense --global-batch 12 --seq 16 --threads 1 --steps 24)
+fail() { echo "FAIL: $*"; exit 1; }
+py() { PYENV_VERSION=system python3 "$@"; }
+
+timeout 300 "$mpiexec" -np 4 "$dt" train "${common[@]}" --schedule "0:tp=2,dp=2" --csv "$tmp/cont.csv" \
+  >"$tmp/cont.log" 2>&1 || { cat "$tmp/cont.log"; fail "uninterrupted run"; }
+
+# check_csv NAME WORLD_SIZES: WORLD_SIZES is "STEP:N,STEP:N": from STEP on the job has N processes.
+check_csv() {
+  py - "$tmp/cont.csv" "$tmp/$1.csv" "$2" <<'PY' || fail "$1: CSV"
+import csv, sys
+cont = {int(r["step"]): float(r["loss"]) for r in csv.DictReader(open(sys.argv[1]))}
+rows = list(csv.DictReader(open(sys.argv[2])))
+steps = [int(r["step"]) for r in rows]
+assert steps == list(range(24)), f"steps {steps}"
+changes = [tuple(map(int, c.split(":"))) for c in sys.argv[3].split(",")]
+for r in rows:
+    s = int(r["step"])
+    want = [n for at, n in changes if at <= s][-1]
+    assert int(r["world"]) == want, f"step {s}: {r['world']} processes, expected {want}"
+    rel = abs(float(r["loss"]) - cont[s]) / cont[s]
+    assert rel < 1e-4, f"step {s}: loss {r['loss']} vs uninterrupted {cont[s]} (rel {rel:.2e})"
+print(f"  {sys.argv[2].split('/')[-1]}: steps 0-23 once, processes {sys.argv[3]}, losses track the uninterrupted run")
+PY
+}
+
+run() {  # NAME NP SCHEDULE [ENV...]: runs the job in the background, its pid in $job
+  local name=$1 np=$2 schedule=$3
+  shift 3
+  env "$@" timeout 300 "$mpiexec" -np "$np" "$dt" train "${common[@]}" --schedule "$schedule" \
+    --csv "$tmp/$name.csv" --save "$tmp/$name.ck" --save-every 100 >"$tmp/$name.log" 2>"$tmp/$name.err" &
+  job=$!
+}
+finish() {  # NAME EXPECTED_EXIT
+  wait "$job"
+  local code=$?
+  ((code == $2)) || { cat "$tmp/$1.log" "$tmp/$1.err"; fail "$1: exit $code, expected $2"; }
+}
+pid_of_rank() {  # CSV_NAME RANK: the pid of that world rank of the job writing CSV_NAME
+  local p
+  for p in $(pgrep -f -- "--csv $tmp/$1.csv"); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" &&
+       [[ $(cat "/proc/$p/comm") == dynatrain ]]; then echo "$p"; return; fi
+  done
+}
+wait_for_step() {  # NAME STEP: until the job's leader has printed that step's line
+  for _ in $(seq 600); do
+    grep -Eq "step +$2  loss" "$tmp/$1.log" 2>/dev/null && return
+    sleep 0.1
+  done
+  fail "$1: step $2 never written"
+}
+
+echo "1. notice to rank 3 during step 8"
+run one 4 "0:tp=2,dp=2" DT_FAULT=notice:3:step:0:8 DT_FAULT_STAMP="$tmp/one.stamp"
+finish one 0
+grep -q "^notice: rank 3 (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 9$" "$tmp/one.log" ||
+  { cat "$tmp/one.log"; fail "one: no notice line"; }
+check_csv one "0:4,9:3"
+
+echo "2. notice to ranks 1 and 2 at once, from outside"
+run two 4 "0:tp=2,dp=2"
+wait_for_step two 6
+p1=$(pid_of_rank two 1) p2=$(pid_of_rank two 2)
+[[ -n $p1 && -n $p2 ]] || fail "two: pids of ranks 1 and 2 not found"
+kill -TERM "$p1" "$p2"
+finish two 0
+grep -q "^notice: ranks 1 (pid $p1), 2 (pid $p2) will be gone in 30 s (SIGTERM): vacating them into .* before step [0-9]*$" "$tmp/two.log" ||
+  { cat "$tmp/two.log"; fail "two: no notice line for both"; }
+at=$(sed -n 's/^notice: ranks 1 .* before step \([0-9]*\)$/\1/p' "$tmp/two.log")
+check_csv two "0:4,$at:2"
+
+echo "3. notice to rank 0, the leader"
+run lead 4 "0:tp=2,dp=2" DT_FAULT=notice:0:step:0:5 DT_FAULT_STAMP="$tmp/lead.stamp"
+finish lead 0
+grep -q "^notice: rank 0 (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 6$" "$tmp/lead.log" ||
+  { cat "$tmp/lead.log"; fail "lead: no notice line"; }
+grep -q "^leader: process [0-9]* took over the job's I/O as world rank 0 before step 6$" "$tmp/lead.log" ||
+  fail "lead: no leader hand-over"
+check_csv lead "0:4,6:3"
+
+echo "4. notice during a switch's prepare"
+run during 4 "0:tp=2,dp=2;10:dp=4" DT_FAULT=notice:2:prepare:0 DT_FAULT_STAMP="$tmp/during.stamp"
+finish during 0
+grep -q "^switch before step 10: tp=2,pp=1,dp=2,zero=1 -> tp=1,pp=1,dp=4,zero=1 " "$tmp/during.log" ||
+  { cat "$tmp/during.log"; fail "during: the scheduled switch did not commit"; }
+grep -q "^notice: rank [0-9] (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 11$" "$tmp/during.log" ||
+  { cat "$tmp/during.log"; fail "during: notice not acted on after the switch"; }
+check_csv during "0:4,11:3"
+
+echo "5. notice to every process"
+run all 2 "0:tp=2"
+wait_for_step all 4
+kill -TERM $(pid_of_rank all 0) $(pid_of_rank all 1)
+finish all 143
+grep -q "^notice: every process has notice (SIGTERM): saved checkpoint of step [0-9]*; the job ends" "$tmp/all.log" ||
+  { cat "$tmp/all.log" "$tmp/all.err"; fail "all: no line for the whole job's notice"; }
+ls "$tmp/all.ck"/step-* >/dev/null 2>&1 || fail "all: no checkpoint saved"
+echo "ok: notices to one, two, the leader and during a switch vacate in memory (no step lost); a notice to all saves and ends"
