@@ -12,6 +12,41 @@
 
 namespace dynatrain::tools {
 
+namespace {
+
+// Checkpoints, notices and restarts: --save, --save-every, --resume, --notice-signal (into
+// `notice_signal`), --notice-s, --max-restarts, --mpirun and --np (returned: whether it was given
+// matters).
+CLI::Option* add_recovery_flags(CLI::App* cmd, job::TrainArgs& args, job::SuperviseSettings& supervise,
+                                std::string& notice_signal) {
+  auto* save = cmd->add_option("--save", args.save_dir, "Checkpoint directory to save into (see --save-every)");
+  cmd->add_option("--save-every", args.save_every, "Also save every N steps (0: only after the last step)")
+      ->check(whole_number_in(std::int64_t{0}, std::int64_t{1'000'000'000}))
+      ->needs(save)
+      ->capture_default_str();
+  cmd->add_option("--resume", args.resume_dir,
+                  "Continue from this directory's latest checkpoint, in the schedule's layout for its step");
+  cmd->add_option("--notice-signal", notice_signal,
+                  "Signal that gives ONE process notice that it will be gone in --notice-s seconds: the "
+                  "job vacates its ranks into a layout for the others and goes on (TERM, USR1, USR2, HUP, "
+                  "or none: the signal stops the job)")
+      ->capture_default_str();
+  cmd->add_option("--notice-s", args.notice.seconds, "Seconds from a notice until the process is gone")
+      ->check(positive_number_up_to(86400))
+      ->capture_default_str();
+  cmd->add_option("--max-restarts", supervise.max_restarts,
+                  "Run without mpirun: start the job on --np processes and restart it from the last "
+                  "checkpoint, on one process fewer, up to K times when a process dies (job/supervisor.h)")
+      ->check(whole_number_in(0, 1000))
+      ->capture_default_str();
+  cmd->add_option("--mpirun", supervise.mpirun, "With --max-restarts: the mpirun to start the job with")
+      ->capture_default_str();
+  return cmd->add_option("--np", supervise.np, "With --max-restarts: processes to start")
+      ->check(whole_number_in(1, 131072));
+}
+
+}  // namespace
+
 Command add_train_command(CLI::App& app) {
   auto args = std::make_shared<job::TrainArgs>();
   auto launch = std::make_shared<edm::MpiLaunchSettings>();
@@ -61,31 +96,8 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "Torch threads per rank (0: cores / local ranks)")
       ->check(whole_number_in(0, 4096, " (0: cores / local ranks)"))
       ->capture_default_str();
-  auto* save = cmd->add_option("--save", args->save_dir, "Checkpoint directory to save into (see --save-every)");
-  cmd->add_option("--save-every", args->save_every, "Also save every N steps (0: only after the last step)")
-      ->check(whole_number_in(std::int64_t{0}, std::int64_t{1'000'000'000}))
-      ->needs(save)
-      ->capture_default_str();
-  cmd->add_option("--resume", args->resume_dir,
-                  "Continue from this directory's latest checkpoint, in the schedule's layout for its step");
   auto notice_signal = std::make_shared<std::string>("TERM");
-  cmd->add_option("--notice-signal", *notice_signal,
-                  "Signal that gives ONE process notice that it will be gone in --notice-s seconds: the "
-                  "job vacates its ranks into a layout for the others and goes on (TERM, USR1, USR2, HUP, "
-                  "or none: the signal stops the job)")
-      ->capture_default_str();
-  cmd->add_option("--notice-s", args->notice.seconds, "Seconds from a notice until the process is gone")
-      ->check(positive_number_up_to(86400))
-      ->capture_default_str();
-  cmd->add_option("--max-restarts", supervise_settings->max_restarts,
-                  "Run without mpirun: start the job on --np processes and restart it from the last "
-                  "checkpoint, on one process fewer, up to K times when a process dies (job/supervisor.h)")
-      ->check(whole_number_in(0, 1000))
-      ->capture_default_str();
-  auto* np_flag = cmd->add_option("--np", supervise_settings->np, "With --max-restarts: processes to start")
-                      ->check(whole_number_in(1, 131072));
-  cmd->add_option("--mpirun", supervise_settings->mpirun, "With --max-restarts: the mpirun to start the job with")
-      ->capture_default_str();
+  auto* np_flag = add_recovery_flags(cmd, *args, *supervise_settings, *notice_signal);
   return [args, launch, supervise_settings, np_flag, notice_signal] {
     // The flags' values were checked while parsing (before MPI starts: identical on every rank,
     // printed once by rank 0).
