@@ -5,7 +5,7 @@
 // For each of six switches (TP, PP, DP resize, EP, ZeRO stage, hybrid of three dimensions) on
 // models scaled to a few GB of state:
 //   lower bound  max over ranks of bytes that must arrive / p2p bandwidth measured in this run
-//                (all pairs rank <-> rank^1 exchanging at once, exec::measure_p2p_bandwidth)
+//                (all pairs rank <-> rank^1 exchanging at once, comm::measure_p2p_bandwidth)
 //   LB incl. local copies  max over ranks of (bytes in / p2p bandwidth + bytes kept / memcpy
 //                bandwidth measured in this run with every rank copying at once)
 //   DynaTrain    exec::run_transition, cold (first switch) and warm (after switching back)
@@ -34,6 +34,7 @@
 #include "comm/mpi/mpi_transport.h"
 #include "common/bytes.h"
 #include "common/error.h"
+#include "comm/probe.h"
 #include "exec/box_copy.h"
 #include "exec/engine.h"
 #include "exec/pool_allocator.h"
@@ -233,7 +234,7 @@ int main(int argc, char** argv) {
   dt::vps::LayoutOptions lo;
   lo.bucket_elems = 4'000'000;  // Megatron uses 40M; scaled with the model
   lo.align_elems = dt::vps::kPageAlignElems;  // kept tensors at new offsets remapped (exec/README.md)
-  const double bw = dt::testing::measure_p2p_bandwidth(*world, std::size_t{64} << 20, 5);
+  const double bw = dt::comm::measure_p2p_bandwidth(*world, std::size_t{64} << 20, 5);
   const double copy_bw = measure_copy_bandwidth(*world, std::size_t{64} << 20, 5);
   if (me == 0) {
     std::printf("## %d ranks (mpi, %s), budget %s, p2p bandwidth %.2f GB/s per rank (all pairs at once), "

@@ -6,7 +6,7 @@
 //             as the receiver ("same job"), of others ("between jobs") or both ("mixed");
 //   exchange  the switch's own traffic (this rank's bytes to and from every peer, in the
 //             engine's chunks, in its pair order) as bare messages between warm buffers, the
-//             faster of two (testing::measure_plain_exchange, run-transition's "plain
+//             faster of two (exec::measure_plain_exchange, run-transition's "plain
 //             exchange"): SwitchStats::exchange_s, and the training thread's CPU in one of them.
 // Both are collective over the transition world and change no training state.
 #pragma once

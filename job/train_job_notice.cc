@@ -20,7 +20,9 @@ namespace dynatrain::job {
 // Returns false when every process has notice: the state is saved (with --save) and the loop
 // ends with s_.notice_exit = 128 + signal.
 bool TrainJob::act_on_notices() {
-  if (!notices_enabled() || trainer_->preparing() || trainer_->config().world_size() != trainer_->world_size())
+  // A process that joined in this boundary's commit skips it: the others agreed before that commit.
+  if (!notices_enabled() || s_.step == s_.joined_at || trainer_->preparing() ||
+      trainer_->config().world_size() != trainer_->world_size())
     return true;
   const std::vector<NoticedProcess> noticed = agree_on_notices(trainer_->world());
   if (noticed.empty()) return true;

@@ -8,12 +8,13 @@
 
 #include "common/error.h"
 #include "common/output_file.h"
+#include "comm/probe.h"
+#include "exec/probe.h"
 #include "job/fault_injection.h"
 #include "job/train_ckpt.h"
 #include "job/train_job_run.h"
 #include "job/train_memory.h"
 #include "job/switch_probe.h"
-#include "testing/state_oracle.h"
 #include "train/data.h"
 
 namespace dynatrain::job {
@@ -60,7 +61,7 @@ bool TrainJob::set_up() {
   if (!joined) open_outputs();
   print_banner();
   // The lower bound of every switch divides by this point-to-point bandwidth, measured once.
-  if (!joined && !args_.json.empty()) s_.ls.p2p_bytes_per_s = testing::measure_p2p_bandwidth(world_, std::size_t{64} << 20);
+  if (!joined && !args_.json.empty()) s_.ls.p2p_bytes_per_s = comm::measure_p2p_bandwidth(world_, std::size_t{64} << 20);
   std::optional<ckpt::Checkpoint> resume;
   if (!joined) resume = open_resume();
   if (args_.save_every < 0) DT_INPUT_ERROR("--save-every ", args_.save_every, " must be >= 0");

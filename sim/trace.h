@@ -35,7 +35,7 @@ std::vector<exec::ScheduleTrace> trace_fanout(const plan::Planner& planner, cons
                                               const std::array<int, vps::kNumStateKinds>& elem_bytes,
                                               const exec::TransitionOptions& options, bool pool = true);
 
-// The plain exchange of a switch (testing::measure_plain_exchange, run-transition's "plain
+// The plain exchange of a switch (exec::measure_plain_exchange, run-transition's "plain
 // exchange"): every process sends each peer the bytes its switch trace sends it, as contiguous
 // messages from warm buffers, in the engine's order (XOR steps, then chunks of at most `chunk`
 // bytes of the pair), one round posted ahead of the one it waits for. Nothing is packed, kept

@@ -70,16 +70,7 @@ int describe_model(const vps::ModelSpec& model) {
   return 0;
 }
 
-void check_flags(const PlanArgs& a) {
-  require_int_in("--gpus-per-node", a.gpus_per_node, 1, 1 << 16);
-  require_int_in("--bucket-elems", a.bucket_elems, 1, std::int64_t{1} << 40);
-  require_positive_finite("--intra-bw", a.intra_gbps, 1e6);
-  require_positive_finite("--inter-bw", a.inter_gbps, 1e6);
-  require_int_in("--transfers", a.transfers_rank, -1, 1 << 30, " (-1: none)");
-}
-
 int run_plan(const PlanArgs& a) {
-  check_flags(a);
   check_output_path("--json", a.json_path);  // before any work: a bad path prints one line, nothing else
   // The planner's own memory: peak RSS above what the process held before planning (the
   // executable's libraries, libtorch included, are resident already).
@@ -205,17 +196,25 @@ Command add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--from", args->from, "Source config, e.g. tp=8,pp=4,dp=4")->capture_default_str();
   cmd->add_option("--to", args->to, "Destination config")->capture_default_str();
-  cmd->add_option("--gpus-per-node", args->gpus_per_node, "Ranks per node")->capture_default_str();
+  cmd->add_option("--gpus-per-node", args->gpus_per_node, "Ranks per node")
+      ->check(whole_number_in(1, 1 << 16))
+      ->capture_default_str();
   cmd->add_option("--states", args->states,
                   "State kinds: all, optimizer, or a list of param,grad,master,exp_avg,exp_avg_sq")
       ->capture_default_str();
   cmd->add_flag("--check", args->check, "Prove exact cover; exit 1 naming the first bad element");
   cmd->add_option("--json", args->json_path, "Write the statistics as JSON to this file");
   cmd->add_option("--bucket-elems", args->bucket_elems, "ZeRO bucket size in elements")
+      ->check(whole_number_in(std::int64_t{1}, std::int64_t{1} << 40))
       ->capture_default_str();
-  cmd->add_option("--intra-bw", args->intra_gbps, "Intra-node bandwidth, GB/s per rank")->capture_default_str();
-  cmd->add_option("--inter-bw", args->inter_gbps, "Inter-node bandwidth, GB/s per rank")->capture_default_str();
-  cmd->add_option("--transfers", args->transfers_rank, "Print every piece of this rank's plan");
+  cmd->add_option("--intra-bw", args->intra_gbps, "Intra-node bandwidth, GB/s per rank")
+      ->check(positive_number_up_to(1e6))
+      ->capture_default_str();
+  cmd->add_option("--inter-bw", args->inter_gbps, "Inter-node bandwidth, GB/s per rank")
+      ->check(positive_number_up_to(1e6))
+      ->capture_default_str();
+  cmd->add_option("--transfers", args->transfers_rank, "Print every piece of this rank's plan")
+      ->check(whole_number_in(-1, 1 << 30, " (-1: none)"));
   cmd->add_option("--cluster", args->cluster,
                   "Cluster the switch runs on: a800-16x8, a800-16x8-4nic, h100-nx8, this-machine or a "
                   "JSON file (docs/cluster.md); sets GPUs per node and bandwidths, adds the link-aware bound");

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "sim/trace.h"
-#include "testing/state_oracle.h"
 #include "common/clock.h"
 
 namespace dynatrain::tools {
@@ -24,7 +23,7 @@ namespace {
 double mean_over_ranks(comm::Transport& world, double mine) {
   double sum = 0;
   int count = 0;
-  for (double v : testing::gather_double(world, mine))
+  for (double v : comm::all_gather_values(world, mine))
     if (v >= 0) sum += v, ++count;
   return count > 0 ? sum / count : 0;
 }
@@ -65,7 +64,7 @@ double copy_rate(comm::Transport& world, bool alone = false) {
 }
 
 // The link: this rank's rate receiving 64 MiB from rank^1 while it sends as much back, all
-// pairs at once (as testing::measure_p2p_bandwidth), five times, each after a barrier; the
+// pairs at once (as comm::measure_p2p_bandwidth), five times, each after a barrier; the
 // median of the five per rank, the mean over ranks. run-transition's bound takes the best pair
 // of one 3-message burst; on a loaded machine that swings 2-5x between runs of the same switch,
 // so the model takes the typical rate, not the luckiest.
@@ -214,7 +213,7 @@ SwitchPrediction predict_switch(comm::Transport& world, const plan::Planner& pla
                                 const std::array<int, vps::kNumStateKinds>& elem_bytes,
                                 const exec::TransitionOptions& options, const PlainExchange& plain) {
   const double link = link_rate(world);
-  const auto copies = testing::gather_double(world, copy_rate(world));
+  const auto copies = comm::all_gather_values(world, copy_rate(world));
   const double solo = copy_rate(world, true);  // rank 0 only
   const double lat = latency(world);
   SwitchPrediction out;

@@ -34,7 +34,7 @@
 
 namespace dynatrain::tools {
 
-// The switch's plain exchange as run-transition measured it (testing::measure_plain_exchange):
+// The switch's plain exchange as run-transition measured it (exec::measure_plain_exchange):
 // its chunk and the slowest rank's seconds. 0 seconds: not measured (the link probe alone).
 struct PlainExchange {
   std::uint64_t chunk = 0;

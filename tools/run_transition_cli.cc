@@ -2,33 +2,21 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <fstream>
 #include <numeric>
-#include <optional>
 
-
-#include <nlohmann/json.hpp>
-
-#include "common/bytes.h"
+#include "common/clock.h"
 #include "common/error.h"
-#include "testing/state_oracle.h"
-#include "exec/pool_allocator.h"
-#include "plan/fanout.h"
-#include "plan/planner.h"
-#include "vps/model_spec.h"
-#include "vps/parallel_config.h"
+#include "comm/probe.h"
+#include "exec/probe.h"
 #include "job/fanout_switch.h"
 #include "job/fault_injection.h"
 #include "job/memory_check.h"
-#include "job/mpi_world.h"
-#include "common/output_file.h"
-#include "tools/predict_switch.h"
-#include "job/watchdog.h"
-#include "common/clock.h"
+#include "testing/state_oracle.h"
+#include "tools/run_transition_run.h"
+#include "vps/model_spec.h"
+#include "vps/parallel_config.h"
 
 namespace dynatrain::tools {
-using namespace dynatrain::testing;  // the state oracle (testing/state_oracle.h)
 using namespace dynatrain::exec;  // the engine this command drives
 
 namespace {
@@ -57,386 +45,240 @@ std::uint64_t prefault_for_switch(const plan::RankPlan& plan, const vps::RankLay
   return pool.prefault(dry.predicted_peak_bytes > dry.src_bytes ? dry.predicted_peak_bytes - dry.src_bytes : 0);
 }
 
-double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
-std::uint64_t max_of(const std::vector<std::uint64_t>& v) { return *std::max_element(v.begin(), v.end()); }
-std::uint64_t sum_of(const std::vector<std::uint64_t>& v) { return std::accumulate(v.begin(), v.end(), std::uint64_t{0}); }
+PhaseSeconds phases_of(const TransitionStats& s) {
+  return {s.keep_seconds, s.pack_seconds, s.wait_seconds, s.unpack_seconds,
+          s.alloc_seconds, s.agree_seconds, s.dry_seconds};
+}
 
 }  // namespace
 
 int run_transition_command(const RunTransitionArgs& args, comm::Transport& world, std::FILE* out) {
-  // ---- arguments (identical on every rank, so every rank throws the same InputError) ----
-  if (args.repeat < 1) DT_INPUT_ERROR("--repeat ", args.repeat, " must be at least 1");
-  const plan::FanoutMode fanout_mode = plan::parse_fanout_mode(args.fanout);
-  const plan::FanoutCosts fanout_rates =
-      args.fanout_cluster.empty() ? plan::FanoutCosts{} : job::fanout_costs(sim::cluster_from_spec(args.fanout_cluster));
-  const vps::ModelSpec model = vps::model_from_name(args.model);
-  vps::ParallelConfig from = vps::ParallelConfig::parse(args.from);
-  vps::ParallelConfig to = vps::ParallelConfig::parse(args.to);
-  vps::LayoutOptions lo;
-  lo.kinds = vps::parse_state_kinds(args.kinds);
-  if (args.bucket_elems > 0) lo.bucket_elems = args.bucket_elems;
-  if (args.align_pages) lo.align_elems = vps::kPageAlignElems;
-  const vps::Layout src_layout(model, from, lo), dst_layout(model, to, lo);
-  const int need = std::max(src_layout.config().world_size(), dst_layout.config().world_size());
-  if (need > world.size())
-    DT_INPUT_ERROR("the switch ", src_layout.config().str(), " -> ", dst_layout.config().str(), " needs ", need,
-                   " ranks but the job has ", world.size(), "; start it with mpirun -np ", need, " or more");
-  const int me = world.rank();
-  const bool root = me == 0;
-  std::ofstream json_file;  // opened now, so a bad path fails before any work, on every rank
-  if (root && !args.json.empty()) json_file.open(args.json);
-  if (!comm::agree_with_root(world, args.json.empty() || json_file.is_open()))
-    DT_INPUT_ERROR("cannot write --json file '", args.json, "'");
-  plan::Topology topo;
-  topo.gpus_per_node = args.gpus_per_node;
+  RunTransition command(args, world, out);
+  return command.run();
+}
 
-  // ---- plans, state ----
+RunTransition::RunTransition(const RunTransitionArgs& args, comm::Transport& world, std::FILE* out)
+    : args_(args), world_(world), out_(out), me_(world.rank()), root_(world.rank() == 0) {}
+
+int RunTransition::run() {
+  check_arguments();
+  plan_switch();
+  agree_deadline();
+  prepare_state();
+  run_rounds();
+  gather_figures();
+  testing::release_all(*dst_layout_, dst_rl_, b_, pool_);
+  testing::release_all(*src_layout_, src_rl_, a_, pool_);
+  measure_plain_exchange();
+  if (root_) report();
+  world_.barrier();
+  return exit_code_;
+}
+
+void RunTransition::check_arguments() {
+  if (args_.repeat < 1) DT_INPUT_ERROR("--repeat ", args_.repeat, " must be at least 1");
+  fanout_mode_ = plan::parse_fanout_mode(args_.fanout);
+  if (!args_.fanout_cluster.empty()) fanout_rates_ = job::fanout_costs(sim::cluster_from_spec(args_.fanout_cluster));
+  model_ = vps::model_from_name(args_.model);
+  const vps::ParallelConfig from = vps::ParallelConfig::parse(args_.from);
+  const vps::ParallelConfig to = vps::ParallelConfig::parse(args_.to);
+  lo_.kinds = vps::parse_state_kinds(args_.kinds);
+  if (args_.bucket_elems > 0) lo_.bucket_elems = args_.bucket_elems;
+  if (args_.align_pages) lo_.align_elems = vps::kPageAlignElems;
+  src_layout_.emplace(model_, from, lo_);
+  dst_layout_.emplace(model_, to, lo_);
+  need_ = std::max(src_layout_->config().world_size(), dst_layout_->config().world_size());
+  if (need_ > world_.size())
+    DT_INPUT_ERROR("the switch ", src_layout_->config().str(), " -> ", dst_layout_->config().str(), " needs ", need_,
+                   " ranks but the job has ", world_.size(), "; start it with mpirun -np ", need_, " or more");
+  if (root_ && !args_.json.empty()) json_file_.open(args_.json);
+  if (!comm::agree_with_root(world_, args_.json.empty() || json_file_.is_open()))
+    DT_INPUT_ERROR("cannot write --json file '", args_.json, "'");
+  topo_.gpus_per_node = args_.gpus_per_node;
+}
+
+void RunTransition::plan_switch() {
+  const vps::Layout &src = *src_layout_, &dst = *dst_layout_;
   // Which process takes each destination rank (plan/placement.h); the way back undoes it.
-  const plan::Placement placed = args.placement == "auto" ? plan::auto_placement(src_layout, dst_layout, topo)
-                                                          : plan::Placement::parse(args.placement);
+  placed_ = args_.placement == "auto" ? plan::auto_placement(src, dst, topo_) : plan::Placement::parse(args_.placement);
   // The switch runs on processes 0..need-1 (the others wait): a given placement puts each
   // destination rank on its own process among them (a permutation when both layouts are as large).
-  placed.validate(dst_layout.config().world_size(), need);
-  const plan::Planner fwd_planner(src_layout, dst_layout, topo, {{}, placed}),
-      back_planner(dst_layout, src_layout, topo, {placed, {}});
-  const plan::RankPlan fwd = me < need ? fwd_planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
-  const plan::RankPlan back = me < need ? back_planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
-  const vps::RankLayout src_rl = fwd_planner.src_rank_layout(me), dst_rl = fwd_planner.dst_rank_layout(me);
-  const auto& eb = lo.elem_bytes;
+  placed_.validate(dst.config().world_size(), need_);
+  fwd_planner_.emplace(src, dst, topo_, plan::SwitchPlacement{{}, placed_});
+  back_planner_.emplace(dst, src, topo_, plan::SwitchPlacement{placed_, {}});
+  fwd_ = me_ < need_ ? fwd_planner_->plan_rank(me_) : plan::RankPlan{me_, {}, {}, {}};
+  back_ = me_ < need_ ? back_planner_->plan_rank(me_) : plan::RankPlan{me_, {}, {}, {}};
+  src_rl_ = fwd_planner_->src_rank_layout(me_);
+  dst_rl_ = fwd_planner_->dst_rank_layout(me_);
+  const auto& eb = lo_.elem_bytes;
   // Node-level fan-out (--fanout): every process plans every process's part (plan_all), since
   // relay groups span a node; the rule's rates come from --fanout-cluster (default: A800-class).
-  const std::uint32_t zeroed = args.at_step_boundary ? kStepBoundaryKinds : 0;
-  const plan::FanoutPlan fanout =
-      fanout_mode == plan::FanoutMode::kOff
-          ? plan::FanoutPlan{}
-          : plan::plan_fanout(fwd_planner, fwd_planner.plan_all(), eb, fanout_mode, fanout_rates, zeroed);
-  const auto inter_without = gather_u64(world, plan::inter_node_bytes_in(fwd, topo, eb, zeroed));
-  const auto inter_sent_without = gather_u64(world, plan::inter_node_bytes_out(fwd, topo, eb, zeroed));
-  std::uint64_t inter_local = fanout.applied ? 0 : plan::inter_node_bytes_in(fwd, topo, eb, zeroed);
-  if (fanout.applied)
-    for (const auto& stage : fanout.stages)
-      if (me < static_cast<int>(stage.size())) inter_local += plan::inter_node_bytes_in(stage[me], topo, eb, zeroed);
-  const auto inter_with = gather_u64(world, inter_local);  // every stage's
+  zeroed_ = args_.at_step_boundary ? kStepBoundaryKinds : 0;
+  if (fanout_mode_ != plan::FanoutMode::kOff)
+    fanout_ = plan::plan_fanout(*fwd_planner_, fwd_planner_->plan_all(), eb, fanout_mode_, fanout_rates_, zeroed_);
+  mine_.inter_without = plan::inter_node_bytes_in(fwd_, topo_, eb, zeroed_);
+  mine_.inter_sent_without = plan::inter_node_bytes_out(fwd_, topo_, eb, zeroed_);
+  mine_.inter_with = fanout_.applied ? 0 : mine_.inter_without;
+  if (fanout_.applied)
+    for (const auto& stage : fanout_.stages)
+      if (me_ < static_cast<int>(stage.size())) mine_.inter_with += plan::inter_node_bytes_in(stage[me_], topo_, eb, zeroed_);
+}
 
-  std::uint64_t largest_local = 0, state_local = 0;
-  for (const auto* rl : {&src_rl, &dst_rl})
+// The memory check, and the deadline every rank arms for a round: a peer that stops answering
+// mid-switch ends the job (job/watchdog.h); the deadline grows with the most state any rank
+// holds before and after.
+void RunTransition::agree_deadline() {
+  std::uint64_t state = 0;
+  for (const auto* rl : {&src_rl_, &dst_rl_})
     for (const auto& buf : rl->buffers) {
-      const std::uint64_t bytes = static_cast<std::uint64_t>(buf.numel) * eb[static_cast<int>(buf.kind)];
-      largest_local = std::max(largest_local, bytes);
-      state_local += bytes;
+      const std::uint64_t bytes = static_cast<std::uint64_t>(buf.numel) * lo_.elem_bytes[static_cast<int>(buf.kind)];
+      mine_.largest_buffer = std::max(mine_.largest_buffer, bytes);
+      state += bytes;
     }
-  check_memory_fits(world, static_cast<std::uint64_t>(src_rl.bytes(lo)), static_cast<std::uint64_t>(dst_rl.bytes(lo)),
-                    args.mem_budget);
-  const auto largest_all = gather_u64(world, largest_local);
-  const std::uint64_t largest = *std::max_element(largest_all.begin(), largest_all.end());
-  // A peer that stops answering mid-switch ends the job (job/watchdog.h); the deadline grows
-  // with the most state any rank holds before and after.
-  const auto state_all = gather_u64(world, state_local);
-  const double switch_deadline = job::switch_timeout_seconds(*std::max_element(state_all.begin(), state_all.end()));
-  job::Watchdog watchdog;
+  check_memory_fits(world_, static_cast<std::uint64_t>(src_rl_.bytes(lo_)), static_cast<std::uint64_t>(dst_rl_.bytes(lo_)),
+                    args_.mem_budget);
+  const auto states = comm::all_gather_values(world_, state);
+  switch_deadline_ = job::switch_timeout_seconds(*std::max_element(states.begin(), states.end()));
+}
 
-  PoolAllocator pool;
-  std::vector<std::byte*> a = allocate_filled(src_layout, src_rl, pool), b;
+// The source state, filled by the content oracle; the bandwidth probe; the switch's options;
+// and the prefault (default; --no-prefault skips it): what the elastic device manager's prepare
+// does while training still runs, so the cold switch builds its destination in warm pages.
+// Timed apart as prepare_seconds.
+void RunTransition::prepare_state() {
+  a_ = testing::allocate_filled(*src_layout_, src_rl_, pool_);
+  bw_ = comm::measure_p2p_bandwidth(world_, std::size_t{64} << 20);
+  opt_.mem_budget = args_.mem_budget;
+  opt_.topology = topo_;
+  if (args_.at_step_boundary) opt_.zeroed_kinds = kStepBoundaryKinds;
+  opt_.direct_runs = args_.direct_runs;
+  opt_.overlap_links = exec::parse_link_overlap(args_.overlap_links);
+  opt_.rounds_in_flight = args_.rounds_in_flight;
+  if (!args_.prefault) return;
+  world_.barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  mine_.prefaulted = prefault_for_switch(fwd_, src_rl_, a_, dst_rl_, lo_.elem_bytes, world_, pool_, opt_);
+  mine_.prepare_s = seconds_since(t0);
+}
 
-  const double bw = measure_p2p_bandwidth(world, std::size_t{64} << 20);
-
-  TransitionOptions opt;
-  opt.mem_budget = args.mem_budget;
-  opt.topology = topo;
-  if (args.at_step_boundary) opt.zeroed_kinds = kStepBoundaryKinds;
-  opt.direct_runs = args.direct_runs;
-  opt.overlap_links = exec::parse_link_overlap(args.overlap_links);
-  opt.rounds_in_flight = args.rounds_in_flight;
-
-  // Prefault (default; --no-prefault skips it): what the elastic device manager's prepare does
-  // while training still runs, so the cold switch builds its destination in warm pages. Timed
-  // apart as prepare_seconds.
-  double prepare_local = 0;
-  std::uint64_t prefaulted_local = 0;
-  if (args.prefault) {
-    world.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    prefaulted_local = prefault_for_switch(fwd, src_rl, a, dst_rl, eb, world, pool, opt);
-    prepare_local = seconds_since(t0);
-  }
-  const double prepare_s = max_of(gather_double(world, prepare_local));
-  const std::uint64_t prefaulted = max_of(gather_u64(world, prefaulted_local));
-
-  std::vector<TransitionStats> forward;
-  std::vector<double> forward_secs, back_secs, fanout_stage1_secs;
-  std::string verify_text = "skipped";
-  int exit_code = 0;
-  auto check = [&](const char* when) {
-    std::string first;
-    const int bad = verify_state(dst_layout, dst_rl, b, &first, opt.zeroed_kinds);
-    const auto bads = gather_u64(world, static_cast<std::uint64_t>(bad));
-    const auto it = std::find_if(bads.begin(), bads.end(), [](std::uint64_t v) { return v > 0; });
-    if (it == bads.end()) return true;
-    if (static_cast<int>(it - bads.begin()) == me)
-      std::fprintf(out, "verify: FAILED after the %s switch on rank %d: %s\n", when, me, first.c_str());
-    std::fflush(out);
-    world.barrier();
-    return false;
-  };
-  for (int k = 0; k < args.repeat; ++k) {
-    // Armed for the whole round (switch back, switch, gathers, verify): a peer that stops while
-    // this rank waits in any of them ends the job.
-    watchdog.arm("switch round " + std::to_string(k + 1) + " (" + src_layout.config().str() + " -> " +
-                     dst_layout.config().str() + ")", switch_deadline);
+// K forward switches; from the second on, the state is switched back first. --verify checks
+// every element after the first and the last; a failure ends the rounds (exit code 1).
+void RunTransition::run_rounds() {
+  const auto& eb = lo_.elem_bytes;
+  for (int k = 0; k < args_.repeat; ++k) {
+    // Armed for the whole round (switch back, switch, verify): a peer that stops while this
+    // rank waits in any of them ends the job.
+    watchdog_.arm("switch round " + std::to_string(k + 1) + " (" + src_layout_->config().str() + " -> " +
+                      dst_layout_->config().str() + ")", switch_deadline_);
+    RoundSeconds round;
     if (k > 0) {
-      world.barrier();
-      a.clear();
-      const auto s = run_transition(back, dst_rl, b, src_rl, a, eb, world, pool, opt);
-      back_secs.push_back(max_of(gather_double(world, s.seconds)));
+      world_.barrier();
+      a_.clear();
+      round.back = run_transition(back_, dst_rl_, b_, src_rl_, a_, eb, world_, pool_, opt_).seconds;
     }
-    world.barrier();
-    job::fault_point("switch", me);
-    double stage1 = 0;
-    const auto s = fanout.applied ? job::run_fanout_switch(fanout, src_rl, a, dst_rl, b, eb, world, pool, opt, &stage1)
-                                  : run_transition(fwd, src_rl, a, dst_rl, b, eb, world, pool, opt);
-    forward.push_back(s);
-    if (fanout.applied) fanout_stage1_secs.push_back(max_of(gather_double(world, stage1)));
-    forward_secs.push_back(max_of(gather_double(world, s.seconds)));
-    if (args.verify && (k == 0 || k == args.repeat - 1)) {
-      if (!check(k == 0 ? "first" : "last")) {
-        verify_text = "failed";
-        exit_code = 1;
+    world_.barrier();
+    job::fault_point("switch", me_);
+    const auto s = fanout_.applied
+                       ? job::run_fanout_switch(fanout_, src_rl_, a_, dst_rl_, b_, eb, world_, pool_, opt_, &round.stage1)
+                       : run_transition(fwd_, src_rl_, a_, dst_rl_, b_, eb, world_, pool_, opt_);
+    forward_.push_back(s);
+    round.forward = s.seconds;
+    rounds_.push_back(round);
+    if (args_.verify && (k == 0 || k == args_.repeat - 1)) {
+      if (!verify(k == 0 ? "first" : "last")) {
+        verify_text_ = "failed";
+        exit_code_ = 1;
         break;
       }
-      verify_text = "ok";
+      verify_text_ = "ok";
     }
-    watchdog.disarm();
+    watchdog_.disarm();
   }
-  watchdog.disarm();  // after a failed verify's break
+  watchdog_.disarm();  // after a failed verify's break
+}
 
-  // ---- figures: the cold (first) switch, warm (the others) ----
-  const TransitionStats& cold = forward.front();
-  const auto received = gather_u64(world, cold.bytes_received);
-  const auto sent = gather_u64(world, cold.bytes_sent);
-  const auto messages = gather_u64(world, cold.messages);
-  const auto sent_direct = gather_u64(world, cold.bytes_sent_direct);
-  // Whether the transport moves scattered runs unpacked at all (c10d never; MPI where attach works).
-  const bool runs_direct_available = world.size() < 2 || world.runs_direct((world.rank() + 1) % world.size());
-  const auto received_direct = gather_u64(world, cold.bytes_received_direct);
-  const auto kept = gather_u64(world, cold.bytes_kept);
-  const auto kept_zero_copy = gather_u64(world, cold.kept_zero_copy_bytes);
-  const auto kept_remapped = gather_u64(world, cold.kept_remapped_bytes);
-  const auto saved_sent = gather_u64(world, cold.skipped_bytes_sent);
-  const auto saved_kept = gather_u64(world, cold.skipped_bytes_kept);
-  const auto peaks = gather_u64(world, cold.peak_bytes);
-  const auto overlapped = gather_u64(world, cold.overlapped_rounds);
-  std::uint64_t warm_peak_local = 0;
-  for (std::size_t k = 1; k < forward.size(); ++k) warm_peak_local = std::max(warm_peak_local, forward[k].peak_bytes);
-  const auto warm_peaks = gather_u64(world, warm_peak_local);
-  const auto srcb = gather_u64(world, cold.src_bytes);
-  const auto dstb = gather_u64(world, cold.dst_bytes);
-  const auto fresh = gather_u64(world, pool.fresh_bytes());
-  const auto reserved = gather_u64(world, pool.peak_reserved());
-  bool within = true;
-  for (int r = 0; r < world.size(); ++r)
-    within &= peaks[r] <= std::max(srcb[r], dstb[r]) + args.mem_budget;
-  const double lower = bw > 0 ? static_cast<double>(max_of(received)) / bw : 0.0;
-  const double cold_s = forward_secs.front();
-  double warm_mean = 0, warm_min = 0;
-  if (forward_secs.size() > 1) {
-    warm_min = *std::min_element(forward_secs.begin() + 1, forward_secs.end());
-    warm_mean = std::accumulate(forward_secs.begin() + 1, forward_secs.end(), 0.0) / (forward_secs.size() - 1);
+// Collective: every rank checks every element of its destination state; the first rank with a
+// wrong one prints it. Returns whether all were right (equal on every rank).
+bool RunTransition::verify(const char* when) {
+  std::string first;
+  const int bad = testing::verify_state(*dst_layout_, dst_rl_, b_, &first, opt_.zeroed_kinds);
+  const auto bads = comm::all_gather_values(world_, static_cast<std::uint64_t>(bad));
+  const auto it = std::find_if(bads.begin(), bads.end(), [](std::uint64_t v) { return v > 0; });
+  if (it == bads.end()) return true;
+  if (static_cast<int>(it - bads.begin()) == me_)
+    std::fprintf(out_, "verify: FAILED after the %s switch on rank %d: %s\n", when, me_, first.c_str());
+  std::fflush(out_);
+  world_.barrier();
+  return false;
+}
+
+// Collective: this rank's figures of the cold (first) switch, the warm ones (the others) and
+// the pool, gathered with the per-round seconds (each round's slowest rank).
+void RunTransition::gather_figures() {
+  const TransitionStats& cold = forward_.front();
+  RankFigures& m = mine_;
+  m.received = cold.bytes_received, m.sent = cold.bytes_sent, m.messages = cold.messages;
+  m.sent_direct = cold.bytes_sent_direct, m.received_direct = cold.bytes_received_direct;
+  m.kept = cold.bytes_kept, m.kept_zero_copy = cold.kept_zero_copy_bytes, m.kept_remapped = cold.kept_remapped_bytes;
+  m.saved_sent = cold.skipped_bytes_sent, m.saved_kept = cold.skipped_bytes_kept;
+  m.peak = cold.peak_bytes, m.overlapped = cold.overlapped_rounds, m.src = cold.src_bytes, m.dst = cold.dst_bytes;
+  for (std::size_t k = 1; k < forward_.size(); ++k) m.warm_peak = std::max(m.warm_peak, forward_[k].peak_bytes);
+  m.pool_fresh = pool_.fresh_bytes(), m.pool_reserved = pool_.peak_reserved();
+  m.cold_phases = phases_of(cold);
+  m.warm_phases = phases_of(forward_.back());
+  all_ = comm::all_gather_values(world_, mine_);
+  const auto rounds = comm::all_gather_values(world_, rounds_);  // rank r's rounds at r * rounds_.size()
+  const std::size_t n = rounds_.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    RoundSeconds slowest{0, 0, 0};
+    for (int r = 0; r < world_.size(); ++r) {
+      const RoundSeconds& x = rounds[static_cast<std::size_t>(r) * n + k];
+      slowest = {std::max(slowest.forward, x.forward), std::max(slowest.back, x.back), std::max(slowest.stage1, x.stage1)};
+    }
+    forward_secs_.push_back(slowest.forward);
+    if (k > 0) back_secs_.push_back(slowest.back);
+    if (fanout_.applied) fanout_stage1_secs_.push_back(slowest.stage1);
   }
-  // Per phase of the cold switch, and of the last warm one: the largest over ranks.
-  auto phases_of = [&](const TransitionStats& s) {
-    nlohmann::json p;
-    p["keep"] = max_of(gather_double(world, s.keep_seconds));
-    p["pack"] = max_of(gather_double(world, s.pack_seconds));
-    p["wait"] = max_of(gather_double(world, s.wait_seconds));
-    p["unpack"] = max_of(gather_double(world, s.unpack_seconds));
-    p["alloc"] = max_of(gather_double(world, s.alloc_seconds));
-    p["agree"] = max_of(gather_double(world, s.agree_seconds));
-    p["dry"] = max_of(gather_double(world, s.dry_seconds));
-    return p;
-  };
-  const nlohmann::json phases = phases_of(cold);
-  const nlohmann::json warm_phases = phases_of(forward.back());
-  release_all(dst_layout, dst_rl, b, pool);
-  release_all(src_layout, src_rl, a, pool);
-  // The link alone with this switch's bytes (same peers, order and chunks, plain messages, warm
-  // buffers): the floor the engine is compared with where the bandwidth probe is not reachable.
-  std::vector<std::uint64_t> to_peer(static_cast<std::size_t>(world.size()), 0), from_peer(to_peer);
+  // Whether the transport moves scattered runs unpacked at all (c10d never; MPI where attach works).
+  runs_direct_available_ = world_.size() < 2 || world_.runs_direct((world_.rank() + 1) % world_.size());
+}
+
+// The link alone with this switch's bytes (same peers, order and chunks, plain messages, warm
+// buffers): the floor the engine is compared with where the bandwidth probe is not reachable.
+// Then the simulator's prediction for this switch from rates measured now (--json only: it
+// costs a trace).
+void RunTransition::measure_plain_exchange() {
+  const auto& eb = lo_.elem_bytes;
+  std::vector<std::uint64_t> to_peer(static_cast<std::size_t>(world_.size()), 0), from_peer(to_peer);
   auto moved = [&](const plan::Piece& p) {
-    return (opt.zeroed_kinds >> static_cast<int>(p.kind)) & 1u ? 0 : p.box.numel() * eb[static_cast<int>(p.kind)];
+    return (opt_.zeroed_kinds >> static_cast<int>(p.kind)) & 1u ? 0 : p.box.numel() * eb[static_cast<int>(p.kind)];
   };
-  for (const auto& [q, v] : fwd.send) for (const auto& p : v) to_peer[static_cast<std::size_t>(q)] += moved(p);
-  for (const auto& [q, v] : fwd.recv) for (const auto& p : v) from_peer[static_cast<std::size_t>(q)] += moved(p);
-  const std::size_t chunk = static_cast<std::size_t>(std::max<std::uint64_t>(cold.chunk_bytes, 4096));
+  for (const auto& [q, v] : fwd_.send) for (const auto& p : v) to_peer[static_cast<std::size_t>(q)] += moved(p);
+  for (const auto& [q, v] : fwd_.recv) for (const auto& p : v) from_peer[static_cast<std::size_t>(q)] += moved(p);
+  const std::size_t chunk = static_cast<std::size_t>(std::max<std::uint64_t>(forward_.front().chunk_bytes, 4096));
   // Five times: the bare exchange is the fastest (the floor), the model's link is calibrated on
   // the median, as the warm switch it predicts is a median.
   std::vector<double> exchanges;
-  for (int i = 0; i < 5; ++i) exchanges.push_back(measure_plain_exchange(world, to_peer, from_peer, chunk));
+  for (int i = 0; i < 5; ++i) exchanges.push_back(exec::measure_plain_exchange(world_, to_peer, from_peer, chunk));
   std::sort(exchanges.begin(), exchanges.end());
-  const double exchange_s = exchanges.front(), exchange_median_s = exchanges[2];
-  // The simulator's prediction for this switch from rates measured now (--json only: it costs a trace).
-  const std::optional<SwitchPrediction> predicted =
-      args.json.empty() ? std::nullopt : std::optional(predict_switch(world, fwd_planner, eb, opt, {chunk, exchange_median_s}));
+  exchange_s_ = exchanges.front(), exchange_median_s_ = exchanges[2];
+  if (!args_.json.empty())
+    predicted_ = predict_switch(world_, *fwd_planner_, eb, opt_, {chunk, exchange_median_s_});
+}
 
-  if (root) {
-    nlohmann::json j;
-    j["model"] = model.name;
-    j["from"] = src_layout.config().str();
-    j["to"] = dst_layout.config().str();
-    j["ranks"] = world.size();
-    j["backend"] = world.backend();
-    j["seconds"] = cold_s;
-    j["cold_seconds"] = cold_s;
-    j["warm_repeats"] = forward_secs.size() - 1;
-    j["warm_seconds"] = warm_mean;
-    j["warm_min_seconds"] = warm_min;
-    j["forward_seconds"] = forward_secs;  // every forward switch, the cold one first
-    j["back_seconds"] = back_secs;
-    j["bytes_moved"] = sum_of(sent);
-    j["direct_runs"] = args.direct_runs;
-    j["runs_direct_available"] = runs_direct_available;  // false: the transport packs every scattered message
-    j["overlap_links"] = args.overlap_links;
-    j["link_classes"] = cold.link_classes;  // 2: one pipeline per link class (exec::LinkOverlap)
-    j["overlapped_rounds"] = sum_of(overlapped);
-    j["rounds_in_flight"] = cold.rounds_in_flight;  // per link class
-    j["bytes_sent_direct"] = sum_of(sent_direct);          // not packed
-    j["bytes_received_direct"] = sum_of(received_direct);  // not unpacked
-    j["max_rank_bytes_received"] = max_of(received);
-    j["p2p_bandwidth_bytes_per_s"] = bw;
-    j["lower_bound_seconds"] = lower;
-    j["plain_exchange_seconds"] = exchange_s;  // the same bytes, plain messages (best of 5)
-    j["plain_exchange_median_seconds"] = exchange_median_s;  // their median (the model's link)
-    j["ratio"] = lower > 0 ? cold_s / lower : 0.0;
-    j["warm_ratio"] = lower > 0 && warm_mean > 0 ? warm_mean / lower : 0.0;
-    j["peak_bytes"] = max_of(peaks);
-    j["warm_peak_bytes"] = max_of(warm_peaks);
-    j["budget_bytes"] = args.mem_budget;
-    j["max_src_bytes"] = max_of(srcb);
-    j["max_dst_bytes"] = max_of(dstb);
-    j["peak_within_bound"] = within;
-    j["pool_fresh_bytes_max"] = max_of(fresh);
-    j["pool_peak_reserved_max"] = max_of(reserved);
-    j["messages_max_per_rank"] = max_of(messages);
-    j["messages_total"] = sum_of(messages);
-    j["waves"] = cold.waves;
-    j["wave_order"] = cold.wave_order;
-    j["bytes_kept"] = sum_of(kept);
-    j["kept_zero_copy_bytes"] = sum_of(kept_zero_copy);  // handed over, not copied
-    j["kept_zero_copy_share"] = sum_of(kept) > 0 ? static_cast<double>(sum_of(kept_zero_copy)) / sum_of(kept) : 0.0;
-    j["kept_remapped_bytes"] = sum_of(kept_remapped);  // whole pages moved by mremap, not copied
-    j["kept_not_copied_share"] =
-        sum_of(kept) > 0 ? static_cast<double>(sum_of(kept_zero_copy) + sum_of(kept_remapped)) / sum_of(kept) : 0.0;
-    j["align_pages"] = args.align_pages;
-    j["at_step_boundary"] = args.at_step_boundary;
-    j["saved_bytes_moved"] = sum_of(saved_sent);   // not sent: zeroed kinds (--at-step-boundary)
-    j["saved_bytes_kept"] = sum_of(saved_kept);    // not copied locally
-    j["prefault"] = args.prefault;
-    j["prepare_seconds"] = prepare_s;
-    j["prefaulted_bytes"] = prefaulted;  // max over ranks
-    j["granule_bytes"] = cold.granule_bytes;
-    j["pagewise_buffers"] = cold.pagewise_buffers;
-    j["phases"] = phases;                         // cold switch, max over ranks per phase
-    if (forward.size() > 1) j["warm_phases"] = warm_phases;  // last warm switch
-    j["path"] = cold.path;
-    j["fanout_bytes"] = cold.fanout_bytes;
-    j["fanout"] = plan::fanout_mode_name(fanout_mode);  // --fanout
-    j["fanout_applied"] = fanout.applied;
-    j["fanout_reason"] = fanout.reason;
-    j["inter_node_bytes"] = sum_of(inter_with);  // what crossed nodes (--gpus-per-node)
-    j["inter_node_bytes_without_fanout"] = sum_of(inter_without);
-    // The stages (1 when not applied), relay and tree groups, and the busiest process's bytes
-    // sent to other nodes over all stages (a tree lowers it; plan/fanout.h). 0 groups when off.
-    j["fanout_stages"] = fanout.applied ? fanout.stages.size() : std::size_t{1};
-    j["fanout_relay_groups"] = fanout.groups;
-    j["fanout_tree_candidates"] = fanout.tree_candidates;
-    j["fanout_tree_groups"] = fanout.tree_groups;
-    j["fanout_tree_bytes"] = fanout.tree_bytes;  // tree hops sent by a receiver, not the source
-    j["inter_node_max_send_bytes"] = fanout_mode == plan::FanoutMode::kOff ? max_of(inter_sent_without)
-                                                                           : fanout.max_sender_bytes;
-    j["inter_node_max_send_bytes_without_fanout"] = max_of(inter_sent_without);
-    // Per forward switch: when the last process finished stage 1 (seconds minus this is the later
-    // stages after every process left stage 1; a process that finishes stage 1 early waits in stage 2).
-    j["fanout_stage1_seconds"] = fanout_stage1_secs;
-    j["verify"] = verify_text;
-    j["placement"] = placed.str();
-    j["largest_buffer_bytes"] = largest;
-    if (predicted) {
-      j["predicted_seconds"] = predicted->result.seconds;  // compare with warm_seconds (warm pool)
-      j["predicted_cluster"] = sim::to_json(predicted->cluster);
-      j["predicted_cpu_cores"] = predicted->cpu_cores;
-      j["predicted_run_bytes"] = predicted->run_bytes;      // mean run of scattered direct messages
-      j["predicted_run_seconds"] = predicted->run_seconds;  // measured cost of one such run
-      j["predicted_probe_link_gb_per_s"] = predicted->probe_link / 1e9;  // before calibration on the plain exchange
-      j["predicted_probe_link_seconds"] = predicted->probe_link_seconds;   // the prediction with that rate
-      j["predicted_idle_latency_us"] = predicted->idle_latency * 1e6;  // ping-pong with nothing else running
-      j["predicted_busy_handoff_us"] = predicted->busy_handoff * 1e6;  // a handshake while all copy
-      j["predicted_idle_latency_seconds"] = predicted->idle_latency_seconds;  // the prediction with the idle one
-      j["predicted_message_shape"] = {{"bytes", predicted->message_bytes},  // the probe's messages
-                                      {"send_runs", predicted->send_runs},
-                                      {"recv_runs", predicted->recv_runs}};
-      j["predicted_without_runs_seconds"] = predicted->without_runs_seconds;  // the same, runs free
-    }
-    std::fprintf(out, "run-transition %s: %s -> %s on %d ranks (%s), budget %s\n", model.name.c_str(),
-                 src_layout.config().str().c_str(), dst_layout.config().str().c_str(), world.size(),
-                 world.backend(), format_bytes(static_cast<double>(args.mem_budget)).c_str());
-    if (!runs_direct_available)
-      std::fprintf(out, "  direct runs          none on the %s transport (no cross-memory reads): scattered messages packed\n",
-                   world.backend());
-    if (args.at_step_boundary)
-      std::fprintf(out, "  at step boundary     grads zeroed in the new layout: %s not sent, %s not copied\n",
-                   format_bytes(static_cast<double>(sum_of(saved_sent))).c_str(),
-                   format_bytes(static_cast<double>(sum_of(saved_kept))).c_str());
-    if (args.prefault)
-      std::fprintf(out, "  prepare_seconds      %.6f (prefault of %s before the switch; --no-prefault: none)\n",
-                   prepare_s, format_bytes(static_cast<double>(prefaulted)).c_str());
-    std::fprintf(out, "  seconds              %.6f (cold)\n", cold_s);
-    if (forward_secs.size() > 1)
-      std::fprintf(out, "  warm seconds         %.6f mean, %.6f min over %zu repeats\n", warm_mean, warm_min,
-                   forward_secs.size() - 1);
-    std::fprintf(out, "  bytes_moved          %s (max into one rank %s)\n", format_bytes(static_cast<double>(sum_of(sent))).c_str(),
-                 format_bytes(static_cast<double>(max_of(received))).c_str());
-    std::fprintf(out, "  bytes kept           %s (not copied: %s in buffers handed over, %s in remapped pages)\n",
-                 format_bytes(static_cast<double>(sum_of(kept))).c_str(),
-                 format_bytes(static_cast<double>(sum_of(kept_zero_copy))).c_str(),
-                 format_bytes(static_cast<double>(sum_of(kept_remapped))).c_str());
-    std::fprintf(out, "  p2p bandwidth        %s/s per rank (all pairs at once)\n", format_bytes(bw).c_str());
-    std::fprintf(out, "  lower_bound_seconds  %.6f\n", lower);
-    std::fprintf(out, "  plain exchange       %.6f s (the same bytes and peers as plain messages)\n", exchange_s);
-    if (predicted) std::fprintf(out, "  predicted_seconds    %.6f (simulator, this machine's rates)\n", predicted->result.seconds);
-    std::fprintf(out, "  ratio                %.2f cold", lower > 0 ? cold_s / lower : 0.0);
-    if (warm_mean > 0 && lower > 0) std::fprintf(out, ", %.2f warm", warm_mean / lower);
-    std::fprintf(out, "\n");
-    std::fprintf(out, "  peak_bytes           %s (max source %s, max destination %s, within max(src,dst)+budget: %s)\n",
-                 format_bytes(static_cast<double>(max_of(peaks))).c_str(), format_bytes(static_cast<double>(max_of(srcb))).c_str(),
-                 format_bytes(static_cast<double>(max_of(dstb))).c_str(), within ? "yes" : "NO");
-    std::fprintf(out, "  messages             %llu max per rank, %llu total; %llu waves, %s order; path %s\n",
-                 static_cast<unsigned long long>(max_of(messages)), static_cast<unsigned long long>(sum_of(messages)),
-                 static_cast<unsigned long long>(cold.waves), cold.wave_order.c_str(), cold.path.c_str());
-    std::fprintf(out, "  phases (max over ranks, s)  keep %.4f  pack %.4f  wait %.4f  unpack %.4f  alloc %.4f  agree %.4f  dry %.4f\n",
-                 phases["keep"].get<double>(), phases["pack"].get<double>(), phases["wait"].get<double>(),
-                 phases["unpack"].get<double>(), phases["alloc"].get<double>(), phases["agree"].get<double>(),
-                 phases["dry"].get<double>());
-    std::fprintf(out, "  inter-node bytes     %s (%s without fan-out); fan-out %s\n",
-                 format_bytes(static_cast<double>(sum_of(inter_with))).c_str(),
-                 format_bytes(static_cast<double>(sum_of(inter_without))).c_str(),
-                 fanout_mode == plan::FanoutMode::kOff ? "off" : fanout.reason.c_str());
-    if (fanout.tree_groups > 0)
-      std::fprintf(out, "  fan-out tree         %llu groups, %zu stages; busiest sender to other nodes %s (%s without)\n",
-                   static_cast<unsigned long long>(fanout.tree_groups), fanout.stages.size(),
-                   format_bytes(static_cast<double>(fanout.max_sender_bytes)).c_str(),
-                   format_bytes(static_cast<double>(fanout.max_sender_bytes_without)).c_str());
-    if (!placed.is_identity())
-      std::fprintf(out, "  placement            %s (%d of %d destination ranks on another process)\n",
-                   placed.str().c_str(), placed.moved_ranks(dst_layout.config().world_size()),
-                   dst_layout.config().world_size());
-    if (verify_text == "ok") std::fprintf(out, "verify: ok\n");
-    std::fflush(out);
-    if (json_file.is_open()) {
-      json_file << j.dump(2) << "\n";
-      check_written(json_file, "--json", args.json);  // a full disk is an error, not a cut-off file
-    }
-  }
-  world.barrier();
-  return exit_code;
+template <typename T>
+T RunTransition::max_of(T RankFigures::*field) const {
+  T best = all_.front().*field;
+  for (const auto& r : all_) best = std::max(best, r.*field);
+  return best;
+}
+template std::uint64_t RunTransition::max_of(std::uint64_t RankFigures::*) const;
+template double RunTransition::max_of(double RankFigures::*) const;
+
+std::uint64_t RunTransition::sum_of(std::uint64_t RankFigures::*field) const {
+  std::uint64_t sum = 0;
+  for (const auto& r : all_) sum += r.*field;
+  return sum;
 }
 
 }  // namespace dynatrain::tools

@@ -35,12 +35,16 @@ Command add_run_transition_command(CLI::App& app) {
   add_link_schedule_options(cmd, args->overlap_links, args->rounds_in_flight);
   cmd->add_flag("--verify", args->verify, "Check every destination element; exit 1 on the first wrong one");
   cmd->add_option("--repeat", args->repeat, "Timed forward switches (first cold, rest warm)")
+      ->check(whole_number_in(1, 1'000'000))
       ->capture_default_str();
   cmd->add_option("--json", args->json, "Write the figures as JSON to this file");
   cmd->add_option("--bucket-elems", args->bucket_elems, "ZeRO bucket size in elements (0: 40M)")
+      ->check(whole_number_in(std::int64_t{0}, std::int64_t{1} << 40, " (0: 40M)"))
       ->capture_default_str();
   cmd->add_option("--states", args->kinds, "State kinds: all, optimizer, or a list")->capture_default_str();
-  cmd->add_option("--gpus-per-node", args->gpus_per_node, "Ranks per node")->capture_default_str();
+  cmd->add_option("--gpus-per-node", args->gpus_per_node, "Ranks per node")
+      ->check(whole_number_in(1, 1 << 16))
+      ->capture_default_str();
   cmd->add_option("--placement", args->placement, "Which process takes each destination rank: fixed, auto, or a list")
       ->capture_default_str();
   cmd->add_option("--fanout", args->fanout,
@@ -56,9 +60,6 @@ Command add_run_transition_command(CLI::App& app) {
   return [args, budget] {
     // Checked before MPI starts: identical on every rank, printed once by rank 0.
     args->mem_budget = parse_bytes(*budget);
-    require_int_in("--repeat", args->repeat, 1, 1'000'000);
-    require_int_in("--bucket-elems", args->bucket_elems, 0, std::int64_t{1} << 40, " (0: 40M)");
-    require_int_in("--gpus-per-node", args->gpus_per_node, 1, 1 << 16);
     return job::run_on_mpi_world([&](comm::Transport& world) { return tools::run_transition_command(*args, world); });
   };
 }

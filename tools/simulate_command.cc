@@ -64,7 +64,6 @@ void drop_kinds(std::vector<plan::RankPlan>& plans, std::uint32_t kinds) {
 constexpr int kMaxSimulatedProcesses = 4096;
 
 int run_simulate(const SimulateArgs& a) {
-  require_int_in("--bucket-elems", a.bucket_elems, 1, std::int64_t{1} << 40);
   if (!(a.cpu_cores >= 0) || a.cpu_cores > 1e6)
     DT_INPUT_ERROR("--cpu-cores ", a.cpu_cores, " is not valid; give 0 (not modelled) or the cores a node's processes share");
   if (!(a.run_us >= 0) || a.run_us > 1e6)
@@ -217,7 +216,9 @@ Command add_simulate_command(CLI::App& app) {
   cmd->add_option("--placement", args->placement, "fixed or auto (plan --placement)")->capture_default_str();
   cmd->add_option("--mem-budget", args->mem_budget, "The engine's staging budget per rank, e.g. 256MiB")
       ->capture_default_str();
-  cmd->add_option("--bucket-elems", args->bucket_elems, "ZeRO bucket size in elements")->capture_default_str();
+  cmd->add_option("--bucket-elems", args->bucket_elems, "ZeRO bucket size in elements")
+      ->check(whole_number_in(std::int64_t{1}, std::int64_t{1} << 40))
+      ->capture_default_str();
   cmd->add_option("--states", args->states, "State kinds: all, optimizer, or a list")->capture_default_str();
   cmd->add_flag("--at-step-boundary", args->at_step_boundary, "Gradients are not moved (run-transition's flag)");
   cmd->add_option("--fresh-gbps", args->fresh_gbps,

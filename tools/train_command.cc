@@ -12,6 +12,41 @@
 
 namespace dynatrain::tools {
 
+namespace {
+
+// Checkpoints, notices and restarts: --save, --save-every, --resume, --notice-signal (into
+// `notice_signal`), --notice-s, --max-restarts, --mpirun and --np (returned: whether it was given
+// matters).
+CLI::Option* add_recovery_flags(CLI::App* cmd, job::TrainArgs& args, job::SuperviseSettings& supervise,
+                                std::string& notice_signal) {
+  auto* save = cmd->add_option("--save", args.save_dir, "Checkpoint directory to save into (see --save-every)");
+  cmd->add_option("--save-every", args.save_every, "Also save every N steps (0: only after the last step)")
+      ->check(whole_number_in(std::int64_t{0}, std::int64_t{1'000'000'000}))
+      ->needs(save)
+      ->capture_default_str();
+  cmd->add_option("--resume", args.resume_dir,
+                  "Continue from this directory's latest checkpoint, in the schedule's layout for its step");
+  cmd->add_option("--notice-signal", notice_signal,
+                  "Signal that gives ONE process notice that it will be gone in --notice-s seconds: the "
+                  "job vacates its ranks into a layout for the others and goes on (TERM, USR1, USR2, HUP, "
+                  "or none: the signal stops the job)")
+      ->capture_default_str();
+  cmd->add_option("--notice-s", args.notice.seconds, "Seconds from a notice until the process is gone")
+      ->check(positive_number_up_to(86400))
+      ->capture_default_str();
+  cmd->add_option("--max-restarts", supervise.max_restarts,
+                  "Run without mpirun: start the job on --np processes and restart it from the last "
+                  "checkpoint, on one process fewer, up to K times when a process dies (job/supervisor.h)")
+      ->check(whole_number_in(0, 1000))
+      ->capture_default_str();
+  cmd->add_option("--mpirun", supervise.mpirun, "With --max-restarts: the mpirun to start the job with")
+      ->capture_default_str();
+  return cmd->add_option("--np", supervise.np, "With --max-restarts: processes to start")
+      ->check(whole_number_in(1, 131072));
+}
+
+}  // namespace
+
 Command add_train_command(CLI::App& app) {
   auto args = std::make_shared<job::TrainArgs>();
   auto launch = std::make_shared<edm::MpiLaunchSettings>();
@@ -20,10 +55,15 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--model", args->model, "tiny-dense, tiny-moe, or a Hugging Face config.json")
       ->capture_default_str();
   cmd->add_option("--data", args->data, "Text file to train on (bytes are tokens); default: embedded text");
-  cmd->add_option("--steps", args->steps, "Optimizer steps")->capture_default_str();
-  cmd->add_option("--global-batch", args->global_batch, "Sequences per step over all dp ranks")
+  cmd->add_option("--steps", args->steps, "Optimizer steps")
+      ->check(whole_number_in(std::int64_t{1}, std::int64_t{1'000'000'000}))
       ->capture_default_str();
-  cmd->add_option("--seq", args->seq, "Tokens per sequence")->capture_default_str();
+  cmd->add_option("--global-batch", args->global_batch, "Sequences per step over all dp ranks")
+      ->check(whole_number_in(std::int64_t{1}, std::int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--seq", args->seq, "Tokens per sequence")
+      ->check(whole_number_in(std::int64_t{1}, std::int64_t{1} << 20))
+      ->capture_default_str();
   cmd->add_option("--schedule", args->schedule, "STEP:CONFIG;... e.g. \"0:tp=2,pp=2,dp=2;50:tp=1,pp=2,dp=4\"")
       ->capture_default_str();
   cmd->add_flag("--static", args->static_layout, "Run the schedule's first layout throughout");
@@ -33,6 +73,7 @@ Command add_train_command(CLI::App& app) {
                   "Which process takes which rank of a new layout: fixed (rank r on process r) or auto "
                   "(fewest bytes moved, rank 0 kept on process 0)");
   cmd->add_option("--lookahead", args->lookahead, "Steps between preparing a switch and committing it (0: auto)")
+      ->check(whole_number_in(0, 1'000'000'000, " (0: auto)"))
       ->capture_default_str();
   cmd->add_option("--job", args->job, "Directory to watch for `dynatrain request` switch requests");
   cmd->add_flag("--align-pages,!--no-align-pages", args->align_pages,
@@ -41,52 +82,28 @@ Command add_train_command(CLI::App& app) {
                 "--align-pages=false) packs them");
   cmd->add_flag("--bf16", args->bf16,
                 "bf16 weights (computed with in bf16), fp32 gradients, fp32 master weights and Adam moments");
-  cmd->add_option("--hostfile", launch->hostfile, "MPI hostfile for processes started by a grow");
+  cmd->add_option("--hostfile", launch->hostfile, "MPI hostfile for processes started by a grow")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--host", launch->hosts, "Hosts for processes started by a grow (h1,h2,...)");
-  cmd->add_option("--lr", args->lr, "Adam learning rate")->capture_default_str();
+  cmd->add_option("--lr", args->lr, "Adam learning rate")->check(positive_number_up_to(1e3))->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed for weights and data order")
       ->check(whole_number_in(std::uint64_t{0}, std::numeric_limits<std::uint64_t>::max()))
       ->capture_default_str();
-  cmd->add_option("--micro-batches", args->micro_batches, "Pipeline micro-batches (0: auto)")->capture_default_str();
+  cmd->add_option("--micro-batches", args->micro_batches, "Pipeline micro-batches (0: auto)")
+      ->check(whole_number_in(0, 1 << 20, " (0: auto)"))
+      ->capture_default_str();
   cmd->add_option("--switch-method", args->switch_method, "engine (default) or gather");
   cmd->add_option("--threads", args->threads, "Torch threads per rank (0: cores / local ranks)")
+      ->check(whole_number_in(0, 4096, " (0: cores / local ranks)"))
       ->capture_default_str();
-  auto* save = cmd->add_option("--save", args->save_dir, "Checkpoint directory to save into (see --save-every)");
-  cmd->add_option("--save-every", args->save_every, "Also save every N steps (0: only after the last step)")
-      ->check(whole_number_in(std::int64_t{0}, std::int64_t{1'000'000'000}))
-      ->needs(save)
-      ->capture_default_str();
-  cmd->add_option("--resume", args->resume_dir,
-                  "Continue from this directory's latest checkpoint, in the schedule's layout for its step");
   auto notice_signal = std::make_shared<std::string>("TERM");
-  cmd->add_option("--notice-signal", *notice_signal,
-                  "Signal that gives ONE process notice that it will be gone in --notice-s seconds: the "
-                  "job vacates its ranks into a layout for the others and goes on (TERM, USR1, USR2, HUP, "
-                  "or none: the signal stops the job)")
-      ->capture_default_str();
-  cmd->add_option("--notice-s", args->notice.seconds, "Seconds from a notice until the process is gone")
-      ->capture_default_str();
-  cmd->add_option("--max-restarts", supervise_settings->max_restarts,
-                  "Run without mpirun: start the job on --np processes and restart it from the last "
-                  "checkpoint, on one process fewer, up to K times when a process dies (job/supervisor.h)")
-      ->capture_default_str();
-  auto* np_flag = cmd->add_option("--np", supervise_settings->np, "With --max-restarts: processes to start");
-  cmd->add_option("--mpirun", supervise_settings->mpirun, "With --max-restarts: the mpirun to start the job with")
-      ->capture_default_str();
+  auto* np_flag = add_recovery_flags(cmd, *args, *supervise_settings, *notice_signal);
   return [args, launch, supervise_settings, np_flag, notice_signal] {
-    // Checked before MPI starts: identical on every rank, printed once by rank 0.
-    require_int_in("--steps", args->steps, 1, 1'000'000'000);
-    require_int_in("--global-batch", args->global_batch, 1, 1 << 20);
-    require_int_in("--seq", args->seq, 1, 1 << 20);
-    require_positive_finite("--lr", args->lr, 1e3);
-    require_int_in("--micro-batches", args->micro_batches, 0, 1 << 20, " (0: auto)");
-    require_int_in("--threads", args->threads, 0, 4096, " (0: cores / local ranks)");
+    // The flags' values were checked while parsing (before MPI starts: identical on every rank,
+    // printed once by rank 0).
     args->notice.signal = job::parse_notice_signal(*notice_signal);
-    require_positive_finite("--notice-s", args->notice.seconds, 86400);
-    require_int_in("--max-restarts", supervise_settings->max_restarts, 0, 1000);
     if (supervise_settings->max_restarts > 0) {  // the supervisor: outside MPI, it starts mpirun
       if (np_flag->count() == 0) DT_INPUT_ERROR("--max-restarts needs --np N, the processes to start");
-      require_int_in("--np", supervise_settings->np, 1, 131072);
       supervise_settings->argv = job::train_argv_for_job();
       return job::supervise(*args, *supervise_settings);
     }

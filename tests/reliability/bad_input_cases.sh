@@ -48,21 +48,31 @@ T=(plan --model tiny-dense --from tp=1 --to tp=2)
 bad 1 "unknown model 'gpt5'" -- plan --model gpt5 --from tp=1 --to tp=2
 bad 1 "unknown model ''" -- plan --model "" --from tp=1 --to tp=2
 bad 1 "unknown model 'llama2-7B'" -- plan --model llama2-7B --from tp=1 --to tp=2
-bad 1 "--gpus-per-node 0" -- "${T[@]}" --gpus-per-node 0
-bad 1 "--gpus-per-node -8" -- "${T[@]}" --gpus-per-node -8
+bad 1 "--gpus-per-node: 0" -- "${T[@]}" --gpus-per-node 0
+bad 1 "--gpus-per-node: -8" -- "${T[@]}" --gpus-per-node -8
 bad 1 "--gpus-per-node" -- "${T[@]}" --gpus-per-node x
 bad 1 "--gpus-per-node" -- "${T[@]}" --gpus-per-node 99999999999
-bad 1 "--bucket-elems 0" -- "${T[@]}" --bucket-elems 0
-bad 1 "--bucket-elems -5" -- "${T[@]}" --bucket-elems -5
+bad 1 "--bucket-elems: 0" -- "${T[@]}" --bucket-elems 0
+bad 1 "--bucket-elems: -5" -- "${T[@]}" --bucket-elems -5
 bad 1 "--bucket-elems" -- "${T[@]}" --bucket-elems 1e6
-bad 1 "--intra-bw 0" -- "${T[@]}" --intra-bw 0
-bad 1 "--intra-bw -1" -- "${T[@]}" --intra-bw -1
-bad 1 "--intra-bw nan" -- "${T[@]}" --intra-bw nan
-bad 1 "--intra-bw inf" -- "${T[@]}" --intra-bw inf
-bad 1 "--inter-bw 0" -- "${T[@]}" --inter-bw 0
+# numbers (docs/cli.md): decimal only; "0100000" is 100000 (as octal, 32768, it would fit)
+bad 1 "--gpus-per-node: 0100000 is out of range; valid: 1..65536" -- "${T[@]}" --gpus-per-node 0100000
+bad 1 "--gpus-per-node: '0x10' is not a whole number in 1..65536" -- "${T[@]}" --gpus-per-node 0x10
+bad 1 "--gpus-per-node: '1e3' is not a whole number in 1..65536" -- "${T[@]}" --gpus-per-node 1e3
+bad 1 "--gpus-per-node: ' 5' is not a whole number in 1..65536" -- "${T[@]}" --gpus-per-node " 5"
+bad 1 "--gpus-per-node: '+5' is not a whole number in 1..65536" -- "${T[@]}" --gpus-per-node +5
+bad 1 "--gpus-per-node: '4.0' is not a whole number in 1..65536" -- "${T[@]}" --gpus-per-node 4.0
+bad 1 "--bucket-elems: '1e6' is not a whole number in 1..1099511627776" -- "${T[@]}" --bucket-elems 1e6
+bad 1 "--intra-bw: '0x10' is not a number; give a positive finite number up to 1e+06" -- "${T[@]}" --intra-bw 0x10
+bad 1 "--intra-bw: ' 5' is not a number" -- "${T[@]}" --intra-bw " 5"
+bad 1 "--intra-bw: 0" -- "${T[@]}" --intra-bw 0
+bad 1 "--intra-bw: -1" -- "${T[@]}" --intra-bw -1
+bad 1 "--intra-bw: nan" -- "${T[@]}" --intra-bw nan
+bad 1 "--intra-bw: inf" -- "${T[@]}" --intra-bw inf
+bad 1 "--inter-bw: 0" -- "${T[@]}" --inter-bw 0
 bad 1 "--inter-bw" -- "${T[@]}" --inter-bw fast
 bad 1 "--transfers 99" -- "${T[@]}" --transfers 99
-bad 1 "--transfers -2" -- "${T[@]}" --transfers -2
+bad 1 "--transfers: -2 is out of range; valid: -1..1073741824 (-1: none)" -- "${T[@]}" --transfers -2
 bad 1 "unknown state kind 'momentum'" -- "${T[@]}" --states momentum
 bad 1 "empty state kind list" -- "${T[@]}" --states ""
 bad 1 "cannot write --json file '/nonexistent/dir/p.json'" -- "${T[@]}" --json /nonexistent/dir/p.json
@@ -127,10 +137,10 @@ bad 1 "byte size '1.5GiB'" -- "${R[@]}" --mem-budget 1.5GiB
 bad 1 "byte size '99999999999999999999999' is too large" -- "${R[@]}" --mem-budget 99999999999999999999999
 bad 1 "byte size '99999999999TiB' is too large" -- "${R[@]}" --mem-budget 99999999999TiB
 bad 1 "byte size '2000000TiB' is too large" -- "${R[@]}" --mem-budget 2000000TiB
-bad 1 "--repeat 0" -- "${R[@]}" --repeat 0
-bad 1 "--repeat -3" -- "${R[@]}" --repeat -3
-bad 1 "--bucket-elems -5" -- "${R[@]}" --bucket-elems -5
-bad 1 "--gpus-per-node 0" -- "${R[@]}" --gpus-per-node 0
+bad 1 "--repeat: 0" -- "${R[@]}" --repeat 0
+bad 1 "--repeat: -3" -- "${R[@]}" --repeat -3
+bad 1 "--bucket-elems: -5" -- "${R[@]}" --bucket-elems -5
+bad 1 "--gpus-per-node: 0" -- "${R[@]}" --gpus-per-node 0
 bad 1 "unknown state kind 'weights'" -- "${R[@]}" --states weights
 bad 1 "needs 2 ranks but the job has 1" -- run-transition --model tiny-dense --from tp=1 --to tp=2
 bad 1 "tp=3 does not divide 8 attention heads" -- run-transition --model tiny-dense --from tp=3 --to tp=1
@@ -144,7 +154,7 @@ bad 2 "tp=3 does not divide 8 attention heads" -- run-transition --model tiny-de
 bad 4 "tp=3 does not divide 8 attention heads" -- run-transition --model tiny-dense --from tp=3 --to tp=1
 bad 2 "stray comma" -- run-transition --model tiny-dense --from dp=2, --to tp=2
 bad 2 "byte size 'lots'" -- run-transition --model tiny-dense --from dp=2 --to tp=2 --mem-budget lots
-bad 4 "--repeat 0" -- run-transition --model tiny-dense --from dp=2 --to tp=2 --repeat 0
+bad 4 "--repeat: 0" -- run-transition --model tiny-dense --from dp=2 --to tp=2 --repeat 0
 bad 2 "needs 4 ranks but the job has 2" -- run-transition --model tiny-dense --from dp=2 --to tp=4
 bad 2 "cannot write --json file '/nonexistent/dir/x.json'" -- run-transition --model tiny-dense --from dp=2 --to tp=2 --json /nonexistent/dir/x.json
 bad 2 "per rank" -- run-transition --model gpt3-175b --from dp=2 --to tp=2
@@ -162,22 +172,25 @@ LOUD=1 bad 1 "cannot write --json file '/dev/full'" -- run-transition --model ti
 # ---- train ----
 if [[ $with_train == 1 ]]; then
   D=(train --model tiny-dense --global-batch 4 --seq 16)
-  bad 1 "--steps 0 is out of range" -- "${D[@]}" --steps 0
-  bad 1 "--steps -5 is out of range" -- "${D[@]}" --steps -5
+  bad 1 "--steps: 0 is out of range" -- "${D[@]}" --steps 0
+  bad 1 "--steps: -5 is out of range" -- "${D[@]}" --steps -5
   bad 1 "--steps" -- "${D[@]}" --steps ten
-  bad 1 "--steps 10000000000 is out of range" -- "${D[@]}" --steps 10000000000
-  bad 1 "--global-batch 0" -- train --model tiny-dense --steps 2 --global-batch 0
-  bad 1 "--global-batch -4" -- train --model tiny-dense --steps 2 --global-batch -4
-  bad 1 "--seq 0" -- train --model tiny-dense --steps 2 --seq 0
-  bad 1 "--seq 99999999" -- train --model tiny-dense --steps 2 --seq 99999999
-  bad 1 "--lr nan" -- "${D[@]}" --steps 2 --lr nan
-  bad 1 "--lr inf" -- "${D[@]}" --steps 2 --lr inf
-  bad 1 "--lr -0.1" -- "${D[@]}" --steps 2 --lr -0.1
-  bad 1 "--lr 0" -- "${D[@]}" --steps 2 --lr 0
+  bad 1 "--steps: '1e3' is not a whole number in 1..1000000000" -- "${D[@]}" --steps 1e3
+  bad 1 "--lookahead: -1 is out of range; valid: 0..1000000000 (0: auto)" -- "${D[@]}" --steps 2 --lookahead -1
+  bad 1 "--hostfile: File does not exist: /nonexistent/hosts" -- "${D[@]}" --steps 2 --hostfile /nonexistent/hosts
+  bad 1 "--steps: 10000000000 is out of range" -- "${D[@]}" --steps 10000000000
+  bad 1 "--global-batch: 0" -- train --model tiny-dense --steps 2 --global-batch 0
+  bad 1 "--global-batch: -4" -- train --model tiny-dense --steps 2 --global-batch -4
+  bad 1 "--seq: 0" -- train --model tiny-dense --steps 2 --seq 0
+  bad 1 "--seq: 99999999" -- train --model tiny-dense --steps 2 --seq 99999999
+  bad 1 "--lr: nan" -- "${D[@]}" --steps 2 --lr nan
+  bad 1 "--lr: inf" -- "${D[@]}" --steps 2 --lr inf
+  bad 1 "--lr: -0.1" -- "${D[@]}" --steps 2 --lr -0.1
+  bad 1 "--lr: 0" -- "${D[@]}" --steps 2 --lr 0
   bad 1 "--lr" -- "${D[@]}" --steps 2 --lr fast
-  bad 1 "--micro-batches -1" -- "${D[@]}" --steps 2 --micro-batches -1
-  bad 1 "--threads -2" -- "${D[@]}" --steps 2 --threads -2
-  bad 1 "--threads 100000" -- "${D[@]}" --steps 2 --threads 100000
+  bad 1 "--micro-batches: -1" -- "${D[@]}" --steps 2 --micro-batches -1
+  bad 1 "--threads: -2" -- "${D[@]}" --steps 2 --threads -2
+  bad 1 "--threads: 100000" -- "${D[@]}" --steps 2 --threads 100000
   bad 1 "unknown switch method 'magic'" -- "${D[@]}" --steps 2 --switch-method magic
   bad 1 "unknown model 'gpt5'" -- train --model gpt5 --steps 2
   bad 1 "empty schedule" -- "${D[@]}" --steps 2 --schedule ""
@@ -202,7 +215,7 @@ if [[ $with_train == 1 ]]; then
   bad 1 "--seed: '99999999999999999999' is not a whole number" -- "${D[@]}" --steps 2 --seed 99999999999999999999
   bad 1 "--seed: '0x10' is not a whole number" -- "${D[@]}" --steps 2 --seed 0x10
   bad 1 "--save-every requires --save" -- "${D[@]}" --steps 2 --save-every 1
-  bad 1 "--save-every: '-1' is not a whole number in 0..1000000000" -- "${D[@]}" --steps 2 --save-every -1 --save "$tmp/sv"
+  bad 1 "--save-every: -1 is out of range; valid: 0..1000000000" -- "${D[@]}" --steps 2 --save-every -1 --save "$tmp/sv"
   bad 1 "--csv and --json both name '$tmp/out'" -- "${D[@]}" --steps 2 --csv "$tmp/out" --json "$tmp/out"
   bad 2 "--csv and --json both name '$tmp/out'" -- "${D[@]}" --steps 2 --schedule "0:dp=2" --csv "$tmp/out" --json "$tmp/./out"
   LOUD=1 bad 1 "cannot write CSV file '/dev/full': No space left on device" -- "${D[@]}" --steps 2 --csv /dev/full
@@ -225,8 +238,8 @@ if [[ $with_train == 1 ]]; then
   bad 1 "training text has 4 bytes" -- "${D[@]}" --steps 2 --data "$tmp/short.txt"
   bad 1 "is not valid JSON" -- train --model "$tmp/trunc.json" --steps 2
   bad 2 "tp=3 does not divide 8 attention heads" -- "${D[@]}" --steps 3 --schedule "0:tp=3"
-  bad 2 "--steps 0 is out of range" -- "${D[@]}" --steps 0
-  bad 4 "--lr nan" -- "${D[@]}" --steps 2 --lr nan
+  bad 2 "--steps: 0 is out of range" -- "${D[@]}" --steps 0
+  bad 4 "--lr: nan" -- "${D[@]}" --steps 2 --lr nan
   bad 2 "schedule steps must increase" -- "${D[@]}" --steps 3 --schedule "0:dp=2;2:tp=2;1:dp=1"
   bad 2 "cannot write CSV file '/nonexistent/dir/x.csv'" -- "${D[@]}" --steps 2 --schedule "0:dp=2" --csv /nonexistent/dir/x.csv
   bad 4 "cannot open data file" -- "${D[@]}" --steps 2 --schedule "0:dp=4" --data /nonexistent/data.txt
@@ -234,9 +247,9 @@ if [[ $with_train == 1 ]]; then
   bad 1 "training model 'llama2-70b' in tp=1,pp=1,dp=1,zero=1 needs up to" -- train --model llama2-70b --steps 2
   bad 2 "training model 'llama2-70b' in tp=2,pp=1,dp=1,zero=1 needs up to" -- train --model llama2-70b --steps 2 --schedule "0:tp=2"
   # ---- the supervisor: train --max-restarts (job/supervisor.h) ----
-  bad 1 "--max-restarts -1 is out of range" -- "${D[@]}" --steps 2 --max-restarts -1
+  bad 1 "--max-restarts: -1 is out of range" -- "${D[@]}" --steps 2 --max-restarts -1
   bad 1 "--max-restarts needs --np N" -- "${D[@]}" --steps 2 --max-restarts 1 --save "$tmp/sv"
-  bad 1 "--np 0 is out of range" -- "${D[@]}" --steps 2 --max-restarts 1 --np 0 --save "$tmp/sv"
+  bad 1 "--np: 0 is out of range" -- "${D[@]}" --steps 2 --max-restarts 1 --np 0 --save "$tmp/sv"
   bad 1 "--max-restarts needs --save DIR" -- "${D[@]}" --steps 2 --max-restarts 1 --np 2
   bad 1 "cannot run '/nonexistent/mpirun'" -- "${D[@]}" --steps 2 --max-restarts 1 --np 2 --save "$tmp/sv" --mpirun /nonexistent/mpirun
   bad 2 "--max-restarts starts mpirun itself" -- "${D[@]}" --steps 2 --max-restarts 1 --np 2 --save "$tmp/sv"
@@ -266,4 +279,4 @@ bad 1 "a request needs --to CONFIG (or --migrate)" -- request --job "$tmp/job"
 bad 1 "--timeout 5 needs --wait" -- request --job "$tmp/job" --to dp=2 --timeout 5
 bad 1 "--timeout -1 is not valid" -- request --job "$tmp/job" --to dp=2 --wait --timeout -1
 bad 1 "--at-step: '99999999999999999999' is not a whole number" -- request --job "$tmp/job" --to dp=2 --at-step 99999999999999999999
-bad 1 "--at-step: '-5' is not a whole number" -- request --job "$tmp/job" --to dp=2 --at-step -5
+bad 1 "--at-step: -5 is out of range; valid: 0..9223372036854775807" -- request --job "$tmp/job" --to dp=2 --at-step -5
