@@ -10,7 +10,9 @@
 #  4. notice during a switch's background prepare (the schedule switches to dp=4 before step
 #     10, placement auto may renumber the process): acted on at the boundary after that switch
 #     has committed (step 11);
-#  5. notice to every process (2 processes): the job saves a checkpoint and ends with 143.
+#  5. notice to a process that a grow (2 -> 4 before step 6) started, in its fifth step (step 10;
+#     DT_FAULT counts the points a process reached);
+#  6. notice to every process (2 processes): the job saves a checkpoint and ends with 143.
 # Each case checks: every step in the CSV exactly once (none repeated or skipped), the process
 # count drops as it must, every loss within fp32 reduction noise of the uninterrupted run's
 # (another dp split), and one "notice:" line naming the ranks.
@@ -112,7 +114,15 @@ grep -q "^notice: rank [0-9] (pid [0-9]*) will be gone in 30 s (SIGTERM): vacati
   { cat "$tmp/during.log"; fail "during: notice not acted on after the switch"; }
 check_csv during "0:4,11:3"
 
-echo "5. notice to every process"
+echo "5. notice to a process a grow started"
+run grown 2 "0:dp=2;6:tp=2,dp=2" DT_FAULT=notice:3:step:0:4 DT_FAULT_STAMP="$tmp/grown.stamp"
+finish grown 0
+grep -q "^switch before step 6: .* processes 2 -> 4 " "$tmp/grown.log" || { cat "$tmp/grown.log"; fail "grown: no grow"; }
+grep -q "^notice: rank 3 (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 11$" "$tmp/grown.log" ||
+  { cat "$tmp/grown.log"; fail "grown: no notice line"; }
+check_csv grown "0:2,6:4,11:3"
+
+echo "6. notice to every process"
 run all 2 "0:tp=2"
 wait_for_step all 4
 kill -TERM $(pid_of_rank all 0) $(pid_of_rank all 1)
@@ -120,4 +130,4 @@ finish all 143
 grep -q "^notice: every process has notice (SIGTERM): saved checkpoint of step [0-9]*; the job ends" "$tmp/all.log" ||
   { cat "$tmp/all.log" "$tmp/all.err"; fail "all: no line for the whole job's notice"; }
 ls "$tmp/all.ck"/step-* >/dev/null 2>&1 || fail "all: no checkpoint saved"
-echo "ok: notices to one, two, the leader and during a switch vacate in memory (no step lost); a notice to all saves and ends"
+echo "ok: notices to one, two, the leader, during a switch and to a grown process vacate in memory (no step lost); a notice to all saves and ends"
