@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # A supervised job (`dynatrain train --max-restarts 2 --np 4`, job/supervisor.h) survives a
 # SIGKILL of one process wherever it lands. tiny-dense, 14 steps, saving every 4; the schedule
-# switches tp=2,dp=2 -> dp=4 before step 10 so a switch's prepare and commit are there to hit:
+# switches tp=2,dp=2 -> dp=4 before step 10, prepared from step 7 on (--lookahead 3), so a
+# switch's prepare and commit are there to hit:
 #  a. mid-step: rank 1 is killed 30 ms into step 6 (DT_FAULT=kill:1:step:30:6);
 #  b. during the background prepare of the switch before step 10 (DT_FAULT=kill:2:prepare:20);
 #  c. during that switch's commit (DT_FAULT=kill:3:switch:DELAY, DELAY inside the commit's pause,
 #     measured on the uninterrupted run's switch line).
-# Each case checks: exit 0; exactly one supervisor restart line, whose steps lost equal the
+# Each case checks: exit 0; the first attempt never committed the switch; exactly one supervisor restart line, whose steps lost equal the
 # last step run + 1 - the checkpoint it restarts from; the assembled CSV holds every step exactly
 # once, marks the restart with those steps lost, and every loss is within 1e-4 relative of the
 # uninterrupted run's (fp32 reduction noise of another dp split, as restart_test.sh).
@@ -19,7 +20,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ulimit -c 0
 head -c 4000 "$here/../../README.md" >"$tmp/data.txt"
-common=(--model tiny-dense --data "$tmp/data.txt" --global-batch 12 --seq 16 --threads 1 --steps 14)
+common=(--model tiny-dense --data "$tmp/data.txt" --global-batch 12 --seq 16 --threads 1 --steps 14 --lookahead 3)
 schedule="0:tp=2,dp=2;10:dp=4"
 failed=()
 fail() { echo "FAIL: $*"; exit 1; }
@@ -51,6 +52,8 @@ check() {  # NAME EXIT: prints one FAIL line and returns 1 on the first failed c
   [[ -s $tmp/$name.stamp ]] || { echo "FAIL: $name: the fault never fired"; return 1; }
   (($(grep -c "^supervise:" "$tmp/$name.log") == 1)) || { echo "FAIL: $name: not exactly one supervisor line"; return 1; }
   line=$(grep "^supervise:" "$tmp/$name.log")
+  sed '/^supervise:/q' "$tmp/$name.log" | grep -q "^switch before step 10" &&
+    { echo "FAIL: $name: the switch committed before the kill"; return 1; }
   [[ $line =~ ^supervise:\ the\ job\ ended\ with\ exit\ [0-9]+\ after\ step\ ([0-9]+)\;\ restart\ 1\ of\ 2\ from\ step\ ([0-9]+)\ \(([0-9]+)\ steps\ lost\)\ on\ 3\ processes\ in\ [a-z0-9=,]+$ ]] ||
     { echo "FAIL: $name: restart line: $line"; return 1; }
   last=${BASH_REMATCH[1]} from=${BASH_REMATCH[2]} lost=${BASH_REMATCH[3]}
