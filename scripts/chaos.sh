@@ -45,6 +45,7 @@ workers() {  # the pids of the job's worker processes: dynatrain below the super
 step_now() {  # the last step the job's leader printed, and its process count: "STEP N"
   grep -E 'step +[0-9]+  loss' "$OUT/job.log" 2>/dev/null | tail -n 1 | sed -E 's/.*step +([0-9]+)  loss .* ([0-9]+) processes.*/\1 \2/'
 }
+started() { [[ -n $(step_now) ]]; }
 running() { kill -0 "$job" 2>/dev/null; }
 wait_until() {  # SECONDS COMMAND...: polls COMMAND every 0.2 s; 1 on a timeout or the job's end
   local end=$((SECONDS + $1))
@@ -56,22 +57,27 @@ at_step() { local s; s=$(step_now); [[ -n $s ]] && ((${s% *} >= target)); }
 four() { local s; s=$(step_now); [[ ${s#* } == 4 && $(workers | wc -l) -ge 4 ]]; }
 gone() { ! kill -0 "$1" 2>/dev/null; }
 # Until the job runs on 4 processes again: a request to grow back while it has fewer (after an
-# event, or after a restart the driver did not cause), up to 3 requests of 240 s each.
+# event, or after a restart the driver did not cause), up to 3 requests of 240 s each (a
+# restart while one is pending ends its wait).
 grow_back() {
   local try n
+  wait_until 300 started || return 1
   for try in 1 2 3; do
     four && return 0
     running || return 1
     n=$(step_now | cut -d' ' -f2)
+    restarts_seen=$(restart_lines)
     "$BIN" request --job "$OUT/job" --to tp=2,dp=2 >>"$OUT/events.log" 2>&1
     log "step $(step_now | cut -d' ' -f1) grow request $try: ${n:-?} -> 4 processes"
-    wait_until 240 four && return 0
+    wait_until 240 four_or_restarted && four && return 0
   done
   return 1
 }
 step_lines() { grep -Ec 'step +[0-9]+  loss' "$OUT/job.log"; }
 new_step() { (($(step_lines) > lines_before)); }
-restarted() { (($(grep -c '^supervise: .* restart ' "$OUT/job.log") > restarts_seen)); }
+restart_lines() { grep -c '^supervise: .* restart ' "$OUT/job.log"; }
+restarted() { (($(restart_lines) > restarts_seen)); }
+four_or_restarted() { four || restarted; }  # a restart while growing: the request is lost
 
 start=$SECONDS
 results_begin chaos markdown "CHAOS_SEED=$SEED STEPS=$STEPS EVENTS=$EVENTS $0 $*"
@@ -102,7 +108,7 @@ for target in $targets; do
   else
     ((++kills))
     wait_until 300 restarted || log "no restart line within 300 s of the kill"
-    restarts_seen=$(grep -c '^supervise: .* restart ' "$OUT/job.log")
+    restarts_seen=$(restart_lines)
   fi
   wait_until 300 new_step || true
   sleep 1  # the job settles on its new process count
