@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# A supervised job (`dynatrain train --max-restarts 2 --np 4`, job/supervisor.h) survives a
+# SIGKILL of one process wherever it lands. tiny-dense, 14 steps, saving every 4; the schedule
+# switches tp=2,dp=2 -> dp=4 before step 10, prepared from step 7 on (--lookahead 3), so a
+# switch's prepare and commit are there to hit:
+#  a. mid-step: rank 1 is killed 30 ms into step 6 (DT_FAULT=kill:1:step:30:6);
+#  b. during the background prepare of the switch before step 10 (DT_FAULT=kill:2:prepare:20);
+#  c. during that switch's commit (DT_FAULT=kill:3:switch:DELAY, DELAY inside the commit's pause,
+#     measured on the uninterrupted run's switch line).
+# Each case checks: exit 0; the first attempt never committed the switch; exactly one supervisor restart line, whose steps lost equal the
+# last step run + 1 - the checkpoint it restarts from; the assembled CSV holds every step exactly
+# once, marks the restart with those steps lost, and every loss is within 1e-4 relative of the
+# uninterrupted run's (fp32 reduction noise of another dp split, as restart_test.sh).
+# Usage: kill_points_test.sh DYNATRAIN MPIEXEC
+set -u
+dt="$1"
+mpiexec="${2:-mpirun}"
+here="$(cd "$(dirname "$0")" && pwd)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ulimit -c 0
+head -c 4000 "$here/../../README.md" >"$tmp/data.txt"
+common=(--model tiny-dense --data "$tmp/data.txt" --global-batch 12 --seq 16 --threads 1 --steps 14 --lookahead 3)
+schedule="0:tp=2,dp=2;10:dp=4"
+failed=()
+fail() { echo "FAIL: $*"; exit 1; }
+py() { PYENV_VERSION=system python3 "$@"; }
+
+timeout 300 "$mpiexec" -np 4 "$dt" train "${common[@]}" --schedule "$schedule" --csv "$tmp/cont.csv" \
+  >"$tmp/cont.log" 2>&1 || { cat "$tmp/cont.log"; fail "uninterrupted run"; }
+pause_ms=$(sed -n 's/^switch before step 10: .* pause \([0-9.]*\) ms.*/\1/p' "$tmp/cont.log")
+[[ -n $pause_ms ]] || { cat "$tmp/cont.log"; fail "no switch line with a pause in the uninterrupted run"; }
+
+# case NAME FAULT: runs the supervised job with that fault and checks it; a failed check is
+# recorded in $failed (every case runs) and reported at the end.
+case_() {
+  local name=$1 fault=$2 code
+  echo "$name: DT_FAULT=$fault"
+  DT_FAULT=$fault DT_FAULT_STAMP="$tmp/$name.stamp" timeout 300 "$dt" train --max-restarts 2 --np 4 \
+    --mpirun "$mpiexec" "${common[@]}" --schedule "$schedule" --save "$tmp/$name.ck" --save-every 4 \
+    --csv "$tmp/$name.csv" >"$tmp/$name.log" 2>"$tmp/$name.err"
+  code=$?
+  if ! check "$name" "$code"; then
+    tail -n 30 "$tmp/$name.log" "$tmp/$name.err"
+    failed+=("$name")
+  fi
+}
+
+check() {  # NAME EXIT: prints one FAIL line and returns 1 on the first failed check
+  local name=$1 code=$2 line last from lost
+  ((code == 0)) || { echo "FAIL: $name: supervised job exit $code"; return 1; }
+  [[ -s $tmp/$name.stamp ]] || { echo "FAIL: $name: the fault never fired"; return 1; }
+  (($(grep -c "^supervise:" "$tmp/$name.log") == 1)) || { echo "FAIL: $name: not exactly one supervisor line"; return 1; }
+  line=$(grep "^supervise:" "$tmp/$name.log")
+  sed '/^supervise:/q' "$tmp/$name.log" | grep -q "^switch before step 10" &&
+    { echo "FAIL: $name: the switch committed before the kill"; return 1; }
+  [[ $line =~ ^supervise:\ the\ job\ ended\ with\ exit\ [0-9]+\ after\ step\ ([0-9]+)\;\ restart\ 1\ of\ 2\ from\ step\ ([0-9]+)\ \(([0-9]+)\ steps\ lost\)\ on\ 3\ processes\ in\ [a-z0-9=,]+$ ]] ||
+    { echo "FAIL: $name: restart line: $line"; return 1; }
+  last=${BASH_REMATCH[1]} from=${BASH_REMATCH[2]} lost=${BASH_REMATCH[3]}
+  ((from % 4 == 0 && from <= last + 1)) || { echo "FAIL: $name: restart from step $from after step $last"; return 1; }
+  ((lost == last + 1 - from)) || { echo "FAIL: $name: $lost steps lost named, $((last + 1 - from)) lost"; return 1; }
+  py - "$tmp/cont.csv" "$tmp/$name.csv" "$from" "$lost" <<'PY' || { echo "FAIL: $name: CSV"; return 1; }
+import csv, sys
+cont = {int(r["step"]): float(r["loss"]) for r in csv.DictReader(open(sys.argv[1]))}
+rows = list(csv.DictReader(open(sys.argv[2])))
+frm, lost = sys.argv[3], sys.argv[4]
+steps = [int(r["step"]) for r in rows]
+assert steps == list(range(14)), f"steps {steps}"
+marked = [(r["step"], r["restart"], r["steps_lost"]) for r in rows if r["restart"]]
+assert marked == [(frm, "1", lost)], f"restart marks {marked}, expected step {frm} with {lost} lost"
+for r in rows:
+    s, loss = int(r["step"]), float(r["loss"])
+    rel = abs(loss - cont[s]) / cont[s]
+    assert rel < 1e-4, f"step {s}: loss {loss} vs uninterrupted {cont[s]} (rel {rel:.2e})"
+PY
+  echo "  ok: restart from step $from after step $last ($lost steps lost), steps 0-13 once, losses track the uninterrupted run"
+}
+
+case_ mid-step "kill:1:step:30:6"
+case_ prepare "kill:2:prepare:20"
+# Half the uninterrupted commit's pause (at least 1 ms): inside the commit's exchange.
+case_ commit "kill:3:switch:$(py -c "print(max(1, round(float('$pause_ms') / 2)))")"
+((${#failed[@]} == 0)) || fail "cases failed: ${failed[*]}"
+echo "ok: a SIGKILL mid-step, during a switch's prepare and during its commit is restarted from the last checkpoint, every step once, losses continuous"
