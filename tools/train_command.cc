@@ -66,12 +66,14 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--notice-s", args->notice.seconds, "Seconds from a notice until the process is gone")
       ->capture_default_str();
+  auto* np_flag = cmd->add_option("--np", supervise_settings->np,
+                                  "Start the job on N processes (run without mpirun: this process starts "
+                                  "mpirun with what Open MPI needs, job/supervisor.h)");
   cmd->add_option("--max-restarts", supervise_settings->max_restarts,
-                  "Run without mpirun: start the job on --np processes and restart it from the last "
-                  "checkpoint, on one process fewer, up to K times when a process dies (job/supervisor.h)")
+                  "With --np: restart the job from the last checkpoint, on one process fewer, up to K times "
+                  "when a process dies")
       ->capture_default_str();
-  auto* np_flag = cmd->add_option("--np", supervise_settings->np, "With --max-restarts: processes to start");
-  cmd->add_option("--mpirun", supervise_settings->mpirun, "With --max-restarts: the mpirun to start the job with")
+  cmd->add_option("--mpirun", supervise_settings->mpirun, "With --np: the mpirun to start the job with")
       ->capture_default_str();
   return [args, launch, supervise_settings, np_flag, notice_signal] {
     // Checked before MPI starts: identical on every rank, printed once by rank 0.
@@ -84,10 +86,13 @@ Command add_train_command(CLI::App& app) {
     args->notice.signal = job::parse_notice_signal(*notice_signal);
     require_positive_finite("--notice-s", args->notice.seconds, 86400);
     require_int_in("--max-restarts", supervise_settings->max_restarts, 0, 1000);
-    if (supervise_settings->max_restarts > 0) {  // the supervisor: outside MPI, it starts mpirun
-      if (np_flag->count() == 0) DT_INPUT_ERROR("--max-restarts needs --np N, the processes to start");
+    if (supervise_settings->max_restarts > 0 && np_flag->count() == 0)
+      DT_INPUT_ERROR("--max-restarts needs --np N, the processes to start");
+    if (np_flag->count() > 0) {  // the launcher: outside MPI, it starts mpirun
       require_int_in("--np", supervise_settings->np, 1, 131072);
       supervise_settings->argv = job::train_argv_for_job();
+      supervise_settings->hostfile = launch->hostfile;
+      supervise_settings->hosts = launch->hosts;
       return job::supervise(*args, *supervise_settings);
     }
     if (const char* exe = std::getenv("DT_EDM_EXECUTABLE")) launch->executable = exe;
