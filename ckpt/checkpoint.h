@@ -130,6 +130,9 @@ Checkpoint open_latest(const std::string& dir, const std::vector<vps::TensorSpec
                        const std::string& model_name);
 // The checkpoint DIR/`name` (a step directory's name), checked as open_latest checks DIR/latest's.
 Checkpoint open_step(const std::string& dir, const std::string& name, const vps::ModelSpec& model);
+// The index of DIR/`name` (a step directory's name), read and checked (format, its checksum)
+// but not against a model: InputError naming it when it cannot be read.
+nlohmann::json read_step_index(const std::string& dir, const std::string& name);
 // The step directory DIR/latest names ("" when there is none); InputError when latest is damaged.
 std::string latest_step_name(const std::string& dir);
 // The step directories of DIR (names "step-*"), oldest first.

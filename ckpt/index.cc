@@ -167,6 +167,10 @@ Checkpoint open_latest(const std::string& dir, const vps::ModelSpec& model) {
 
 std::string latest_step_name(const std::string& dir) { return latest_name(dir); }
 
+json read_step_index(const std::string& dir, const std::string& name) {
+  return read_index((fs::path(dir) / name / "index.json").string());
+}
+
 std::vector<std::string> step_dirs(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;

@@ -83,12 +83,12 @@ std::string identity_difference(const nlohmann::json& run, const nlohmann::json&
   for (const char* field : {"model", "data", "seed", "lr", "schedule"}) {
     const auto it = saved.find(field);
     if (it != saved.end() && *it == run.at(field)) continue;
-    const bool data = std::string(field) == "data";  // a hash: the files say more
-    const auto shown = [&](const nlohmann::json& r, const nlohmann::json& v) {
-      return data ? detail::concat(v.dump(), " (", r.value("data_file", "?"), ")") : v.dump();
-    };
-    return detail::concat("its ", field, " is ", it == saved.end() ? "missing" : shown(saved, *it), ", this run's ",
-                          shown(run, run.at(field)));
+    // The data is a hash: the files say more, unless they are the same file (edited since).
+    const nlohmann::json file = saved.value("data_file", nlohmann::json()), here = run.at("data_file");
+    if (std::string(field) == "data" && file.is_string() && file != here)
+      return detail::concat("its data is ", file.dump(), ", this run's ", here.dump());
+    return detail::concat("its ", field, " is ", it == saved.end() ? "missing" : it->dump(), ", this run's ",
+                          run.at(field).dump());
   }
   return "";
 }
@@ -101,16 +101,19 @@ std::string save_dir_problem(const TrainArgs& args, const nlohmann::json& run, c
   try {
     const std::string name = ckpt::latest_step_name(args.save_dir);
     if (name.empty()) return "";
-    const ckpt::Checkpoint c = ckpt::open_step(args.save_dir, name, model);
-    const std::string diff = identity_difference(run, c.trainer.value("run", nlohmann::json()));
+    // The identity names another model too (its tensors' hash): no need to build its layout.
+    const nlohmann::json index = ckpt::read_step_index(args.save_dir, name);
+    const auto step = index.value("step", std::int64_t{-1});
+    const auto trainer = index.value("trainer", nlohmann::json::object());
+    const std::string diff = identity_difference(run, trainer.is_object() ? trainer.value("run", nlohmann::json()) : nlohmann::json());
     if (diff.empty())
       return detail::concat("--save directory '", args.save_dir, "' already holds this run's checkpoint of step ",
-                            c.step, continue_it);
-    return detail::concat("--save directory '", args.save_dir, "' holds another run's checkpoint (step ", c.step,
+                            step, continue_it);
+    return detail::concat("--save directory '", args.save_dir, "' holds another run's checkpoint (step ", step,
                           "): ", diff, continue_it);
   } catch (const InputError& e) {
-    return detail::concat("--save directory '", args.save_dir, "' holds another run's checkpoint: ", e.what(),
-                          continue_it);
+    return detail::concat("--save directory '", args.save_dir, "' holds a checkpoint that cannot be checked: ", e.what(),
+                          "; save into another directory");
   }
 }
 
