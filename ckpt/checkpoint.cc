@@ -453,6 +453,22 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
   return stats;
 }
 
+void verify(const Checkpoint& c) {
+  std::vector<std::byte> bytes;
+  for (int r = 0; r < static_cast<int>(c.files.size()); ++r) {
+    const std::unique_ptr<OpenFile> f = open_checked(c, r);
+    for (const StEntry& e : f->header.entries) {
+      const auto sums = f->checksums.find(e.name);
+      const std::uint64_t n = e.end - e.begin;
+      bytes.resize(n);
+      read_exact(f->file.fd(), bytes.data(), n, f->header.data_start + e.begin, f->file.path());
+      const std::uint64_t chunk = !sum_missing(f->checksums, sums) && sums->is_array() ? f->chunk_bytes : 0;
+      if (sum_missing(f->checksums, sums) || !sums_match(*sums, bytes.data(), 0, n, n, chunk))
+        DT_INPUT_ERROR("checkpoint file '", f->file.path(), "': entry '", e.name, "' fails its checksum: corrupted");
+    }
+  }
+}
+
 std::vector<std::vector<std::byte>> load_full(const Checkpoint& c, const vps::ModelSpec& model,
                                               vps::StateKind kind) {
   if (std::find(c.kinds.begin(), c.kinds.end(), kind) == c.kinds.end())

@@ -95,8 +95,8 @@ void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
           const nlohmann::json& trainer_state, comm::Transport& world, const SaveObserver& observer = {});
 
 // Collective over `world`: runs `work` on every rank and rethrows on every rank if it threw on
-// any (the rank's own InputError, or one saying another rank failed), so that no rank is left
-// waiting in a later collective.
+// any, so that no rank is left waiting in a later collective: the failing rank its own
+// InputError, the others "<what> failed on rank R: <its message>" (R the lowest failing rank).
 void on_all_ranks(comm::Transport& world, const std::string& what, const std::function<void()>& work);
 
 // ---- loading ----
@@ -128,6 +128,23 @@ Checkpoint open_latest(const std::string& dir, const vps::ModelSpec& model);
 // suits them is checked when a load builds the saved layout.
 Checkpoint open_latest(const std::string& dir, const std::vector<vps::TensorSpec>& tensors,
                        const std::string& model_name);
+// The checkpoint DIR/`name` (a step directory's name), checked as open_latest checks DIR/latest's.
+Checkpoint open_step(const std::string& dir, const std::string& name, const vps::ModelSpec& model);
+// The index of DIR/`name` (a step directory's name), read and checked (format, its checksum)
+// but not against a model: InputError naming it when it cannot be read.
+nlohmann::json read_step_index(const std::string& dir, const std::string& name);
+// The step directory DIR/latest names ("" when there is none); InputError when latest is damaged.
+std::string latest_step_name(const std::string& dir);
+// The step directories of DIR (names "step-*"), oldest first.
+std::vector<std::string> step_dirs(const std::string& dir);
+// Replaces DIR/latest atomically with `name` (a step directory of DIR): a fall back to an
+// older complete checkpoint.
+void point_latest(const std::string& dir, const std::string& name);
+
+// Reads every byte of every rank file of `ckpt` and checks it as a load would (size and header
+// against the index, every chunk against its checksum); InputError naming the first file that
+// fails. Not collective.
+void verify(const Checkpoint& ckpt);
 
 // How a load reads an entry of which it needs only part (ckpt/README.md, "Partial reads"):
 // it reads the checksum chunks that cover the contiguous runs its pieces need (rows of a split

@@ -44,12 +44,29 @@ std::string latest_name(const std::string& dir) {
   return name;
 }
 
+std::string index_checksum(const json& index) {
+  DT_CHECK(!index.contains("checksum"), "an index checksum over its own checksum");
+  const std::string text = index.dump();  // compact; nlohmann's objects keep their keys sorted
+  return hex64(checksum(text.data(), text.size()));
+}
+
 json read_index(const std::string& index_path) {
   json index;
   try {
     index = json::parse(read_small_file(index_path, kMaxIndexBytes));
     if (index.at("format").get<std::string>() != kFormat)
       DT_INPUT_ERROR("'", index_path, "' is not a ", kFormat, " index");
+    if (index.contains("checksum") || index.contains("index_version")) {
+      if (!index.contains("checksum"))
+        DT_INPUT_ERROR("checkpoint index '", index_path, "' has no checksum (its index_version needs one): edited or damaged");
+      const std::string want = index.at("checksum").get<std::string>();
+      index.erase("checksum");
+      if (index_checksum(index) != want)
+        DT_INPUT_ERROR("checkpoint index '", index_path, "' fails its checksum: edited or damaged");
+      if (index.at("index_version").get<int>() > kIndexVersion)
+        DT_INPUT_ERROR("checkpoint index '", index_path, "' has index_version ", index.at("index_version").get<int>(),
+                       "; this build reads up to ", kIndexVersion);
+    }
   } catch (const InputError&) {
     throw;
   } catch (const std::exception& e) {
@@ -88,11 +105,10 @@ std::string rank_file_name(int rank) {
   return buf;
 }
 
-Checkpoint open_latest(const std::string& dir, const std::vector<vps::TensorSpec>& tensors,
-                       const std::string& model_name) {
-  const std::string name = latest_name(dir);
-  if (name.empty())
-    DT_INPUT_ERROR("'", dir, "' holds no complete checkpoint (no 'latest' file); give a directory a checkpoint was saved into");
+namespace {
+
+Checkpoint open_named(const std::string& dir, const std::string& name, const std::vector<vps::TensorSpec>& tensors,
+                      const std::string& model_name) {
   Checkpoint c;
   c.step_dir = (fs::path(dir) / name).string();
   const std::string index_path = c.step_dir + "/index.json";
@@ -126,11 +142,48 @@ Checkpoint open_latest(const std::string& dir, const std::vector<vps::TensorSpec
   return c;
 }
 
-Checkpoint open_latest(const std::string& dir, const vps::ModelSpec& model) {
-  Checkpoint c = open_latest(dir, vps::build_tensors(model), model.name);
+}  // namespace
+
+Checkpoint open_latest(const std::string& dir, const std::vector<vps::TensorSpec>& tensors,
+                       const std::string& model_name) {
+  const std::string name = latest_name(dir);
+  if (name.empty())
+    DT_INPUT_ERROR("'", dir, "' holds no complete checkpoint (no 'latest' file); give a directory a checkpoint was saved into");
+  return open_named(dir, name, tensors, model_name);
+}
+
+Checkpoint open_step(const std::string& dir, const std::string& name, const vps::ModelSpec& model) {
+  Checkpoint c = open_named(dir, name, vps::build_tensors(model), model.name);
   vps::ParallelConfig check = c.config;
   check.validate_for(model);
   return c;
+}
+
+Checkpoint open_latest(const std::string& dir, const vps::ModelSpec& model) {
+  const std::string name = latest_name(dir);
+  if (name.empty()) return open_latest(dir, vps::build_tensors(model), model.name);  // the refusal
+  return open_step(dir, name, model);
+}
+
+std::string latest_step_name(const std::string& dir) { return latest_name(dir); }
+
+json read_step_index(const std::string& dir, const std::string& name) {
+  return read_index((fs::path(dir) / name / "index.json").string());
+}
+
+std::vector<std::string> step_dirs(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step-", 0) == 0 && e.is_directory(ec)) out.push_back(n);
+  }
+  std::sort(out.begin(), out.end());  // fixed-width step numbers: by name is by step
+  return out;
+}
+
+void point_latest(const std::string& dir, const std::string& name) {
+  write_file_atomic((fs::path(dir) / "latest").string(), name + "\n");
 }
 
 }  // namespace dynatrain::ckpt

@@ -162,6 +162,8 @@ void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout
   }
   index["files"] = files;
   index["attachments"] = write_attachments(step_dir.string(), attachments);
+  index["index_version"] = detail::kIndexVersion;
+  index["checksum"] = detail::index_checksum(index);
   write_file_atomic((step_dir / "index.json").string(), index.dump(1) + "\n");
   sync_dir(step_dir.string());
   if (before_switch) before_switch();
@@ -190,8 +192,14 @@ void on_all_ranks(comm::Transport& world, const std::string& what, const std::fu
   }
   float failed = error.empty() ? 0.f : 1.f;
   world.all_reduce_sum(&failed, 1);
-  if (!error.empty()) throw InputError(error);
-  if (failed > 0) DT_INPUT_ERROR(what, " failed on another rank (its message is in that rank's output)");
+  if (failed == 0) return;
+  // Every rank throws the lowest failing rank's message, so the job's one line (rank 0's) names
+  // the cause wherever it happened (a damaged file of rank 2 is found on rank 2 alone).
+  const std::vector<std::string> errors = comm::all_gather_strings(world, error);
+  int first = 0;
+  while (errors[static_cast<std::size_t>(first)].empty()) ++first;
+  if (first == world.rank()) throw InputError(error);
+  DT_INPUT_ERROR(what, " failed on rank ", first, ": ", errors[static_cast<std::size_t>(first)]);
 }
 
 void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,

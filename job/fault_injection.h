@@ -6,7 +6,8 @@
 //     ACTION  kill (SIGKILL), stop (SIGSTOP: alive but silent, for the watchdog), notice
 //             (SIGTERM to this process alone: a preemption notice, job/notice.h), throw (a
 //             std::runtime_error on this rank only, at once: the other ranks are left waiting)
-//             or nan (fault_point returns true: at POINT step, the step's loss reads NaN)
+//             or nan (fault_point returns true: at POINT step, the step's loss reads NaN; at a
+//             save phase, the rank's write fails as on a full disk, job/train_ckpt.h)
 //     RANK    world rank that faults
 //     POINT   switch (a layout switch starts), step (a training step starts), prepare (the
 //             background prepare of the next switch starts, train only), join (a process

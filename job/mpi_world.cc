@@ -137,24 +137,34 @@ bool peer_gone_on_this_node() {
 
 namespace {
 
-// Fills g_job for this rank of `world` (collective: one all-gather of pids and host ids).
-void prepare_failure_path(comm::Transport& world) {
-  g_job.rank = world.rank();
-  g_job.size = world.size();
+// The failure path's view of `world` from this rank (collective: one all-gather of pids and
+// host ids).
+void gather_job_info(comm::Transport& world, JobInfo& info) {
+  info.rank = world.rank();
+  info.size = world.size();
   // One marker per mpirun (the job family): processes that a grow started belong to other jobs
   // of the same family, and the job's one line is one line across all of them.
   if (const char* dir = std::getenv("OMPI_MCA_orte_jobfam_session_dir");
-      dir && std::strlen(dir) + 32 < sizeof g_job.marker)
-    std::snprintf(g_job.marker, sizeof g_job.marker, "%s/dynatrain-reported", dir);
+      dir && std::strlen(dir) + 32 < sizeof info.marker)
+    std::snprintf(info.marker, sizeof info.marker, "%s/dynatrain-reported", dir);
   struct Id { std::int64_t pid; std::int64_t host; };
   const std::int64_t host = this_host_id();
   const auto ids = comm::all_gather_values(world, Id{getpid(), host});
   for (int r = 0; r < world.size() && r < JobInfo::kMaxPeers; ++r)
-    if (ids[r].host == host) g_job.peer_pid[r] = static_cast<int>(ids[r].pid);
+    info.peer_pid[r] = ids[r].host == host ? static_cast<int>(ids[r].pid) : 0;
+}
+
+void install_stop_handlers() {
   struct sigaction sa {};
   sa.sa_handler = stop_on_signal;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
+// Fills g_job for this rank of `world` (collective) and installs the stop handlers.
+void prepare_failure_path(comm::Transport& world) {
+  gather_job_info(world, g_job);
+  install_stop_handlers();
 }
 
 // "rank 1 (pid 4242)" for a peer of this node, "a peer (pid 4242)" otherwise.
@@ -178,6 +188,47 @@ bool is_nonzero_mpi_rank() {
 }
 
 void set_env_world_factory(EnvWorldFactory factory) { g_env_world = factory; }
+
+void note_mpirun_environment(const std::vector<std::pair<std::int64_t, vps::ParallelConfig>>& schedule, bool requests) {
+  if (!started_by_mpirun()) return;
+  bool shrinks = requests, grows = requests;
+  for (std::size_t i = 1; i < schedule.size(); ++i) {
+    shrinks |= schedule[i].second.world_size() < schedule[i - 1].second.world_size();
+    grows |= schedule[i].second.world_size() > schedule[i - 1].second.world_size();
+  }
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Comm parent = MPI_COMM_NULL;
+  if (initialized) MPI_Comm_get_parent(&parent);
+  if (parent != MPI_COMM_NULL) return;  // started by a grow: the job's rank 0 said it already
+  auto lacks = [](const char* name, const char* value) {
+    const char* v = std::getenv(name);
+    return v == nullptr || std::strcmp(v, value) != 0;
+  };
+  std::string missing;
+  if (shrinks && lacks("OMPI_MCA_orte_allowed_exit_without_sync", "1"))
+    missing += "OMPI_MCA_orte_allowed_exit_without_sync=1 (processes leaving a shrink; without it they stay, idle)";
+  if (grows && lacks("PMIX_MCA_gds", "hash"))
+    missing += std::string(missing.empty() ? "" : " and ") + "PMIX_MCA_gds=hash (processes a grow starts; without it a spawn can hang)";
+  if (missing.empty()) return;
+  const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
+  std::printf("note: this mpirun's environment lacks %s; start the job as `dynatrain train --np %s ...` "
+              "(without mpirun), which sets it\n", missing.c_str(), n ? n : "N");
+  std::fflush(stdout);
+}
+
+void note_world_after_switch(comm::Transport& world) {
+  if (std::string(world.backend()) != "mpi") return;  // a world from the environment keeps its own path
+  static JobInfo next;  // gathered aside (a collective), then copied in with the stop signals blocked
+  gather_job_info(world, next);
+  sigset_t stop, old;
+  sigemptyset(&stop);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stop, sig);
+  pthread_sigmask(SIG_BLOCK, &stop, &old);
+  g_job = next;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  install_stop_handlers();  // a world of one process never had them
+}
 
 void wait_for_root_report() {
   if (is_nonzero_mpi_rank()) std::this_thread::sleep_for(kPreMpiGrace);

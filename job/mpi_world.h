@@ -21,8 +21,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/transport.h"
+#include "vps/parallel_config.h"
 
 namespace dynatrain::job {
 
@@ -36,6 +39,19 @@ int run_on_mpi_world(const std::function<int(comm::Transport&)>& body);
 // grace) and ends this process with the same exit codes (the launcher ends the others).
 using EnvWorldFactory = std::unique_ptr<comm::Transport> (*)();
 void set_env_world_factory(EnvWorldFactory factory);
+
+// Collective over `world`, the job's world after a switch that changed its processes (a grow,
+// a shrink): the failure path's lines name ranks of that world and watch its processes (a
+// process started by a grow otherwise knows only the processes started with it). MPI only.
+void note_world_after_switch(comm::Transport& world);
+
+// Rank 0 of a job started by a plain `mpirun -np N dynatrain train` (not by `train --np N`,
+// which sets them), once at start: when `schedule` shrinks or grows the job (`requests`: it
+// takes requests, which may do either) and mpirun's environment lacks what that needs
+// (OMPI_MCA_orte_allowed_exit_without_sync=1 for processes that leave, PMIX_MCA_gds=hash for
+// processes a grow starts), prints one line on stdout naming the variables and `dynatrain
+// train --np N` as the fix. Silent in processes a grow started.
+void note_mpirun_environment(const std::vector<std::pair<std::int64_t, vps::ParallelConfig>>& schedule, bool requests);
 
 // Ends the whole job from this rank: prints "dynatrain: <kind>: rank R of N: <message>" unless
 // another rank of the node already reported, then MPI_Abort(exit_code). Safe from any thread.

@@ -10,12 +10,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "ckpt/checkpoint.h"
 #include "common/error.h"
 #include "common/output_file.h"
+#include "job/train_ckpt.h"
+#include "train/data.h"
 
 namespace dynatrain::job {
 
@@ -52,6 +56,7 @@ void forward_signal(int sig) {
 struct Attempt {
   int exit_code = 0;
   std::int64_t last_step = -1;  // the last step rank 0 reported done (-1: none)
+  int processes = 0;            // the job's processes at that step (0: no step reported)
 };
 
 Attempt run_job(const std::vector<std::string>& cmd) {
@@ -85,11 +90,15 @@ Attempt run_job(const std::vector<std::string>& cmd) {
     pending.append(buf, static_cast<std::size_t>(n));
     for (std::size_t eol; (eol = pending.find('\n')) != std::string::npos; pending.erase(0, eol + 1)) {
       // "step N  loss ..." (after a progress bar when rank 0 has a terminal)
+      // "step N  loss L  T tok/s  S ms  LAYOUT  P processes"
       long long step = 0;
-      int matched = 0;  // characters up to "loss": the whole pattern matched
+      int processes = 0, matched = 0;  // characters up to "loss": the whole pattern matched
       const std::size_t at = pending.find("step ");
-      if (at < eol && std::sscanf(pending.c_str() + at, "step %lld  loss%n", &step, &matched) == 1 && matched > 0)
+      if (at < eol && std::sscanf(pending.c_str() + at, "step %lld  loss%n %*f %*f tok/s %*f ms %*s %d processes",
+                                  &step, &matched, &processes) >= 1 && matched > 0) {
         a.last_step = step;
+        a.processes = processes;
+      }
     }
   }
   close(out[0]);
@@ -191,21 +200,143 @@ std::vector<std::string> train_argv_for_job() {
   return without_flag(out, "--mpirun", true);
 }
 
-int supervise(const TrainArgs& args, const SuperviseSettings& s) {
+namespace {
+
+// What Open MPI needs for a job whose processes leave and join (scripts/mpi-env.sh sets the
+// same for a plain mpirun), set for the mpirun this process starts unless already set.
+void set_mpirun_environment(const TrainArgs& args, const SuperviseSettings& s) {
+  setenv("OMPI_MCA_orte_allowed_exit_without_sync", "1", 0);  // a shrink's processes leave
+  setenv("OMPI_MCA_orte_execute_quiet", "1", 0);              // no banners after the one line
+  setenv("PMIX_MCA_gds", "hash", 0);                          // spawns that never hang in PMIx_Init
+  int most = s.np;
+  for (const auto& [step, config] : parse_schedule(args.schedule)) most = std::max(most, config.world_size());
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (s.hostfile.empty() && s.hosts.empty() && most > cores) setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  setenv("DT_RUN_SCHEDULE", identity_schedule(args).c_str(), 0);  // restarts keep the run's identity
+}
+
+std::vector<std::string> mpirun_command(const SuperviseSettings& s, int np, const std::string& self) {
+  std::vector<std::string> cmd = {s.mpirun};
+  if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
+  cmd.insert(cmd.end(), {"-np", std::to_string(np)});
+  if (!s.hostfile.empty()) cmd.insert(cmd.end(), {"--hostfile", s.hostfile});
+  if (!s.hosts.empty()) cmd.insert(cmd.end(), {"--host", s.hosts});
+  cmd.insert(cmd.end(), {self, "train"});
+  return cmd;
+}
+
+// The newest checkpoint of `dir` older than `damaged` (any, when "") that reads back whole,
+// made `latest` ("" when none is left).
+std::string fall_back(const std::string& dir, const std::string& damaged, const vps::ModelSpec& model) {
+  std::vector<std::string> names = ckpt::step_dirs(dir);
+  for (auto it = names.rbegin(); it != names.rend(); ++it) {
+    if (!damaged.empty() && *it >= damaged) continue;  // damaged "": `latest` itself was unreadable
+    try {
+      ckpt::verify(ckpt::open_step(dir, *it, model));
+    } catch (const InputError&) {
+      continue;
+    }
+    ckpt::point_latest(dir, *it);
+    return *it;
+  }
+  return "";
+}
+
+// Where a restart continues from, after an attempt failed.
+struct From {
+  std::optional<ckpt::Checkpoint> ckpt;  // the save directory's latest intact checkpoint
+  bool fell_back = false;                // `latest` was damaged and now names an older one
+  std::string refused;                   // why no restart can run ("" when one can)
+};
+
+From restart_point(const TrainArgs& args, const vps::ModelSpec& model, const nlohmann::json& run) {
+  From f;
+  const std::string& dir = args.save_dir;
+  std::string name;
+  try {
+    name = ckpt::latest_step_name(dir);
+    if (name.empty()) return f;
+    f.ckpt = ckpt::open_step(dir, name, model);
+    ckpt::verify(*f.ckpt);
+  } catch (const InputError& e) {
+    const std::string older = fall_back(dir, name, model);
+    if (name.empty()) name = "latest";
+    if (older.empty()) {
+      f.refused = detail::concat("checkpoint '", dir, "/", name, "' is damaged (", e.what(), ") and no older intact checkpoint is left");
+      return f;
+    }
+    f.ckpt = ckpt::open_step(dir, older, model);
+    f.fell_back = true;
+    std::printf("supervise: checkpoint '%s/%s' is damaged (%s); falling back to the previous intact checkpoint '%s' (step %lld)\n",
+                dir.c_str(), name.c_str(), e.what(), f.ckpt->step_dir.c_str(), static_cast<long long>(f.ckpt->step));
+  }
+  const std::string diff = identity_difference(run, f.ckpt->trainer.value("run", nlohmann::json()));
+  if (!diff.empty())
+    f.refused = detail::concat("checkpoint '", f.ckpt->step_dir, "' is another run's: ", diff);
+  return f;
+}
+
+// The next attempt after a failed one: from which step, on how many processes, in which layout.
+struct Restart {
+  std::int64_t from = 0;  // the step it resumes at (0: the start)
+  std::int64_t lost = 0;  // steps the failed attempt trained after that
+  int had = 0;            // the processes at the time of the failure
+  vps::ParallelConfig layout;
+};
+
+Restart next_attempt(const TrainArgs& args, const train::TrainerOptions& o, const From& f, const Attempt& a,
+                     const std::string& schedule, int np, int code) {
+  Restart r;
+  // The processes of rank 0's last step line (a grown job counts its grown processes).
+  r.had = a.processes > 0 ? a.processes : np;
+  vps::ParallelConfig previous = layout_at(schedule, a.last_step < 0 ? 0 : a.last_step);
+  if (f.ckpt) {
+    r.from = f.ckpt->step;
+    previous = f.ckpt->config;
+  } else if (!args.resume_dir.empty()) {
+    r.from = ckpt::open_latest(args.resume_dir, o.model).step;
+  }
+  r.lost = std::max<std::int64_t>(0, a.last_step + 1 - r.from);
+  // One process fewer after a loss; as many after a damaged checkpoint's refusal (exit 2).
+  r.layout = choose_restart_layout(o, previous, std::max(1, code == 2 ? r.had : r.had - 1));
+  return r;
+}
+
+void print_restart(const Restart& r, const Attempt& a, int code, int number, int max_restarts) {
+  const std::string when = a.last_step < 0 ? "before its first step" : "after step " + std::to_string(a.last_step);
+  std::printf("supervise: the job ended with exit %d %s on %d processes; restart %d of %d from step %lld "
+              "(%lld steps lost) on %d processes in %s\n",
+              code, when.c_str(), r.had, number, max_restarts, static_cast<long long>(r.from),
+              static_cast<long long>(r.lost), r.layout.world_size(), r.layout.str().c_str());
+  std::fflush(stdout);
+}
+
+// The launcher's own checks (before it starts anything) and the trainer options that choose a
+// restart layout.
+train::TrainerOptions checked_options(const TrainArgs& args, const SuperviseSettings& s) {
   if (std::getenv("OMPI_COMM_WORLD_SIZE"))
-    DT_INPUT_ERROR("--max-restarts starts mpirun itself: run `dynatrain train --max-restarts ",
-                   s.max_restarts, " --np N ...` without mpirun in front");
-  if (s.np < 1) DT_INPUT_ERROR("--max-restarts needs --np N, the processes to start (N >= 1)");
-  if (args.save_dir.empty())
+    DT_INPUT_ERROR("--np starts mpirun itself: run `dynatrain train --np ", s.np, " ...` without mpirun in front");
+  if (s.np < 1) DT_INPUT_ERROR("--np N needs N >= 1, the processes to start");
+  if (s.max_restarts > 0 && args.save_dir.empty())
     DT_INPUT_ERROR("--max-restarts needs --save DIR (and --save-every N): a restart resumes from DIR's last checkpoint");
   train::TrainerOptions o;
   o.model = vps::model_from_name(args.model);
   o.global_batch = args.global_batch;
   o.seq = args.seq;
   o.micro_batches = args.micro_batches;
+  return o;
+}
+
+}  // namespace
+
+int supervise(const TrainArgs& args, const SuperviseSettings& s) {
+  const train::TrainerOptions o = checked_options(args, s);
+  const nlohmann::json run = run_identity(args, o.model, args.data.empty() ? train::embedded_text() : train::read_text_file(args.data));
+  if (const std::string why = save_dir_problem(args, run, o.model); !why.empty()) throw InputError(why);
   char self[PATH_MAX] = {};
   const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
   if (len <= 0) DT_INPUT_ERROR("cannot find this executable (/proc/self/exe)");
+  set_mpirun_environment(args, s);
 
   std::vector<std::string> base = s.argv;
   for (const char* flag : {"--schedule", "--resume", "--csv"}) base = without_flag(base, flag, true);
@@ -221,7 +352,7 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
   std::vector<CsvPart> parts;
   int code = 0;
   for (int attempt = 0;; ++attempt) {
-    std::vector<std::string> cmd = {s.mpirun, "-np", std::to_string(np), self, "train"};
+    std::vector<std::string> cmd = mpirun_command(s, np, self);
     cmd.insert(cmd.end(), base.begin(), base.end());
     cmd.insert(cmd.end(), {"--schedule", schedule});
     if (!resume.empty()) cmd.insert(cmd.end(), {"--resume", resume});
@@ -232,41 +363,34 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
     }
     const Attempt a = run_job(cmd);
     code = a.exit_code;
-    if (code == 0 || code == 2 || g_signal) break;  // done, bad input (the same again), or stopped
+    if (code == 0 || g_signal || s.max_restarts == 0) break;  // done, stopped, or no restarts asked for
+    // From the last intact checkpoint of this run (or the start).
+    const From f = args.save_dir.empty() ? From{} : restart_point(args, o.model, run);
+    if (!f.refused.empty()) {
+      std::printf("supervise: the job ended with exit %d; no restart: %s\n", code, f.refused.c_str());
+      code = 2;
+      break;
+    }
+    if (code == 2 && !f.fell_back) break;  // bad input: the same again
     if (attempt == s.max_restarts) {
       std::printf("supervise: the job ended with exit %d; no restarts left (--max-restarts %d)\n", code,
                   s.max_restarts);
       break;
     }
-    // From the last complete checkpoint (or the start), on one process fewer.
-    std::int64_t from = 0;
-    vps::ParallelConfig previous = layout_at(schedule, a.last_step < 0 ? 0 : a.last_step);
-    if (fs::exists(fs::path(args.save_dir) / "latest")) {
-      const ckpt::Checkpoint c = ckpt::open_latest(args.save_dir, o.model);
-      from = c.step;
-      previous = c.config;
-      resume = args.save_dir;
-    } else if (!args.resume_dir.empty()) {
-      from = ckpt::open_latest(args.resume_dir, o.model).step;
-    }
-    if (from >= args.steps) {  // the final checkpoint was written: the training is complete
+    const Restart r = next_attempt(args, o, f, a, schedule, np, code);
+    if (r.from >= args.steps) {  // the final checkpoint was written: the training is complete
       std::printf("supervise: the job ended with exit %d after its final checkpoint (step %lld); done\n", code,
-                  static_cast<long long>(from));
+                  static_cast<long long>(r.from));
       code = 0;
       break;
     }
-    const std::int64_t lost = std::max<std::int64_t>(0, a.last_step + 1 - from);
-    const vps::ParallelConfig next = choose_restart_layout(o, previous, std::max(1, np - 1));
-    np = next.world_size();
-    schedule = "0:" + next.str();
-    std::printf("supervise: the job ended with exit %d after step %lld; restart %d of %d from step %lld "
-                "(%lld steps lost) on %d processes in %s\n",
-                code, static_cast<long long>(a.last_step), attempt + 1, s.max_restarts, static_cast<long long>(from),
-                static_cast<long long>(lost), np, next.str().c_str());
-    std::fflush(stdout);
+    if (f.ckpt) resume = args.save_dir;
+    np = r.layout.world_size();
+    schedule = "0:" + r.layout.str();
+    print_restart(r, a, code, attempt + 1, s.max_restarts);
     if (!parts.empty()) {
-      parts.back().keep_below = from;
-      parts.push_back({"", INT64_MAX, attempt + 1, lost});
+      parts.back().keep_below = r.from;
+      parts.push_back({"", INT64_MAX, attempt + 1, r.lost});
     }
   }
   if (!parts.empty()) assemble_csv(args.csv, parts);

@@ -1,11 +1,19 @@
 #include "job/train_ckpt.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
+#include "ckpt/file_io.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "job/fault_injection.h"
-#include "common/clock.h"
 
 namespace dynatrain::job {
 
@@ -24,17 +32,124 @@ const std::vector<vps::StateKind>& saved_kinds() {
   return kinds;
 }
 
+std::string hash_of(const std::string& bytes) { return ckpt::hex64(ckpt::checksum(bytes.data(), bytes.size())); }
+
+bool same_directory(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return a == b || std::filesystem::equivalent(a, b, ec);
+}
+
+// "" when a file can be created in `dir` (made first when missing), else why not.
+std::string unwritable(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return "cannot create checkpoint directory '" + dir + "': " + ec.message();
+  const std::string probe = (std::filesystem::path(dir) / (".write-probe-" + std::to_string(getpid()))).string();
+  const int fd = open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
+  const int err = errno;
+  if (fd < 0) return "checkpoint directory '" + dir + "' is not writable: " + std::strerror(err);
+  const bool wrote = write(fd, "x", 1) == 1;
+  const int werr = errno;
+  close(fd);
+  unlink(probe.c_str());
+  if (!wrote) return "checkpoint directory '" + dir + "' is not writable: " + std::strerror(werr);
+  return "";
+}
+
 }  // namespace
 
-void save_trainer(const std::string& dir, std::int64_t step, train::Trainer& trainer, comm::Transport& world) {
+std::string identity_schedule(const TrainArgs& args) {
+  if (const char* given = std::getenv("DT_RUN_SCHEDULE")) return given;
+  auto entries = parse_schedule(args.schedule);
+  if (args.static_layout) entries.resize(1);
+  std::string out;
+  for (const auto& [step, config] : entries) out += (out.empty() ? "" : ";") + std::to_string(step) + ":" + config.str();
+  return out;
+}
+
+nlohmann::json run_identity(const TrainArgs& args, const vps::ModelSpec& model, const std::string& text) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& t : vps::build_tensors(model)) tensors.push_back({t.name, t.shape});
+  return {{"model", model.name + " " + hash_of(tensors.dump())},
+          {"data", hash_of(text)},
+          {"data_file", args.data.empty() ? std::string("embedded") : args.data},  // named in messages, not compared
+          {"seed", args.seed},
+          {"lr", args.lr},
+          {"schedule", hash_of(identity_schedule(args))}};
+}
+
+std::string identity_difference(const nlohmann::json& run, const nlohmann::json& saved) {
+  if (!saved.is_object()) return "it records no run identity (saved before checkpoints carried one)";
+  for (const char* field : {"model", "data", "seed", "lr", "schedule"}) {
+    const auto it = saved.find(field);
+    if (it != saved.end() && *it == run.at(field)) continue;
+    // The data is a hash: the files say more, unless they are the same file (edited since).
+    const nlohmann::json file = saved.value("data_file", nlohmann::json()), here = run.at("data_file");
+    if (std::string(field) == "data" && file.is_string() && file != here)
+      return detail::concat("its data is ", file.dump(), ", this run's ", here.dump());
+    return detail::concat("its ", field, " is ", it == saved.end() ? "missing" : it->dump(), ", this run's ",
+                          run.at(field).dump());
+  }
+  return "";
+}
+
+std::string save_dir_problem(const TrainArgs& args, const nlohmann::json& run, const vps::ModelSpec& model) {
+  if (args.save_dir.empty()) return "";
+  if (std::string why = unwritable(args.save_dir); !why.empty()) return why;
+  if (!args.resume_dir.empty() && same_directory(args.resume_dir, args.save_dir)) return "";
+  const std::string continue_it = "; continue it with --resume " + args.save_dir + ", or save into another directory";
+  try {
+    const std::string name = ckpt::latest_step_name(args.save_dir);
+    if (name.empty()) return "";
+    // The identity names another model too (its tensors' hash): no need to build its layout.
+    const nlohmann::json index = ckpt::read_step_index(args.save_dir, name);
+    const auto step = index.value("step", std::int64_t{-1});
+    const auto trainer = index.value("trainer", nlohmann::json::object());
+    const std::string diff = identity_difference(run, trainer.is_object() ? trainer.value("run", nlohmann::json()) : nlohmann::json());
+    if (diff.empty())
+      return detail::concat("--save directory '", args.save_dir, "' already holds this run's checkpoint of step ",
+                            step, continue_it);
+    return detail::concat("--save directory '", args.save_dir, "' holds another run's checkpoint (step ", step,
+                          "): ", diff, continue_it);
+  } catch (const InputError& e) {
+    return detail::concat("--save directory '", args.save_dir, "' holds a checkpoint that cannot be checked: ", e.what(),
+                          "; save into another directory");
+  }
+}
+
+void save_trainer(const std::string& dir, std::int64_t step, train::Trainer& trainer, comm::Transport& world,
+                  const nlohmann::json& run, bool final) {
   const auto t0 = std::chrono::steady_clock::now();
   // Rank 0 (in every layout) writes the index; its progress is the job's.
   const auto p = trainer.progress();
   if (world.rank() == 0) DT_CHECK_EQ(p.step, step);
-  const nlohmann::json state = {{"step", step}, {"data_seed", p.data_seed}, {"data_position", p.data_position}};
-  // Fault tests kill a rank at a chosen phase of the save (job/fault_injection.h).
-  const auto observer = [](ckpt::SavePhase phase, int rank) { fault_point(ckpt::save_phase_name(phase), rank); };
-  ckpt::save(dir, step, trainer.layout(), saved_kinds(), view(trainer.arenas()), state, world, observer);
+  const nlohmann::json state = {
+      {"step", step}, {"data_seed", p.data_seed}, {"data_position", p.data_position}, {"run", run}};
+  // Fault tests kill a rank at a chosen phase of the save (job/fault_injection.h); a `nan`
+  // fault there fails the rank's write as a full disk does.
+  const auto observer = [&dir](ckpt::SavePhase phase, int rank) {
+    if (fault_point(ckpt::save_phase_name(phase), rank))
+      DT_INPUT_ERROR("cannot write into checkpoint directory '", dir, "': ", std::strerror(ENOSPC), " (injected)");
+  };
+  try {
+    ckpt::save(dir, step, trainer.layout(), saved_kinds(), view(trainer.arenas()), state, world, observer);
+  } catch (const InputError& e) {
+    if (final) throw;
+    // Every rank threw alike (ckpt::save agrees after each phase): all go on together.
+    if (world.rank() == 0) {
+      std::string kept;
+      try {
+        kept = ckpt::latest_step_name(dir);
+      } catch (const InputError&) {
+      }
+      std::error_code ec;  // what the abandoned save wrote: its space back, nothing half-written left
+      if (kept != ckpt::step_dir_name(step)) std::filesystem::remove_all(std::filesystem::path(dir) / ckpt::step_dir_name(step), ec);
+      std::printf("checkpoint of step %lld abandoned: %s; %s, training goes on\n", static_cast<long long>(step), e.what(),
+                  kept.empty() ? "no checkpoint yet" : ("'latest' still names " + kept).c_str());
+      std::fflush(stdout);
+    }
+    return;
+  }
   if (world.rank() == 0) {
     std::printf("saved checkpoint of step %lld to %s/%s in %.3f s\n", static_cast<long long>(step),
                 dir.c_str(), ckpt::step_dir_name(step).c_str(), seconds_since(t0));

@@ -55,7 +55,7 @@ bool TrainJob::boundary() {
 void TrainJob::save_if_due() {
   if (!save_point(s_.step) || s_.step == s_.joined_at) return;
   s_.csv.flush();  // a supervisor that restarts from this checkpoint keeps the rows before it
-  save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world());
+  save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world(), s_.run, false);
 }
 
 bool TrainJob::commit_if_due() {
@@ -122,7 +122,7 @@ int TrainJob::finish() {
     if (args_.launcher) args_.launcher->leave();
     return 0;
   }
-  if (!args_.save_dir.empty()) save_trainer(args_.save_dir, args_.steps, *trainer_, trainer_->world());  // the final state
+  if (!args_.save_dir.empty()) save_trainer(args_.save_dir, args_.steps, *trainer_, trainer_->world(), s_.run, true);  // the final state
   trainer_->finish();
   control_.end(0, args_.steps);
   if (s_.leader) print_summary();

@@ -34,7 +34,7 @@ bool TrainJob::act_on_notices() {
     for (const auto& n : noticed)
       record_notice(n.rank, args_.notice.seconds, detail::concat(sig, " to pid ", n.pid, " before step ", s_.step));
   if (stay == 0) {
-    if (!args_.save_dir.empty()) save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world());
+    if (!args_.save_dir.empty()) save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world(), s_.run, true);
     if (s_.leader)
       std::printf("notice: every process has notice (%s): %s; the job ends\n", sig,
                   args_.save_dir.empty() ? "no --save, nothing saved"

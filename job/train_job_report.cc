@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "job/mpi_world.h"
+
 #include "common/error.h"
 #include "common/output_file.h"
 #include "job/train_job_run.h"
@@ -90,6 +92,7 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
 // After every commit (joined processes included): the leader role follows world rank 0, and
 // the leader reports the switch. Returns false when this process left the job.
 bool TrainJob::after_commit(const SwitchStats& sw) {
+  if (!trainer_->left()) note_world_after_switch(trainer_->world());  // failure lines name world ranks
   const bool leads = !trainer_->left() && trainer_->world().rank() == 0;
   if (!leads) s_.leader = false, control_.resign();
   else if (!s_.leader) take_over_as_leader(sw);

@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "ckpt/checkpoint.h"
 #include "job/job_control.h"
 #include "job/train_job.h"
@@ -93,6 +95,7 @@ class TrainJob {
     std::int64_t first_step = 0;   // 0, or the checkpoint's step with --resume
     std::int64_t joined_at = -1;   // a joined process: the step of its first commit (saved already)
     bool resumed_elsewhere = false;  // --resume and --save name different directories
+    nlohmann::json run;        // the run's identity, saved in every checkpoint (job/train_ckpt.h)
     // Switches that must vacate world ranks (`dynatrain request --vacate`), by step: the
     // request's list ("1,3"), or kVacateAll (`--migrate`), which names the processes of the world
     // as it is when the switch is prepared (a grow before then adds its processes to it).

@@ -11,6 +11,7 @@
 #include "comm/probe.h"
 #include "exec/probe.h"
 #include "job/fault_injection.h"
+#include "job/mpi_world.h"
 #include "job/train_ckpt.h"
 #include "job/train_job_run.h"
 #include "job/train_memory.h"
@@ -55,6 +56,13 @@ bool TrainJob::set_up() {
   check_layouts(joined);
   std::string text = load_text();
   set_intra_op_threads(args_.threads > 0 ? args_.threads : default_threads());
+  // Checkpoints carry the run's identity; --save is checked before anything trains.
+  s_.run = run_identity(args_, o_.model, text);
+  if (!joined) {
+    std::string refused = world_.rank() == 0 ? save_dir_problem(args_, s_.run, o_.model) : "";
+    comm::broadcast_string(world_, refused);
+    if (!refused.empty()) throw InputError(refused);
+  }
   if (!joined) check_train_memory(o_, s_.schedule, world_);  // "needs X per rank, have Y", before allocating
   s_.leader = !joined && world_.rank() == 0;
   s_.tty = s_.leader && isatty(fileno(stdout));
@@ -158,6 +166,7 @@ void TrainJob::open_outputs() {
 
 void TrainJob::print_banner() const {
   if (!s_.leader) return;
+  if (args_.launcher) note_mpirun_environment(s_.schedule, !args_.job.empty());  // a plain mpirun's gaps
   const bool switching = !(args_.static_layout || (s_.schedule.size() == 1 && args_.job.empty()));
   std::printf("dynatrain train: model %s, %lld steps, global batch %lld x %lld tokens, %d ranks, %s\n",
               o_.model.name.c_str(), static_cast<long long>(args_.steps),

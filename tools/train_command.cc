@@ -35,13 +35,15 @@ CLI::Option* add_recovery_flags(CLI::App* cmd, job::TrainArgs& args, job::Superv
       ->check(positive_number_up_to(86400))
       ->capture_default_str();
   cmd->add_option("--max-restarts", supervise.max_restarts,
-                  "Run without mpirun: start the job on --np processes and restart it from the last "
-                  "checkpoint, on one process fewer, up to K times when a process dies (job/supervisor.h)")
+                  "With --np: restart the job from the last checkpoint, on one process fewer, up to K times "
+                  "when a process dies")
       ->check(whole_number_in(0, 1000))
       ->capture_default_str();
-  cmd->add_option("--mpirun", supervise.mpirun, "With --max-restarts: the mpirun to start the job with")
+  cmd->add_option("--mpirun", supervise.mpirun, "With --np: the mpirun to start the job with")
       ->capture_default_str();
-  return cmd->add_option("--np", supervise.np, "With --max-restarts: processes to start")
+  return cmd->add_option("--np", supervise.np,
+                         "Start the job on N processes (run without mpirun: this process starts mpirun with "
+                         "what Open MPI needs, job/supervisor.h)")
       ->check(whole_number_in(1, 131072));
 }
 
@@ -51,7 +53,7 @@ Command add_train_command(CLI::App& app) {
   auto args = std::make_shared<job::TrainArgs>();
   auto launch = std::make_shared<edm::MpiLaunchSettings>();
   auto supervise_settings = std::make_shared<job::SuperviseSettings>();
-  auto* cmd = app.add_subcommand("train", "Train a model, switching layouts on a schedule (run under mpirun)");
+  auto* cmd = app.add_subcommand("train", "Train a model, switching layouts on a schedule (--np N starts the job; or run under mpirun)");
   cmd->add_option("--model", args->model, "tiny-dense, tiny-moe, or a Hugging Face config.json")
       ->capture_default_str();
   cmd->add_option("--data", args->data, "Text file to train on (bytes are tokens); default: embedded text");
@@ -102,9 +104,12 @@ Command add_train_command(CLI::App& app) {
     // The flags' values were checked while parsing (before MPI starts: identical on every rank,
     // printed once by rank 0).
     args->notice.signal = job::parse_notice_signal(*notice_signal);
-    if (supervise_settings->max_restarts > 0) {  // the supervisor: outside MPI, it starts mpirun
-      if (np_flag->count() == 0) DT_INPUT_ERROR("--max-restarts needs --np N, the processes to start");
+    if (supervise_settings->max_restarts > 0 && np_flag->count() == 0)
+      DT_INPUT_ERROR("--max-restarts needs --np N, the processes to start");
+    if (np_flag->count() > 0) {  // the launcher: outside MPI, it starts mpirun
       supervise_settings->argv = job::train_argv_for_job();
+      supervise_settings->hostfile = launch->hostfile;
+      supervise_settings->hosts = launch->hosts;
       return job::supervise(*args, *supervise_settings);
     }
     if (const char* exe = std::getenv("DT_EDM_EXECUTABLE")) launch->executable = exe;

@@ -417,5 +417,62 @@ TEST(Checkpoint, RankFilesAreSafetensorsRecordingTheBoxes) {
   EXPECT_TRUE(found);
 }
 
+// index.json carries its own checksum (ckpt/index.h): any edited value is refused naming the
+// index; an index written before checksums (no index_version, no checksum) still opens.
+TEST(Checkpoint, AnEditedIndexIsRefused) {
+  const std::string dir = fresh_dir("index-sum");
+  const auto a = layout("tiny-dense", "tp=2");
+  save_filled(dir, 8, a);
+  const std::string path = dir + "/step-00000008/index.json";
+  std::string text;
+  {
+    std::ifstream in(path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const nlohmann::json saved = nlohmann::json::parse(text);
+  EXPECT_EQ(saved.at("index_version"), 2);
+  EXPECT_EQ(open_latest(dir, a.model()).step, 8);
+  auto write = [&](const nlohmann::json& j) { std::ofstream(path) << j.dump(1); };
+  auto refusal = [&] { return error_of([&] { open_latest(dir, a.model()); }); };
+  nlohmann::json j = saved;
+  j["step"] = 9;  // one flipped bit: 8 -> 9
+  write(j);
+  EXPECT_EQ(refusal(), "checkpoint index '" + path + "' fails its checksum: edited or damaged");
+  j = saved;
+  j["trainer"]["data_position"] = 12345;
+  write(j);
+  EXPECT_EQ(refusal(), "checkpoint index '" + path + "' fails its checksum: edited or damaged");
+  j = saved;
+  j.erase("checksum");
+  write(j);
+  EXPECT_NE(refusal().find("has no checksum (its index_version needs one)"), std::string::npos) << refusal();
+  j.erase("index_version");  // as written before checksums: read unchecked
+  write(j);
+  EXPECT_EQ(refusal(), "");
+  write(saved);  // whitespace is not part of the checksum: the same values read back
+  EXPECT_EQ(refusal(), "");
+}
+
+// verify() reads every byte (a load into one layout may read only some entries of a file).
+TEST(Checkpoint, VerifyReadsEveryByteAndNamesTheFile) {
+  const std::string dir = fresh_dir("verify");
+  const auto a = layout("tiny-dense", "tp=2");
+  save_filled(dir, 4, a);
+  save_filled(dir, 8, a);
+  EXPECT_EQ(step_dirs(dir), (std::vector<std::string>{"step-00000004", "step-00000008"}));
+  EXPECT_EQ(error_of([&] { verify(open_latest(dir, a.model())); }), "");
+  const std::string file = dir + "/step-00000008/rank-00001.safetensors";
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(fs::file_size(file) - 3));
+  f.put('\x7f');
+  f.close();
+  const std::string why = error_of([&] { verify(open_latest(dir, a.model())); });
+  EXPECT_NE(why.find("checkpoint file '" + file + "': entry '"), std::string::npos) << why;
+  EXPECT_NE(why.find("fails its checksum: corrupted"), std::string::npos) << why;
+  point_latest(dir, "step-00000004");
+  EXPECT_EQ(latest_step_name(dir), "step-00000004");
+  EXPECT_EQ(error_of([&] { verify(open_latest(dir, a.model())); }), "");
+}
+
 }  // namespace
 }  // namespace dynatrain::ckpt

@@ -7,12 +7,7 @@
 # element sizes). Then export it and read it back with Python: BF16 tensors equal to the
 # checkpoint's params and to its fp32 master rounded to nearest even.
 # Usage: resume_bf16_test.sh DYNATRAIN MPIEXEC
-set -u
-dt="$1"
-mpiexec="${2:-mpirun}"
-here="$(cd "$(dirname "$0")" && pwd)"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../reliability/script_prelude.sh"
 common=(--model tiny-dense --global-batch 8 --seq 32 --threads 1)
 run() { local np="$1"; shift; timeout 120 "$mpiexec" -np "$np" "$dt" train "${common[@]}" "$@"; }
 

@@ -4,12 +4,7 @@
 # that every loss after the resume equals the continuous run's within fp32 reduction noise.
 # Then export the checkpoint and read it back with Python; a corrupted file must be refused.
 # Usage: resume_test.sh DYNATRAIN MPIEXEC
-set -u
-dt="$1"
-mpiexec="${2:-mpirun}"
-here="$(cd "$(dirname "$0")" && pwd)"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/../reliability/script_prelude.sh"
 common=(--model tiny-moe --global-batch 8 --seq 32 --threads 1)
 run() { local np="$1"; shift; timeout 120 "$mpiexec" -np "$np" "$dt" train "${common[@]}" "$@"; }
 

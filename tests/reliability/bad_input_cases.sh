@@ -252,7 +252,41 @@ if [[ $with_train == 1 ]]; then
   bad 1 "--np: 0 is out of range" -- "${D[@]}" --steps 2 --max-restarts 1 --np 0 --save "$tmp/sv"
   bad 1 "--max-restarts needs --save DIR" -- "${D[@]}" --steps 2 --max-restarts 1 --np 2
   bad 1 "cannot run '/nonexistent/mpirun'" -- "${D[@]}" --steps 2 --max-restarts 1 --np 2 --save "$tmp/sv" --mpirun /nonexistent/mpirun
-  bad 2 "--max-restarts starts mpirun itself" -- "${D[@]}" --steps 2 --max-restarts 1 --np 2 --save "$tmp/sv"
+  bad 2 "--np starts mpirun itself: run \`dynatrain train --np 2 ...\` without mpirun in front" -- "${D[@]}" --steps 2 --max-restarts 1 --np 2 --save "$tmp/sv"
+  bad 2 "--np starts mpirun itself" -- "${D[@]}" --steps 2 --np 2
+  # ---- --save checked before training; checkpoints carry their run (job/train_ckpt.h) ----
+  touch "$tmp/afile"
+  bad 1 "cannot create checkpoint directory '$tmp/afile/ck': Not a directory" -- "${D[@]}" --steps 2 --save "$tmp/afile/ck"
+  bad 1 "cannot create checkpoint directory '$tmp/afile/ck'" -- "${D[@]}" --steps 2 --np 2 --max-restarts 1 --save "$tmp/afile/ck"
+  bad 2 "cannot create checkpoint directory '$tmp/afile/ck'" -- "${D[@]}" --steps 2 --schedule "0:dp=2" --save "$tmp/afile/ck"
+  # A run's checkpoint of step 2 (seed 1234, lr 0.003, the embedded text, schedule 0:tp=1).
+  "$dt" "${D[@]}" --steps 2 --save "$tmp/run1" >"$tmp/run1.log" 2>&1 || { echo "FAIL: the run saving $tmp/run1"; cat "$tmp/run1.log"; }
+  again="; continue it with --resume $tmp/run1, or save into another directory"
+  bad 1 "--save directory '$tmp/run1' holds another run's checkpoint (step 2): its seed is 1234, this run's 5$again" -- "${D[@]}" --steps 4 --save "$tmp/run1" --seed 5
+  bad 1 "holds another run's checkpoint (step 2): its lr is 0.003, this run's 0.001$again" -- "${D[@]}" --steps 4 --np 2 --max-restarts 1 --save "$tmp/run1" --lr 0.001
+  bad 1 "holds another run's checkpoint (step 2): its data is \"embedded\", this run's \"$here/README.md\"$again" -- "${D[@]}" --steps 4 --save "$tmp/run1" --data "$here/README.md"
+  bad 1 "holds another run's checkpoint (step 2): its schedule is" -- "${D[@]}" --steps 4 --np 2 --save "$tmp/run1" --schedule "0:dp=2"
+  bad 2 "holds another run's checkpoint (step 2): its schedule is" -- "${D[@]}" --steps 4 --save "$tmp/run1" --schedule "0:dp=2"
+  bad 1 "holds another run's checkpoint (step 2): its model is \"tiny-dense " -- train --model tiny-moe --steps 4 --save "$tmp/run1"
+  bad 1 "--save directory '$tmp/run1' already holds this run's checkpoint of step 2$again" -- "${D[@]}" --steps 4 --save "$tmp/run1"
+  bad 1 "already holds this run's checkpoint of step 2$again" -- "${D[@]}" --steps 4 --np 1 --max-restarts 2 --save "$tmp/run1"
+  # ---- an edited or damaged index.json (its checksum, ckpt/index.h); a resume reads it after
+  # the run's first lines (LOUD) ----
+  edit_index() {  # edit_index NAME SED-EXPRESSION: a copy of run1 with its index edited
+    cp -r "$tmp/run1" "$tmp/$1"
+    sed -i "$2" "$tmp/$1/step-00000002/index.json"
+    cmp -s "$tmp/run1/step-00000002/index.json" "$tmp/$1/step-00000002/index.json" && echo "FAIL: $1: the edit changed nothing"
+  }
+  edit_index ix-step '0,/"step": 2/s//"step": 3/'
+  edit_index ix-position 's/"data_position": \([0-9]*\)/"data_position": 1\1/'
+  edit_index ix-seed 's/"data_seed": \([0-9]*\)/"data_seed": 1\1/'
+  edit_index ix-nosum '/"checksum":/d'
+  for ix in ix-step ix-position ix-seed; do
+    LOUD=1 bad 1 "checkpoint index '$tmp/$ix/step-00000002/index.json' fails its checksum: edited or damaged" -- "${D[@]}" --steps 4 --resume "$tmp/$ix"
+  done
+  LOUD=1 bad 2 "checkpoint index '$tmp/ix-step/step-00000002/index.json' fails its checksum" -- "${D[@]}" --steps 4 --schedule "0:dp=2" --resume "$tmp/ix-step"
+  bad 1 "checkpoint index '$tmp/ix-seed/step-00000002/index.json' fails its checksum" -- export --hf "$tmp/hf-ix" --from "$tmp/ix-seed" --model tiny-dense
+  LOUD=1 bad 1 "checkpoint index '$tmp/ix-nosum/step-00000002/index.json' has no checksum (its index_version needs one)" -- "${D[@]}" --steps 4 --resume "$tmp/ix-nosum"
 fi
 
 # ---- request (a running train --job DIR; job/job_request.h, job/job_status.h) ----

@@ -11,16 +11,8 @@
 #    bytes (same layout: the rank files compare equal with cmp; another layout and process
 #    count: every tensor of every kind compares equal, tests/reliability/same_state.py).
 # Usage: restart_test.sh DYNATRAIN MPIEXEC
-set -u
-dt="$1"
-mpiexec="${2:-mpirun}"
-here="$(cd "$(dirname "$0")" && pwd)"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ulimit -c 0
-head -c 4000 "$here/../../README.md" >"$tmp/data.txt"
+source "$(dirname "$0")/script_prelude.sh"
 common=(--model tiny-dense --data "$tmp/data.txt" --global-batch 12 --seq 16 --threads 1)
-fail() { echo "FAIL: $*"; exit 1; }
 
 timeout 300 "$mpiexec" -np 4 "$dt" train "${common[@]}" --steps 14 --schedule "0:tp=2,dp=2" --csv "$tmp/continuous.csv" \
   >"$tmp/c.log" 2>&1 || { cat "$tmp/c.log"; fail "continuous run"; }
@@ -32,7 +24,7 @@ DT_FAULT=kill:1:step:0:6 DT_FAULT_STAMP="$tmp/stamp" timeout 300 "$dt" train --m
 code=$?
 ((code == 0)) || { cat "$tmp/s.log" "$tmp/s.err"; fail "supervised job exit $code"; }
 [[ -s $tmp/stamp ]] || fail "the fault never fired"
-grep -q "^supervise: the job ended with exit [0-9]* after step 5; restart 1 of 2 from step 4 (2 steps lost) on 3 processes in tp=1,pp=1,dp=3,zero=1$" "$tmp/s.log" ||
+grep -q "^supervise: the job ended with exit [0-9]* after step 5 on 4 processes; restart 1 of 2 from step 4 (2 steps lost) on 3 processes in tp=1,pp=1,dp=3,zero=1$" "$tmp/s.log" ||
   { cat "$tmp/s.log"; fail "no supervisor line for the restart"; }
 (($(grep -c "^supervise:" "$tmp/s.log") == 1)) || fail "more than one restart"
 grep -q "resumed from .*step-00000004 .* into tp=1,pp=1,dp=3,zero=1: step 4" "$tmp/s.log" || fail "resume line"
