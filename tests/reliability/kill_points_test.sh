@@ -7,23 +7,15 @@
 #  b. during the background prepare of the switch before step 10 (DT_FAULT=kill:2:prepare:20);
 #  c. during that switch's commit (DT_FAULT=kill:3:switch:DELAY, DELAY inside the commit's pause,
 #     measured on the uninterrupted run's switch line).
-# Each case checks: exit 0; the first attempt never committed the switch; exactly one supervisor restart line, whose steps lost equal the
-# last step run + 1 - the checkpoint it restarts from; the assembled CSV holds every step exactly
+# Each case checks: exit 0; the first attempt never committed the switch; exactly one supervisor
+# restart line, whose steps lost equal the last step run + 1 - the checkpoint it restarts from; the assembled CSV holds every step exactly
 # once, marks the restart with those steps lost, and every loss is within 1e-4 relative of the
 # uninterrupted run's (fp32 reduction noise of another dp split, as restart_test.sh).
 # Usage: kill_points_test.sh DYNATRAIN MPIEXEC
-set -u
-dt="$1"
-mpiexec="${2:-mpirun}"
-here="$(cd "$(dirname "$0")" && pwd)"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ulimit -c 0
-head -c 4000 "$here/../../README.md" >"$tmp/data.txt"
+source "$(dirname "$0")/script_prelude.sh"  # $dt, $mpiexec, $here, $tmp, $tmp/data.txt, fail
 common=(--model tiny-dense --data "$tmp/data.txt" --global-batch 12 --seq 16 --threads 1 --steps 14 --lookahead 3)
 schedule="0:tp=2,dp=2;10:dp=4"
 failed=()
-fail() { echo "FAIL: $*"; exit 1; }
 py() { PYENV_VERSION=system python3 "$@"; }
 
 timeout 300 "$mpiexec" -np 4 "$dt" train "${common[@]}" --schedule "$schedule" --csv "$tmp/cont.csv" \
