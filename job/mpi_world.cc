@@ -154,11 +154,19 @@ void gather_job_info(comm::Transport& world, JobInfo& info) {
     info.peer_pid[r] = ids[r].host == host ? static_cast<int>(ids[r].pid) : 0;
 }
 
+// A signal whose handler another part of the job installed (a preemption notice's,
+// job/notice.h) keeps it: only default, ignored or our own handlers are (re)placed.
 void install_stop_handlers() {
   struct sigaction sa {};
   sa.sa_handler = stop_on_signal;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    struct sigaction current {};
+    sigaction(sig, nullptr, &current);
+    const bool taken_over = !(current.sa_flags & SA_SIGINFO) && current.sa_handler != SIG_DFL &&
+                            current.sa_handler != SIG_IGN && current.sa_handler != stop_on_signal;
+    if (!taken_over) sigaction(sig, &sa, nullptr);
+  }
 }
 
 // Fills g_job for this rank of `world` (collective) and installs the stop handlers.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Preemption notices (job/notice.h): SIGTERM to ONE worker process of a running `dynatrain train`
-# job vacates that process's ranks into a layout for the others, in memory, and training goes on.
+# Preemption notices (job/notice.h): SIGTERM to ONE worker process of a running `dynatrain train
+# --np N` job (the launcher mode: it gives its mpirun what processes need to leave) vacates that
+# process's ranks into a layout for the others, in memory, and training goes on.
 # tiny-dense in tp=2,dp=2 on 4 processes, 24 steps; each case against the uninterrupted run:
 #  1. notice to rank 3 during step 8 (DT_FAULT=notice): seen at the next boundary (step 9), the
 #     job goes on in 3 processes from step 9;
@@ -27,7 +28,7 @@ common=(--model tiny-dense --global-batch 12 --seq 16 --threads 1 --steps 24)
 fail() { echo "FAIL: $*"; exit 1; }
 py() { PYENV_VERSION=system python3 "$@"; }
 
-timeout 300 "$mpiexec" -np 4 "$dt" train "${common[@]}" --schedule "0:tp=2,dp=2" --csv "$tmp/cont.csv" \
+timeout 300 "$dt" train --np 4 --mpirun "$mpiexec" "${common[@]}" --schedule "0:tp=2,dp=2" --csv "$tmp/cont.csv" \
   >"$tmp/cont.log" 2>&1 || { cat "$tmp/cont.log"; fail "uninterrupted run"; }
 
 # check_csv NAME WORLD_SIZES: WORLD_SIZES is "STEP:N,STEP:N": from STEP on the job has N processes.
@@ -53,7 +54,7 @@ PY
 run() {  # NAME NP SCHEDULE [ENV...]: runs the job in the background, its pid in $job
   local name=$1 np=$2 schedule=$3
   shift 3
-  env "$@" timeout 300 "$mpiexec" -np "$np" "$dt" train "${common[@]}" --schedule "$schedule" \
+  env "$@" timeout 300 "$dt" train --np "$np" --mpirun "$mpiexec" "${common[@]}" --schedule "$schedule" \
     --csv "$tmp/$name.csv" --save "$tmp/$name.ck" --save-every 100 >"$tmp/$name.log" 2>"$tmp/$name.err" &
   job=$!
 }
