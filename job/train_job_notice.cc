@@ -35,11 +35,14 @@ bool TrainJob::act_on_notices() {
       record_notice(n.rank, args_.notice.seconds, detail::concat(sig, " to pid ", n.pid, " before step ", s_.step));
   if (stay == 0) {
     if (!args_.save_dir.empty()) save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world(), s_.run, true);
-    if (s_.leader)
-      std::printf("notice: every process has notice (%s): %s; the job ends\n", sig,
-                  args_.save_dir.empty() ? "no --save, nothing saved"
-                                         : detail::concat("saved checkpoint of step ", s_.step).c_str());
+    // The job's one line (as the failure path's for a stop signal), on stderr, by the leader.
     std::fflush(stdout);
+    if (s_.leader)
+      std::fprintf(stderr, "dynatrain: error: rank 0 of %d: stopped by %s to every process: %s\n",
+                   trainer_->world_size(), sig,
+                   args_.save_dir.empty() ? "no --save, nothing saved"
+                                          : detail::concat("saved checkpoint of step ", s_.step).c_str());
+    std::fflush(stderr);
     s_.notice_exit = 128 + args_.notice.signal;
     return false;
   }

@@ -128,7 +128,7 @@ run all 2 "0:tp=2"
 wait_for_step all 4
 kill -TERM $(pid_of_rank all 0) $(pid_of_rank all 1)
 finish all 143
-grep -q "^notice: every process has notice (SIGTERM): saved checkpoint of step [0-9]*; the job ends" "$tmp/all.log" ||
+grep -q "^dynatrain: error: rank 0 of 2: stopped by SIGTERM to every process: saved checkpoint of step [0-9]*$" "$tmp/all.err" ||
   { cat "$tmp/all.log" "$tmp/all.err"; fail "all: no line for the whole job's notice"; }
 ls "$tmp/all.ck"/step-* >/dev/null 2>&1 || fail "all: no checkpoint saved"
 echo "ok: notices to one, two, the leader, during a switch and to a grown process vacate in memory (no step lost); a notice to all saves and ends"
