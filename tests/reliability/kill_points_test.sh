@@ -8,9 +8,9 @@
 #  c. during that switch's commit (DT_FAULT=kill:3:switch:DELAY, DELAY inside the commit's pause,
 #     measured on the uninterrupted run's switch line).
 # Each case checks: exit 0; the first attempt never committed the switch; exactly one supervisor
-# restart line, whose steps lost equal the last step run + 1 - the checkpoint it restarts from; the assembled CSV holds every step exactly
-# once, marks the restart with those steps lost, and every loss is within 1e-4 relative of the
-# uninterrupted run's (fp32 reduction noise of another dp split, as restart_test.sh).
+# restart line, whose steps lost equal the last step run + 1 - the checkpoint it restarts from; the
+# assembled CSV holds every step exactly once, marks the restart with those steps lost, and every
+# loss is within 1e-4 relative of the uninterrupted run's (fp32 reduction noise of another dp split, as restart_test.sh).
 # Usage: kill_points_test.sh DYNATRAIN MPIEXEC
 source "$(dirname "$0")/script_prelude.sh"  # $dt, $mpiexec, $here, $tmp, $tmp/data.txt, fail
 common=(--model tiny-dense --data "$tmp/data.txt" --global-batch 12 --seq 16 --threads 1 --steps 14 --lookahead 3)
@@ -46,7 +46,7 @@ check() {  # NAME EXIT: prints one FAIL line and returns 1 on the first failed c
   line=$(grep "^supervise:" "$tmp/$name.log")
   sed '/^supervise:/q' "$tmp/$name.log" | grep -q "^switch before step 10" &&
     { echo "FAIL: $name: the switch committed before the kill"; return 1; }
-  [[ $line =~ ^supervise:\ the\ job\ ended\ with\ exit\ [0-9]+\ after\ step\ ([0-9]+)\;\ restart\ 1\ of\ 2\ from\ step\ ([0-9]+)\ \(([0-9]+)\ steps\ lost\)\ on\ 3\ processes\ in\ [a-z0-9=,]+$ ]] ||
+  [[ $line =~ ^supervise:\ the\ job\ ended\ with\ exit\ [0-9]+\ after\ step\ ([0-9]+)\ on\ 4\ processes\;\ restart\ 1\ of\ 2\ from\ step\ ([0-9]+)\ \(([0-9]+)\ steps\ lost\)\ on\ 3\ processes\ in\ [a-z0-9=,]+$ ]] ||
     { echo "FAIL: $name: restart line: $line"; return 1; }
   last=${BASH_REMATCH[1]} from=${BASH_REMATCH[2]} lost=${BASH_REMATCH[3]}
   ((from % 4 == 0 && from <= last + 1)) || { echo "FAIL: $name: restart from step $from after step $last"; return 1; }
