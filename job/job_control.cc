@@ -13,6 +13,13 @@
 
 namespace dynatrain::job {
 
+void place_switch(Schedule& schedule, std::size_t from, std::int64_t at, const vps::ParallelConfig& config) {
+  std::size_t i = from;
+  while (i < schedule.size() && schedule[i].first < at) ++i;
+  if (i < schedule.size() && schedule[i].first == at) schedule[i].second = config;
+  else schedule.insert(schedule.begin() + static_cast<std::ptrdiff_t>(i), {at, config});
+}
+
 JobControl::JobControl(std::string dir) : dir_(std::move(dir)) {}
 
 JobControl::~JobControl() {
@@ -100,10 +107,7 @@ void JobControl::answer_taken(RequestContext& ctx, const std::string& id, const 
   if (at >= ctx.steps)  // it would never run
     return refuse(id, "a switch before step " + std::to_string(at) + " is at or past --steps " + std::to_string(ctx.steps),
                   ctx.current.str());
-  std::size_t i = ctx.next;
-  while (i < ctx.schedule.size() && ctx.schedule[i].first < at) ++i;
-  if (i < ctx.schedule.size() && ctx.schedule[i].first == at) ctx.schedule[i].second = config;
-  else ctx.schedule.insert(ctx.schedule.begin() + static_cast<std::ptrdiff_t>(i), {at, config});
+  place_switch(ctx.schedule, ctx.next, at, config);
   if (r.vacate.empty()) ctx.vacate_at.erase(at);
   else ctx.vacate_at[at] = r.vacate;
   if (const auto old = pending_.find(at); old != pending_.end()) {

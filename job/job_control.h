@@ -24,6 +24,10 @@ namespace dynatrain::job {
 
 using Schedule = std::vector<std::pair<std::int64_t, vps::ParallelConfig>>;
 
+// Puts a switch to `config` before step `at` into `schedule` (entries from `from` on, in step
+// order), replacing the entry already at that step: how requests and notices change the schedule.
+void place_switch(Schedule& schedule, std::size_t from, std::int64_t at, const vps::ParallelConfig& config);
+
 // What deciding a request needs from the training loop at a step boundary.
 struct RequestContext {
   Schedule& schedule;                            // entries from `next` on are still to come

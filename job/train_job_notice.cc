@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "job/job_control.h"
 #include "job/job_events.h"
 #include "job/notice.h"
 #include "job/supervisor.h"
@@ -48,10 +49,7 @@ bool TrainJob::act_on_notices() {
   }
   const std::int64_t at = s_.step;
   const vps::ParallelConfig to = choose_restart_layout(o_, trainer_->config(), stay);
-  std::size_t i = s_.next;
-  while (i < s_.schedule.size() && s_.schedule[i].first < at) ++i;
-  if (i < s_.schedule.size() && s_.schedule[i].first == at) s_.schedule[i].second = to;
-  else s_.schedule.insert(s_.schedule.begin() + static_cast<std::ptrdiff_t>(i), {at, to});
+  place_switch(s_.schedule, s_.next, at, to);
   std::string ranks;
   for (const auto& n : noticed) ranks += (ranks.empty() ? "" : ",") + std::to_string(n.rank);
   s_.vacate_at[at] = ranks;
