@@ -64,7 +64,10 @@ struct OpenFile {
 
 std::unique_ptr<OpenFile> open_checked(const Checkpoint& c, int r) {
   const FileInfo& info = c.files.at(r);
-  const std::string path = c.step_dir + "/" + info.name;
+  std::string path = c.step_dir + "/" + info.name;
+  // A rank file whose node is gone is read from the copy another process kept of it.
+  if (std::error_code ec; !std::filesystem::exists(path, ec) && std::filesystem::exists(c.step_dir + "/" + copy_file_name(r), ec))
+    path = c.step_dir + "/" + copy_file_name(r);
   auto f = std::make_unique<OpenFile>(OpenFile{File::open_read(path), {}, {}, {}, 0});
   const std::uint64_t bytes = f->file.size();
   if (bytes != info.bytes)

@@ -53,6 +53,9 @@ struct Arenas {
 
 std::string step_dir_name(std::int64_t step);  // "step-00000010"
 std::string rank_file_name(int rank);          // "rank-00003.safetensors"
+// A copy of rank file `rank` kept by another process (job/memory_copy.h): the same bytes, so the
+// index's size and header checksum hold for it. A load reads it where the rank file is missing.
+std::string copy_file_name(int rank);          // "rank-00003.copy.safetensors"
 
 // ---- saving ----
 // Every entry is checksummed in chunks of this many bytes (the last one shorter; XXH3-64 each),
@@ -61,10 +64,14 @@ std::string rank_file_name(int rank);          // "rank-00003.safetensors"
 // that the checksums are ~0.01 % of the file (19 header bytes a chunk).
 constexpr std::uint64_t kChecksumChunkBytes = std::uint64_t{256} << 10;
 
+// How a rank file is written: into a new file, or over the one already there (cut to its new
+// length at the end), so that a copy rewritten every step in shared memory writes pages tmpfs
+// already holds instead of touching fresh ones (0.25-2 GB/s, 5-50x slower than warm memory).
+enum class FileWrite { kNew, kOver };
 // Writes and fsyncs `rank`'s file of `kinds` into `step_dir`; returns its bytes. Not collective.
 std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& layout, int rank,
                               const std::vector<vps::StateKind>& kinds, const Arenas& arenas,
-                              std::uint64_t chunk_bytes = kChecksumChunkBytes);
+                              std::uint64_t chunk_bytes = kChecksumChunkBytes, FileWrite how = FileWrite::kNew);
 // The phases of a save, in order, as reported to a SaveObserver on the rank where they happen
 // (a test hook: `dynatrain train` lets job/fault_injection.h kill a rank there).
 //   kBegin    every rank, before it writes its rank file
@@ -81,6 +88,11 @@ void check_save_target(const std::string& dir, std::int64_t step, const vps::Lay
 // Rank 0 of a save, after check_save_target: creates DIR/step_dir_name(step) empty (removing
 // what a save of this step that never completed left there) and returns its path.
 std::string begin_save(const std::string& dir, std::int64_t step);
+
+// As begin_save, but the new directory is the oldest step directory of DIR that `latest` does
+// not name, renamed (its files stay, to be written over with FileWrite::kOver), when DIR has
+// one; so DIR holds two step directories whose pages are reused save after save.
+std::string recycle_save(const std::string& dir, std::int64_t step);
 
 // After every rank of `layout` wrote its file into DIR/step_dir_name(step): writes the
 // attachments and the index, switches DIR/latest to it and removes checkpoints older than the

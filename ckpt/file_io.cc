@@ -26,6 +26,12 @@ File File::create(const std::string& path) {
   return File(fd, path);
 }
 
+File File::open_over(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);  // RDWR: mappable
+  if (fd < 0) DT_INPUT_ERROR("cannot create '", path, "': ", std::strerror(errno));
+  return File(fd, path);
+}
+
 File File::open_read(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) DT_INPUT_ERROR("cannot open checkpoint file '", path, "': ", std::strerror(errno));
@@ -53,6 +59,11 @@ std::uint64_t File::size() const {
 
 void File::sync() const {
   if (::fsync(fd_) != 0) DT_INPUT_ERROR("fsync of '", path_, "' failed: ", std::strerror(errno));
+}
+
+void File::truncate(std::uint64_t bytes) const {
+  if (::ftruncate(fd_, static_cast<off_t>(bytes)) != 0)
+    DT_INPUT_ERROR("cannot cut '", path_, "' to ", bytes, " bytes: ", std::strerror(errno));
 }
 
 void advise_will_need(int fd, std::uint64_t offset, std::uint64_t bytes) {

@@ -17,6 +17,10 @@ namespace dynatrain::ckpt {
 class File {
  public:
   static File create(const std::string& path);  // write-only, truncated, 0644
+  // Read-write (a writable mapping needs it), created when missing (0644), NOT truncated: the bytes written over the old
+  // ones reuse the pages the file system already holds (warm memory on tmpfs). Cut it to its
+  // new length with truncate() once written.
+  static File open_over(const std::string& path);
   static File open_read(const std::string& path);
   // Read-only with O_DIRECT (reads bypass the page cache); nullopt where the file system
   // refuses it (EINVAL: tmpfs on older kernels, some network file systems).
@@ -28,6 +32,7 @@ class File {
   const std::string& path() const { return path_; }
   std::uint64_t size() const;
   void sync() const;  // fsync; throws on failure
+  void truncate(std::uint64_t bytes) const;  // ftruncate; throws on failure
 
  private:
   File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}

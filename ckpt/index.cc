@@ -105,6 +105,12 @@ std::string rank_file_name(int rank) {
   return buf;
 }
 
+std::string copy_file_name(int rank) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "rank-%05d.copy.safetensors", rank);
+  return buf;
+}
+
 namespace {
 
 Checkpoint open_named(const std::string& dir, const std::string& name, const std::vector<vps::TensorSpec>& tensors,

@@ -61,7 +61,7 @@ std::vector<SegmentRef> rank_segments(const vps::Layout& layout, int rank,
 
 std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& layout, int rank,
                               const std::vector<vps::StateKind>& kinds, const Arenas& arenas,
-                              std::uint64_t chunk_bytes) {
+                              std::uint64_t chunk_bytes, FileWrite how) {
   DT_CHECK(chunk_bytes > 0, "checksum chunks of 0 bytes");
   const auto segments = rank_segments(layout, rank, kinds);
   StHeader header;
@@ -84,7 +84,7 @@ std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& la
   std::string encoded = encode_header(header);
 
   const std::string path = (fs::path(step_dir) / rank_file_name(rank)).string();
-  File f = File::create(path);
+  File f = how == FileWrite::kOver ? File::open_over(path) : File::create(path);
   // Data first (checksums are computed on the way), header last at the front.
   constexpr std::uint64_t kStage = 16ull << 20;
   std::vector<std::byte> stage;
@@ -117,6 +117,7 @@ std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& la
   const std::string final_header = encode_header(header);
   DT_CHECK_EQ(final_header.size(), encoded.size());
   write_exact(f.fd(), final_header.data(), final_header.size(), 0, path);
+  if (how == FileWrite::kOver) f.truncate(written);
   f.sync();
   return written;
 }
@@ -249,6 +250,23 @@ std::string begin_save(const std::string& dir, std::int64_t step) {
   fs::remove_all(step_dir, ec);  // a save of this step that never completed
   fs::create_directories(step_dir, ec);
   if (ec) DT_INPUT_ERROR("cannot create '", step_dir.string(), "': ", ec.message());
+  sync_dir(dir);
+  return step_dir.string();
+}
+
+std::string recycle_save(const std::string& dir, std::int64_t step) {
+  const std::string name = step_dir_name(step);
+  const std::string latest = latest_name(dir);
+  std::string oldest;
+  for (const std::string& n : step_dirs(dir))
+    if (n != latest && n != name && (oldest.empty() || n < oldest)) oldest = n;
+  if (oldest.empty()) return begin_save(dir, step);
+  const fs::path step_dir = fs::path(dir) / name;
+  std::error_code ec;
+  fs::remove_all(step_dir, ec);  // a save of this step that never completed
+  fs::rename(fs::path(dir) / oldest, step_dir, ec);
+  if (ec) DT_INPUT_ERROR("cannot rename '", oldest, "' to '", step_dir.string(), "': ", ec.message());
+  fs::remove(step_dir / "index.json", ec);  // not a checkpoint until the commit writes it again
   sync_dir(dir);
   return step_dir.string();
 }

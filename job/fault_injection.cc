@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "job/memory_copy_files.h"
+
 namespace dynatrain::job {
 
 namespace {
@@ -26,9 +28,11 @@ void write_stamp() {
   }
 }
 
-void stamp_and_raise(int sig, int delay_ms) {
+// `lose_memory`: the process and its node's shared memory go together.
+void stamp_and_raise(int sig, int delay_ms, bool lose_memory) {
   if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   write_stamp();
+  if (lose_memory) drop_memory_copy_of_this_process();
   raise(sig);
 }
 
@@ -58,11 +62,12 @@ bool fault_point(const char* point, int rank) {
   const int sig = std::strcmp(action, "stop") == 0     ? SIGSTOP
                   : std::strcmp(action, "notice") == 0 ? SIGTERM
                                                        : SIGKILL;
+  const bool lose = std::strcmp(action, "lose") == 0;
   if (delay_ms <= 0) {
-    stamp_and_raise(sig, 0);
+    stamp_and_raise(sig, 0, lose);
     return false;  // after a SIGSTOP, once continued
   }
-  std::thread(stamp_and_raise, sig, delay_ms).detach();
+  std::thread(stamp_and_raise, sig, delay_ms, lose).detach();
   return false;
 }
 

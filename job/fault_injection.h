@@ -3,7 +3,8 @@
 // unless DT_FAULT is set.
 //
 //   DT_FAULT=ACTION:RANK:POINT:DELAY_MS[:SKIP]     e.g. kill:1:switch:50   stop:2:step:0
-//     ACTION  kill (SIGKILL), stop (SIGSTOP: alive but silent, for the watchdog), notice
+//     ACTION  kill (SIGKILL), lose (SIGKILL after removing the files this process wrote into
+//             the state's memory copy, job/memory_copy.h: its node lost with it), stop (SIGSTOP: alive but silent, for the watchdog), notice
 //             (SIGTERM to this process alone: a preemption notice, job/notice.h), throw (a
 //             std::runtime_error on this rank only, at once: the other ranks are left waiting)
 //             or nan (fault_point returns true: at POINT step, the step's loss reads NaN; at a

@@ -18,6 +18,7 @@
 #include "ckpt/checkpoint.h"
 #include "common/error.h"
 #include "common/output_file.h"
+#include "job/memory_copy.h"
 #include "job/train_ckpt.h"
 #include "train/data.h"
 
@@ -276,6 +277,66 @@ From restart_point(const TrainArgs& args, const vps::ModelSpec& model, const nlo
   return f;
 }
 
+// ---- the memory copy (job/memory_copy.h) ----
+
+// The directory the job keeps its memory copy in: made before the first attempt, removed when
+// the supervisor returns (on every way out).
+class MemoryCopyDir {
+ public:
+  explicit MemoryCopyDir(int redundancy) {
+    if (redundancy == 0) return;
+    const char* root = std::getenv("DT_MEMORY_COPY_ROOT");
+    path_ = (fs::path(root ? root : "/dev/shm") / ("dynatrain-copy-" + std::to_string(getpid()))).string();
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+    fs::create_directories(path_, ec);
+    if (ec) DT_INPUT_ERROR("cannot create the memory copy's directory '", path_, "': ", ec.message());
+    setenv(kMemoryCopyDirEnv, path_.c_str(), 1);
+  }
+  MemoryCopyDir(const MemoryCopyDir&) = delete;
+  MemoryCopyDir& operator=(const MemoryCopyDir&) = delete;
+  ~MemoryCopyDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The step of DIR's latest checkpoint as its index says (-1: none, or unreadable: restart_point
+// then finds out why).
+std::int64_t latest_step_of(const std::string& dir) {
+  try {
+    const std::string name = ckpt::latest_step_name(dir);
+    return name.empty() ? -1 : ckpt::read_step_index(dir, name).value("step", std::int64_t{-1});
+  } catch (const InputError&) {
+    return -1;
+  }
+}
+
+// The memory copy's latest checkpoint when it reads back whole (a rank file whose node was lost
+// is read from its buddy's copy) and is at least as new as --save's; otherwise nothing, with one
+// line when the copy exists but is not whole.
+std::optional<ckpt::Checkpoint> usable_copy(const std::string& copy_dir, const TrainArgs& args,
+                                            const vps::ModelSpec& model) {
+  if (copy_dir.empty()) return std::nullopt;
+  std::optional<ckpt::Checkpoint> c;
+  try {
+    const std::string name = ckpt::latest_step_name(copy_dir);
+    if (name.empty()) return std::nullopt;
+    c = ckpt::open_step(copy_dir, name, model);
+    ckpt::verify(*c);
+  } catch (const InputError& e) {
+    std::printf("supervise: the memory copy cannot be read back whole (%s); restarting from --save's checkpoint\n",
+                e.what());
+    return std::nullopt;
+  }
+  if (c->step < latest_step_of(args.save_dir)) return std::nullopt;
+  return c;
+}
+
 // The next attempt after a failed one: from which step, on how many processes, in which layout.
 struct Restart {
   std::int64_t from = 0;  // the step it resumes at (0: the start)
@@ -302,12 +363,13 @@ Restart next_attempt(const TrainArgs& args, const train::TrainerOptions& o, cons
   return r;
 }
 
-void print_restart(const Restart& r, const Attempt& a, int code, int number, int max_restarts) {
+void print_restart(const Restart& r, const Attempt& a, int code, int number, int max_restarts, bool from_copy) {
   const std::string when = a.last_step < 0 ? "before its first step" : "after step " + std::to_string(a.last_step);
   std::printf("supervise: the job ended with exit %d %s on %d processes; restart %d of %d from step %lld "
-              "(%lld steps lost) on %d processes in %s\n",
+              "(%lld steps lost) on %d processes in %s%s\n",
               code, when.c_str(), r.had, number, max_restarts, static_cast<long long>(r.from),
-              static_cast<long long>(r.lost), r.layout.world_size(), r.layout.str().c_str());
+              static_cast<long long>(r.lost), r.layout.world_size(), r.layout.str().c_str(),
+              from_copy ? ", from the memory copy" : "");
   std::fflush(stdout);
 }
 
@@ -319,6 +381,8 @@ train::TrainerOptions checked_options(const TrainArgs& args, const SuperviseSett
   if (s.np < 1) DT_INPUT_ERROR("--np N needs N >= 1, the processes to start");
   if (s.max_restarts > 0 && args.save_dir.empty())
     DT_INPUT_ERROR("--max-restarts needs --save DIR (and --save-every N): a restart resumes from DIR's last checkpoint");
+  if (args.redundancy > 0 && s.max_restarts == 0)
+    DT_INPUT_ERROR("--redundancy ", args.redundancy, " keeps the state's copy for a restart: add --max-restarts K");
   train::TrainerOptions o;
   o.model = vps::model_from_name(args.model);
   o.global_batch = args.global_batch;
@@ -337,6 +401,7 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
   const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
   if (len <= 0) DT_INPUT_ERROR("cannot find this executable (/proc/self/exe)");
   set_mpirun_environment(args, s);
+  const MemoryCopyDir copy_dir(args.redundancy);
 
   std::vector<std::string> base = s.argv;
   for (const char* flag : {"--schedule", "--resume", "--csv"}) base = without_flag(base, flag, true);
@@ -364,8 +429,11 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
     const Attempt a = run_job(cmd);
     code = a.exit_code;
     if (code == 0 || g_signal || s.max_restarts == 0) break;  // done, stopped, or no restarts asked for
-    // From the last intact checkpoint of this run (or the start).
-    const From f = args.save_dir.empty() ? From{} : restart_point(args, o.model, run);
+    // From the memory copy, or the last intact checkpoint of this run, or the start.
+    From f;
+    f.ckpt = usable_copy(copy_dir.path(), args, o.model);
+    const bool from_copy = f.ckpt.has_value();
+    if (!from_copy && !args.save_dir.empty()) f = restart_point(args, o.model, run);
     if (!f.refused.empty()) {
       std::printf("supervise: the job ended with exit %d; no restart: %s\n", code, f.refused.c_str());
       code = 2;
@@ -384,10 +452,10 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
       code = 0;
       break;
     }
-    if (f.ckpt) resume = args.save_dir;
+    if (f.ckpt) resume = from_copy ? copy_dir.path() : args.save_dir;
     np = r.layout.world_size();
     schedule = "0:" + r.layout.str();
-    print_restart(r, a, code, attempt + 1, s.max_restarts);
+    print_restart(r, a, code, attempt + 1, s.max_restarts, from_copy);
     if (!parts.empty()) {
       parts.back().keep_below = r.from;
       parts.push_back({"", INT64_MAX, attempt + 1, r.lost});

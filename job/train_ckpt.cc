@@ -14,23 +14,22 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "job/fault_injection.h"
+#include "job/memory_copy.h"
 
 namespace dynatrain::job {
 
-namespace {
-
-// The trainer keeps one pool block per buffer (train/state.h).
 ckpt::Arenas view(train::Arenas& a) {
   ckpt::Arenas out;
   out.buffer = [&a](const vps::LocalBuffer& b) { return a.bytes(b); };
   return out;
 }
 
-
 const std::vector<vps::StateKind>& saved_kinds() {
   static const std::vector<vps::StateKind> kinds = vps::parse_state_kinds("param,master,exp_avg,exp_avg_sq");
   return kinds;
 }
+
+namespace {
 
 std::string hash_of(const std::string& bytes) { return ckpt::hex64(ckpt::checksum(bytes.data(), bytes.size())); }
 
@@ -106,6 +105,9 @@ std::string save_dir_problem(const TrainArgs& args, const nlohmann::json& run, c
     const auto step = index.value("step", std::int64_t{-1});
     const auto trainer = index.value("trainer", nlohmann::json::object());
     const std::string diff = identity_difference(run, trainer.is_object() ? trainer.value("run", nlohmann::json()) : nlohmann::json());
+    // A restart from the memory copy (job/memory_copy.h) continues this run's --save directory.
+    const std::string copy = memory_copy_dir();
+    if (diff.empty() && !copy.empty() && !args.resume_dir.empty() && same_directory(args.resume_dir, copy)) return "";
     if (diff.empty())
       return detail::concat("--save directory '", args.save_dir, "' already holds this run's checkpoint of step ",
                             step, continue_it);
@@ -157,6 +159,22 @@ void save_trainer(const std::string& dir, std::int64_t step, train::Trainer& tra
   }
 }
 
+namespace {
+
+// ", rank files 1, 3 read from their buddies' copies" when some rank file is missing (its node
+// lost) and its copy (job/memory_copy.h) stands in for it; "" otherwise.
+std::string copies_read_note(const ckpt::Checkpoint& c) {
+  std::string ranks;
+  for (std::size_t r = 0; r < c.files.size(); ++r) {
+    std::error_code ec;
+    if (!std::filesystem::exists(std::filesystem::path(c.step_dir) / c.files[r].name, ec))
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return ranks.empty() ? "" : ", rank files " + ranks + " read from their buddies' copies";
+}
+
+}  // namespace
+
 void resume_trainer(const ckpt::Checkpoint& c, train::Trainer& trainer, comm::Transport& world) {
   const auto t0 = std::chrono::steady_clock::now();
   // Identical on every rank (same index, same flags): a --bf16 checkpoint holds 2-byte params.
@@ -180,9 +198,9 @@ void resume_trainer(const ckpt::Checkpoint& c, train::Trainer& trainer, comm::Tr
   trainer.restore_progress(p);
   world.barrier();
   if (world.rank() == 0) {
-    std::printf("resumed from %s (saved in %s, %zu files) into %s: step %lld, %.3f s, rank 0 read %.1f MB\n",
-                c.step_dir.c_str(), c.config.str().c_str(), c.files.size(), trainer.config().str().c_str(),
-                static_cast<long long>(p.step), seconds_since(t0), stats.bytes_read / 1e6);
+    std::printf("resumed from %s (saved in %s, %zu files%s) into %s: step %lld, %.3f s, rank 0 read %.1f MB\n",
+                c.step_dir.c_str(), c.config.str().c_str(), c.files.size(), copies_read_note(c).c_str(),
+                trainer.config().str().c_str(), static_cast<long long>(p.step), seconds_since(t0), stats.bytes_read / 1e6);
     std::fflush(stdout);
   }
 }

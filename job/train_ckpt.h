@@ -15,6 +15,12 @@
 
 namespace dynatrain::job {
 
+// The trainer's state as ckpt/ sees it: one pool block per buffer (train/state.h).
+ckpt::Arenas view(train::Arenas& arenas);
+// The kinds a checkpoint holds: param, master, exp_avg, exp_avg_sq (gradients are zero at a
+// step boundary).
+const std::vector<vps::StateKind>& saved_kinds();
+
 // The identity of a run, saved in every checkpoint it writes (trainer state "run"), so that a
 // --save directory is never taken over by another run and a restart never adopts another run's
 // state. Fields, compared in this order:

@@ -53,9 +53,11 @@ bool TrainJob::boundary() {
 }
 
 void TrainJob::save_if_due() {
-  if (!save_point(s_.step) || s_.step == s_.joined_at) return;
-  s_.csv.flush();  // a supervisor that restarts from this checkpoint keeps the rows before it
-  save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world(), s_.run, false);
+  const bool save = save_point(s_.step) && s_.step != s_.joined_at, copy = copy_point(s_.step);
+  if (save || copy) s_.csv.flush();  // a supervisor that restarts from it keeps the rows before it
+  if (save) save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world(), s_.run, false);
+  if (copy)
+    save_memory_copy(s_.copy_dir, s_.step, *trainer_, trainer_->world(), s_.run, args_.redundancy, s_.copy_stats);
 }
 
 bool TrainJob::commit_if_due() {

@@ -64,6 +64,9 @@ struct TrainArgs {
   std::string save_dir;
   std::int64_t save_every = 0;
   std::string resume_dir;
+  // --redundancy R (job/memory_copy.h): 0, or copies of the state kept in shared memory at every
+  // step boundary for the supervisor's restart: 1 (this node's), 2 (and a buddy's of each rank).
+  int redundancy = 0;
 };
 
 // Parses a --schedule string; throws InputError naming the bad entry.

@@ -8,6 +8,7 @@
 
 #include "job/mpi_world.h"
 
+#include "common/bytes.h"
 #include "common/error.h"
 #include "common/output_file.h"
 #include "job/train_job_run.h"
@@ -195,6 +196,11 @@ void TrainJob::print_summary() {
                   r["from"].get<std::string>().c_str(), r["to"].get<std::string>().c_str(),
                   r["world_before"].get<int>(), r["world_after"].get<int>(), r["pause_s"].get<double>() * 1e3,
                   r["prepare_s"].get<double>() * 1e3, r["hidden_fraction"].get<double>() * 100);
+  if (const MemoryCopyStats& c = s_.copy_stats; c.copies > 0)
+    std::printf("  memory copy (--redundancy %d): %d copies, the last %s of rank files%s, %.3f s on average, "
+                "at most %.3f s\n",
+                args_.redundancy, c.copies, format_bytes(static_cast<double>(c.file_bytes)).c_str(),
+                args_.redundancy >= 2 ? " and as much in buddy copies" : "", c.seconds / c.copies, c.max_seconds);
   if (s_.json_out.is_open()) {
     s_.json_out << nlohmann::json{{"switches", s_.ls.records}}.dump(2) << '\n';
     check_written(s_.json_out, "JSON", args_.json);

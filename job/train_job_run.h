@@ -25,6 +25,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "job/job_control.h"
+#include "job/memory_copy.h"
 #include "job/train_job.h"
 #include "job/train_leader.h"
 #include "job/watchdog.h"
@@ -71,6 +72,7 @@ class TrainJob {
   void take_request();
   bool outside_needed() const;
   bool save_point(std::int64_t s) const;
+  bool copy_point(std::int64_t s) const;
   bool save_due(std::int64_t s) const;
   bool sync_job();
   void end_job();
@@ -95,6 +97,9 @@ class TrainJob {
     std::int64_t first_step = 0;   // 0, or the checkpoint's step with --resume
     std::int64_t joined_at = -1;   // a joined process: the step of its first commit (saved already)
     bool resumed_elsewhere = false;  // --resume and --save name different directories
+    std::string copy_dir;      // --redundancy: the memory copy's directory (job/memory_copy.h)
+    bool resumed_from_copy = false;  // --resume names copy_dir: it holds the first step already
+    MemoryCopyStats copy_stats;
     nlohmann::json run;        // the run's identity, saved in every checkpoint (job/train_ckpt.h)
     // Switches that must vacate world ranks (`dynatrain request --vacate`), by step: the
     // request's list ("1,3"), or kVacateAll (`--migrate`), which names the processes of the world

@@ -63,6 +63,8 @@ bool TrainJob::set_up() {
     comm::broadcast_string(world_, refused);
     if (!refused.empty()) throw InputError(refused);
   }
+  if (args_.redundancy > 0 && !joined)
+    if (std::string why = memory_copy_problem(args_.redundancy, world_); !why.empty()) throw InputError(why);
   if (!joined) check_train_memory(o_, s_.schedule, world_);  // "needs X per rank, have Y", before allocating
   s_.leader = !joined && world_.rank() == 0;
   s_.tty = s_.leader && isatty(fileno(stdout));
@@ -76,7 +78,15 @@ bool TrainJob::set_up() {
   // Periodic saves; none at the step just resumed from, unless saving into another directory
   // (that first save is then the resumed state itself).
   s_.resumed_elsewhere = resume && !args_.save_dir.empty() && !same_directory(args_.save_dir, args_.resume_dir);
+  if (args_.redundancy > 0) {
+    s_.copy_dir = memory_copy_dir();
+    s_.resumed_from_copy = resume && !s_.copy_dir.empty() && same_directory(args_.resume_dir, s_.copy_dir);
+  }
   start_trainer(std::move(joined_world), std::move(text), resume);
+  if (args_.redundancy > 0 && !joined)  // before the first step: room for the copies
+    if (std::string why = memory_copy_room_problem(args_.redundancy, copied_state_bytes(trainer_->layout()));
+        !why.empty())
+      throw InputError(why);
   if (!joined) return true;
   // This process was started for the switch being prepared: it commits that switch first. A
   // process started for a switch joins at its commit, which comes after that step's periodic

@@ -39,6 +39,12 @@ CLI::Option* add_recovery_flags(CLI::App* cmd, job::TrainArgs& args, job::Superv
                   "when a process dies")
       ->check(whole_number_in(0, 1000))
       ->capture_default_str();
+  cmd->add_option("--redundancy", args.redundancy,
+                  "With --max-restarts: copies of the state kept in shared memory at every step, so that a "
+                  "restart loses no step: 1 (this node's), 2 (also each rank's buddy's: a lost node's state "
+                  "too; job/memory_copy.h); 0: restart from --save")
+      ->check(whole_number_in(0, 2))
+      ->capture_default_str();
   cmd->add_option("--mpirun", supervise.mpirun, "With --np: the mpirun to start the job with")
       ->capture_default_str();
   return cmd->add_option("--np", supervise.np,
