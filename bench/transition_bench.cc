@@ -221,132 +221,198 @@ double naive_switch(const dt::vps::Layout& src, const dt::vps::Layout& dst, std:
   return seconds_since(t0);
 }
 
+// What every switch of the run shares: the options, the budget, the layout options and the
+// bandwidths measured at the start of the run.
+struct Bench {
+  explicit Bench(dt::comm::Transport& w) : world(w) {}
+  dt::comm::Transport& world;
+  bool quick = false;
+  std::string ckpt_dir;  // checkpoint files go here (DT_CKPT_DIR, default /tmp)
+  int n = 0, me = 0;
+  std::size_t budget = 256ull << 20;
+  dt::vps::LayoutOptions lo;
+  double bw = 0, copy_bw = 0;  // p2p and memcpy bytes/s per rank, all at once
+};
+
+// Reads the command line (`--quick`) and measures the p2p and memcpy bandwidths (collective).
+Bench set_up(dt::comm::Transport& world, int argc, char** argv) {
+  Bench b(world);
+  b.quick = argc > 1 && std::string(argv[1]) == "--quick";
+  b.ckpt_dir = std::getenv("DT_CKPT_DIR") ? std::getenv("DT_CKPT_DIR") : "/tmp";
+  b.n = world.size(), b.me = world.rank();
+  b.lo.bucket_elems = 4'000'000;  // Megatron uses 40M; scaled with the model
+  b.lo.align_elems = dt::vps::kPageAlignElems;  // kept tensors at new offsets remapped (exec/README.md)
+  b.bw = dt::comm::measure_p2p_bandwidth(world, std::size_t{64} << 20, 5);
+  b.copy_bw = measure_copy_bandwidth(world, std::size_t{64} << 20, 5);
+  return b;
+}
+
+void print_header(const Bench& b) {
+  std::printf("## %d ranks (mpi, %s), budget %s, p2p bandwidth %.2f GB/s per rank (all pairs at once), "
+              "memcpy %.2f GB/s per rank (all ranks at once)\n\n", b.n, b.quick ? "quick" : "full",
+              dt::format_bytes(static_cast<double>(b.budget)).c_str(), b.bw / 1e9, b.copy_bw / 1e9);
+  std::printf("| switch | model | from -> to | state (all ranks) | max in per rank | lower bound s | LB incl. local copies s | DynaTrain cold s | warm s | warm / LB | warm / LB incl. copies | naive s | naive / warm | ckpt save + load s | ckpt / warm | peak / bound (GiB) | naive peak GiB |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::fflush(stdout);
+}
+
+// Collective: 1 where some rank's `bufs` differ from the content oracle (the first difference
+// printed by the rank that found it), else 0.
+int verify_on_all_ranks(dt::comm::Transport& world, const char* what, const dt::vps::Layout& l,
+                        const dt::vps::RankLayout& rl, std::vector<std::byte*>& bufs) {
+  std::string first;
+  const int bad = dt::testing::verify_state(l, rl, bufs, &first);
+  if (bad) std::fprintf(stderr, "[rank %d] %s: %s\n", world.rank(), what, first.c_str());
+  return static_cast<int>(max_u64(world, static_cast<std::uint64_t>(bad)) > 0);
+}
+
+// DT_BENCH_VERBOSE: where this rank's time of the cold and the warm switch went.
+void print_phases(int me, const char* what, const dt::exec::TransitionStats& cold, const dt::exec::TransitionStats& warm) {
+  for (const auto* s : {&cold, &warm})
+    std::fprintf(stderr, "[rank %d] %s %s: %.3fs agree %.3f keep %.3f pack %.3f wait %.3f unpack %.3f alloc %.3f; "
+                 "%llu msgs (%llu zero-copy out, %llu in), %llu waves, staging %llu\n", me, what,
+                 s == &cold ? "cold" : "warm", s->seconds, s->agree_seconds, s->keep_seconds, s->pack_seconds,
+                 s->wait_seconds, s->unpack_seconds, s->alloc_seconds, (unsigned long long)s->messages,
+                 (unsigned long long)s->zero_copy_sends, (unsigned long long)s->zero_copy_recvs,
+                 (unsigned long long)s->waves, (unsigned long long)s->staging_bytes);
+}
+
+// One switch's measurements on this rank: the engine cold and warm, the naive baseline (seconds
+// and peak over all ranks), the checkpoint-restart baseline (save and load, over all ranks).
+struct Measured {
+  dt::exec::TransitionStats cold, warm;
+  double naive_s = 0, save_s = 0, load_s = 0;
+  std::uint64_t naive_peak = 0;  // this rank's
+  int failures = 0;              // results that differ from the oracle (on some rank)
+};
+
+// Runs the engine's switch src -> dst cold and warm, then (back to the source each time) the
+// naive and the checkpoint-restart baselines, every result verified; `need` ranks take part.
+Measured measure_switch(const Bench& bench, const Switch& sw, const dt::vps::Layout& src, const dt::vps::Layout& dst,
+                        int need) {
+  auto& world = bench.world;
+  const int me = bench.me;
+  const auto& eb = bench.lo.elem_bytes;
+  const dt::plan::Planner fwd_p(src, dst), back_p(dst, src);
+  const auto fwd = me < need ? fwd_p.plan_rank(me) : dt::plan::RankPlan{me, {}, {}, {}};
+  const auto back = me < need ? back_p.plan_rank(me) : dt::plan::RankPlan{me, {}, {}, {}};
+  const auto sl = src.rank_layout(me), dl = dst.rank_layout(me);
+  dt::exec::PoolAllocator pool;
+  std::vector<std::byte*> a = dt::testing::allocate_filled(src, sl, pool), b;
+  dt::exec::TransitionOptions opt;
+  opt.mem_budget = bench.budget;
+  Measured m;
+  world.barrier();
+  m.cold = dt::exec::run_transition(fwd, sl, a, dl, b, eb, world, pool, opt);
+  m.failures += verify_on_all_ranks(world, sw.what, dst, dl, b);
+  world.barrier();
+  dt::exec::run_transition(back, dl, b, sl, a, eb, world, pool, opt);
+  world.barrier();
+  m.warm = dt::exec::run_transition(fwd, sl, a, dl, b, eb, world, pool, opt);
+  m.failures += verify_on_all_ranks(world, sw.what, dst, dl, b);
+  if (std::getenv("DT_BENCH_VERBOSE")) print_phases(me, sw.what, m.cold, m.warm);
+  // Back to the source for the naive baseline (its destination then reuses warm pool memory).
+  world.barrier();
+  dt::exec::run_transition(back, dl, b, sl, a, eb, world, pool, opt);
+  m.naive_s = max_d(world, naive_switch(src, dst, a, b, world, pool, m.naive_peak));
+  m.failures += verify_on_all_ranks(world, sw.what, dst, dl, b);
+  // Back once more for the checkpoint-restart baseline.
+  world.barrier();
+  dt::exec::run_transition(back, dl, b, sl, a, eb, world, pool, opt);
+  const auto [save_local, load_local] = ckpt_restart_switch(src, dst, a, b, world, pool, bench.ckpt_dir);
+  m.save_s = max_d(world, save_local), m.load_s = max_d(world, load_local);
+  m.failures += verify_on_all_ranks(world, sw.what, dst, dl, b);
+  dt::testing::release_all(dst, dl, b, pool);
+  return m;
+}
+
+// Collective: gathers one switch's figures; rank 0 prints its table row.
+void report_switch(const Bench& bench, const Switch& sw, const dt::vps::ModelSpec& model, const dt::vps::Layout& src,
+                   const dt::vps::Layout& dst, const Measured& m) {
+  auto& world = bench.world;
+  const auto& cold = m.cold;
+  const double cold_s = max_d(world, cold.seconds), warm_s = max_d(world, m.warm.seconds);
+  const std::uint64_t max_in = max_u64(world, cold.bytes_received);
+  const auto state = dt::testing::gather_u64(world, cold.src_bytes);
+  std::uint64_t total_state = 0;
+  for (auto v : state) total_state += v;
+  const auto peaks = dt::testing::gather_u64(world, std::max(cold.peak_bytes, m.warm.peak_bytes));
+  const auto bounds = dt::testing::gather_u64(world, std::max(cold.src_bytes, cold.dst_bytes) + bench.budget);
+  const std::uint64_t npeak = max_u64(world, m.naive_peak);
+  std::size_t worst = 0;  // the rank closest to (or furthest over) its bound
+  for (std::size_t r = 0; r < peaks.size(); ++r)
+    if (static_cast<double>(peaks[r]) / bounds[r] > static_cast<double>(peaks[worst]) / bounds[worst]) worst = r;
+  const double bw = bench.bw;
+  const double lb = bw > 0 ? static_cast<double>(max_in) / bw : 0;
+  // A second floor that also charges each rank its kept bytes at the measured memcpy rate.
+  const double lb_copy = max_d(world, static_cast<double>(cold.bytes_received) / bw +
+                                          static_cast<double>(cold.bytes_kept) / bench.copy_bw);
+  if (bench.me != 0) return;
+  const double gib = 1024.0 * 1024 * 1024;
+  const double naive_s = m.naive_s, save_s = m.save_s, load_s = m.load_s;
+  std::printf("| %s | %s | %s -> %s | %.2f GB | %.2f GB | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.3f | %.1fx | %.2f + %.2f | %.0fx | %.2f / %.2f%s | %.2f |\n",
+              sw.what, model.name.c_str(), src.config().str().c_str(), dst.config().str().c_str(),
+              total_state / 1e9, max_in / 1e9, lb, lb_copy, cold_s, warm_s, lb > 0 ? warm_s / lb : 0.0,
+              lb_copy > 0 ? warm_s / lb_copy : 0.0, naive_s,
+              warm_s > 0 ? naive_s / warm_s : 0.0, save_s, load_s,
+              warm_s > 0 ? (save_s + load_s) / warm_s : 0.0, peaks[worst] / gib, bounds[worst] / gib,
+              peaks[worst] <= bounds[worst] ? "" : " (OVER)", npeak / gib);
+  std::fflush(stdout);
+}
+
+// Every switch of switches(n) that fits on the run's ranks: measured, verified, one row each.
+// Returns the number of switches with a wrong result.
+int run_switches(const Bench& bench) {
+  int failures = 0;
+  for (const auto& sw : switches(bench.n)) {
+    const dt::vps::ModelSpec model = sw.moe ? bench_moe(bench.quick) : bench_dense(bench.quick);
+    const dt::vps::Layout src(model, dt::vps::ParallelConfig::parse(sw.from), bench.lo);
+    const dt::vps::Layout dst(model, dt::vps::ParallelConfig::parse(sw.to), bench.lo);
+    const int need = std::max(src.config().world_size(), dst.config().world_size());
+    if (need > bench.n) continue;
+    const Measured m = measure_switch(bench, sw, src, dst, need);
+    failures += m.failures;
+    report_switch(bench, sw, model, src, dst, m);
+  }
+  return failures;
+}
+
+// Fan-out: one rank's 64 MiB to every other rank, broadcast vs point-to-point (best of 4).
+void fan_out(dt::comm::Transport& world) {
+  const int n = world.size(), me = world.rank();
+  const std::size_t bytes = std::size_t{64} << 20;
+  std::vector<std::byte> buf(bytes, std::byte{3});
+  double best_b = 1e9, best_p = 1e9;
+  for (int it = 0; it < 4; ++it) {
+    world.barrier();
+    auto t0 = Clock::now();
+    world.broadcast(buf.data(), bytes, 0);
+    best_b = std::min(best_b, max_d(world, seconds_since(t0)));
+    world.barrier();
+    t0 = Clock::now();
+    if (me == 0) {
+      std::vector<std::unique_ptr<dt::comm::Request>> reqs;
+      for (int r = 1; r < n; ++r) reqs.push_back(world.isend(buf.data(), bytes, r, 9));
+      dt::comm::wait_all(reqs);
+    } else {
+      world.irecv(buf.data(), bytes, 0, 9)->wait();
+    }
+    best_p = std::min(best_p, max_d(world, seconds_since(t0)));
+  }
+  if (me == 0)
+    std::printf("\nfan-out of 64 MiB from rank 0 to %d ranks: broadcast %.3f s, point-to-point %.3f s (best of 4)\n\n",
+                n - 1, best_b, best_p);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   dt::comm::MpiSession session(&argc, &argv);
   auto world = dt::comm::MpiTransport::world();
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
-  // Checkpoint files go here (DT_CKPT_DIR, default /tmp); each rank deletes its own after use.
-  const std::string ckpt_dir = std::getenv("DT_CKPT_DIR") ? std::getenv("DT_CKPT_DIR") : "/tmp";
-  const int n = world->size(), me = world->rank();
-  const std::size_t budget = 256ull << 20;
-  dt::vps::LayoutOptions lo;
-  lo.bucket_elems = 4'000'000;  // Megatron uses 40M; scaled with the model
-  lo.align_elems = dt::vps::kPageAlignElems;  // kept tensors at new offsets remapped (exec/README.md)
-  const double bw = dt::comm::measure_p2p_bandwidth(*world, std::size_t{64} << 20, 5);
-  const double copy_bw = measure_copy_bandwidth(*world, std::size_t{64} << 20, 5);
-  if (me == 0) {
-    std::printf("## %d ranks (mpi, %s), budget %s, p2p bandwidth %.2f GB/s per rank (all pairs at once), "
-                "memcpy %.2f GB/s per rank (all ranks at once)\n\n", n, quick ? "quick" : "full",
-                dt::format_bytes(static_cast<double>(budget)).c_str(), bw / 1e9, copy_bw / 1e9);
-    std::printf("| switch | model | from -> to | state (all ranks) | max in per rank | lower bound s | LB incl. local copies s | DynaTrain cold s | warm s | warm / LB | warm / LB incl. copies | naive s | naive / warm | ckpt save + load s | ckpt / warm | peak / bound (GiB) | naive peak GiB |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    std::fflush(stdout);
-  }
-  int failures = 0;
-  for (const auto& sw : switches(n)) {
-    const dt::vps::ModelSpec model = sw.moe ? bench_moe(quick) : bench_dense(quick);
-    const dt::vps::Layout src(model, dt::vps::ParallelConfig::parse(sw.from), lo);
-    const dt::vps::Layout dst(model, dt::vps::ParallelConfig::parse(sw.to), lo);
-    const int need = std::max(src.config().world_size(), dst.config().world_size());
-    if (need > n) continue;
-    const dt::plan::Planner fwd_p(src, dst), back_p(dst, src);
-    const auto fwd = me < need ? fwd_p.plan_rank(me) : dt::plan::RankPlan{me, {}, {}, {}};
-    const auto back = me < need ? back_p.plan_rank(me) : dt::plan::RankPlan{me, {}, {}, {}};
-    const auto sl = src.rank_layout(me), dl = dst.rank_layout(me);
-    dt::exec::PoolAllocator pool;
-    std::vector<std::byte*> a = dt::testing::allocate_filled(src, sl, pool), b;
-    dt::exec::TransitionOptions opt;
-    opt.mem_budget = budget;
-    auto verify = [&](const dt::vps::Layout& l, const dt::vps::RankLayout& rl, std::vector<std::byte*>& bufs) {
-      std::string first;
-      const int bad = dt::testing::verify_state(l, rl, bufs, &first);
-      if (bad) std::fprintf(stderr, "[rank %d] %s: %s\n", me, sw.what, first.c_str());
-      failures += static_cast<int>(max_u64(*world, static_cast<std::uint64_t>(bad)) > 0);
-    };
-    world->barrier();
-    const auto cold = dt::exec::run_transition(fwd, sl, a, dl, b, lo.elem_bytes, *world, pool, opt);
-    verify(dst, dl, b);
-    world->barrier();
-    dt::exec::run_transition(back, dl, b, sl, a, lo.elem_bytes, *world, pool, opt);
-    world->barrier();
-    const auto warm = dt::exec::run_transition(fwd, sl, a, dl, b, lo.elem_bytes, *world, pool, opt);
-    verify(dst, dl, b);
-    if (std::getenv("DT_BENCH_VERBOSE"))
-      for (const auto* s : {&cold, &warm})
-        std::fprintf(stderr, "[rank %d] %s %s: %.3fs agree %.3f keep %.3f pack %.3f wait %.3f unpack %.3f alloc %.3f; "
-                     "%llu msgs (%llu zero-copy out, %llu in), %llu waves, staging %llu\n", me, sw.what,
-                     s == &cold ? "cold" : "warm", s->seconds, s->agree_seconds, s->keep_seconds, s->pack_seconds,
-                     s->wait_seconds, s->unpack_seconds, s->alloc_seconds, (unsigned long long)s->messages,
-                     (unsigned long long)s->zero_copy_sends, (unsigned long long)s->zero_copy_recvs,
-                     (unsigned long long)s->waves, (unsigned long long)s->staging_bytes);
-    // Back to the source for the naive baseline (its destination then reuses warm pool memory).
-    world->barrier();
-    dt::exec::run_transition(back, dl, b, sl, a, lo.elem_bytes, *world, pool, opt);
-    std::uint64_t naive_peak = 0;
-    const double naive_s = max_d(*world, naive_switch(src, dst, a, b, *world, pool, naive_peak));
-    verify(dst, dl, b);
-    // Back once more for the checkpoint-restart baseline.
-    world->barrier();
-    dt::exec::run_transition(back, dl, b, sl, a, lo.elem_bytes, *world, pool, opt);
-    const auto [save_local, load_local] = ckpt_restart_switch(src, dst, a, b, *world, pool, ckpt_dir);
-    const double save_s = max_d(*world, save_local), load_s = max_d(*world, load_local);
-    verify(dst, dl, b);
-    dt::testing::release_all(dst, dl, b, pool);
-
-    const double cold_s = max_d(*world, cold.seconds), warm_s = max_d(*world, warm.seconds);
-    const std::uint64_t max_in = max_u64(*world, cold.bytes_received);
-    const auto state = dt::testing::gather_u64(*world, cold.src_bytes);
-    std::uint64_t total_state = 0;
-    for (auto v : state) total_state += v;
-    const auto peaks = dt::testing::gather_u64(*world, std::max(cold.peak_bytes, warm.peak_bytes));
-    const auto bounds = dt::testing::gather_u64(*world, std::max(cold.src_bytes, cold.dst_bytes) + budget);
-    const std::uint64_t npeak = max_u64(*world, naive_peak);
-    std::size_t worst = 0;  // the rank closest to (or furthest over) its bound
-    for (std::size_t r = 0; r < peaks.size(); ++r)
-      if (static_cast<double>(peaks[r]) / bounds[r] > static_cast<double>(peaks[worst]) / bounds[worst]) worst = r;
-    const double lb = bw > 0 ? static_cast<double>(max_in) / bw : 0;
-    // A second floor that also charges each rank its kept bytes at the measured memcpy rate.
-    const double lb_copy = max_d(*world, static_cast<double>(cold.bytes_received) / bw +
-                                             static_cast<double>(cold.bytes_kept) / copy_bw);
-    if (me == 0) {
-      const double gib = 1024.0 * 1024 * 1024;
-      std::printf("| %s | %s | %s -> %s | %.2f GB | %.2f GB | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.3f | %.1fx | %.2f + %.2f | %.0fx | %.2f / %.2f%s | %.2f |\n",
-                  sw.what, model.name.c_str(), src.config().str().c_str(), dst.config().str().c_str(),
-                  total_state / 1e9, max_in / 1e9, lb, lb_copy, cold_s, warm_s, lb > 0 ? warm_s / lb : 0.0,
-                  lb_copy > 0 ? warm_s / lb_copy : 0.0, naive_s,
-                  warm_s > 0 ? naive_s / warm_s : 0.0, save_s, load_s,
-                  warm_s > 0 ? (save_s + load_s) / warm_s : 0.0, peaks[worst] / gib, bounds[worst] / gib,
-                  peaks[worst] <= bounds[worst] ? "" : " (OVER)", npeak / gib);
-      std::fflush(stdout);
-    }
-  }
-  // Fan-out: one rank's 64 MiB to every other rank, broadcast vs point-to-point.
-  {
-    const std::size_t bytes = std::size_t{64} << 20;
-    std::vector<std::byte> buf(bytes, std::byte{3});
-    double best_b = 1e9, best_p = 1e9;
-    for (int it = 0; it < 4; ++it) {
-      world->barrier();
-      auto t0 = Clock::now();
-      world->broadcast(buf.data(), bytes, 0);
-      best_b = std::min(best_b, max_d(*world, seconds_since(t0)));
-      world->barrier();
-      t0 = Clock::now();
-      if (me == 0) {
-        std::vector<std::unique_ptr<dt::comm::Request>> reqs;
-        for (int r = 1; r < n; ++r) reqs.push_back(world->isend(buf.data(), bytes, r, 9));
-        dt::comm::wait_all(reqs);
-      } else {
-        world->irecv(buf.data(), bytes, 0, 9)->wait();
-      }
-      best_p = std::min(best_p, max_d(*world, seconds_since(t0)));
-    }
-    if (me == 0)
-      std::printf("\nfan-out of 64 MiB from rank 0 to %d ranks: broadcast %.3f s, point-to-point %.3f s (best of 4)\n\n",
-                  n - 1, best_b, best_p);
-  }
+  const Bench bench = set_up(*world, argc, argv);
+  if (bench.me == 0) print_header(bench);
+  const int failures = run_switches(bench);
+  fan_out(*world);
   world.reset();
   return failures ? 1 : 0;
 }

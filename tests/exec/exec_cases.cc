@@ -179,21 +179,11 @@ std::vector<TransitionCase> transition_cases(int ranks, int per_kind) {
   return out;
 }
 
-TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
-  CASE_REQUIRE(t.size() >= c.world, "case needs ", c.world, " ranks");
-  const vps::ModelSpec model = case_model(c.model);
-  vps::LayoutOptions lo;
-  lo.bucket_elems = c.bucket_elems;
-  if (c.align_pages) lo.align_elems = vps::kPageAlignElems;
-  const vps::Layout src(model, vps::ParallelConfig::parse(c.from), lo);
-  const vps::Layout dst(model, vps::ParallelConfig::parse(c.to), lo);
-  const int me = t.rank();
-  const plan::Planner planner(src, dst);
-  const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
-  const vps::RankLayout sl = src.rank_layout(me), dl = dst.rank_layout(me);
+namespace {
 
-  PoolAllocator pool;
-  std::vector<std::byte*> a = allocate_filled(src, sl, pool), b;
+// The engine's options for case `c`: its budget, wave order, zeroed kinds, direct runs, nodes
+// and rounds in flight.
+TransitionOptions case_options(const TransitionCase& c) {
   TransitionOptions opt;
   opt.mem_budget = c.budget;
   opt.order = c.order;
@@ -204,25 +194,25 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
     opt.overlap_links = LinkOverlap::kOn;
   }
   opt.rounds_in_flight = c.rounds_in_flight;
-  const TransitionStats s = run_transition(plan, sl, a, dl, b, lo.elem_bytes, t, pool, opt);
-  // Two link classes where the transport's ranks span nodes (LinkOverlap::kAuto) or the case
-  // puts them on nodes (kOn).
+  return opt;
+}
+
+// Two link classes where the transport's ranks span nodes (LinkOverlap::kAuto) or the case
+// puts them on nodes (kOn); rounds overlap only across two classes.
+void check_link_classes(const TransitionCase& c, comm::Transport& t, const TransitionStats& s) {
   bool nodes = c.gpus_per_node > 0 && t.size() > c.gpus_per_node;
   for (int r = 0; r < t.size(); ++r) nodes |= t.node_of(r) != t.node_of(0);
   CASE_REQUIRE(s.link_classes == (nodes ? 2u : 1u), s.link_classes);
   CASE_REQUIRE(nodes || s.overlapped_rounds == 0, s.overlapped_rounds);
+}
 
-  // Content: every destination element.
-  std::string first;
-  CASE_REQUIRE(verify_state(dst, dl, b, &first, c.zeroed_kinds) == 0, first);
-  // Sources all released, destination all present.
-  for (auto* p : a) CASE_REQUIRE(p == nullptr);
-  CASE_REQUIRE(b.size() == dl.buffers.size());
-  // Bytes: what the plan says.
+// Bytes and messages: what the plan says. Zeroed kinds move nothing: their bytes are counted as
+// skipped instead.
+void check_plan_bytes(const TransitionCase& c, comm::Transport& t, const plan::RankPlan& plan,
+                      const vps::ElemBytes& elem_bytes, const vps::RankLayout& dl, const TransitionStats& s) {
   auto bytes_of = [&](const plan::Piece& p) {
-    return static_cast<std::uint64_t>(p.box.numel()) * static_cast<std::uint64_t>(lo.elem_bytes[static_cast<int>(p.kind)]);
+    return static_cast<std::uint64_t>(p.box.numel()) * static_cast<std::uint64_t>(elem_bytes[static_cast<int>(p.kind)]);
   };
-  // Zeroed kinds move nothing: their bytes are counted as skipped instead.
   std::uint64_t want[2][3] = {};  // [moved, skipped][sent, received, kept]
   auto skipped = [&](const plan::Piece& p) { return (c.zeroed_kinds >> static_cast<int>(p.kind)) & 1u; };
   std::size_t peers_sent_to = 0;
@@ -245,7 +235,13 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   CASE_REQUIRE(s.bytes_sent_direct <= s.bytes_sent && s.bytes_received_direct <= s.bytes_received);
   CASE_REQUIRE((s.bytes_sent_direct > 0) == (s.zero_copy_sends > 0) &&
                (s.bytes_received_direct > 0) == (s.zero_copy_recvs > 0));
-  // Memory: staging within budget, prediction exact, peak within max(src, dst) + budget.
+}
+
+// Memory: staging within budget, prediction exact, peak within max(src, dst) + budget, and the
+// pool in agreement with the engine.
+void check_memory(const TransitionCase& c, comm::Transport& t, const vps::LayoutOptions& lo,
+                  const vps::RankLayout& sl, const vps::RankLayout& dl, const PoolAllocator& pool,
+                  const TransitionStats& s) {
   CASE_REQUIRE(s.staging_bytes <= c.budget / 2, s.staging_bytes);
   CASE_REQUIRE(s.src_bytes == static_cast<std::uint64_t>(sl.bytes(lo)));
   CASE_REQUIRE(s.dst_bytes == static_cast<std::uint64_t>(dl.bytes(lo)));
@@ -259,6 +255,36 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   const std::size_t slack = kPageBytes * (sl.buffers.size() + dl.buffers.size() + 2);
   CASE_REQUIRE(pool.peak_live() <= s.peak_bytes + slack, pool.peak_live(), " vs ", s.peak_bytes);
   CASE_REQUIRE(pool.live_bytes() >= s.dst_bytes && pool.live_bytes() <= s.dst_bytes + slack);
+}
+
+}  // namespace
+
+TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
+  CASE_REQUIRE(t.size() >= c.world, "case needs ", c.world, " ranks");
+  const vps::ModelSpec model = case_model(c.model);
+  vps::LayoutOptions lo;
+  lo.bucket_elems = c.bucket_elems;
+  if (c.align_pages) lo.align_elems = vps::kPageAlignElems;
+  const vps::Layout src(model, vps::ParallelConfig::parse(c.from), lo);
+  const vps::Layout dst(model, vps::ParallelConfig::parse(c.to), lo);
+  const int me = t.rank();
+  const plan::Planner planner(src, dst);
+  const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
+  const vps::RankLayout sl = src.rank_layout(me), dl = dst.rank_layout(me);
+
+  PoolAllocator pool;
+  std::vector<std::byte*> a = allocate_filled(src, sl, pool), b;
+  const TransitionStats s = run_transition(plan, sl, a, dl, b, lo.elem_bytes, t, pool, case_options(c));
+  check_link_classes(c, t, s);
+
+  // Content: every destination element.
+  std::string first;
+  CASE_REQUIRE(verify_state(dst, dl, b, &first, c.zeroed_kinds) == 0, first);
+  // Sources all released, destination all present.
+  for (auto* p : a) CASE_REQUIRE(p == nullptr);
+  CASE_REQUIRE(b.size() == dl.buffers.size());
+  check_plan_bytes(c, t, plan, lo.elem_bytes, dl, s);
+  check_memory(c, t, lo, sl, dl, pool, s);
   // Every rank agrees on the wave count.
   const auto waves = gather_u64(t, s.waves);
   for (auto w : waves) CASE_REQUIRE(w == s.waves, "wave counts differ");
