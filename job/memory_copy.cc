@@ -15,6 +15,7 @@
 #include "common/bytes.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "job/memory_check.h"
 #include "job/memory_copy_files.h"
 #include "job/train_ckpt.h"
 
@@ -136,12 +137,15 @@ std::string memory_copy_room_problem(int redundancy, std::uint64_t state_bytes) 
   struct statvfs fs_info = {};
   if (statvfs(dir.c_str(), &fs_info) != 0)
     return detail::concat("the memory copy's directory '", dir, "' cannot be read");
-  const std::uint64_t room = static_cast<std::uint64_t>(fs_info.f_bavail) * fs_info.f_frsize;
+  // tmpfs pages are memory: the file system's free space and the node's available memory both bound it.
+  std::uint64_t room = static_cast<std::uint64_t>(fs_info.f_bavail) * fs_info.f_frsize;
+  if (const std::uint64_t available = node_available_bytes(); available > 0) room = std::min(room, available);
   const std::uint64_t need = 2 * static_cast<std::uint64_t>(redundancy) * state_bytes;
   if (need > room)
     return detail::concat("--redundancy ", redundancy, " keeps 2 x ", redundancy, " copies of the state (",
-                          format_bytes(state_bytes), " each) in '", dir, "', which has ", format_bytes(room),
-                          " free; use --redundancy 1, more memory for /dev/shm, or no --redundancy");
+                          format_bytes(static_cast<double>(state_bytes)), " each) in '", dir, "', which has room for ",
+                          format_bytes(static_cast<double>(room)),
+                          " (its free space, at most the memory available); use --redundancy 1 (one copy), or none");
   return "";
 }
 
