@@ -58,6 +58,25 @@ inline CLI::Validator positive_number_up_to(double hi) {
       "NUMBER in (0, " + bound.str() + "]");
 }
 
+// A real-valued flag's check where 0 has a meaning of its own (free, not modelled): a finite
+// decimal number in [0, hi]. `meaning` says what to give, e.g. "give 0 (free) or a rate in GB/s";
+// the message adds the bound: "-1 is not valid; give 0 (free) or a rate in GB/s (at most 1e+06)".
+inline CLI::Validator zero_or_positive_up_to(double hi, const std::string& meaning) {
+  std::ostringstream bound;
+  bound << hi;
+  const std::string valid = meaning + " (at most " + bound.str() + ")";
+  return CLI::Validator(
+      [hi, valid](std::string& text) -> std::string {
+        double value = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+        const bool number = !text.empty() && ec == std::errc() && ptr == end;
+        if (!number) return "'" + text + "' is not a number; " + valid;
+        return std::isfinite(value) && value >= 0 && value <= hi ? std::string() : text + " is not valid; " + valid;
+      },
+      "NUMBER in [0, " + bound.str() + "]");
+}
+
 // For a value whose check depends on another flag (so it runs after parsing, not as a CLI11
 // check): `request --timeout S` is only checked with --wait.
 inline void require_positive_finite(const char* flag, double value, double hi) {

@@ -70,121 +70,184 @@ int describe_model(const vps::ModelSpec& model) {
   return 0;
 }
 
-int run_plan(const PlanArgs& a) {
-  check_output_path("--json", a.json_path);  // before any work: a bad path prints one line, nothing else
+// `plan` lays out and plans every rank in one process: about 0.3 MiB and 1 ms a rank for a
+// llama2-7b ZeRO switch (1.2 GiB, 4 s at 4096 ranks), so a bound keeps a typo from exhausting
+// memory. A real switch plans one rank's own part on each rank (run-transition, train).
+constexpr int kMaxPlanRanks = 16384;
+
+// One `plan` run: lays out both configs, plans every rank, prints the statistics (with the
+// placement's comparison, the cluster's bound and one rank's transfers where asked), checks
+// exact cover (--check) and writes --json. Returns the exit code: 1 when the check fails.
+class PlanSwitch {
+ public:
+  explicit PlanSwitch(const PlanArgs& args) : a_(args) {}
+  int run();
+
+ private:
+  void lay_out();            // both layouts, the rank bound, the cluster or the flags' topology
+  void plan_switch();        // the placement (timed), every rank's plan, the statistics
+  void compare_placements();  // the planner's memory, then the fixed placement and the floor
+  void print_summary() const;
+  void print_placement() const;
+  void print_link_bound();
+  int check();  // --check: prints the result; 1 when a destination element is not covered once
+  void write_json() const;
+
+  const PlanArgs& a_;
   // The planner's own memory: peak RSS above what the process held before planning (the
   // executable's libraries, libtorch included, are resident already).
-  const std::uint64_t rss_before = current_rss_bytes();
-  const vps::ModelSpec model = vps::model_from_name(a.model);
-  if (a.describe) return describe_model(model);
-  vps::LayoutOptions options;
-  options.kinds = vps::parse_state_kinds(a.states);
-  options.bucket_elems = a.bucket_elems;
-  const vps::Layout src(model, vps::ParallelConfig::parse(a.from), options);
-  const vps::Layout dst(model, vps::ParallelConfig::parse(a.to), options);
-  // `plan` lays out and plans every rank in one process: about 0.3 MiB and 1 ms a rank for a
-  // llama2-7b ZeRO switch (1.2 GiB, 4 s at 4096 ranks), so a bound keeps a typo from exhausting
-  // memory. A real switch plans one rank's own part on each rank (run-transition, train).
-  constexpr int kMaxPlanRanks = 16384;
-  for (const auto* layout : {&src, &dst})
+  std::uint64_t rss_before_ = 0, planner_bytes_ = 0;
+  vps::ModelSpec model_;
+  vps::LayoutOptions options_;
+  std::optional<vps::Layout> src_, dst_;  // the planner refers to them
+  int processes_ = 0;                     // the larger world
+  std::optional<sim::Cluster> cluster_;   // --cluster; replaces --gpus-per-node, --intra-bw, --inter-bw
+  plan::Bandwidth bw_;
+  plan::Topology topo_;
+  plan::SwitchPlacement placement_;
+  double placement_seconds_ = 0;
+  std::optional<plan::Planner> planner_;
+  std::vector<plan::RankPlan> plans_;
+  double plan_seconds_ = 0, rank_seconds_ = 0;
+  plan::PlanStats stats_;
+  std::uint64_t fixed_inter_ = 0;  // what the fixed placement sends across nodes
+  bool has_floor_ = false;         // a placement other than fixed: the floor is computed
+  std::uint64_t floor_inter_ = 0;  // the fewest bytes any placement sends across nodes
+  std::optional<sim::LinkBound> link_;  // with --cluster
+  double check_seconds_ = 0;
+  std::string check_text_ = "skipped";
+};
+
+int PlanSwitch::run() {
+  check_output_path("--json", a_.json_path);  // before any work: a bad path prints one line, nothing else
+  rss_before_ = current_rss_bytes();
+  model_ = vps::model_from_name(a_.model);
+  if (a_.describe) return describe_model(model_);
+  lay_out();
+  plan_switch();
+  print_summary();
+  compare_placements();
+  print_placement();
+  print_link_bound();
+  if (a_.transfers_rank >= 0) std::cout << plan::format_transfers(plans_[a_.transfers_rank], *src_);
+  const int exit_code = a_.check ? check() : 0;
+  if (!a_.json_path.empty()) write_json();
+  return exit_code;
+}
+
+void PlanSwitch::lay_out() {
+  options_.kinds = vps::parse_state_kinds(a_.states);
+  options_.bucket_elems = a_.bucket_elems;
+  src_.emplace(model_, vps::ParallelConfig::parse(a_.from), options_);
+  dst_.emplace(model_, vps::ParallelConfig::parse(a_.to), options_);
+  for (const auto* layout : {&*src_, &*dst_})
     if (layout->config().world_size() > kMaxPlanRanks)
       DT_INPUT_ERROR("plan: '", layout->config().str(), "' has ", layout->config().world_size(),
                      " ranks; this command plans every rank in one process and takes at most ",
                      kMaxPlanRanks);
-  // A described cluster replaces --gpus-per-node, --intra-bw and --inter-bw.
-  const int processes = std::max(src.config().world_size(), dst.config().world_size());
-  const std::optional<sim::Cluster> cluster =
-      a.cluster.empty() ? std::nullopt : std::optional(sim::cluster_from_spec(a.cluster));
-  const plan::Bandwidth bw = cluster ? cluster->bandwidth() : plan::Bandwidth{a.intra_gbps * 1e9, a.inter_gbps * 1e9};
-  const plan::Topology topo = cluster ? cluster->topology(processes) : plan::Topology{a.gpus_per_node};
-  auto t0 = std::chrono::steady_clock::now();
-  const plan::SwitchPlacement placement{
-      {}, a.placement == "auto" ? plan::auto_placement(src, dst, topo, {}, bw) : plan::Placement::parse(a.placement)};
-  const double placement_seconds = seconds_since(t0);
-  const plan::Planner planner(src, dst, topo, placement);
-  if (a.transfers_rank >= planner.world_size())
-    DT_INPUT_ERROR("--transfers ", a.transfers_rank, " is not a rank; valid: 0..", planner.world_size() - 1);
+  processes_ = std::max(src_->config().world_size(), dst_->config().world_size());
+  if (!a_.cluster.empty()) cluster_ = sim::cluster_from_spec(a_.cluster);
+  bw_ = cluster_ ? cluster_->bandwidth() : plan::Bandwidth{a_.intra_gbps * 1e9, a_.inter_gbps * 1e9};
+  topo_ = cluster_ ? cluster_->topology(processes_) : plan::Topology{a_.gpus_per_node};
+}
 
-  const auto [plans, plan_seconds, rank_seconds] = plan::plan_timed(planner);
-  const auto stats = plan::compute_stats(plans, options.elem_bytes, planner.topology(), bw);
+void PlanSwitch::plan_switch() {
+  const auto t0 = std::chrono::steady_clock::now();
+  placement_ = {{}, a_.placement == "auto" ? plan::auto_placement(*src_, *dst_, topo_, {}, bw_)
+                                           : plan::Placement::parse(a_.placement)};
+  placement_seconds_ = seconds_since(t0);
+  planner_.emplace(*src_, *dst_, topo_, placement_);
+  // The rank's range depends on the layouts, so it is checked here, not by the flag's check.
+  if (a_.transfers_rank >= planner_->world_size())
+    DT_INPUT_ERROR("--transfers ", a_.transfers_rank, " is not a rank; valid: 0..", planner_->world_size() - 1);
+  auto timed = plan::plan_timed(*planner_);
+  plans_ = std::move(timed.plans);
+  plan_seconds_ = timed.plan_seconds, rank_seconds_ = timed.rank_plan_seconds;
+  stats_ = plan::compute_stats(plans_, options_.elem_bytes, planner_->topology(), bw_);
+}
 
-  std::printf("plan %s: %s (%d ranks) -> %s (%d ranks), %d GPUs per node\n", model.name.c_str(),
-              src.config().str().c_str(), src.config().world_size(), dst.config().str().c_str(),
-              dst.config().world_size(), topo.gpus_per_node);
-  std::cout << plan::format_stats(stats, options.kinds);
+void PlanSwitch::print_summary() const {
+  const vps::ParallelConfig &from = src_->config(), &to = dst_->config();
+  std::printf("plan %s: %s (%d ranks) -> %s (%d ranks), %d GPUs per node\n", model_.name.c_str(), from.str().c_str(),
+              from.world_size(), to.str().c_str(), to.world_size(), topo_.gpus_per_node);
+  std::cout << plan::format_stats(stats_, options_.kinds);
+}
+
+void PlanSwitch::compare_placements() {
   const std::uint64_t peak = peak_rss_bytes();
-  const std::uint64_t planner_bytes = peak - std::min(peak, rss_before);
+  planner_bytes_ = peak - std::min(peak, rss_before_);
   // What the fixed placement would send across nodes, to compare (only when placement differs;
   // after the memory reading, so the comparison's plans do not count as the planner's).
-  const std::uint64_t fixed_inter = placement.dst.is_identity() ? stats.total.inter_node
-      : plan::compute_stats(plan::Planner(src, dst, topo).plan_all(), options.elem_bytes, topo, bw).total.inter_node;
+  fixed_inter_ = placement_.dst.is_identity()
+                     ? stats_.total.inter_node
+                     : plan::compute_stats(plan::Planner(*src_, *dst_, topo_).plan_all(), options_.elem_bytes, topo_, bw_)
+                           .total.inter_node;
   // The fewest bytes any placement could send across nodes (plan/placement.h), so the reader can
   // see how far the chosen placement is from the best possible one. Only with a placement other
   // than fixed: the affinity it needs grows with ranks x processes, as auto's does.
-  const bool has_floor = a.placement != "fixed";
-  const std::uint64_t floor_inter =
-      has_floor ? plan::inter_node_floor(plan::Planner(src, dst, topo).affinity(), topo) : 0;
-  std::printf("  planned in %.3g s (all ranks), %.3g ms (one rank's own part); planner peak memory %.0f MiB\n",
-              plan_seconds, rank_seconds * 1e3, planner_bytes / 1048576.0);
-  if (a.placement != "fixed")
-    std::printf("  placement %s: %d of %d ranks on another process (%.3g s to choose); inter-node %s vs %s fixed\n",
-                a.placement == "auto" ? "auto" : "given", placement.dst.moved_ranks(dst.config().world_size()),
-                dst.config().world_size(), placement_seconds, format_bytes(stats.total.inter_node).c_str(),
-                format_bytes(fixed_inter).c_str());
-  if (has_floor)
-    std::printf("  no placement sends fewer than %s across nodes (%.2fx of fixed)\n", format_bytes(floor_inter).c_str(),
-                fixed_inter == 0 ? 0.0 : static_cast<double>(floor_inter) / static_cast<double>(fixed_inter));
-  std::optional<sim::LinkBound> link;
-  if (cluster) {
-    link = sim::link_lower_bound(plans, options.elem_bytes, *cluster);
-    std::cout << sim::format_link_bound(*link, *cluster, processes);
-  }
-  if (a.transfers_rank >= 0) std::cout << plan::format_transfers(plans[a.transfers_rank], src);
+  has_floor_ = a_.placement != "fixed";
+  if (has_floor_) floor_inter_ = plan::inter_node_floor(plan::Planner(*src_, *dst_, topo_).affinity(), topo_);
+}
 
-  int exit_code = 0;
-  double check_seconds = 0;
-  std::string check_text = "skipped";
-  if (a.check) {
-    t0 = std::chrono::steady_clock::now();
-    const auto result = plan::check_plan(src, dst, plans, placement);
-    check_seconds = seconds_since(t0);
-    check_text = result.ok ? "ok" : result.violation;
-    if (result.ok) {
-      std::printf("check: ok (%.3f s)\n", check_seconds);
-    } else {
-      std::printf("check: FAILED: %s\n", result.violation.c_str());
-      exit_code = 1;
-    }
+void PlanSwitch::print_placement() const {
+  std::printf("  planned in %.3g s (all ranks), %.3g ms (one rank's own part); planner peak memory %.0f MiB\n",
+              plan_seconds_, rank_seconds_ * 1e3, planner_bytes_ / 1048576.0);
+  const int dst_ranks = dst_->config().world_size();
+  if (a_.placement != "fixed")
+    std::printf("  placement %s: %d of %d ranks on another process (%.3g s to choose); inter-node %s vs %s fixed\n",
+                a_.placement == "auto" ? "auto" : "given", placement_.dst.moved_ranks(dst_ranks), dst_ranks,
+                placement_seconds_, format_bytes(stats_.total.inter_node).c_str(), format_bytes(fixed_inter_).c_str());
+  if (has_floor_)
+    std::printf("  no placement sends fewer than %s across nodes (%.2fx of fixed)\n", format_bytes(floor_inter_).c_str(),
+                fixed_inter_ == 0 ? 0.0 : static_cast<double>(floor_inter_) / static_cast<double>(fixed_inter_));
+}
+
+void PlanSwitch::print_link_bound() {
+  if (!cluster_) return;
+  link_ = sim::link_lower_bound(plans_, options_.elem_bytes, *cluster_);
+  std::cout << sim::format_link_bound(*link_, *cluster_, processes_);
+}
+
+int PlanSwitch::check() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto result = plan::check_plan(*src_, *dst_, plans_, placement_);
+  check_seconds_ = seconds_since(t0);
+  check_text_ = result.ok ? "ok" : result.violation;
+  if (!result.ok) {
+    std::printf("check: FAILED: %s\n", result.violation.c_str());
+    return 1;
   }
-  if (!a.json_path.empty()) {
-    nlohmann::json j = plan::stats_json(stats, options.kinds);
-    j["model"] = model.name;
-    j["from"] = src.config().str();
-    j["to"] = dst.config().str();
-    j["gpus_per_node"] = a.gpus_per_node;
-    j["plan_seconds"] = plan_seconds;
-    j["rank_plan_seconds"] = rank_seconds;
-    j["check_seconds"] = check_seconds;
-    j["check"] = check_text;
-    j["planner_peak_bytes"] = planner_bytes;
-    j["placement"] = a.placement == "auto" || a.placement == "fixed" ? a.placement : "given";
-    j["placement_processes"] = placement.dst.processes_of(dst.config().world_size());
-    j["placement_seconds"] = placement_seconds;
-    j["fixed_inter_node_bytes"] = fixed_inter;
-    if (has_floor) j["inter_node_floor_bytes"] = floor_inter;
-    if (cluster) {
-      j["cluster"] = sim::to_json(*cluster);
-      j["cluster_lower_bound_seconds"] = link->seconds;
-      j["busiest_link"] = link->busiest_link;
-      j["busiest_link_seconds"] = link->busiest_link_seconds;
-      j["busiest_link_utilisation"] = link->utilisation();
-      j["busiest_rank"] = link->busiest_rank;
-      j["busiest_rank_seconds"] = link->busiest_rank_seconds;
-      j["latency_seconds"] = link->latency_seconds;
-    }
-    write_output_file("--json", a.json_path, j.dump(2) + "\n");
+  std::printf("check: ok (%.3f s)\n", check_seconds_);
+  return 0;
+}
+
+void PlanSwitch::write_json() const {
+  nlohmann::json j = plan::stats_json(stats_, options_.kinds);
+  j["model"] = model_.name;
+  j["from"] = src_->config().str();
+  j["to"] = dst_->config().str();
+  j["gpus_per_node"] = a_.gpus_per_node;
+  j["plan_seconds"] = plan_seconds_;
+  j["rank_plan_seconds"] = rank_seconds_;
+  j["check_seconds"] = check_seconds_;
+  j["check"] = check_text_;
+  j["planner_peak_bytes"] = planner_bytes_;
+  j["placement"] = a_.placement == "auto" || a_.placement == "fixed" ? a_.placement : "given";
+  j["placement_processes"] = placement_.dst.processes_of(dst_->config().world_size());
+  j["placement_seconds"] = placement_seconds_;
+  j["fixed_inter_node_bytes"] = fixed_inter_;
+  if (has_floor_) j["inter_node_floor_bytes"] = floor_inter_;
+  if (cluster_) {
+    j["cluster"] = sim::to_json(*cluster_);
+    j["cluster_lower_bound_seconds"] = link_->seconds;
+    j["busiest_link"] = link_->busiest_link;
+    j["busiest_link_seconds"] = link_->busiest_link_seconds;
+    j["busiest_link_utilisation"] = link_->utilisation();
+    j["busiest_rank"] = link_->busiest_rank;
+    j["busiest_rank_seconds"] = link_->busiest_rank_seconds;
+    j["latency_seconds"] = link_->latency_seconds;
   }
-  return exit_code;
+  write_output_file("--json", a_.json_path, j.dump(2) + "\n");
 }
 
 }  // namespace
@@ -224,7 +287,7 @@ Command add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--describe", args->describe,
                 "Print the model's tensors, their shapes and how each is split, then exit");
-  return [args] { return run_plan(*args); };
+  return [args] { return PlanSwitch(*args).run(); };
 }
 
 }  // namespace dynatrain::tools

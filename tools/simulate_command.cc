@@ -63,143 +63,197 @@ void drop_kinds(std::vector<plan::RankPlan>& plans, std::uint32_t kinds) {
 // their schedules outgrow one machine (sim/README.md).
 constexpr int kMaxSimulatedProcesses = 4096;
 
-int run_simulate(const SimulateArgs& a) {
-  if (!(a.cpu_cores >= 0) || a.cpu_cores > 1e6)
-    DT_INPUT_ERROR("--cpu-cores ", a.cpu_cores, " is not valid; give 0 (not modelled) or the cores a node's processes share");
-  if (!(a.run_us >= 0) || a.run_us > 1e6)
-    DT_INPUT_ERROR("--run-us ", a.run_us, " is not valid; give 0 (runs free) or the microseconds one run of a scattered message costs");
-  if (!(a.fresh_gbps >= 0) || a.fresh_gbps > 1e6)
-    DT_INPUT_ERROR("--fresh-gbps ", a.fresh_gbps, " is not valid; give 0 (free: warm pool) or a positive rate in GB/s");
-  if (a.placement != "fixed" && a.placement != "auto")
-    DT_INPUT_ERROR("--placement '", a.placement, "' is not valid; valid: fixed, auto");
-  const std::uint64_t budget = parse_bytes(a.mem_budget);
-  check_output_path("--json", a.json_path);  // before any work
-  const sim::Cluster cluster = sim::cluster_from_spec(a.cluster);
-  const vps::ModelSpec model = vps::model_from_name(a.model);
-  vps::LayoutOptions lo;
-  lo.kinds = vps::parse_state_kinds(a.states);
-  lo.bucket_elems = a.bucket_elems;
-  const vps::Layout src(model, vps::ParallelConfig::parse(a.from), lo);
-  const vps::Layout dst(model, vps::ParallelConfig::parse(a.to), lo);
-  const int processes = std::max(src.config().world_size(), dst.config().world_size());
-  if (processes > kMaxSimulatedProcesses)
-    DT_INPUT_ERROR("simulate: the switch needs ", processes, " processes; this command traces each as a thread and takes at most ",
+// One `simulate` run: lays out both configs, plans the switch (and fan-out's stages, where
+// asked), traces the engine's schedule and plays it through the cluster, then prints the
+// summary and writes --json. Flag values are checked by their CLI11 checks before this runs.
+class Simulate {
+ public:
+  explicit Simulate(const SimulateArgs& args) : a_(args) {}
+  int run();
+
+ private:
+  void lay_out();           // budget, output path, cluster, model, both layouts, topology
+  void plan_switch();       // placement, every process's plan, fan-out, the link bound
+  void simulate_switch();   // the engine's traces played through the cluster, staged too
+  void print_summary() const;
+  void print_fanout() const;
+  void write_json() const;
+  sim::SimOptions sim_options() const;
+  exec::TransitionOptions engine_options() const;
+
+  const SimulateArgs& a_;
+  std::uint64_t budget_ = 0;
+  sim::Cluster cluster_;
+  vps::ModelSpec model_;
+  vps::LayoutOptions lo_;
+  std::optional<vps::Layout> src_, dst_;  // the planner refers to them
+  int processes_ = 0;                     // the switch's processes: the larger world
+  plan::Topology topo_;
+  std::optional<plan::Planner> planner_;
+  std::vector<plan::RankPlan> plans_;  // without the kinds left behind at a step boundary
+  std::uint32_t zeroed_ = 0;           // kinds zeroed, not moved (exec::kStepBoundaryKinds)
+  plan::FanoutMode fanout_mode_ = plan::FanoutMode::kOff;
+  plan::FanoutPlan fanout_;
+  sim::LinkBound bound_;
+  sim::SimResult one_stage_;               // the plan without fan-out
+  std::optional<sim::SimResult> staged_;   // fan-out's stages, when it applies
+  bool fanout_taken_ = false;              // the prediction is `staged_`'s
+  double plan_s_ = 0, trace_s_ = 0, sim_s_ = 0;
+
+  const sim::SimResult& result() const { return fanout_taken_ ? *staged_ : one_stage_; }
+};
+
+int Simulate::run() {
+  lay_out();
+  plan_switch();
+  simulate_switch();
+  print_summary();
+  if (!a_.json_path.empty()) write_json();
+  return 0;
+}
+
+void Simulate::lay_out() {
+  budget_ = parse_bytes(a_.mem_budget);
+  check_output_path("--json", a_.json_path);  // before any work
+  cluster_ = sim::cluster_from_spec(a_.cluster);
+  model_ = vps::model_from_name(a_.model);
+  lo_.kinds = vps::parse_state_kinds(a_.states);
+  lo_.bucket_elems = a_.bucket_elems;
+  src_.emplace(model_, vps::ParallelConfig::parse(a_.from), lo_);
+  dst_.emplace(model_, vps::ParallelConfig::parse(a_.to), lo_);
+  processes_ = std::max(src_->config().world_size(), dst_->config().world_size());
+  if (processes_ > kMaxSimulatedProcesses)
+    DT_INPUT_ERROR("simulate: the switch needs ", processes_, " processes; this command traces each as a thread and takes at most ",
                    kMaxSimulatedProcesses);
-  const plan::Topology topo = cluster.topology(processes);
+  topo_ = cluster_.topology(processes_);
+}
 
-  auto t0 = std::chrono::steady_clock::now();
+void Simulate::plan_switch() {
+  const auto t0 = std::chrono::steady_clock::now();
   const plan::SwitchPlacement placement{
-      {}, a.placement == "auto" ? plan::auto_placement(src, dst, topo, {}, cluster.bandwidth()) : plan::Placement{}};
-  const plan::Planner planner(src, dst, topo, placement);
-  auto plans = planner.plan_all();
-  const double plan_s = seconds_since(t0);
-  const std::uint32_t zeroed = a.at_step_boundary ? exec::kStepBoundaryKinds : 0;
+      {}, a_.placement == "auto" ? plan::auto_placement(*src_, *dst_, topo_, {}, cluster_.bandwidth()) : plan::Placement{}};
+  planner_.emplace(*src_, *dst_, topo_, placement);
+  plans_ = planner_->plan_all();
+  plan_s_ = seconds_since(t0);
+  zeroed_ = a_.at_step_boundary ? exec::kStepBoundaryKinds : 0;
   // Fan-out (plan/fanout.h) from the whole plan: every relay group and tree (what `on` runs).
-  const plan::FanoutMode fanout_mode = plan::parse_fanout_mode(a.fanout);
-  const plan::FanoutPlan fanout =
-      fanout_mode == plan::FanoutMode::kOff
-          ? plan::FanoutPlan{}
-          : plan::plan_fanout(planner, plans, lo.elem_bytes, plan::FanoutMode::kOn, job::fanout_costs(cluster), zeroed);
+  fanout_mode_ = plan::parse_fanout_mode(a_.fanout);
+  if (fanout_mode_ != plan::FanoutMode::kOff)
+    fanout_ = plan::plan_fanout(*planner_, plans_, lo_.elem_bytes, plan::FanoutMode::kOn, job::fanout_costs(cluster_), zeroed_);
   // The bound covers what the engine moves: at a step boundary the gradients stay behind.
-  if (a.at_step_boundary) drop_kinds(plans, zeroed);
-  const sim::LinkBound bound = sim::link_lower_bound(plans, lo.elem_bytes, cluster);
+  if (a_.at_step_boundary) drop_kinds(plans_, zeroed_);
+  bound_ = sim::link_lower_bound(plans_, lo_.elem_bytes, cluster_);
+}
 
+exec::TransitionOptions Simulate::engine_options() const {
   exec::TransitionOptions opt;
-  opt.mem_budget = budget;
-  opt.topology = topo;
+  opt.mem_budget = budget_;
+  opt.topology = topo_;
   // Open MPI moves strided runs straight between buffers only when the whole communicator is on
   // one node (comm/mpi); on a cluster of several nodes every strided chunk is packed.
-  opt.direct_runs = processes <= topo.gpus_per_node;
-  opt.zeroed_kinds = zeroed;
-  opt.overlap_links = exec::parse_link_overlap(a.overlap_links);
-  opt.rounds_in_flight = a.rounds_in_flight;
-  const sim::SimOptions sim_opt{.fresh_rate = a.fresh_gbps * 1e9, .cpu_cores = a.cpu_cores, .run_seconds = a.run_us * 1e-6};
-  t0 = std::chrono::steady_clock::now();
-  const auto traces = sim::trace_switch(planner, lo.elem_bytes, opt);
-  double trace_s = seconds_since(t0);
-  t0 = std::chrono::steady_clock::now();
-  const sim::SimResult one_stage = sim::simulate(traces, cluster, sim_opt);
-  double sim_s = seconds_since(t0);
-  // Fan-out's stages traced and spliced (sim::trace_fanout) and simulated; `auto` keeps
-  // whichever the simulator finds faster.
-  sim::SimResult r = one_stage;
-  std::optional<sim::SimResult> staged;
-  bool fanout_taken = false;
-  if (fanout.applied) {
-    t0 = std::chrono::steady_clock::now();
-    const auto staged_traces = sim::trace_fanout(planner, fanout, lo.elem_bytes, opt);
-    trace_s += seconds_since(t0);
-    t0 = std::chrono::steady_clock::now();
-    staged = sim::simulate(staged_traces, cluster, sim_opt);
-    sim_s += seconds_since(t0);
-    fanout_taken = fanout_mode == plan::FanoutMode::kOn || staged->seconds < one_stage.seconds;
-    if (fanout_taken) r = *staged;
-  }
+  opt.direct_runs = processes_ <= topo_.gpus_per_node;
+  opt.zeroed_kinds = zeroed_;
+  opt.overlap_links = exec::parse_link_overlap(a_.overlap_links);
+  opt.rounds_in_flight = a_.rounds_in_flight;
+  return opt;
+}
 
-  std::printf("simulate %s: %s (%d ranks) -> %s (%d ranks), placement %s, budget %s\n", model.name.c_str(),
-              src.config().str().c_str(), src.config().world_size(), dst.config().str().c_str(),
-              dst.config().world_size(), a.placement.c_str(), format_bytes(static_cast<double>(budget)).c_str());
-  std::cout << sim::format_link_bound(bound, cluster, processes);
-  if (fanout_mode != plan::FanoutMode::kOff) {
-    if (staged)
-      std::printf("  fan-out %s: %zu stages, %llu relay groups, %llu trees; inter-node bytes %s -> %s; "
-                  "predicted %.4g s with, %.4g s without: %s\n",
-                  a.fanout.c_str(), fanout.stages.size(), static_cast<unsigned long long>(fanout.groups),
-                  static_cast<unsigned long long>(fanout.tree_groups),
-                  format_bytes(static_cast<double>(fanout.inter_node_bytes_without)).c_str(),
-                  format_bytes(static_cast<double>(fanout.inter_node_bytes)).c_str(), staged->seconds, one_stage.seconds,
-                  fanout_taken ? "taken" : "not taken (slower)");
-    else
-      std::printf("  fan-out %s: nothing to relay (%s)\n", a.fanout.c_str(), fanout.reason.c_str());
-  }
+sim::SimOptions Simulate::sim_options() const {
+  return {.fresh_rate = a_.fresh_gbps * 1e9, .cpu_cores = a_.cpu_cores, .run_seconds = a_.run_us * 1e-6};
+}
+
+// Fan-out's stages traced and spliced (sim::trace_fanout) and simulated; `auto` keeps
+// whichever the simulator finds faster.
+void Simulate::simulate_switch() {
+  const exec::TransitionOptions opt = engine_options();
+  const sim::SimOptions sim_opt = sim_options();
+  auto t0 = std::chrono::steady_clock::now();
+  const auto traces = sim::trace_switch(*planner_, lo_.elem_bytes, opt);
+  trace_s_ = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  one_stage_ = sim::simulate(traces, cluster_, sim_opt);
+  sim_s_ = seconds_since(t0);
+  if (!fanout_.applied) return;
+  t0 = std::chrono::steady_clock::now();
+  const auto staged_traces = sim::trace_fanout(*planner_, fanout_, lo_.elem_bytes, opt);
+  trace_s_ += seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  staged_ = sim::simulate(staged_traces, cluster_, sim_opt);
+  sim_s_ += seconds_since(t0);
+  fanout_taken_ = fanout_mode_ == plan::FanoutMode::kOn || staged_->seconds < one_stage_.seconds;
+}
+
+void Simulate::print_summary() const {
+  const vps::ParallelConfig &from = src_->config(), &to = dst_->config();
+  std::printf("simulate %s: %s (%d ranks) -> %s (%d ranks), placement %s, budget %s\n", model_.name.c_str(),
+              from.str().c_str(), from.world_size(), to.str().c_str(), to.world_size(), a_.placement.c_str(),
+              format_bytes(static_cast<double>(budget_)).c_str());
+  std::cout << sim::format_link_bound(bound_, cluster_, processes_);
+  if (fanout_mode_ != plan::FanoutMode::kOff) print_fanout();
+  const sim::SimResult& r = result();
   std::cout << sim::format_sim(r);
   std::printf("  predicted / lower bound%s %.2f; took %.3g s to plan, %.3g s to trace the engine, %.3g s to simulate\n",
-              fanout_taken ? " (of the plan without fan-out)" : "", bound.seconds > 0 ? r.seconds / bound.seconds : 0.0,
-              plan_s, trace_s, sim_s);
-  if (!a.json_path.empty()) {
-    nlohmann::json j;
-    j["model"] = model.name;
-    j["from"] = src.config().str();
-    j["to"] = dst.config().str();
-    j["processes"] = processes;
-    j["placement"] = a.placement;
-    j["budget_bytes"] = budget;
-    j["at_step_boundary"] = a.at_step_boundary;
-    j["cpu_cores"] = a.cpu_cores;
-    j["run_us"] = a.run_us;
-    j["cluster"] = sim::to_json(cluster);
-    j["overlap_links"] = a.overlap_links;
-    j["rounds_in_flight"] = a.rounds_in_flight;
-    j["predicted_seconds"] = r.seconds;
-    j["fanout"] = a.fanout;
-    j["fanout_applied"] = fanout_taken;
-    j["fanout_stages"] = fanout_taken ? fanout.stages.size() : 1;
-    j["predicted_without_fanout_seconds"] = one_stage.seconds;
-    if (staged) {
-      j["predicted_with_fanout_seconds"] = staged->seconds;
-      j["inter_node_bytes"] = fanout_taken ? fanout.inter_node_bytes : fanout.inter_node_bytes_without;
-      j["inter_node_bytes_without_fanout"] = fanout.inter_node_bytes_without;
-      j["fanout_relay_groups"] = fanout.groups;
-      j["fanout_tree_groups"] = fanout.tree_groups;
-    }
-    j["lower_bound_seconds"] = bound.seconds;
-    j["busiest_link"] = r.busiest_link;
-    j["busiest_link_seconds"] = r.busiest_link_seconds;
-    j["busiest_link_bytes"] = r.busiest_link_bytes;
-    j["busiest_link_utilisation"] = r.utilisation();
-    j["critical_process"] = r.last_process;
-    j["critical_copy_seconds"] = r.last_copy_seconds;
-    j["critical_wait_seconds"] = r.last_wait_seconds;
-    j["critical_link"] = r.critical_link;
-    j["messages"] = r.messages;
-    j["bytes_moved"] = r.bytes;
-    j["trace_events"] = r.events;
-    j["plan_seconds"] = plan_s;
-    j["trace_seconds"] = trace_s;
-    j["simulate_seconds"] = sim_s;
-    write_output_file("--json", a.json_path, j.dump(2) + "\n");
+              fanout_taken_ ? " (of the plan without fan-out)" : "", bound_.seconds > 0 ? r.seconds / bound_.seconds : 0.0,
+              plan_s_, trace_s_, sim_s_);
+}
+
+void Simulate::print_fanout() const {
+  if (!staged_) {
+    std::printf("  fan-out %s: nothing to relay (%s)\n", a_.fanout.c_str(), fanout_.reason.c_str());
+    return;
   }
-  return 0;
+  std::printf("  fan-out %s: %zu stages, %llu relay groups, %llu trees; inter-node bytes %s -> %s; "
+              "predicted %.4g s with, %.4g s without: %s\n",
+              a_.fanout.c_str(), fanout_.stages.size(), static_cast<unsigned long long>(fanout_.groups),
+              static_cast<unsigned long long>(fanout_.tree_groups),
+              format_bytes(static_cast<double>(fanout_.inter_node_bytes_without)).c_str(),
+              format_bytes(static_cast<double>(fanout_.inter_node_bytes)).c_str(), staged_->seconds, one_stage_.seconds,
+              fanout_taken_ ? "taken" : "not taken (slower)");
+}
+
+void Simulate::write_json() const {
+  const sim::SimResult& r = result();
+  nlohmann::json j;
+  j["model"] = model_.name;
+  j["from"] = src_->config().str();
+  j["to"] = dst_->config().str();
+  j["processes"] = processes_;
+  j["placement"] = a_.placement;
+  j["budget_bytes"] = budget_;
+  j["at_step_boundary"] = a_.at_step_boundary;
+  j["cpu_cores"] = a_.cpu_cores;
+  j["run_us"] = a_.run_us;
+  j["cluster"] = sim::to_json(cluster_);
+  j["overlap_links"] = a_.overlap_links;
+  j["rounds_in_flight"] = a_.rounds_in_flight;
+  j["predicted_seconds"] = r.seconds;
+  j["fanout"] = a_.fanout;
+  j["fanout_applied"] = fanout_taken_;
+  j["fanout_stages"] = fanout_taken_ ? fanout_.stages.size() : 1;
+  j["predicted_without_fanout_seconds"] = one_stage_.seconds;
+  if (staged_) {
+    j["predicted_with_fanout_seconds"] = staged_->seconds;
+    j["inter_node_bytes"] = fanout_taken_ ? fanout_.inter_node_bytes : fanout_.inter_node_bytes_without;
+    j["inter_node_bytes_without_fanout"] = fanout_.inter_node_bytes_without;
+    j["fanout_relay_groups"] = fanout_.groups;
+    j["fanout_tree_groups"] = fanout_.tree_groups;
+  }
+  j["lower_bound_seconds"] = bound_.seconds;
+  j["busiest_link"] = r.busiest_link;
+  j["busiest_link_seconds"] = r.busiest_link_seconds;
+  j["busiest_link_bytes"] = r.busiest_link_bytes;
+  j["busiest_link_utilisation"] = r.utilisation();
+  j["critical_process"] = r.last_process;
+  j["critical_copy_seconds"] = r.last_copy_seconds;
+  j["critical_wait_seconds"] = r.last_wait_seconds;
+  j["critical_link"] = r.critical_link;
+  j["messages"] = r.messages;
+  j["bytes_moved"] = r.bytes;
+  j["trace_events"] = r.events;
+  j["plan_seconds"] = plan_s_;
+  j["trace_seconds"] = trace_s_;
+  j["simulate_seconds"] = sim_s_;
+  write_output_file("--json", a_.json_path, j.dump(2) + "\n");
 }
 
 }  // namespace
@@ -213,7 +267,9 @@ Command add_simulate_command(CLI::App& app) {
   cmd->add_option("--model", args->model, "Preset name or path to a Hugging Face config.json")->capture_default_str();
   cmd->add_option("--from", args->from, "Source config")->capture_default_str();
   cmd->add_option("--to", args->to, "Destination config")->capture_default_str();
-  cmd->add_option("--placement", args->placement, "fixed or auto (plan --placement)")->capture_default_str();
+  cmd->add_option("--placement", args->placement, "fixed or auto (plan --placement)")
+      ->check(CLI::IsMember({"fixed", "auto"}))
+      ->capture_default_str();
   cmd->add_option("--mem-budget", args->mem_budget, "The engine's staging budget per rank, e.g. 256MiB")
       ->capture_default_str();
   cmd->add_option("--bucket-elems", args->bucket_elems, "ZeRO bucket size in elements")
@@ -223,14 +279,17 @@ Command add_simulate_command(CLI::App& app) {
   cmd->add_flag("--at-step-boundary", args->at_step_boundary, "Gradients are not moved (run-transition's flag)");
   cmd->add_option("--fresh-gbps", args->fresh_gbps,
                   "First-touch rate of fresh destination memory, GB/s (0: free, the warm pool)")
+      ->check(zero_or_positive_up_to(1e6, "give 0 (free: warm pool) or a positive rate in GB/s"))
       ->capture_default_str();
   cmd->add_option("--cpu-cores", args->cpu_cores,
                   "Cores each node's processes share, for CPU-only runs (0: GPUs, not modelled); the "
                   "cluster's rates are then read as measured with all processes busy (sim/simulator.h)")
+      ->check(zero_or_positive_up_to(1e6, "give 0 (not modelled) or the cores a node's processes share"))
       ->capture_default_str();
   cmd->add_option("--run-us", args->run_us,
                   "Microseconds per run beyond the first of a message moved straight between scattered runs "
                   "(0: free, as on GPUs; run-transition --json measures it as predicted_run_seconds)")
+      ->check(zero_or_positive_up_to(1e6, "give 0 (runs free) or the microseconds one run of a scattered message costs"))
       ->capture_default_str();
   add_link_schedule_options(cmd, args->overlap_links, args->rounds_in_flight);
   cmd->add_option("--fanout", args->fanout,
@@ -239,7 +298,7 @@ Command add_simulate_command(CLI::App& app) {
       ->check(CLI::IsMember({"off", "auto", "on"}))
       ->capture_default_str();
   cmd->add_option("--json", args->json_path, "Write the prediction as JSON to this file");
-  return [args] { return run_simulate(*args); };
+  return [args] { return Simulate(*args).run(); };
 }
 
 }  // namespace dynatrain::tools

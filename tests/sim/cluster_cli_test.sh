@@ -45,10 +45,10 @@ j = json.load(open(sys.argv[1]))
 assert j["predicted_seconds"] >= j["busiest_link_seconds"] > 0, j
 assert j["lower_bound_seconds"] > 0 and j["messages"] > 0 and j["critical_link"], j
 PY
-expect 2 "--placement 'best' is not valid; valid: fixed, auto" -- simulate --cluster a800-16x8 --model tiny-dense \
+expect 2 "--placement: best not in {fixed,auto}" -- simulate --cluster a800-16x8 --model tiny-dense \
        --from tp=2 --to dp=2 --placement best
-expect 2 "--cpu-cores -1 is not valid" -- simulate --cluster a800-16x8 --model tiny-dense --from tp=2 --to dp=2 --cpu-cores -1
-expect 2 "--run-us -1 is not valid" -- simulate --cluster a800-16x8 --model tiny-dense --from tp=2 --to dp=2 --run-us -1
+expect 2 "--cpu-cores: -1 is not valid; give 0 (not modelled)" -- simulate --cluster a800-16x8 --model tiny-dense --from tp=2 --to dp=2 --cpu-cores -1
+expect 2 "--run-us: -1 is not valid; give 0 (runs free)" -- simulate --cluster a800-16x8 --model tiny-dense --from tp=2 --to dp=2 --run-us -1
 # A TP split moves scattered runs (rows of 2 KiB): a cost per run makes the switch slower.
 for us in 0 100; do
   expect 0 "predicted_seconds" -- simulate --cluster a800-16x8 --model gpt3-1.3b --from tp=2 --to dp=2 \
