@@ -264,7 +264,7 @@ if [[ $with_train == 1 ]]; then
   again="; continue it with --resume $tmp/run1, or save into another directory"
   bad 1 "--save directory '$tmp/run1' holds another run's checkpoint (step 2): its seed is 1234, this run's 5$again" -- "${D[@]}" --steps 4 --save "$tmp/run1" --seed 5
   bad 1 "holds another run's checkpoint (step 2): its lr is 0.003, this run's 0.001$again" -- "${D[@]}" --steps 4 --np 2 --max-restarts 1 --save "$tmp/run1" --lr 0.001
-  bad 1 "holds another run's checkpoint (step 2): its data is \"embedded\", this run's \"$here/README.md\"$again" -- "${D[@]}" --steps 4 --save "$tmp/run1" --data "$here/README.md"
+  bad 1 "holds another run's checkpoint (step 2): its data is \"embedded\", this run's \"$here/../data/train_text.txt\"$again" -- "${D[@]}" --steps 4 --save "$tmp/run1" --data "$here/../data/train_text.txt"
   bad 1 "holds another run's checkpoint (step 2): its schedule is" -- "${D[@]}" --steps 4 --np 2 --save "$tmp/run1" --schedule "0:dp=2"
   bad 2 "holds another run's checkpoint (step 2): its schedule is" -- "${D[@]}" --steps 4 --save "$tmp/run1" --schedule "0:dp=2"
   bad 1 "holds another run's checkpoint (step 2): its model is \"tiny-dense " -- train --model tiny-moe --steps 4 --save "$tmp/run1"
