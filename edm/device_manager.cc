@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <iterator>
 #include <sstream>
 #include <utility>
 
 #include "common/error.h"
 #include "common/clock.h"
+#include "edm/join_message.h"
 
 namespace dynatrain::edm {
 
@@ -17,15 +17,10 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
-// What world rank 0 tells a process started by a grow:
-// "CURRENT\nNEXT\nNEXT_ID ID ID ...\nPAYLOAD" (the payload may hold anything, newlines too).
+// The join handshake (edm/join_message.h) rank 0 sends the processes a grow starts.
 std::string join_message(const vps::ParallelConfig& current, const vps::ParallelConfig& next,
                          ProcessId next_id, const std::vector<ProcessId>& ids, const std::string& payload) {
-  std::ostringstream os;
-  os << current.str() << '\n' << next.str() << '\n' << next_id;
-  for (ProcessId id : ids) os << ' ' << id;
-  os << '\n' << payload;
-  return os.str();
+  return serialize(JoinMessage{current.str(), next.str(), next_id, ids, payload});
 }
 
 }  // namespace
@@ -51,16 +46,12 @@ DeviceManager::DeviceManager(std::unique_ptr<comm::Transport> joined, std::share
   world_ = owned_world_.get();
   std::string msg;
   broadcast_string(*world_, msg);
-  std::istringstream in(msg);
-  std::getline(in, joined_current_);
-  std::getline(in, joined_next_);
-  std::string id_line;
-  std::getline(in, id_line);
-  std::istringstream ids(id_line);
-  ids >> next_id_;
-  ProcessId id = 0;
-  while (ids >> id) ids_.push_back(id);
-  joined_payload_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  JoinMessage m = parse_join_message(msg);
+  joined_current_ = std::move(m.current);
+  joined_next_ = std::move(m.next);
+  next_id_ = m.next_id;
+  ids_ = std::move(m.ids);
+  joined_payload_ = std::move(m.payload);
   DT_CHECK(static_cast<int>(ids_.size()) == world_->size(), "join message names ", ids_.size(),
            " processes for a world of ", world_->size());
   control_ = world_->split(0, world_->rank());

@@ -49,7 +49,7 @@ DT_HOST_DEVICE inline void row_offsets(const StridedRuns& c, std::int64_t row, s
 
 // Walks the rows in order with one add per row (no division): what the host loop uses. After
 // construction it stands at row 0; next() moves to the following row and returns false after
-// the last. Agrees with row_offsets row by row (tests/exec/test_box_index.cc).
+// the last. Agrees with row_offsets row by row (tests/exec/box_index_test.cc).
 struct RowCursor {
   const StridedRuns* c;
   std::int64_t idx[kIndexMaxDims] = {};

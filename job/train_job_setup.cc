@@ -137,8 +137,9 @@ void TrainJob::check_layouts(bool joined) {
     if (!joined && config.world_size() > world_.size() && (first || !args_.launcher))
       DT_INPUT_ERROR("schedule layout '", config.str(), "' at step ", step, " needs ",
                      config.world_size(), " ranks; the job has ", world_.size(),
-                     first ? " (the first layout must fit the processes mpirun starts)"
-                           : " and this run cannot start processes");
+                     first ? detail::concat(" (the first layout must fit the processes the job starts with: `dynatrain "
+                                            "train --np ", config.world_size(), " ...`)")
+                           : std::string(" and this run cannot start processes"));
   }
 }
 

@@ -90,7 +90,8 @@ void RunTransition::check_arguments() {
   need_ = std::max(src_layout_->config().world_size(), dst_layout_->config().world_size());
   if (need_ > world_.size())
     DT_INPUT_ERROR("the switch ", src_layout_->config().str(), " -> ", dst_layout_->config().str(), " needs ", need_,
-                   " ranks but the job has ", world_.size(), "; start it with mpirun -np ", need_, " or more");
+                   " ranks but the job has ", world_.size(), "; start it on ", need_,
+                   " or more processes: `mpirun -np ", need_, " dynatrain run-transition ...`");
   if (root_ && !args_.json.empty()) json_file_.open(args_.json);
   if (!comm::agree_with_root(world_, args_.json.empty() || json_file_.is_open()))
     DT_INPUT_ERROR("cannot write --json file '", args_.json, "'");

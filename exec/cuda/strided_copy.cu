@@ -1,5 +1,5 @@
 // The strided box copy kernels. All index math is exec/box_index.h's (tested on the host by
-// tests/exec/test_box_index.cc); this file only maps threads onto it.
+// tests/exec/box_index_test.cc); this file only maps threads onto it.
 #include "exec/cuda/strided_copy.h"
 
 #include <algorithm>

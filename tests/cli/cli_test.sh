@@ -77,8 +77,7 @@ mpi_expect_error "cannot write --json file" -- run-transition --model tiny-dense
 expect 2 "holds no complete checkpoint" -- export --hf "$tmp/hf" --from "$tmp/no-such-checkpoint" --model tiny-dense
 
 if [[ $with_train == 1 ]]; then
-  head -c 4000 "$(dirname "$0")/../../README.md" >"$tmp/data.txt"
-  expect 0 "static layout" -- train --model tiny-dense --steps 3 --global-batch 4 --seq 16 --data "$tmp/data.txt" --csv "$tmp/t.csv"
+  expect 0 "static layout" -- train --model tiny-dense --steps 3 --global-batch 4 --seq 16 --data "$(dirname "$0")/../data/train_text.txt" --csv "$tmp/t.csv"
   head -1 "$tmp/t.csv" | grep -q '^step,loss,' || { echo "FAIL: train CSV header"; fail=1; }
   [[ $(wc -l <"$tmp/t.csv") == 4 ]] || { echo "FAIL: train CSV should have 3 steps"; fail=1; }
   expect 2 "tp=3 does not divide 8 attention heads" -- train --model tiny-dense --steps 3 --schedule "0:tp=3"

@@ -1,7 +1,9 @@
 // The exec test core: one body per transition, written once against `Transport&` and run by
 // every rank. Bootstraps (style.md item 8):
-//   test_exec_inproc.cc  ranks as threads (comm::run_ranks), several rank counts, under gtest
-//   test_exec_mpi.cc     ranks as processes under `mpirun -np N` (N = 2, 3, 4, 6, 8)
+//   engine_inproc_test.cc  ranks as threads (comm::run_ranks), several rank counts, under gtest
+//   engine_mpi_test.cc     ranks as processes under `mpirun -np N` (N = 2, 3, 4, 6, 8)
+//   engine_c10d_test.cc    ranks as threads over c10d Gloo groups
+//   engine_nccl_test.cc    device state over NCCL (where CUDA and NCCL are found)
 // A body fills the source state with the content oracle (testing/fill.h), switches, and checks
 // every destination element, the byte and message accounting, and the memory bound. A failed
 // check throws CaseFailure naming the rank and the case; no gtest assertion runs inside.

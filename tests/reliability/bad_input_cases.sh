@@ -142,7 +142,7 @@ bad 1 "--repeat: -3" -- "${R[@]}" --repeat -3
 bad 1 "--bucket-elems: -5" -- "${R[@]}" --bucket-elems -5
 bad 1 "--gpus-per-node: 0" -- "${R[@]}" --gpus-per-node 0
 bad 1 "unknown state kind 'weights'" -- "${R[@]}" --states weights
-bad 1 "needs 2 ranks but the job has 1" -- run-transition --model tiny-dense --from tp=1 --to tp=2
+bad 1 "needs 2 ranks but the job has 1; start it on 2 or more processes: \`mpirun -np 2 dynatrain run-transition ...\`" -- run-transition --model tiny-dense --from tp=1 --to tp=2
 bad 1 "tp=3 does not divide 8 attention heads" -- run-transition --model tiny-dense --from tp=3 --to tp=1
 bad 1 "stray comma" -- run-transition --model tiny-dense --from tp=1, --to tp=1
 bad 1 "--to is required" -- run-transition --model tiny-dense --from tp=1
@@ -230,7 +230,7 @@ if [[ $with_train == 1 ]]; then
   LOUD=1 FAULT=nan:1:step:0:2 bad 2 "the loss is nan at step 2: training diverged; lower --lr (0.003) and --resume" -- "${D[@]}" --steps 8 --schedule "0:dp=2" --save "$tmp/nan"
   bad 1 "stray comma" -- "${D[@]}" --steps 2 --schedule "0:tp=1,"
   bad 1 "tp=3 does not divide 8 attention heads" -- "${D[@]}" --steps 3 --schedule "0:tp=3"
-  bad 1 "needs 2 ranks; the job has 1" -- "${D[@]}" --steps 3 --schedule "0:dp=2"
+  bad 1 "needs 2 ranks; the job has 1 (the first layout must fit the processes the job starts with: \`dynatrain train --np 2 ...\`)" -- "${D[@]}" --steps 3 --schedule "0:dp=2"
   bad 1 "cannot open data file '/nonexistent/data.txt'" -- "${D[@]}" --steps 2 --data /nonexistent/data.txt
   bad 1 "cannot write CSV file '/nonexistent/dir/t.csv'" -- "${D[@]}" --steps 2 --csv /nonexistent/dir/t.csv
   bad 1 "cannot write CSV file '/'" -- "${D[@]}" --steps 2 --csv /
@@ -264,7 +264,7 @@ if [[ $with_train == 1 ]]; then
   again="; continue it with --resume $tmp/run1, or save into another directory"
   bad 1 "--save directory '$tmp/run1' holds another run's checkpoint (step 2): its seed is 1234, this run's 5$again" -- "${D[@]}" --steps 4 --save "$tmp/run1" --seed 5
   bad 1 "holds another run's checkpoint (step 2): its lr is 0.003, this run's 0.001$again" -- "${D[@]}" --steps 4 --np 2 --max-restarts 1 --save "$tmp/run1" --lr 0.001
-  bad 1 "holds another run's checkpoint (step 2): its data is \"embedded\", this run's \"$here/README.md\"$again" -- "${D[@]}" --steps 4 --save "$tmp/run1" --data "$here/README.md"
+  bad 1 "holds another run's checkpoint (step 2): its data is \"embedded\", this run's \"$here/../data/train_text.txt\"$again" -- "${D[@]}" --steps 4 --save "$tmp/run1" --data "$here/../data/train_text.txt"
   bad 1 "holds another run's checkpoint (step 2): its schedule is" -- "${D[@]}" --steps 4 --np 2 --save "$tmp/run1" --schedule "0:dp=2"
   bad 2 "holds another run's checkpoint (step 2): its schedule is" -- "${D[@]}" --steps 4 --save "$tmp/run1" --schedule "0:dp=2"
   bad 1 "holds another run's checkpoint (step 2): its model is \"tiny-dense " -- train --model tiny-moe --steps 4 --save "$tmp/run1"

@@ -13,7 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 ulimit -c 0
 export DT_WATCHDOG_S=3  # silent peers: the watchdog's floor, small for the test
 tried=0 clean=0 vader=0
-head -c 4000 "$(dirname "$0")/../../README.md" >"$tmp/data.txt"
+data="$(cd "$(dirname "$0")/../data" && pwd)/train_text.txt"  # fixed training text
 
 # fault NP WANT FAULT -- ARGS...: runs `mpirun -np NP dynatrain ARGS` with DT_FAULT=FAULT
 # (job/fault_injection.h; "term-mpirun:TEXT" sends SIGTERM to mpirun once TEXT appeared on
@@ -119,7 +119,7 @@ fault 2 "after rank 1" kill:1:switch:40 -- $(rt 50 tp=2 pp=2)
 fault 4 "after rank 3" kill:3:switch:0 -- $(rt 20 dp=4,ep=4,zero=1 tp=2,pp=2,ep=2,zero=0)
 fault 2 "stopped by SIGTERM" term-mpirun:@5 -- $(rt 100000 tp=2 dp=2)
 if [[ $with_train == 1 ]]; then
-  TR=(train --model tiny-dense --data "$tmp/data.txt" --global-batch 4 --seq 16 --steps 40)
+  TR=(train --model tiny-dense --data "$data" --global-batch 4 --seq 16 --steps 40)
   TR_LONG=("${TR[@]:0:9}" --steps 100000)
   fault 2 "after rank 1" kill:1:step:0 -- "${TR[@]}" --schedule "0:dp=2" --csv
   fault 2 "after rank 0" kill:0:step:30 -- "${TR[@]}" --schedule "0:tp=2" --csv

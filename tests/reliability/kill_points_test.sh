@@ -12,8 +12,8 @@
 # assembled CSV holds every step exactly once, marks the restart with those steps lost, and every
 # loss is within 1e-4 relative of the uninterrupted run's (fp32 reduction noise of another dp split, as restart_test.sh).
 # Usage: kill_points_test.sh DYNATRAIN MPIEXEC
-source "$(dirname "$0")/script_prelude.sh"  # $dt, $mpiexec, $here, $tmp, $tmp/data.txt, fail
-common=(--model tiny-dense --data "$tmp/data.txt" --global-batch 12 --seq 16 --threads 1 --steps 14 --lookahead 3)
+source "$(dirname "$0")/script_prelude.sh"  # $dt, $mpiexec, $here, $tmp, $data, fail
+common=(--model tiny-dense --data "$data" --global-batch 12 --seq 16 --threads 1 --steps 14 --lookahead 3)
 schedule="0:tp=2,dp=2;10:dp=4"
 failed=()
 py() { PYENV_VERSION=system python3 "$@"; }

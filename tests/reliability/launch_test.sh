@@ -10,7 +10,7 @@
 #    variable and `dynatrain train --np 2`), and not when the variable is set.
 # Usage: launch_test.sh DYNATRAIN MPIEXEC
 source "$(dirname "$0")/script_prelude.sh"
-common=(--model tiny-dense --data "$tmp/data.txt" --global-batch 12 --seq 16 --threads 1)
+common=(--model tiny-dense --data "$data" --global-batch 12 --seq 16 --threads 1)
 bare=(env -i PATH="$PATH" HOME="${HOME:-/root}")
 schedule="0:dp=2;3:dp=4;6:dp=3;8:dp=1"
 

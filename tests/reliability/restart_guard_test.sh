@@ -15,7 +15,7 @@
 #    line, `latest` keeps the previous checkpoint, training goes on and the next save is made.
 # Usage: restart_guard_test.sh DYNATRAIN MPIEXEC
 source "$(dirname "$0")/script_prelude.sh"
-common=(--model tiny-dense --data "$tmp/data.txt" --global-batch 12 --seq 16 --threads 1 --mpirun "$mpiexec")
+common=(--model tiny-dense --data "$data" --global-batch 12 --seq 16 --threads 1 --mpirun "$mpiexec")
 # same_losses REFERENCE_CSV RUN_CSV FIRST LAST: every step FIRST..LAST once, losses within 1e-4
 same_losses() {
   PYENV_VERSION=system python3 - "$@" <<'PY' || fail "losses of $2"

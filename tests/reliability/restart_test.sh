@@ -12,7 +12,7 @@
 #    count: every tensor of every kind compares equal, tests/reliability/same_state.py).
 # Usage: restart_test.sh DYNATRAIN MPIEXEC
 source "$(dirname "$0")/script_prelude.sh"
-common=(--model tiny-dense --data "$tmp/data.txt" --global-batch 12 --seq 16 --threads 1)
+common=(--model tiny-dense --data "$data" --global-batch 12 --seq 16 --threads 1)
 
 timeout 300 "$mpiexec" -np 4 "$dt" train "${common[@]}" --steps 14 --schedule "0:tp=2,dp=2" --csv "$tmp/continuous.csv" \
   >"$tmp/c.log" 2>&1 || { cat "$tmp/c.log"; fail "continuous run"; }

@@ -1,6 +1,6 @@
 # Sourced by the reliability scripts that run `dynatrain train` end to end: DYNATRAIN and
 # MPIEXEC from the arguments ($dt, $mpiexec), a scratch directory $tmp removed at exit, no core
-# files, a training text $tmp/data.txt (the README's first 4000 bytes), fail MESSAGE.
+# files, the fixed training text $data (tests/data/train_text.txt), fail MESSAGE.
 set -u
 dt="$1"
 mpiexec="${2:-mpirun}"
@@ -8,5 +8,5 @@ here="$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ulimit -c 0
-head -c 4000 "$here/../../README.md" >"$tmp/data.txt"
+data="$(cd "$here/../data" && pwd)/train_text.txt"
 fail() { echo "FAIL: $*"; exit 1; }

@@ -1,88 +1,17 @@
-// Unit tests of the engine's parts that need no communication: strided box copies, the pool
-// allocator, the content oracle.
+// The engine's pool allocator (exec/pool_allocator.h): best-fit reuse and merging of released
+// ranges, page-wise blocks whose spare pages are recycled with their live pages' contents kept,
+// page moves without a copy, and prefaulted pages; the accounting checked at every step.
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <numeric>
 #include <random>
 #include <vector>
 
 #include "common/error.h"
-#include "exec/box_copy.h"
-#include "tests/exec/box_cases.h"
-#include "testing/fill.h"
 #include "exec/pool_allocator.h"
-#include "vps/layout.h"
 
 namespace dynatrain::exec {
-using namespace dynatrain::testing;
 namespace {
-using test::box;
-
-// Storage of `outer` where each element holds its row-major index in `global` (a big box).
-std::vector<std::uint32_t> storage(const vps::Box& outer, const vps::Box& global) {
-  std::vector<std::uint32_t> v(static_cast<std::size_t>(outer.numel()));
-  for (std::int64_t i = 0; i < outer.numel(); ++i)
-    v[static_cast<std::size_t>(i)] = static_cast<std::uint32_t>(global.linear_index(outer.coord_at(i)));
-  return v;
-}
-
-TEST(BoxCopy, RandomBoxesAllRanksPackUnpackAndDirect) {
-  std::mt19937 rng(7);
-  for (int trial = 0; trial < 400; ++trial) {
-    const int nd = 1 + trial % 4;
-    const test::BoxCase bc = test::random_box_case(rng, nd, 6);
-    const vps::Box &global = bc.global, &s_outer = bc.src, &d_outer = bc.dst, &q = bc.q;
-    if (q.empty()) continue;
-    const auto src = storage(s_outer, global);
-    // Direct strided -> strided.
-    std::vector<std::uint32_t> dst(static_cast<std::size_t>(d_outer.numel()), 0xFFFFFFFF);
-    copy_box(q, reinterpret_cast<const std::byte*>(src.data()), s_outer, reinterpret_cast<std::byte*>(dst.data()),
-             d_outer, 4);
-    for (std::int64_t i = 0; i < d_outer.numel(); ++i) {
-      const auto c = d_outer.coord_at(i);
-      const bool in = test::holds(q, c);
-      ASSERT_EQ(dst[i], in ? static_cast<std::uint32_t>(global.linear_index(c)) : 0xFFFFFFFF) << trial;
-    }
-    // Pack a random flat range of q, unpack it into a fresh destination.
-    const std::int64_t n = q.numel();
-    std::int64_t a = rng() % n, z = rng() % n;
-    if (a > z) std::swap(a, z);
-    ++z;
-    std::vector<std::uint32_t> packed(static_cast<std::size_t>(z - a));
-    ASSERT_EQ(pack_range(q, a, z, reinterpret_cast<const std::byte*>(src.data()), s_outer,
-                         reinterpret_cast<std::byte*>(packed.data()), 4),
-              static_cast<std::size_t>(z - a) * 4);
-    for (std::int64_t i = a; i < z; ++i)
-      ASSERT_EQ(packed[i - a], static_cast<std::uint32_t>(global.linear_index(q.coord_at(i))));
-    std::vector<std::uint32_t> back(static_cast<std::size_t>(d_outer.numel()), 0xFFFFFFFF);
-    unpack_range(q, a, z, reinterpret_cast<const std::byte*>(packed.data()), reinterpret_cast<std::byte*>(back.data()),
-                 d_outer, 4);
-    for (std::int64_t i = a; i < z; ++i)
-      ASSERT_EQ(back[d_outer.linear_index(q.coord_at(i))], packed[i - a]);
-    // contiguous_offset agrees with a brute-force check.
-    const std::int64_t off = contiguous_offset(q, a, z, s_outer);
-    bool contiguous = true;
-    for (std::int64_t i = a + 1; i < z; ++i)
-      contiguous &= s_outer.linear_index(q.coord_at(i)) == s_outer.linear_index(q.coord_at(i - 1)) + 1;
-    EXPECT_EQ(off >= 0, contiguous);
-    if (off >= 0) {
-      EXPECT_EQ(off, s_outer.linear_index(q.coord_at(a)));
-    }
-  }
-}
-
-TEST(BoxCopy, TwoByteElementsAndRejectsOutside) {
-  const vps::Box outer = box({0, 0}, {4, 6}), q = box({1, 2}, {3, 5});
-  std::vector<std::uint16_t> src(24);
-  std::iota(src.begin(), src.end(), 0);
-  std::vector<std::uint16_t> out(6);
-  copy_box(q, reinterpret_cast<const std::byte*>(src.data()), outer, reinterpret_cast<std::byte*>(out.data()), q, 2);
-  EXPECT_EQ(out, (std::vector<std::uint16_t>{8, 9, 10, 14, 15, 16}));
-  EXPECT_THROW(copy_box(box({0, 0}, {5, 1}), reinterpret_cast<const std::byte*>(src.data()), outer,
-                        reinterpret_cast<std::byte*>(out.data()), box({0, 0}, {5, 1}), 2),
-               InvariantError);
-}
 
 TEST(PoolAllocator, ReusesReleasedMemoryBestFitAndMerges) {
   PoolAllocator pool;
@@ -224,33 +153,6 @@ TEST(PoolAllocator, PrefaultTouchesSparePagesThatLaterAllocationsUse) {
   EXPECT_EQ(pool.spare_bytes(), std::size_t{1} << 20);
   EXPECT_EQ(pool.trim(), std::size_t{1} << 20);
   EXPECT_EQ(pool.reserved_bytes(), 0u);
-}
-
-TEST(Fill, VerifyFindsTheFirstWrongElement) {
-  const vps::ModelSpec m = vps::model_from_name("tiny-dense");
-  vps::LayoutOptions lo;
-  lo.bucket_elems = 1000;
-  const vps::Layout layout(m, vps::ParallelConfig::parse("tp=2,dp=2,zero=1"), lo);
-  const auto rl = layout.rank_layout(3);
-  for (const auto& buf : rl.buffers) {
-    const int e = lo.elem_bytes[static_cast<int>(buf.kind)];
-    std::vector<std::byte> data(static_cast<std::size_t>(buf.numel * e));
-    fill_buffer(layout.tensors(), buf, e, data.data());
-    ASSERT_FALSE(verify_buffer(layout.tensors(), buf, e, data.data()));
-    if (buf.segments.empty()) continue;
-    const auto& seg = buf.segments.back();
-    data[static_cast<std::size_t>((seg.offset + seg.box.numel() - 1) * e)] ^= std::byte{1};
-    const auto bad = verify_buffer(layout.tensors(), buf, e, data.data());
-    ASSERT_TRUE(bad);
-    EXPECT_EQ(bad->tensor, seg.tensor);
-    const auto& shape = layout.tensors()[seg.tensor].shape;
-    vps::Box full = vps::Box::of_shape(shape);
-    vps::Coord last = seg.box.coord_at(seg.box.numel() - 1);
-    EXPECT_EQ(bad->global_index, full.linear_index(last));
-  }
-  // Distinct kinds and tensors give distinct words at the same index.
-  EXPECT_NE(fill_word(0, vps::StateKind::kParam, 5), fill_word(0, vps::StateKind::kGrad, 5));
-  EXPECT_NE(fill_word(0, vps::StateKind::kParam, 5), fill_word(1, vps::StateKind::kParam, 5));
 }
 
 }  // namespace
