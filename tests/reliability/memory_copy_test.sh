@@ -14,7 +14,7 @@
 # copy's directory gone when the job ends.
 # Usage: memory_copy_test.sh DYNATRAIN MPIEXEC
 source "$(dirname "$0")/script_prelude.sh"
-common=(--model tiny-dense --data "$tmp/data.txt" --global-batch 12 --seq 16 --threads 1 --steps 14)
+common=(--model tiny-dense --data "$data" --global-batch 12 --seq 16 --threads 1 --steps 14)
 export DT_MEMORY_COPY_ROOT="$tmp/shm"  # the copy's directory goes here, not into /dev/shm
 mkdir -p "$DT_MEMORY_COPY_ROOT"
 
