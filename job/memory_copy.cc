@@ -33,7 +33,8 @@ class Mapping {
  public:
   Mapping(const ckpt::File& f, std::uint64_t bytes, bool writable) : bytes_(bytes) {
     if (bytes_ == 0) return;
-    void* p = mmap(nullptr, bytes_, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, f.fd(), 0);
+    // MAP_POPULATE: the page tables in one call, not a fault a page during the transfer.
+    void* p = mmap(nullptr, bytes_, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED | MAP_POPULATE, f.fd(), 0);
     if (p == MAP_FAILED) DT_INPUT_ERROR("cannot map '", f.path(), "' (", bytes_, " bytes) of the memory copy");
     data_ = static_cast<std::byte*>(p);
   }

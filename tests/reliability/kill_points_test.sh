@@ -7,6 +7,8 @@
 #  b. during the background prepare of the switch before step 10 (DT_FAULT=kill:2:prepare:20);
 #  c. during that switch's commit (DT_FAULT=kill:3:switch:DELAY, DELAY inside the commit's pause,
 #     measured on the uninterrupted run's switch line).
+# Each again with the state's memory copy (--redundancy 1, job/memory_copy.h): the restart must
+# resume the copy of the last boundary before the kill, 0 steps lost.
 # Each case checks: exit 0; the first attempt never committed the switch; exactly one supervisor
 # restart line, whose steps lost equal the last step run + 1 - the checkpoint it restarts from; the
 # assembled CSV holds every step exactly once, marks the restart with those steps lost, and every
@@ -25,31 +27,36 @@ pause_ms=$(sed -n 's/^switch before step 10: .* pause \([0-9.]*\) ms.*/\1/p' "$t
 
 # case NAME FAULT: runs the supervised job with that fault and checks it; a failed check is
 # recorded in $failed (every case runs) and reported at the end.
-case_() {
-  local name=$1 fault=$2 code
-  echo "$name: DT_FAULT=$fault"
+case_() {  # NAME FAULT [REDUNDANCY]
+  local name=$1 fault=$2 redundancy=${3:-0} code
+  echo "$name: DT_FAULT=$fault --redundancy $redundancy"
   DT_FAULT=$fault DT_FAULT_STAMP="$tmp/$name.stamp" timeout 300 "$dt" train --max-restarts 2 --np 4 \
     --mpirun "$mpiexec" "${common[@]}" --schedule "$schedule" --save "$tmp/$name.ck" --save-every 4 \
-    --csv "$tmp/$name.csv" >"$tmp/$name.log" 2>"$tmp/$name.err"
+    --redundancy "$redundancy" --csv "$tmp/$name.csv" >"$tmp/$name.log" 2>"$tmp/$name.err"
   code=$?
-  if ! check "$name" "$code"; then
+  if ! check "$name" "$code" "$redundancy"; then
     tail -n 30 "$tmp/$name.log" "$tmp/$name.err"
     failed+=("$name")
   fi
 }
 
-check() {  # NAME EXIT: prints one FAIL line and returns 1 on the first failed check
-  local name=$1 code=$2 line last from lost
+check() {  # NAME EXIT REDUNDANCY: prints one FAIL line and returns 1 on the first failed check
+  local name=$1 code=$2 redundancy=$3 line last from lost copy=""
   ((code == 0)) || { echo "FAIL: $name: supervised job exit $code"; return 1; }
   [[ -s $tmp/$name.stamp ]] || { echo "FAIL: $name: the fault never fired"; return 1; }
   (($(grep -c "^supervise:" "$tmp/$name.log") == 1)) || { echo "FAIL: $name: not exactly one supervisor line"; return 1; }
   line=$(grep "^supervise:" "$tmp/$name.log")
   sed '/^supervise:/q' "$tmp/$name.log" | grep -q "^switch before step 10" &&
     { echo "FAIL: $name: the switch committed before the kill"; return 1; }
-  [[ $line =~ ^supervise:\ the\ job\ ended\ with\ exit\ [0-9]+\ after\ step\ ([0-9]+)\ on\ 4\ processes\;\ restart\ 1\ of\ 2\ from\ step\ ([0-9]+)\ \(([0-9]+)\ steps\ lost\)\ on\ 3\ processes\ in\ [a-z0-9=,]+$ ]] ||
+  ((redundancy > 0)) && copy=", from the memory copy"
+  [[ $line =~ ^supervise:\ the\ job\ ended\ with\ exit\ [0-9]+\ after\ step\ ([0-9]+)\ on\ 4\ processes\;\ restart\ 1\ of\ 2\ from\ step\ ([0-9]+)\ \(([0-9]+)\ steps\ lost\)\ on\ 3\ processes\ in\ [a-z0-9=,]+$copy$ ]] ||
     { echo "FAIL: $name: restart line: $line"; return 1; }
   last=${BASH_REMATCH[1]} from=${BASH_REMATCH[2]} lost=${BASH_REMATCH[3]}
-  ((from % 4 == 0 && from <= last + 1)) || { echo "FAIL: $name: restart from step $from after step $last"; return 1; }
+  if ((redundancy > 0)); then  # the copy of the boundary after the last step done
+    ((from == last + 1)) || { echo "FAIL: $name: restart from step $from of the copy after step $last"; return 1; }
+  else
+    ((from % 4 == 0 && from <= last + 1)) || { echo "FAIL: $name: restart from step $from after step $last"; return 1; }
+  fi
   ((lost == last + 1 - from)) || { echo "FAIL: $name: $lost steps lost named, $((last + 1 - from)) lost"; return 1; }
   py - "$tmp/cont.csv" "$tmp/$name.csv" "$from" "$lost" <<'PY' || { echo "FAIL: $name: CSV"; return 1; }
 import csv, sys
@@ -72,5 +79,8 @@ case_ mid-step "kill:1:step:30:6"
 case_ prepare "kill:2:prepare:20"
 # Half the uninterrupted commit's pause (at least 1 ms): inside the commit's exchange.
 case_ commit "kill:3:switch:$(py -c "print(max(1, round(float('$pause_ms') / 2)))")"
+case_ mid-step-copy "kill:1:step:30:6" 1
+case_ prepare-copy "kill:2:prepare:20" 1
+case_ commit-copy "kill:3:switch:$(py -c "print(max(1, round(float('$pause_ms') / 2)))")" 1
 ((${#failed[@]} == 0)) || fail "cases failed: ${failed[*]}"
-echo "ok: a SIGKILL mid-step, during a switch's prepare and during its commit is restarted from the last checkpoint, every step once, losses continuous"
+echo "ok: a SIGKILL mid-step, during a switch's prepare and during its commit is restarted from the last checkpoint, or from the memory copy with 0 steps lost; every step once, losses continuous"
