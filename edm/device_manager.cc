@@ -23,6 +23,13 @@ std::string join_message(const vps::ParallelConfig& current, const vps::Parallel
   return serialize(JoinMessage{current.str(), next.str(), next_id, ids, payload});
 }
 
+// No placement, or rank r on process r.
+bool is_identity(const std::vector<int>& placed) {
+  for (int r = 0; r < static_cast<int>(placed.size()); ++r)
+    if (placed[r] != r) return false;
+  return true;
+}
+
 }  // namespace
 
 DeviceManager::DeviceManager(comm::Transport& world, std::shared_ptr<Launcher> launcher, bool layout_groups)
@@ -94,18 +101,9 @@ void DeviceManager::prepare(const vps::ParallelConfig& current, const vps::Paral
   });
 }
 
-void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work,
-                                const std::string& payload, const Place& place, const std::vector<int>& vacate) {
-  comm::Transport& ctl = *control_;
-  if (ctl.rank() >= current.world_size()) wait_for_root(ctl, Wake::kPrepare);
-  else wake_from(ctl, current.world_size(), Wake::kPrepare);
-  prepare_start_ = now_s();
-  Prepared& p = *prepared_;
-  p.config = next;
-  p.world_before = p.world_after = ctl.size();
-  // Processes to start: what the layout lacks once the vacated ones are gone.
-  const int need = next.world_size() - (ctl.size() - static_cast<int>(vacate.size()));
-  // Rank 0 decides for everybody: R<reason> refused, S shrink the world, K keep it.
+// Rank 0's verdict on a prepare, the same on every rank (collective over `ctl`):
+// "R<reason>" refused, "S" shrink the world, "K<note>" keep it (the note says why nobody leaves).
+std::string DeviceManager::decide_prepare(comm::Transport& ctl, int need, const std::vector<int>& vacate) const {
   std::string decision;
   if (ctl.rank() == 0) {
     std::string reason, note;
@@ -124,56 +122,49 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
     decision = !reason.empty() ? "R" + reason : (shrink ? "S" : "K" + note);
   }
   broadcast_string(ctl, decision);
-  if (decision[0] == 'R') {
-    p.refused = decision.substr(1);
-    return;
+  return decision;
+}
+
+// Starts `need` processes and merges them into grown_world_ (with grown_control_), then tells
+// them the job's state, the placement and whether leftovers leave. False when the launcher
+// refuses (on every rank alike; nothing changed, Prepared::refused says why).
+bool DeviceManager::grow_world(const vps::ParallelConfig& current, const vps::ParallelConfig& next, int need,
+                               const std::string& payload, const std::vector<int>& placed,
+                               const std::string& may_leave) {
+  Prepared& p = *prepared_;
+  const double t0 = now_s();
+  starting_ = need;
+  try {
+    grown_world_ = launcher_->grow(*control_, need);
+  } catch (const LaunchRefused& e) {  // every rank alike: the switch is refused, nothing changed
+    p.refused = e.what();
+    return false;
   }
-  if (decision.size() > 1) p.note = "processes outside " + next.str() + " stay, idle: " + decision.substr(1);
-  next_ids_ = ids_;
-  next_next_id_ = next_id_;
-  // Where placement orders the next world, processes it leaves out may go (rank 0 says so).
-  std::string may_leave = ctl.rank() == 0 && launcher_ && launcher_->cannot_leave().empty() ? "1" : "0";
-  broadcast_string(ctl, may_leave);
-  std::vector<int> placed = place ? place(ctl.size() + std::max(need, 0)) : std::vector<int>{};
-  bool identity = true;
-  for (int r = 0; r < static_cast<int>(placed.size()); ++r) identity = identity && placed[r] == r;
-  for (int v : vacate) {
-    const bool placed_on_v = identity ? v < next.world_size() : std::find(placed.begin(), placed.end(), v) != placed.end();
-    DT_CHECK(!placed_on_v, "placement gives a rank to vacated process ", v);
-  }
-  if (need > 0) {  // the merged world; with a placement it is reordered below
-    const double t0 = now_s();
-    starting_ = need;
-    try {
-      grown_world_ = launcher_->grow(ctl, need);
-    } catch (const LaunchRefused& e) {  // every rank alike: the switch is refused, nothing changed
-      p.refused = e.what();
-      return;
-    }
-    p.creations += 1;
-    for (int i = 0; i < need; ++i) next_ids_.push_back(next_next_id_++);
-    std::string msg = join_message(current, next, next_next_id_, next_ids_, payload);
-    broadcast_string(*grown_world_, msg);
-    grown_control_ = grown_world_->split(0, grown_world_->rank());
-    p.creations += 1;
-    p.spawn_seconds = now_s() - t0;
-    // The placement and whether leftovers leave, for the new processes (they cannot compute it).
-    std::string msg_placed = may_leave + ' ';
-    for (int q : placed) msg_placed += std::to_string(q) + ' ';
-    broadcast_string(*grown_control_, msg_placed);
-    starting_ = 0;  // the new processes have joined and know the placement
-  }
-  if (!identity) {
-    p.process_of_rank = placed;
-    reorder(next, placed, may_leave == "1");
-    after_grow(next, work);
-    return;
-  }
+  p.creations += 1;
+  for (int i = 0; i < need; ++i) next_ids_.push_back(next_next_id_++);
+  std::string msg = join_message(current, next, next_next_id_, next_ids_, payload);
+  broadcast_string(*grown_world_, msg);
+  grown_control_ = grown_world_->split(0, grown_world_->rank());
+  p.creations += 1;
+  p.spawn_seconds = now_s() - t0;
+  // The placement and whether leftovers leave, for the new processes (they cannot compute it).
+  std::string msg_placed = may_leave + ' ';
+  for (int q : placed) msg_placed += std::to_string(q) + ' ';
+  broadcast_string(*grown_control_, msg_placed);
+  starting_ = 0;  // the new processes have joined and know the placement
+  return true;
+}
+
+// The next world under an identity placement: the grown one, the lowest ranks of the current
+// one (`shrink`; the others leave), or the current one kept as it is.
+void DeviceManager::settle_identity_world(const vps::ParallelConfig& next, int need, bool shrink) {
+  Prepared& p = *prepared_;
+  comm::Transport& ctl = *control_;
   if (need > 0) {
     next_world_ = std::move(grown_world_);
     next_control_ = std::move(grown_control_);
     remember_world(next_ids_, next_world_, next_control_);
-  } else if (decision[0] == 'S') {
+  } else if (shrink) {
     const bool stays = ctl.rank() < next.world_size();
     next_world_ = ctl.split(stays ? 0 : -1, ctl.rank());
     p.creations += 1;
@@ -185,6 +176,44 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
     } else {
       p.leaving = true;
     }
+  }
+}
+
+void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work,
+                                const std::string& payload, const Place& place, const std::vector<int>& vacate) {
+  comm::Transport& ctl = *control_;
+  if (ctl.rank() >= current.world_size()) wait_for_root(ctl, Wake::kPrepare);
+  else wake_from(ctl, current.world_size(), Wake::kPrepare);
+  prepare_start_ = now_s();
+  Prepared& p = *prepared_;
+  p.config = next;
+  p.world_before = p.world_after = ctl.size();
+  // Processes to start: what the layout lacks once the vacated ones are gone.
+  const int need = next.world_size() - (ctl.size() - static_cast<int>(vacate.size()));
+  const std::string decision = decide_prepare(ctl, need, vacate);
+  if (decision[0] == 'R') {
+    p.refused = decision.substr(1);
+    return;
+  }
+  if (decision.size() > 1) p.note = "processes outside " + next.str() + " stay, idle: " + decision.substr(1);
+  next_ids_ = ids_;
+  next_next_id_ = next_id_;
+  // Where placement orders the next world, processes it leaves out may go (rank 0 says so).
+  std::string may_leave = ctl.rank() == 0 && launcher_ && launcher_->cannot_leave().empty() ? "1" : "0";
+  broadcast_string(ctl, may_leave);
+  std::vector<int> placed = place ? place(ctl.size() + std::max(need, 0)) : std::vector<int>{};
+  const bool identity = is_identity(placed);
+  for (int v : vacate) {
+    const bool placed_on_v = identity ? v < next.world_size() : std::find(placed.begin(), placed.end(), v) != placed.end();
+    DT_CHECK(!placed_on_v, "placement gives a rank to vacated process ", v);
+  }
+  // The merged world; with a placement it is reordered below.
+  if (need > 0 && !grow_world(current, next, need, payload, placed, may_leave)) return;
+  if (!identity) {
+    p.process_of_rank = placed;
+    reorder(next, placed, may_leave == "1");
+  } else {
+    settle_identity_world(next, need, decision[0] == 'S');
   }
   after_grow(next, work);
 }
@@ -258,9 +287,7 @@ void DeviceManager::prepare_joined(const vps::ParallelConfig& next, Work work) {
   in >> may_leave;
   std::vector<int> placed;
   for (int q = 0; in >> q;) placed.push_back(q);
-  bool identity = true;
-  for (int r = 0; r < static_cast<int>(placed.size()); ++r) identity = identity && placed[r] == r;
-  if (!identity) {
+  if (!is_identity(placed)) {
     prepared_->process_of_rank = placed;
     reorder(next, placed, may_leave == 1);
   } else {

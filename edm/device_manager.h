@@ -126,6 +126,10 @@ class DeviceManager {
  private:
   void run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work, const std::string& payload,
                    const Place& place, const std::vector<int>& vacate);
+  std::string decide_prepare(comm::Transport& ctl, int need, const std::vector<int>& vacate) const;
+  bool grow_world(const vps::ParallelConfig& current, const vps::ParallelConfig& next, int need,
+                  const std::string& payload, const std::vector<int>& placed, const std::string& may_leave);
+  void settle_identity_world(const vps::ParallelConfig& next, int need, bool shrink);
   void after_grow(const vps::ParallelConfig& next, Work& work);
   void reorder(const vps::ParallelConfig& next, const std::vector<int>& process_of_rank, bool may_leave);
 

@@ -52,103 +52,162 @@ std::string first_bad_element(const vps::Layout& dst, const vps::LocalBuffer& bu
   return "segment " + seg.box.str() + " on rank " + std::to_string(rank) + " is miscovered";
 }
 
+using Landing = std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<const Piece*>>;
+
+// True when no two pieces share an element. Sweeps by row-major hull start within `seg`; only
+// pairs whose hulls overlap need a box test.
+bool pairwise_disjoint(const vps::Segment& seg, const std::vector<const Piece*>& pieces) {
+  std::vector<std::pair<std::int64_t, const Piece*>> order;
+  for (const Piece* p : pieces) order.emplace_back(seg.box.linear_index(p->box.lo), p);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<std::int64_t, const Piece*>> active;  // (hull end, piece)
+  for (const auto& [start, p] : order) {
+    std::erase_if(active, [&](const auto& a) { return a.first <= start; });
+    for (const auto& a : active)
+      if (!intersect(a.second->box, p->box).empty()) return false;
+    vps::Coord last = p->box.hi;
+    for (int d = 0; d < p->box.ndim; ++d) --last[d];
+    active.emplace_back(seg.box.linear_index(last) + 1, p);
+  }
+  return true;
+}
+
+// Rule 3 on one process: every destination segment is written exactly once by the pieces that
+// landed in it. Returns the first miscovered element, or "".
+std::string check_exact_cover(const vps::Layout& dst, const vps::RankLayout& dst_layout,
+                              const Landing& landing, int rank) {
+  static const std::vector<const Piece*> kNone;
+  for (const auto& buf : dst_layout.buffers) {
+    for (std::uint32_t s = 0; s < buf.segments.size(); ++s) {
+      const auto& seg = buf.segments[s];
+      auto it = landing.find({buf.id, s});
+      const auto& pieces = it == landing.end() ? kNone : it->second;
+      std::int64_t total = 0;
+      for (const Piece* p : pieces) total += p->box.numel();
+      if (!pairwise_disjoint(seg, pieces) || total != seg.box.numel())
+        return first_bad_element(dst, buf, seg, pieces, rank);
+    }
+  }
+  return "";
+}
+
+// Checks plans one process at a time against layouts it recomputes itself. Every check returns
+// the first violation as a readable line, or "" when the rule holds.
+class PlanChecker {
+ public:
+  PlanChecker(const vps::Layout& src, const vps::Layout& dst, const std::vector<RankPlan>& plans,
+              const SwitchPlacement& placement)
+      : src_(src), dst_(dst), placement_(placement),
+        world_(std::max(src.config().world_size(), dst.config().world_size())) {
+    for (const auto& p : plans) by_rank_[p.rank] = &p;
+  }
+
+  // A placement must put each layout's ranks on distinct processes of the job.
+  std::string check_placement() const {
+    try {
+      placement_.src.validate(src_.config().world_size(), world_);
+      placement_.dst.validate(dst_.config().world_size(), world_);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  // All three rules for the plan of one process.
+  std::string check_process(const RankPlan& plan) {
+    const int r = plan.rank;
+    if (r < 0 || r >= world_) return "plan for rank " + std::to_string(r) + " outside the world";
+    const vps::RankLayout dst_layout = layout_of(dst_, placement_.dst, r);
+    Landing landing;
+    for (const auto& p : plan.keep)
+      if (auto e = accept(p, r, r, dst_layout, landing); !e.empty()) return e;
+    if (auto e = check_receives(plan, dst_layout, landing); !e.empty()) return e;
+    if (auto e = check_sends(plan); !e.empty()) return e;
+    return check_exact_cover(dst_, dst_layout, landing, r);
+  }
+
+ private:
+  // The buffers a process holds in a layout: those of the rank placed on it, or none.
+  static vps::RankLayout layout_of(const vps::Layout& layout, const Placement& place, int process) {
+    const int r = place.rank_of(process, layout.config().world_size());
+    return r < 0 ? vps::RankLayout{} : layout.rank_layout(r);
+  }
+
+  // The source layout of a process, computed on first use.
+  const vps::RankLayout& src_layout(int process) {
+    auto it = src_layouts_.find(process);
+    if (it == src_layouts_.end())
+      it = src_layouts_.emplace(process, layout_of(src_, placement_.src, process)).first;
+    return it->second;
+  }
+
+  // Rule 1 for a piece process `r` keeps or receives from `expect_src`: filed under the right
+  // ranks, inside the destination segment it names and inside a source segment that holds it.
+  // An accepted piece is recorded in `landing` for rule 3.
+  std::string accept(const Piece& p, int r, int expect_src, const vps::RankLayout& dst_layout,
+                     Landing& landing) {
+    if (p.dst_rank != r || p.src_rank != expect_src)
+      return "piece " + describe(dst_, p) + " is filed under the wrong rank";
+    const vps::Segment* d = named_segment(dst_layout, p.dst_buffer, p.dst_segment, p);
+    if (!d || !d->box.contains(p.box))
+      return "piece " + describe(dst_, p) + " does not fit the destination segment it names";
+    if (p.src_rank < 0 || p.src_rank >= world_)
+      return "piece " + describe(dst_, p) + " names a source rank outside the world";
+    const vps::Segment* s = named_segment(src_layout(p.src_rank), p.src_buffer, p.src_segment, p);
+    if (!s || !s->box.contains(p.box))
+      return "piece " + describe(dst_, p) + ": the source rank does not hold it";
+    landing[{p.dst_buffer, p.dst_segment}].push_back(&p);
+    return "";
+  }
+
+  // Rules 1 and 2 for what process `plan.rank` receives: each piece is accepted, and a peer
+  // whose plan is given sends exactly these pieces.
+  std::string check_receives(const RankPlan& plan, const vps::RankLayout& dst_layout, Landing& landing) {
+    const int r = plan.rank;
+    for (const auto& [peer, pieces] : plan.recv) {
+      for (const auto& p : pieces)
+        if (auto e = accept(p, r, peer, dst_layout, landing); !e.empty()) return e;
+      if (auto it = by_rank_.find(peer); it != by_rank_.end()) {
+        auto sit = it->second->send.find(r);
+        if (sit == it->second->send.end() || sit->second != pieces)
+          return "rank " + std::to_string(peer) + " sends rank " + std::to_string(r) +
+                 " other pieces than rank " + std::to_string(r) + " expects";
+      }
+    }
+    return "";
+  }
+
+  // Rule 2 from the sending side: pieces filed under the right ranks, and a peer whose plan is
+  // given expects something from this process.
+  std::string check_sends(const RankPlan& plan) const {
+    const int r = plan.rank;
+    for (const auto& [peer, pieces] : plan.send) {
+      for (const auto& p : pieces)
+        if (p.src_rank != r || p.dst_rank != peer)
+          return "piece " + describe(dst_, p) + " is filed under the wrong rank";
+      if (by_rank_.count(peer) && !by_rank_.at(peer)->recv.count(r))
+        return "rank " + std::to_string(r) + " sends to rank " + std::to_string(peer) +
+               ", which expects nothing from it";
+    }
+    return "";
+  }
+
+  const vps::Layout& src_;
+  const vps::Layout& dst_;
+  const SwitchPlacement& placement_;
+  const int world_;  // processes
+  std::map<int, const RankPlan*> by_rank_;
+  std::map<int, vps::RankLayout> src_layouts_;  // by process
+};
+
 }  // namespace
 
 CheckResult check_plan(const vps::Layout& src, const vps::Layout& dst,
                        const std::vector<RankPlan>& plans, const SwitchPlacement& placement) {
-  const int src_ranks = src.config().world_size(), dst_ranks = dst.config().world_size();
-  const int world = std::max(src_ranks, dst_ranks);  // processes
-  auto fail = [](std::string what) { return CheckResult{false, std::move(what)}; };
-  try {
-    placement.src.validate(src_ranks, world);
-    placement.dst.validate(dst_ranks, world);
-  } catch (const InputError& e) {
-    return fail(e.what());
-  }
-  // The buffers a process holds in a layout: those of the rank placed on it, or none.
-  auto layout_of = [](const vps::Layout& layout, const Placement& place, int process) {
-    const int r = place.rank_of(process, layout.config().world_size());
-    return r < 0 ? vps::RankLayout{} : layout.rank_layout(r);
-  };
-  std::map<int, const RankPlan*> by_rank;
-  for (const auto& p : plans) by_rank[p.rank] = &p;
-  std::map<int, vps::RankLayout> src_layouts;  // computed on demand, by process
-  auto src_layout = [&](int r) -> const vps::RankLayout& {
-    auto it = src_layouts.find(r);
-    if (it == src_layouts.end()) it = src_layouts.emplace(r, layout_of(src, placement.src, r)).first;
-    return it->second;
-  };
-
-  for (const auto& plan : plans) {
-    const int r = plan.rank;
-    if (r < 0 || r >= world) return fail("plan for rank " + std::to_string(r) + " outside the world");
-    const vps::RankLayout dst_layout = layout_of(dst, placement.dst, r);
-    // Pieces landing in each destination segment: (buffer, segment) -> pieces.
-    std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<const Piece*>> landing;
-    auto accept = [&](const Piece& p, int expect_src) -> std::string {
-      if (p.dst_rank != r || p.src_rank != expect_src)
-        return "piece " + describe(dst, p) + " is filed under the wrong rank";
-      const vps::Segment* d = named_segment(dst_layout, p.dst_buffer, p.dst_segment, p);
-      if (!d || !d->box.contains(p.box))
-        return "piece " + describe(dst, p) + " does not fit the destination segment it names";
-      if (p.src_rank < 0 || p.src_rank >= world)
-        return "piece " + describe(dst, p) + " names a source rank outside the world";
-      const vps::Segment* s = named_segment(src_layout(p.src_rank), p.src_buffer, p.src_segment, p);
-      if (!s || !s->box.contains(p.box))
-        return "piece " + describe(dst, p) + ": the source rank does not hold it";
-      landing[{p.dst_buffer, p.dst_segment}].push_back(&p);
-      return "";
-    };
-    for (const auto& p : plan.keep)
-      if (auto e = accept(p, r); !e.empty()) return fail(e);
-    for (const auto& [peer, pieces] : plan.recv) {
-      for (const auto& p : pieces)
-        if (auto e = accept(p, peer); !e.empty()) return fail(e);
-      if (auto it = by_rank.find(peer); it != by_rank.end()) {
-        auto sit = it->second->send.find(r);
-        if (sit == it->second->send.end() || sit->second != pieces)
-          return fail("rank " + std::to_string(peer) + " sends rank " + std::to_string(r) +
-                      " other pieces than rank " + std::to_string(r) + " expects");
-      }
-    }
-    for (const auto& [peer, pieces] : plan.send) {
-      for (const auto& p : pieces)
-        if (p.src_rank != r || p.dst_rank != peer)
-          return fail("piece " + describe(dst, p) + " is filed under the wrong rank");
-      if (by_rank.count(peer) && !by_rank.at(peer)->recv.count(r))
-        return fail("rank " + std::to_string(r) + " sends to rank " + std::to_string(peer) +
-                    ", which expects nothing from it");
-    }
-    // Exact cover of every destination segment.
-    for (const auto& buf : dst_layout.buffers) {
-      for (std::uint32_t s = 0; s < buf.segments.size(); ++s) {
-        const auto& seg = buf.segments[s];
-        auto it = landing.find({buf.id, s});
-        static const std::vector<const Piece*> kNone;
-        const auto& pieces = it == landing.end() ? kNone : it->second;
-        std::int64_t total = 0;
-        for (const Piece* p : pieces) total += p->box.numel();
-        bool disjoint = true;
-        // Sweep by row-major hull start; only hull-overlapping pairs need a box test.
-        std::vector<std::pair<std::int64_t, const Piece*>> order;
-        for (const Piece* p : pieces) order.emplace_back(seg.box.linear_index(p->box.lo), p);
-        std::sort(order.begin(), order.end(),
-                  [](const auto& a, const auto& b) { return a.first < b.first; });
-        std::vector<std::pair<std::int64_t, const Piece*>> active;  // (hull end, piece)
-        for (const auto& [start, p] : order) {
-          std::erase_if(active, [&](const auto& a) { return a.first <= start; });
-          for (const auto& a : active)
-            if (!intersect(a.second->box, p->box).empty()) disjoint = false;
-          vps::Coord last = p->box.hi;
-          for (int d = 0; d < p->box.ndim; ++d) --last[d];
-          active.emplace_back(seg.box.linear_index(last) + 1, p);
-          if (!disjoint) break;
-        }
-        if (!disjoint || total != seg.box.numel())
-          return fail(first_bad_element(dst, buf, seg, pieces, r));
-      }
-    }
-  }
+  PlanChecker checker(src, dst, plans, placement);
+  if (auto e = checker.check_placement(); !e.empty()) return {false, std::move(e)};
+  for (const auto& plan : plans)
+    if (auto e = checker.check_process(plan); !e.empty()) return {false, std::move(e)};
   return {};
 }
 

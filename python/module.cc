@@ -180,8 +180,11 @@ py::dict config_dict(const vps::ParallelConfig& c, int rank) {
   return d;
 }
 
-void bind_manager(py::module_& m) {
-  py::class_<Manager, std::shared_ptr<Manager>>(m, "Manager")
+using ManagerClass = py::class_<Manager, std::shared_ptr<Manager>>;
+
+// Manager(comm, model, config, ...): builds the layouts and the first layout's buffers.
+void bind_manager_init(ManagerClass& cls) {
+  cls
       // `comm`: an MPI communicator's Fortran handle, a c10d_world() (c10d_bindings.h), or the
       // job a grow started this process for (join_job(); `config` is then the job's current layout).
       .def(py::init([](const py::object& comm, const py::object& model, const std::string& config,
@@ -205,7 +208,12 @@ void bind_manager(py::module_& m) {
            // Page-aligned tensors (kept tensors at new offsets remapped, not copied) only when
            // asked: dynatrain.plan() and `dynatrain plan` describe packed layouts, and a
            // Manager moves exactly the bytes they plan (tests/python).
-           py::arg("align_pages") = false, py::arg("prefault") = true)
+           py::arg("align_pages") = false, py::arg("prefault") = true);
+}
+
+// Switching the layout: switch(), validate() and a timed switch for the benchmark.
+void bind_manager_switch(ManagerClass& cls) {
+  cls
       .def("switch", [](Manager& self, const std::string& to) {
              auto config = vps::ParallelConfig::parse(to);
              SwitchStats s;
@@ -228,7 +236,12 @@ void bind_manager(py::module_& m) {
              double slowest = 0;
              for (double s : comm::all_gather_values(self.world(), mine)) slowest = std::max(slowest, s);
              return slowest;
-           })
+           });
+}
+
+// The current layout: its config, group colors, model, tensors and state kinds.
+void bind_manager_layout(ManagerClass& cls) {
+  cls
       .def("config", [](const Manager& self) { return config_dict(self.layout().config(), self.rank()); })
       .def("group_colors", [](const Manager& self) { return group_colors(self.layout().config(), self.rank()); })
       .def("model_name", [](const Manager& self) { return self.layout().model().name; })
@@ -246,7 +259,12 @@ void bind_manager(py::module_& m) {
              std::vector<std::string> names;
              for (auto k : self.layout().options().kinds) names.push_back(vps::state_kind_name(k));
              return names;
-           })
+           });
+}
+
+// This rank's memory: buffers, views into them, ZeRO buckets, segments and pool figures.
+void bind_manager_memory(ManagerClass& cls) {
+  cls
       // (BufferLease or None, kind, element bytes, numel) per buffer, in buffer id order. A lease
       // keeps the manager and the buffer's memory alive (lease_bindings.h); its bytes belong to
       // the current layout only until switch().
@@ -305,6 +323,14 @@ void bind_manager(py::module_& m) {
              d["deferred_bytes"] = self.keep_alive().deferred_bytes();
              return d;
            });
+}
+
+void bind_manager(py::module_& m) {
+  ManagerClass cls(m, "Manager");
+  bind_manager_init(cls);
+  bind_manager_switch(cls);
+  bind_manager_layout(cls);
+  bind_manager_memory(cls);
 }
 
 }  // namespace

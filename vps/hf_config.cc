@@ -175,6 +175,64 @@ void read_moe(const Fields& f, ModelSpec& m, const char* experts_key, const char
   m.expert_ffn = f.required(ffn_key);
 }
 
+// DeepSeek V2 / V3: multi-head latent attention, and MoE layers when n_routed_experts is set.
+void read_deepseek(const Fields& f, ModelSpec& m, const std::string& type) {
+  m.hidden = f.required("hidden_size");
+  m.layers = f.required("num_hidden_layers", 1, kMaxLayers);
+  m.heads = m.kv_heads = f.required("num_attention_heads");
+  m.vocab = f.required("vocab_size");
+  m.tied_embedding = f.boolean("tie_word_embeddings", false);
+  f.refuse_if(f.boolean("attention_bias", false), "attention_bias", "=true is not modelled for MLA");
+  m.q_lora_rank = f.integer("q_lora_rank", 0, 0);
+  m.kv_lora_rank = f.required("kv_lora_rank");
+  m.qk_nope_dim = f.required("qk_nope_head_dim");
+  m.qk_rope_dim = f.required("qk_rope_head_dim");
+  m.v_head_dim = f.required("v_head_dim");
+  m.head_dim = m.qk_nope_dim + m.qk_rope_dim;
+  m.ffn = f.required("intermediate_size");
+  if (f.has("n_routed_experts")) {
+    read_moe(f, m, "n_routed_experts", "moe_intermediate_size");
+    m.shared_expert_ffn = f.integer("n_shared_experts", 0, 0) * m.expert_ffn;
+    const std::int64_t first_dense = f.integer("first_k_dense_replace", 0, 0);
+    const std::int64_t freq = f.integer("moe_layer_freq", 1);
+    for (std::int64_t l = 0; l < m.layers; ++l)
+      if (l < first_dense || l % freq != 0) m.dense_layers.push_back(l);
+    const std::string method = f.string("topk_method", type == "deepseek_v3" ? "noaux_tc" : "greedy");
+    m.router_bias = method == "noaux_tc";
+  }
+}
+
+// GPT-2 (its own key names): LayerNorm, biases, a plain MLP (no SwiGLU), tied embedding by default.
+void read_gpt2(const Fields& f, ModelSpec& m) {
+  m.hidden = f.required("n_embd");
+  m.layers = f.required("n_layer", 1, kMaxLayers);
+  m.heads = m.kv_heads = f.required("n_head");
+  m.head_dim = m.hidden / m.heads;
+  m.ffn = f.integer("n_inner", 4 * m.hidden);
+  m.vocab = f.required("vocab_size");
+  m.max_positions = f.required("n_positions");
+  m.tied_embedding = f.boolean("tie_word_embeddings", true);
+  f.refuse_if(f.boolean("add_cross_attention", false), "add_cross_attention",
+              "=true (cross-attention layers) is not modelled");
+  m.swiglu = false;
+  m.bias = m.layernorm = true;
+}
+
+// GPT-NeoX: LayerNorm, biases, a plain MLP (no SwiGLU); attention without biases is refused.
+void read_gpt_neox(const Fields& f, ModelSpec& m) {
+  m.hidden = f.required("hidden_size");
+  m.layers = f.required("num_hidden_layers", 1, kMaxLayers);
+  m.heads = m.kv_heads = f.required("num_attention_heads");
+  m.head_dim = m.hidden / m.heads;
+  m.ffn = f.required("intermediate_size");
+  m.vocab = f.required("vocab_size");
+  m.tied_embedding = f.boolean("tie_word_embeddings", false);
+  f.refuse_if(!f.boolean("attention_bias", true), "attention_bias",
+              "=false (GPT-NeoX without attention biases) is not modelled");
+  m.swiglu = false;
+  m.bias = m.layernorm = true;
+}
+
 ModelSpec read_family(const Fields& f, const std::string& type) {
   ModelSpec m;
   m.family = type;
@@ -199,54 +257,11 @@ ModelSpec read_family(const Fields& f, const std::string& type) {
       m.qk_norm = true;
     }
   } else if (type == "deepseek_v2" || type == "deepseek_v3") {
-    m.hidden = f.required("hidden_size");
-    m.layers = f.required("num_hidden_layers", 1, kMaxLayers);
-    m.heads = m.kv_heads = f.required("num_attention_heads");
-    m.vocab = f.required("vocab_size");
-    m.tied_embedding = f.boolean("tie_word_embeddings", false);
-    f.refuse_if(f.boolean("attention_bias", false), "attention_bias", "=true is not modelled for MLA");
-    m.q_lora_rank = f.integer("q_lora_rank", 0, 0);
-    m.kv_lora_rank = f.required("kv_lora_rank");
-    m.qk_nope_dim = f.required("qk_nope_head_dim");
-    m.qk_rope_dim = f.required("qk_rope_head_dim");
-    m.v_head_dim = f.required("v_head_dim");
-    m.head_dim = m.qk_nope_dim + m.qk_rope_dim;
-    m.ffn = f.required("intermediate_size");
-    if (f.has("n_routed_experts")) {
-      read_moe(f, m, "n_routed_experts", "moe_intermediate_size");
-      m.shared_expert_ffn = f.integer("n_shared_experts", 0, 0) * m.expert_ffn;
-      const std::int64_t first_dense = f.integer("first_k_dense_replace", 0, 0);
-      const std::int64_t freq = f.integer("moe_layer_freq", 1);
-      for (std::int64_t l = 0; l < m.layers; ++l)
-        if (l < first_dense || l % freq != 0) m.dense_layers.push_back(l);
-      const std::string method = f.string("topk_method", type == "deepseek_v3" ? "noaux_tc" : "greedy");
-      m.router_bias = method == "noaux_tc";
-    }
+    read_deepseek(f, m, type);
   } else if (type == "gpt2") {
-    m.hidden = f.required("n_embd");
-    m.layers = f.required("n_layer", 1, kMaxLayers);
-    m.heads = m.kv_heads = f.required("n_head");
-    m.head_dim = m.hidden / m.heads;
-    m.ffn = f.integer("n_inner", 4 * m.hidden);
-    m.vocab = f.required("vocab_size");
-    m.max_positions = f.required("n_positions");
-    m.tied_embedding = f.boolean("tie_word_embeddings", true);
-    f.refuse_if(f.boolean("add_cross_attention", false), "add_cross_attention",
-                "=true (cross-attention layers) is not modelled");
-    m.swiglu = false;
-    m.bias = m.layernorm = true;
+    read_gpt2(f, m);
   } else if (type == "gpt_neox") {
-    m.hidden = f.required("hidden_size");
-    m.layers = f.required("num_hidden_layers", 1, kMaxLayers);
-    m.heads = m.kv_heads = f.required("num_attention_heads");
-    m.head_dim = m.hidden / m.heads;
-    m.ffn = f.required("intermediate_size");
-    m.vocab = f.required("vocab_size");
-    m.tied_embedding = f.boolean("tie_word_embeddings", false);
-    f.refuse_if(!f.boolean("attention_bias", true), "attention_bias",
-                "=false (GPT-NeoX without attention biases) is not modelled");
-    m.swiglu = false;
-    m.bias = m.layernorm = true;
+    read_gpt_neox(f, m);
   } else {
     f.fail("model_type", (type.empty() ? std::string("is required") : "'" + type + "' is not supported") +
                              "; valid: llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral, "
