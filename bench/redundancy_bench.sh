@@ -64,8 +64,9 @@ def step_times(name):  # seconds between consecutive step lines, from the third 
 def copy_line(name):
     for s, l in lines(name):
         if "memory copy (--redundancy" in l:
-            m = re.search(r"the last ([0-9.]+ [KMG]iB) of rank files.*?, ([0-9.]+) s on average, at most ([0-9.]+) s", l)
-            return m.group(1), float(m.group(2)), float(m.group(3))
+            m = re.search(r"the last ([0-9.]+ [KMG]iB) of rank files.*?\(fresh pages\) ([0-9.]+) s, ([0-9.]+) s, "
+                          r"then ([0-9.]+) s on average, at most ([0-9.]+) s", l)
+            return m.group(1), float(m.group(4)), float(m.group(5)), float(m.group(2)), float(m.group(3))
     return None
 
 def gib(text):
@@ -83,20 +84,20 @@ def memcpy_rates(nbytes):  # warm (best of 3) and into fresh memory, GB/s
     return nbytes / min(warm) / 1e9, nbytes / fresh / 1e9
 
 base = step_times("none")
-size, _, _ = copy_line("r1")
+size = copy_line("r1")[0]
 state = gib(size)
 warm, fresh = memcpy_rates(512 << 20)
 print(f"memcpy measured in this run: warm {warm:.2f} GB/s, into fresh memory {fresh:.2f} GB/s (one process, 512 MiB)\n")
-print("| run | step + boundary | vs no copy | copy per step (mean, max) | copy's bytes | copy at warm memcpy | copy / warm memcpy |")
-print("|---|---|---|---|---|---|---|")
-print(f"| no copy | {base:.3f} s | 1.00x | | | | |")
+print("| run | step + boundary | vs no copy | first two copies (fresh pages) | later copies (mean, max) | copy's bytes | at one warm memcpy | later copies / that |")
+print("|---|---|---|---|---|---|---|---|")
+print(f"| no copy | {base:.3f} s | 1.00x | | | | | |")
 for name, factor in (("r1", 1), ("r2", 2)):
-    size, mean, most = copy_line(name)
+    size, mean, most, first, second = copy_line(name)
     floor = factor * gib(size) / (warm * 1e9)
-    print(f"| --redundancy {factor} | {step_times(name):.3f} s | {step_times(name) / base:.2f}x | {mean:.3f} s, {most:.3f} s "
-          f"| {factor} x {size} | {floor:.3f} s | {mean / floor:.1f}x |")
+    print(f"| --redundancy {factor} | {step_times(name):.3f} s | {step_times(name) / base:.2f}x | {first:.2f} s, {second:.2f} s "
+          f"| {mean:.3f} s, {most:.3f} s | {factor} x {size} | {floor:.3f} s | {mean / floor:.1f}x |")
 
-print("\n| loss of rank 1, 200 ms into step %d | restarted from | steps lost | loss -> training resumed | loss -> back at step %d |" % (kill_at, kill_at))
+print("\n| loss of rank 1, 200 ms into step %d | restarted from | steps lost | loss -> training resumed | loss -> step %d done again |" % (kill_at, kill_at))
 print("|---|---|---|---|---|")
 for name, what in (("ckpt", "SIGKILL, checkpoint restart (no copy)"), ("kill1", "SIGKILL, --redundancy 1"),
                    ("lose2", "SIGKILL + its shared memory gone, --redundancy 2")):
@@ -112,7 +113,6 @@ for name, what in (("ckpt", "SIGKILL, checkpoint restart (no copy)"), ("kill1", 
     lost = sum(int(r["steps_lost"]) for r in rows if r["steps_lost"])
     steps = [int(r["step"]) for r in rows]
     assert steps == list(range(len(steps))), f"{name}: steps {steps}"
-    # the line of step k is printed once it is done: "back at step K" is the step before it done
     print(f"| {what} | step {frm} ({where}) | {lost} | {resumed - fault:.2f} s | {back - fault:.2f} s |")
 PY
 results_end

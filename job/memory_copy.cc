@@ -187,9 +187,13 @@ void save_memory_copy(const std::string& dir, std::int64_t step, train::Trainer&
     return;
   }
   const double s = seconds_since(t0);
+  if (stats.copies < 2) {
+    stats.first_seconds[stats.copies] = s;
+  } else {
+    stats.warm_seconds += s;
+    stats.warm_max_seconds = std::max(stats.warm_max_seconds, s);
+  }
   ++stats.copies;
-  stats.seconds += s;
-  stats.max_seconds = std::max(stats.max_seconds, s);
   if (world.rank() == 0) stats.file_bytes = file_bytes_of(step_dir, ranks);
 }
 

@@ -51,7 +51,9 @@ std::string memory_copy_room_problem(int redundancy, std::uint64_t state_bytes);
 // What the copies cost this job (rank 0's view: each copy's time includes waiting for the others).
 struct MemoryCopyStats {
   int copies = 0;
-  double seconds = 0, max_seconds = 0;
+  // The first two copies write fresh pages (first touch); the later ones write over them.
+  double first_seconds[2] = {0, 0};
+  double warm_seconds = 0, warm_max_seconds = 0;  // copies after the first two
   std::uint64_t file_bytes = 0;  // rank files of the last copy, buddy copies excluded (rank 0)
 };
 

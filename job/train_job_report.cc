@@ -197,10 +197,11 @@ void TrainJob::print_summary() {
                   r["world_before"].get<int>(), r["world_after"].get<int>(), r["pause_s"].get<double>() * 1e3,
                   r["prepare_s"].get<double>() * 1e3, r["hidden_fraction"].get<double>() * 100);
   if (const MemoryCopyStats& c = s_.copy_stats; c.copies > 0)
-    std::printf("  memory copy (--redundancy %d): %d copies, the last %s of rank files%s, %.3f s on average, "
-                "at most %.3f s\n",
+    std::printf("  memory copy (--redundancy %d): %d copies, the last %s of rank files%s; the first two (fresh "
+                "pages) %.3f s, %.3f s, then %.3f s on average, at most %.3f s\n",
                 args_.redundancy, c.copies, format_bytes(static_cast<double>(c.file_bytes)).c_str(),
-                args_.redundancy >= 2 ? " and as much in buddy copies" : "", c.seconds / c.copies, c.max_seconds);
+                args_.redundancy >= 2 ? " and as much in buddy copies" : "", c.first_seconds[0], c.first_seconds[1],
+                c.copies > 2 ? c.warm_seconds / (c.copies - 2) : 0.0, c.warm_max_seconds);
   if (s_.json_out.is_open()) {
     s_.json_out << nlohmann::json{{"switches", s_.ls.records}}.dump(2) << '\n';
     check_written(s_.json_out, "JSON", args_.json);

@@ -14,7 +14,11 @@ using vps::Box;
 
 std::string describe(const vps::Layout& layout, const Piece& p) {
   std::ostringstream os;
-  os << layout.tensors()[p.tensor].name << " " << vps::state_kind_name(p.kind) << " " << p.box.str()
+  if (p.tensor < layout.tensors().size())
+    os << layout.tensors()[p.tensor].name;
+  else  // a plan from outside the planner may name any tensor
+    os << "tensor " << p.tensor << " (the layout has " << layout.tensors().size() << ")";
+  os << " " << vps::state_kind_name(p.kind) << " " << p.box.str()
      << " rank " << p.src_rank << " -> rank " << p.dst_rank;
   return os.str();
 }
@@ -146,6 +150,8 @@ class PlanChecker {
   // An accepted piece is recorded in `landing` for rule 3.
   std::string accept(const Piece& p, int r, int expect_src, const vps::RankLayout& dst_layout,
                      Landing& landing) {
+    if (p.tensor >= dst_.tensors().size())
+      return "piece " + describe(dst_, p) + " names a tensor the layout does not have";
     if (p.dst_rank != r || p.src_rank != expect_src)
       return "piece " + describe(dst_, p) + " is filed under the wrong rank";
     const vps::Segment* d = named_segment(dst_layout, p.dst_buffer, p.dst_segment, p);

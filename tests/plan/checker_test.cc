@@ -1,4 +1,5 @@
-// plan/checker.h: the exact-cover checker catches a missing, a duplicated and a stolen piece.
+// plan/checker.h: the exact-cover checker catches a missing, a duplicated and a stolen piece, and
+// a piece of a tensor the layout does not have.
 #include "plan/checker.h"
 
 #include <gtest/gtest.h>
@@ -33,6 +34,23 @@ TEST(Checker, CatchesAMissingADuplicatedAndAStolenPiece) {
   auto& piece = stolen[4].recv.begin()->second.front();
   piece.src_segment += 1000;
   EXPECT_FALSE(check_plan(p.src, p.dst, stolen).ok);
+}
+
+// A plan from outside the planner naming a tensor the layout does not have is refused by name.
+TEST(Checker, RefusesAPieceOfATensorTheLayoutDoesNotHave) {
+  const auto m = vps::model_from_name("tiny-dense");
+  auto p = plan_between(m, "tp=2,pp=2,zero=1", "tp=1,pp=2,dp=4,zero=1", small_buckets(1000));
+  const auto tensors = p.dst.tensors().size();
+  for (bool keep : {true, false}) {
+    auto bad = p.plans;
+    auto& piece = keep ? bad[0].keep.front() : bad[4].recv.begin()->second.front();
+    piece.tensor = static_cast<std::uint32_t>(tensors + 7);
+    const auto r = check_plan(p.src, p.dst, bad);
+    ASSERT_FALSE(r.ok);
+    EXPECT_NE(r.violation.find("tensor " + std::to_string(tensors + 7) + " (the layout has " + std::to_string(tensors) +
+                               ")"), std::string::npos)
+        << r.violation;
+  }
 }
 
 }  // namespace
