@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/output_file.h"
 #include "job/memory_copy.h"
+#include "job/notice.h"
 #include "job/train_ckpt.h"
 #include "train/data.h"
 
@@ -58,6 +59,7 @@ struct Attempt {
   int exit_code = 0;
   std::int64_t last_step = -1;  // the last step rank 0 reported done (-1: none)
   int processes = 0;            // the job's processes at that step (0: no step reported)
+  bool every_process_noticed = false;  // the job ended on a notice to all (job/notice.h)
 };
 
 Attempt run_job(const std::vector<std::string>& cmd) {
@@ -94,6 +96,8 @@ Attempt run_job(const std::vector<std::string>& cmd) {
       // "step N  loss L  T tok/s  S ms  LAYOUT  P processes"
       long long step = 0;
       int processes = 0, matched = 0;  // characters up to "loss": the whole pattern matched
+      if (pending.compare(0, std::strlen(kEveryProcessNoticed), kEveryProcessNoticed) == 0)
+        a.every_process_noticed = true;
       const std::size_t at = pending.find("step ");
       if (at < eol && std::sscanf(pending.c_str() + at, "step %lld  loss%n %*f %*f tok/s %*f ms %*s %d processes",
                                   &step, &matched, &processes) >= 1 && matched > 0) {
@@ -429,6 +433,11 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
     const Attempt a = run_job(cmd);
     code = a.exit_code;
     if (code == 0 || g_signal || s.max_restarts == 0) break;  // done, stopped, or no restarts asked for
+    if (a.every_process_noticed) {  // a scheduler took the whole job back: it ends, saved
+      std::printf("supervise: every process had notice; the job ends without a restart\n");
+      code = code == 1 ? 128 + args.notice.signal : code;  // mpirun's 1 after the workers' 128 + signal
+      break;
+    }
     // From the memory copy, or the last intact checkpoint of this run, or the start.
     From f;
     f.ckpt = usable_copy(copy_dir.path(), args, o.model);

@@ -36,7 +36,9 @@ bool TrainJob::act_on_notices() {
       record_notice(n.rank, args_.notice.seconds, detail::concat(sig, " to pid ", n.pid, " before step ", s_.step));
   if (stay == 0) {
     if (!args_.save_dir.empty()) save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world(), s_.run, true);
-    // The job's one line (as the failure path's for a stop signal), on stderr, by the leader.
+    // The job's one line (as the failure path's for a stop signal), on stderr, by the leader;
+    // on stdout the notice line a supervisor reads (job/supervisor.h: no restart after it).
+    if (s_.leader) std::printf("%s (%s)\n", kEveryProcessNoticed, sig);
     std::fflush(stdout);
     if (s_.leader)
       std::fprintf(stderr, "dynatrain: error: rank 0 of %d: stopped by %s to every process: %s\n",

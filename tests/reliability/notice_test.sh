@@ -13,7 +13,8 @@
 #     has committed (step 11);
 #  5. notice to a process that a grow (2 -> 4 before step 6) started, in its fifth step (step 10;
 #     DT_FAULT counts the points a process reached);
-#  6. notice to every process (2 processes): the job saves a checkpoint and ends with 143.
+#  6. notice to every process (2 processes): the job saves a checkpoint and ends with 143;
+#  7. the same under --max-restarts: the supervisor does not restart it, exit 143.
 # Each case checks: every step in the CSV exactly once (none repeated or skipped), the process
 # count drops as it must, every loss within fp32 reduction noise of the uninterrupted run's
 # (another dp split), and one "notice:" line naming the ranks.
@@ -25,6 +26,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
 ulimit -c 0
 common=(--model tiny-dense --global-batch 12 --seq 16 --threads 1 --steps 24)
+run_args=()  # more train flags for the next run()
 fail() { echo "FAIL: $*"; exit 1; }
 py() { PYENV_VERSION=system python3 "$@"; }
 
@@ -54,7 +56,7 @@ PY
 run() {  # NAME NP SCHEDULE [ENV...]: runs the job in the background, its pid in $job
   local name=$1 np=$2 schedule=$3
   shift 3
-  env "$@" timeout 300 "$dt" train --np "$np" --mpirun "$mpiexec" "${common[@]}" --schedule "$schedule" \
+  env "$@" timeout 300 "$dt" train --np "$np" --mpirun "$mpiexec" "${common[@]}" "${run_args[@]}" --schedule "$schedule" \
     --csv "$tmp/$name.csv" --save "$tmp/$name.ck" --save-every 100 >"$tmp/$name.log" 2>"$tmp/$name.err" &
   job=$!
 }
@@ -131,4 +133,16 @@ finish all 143
 grep -q "^dynatrain: error: rank 0 of 2: stopped by SIGTERM to every process: saved checkpoint of step [0-9]*$" "$tmp/all.err" ||
   { cat "$tmp/all.log" "$tmp/all.err"; fail "all: no line for the whole job's notice"; }
 ls "$tmp/all.ck"/step-* >/dev/null 2>&1 || fail "all: no checkpoint saved"
+grep -q "^notice: every process has notice; the job ends (SIGTERM)$" "$tmp/all.log" || fail "all: no notice line on stdout"
+
+echo "7. notice to every process of a supervised job: no restart"
+run_args=(--max-restarts 2)
+run allsup 2 "0:tp=2"
+run_args=()
+wait_for_step allsup 4
+kill -TERM $(pid_of_rank allsup 0) $(pid_of_rank allsup 1)
+finish allsup 143
+grep -q "^supervise: every process had notice; the job ends without a restart$" "$tmp/allsup.log" ||
+  { cat "$tmp/allsup.log" "$tmp/allsup.err"; fail "allsup: no supervisor line"; }
+grep -q "restart 1 of" "$tmp/allsup.log" && fail "allsup: the supervisor restarted the job"
 echo "ok: notices to one, two, the leader, during a switch and to a grown process vacate in memory (no step lost); a notice to all saves and ends"
