@@ -56,7 +56,6 @@ namespace {
 using dt::Clock;
 using dt::seconds_since;
 
-
 double max_over_ranks(dt::comm::Transport& t, double v) {
   const auto all = dt::testing::gather_double(t, v);
   return *std::max_element(all.begin(), all.end());
@@ -101,8 +100,8 @@ KindArenas allocate(const dt::vps::Layout& l, const dt::vps::RankLayout& rl, boo
   KindArenas a;
   for (const auto& b : rl.buffers) {
     auto& size = a.kind[static_cast<int>(b.kind)].size;
-    size = std::max<std::size_t>(size, static_cast<std::size_t>(b.arena_offset + b.numel) *
-                                           l.options().elem_bytes[static_cast<int>(b.kind)]);
+    size = std::max<std::size_t>(
+        size, static_cast<std::size_t>(b.arena_offset + b.numel) * l.options().elem_bytes[static_cast<int>(b.kind)]);
   }
   for (auto& k : a.kind) {
     if (k.size == 0) continue;
@@ -122,7 +121,8 @@ void fill(const dt::vps::Layout& l, const dt::vps::RankLayout& rl, KindArenas& a
 int verify(const dt::vps::Layout& l, const dt::vps::RankLayout& rl, const KindArenas& a, const char* what, int me) {
   for (const auto& b : rl.buffers) {
     const int e = l.options().elem_bytes[static_cast<int>(b.kind)];
-    if (auto bad = dt::testing::verify_buffer(l.tensors(), b, e, a.kind[static_cast<int>(b.kind)].data.get() + b.arena_offset * e)) {
+    if (auto bad = dt::testing::verify_buffer(l.tensors(), b, e,
+                                              a.kind[static_cast<int>(b.kind)].data.get() + b.arena_offset * e)) {
       std::fprintf(stderr, "[rank %d] %s: %s\n", me, what, bad->str(l.tensors()).c_str());
       return 1;
     }
@@ -147,8 +147,10 @@ std::vector<std::pair<std::byte*, std::size_t>> segment_runs(const dt::vps::Layo
     for (const auto& s : b.segments) {
       std::byte* p = a.kind[static_cast<int>(b.kind)].data.get() + (b.arena_offset + s.offset) * e;
       const std::size_t n = static_cast<std::size_t>(s.box.numel()) * e;
-      if (!runs.empty() && runs.back().first + runs.back().second == p) runs.back().second += n;
-      else runs.emplace_back(p, n);
+      if (!runs.empty() && runs.back().first + runs.back().second == p)
+        runs.back().second += n;
+      else
+        runs.emplace_back(p, n);
     }
   }
   return runs;
@@ -170,7 +172,8 @@ bool read_whole_direct(const std::string& path, std::byte* into, std::size_t byt
   auto f = dt::ckpt::File::open_read_direct(path);
   if (!f) return false;
   constexpr std::size_t kRequest = std::size_t{64} << 20;
-  const std::size_t end = (bytes + dt::ckpt::kDirectAlignBytes - 1) / dt::ckpt::kDirectAlignBytes * dt::ckpt::kDirectAlignBytes;
+  const std::size_t end =
+      (bytes + dt::ckpt::kDirectAlignBytes - 1) / dt::ckpt::kDirectAlignBytes * dt::ckpt::kDirectAlignBytes;
   for (std::size_t at = 0; at < bytes;) {
     const ssize_t n = ::pread(f->fd(), into + at, std::min(kRequest, end - at), static_cast<off_t>(at));
     if (n <= 0) DT_INPUT_ERROR("direct read of '", path, "' failed at byte ", at);
@@ -179,7 +182,7 @@ bool read_whole_direct(const std::string& path, std::byte* into, std::size_t byt
   return true;
 }
 DiskLimits disk_bandwidth(dt::comm::Transport& t, const std::vector<std::pair<std::byte*, std::size_t>>& runs,
-                                         const std::string& dir) {
+                          const std::string& dir) {
   const std::string path = dir + "/raw-" + std::to_string(t.rank()) + ".bin";
   std::size_t bytes = 0;
   t.barrier();
@@ -249,12 +252,14 @@ struct LoadResult {
 LoadResult timed_load(dt::comm::Transport& t, const std::string& dir, const dt::vps::Layout& dst, KindArenas& arenas) {
   // Cold: every file of the checkpoint dropped from the page cache first.
   const auto c0 = dt::ckpt::open_latest(dir, dst.model());
-  for (std::size_t f = t.rank(); f < c0.files.size(); f += t.size()) drop_from_cache(c0.step_dir + "/" + c0.files[f].name);
+  for (std::size_t f = t.rank(); f < c0.files.size(); f += t.size())
+    drop_from_cache(c0.step_dir + "/" + c0.files[f].name);
   t.barrier();
   const auto t0 = Clock::now();
   const auto c = dt::ckpt::open_latest(dir, dst.model());
   dt::ckpt::LoadOptions options;
-  if (std::getenv("DT_PREFETCH_MIB")) options.prefetch_bytes = std::strtoull(std::getenv("DT_PREFETCH_MIB"), nullptr, 10) << 20;
+  if (std::getenv("DT_PREFETCH_MIB"))
+    options.prefetch_bytes = std::strtoull(std::getenv("DT_PREFETCH_MIB"), nullptr, 10) << 20;
   const auto stats = dt::ckpt::load_rank(c, dst, t.rank(), arenas.view(), options);
   const double mine = seconds_since(t0);
   LoadResult r;
@@ -264,14 +269,16 @@ LoadResult timed_load(dt::comm::Transport& t, const std::string& dir, const dt::
   r.calls = sum_over_ranks(t, static_cast<std::uint64_t>(stats.read_calls));
   r.in_place = sum_over_ranks(t, stats.bytes_in_place);
   if (std::getenv("DT_BENCH_VERBOSE")) {  // where each rank's time went (LoadStats' phases)
-    const double phases[] = {mine, stats.plan_seconds, stats.open_seconds, stats.read_seconds,
-                             stats.checksum_seconds, stats.copy_seconds};
+    const double phases[] = {
+        mine, stats.plan_seconds, stats.open_seconds, stats.read_seconds, stats.checksum_seconds, stats.copy_seconds};
     std::vector<std::vector<double>> all;
     for (double v : phases) all.push_back(dt::testing::gather_double(t, v));
     if (t.rank() == 0)
       for (int q = 0; q < t.size(); ++q)
-        std::fprintf(stderr, "  load into %s, rank %d: %.3f s = plan %.3f + open %.3f + read %.3f + checksum %.3f + copy %.3f + other\n",
-                     dst.config().str().c_str(), q, all[0][q], all[1][q], all[2][q], all[3][q], all[4][q], all[5][q]);
+        std::fprintf(
+            stderr,
+            "  load into %s, rank %d: %.3f s = plan %.3f + open %.3f + read %.3f + checksum %.3f + copy %.3f + other\n",
+            dst.config().str().c_str(), q, all[0][q], all[1][q], all[2][q], all[3][q], all[4][q], all[5][q]);
   }
   return r;
 }
@@ -347,11 +354,13 @@ OnlineResult online_switch(dt::comm::Transport& world, const BenchLayouts& L) {
   opt.mem_budget = 256ull << 20;
   OnlineResult r;
   world.barrier();
-  r.cold = max_over_ranks(world, dt::exec::run_transition(fwd, L.sl, a, L.dl, b, L.lo.elem_bytes, world, pool, opt).seconds);
+  r.cold =
+      max_over_ranks(world, dt::exec::run_transition(fwd, L.sl, a, L.dl, b, L.lo.elem_bytes, world, pool, opt).seconds);
   r.failures += dt::testing::verify_state(L.dst, L.dl, b) > 0;
   dt::exec::run_transition(back, L.dl, b, L.sl, a, L.lo.elem_bytes, world, pool, opt);
   world.barrier();
-  r.warm = max_over_ranks(world, dt::exec::run_transition(fwd, L.sl, a, L.dl, b, L.lo.elem_bytes, world, pool, opt).seconds);
+  r.warm =
+      max_over_ranks(world, dt::exec::run_transition(fwd, L.sl, a, L.dl, b, L.lo.elem_bytes, world, pool, opt).seconds);
   r.failures += dt::testing::verify_state(L.dst, L.dl, b) > 0;
   dt::testing::release_all(L.dst, L.dl, b, pool);
   return r;
@@ -370,8 +379,10 @@ void keep_best_limits(const DiskLimits& limits, CkptResults& r) {
   r.write_bw = std::max(r.write_bw, limits.write);
   r.read_bw = std::max(r.read_bw, limits.read);
   r.fresh_bw = std::max(r.fresh_bw, limits.read_fresh);
-  r.read_ways[0] = std::max(r.read_ways[0], limits.read_cached), r.read_ways[1] = std::max(r.read_ways[1], limits.read_direct);
-  r.read_ways[2] = std::max(r.read_ways[2], limits.fresh_cached), r.read_ways[3] = std::max(r.read_ways[3], limits.fresh_direct);
+  r.read_ways[0] = std::max(r.read_ways[0], limits.read_cached),
+  r.read_ways[1] = std::max(r.read_ways[1], limits.read_direct);
+  r.read_ways[2] = std::max(r.read_ways[2], limits.fresh_cached),
+  r.read_ways[3] = std::max(r.read_ways[3], limits.fresh_direct);
 }
 
 // Saves `state` as step `round`; returns the slowest rank's seconds and sets r.files_total (on
@@ -417,7 +428,9 @@ void ckpt_round(dt::comm::Transport& world, const BenchLayouts& L, KindArenas& s
   if (o2.seconds < r.other2.seconds) r.other2 = o2;
   r.failures += verify(L.dst2, L.dl2, fresh2, "resume into the second layout", me);
   if (me == 0 && std::getenv("DT_BENCH_VERBOSE"))
-    std::fprintf(stderr, "round %d: write %.2f GB/s, read %.2f GB/s (cached %.2f, direct %.2f; fresh memory %.2f / %.2f), save %.3f s, resume same %.3f s, other %.3f s, second %.3f s\n",
+    std::fprintf(stderr,
+                 "round %d: write %.2f GB/s, read %.2f GB/s (cached %.2f, direct %.2f; fresh memory %.2f / %.2f), save "
+                 "%.3f s, resume same %.3f s, other %.3f s, second %.3f s\n",
                  round, limits.write / 1e9, limits.read / 1e9, limits.read_cached / 1e9, limits.read_direct / 1e9,
                  limits.fresh_cached / 1e9, limits.fresh_direct / 1e9, save1, s1.seconds, o1.seconds, o2.seconds);
 }
@@ -431,9 +444,12 @@ void print_report(const BenchLayouts& L, int n, std::uint64_t state_total, const
   std::printf("## checkpoint benchmark: %s, %d ranks, %s -> %s, state %.2f GB (%.2f GB in files)\n\n",
               L.model.name.c_str(), n, L.src.config().str().c_str(), L.dst.config().str().c_str(), state_total / gb,
               files_total / gb);
-  std::printf("measured in this run (best of 3 probes): fsync'd write %.2f GB/s, cold read %.2f GB/s, cold read into fresh memory %.2f GB/s (all %d ranks at once; each read the faster of through the page cache / past it: %.2f / %.2f and %.2f / %.2f GB/s)\n\n",
-              r.write_bw / gb, r.read_bw / gb, r.fresh_bw / gb, n, r.read_ways[0] / gb, r.read_ways[1] / gb,
-              r.read_ways[2] / gb, r.read_ways[3] / gb);
+  std::printf(
+      "measured in this run (best of 3 probes): fsync'd write %.2f GB/s, cold read %.2f GB/s, cold read into fresh "
+      "memory %.2f GB/s (all %d ranks at once; each read the faster of through the page cache / past it: %.2f / %.2f "
+      "and %.2f / %.2f GB/s)\n\n",
+      r.write_bw / gb, r.read_bw / gb, r.fresh_bw / gb, n, r.read_ways[0] / gb, r.read_ways[1] / gb,
+      r.read_ways[2] / gb, r.read_ways[3] / gb);
   std::printf("(each row: best of 3 rounds)\n\n");
   std::printf("| operation | seconds | bytes | GB/s | of the disk's bandwidth |\n|---|---|---|---|---|\n");
   std::printf("| save (files + index + pointer, fsync'd) | %.3f | %.2f GB | %.2f | %.0f %% of write |\n", r.save_s,
@@ -442,12 +458,15 @@ void print_report(const BenchLayouts& L, int n, std::uint64_t state_total, const
               r.same.read / gb, r.same.read / r.same.seconds / gb, 100.0 * r.same.read / r.same.seconds / r.read_bw);
   for (const auto* o : {&r.other, &r.other2}) {
     const auto& l = o == &r.other ? L.dst : L.dst2;
-    std::printf("| resume into %s (cold cache, fresh memory) | %.3f | %.2f GB read for %.2f GB loaded, %.2f GB of it in place; %llu reads | %.2f read, %.2f loaded | %.0f %% of read, %.0f %% of read into fresh memory |\n",
-                l.config().str().c_str(), o->seconds, o->read / gb, o->loaded / gb, o->in_place / gb,
-                static_cast<unsigned long long>(o->calls), o->read / o->seconds / gb, o->loaded / o->seconds / gb,
-                100.0 * o->read / o->seconds / r.read_bw, 100.0 * o->read / o->seconds / r.fresh_bw);
+    std::printf(
+        "| resume into %s (cold cache, fresh memory) | %.3f | %.2f GB read for %.2f GB loaded, %.2f GB of it in place; "
+        "%llu reads | %.2f read, %.2f loaded | %.0f %% of read, %.0f %% of read into fresh memory |\n",
+        l.config().str().c_str(), o->seconds, o->read / gb, o->loaded / gb, o->in_place / gb,
+        static_cast<unsigned long long>(o->calls), o->read / o->seconds / gb, o->loaded / o->seconds / gb,
+        100.0 * o->read / o->seconds / r.read_bw, 100.0 * o->read / o->seconds / r.fresh_bw);
   }
-  std::printf("\n| switch %s -> %s | seconds |\n|---|---|\n", L.src.config().str().c_str(), L.dst.config().str().c_str());
+  std::printf("\n| switch %s -> %s | seconds |\n|---|---|\n", L.src.config().str().c_str(),
+              L.dst.config().str().c_str());
   std::printf("| online (exec engine), cold / warm | %.3f / %.3f |\n", online.cold, online.warm);
   if (restart_s >= 0) {
     const double ckpt_restart = r.save_s + restart_s + r.other.seconds;

@@ -51,7 +51,6 @@ namespace {
 using dt::Clock;
 using dt::seconds_since;
 
-
 dt::vps::ModelSpec bench_dense(bool quick) {
   dt::vps::ModelSpec m;
   m.name = "bench-dense";
@@ -146,7 +145,8 @@ std::pair<double, double> ckpt_restart_switch(const dt::vps::Layout& src, const 
   t0 = Clock::now();
   b.assign(my_dst.buffers.size(), nullptr);
   for (std::size_t j = 0; j < my_dst.buffers.size(); ++j) {
-    const std::size_t bytes = static_cast<std::size_t>(my_dst.buffers[j].numel) * eb[static_cast<int>(my_dst.buffers[j].kind)];
+    const std::size_t bytes =
+        static_cast<std::size_t>(my_dst.buffers[j].numel) * eb[static_cast<int>(my_dst.buffers[j].kind)];
     if (bytes) {
       b[j] = pool.allocate(bytes);
       std::memset(b[j], 0, bytes);
@@ -168,7 +168,11 @@ double naive_switch(const dt::vps::Layout& src, const dt::vps::Layout& dst, std:
   const auto& eb = src.options().elem_bytes;
   const auto my_src = src.rank_layout(me), my_dst = dst.rank_layout(me);
   // (tensor, kind) -> per rank: the segments it holds in the source layout.
-  struct Held { int rank; const dt::vps::Segment* seg; std::uint32_t buffer; };
+  struct Held {
+    int rank;
+    const dt::vps::Segment* seg;
+    std::uint32_t buffer;
+  };
   std::vector<dt::vps::RankLayout> all_src;
   for (int r = 0; r < W; ++r) all_src.push_back(src.rank_layout(r));
   std::map<std::pair<std::uint32_t, int>, std::vector<Held>> held;
@@ -184,7 +188,8 @@ double naive_switch(const dt::vps::Layout& src, const dt::vps::Layout& dst, std:
   std::uint64_t live = my_src.bytes(src.options());
   b.assign(my_dst.buffers.size(), nullptr);
   for (std::size_t j = 0; j < my_dst.buffers.size(); ++j) {
-    const std::size_t bytes = static_cast<std::size_t>(my_dst.buffers[j].numel) * eb[static_cast<int>(my_dst.buffers[j].kind)];
+    const std::size_t bytes =
+        static_cast<std::size_t>(my_dst.buffers[j].numel) * eb[static_cast<int>(my_dst.buffers[j].kind)];
     if (bytes) b[j] = pool.allocate(bytes), live += bytes;
   }
   peak = live;
@@ -214,7 +219,8 @@ double naive_switch(const dt::vps::Layout& src, const dt::vps::Layout& dst, std:
       pos[h.rank] += static_cast<std::size_t>(h.seg->box.numel()) * e;
     }
     if (auto w = wanted.find(key); w != wanted.end())
-      for (const auto& [buf, s] : w->second) dt::exec::copy_box(s->box, full.data(), fb, b[buf] + s->offset * e, s->box, e);
+      for (const auto& [buf, s] : w->second)
+        dt::exec::copy_box(s->box, full.data(), fb, b[buf] + s->offset * e, s->box, e);
     peak = std::max<std::uint64_t>(peak, live + blob.size() + gathered.size() + full.size());
   }
   dt::testing::release_all(src, my_src, a, pool);
@@ -240,7 +246,7 @@ Bench set_up(dt::comm::Transport& world, int argc, char** argv) {
   b.quick = argc > 1 && std::string(argv[1]) == "--quick";
   b.ckpt_dir = std::getenv("DT_CKPT_DIR") ? std::getenv("DT_CKPT_DIR") : "/tmp";
   b.n = world.size(), b.me = world.rank();
-  b.lo.bucket_elems = 4'000'000;  // Megatron uses 40M; scaled with the model
+  b.lo.bucket_elems = 4'000'000;                // Megatron uses 40M; scaled with the model
   b.lo.align_elems = dt::vps::kPageAlignElems;  // kept tensors at new offsets remapped (exec/README.md)
   b.bw = dt::comm::measure_p2p_bandwidth(world, std::size_t{64} << 20, 5);
   b.copy_bw = measure_copy_bandwidth(world, std::size_t{64} << 20, 5);
@@ -248,10 +254,15 @@ Bench set_up(dt::comm::Transport& world, int argc, char** argv) {
 }
 
 void print_header(const Bench& b) {
-  std::printf("## %d ranks (mpi, %s), budget %s, p2p bandwidth %.2f GB/s per rank (all pairs at once), "
-              "memcpy %.2f GB/s per rank (all ranks at once)\n\n", b.n, b.quick ? "quick" : "full",
-              dt::format_bytes(static_cast<double>(b.budget)).c_str(), b.bw / 1e9, b.copy_bw / 1e9);
-  std::printf("| switch | model | from -> to | state (all ranks) | max in per rank | lower bound s | LB incl. local copies s | DynaTrain cold s | warm s | warm / LB | warm / LB incl. copies | naive s | naive / warm | ckpt save + load s | ckpt / warm | peak / bound (GiB) | naive peak GiB |\n");
+  std::printf(
+      "## %d ranks (mpi, %s), budget %s, p2p bandwidth %.2f GB/s per rank (all pairs at once), "
+      "memcpy %.2f GB/s per rank (all ranks at once)\n\n",
+      b.n, b.quick ? "quick" : "full", dt::format_bytes(static_cast<double>(b.budget)).c_str(), b.bw / 1e9,
+      b.copy_bw / 1e9);
+  std::printf(
+      "| switch | model | from -> to | state (all ranks) | max in per rank | lower bound s | LB incl. local copies s | "
+      "DynaTrain cold s | warm s | warm / LB | warm / LB incl. copies | naive s | naive / warm | ckpt save + load s | "
+      "ckpt / warm | peak / bound (GiB) | naive peak GiB |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);
 }
@@ -267,11 +278,13 @@ int verify_on_all_ranks(dt::comm::Transport& world, const char* what, const dt::
 }
 
 // DT_BENCH_VERBOSE: where this rank's time of the cold and the warm switch went.
-void print_phases(int me, const char* what, const dt::exec::TransitionStats& cold, const dt::exec::TransitionStats& warm) {
+void print_phases(int me, const char* what, const dt::exec::TransitionStats& cold,
+                  const dt::exec::TransitionStats& warm) {
   for (const auto* s : {&cold, &warm})
-    std::fprintf(stderr, "[rank %d] %s %s: %.3fs agree %.3f keep %.3f pack %.3f wait %.3f unpack %.3f alloc %.3f; "
-                 "%llu msgs (%llu zero-copy out, %llu in), %llu waves, staging %llu\n", me, what,
-                 s == &cold ? "cold" : "warm", s->seconds, s->agree_seconds, s->keep_seconds, s->pack_seconds,
+    std::fprintf(stderr,
+                 "[rank %d] %s %s: %.3fs agree %.3f keep %.3f pack %.3f wait %.3f unpack %.3f alloc %.3f; "
+                 "%llu msgs (%llu zero-copy out, %llu in), %llu waves, staging %llu\n",
+                 me, what, s == &cold ? "cold" : "warm", s->seconds, s->agree_seconds, s->keep_seconds, s->pack_seconds,
                  s->wait_seconds, s->unpack_seconds, s->alloc_seconds, (unsigned long long)s->messages,
                  (unsigned long long)s->zero_copy_sends, (unsigned long long)s->zero_copy_recvs,
                  (unsigned long long)s->waves, (unsigned long long)s->staging_bytes);
@@ -345,18 +358,18 @@ void report_switch(const Bench& bench, const Switch& sw, const dt::vps::ModelSpe
   const double bw = bench.bw;
   const double lb = bw > 0 ? static_cast<double>(max_in) / bw : 0;
   // A second floor that also charges each rank its kept bytes at the measured memcpy rate.
-  const double lb_copy = max_d(world, static_cast<double>(cold.bytes_received) / bw +
-                                          static_cast<double>(cold.bytes_kept) / bench.copy_bw);
+  const double lb_copy = max_d(
+      world, static_cast<double>(cold.bytes_received) / bw + static_cast<double>(cold.bytes_kept) / bench.copy_bw);
   if (bench.me != 0) return;
   const double gib = 1024.0 * 1024 * 1024;
   const double naive_s = m.naive_s, save_s = m.save_s, load_s = m.load_s;
-  std::printf("| %s | %s | %s -> %s | %.2f GB | %.2f GB | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.3f | %.1fx | %.2f + %.2f | %.0fx | %.2f / %.2f%s | %.2f |\n",
-              sw.what, model.name.c_str(), src.config().str().c_str(), dst.config().str().c_str(),
-              total_state / 1e9, max_in / 1e9, lb, lb_copy, cold_s, warm_s, lb > 0 ? warm_s / lb : 0.0,
-              lb_copy > 0 ? warm_s / lb_copy : 0.0, naive_s,
-              warm_s > 0 ? naive_s / warm_s : 0.0, save_s, load_s,
-              warm_s > 0 ? (save_s + load_s) / warm_s : 0.0, peaks[worst] / gib, bounds[worst] / gib,
-              peaks[worst] <= bounds[worst] ? "" : " (OVER)", npeak / gib);
+  std::printf(
+      "| %s | %s | %s -> %s | %.2f GB | %.2f GB | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.3f | %.1fx | %.2f + %.2f "
+      "| %.0fx | %.2f / %.2f%s | %.2f |\n",
+      sw.what, model.name.c_str(), src.config().str().c_str(), dst.config().str().c_str(), total_state / 1e9,
+      max_in / 1e9, lb, lb_copy, cold_s, warm_s, lb > 0 ? warm_s / lb : 0.0, lb_copy > 0 ? warm_s / lb_copy : 0.0,
+      naive_s, warm_s > 0 ? naive_s / warm_s : 0.0, save_s, load_s, warm_s > 0 ? (save_s + load_s) / warm_s : 0.0,
+      peaks[worst] / gib, bounds[worst] / gib, peaks[worst] <= bounds[worst] ? "" : " (OVER)", npeak / gib);
   std::fflush(stdout);
 }
 

@@ -28,7 +28,9 @@ nlohmann::json write_attachments(const std::string& step_dir, const std::vector<
     for (const auto& before : listed)
       if (before.at("name") == a.name) DT_INPUT_ERROR("checkpoint attachment '", a.name, "' given twice");
     write_file_atomic((std::filesystem::path(step_dir) / a.name).string(), a.content);
-    listed.push_back({{"name", a.name}, {"bytes", a.content.size()}, {"checksum", hex64(checksum(a.content.data(), a.content.size()))}});
+    listed.push_back({{"name", a.name},
+                      {"bytes", a.content.size()},
+                      {"checksum", hex64(checksum(a.content.data(), a.content.size()))}});
   }
   return listed;
 }
@@ -37,7 +39,8 @@ std::vector<AttachmentInfo> parse_attachments(const nlohmann::json& index) {
   std::vector<AttachmentInfo> out;
   if (!index.contains("attachments")) return out;
   for (const auto& a : index.at("attachments"))
-    out.push_back({a.at("name").get<std::string>(), a.at("bytes").get<std::uint64_t>(), a.at("checksum").get<std::string>()});
+    out.push_back(
+        {a.at("name").get<std::string>(), a.at("bytes").get<std::uint64_t>(), a.at("checksum").get<std::string>()});
   return out;
 }
 

@@ -51,7 +51,7 @@ struct OpenFile {
   File file;
   StHeader header;
   std::map<std::string, const StEntry*> by_name;
-  json checksums;                // entry -> one hex checksum per chunk (or one for the whole entry)
+  json checksums;                 // entry -> one hex checksum per chunk (or one for the whole entry)
   std::uint64_t chunk_bytes = 0;  // 0: files written before chunked checksums (whole entries only)
 
   // Reads file bytes [offset, offset + total of `spans`) into `spans`, their pages backed by
@@ -66,7 +66,8 @@ std::unique_ptr<OpenFile> open_checked(const Checkpoint& c, int r) {
   const FileInfo& info = c.files.at(r);
   std::string path = c.step_dir + "/" + info.name;
   // A rank file whose node is gone is read from the copy another process kept of it.
-  if (std::error_code ec; !std::filesystem::exists(path, ec) && std::filesystem::exists(c.step_dir + "/" + copy_file_name(r), ec))
+  if (std::error_code ec;
+      !std::filesystem::exists(path, ec) && std::filesystem::exists(c.step_dir + "/" + copy_file_name(r), ec))
     path = c.step_dir + "/" + copy_file_name(r);
   auto f = std::make_unique<OpenFile>(OpenFile{File::open_read(path), {}, {}, {}, 0});
   const std::uint64_t bytes = f->file.size();
@@ -115,9 +116,8 @@ bool sums_match(const json& sums, const std::byte* data, std::uint64_t lo, std::
 // widened to whole checksum chunks of `chunk` bytes (the whole entry when chunk == 0), then
 // merged with the next range when the gap between them is at most `merge_gap` bytes.
 std::vector<std::pair<std::uint64_t, std::uint64_t>> read_ranges(const std::vector<const vps::Box*>& pieces,
-                                                                 const vps::Box& sbox, int elem,
-                                                                 std::uint64_t bytes, std::uint64_t chunk,
-                                                                 std::uint64_t merge_gap) {
+                                                                 const vps::Box& sbox, int elem, std::uint64_t bytes,
+                                                                 std::uint64_t chunk, std::uint64_t merge_gap) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> runs, out;
   if (bytes == 0) return out;
   if (chunk == 0) return {{0, bytes}};
@@ -135,7 +135,6 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> read_ranges(const std::vect
   }
   return out;
 }
-
 
 // The parts of `spans` (laid end to end; span i starts at starts[i]) that hold bytes [from, to).
 void parts_of(const std::vector<ByteSpan>& spans, const std::vector<std::uint64_t>& starts, std::uint64_t from,
@@ -276,10 +275,13 @@ Work plan_entry(const Read& r, const std::vector<plan::Piece>& pieces, const Des
       exec::for_each_run(q.box, 0, q.box.numel(), dseg->box, [&](std::int64_t at, std::int64_t n) {
         std::byte* p = out + at * elem;
         const std::size_t len = static_cast<std::size_t>(n) * elem;
-        if (!outs.empty() && outs.back().data + outs.back().bytes == p) outs.back().bytes += len;
-        else outs.push_back({p, len});
+        if (!outs.empty() && outs.back().data + outs.back().bytes == p)
+          outs.back().bytes += len;
+        else
+          outs.push_back({p, len});
       });
-    if (from < 0 || (outs.size() > 1 && hi - lo < min_run * outs.size()) || (w.chunk == 0 && (lo != 0 || hi != w.bytes))) {
+    if (from < 0 || (outs.size() > 1 && hi - lo < min_run * outs.size()) ||
+        (w.chunk == 0 && (lo != 0 || hi != w.bytes))) {
       w.staged.push_back(&q);
       boxes.push_back(&q.box);
       continue;
@@ -336,7 +338,8 @@ class Prefetcher {
 void read_entry(const Read& r, const Work& w, const Destinations& dsts, Scratch& scratch, Prefetcher& prefetcher,
                 LoadStats& stats) {
   for (const Direct& d : w.direct) {
-    const auto [n, calls] = read_in_place(*r.file, *r.entry, *w.sums, d.lo, d.hi, w.bytes, w.chunk, d.outs, scratch, stats);
+    const auto [n, calls] =
+        read_in_place(*r.file, *r.entry, *w.sums, d.lo, d.hi, w.bytes, w.chunk, d.outs, scratch, stats);
     stats.bytes_read += n;
     stats.read_calls += calls;
     stats.bytes_in_place += d.hi - d.lo;
@@ -432,7 +435,8 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
     const std::string name = entry_name(src, sbuf.kind, *r.segment);
     const auto it = file->by_name.find(name);
     if (it == file->by_name.end())
-      DT_INPUT_ERROR("checkpoint file '", file->file.path(), "' lacks entry '", name, "' (corrupted or another layout)");
+      DT_INPUT_ERROR("checkpoint file '", file->file.path(), "' lacks entry '", name,
+                     "' (corrupted or another layout)");
     r.file = file.get();
     r.entry = it->second;
     reads.push_back(r);
@@ -443,8 +447,7 @@ LoadStats load_rank(const Checkpoint& c, const vps::Layout& dst, int rank, const
   for (const Read& r : reads)
     work.push_back(plan_entry(r, pieces, dsts, dst.options().elem_bytes[static_cast<int>(r.kind)],
                               options.merge_gap_bytes, options.min_scatter_run_bytes, spans));
-  stats.plan_seconds =
-      seconds_since(started) - stats.open_seconds;
+  stats.plan_seconds = seconds_since(started) - stats.open_seconds;
 
   // Prefetch: the kernel is asked for the next `prefetch_bytes` of file ranges ahead of the one
   // being read, from a thread of its own, so the disk streams while this rank checks checksums
@@ -472,8 +475,7 @@ void verify(const Checkpoint& c) {
   }
 }
 
-std::vector<std::vector<std::byte>> load_full(const Checkpoint& c, const vps::ModelSpec& model,
-                                              vps::StateKind kind) {
+std::vector<std::vector<std::byte>> load_full(const Checkpoint& c, const vps::ModelSpec& model, vps::StateKind kind) {
   if (std::find(c.kinds.begin(), c.kinds.end(), kind) == c.kinds.end())
     DT_INPUT_ERROR("checkpoint '", c.step_dir, "' holds no ", vps::state_kind_name(kind), " state");
   vps::LayoutOptions options;

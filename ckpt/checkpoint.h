@@ -55,7 +55,7 @@ std::string step_dir_name(std::int64_t step);  // "step-00000010"
 std::string rank_file_name(int rank);          // "rank-00003.safetensors"
 // A copy of rank file `rank` kept by another process (job/memory_copy.h): the same bytes, so the
 // index's size and header checksum hold for it. A load reads it where the rank file is missing.
-std::string copy_file_name(int rank);          // "rank-00003.copy.safetensors"
+std::string copy_file_name(int rank);  // "rank-00003.copy.safetensors"
 
 // ---- saving ----
 // Every entry is checksummed in chunks of this many bytes (the last one shorter; XXH3-64 each),
@@ -103,8 +103,8 @@ void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout
 // Collective over `world` (ranks outside the layout pass empty arenas): the whole save.
 // A process that dies at any point leaves `latest` naming the previous complete checkpoint.
 void save(const std::string& dir, std::int64_t step, const vps::Layout& layout,
-          const std::vector<vps::StateKind>& kinds, const Arenas& arenas,
-          const nlohmann::json& trainer_state, comm::Transport& world, const SaveObserver& observer = {});
+          const std::vector<vps::StateKind>& kinds, const Arenas& arenas, const nlohmann::json& trainer_state,
+          comm::Transport& world, const SaveObserver& observer = {});
 
 // Collective over `world`: runs `work` on every rank and rethrows on every rank if it threw on
 // any, so that no rank is left waiting in a later collective: the failing rank its own
@@ -127,8 +127,8 @@ struct Checkpoint {
   std::int64_t align_elems = 1;  // the saved layout's tensor alignment (vps::LayoutOptions)
   std::vector<vps::StateKind> kinds;
   vps::ElemBytes elem_bytes{};
-  std::vector<FileInfo> files;  // file r holds source rank r
-  nlohmann::json trainer;       // opaque trainer state saved with it
+  std::vector<FileInfo> files;              // file r holds source rank r
+  nlohmann::json trainer;                   // opaque trainer state saved with it
   std::vector<AttachmentInfo> attachments;  // read them with read_attachment(step_dir, attachments, name)
 };
 
@@ -181,10 +181,10 @@ struct LoadOptions {
 };
 
 struct LoadStats {
-  std::uint64_t bytes_read = 0;  // file bytes read: of each entry, the checksum chunks covering
-                                 // the runs the pieces need, gaps up to merge_gap_bytes included
-  std::int64_t read_calls = 0;   // reads issued (one per merged range)
-  std::uint64_t bytes_loaded = 0;  // bytes written into the arenas
+  std::uint64_t bytes_read = 0;      // file bytes read: of each entry, the checksum chunks covering
+                                     // the runs the pieces need, gaps up to merge_gap_bytes included
+  std::int64_t read_calls = 0;       // reads issued (one per merged range)
+  std::uint64_t bytes_loaded = 0;    // bytes written into the arenas
   std::uint64_t bytes_in_place = 0;  // of bytes_loaded, read straight into the arenas (no copy)
   std::int64_t files_opened = 0;
   // Where the load's time went on this rank (wall seconds, adding up to about its whole time):
@@ -202,7 +202,6 @@ LoadStats load_rank(const Checkpoint& ckpt, const vps::Layout& dst, int rank, co
 
 // The full tensors of `kind` (each tensor unsharded, row-major, element bytes of the kind),
 // assembled through the same planner as a load into one rank holding everything.
-std::vector<std::vector<std::byte>> load_full(const Checkpoint& ckpt, const vps::ModelSpec& model,
-                                              vps::StateKind kind);
+std::vector<std::vector<std::byte>> load_full(const Checkpoint& ckpt, const vps::ModelSpec& model, vps::StateKind kind);
 
 }  // namespace dynatrain::ckpt

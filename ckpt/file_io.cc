@@ -144,8 +144,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
 
 std::string read_small_file(const std::string& path, std::uint64_t max_bytes) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    DT_INPUT_ERROR("'", path, "' is missing or not a regular file");
+  if (!std::filesystem::is_regular_file(path, ec)) DT_INPUT_ERROR("'", path, "' is missing or not a regular file");
   File f = File::open_read(path);
   const std::uint64_t n = f.size();
   if (n > max_bytes) DT_INPUT_ERROR("'", path, "' has ", n, " bytes; at most ", max_bytes, " expected");
@@ -165,8 +164,8 @@ std::uint64_t checksum_of_parts(const std::vector<ByteRun>& parts) {
 }
 
 AlignedBuffer::AlignedBuffer(std::size_t bytes)
-    : data_(static_cast<std::byte*>(std::aligned_alloc(kDirectAlignBytes,
-                                                       (bytes + kDirectAlignBytes - 1) / kDirectAlignBytes * kDirectAlignBytes))),
+    : data_(static_cast<std::byte*>(std::aligned_alloc(
+          kDirectAlignBytes, (bytes + kDirectAlignBytes - 1) / kDirectAlignBytes * kDirectAlignBytes))),
       bytes_(bytes) {
   DT_CHECK(data_ != nullptr || bytes == 0, "out of memory for a ", bytes, "-byte read buffer");
 }

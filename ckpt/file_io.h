@@ -31,7 +31,7 @@ class File {
   int fd() const { return fd_; }
   const std::string& path() const { return path_; }
   std::uint64_t size() const;
-  void sync() const;  // fsync; throws on failure
+  void sync() const;                         // fsync; throws on failure
   void truncate(std::uint64_t bytes) const;  // ftruncate; throws on failure
 
  private:

@@ -13,19 +13,20 @@ namespace {
 
 // Names of one family's modules.
 struct Names {
-  std::string moe;           // "mlp" or "block_sparse_moe"
-  std::string router;        // "gate"
+  std::string moe;             // "mlp" or "block_sparse_moe"
+  std::string router;          // "gate"
   std::string gate, up, down;  // expert projections
-  std::string shared;        // "shared_expert" or "shared_experts"
+  std::string shared;          // "shared_expert" or "shared_experts"
 };
 
 Names family_names(const vps::ModelSpec& m) {
-  static const char* const kFamilies[] = {"llama", "mistral", "qwen2", "qwen3", "qwen2_moe",
+  static const char* const kFamilies[] = {"llama",     "mistral", "qwen2",       "qwen3",      "qwen2_moe",
                                           "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3"};
   bool known = false;
   for (const char* f : kFamilies) known = known || m.family == f;
   if (!known)
-    DT_INPUT_ERROR("export of family '", m.family, "' is not supported; valid: llama, mistral, qwen2, "
+    DT_INPUT_ERROR("export of family '", m.family,
+                   "' is not supported; valid: llama, mistral, qwen2, "
                    "qwen3, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3");
   if (m.family == "mixtral") return {"block_sparse_moe", "gate", "w1", "w3", "w2", ""};
   if (m.family.rfind("deepseek", 0) == 0) return {"mlp", "gate", "gate_proj", "up_proj", "down_proj", "shared_experts"};
@@ -110,15 +111,20 @@ void add_hf_tensors(const vps::TensorSpec& t, const Names& n, const std::string&
   const auto& s = t.shape;
   const std::string p = "model.layers." + std::to_string(t.layer) + ".";
   switch (t.role) {
-    case R::kQkv: case R::kQkvBias: add_qkv(t, p, out); return;
-    case R::kExpertFc1: case R::kExpertFc2: add_experts(t, n, p, out); return;
-    case R::kFc1: case R::kSharedFc1: {  // [2, ffn, hidden]: gate; up
+    case R::kQkv:
+    case R::kQkvBias: add_qkv(t, p, out); return;
+    case R::kExpertFc1:
+    case R::kExpertFc2: add_experts(t, n, p, out); return;
+    case R::kFc1:
+    case R::kSharedFc1: {  // [2, ffn, hidden]: gate; up
       const std::string mlp = t.role == R::kFc1 ? p + "mlp." : p + "mlp." + n.shared + ".";
       out.push_back({mlp + "gate_proj.weight", {s[1], s[2]}, t.id, sub_box(s, 0, 0, 1)});
       out.push_back({mlp + "up_proj.weight", {s[1], s[2]}, t.id, sub_box(s, 0, 1, 2)});
       return;
     }
-    case R::kQUp: case R::kQ: case R::kKvUp:  // [heads, rows per head, in] -> [heads * rows, in]
+    case R::kQUp:
+    case R::kQ:
+    case R::kKvUp:  // [heads, rows per head, in] -> [heads * rows, in]
       out.push_back({whole_name(t.role, n, p), {s[0] * s[1], s[2]}, t.id, t.full_box()});
       return;
     default: break;

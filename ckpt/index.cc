@@ -29,8 +29,7 @@ std::string box_text(const vps::Box& b) {
 namespace detail {
 
 std::string entry_name(const vps::Layout& layout, vps::StateKind kind, const vps::Segment& s) {
-  return std::string(vps::state_kind_name(kind)) + "/" + layout.tensors()[s.tensor].name + "/" +
-         box_text(s.box);
+  return std::string(vps::state_kind_name(kind)) + "/" + layout.tensors()[s.tensor].name + "/" + box_text(s.box);
 }
 
 std::string latest_name(const std::string& dir) {
@@ -58,7 +57,8 @@ json read_index(const std::string& index_path) {
       DT_INPUT_ERROR("'", index_path, "' is not a ", kFormat, " index");
     if (index.contains("checksum") || index.contains("index_version")) {
       if (!index.contains("checksum"))
-        DT_INPUT_ERROR("checkpoint index '", index_path, "' has no checksum (its index_version needs one): edited or damaged");
+        DT_INPUT_ERROR("checkpoint index '", index_path,
+                       "' has no checksum (its index_version needs one): edited or damaged");
       const std::string want = index.at("checksum").get<std::string>();
       index.erase("checksum");
       if (index_checksum(index) != want)
@@ -143,8 +143,8 @@ Checkpoint open_named(const std::string& dir, const std::string& name, const std
     DT_INPUT_ERROR("checkpoint index '", index_path, "' is corrupted: ", e.what());
   }
   if (static_cast<int>(c.files.size()) != c.config.world_size())
-    DT_INPUT_ERROR("checkpoint index '", index_path, "' lists ", c.files.size(), " files for ",
-                   c.config.world_size(), " ranks (corrupted)");
+    DT_INPUT_ERROR("checkpoint index '", index_path, "' lists ", c.files.size(), " files for ", c.config.world_size(),
+                   " ranks (corrupted)");
   return c;
 }
 
@@ -154,7 +154,8 @@ Checkpoint open_latest(const std::string& dir, const std::vector<vps::TensorSpec
                        const std::string& model_name) {
   const std::string name = latest_name(dir);
   if (name.empty())
-    DT_INPUT_ERROR("'", dir, "' holds no complete checkpoint (no 'latest' file); give a directory a checkpoint was saved into");
+    DT_INPUT_ERROR("'", dir,
+                   "' holds no complete checkpoint (no 'latest' file); give a directory a checkpoint was saved into");
   return open_named(dir, name, tensors, model_name);
 }
 

@@ -101,8 +101,7 @@ StHeader read_header(int fd, std::uint64_t file_bytes, const std::string& path) 
   } catch (const std::exception& e) {
     DT_INPUT_ERROR("checkpoint file '", path, "': malformed header entry (corrupted): ", e.what());
   }
-  std::sort(h.entries.begin(), h.entries.end(),
-            [](const StEntry& a, const StEntry& b) { return a.begin < b.begin; });
+  std::sort(h.entries.begin(), h.entries.end(), [](const StEntry& a, const StEntry& b) { return a.begin < b.begin; });
   std::uint64_t expect = 0;
   for (const auto& e : h.entries) {
     if (e.begin != expect)
@@ -113,7 +112,8 @@ StHeader read_header(int fd, std::uint64_t file_bytes, const std::string& path) 
   h.data_bytes = expect;
   if (h.data_start + h.data_bytes != file_bytes)
     DT_INPUT_ERROR("checkpoint file '", path, "' has ", file_bytes, " bytes, its header says ",
-                   h.data_start + h.data_bytes, ": ", file_bytes < h.data_start + h.data_bytes ? "truncated" : "trailing garbage");
+                   h.data_start + h.data_bytes, ": ",
+                   file_bytes < h.data_start + h.data_bytes ? "truncated" : "trailing garbage");
   return h;
 }
 

@@ -12,12 +12,12 @@
 namespace dynatrain::ckpt {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+using detail::check_same_tensors;
 using detail::entry_name;
 using detail::kFormat;
-using detail::check_same_tensors;
 using detail::latest_name;
 using detail::read_index;
+using nlohmann::json;
 
 namespace {
 
@@ -37,13 +37,12 @@ json tensors_json(const std::vector<vps::TensorSpec>& tensors) {
 struct SegmentRef {
   vps::StateKind kind;
   vps::Segment segment;
-  vps::LocalBuffer buffer;         // the segment's buffer (without its segment list)
-  std::uint64_t buffer_byte = 0;   // where the segment starts in it
+  vps::LocalBuffer buffer;        // the segment's buffer (without its segment list)
+  std::uint64_t buffer_byte = 0;  // where the segment starts in it
   std::uint64_t bytes = 0;
 };
 
-std::vector<SegmentRef> rank_segments(const vps::Layout& layout, int rank,
-                                      const std::vector<vps::StateKind>& kinds) {
+std::vector<SegmentRef> rank_segments(const vps::Layout& layout, int rank, const std::vector<vps::StateKind>& kinds) {
   std::vector<SegmentRef> out;
   layout.visit_buffers(
       rank,
@@ -60,8 +59,8 @@ std::vector<SegmentRef> rank_segments(const vps::Layout& layout, int rank,
 }  // namespace
 
 std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& layout, int rank,
-                              const std::vector<vps::StateKind>& kinds, const Arenas& arenas,
-                              std::uint64_t chunk_bytes, FileWrite how) {
+                              const std::vector<vps::StateKind>& kinds, const Arenas& arenas, std::uint64_t chunk_bytes,
+                              FileWrite how) {
   DT_CHECK(chunk_bytes > 0, "checksum chunks of 0 bytes");
   const auto segments = rank_segments(layout, rank, kinds);
   StHeader header;
@@ -79,8 +78,11 @@ std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& la
     for (std::uint64_t c = 0; c * chunk_bytes < s.bytes; ++c) sums[e.name].push_back(std::string(16, '0'));
     header.entries.push_back(std::move(e));
   }
-  header.metadata = {{"format", kFormat}, {"rank", std::to_string(rank)}, {"config", layout.config().str()},
-                     {"chunk_bytes", std::to_string(chunk_bytes)}, {"checksums", sums.dump()}};
+  header.metadata = {{"format", kFormat},
+                     {"rank", std::to_string(rank)},
+                     {"config", layout.config().str()},
+                     {"chunk_bytes", std::to_string(chunk_bytes)},
+                     {"checksums", sums.dump()}};
   std::string encoded = encode_header(header);
 
   const std::string path = (fs::path(step_dir) / rank_file_name(rank)).string();
@@ -159,7 +161,9 @@ void commit(const std::string& dir, std::int64_t step, const vps::Layout& layout
     const StHeader h = read_header(f.fd(), bytes, path);
     std::string head(h.data_start, '\0');
     read_exact(f.fd(), head.data(), head.size(), 0, path);
-    files.push_back({{"name", rank_file_name(r)}, {"bytes", bytes}, {"header_checksum", hex64(checksum(head.data(), head.size()))}});
+    files.push_back({{"name", rank_file_name(r)},
+                     {"bytes", bytes},
+                     {"header_checksum", hex64(checksum(head.data(), head.size()))}});
   }
   index["files"] = files;
   index["attachments"] = write_attachments(step_dir.string(), attachments);
@@ -238,7 +242,8 @@ void check_save_target(const std::string& dir, std::int64_t step, const vps::Lay
   } catch (const InputError& e) {
     DT_INPUT_ERROR(e.what(), "; save into another directory");
   } catch (const std::exception& e) {
-    DT_INPUT_ERROR("checkpoint index '", step_dir, "/index.json' is corrupted: ", e.what(), "; save into another directory");
+    DT_INPUT_ERROR("checkpoint index '", step_dir, "/index.json' is corrupted: ", e.what(),
+                   "; save into another directory");
   }
 }
 

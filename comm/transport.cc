@@ -38,8 +38,7 @@ std::size_t runs_bytes(const std::vector<ByteRun>& runs) {
   return n;
 }
 
-void copy_runs(const std::byte* src, const std::vector<ByteRun>& from, std::byte* dst,
-               const std::vector<ByteRun>& to) {
+void copy_runs(const std::byte* src, const std::vector<ByteRun>& from, std::byte* dst, const std::vector<ByteRun>& to) {
   std::size_t i = 0, j = 0, at_i = 0, at_j = 0;  // run index and bytes done in it, per side
   while (i < from.size() && j < to.size()) {
     const std::size_t n = std::min(from[i].bytes - at_i, to[j].bytes - at_j);
@@ -138,12 +137,10 @@ std::vector<std::string> all_gather_strings(Transport& transport, const std::str
 }
 
 void check_all_to_all_args(int size, const std::vector<std::size_t>& send_counts,
-                           const std::vector<std::size_t>& send_offsets,
-                           const std::vector<std::size_t>& recv_counts,
+                           const std::vector<std::size_t>& send_offsets, const std::vector<std::size_t>& recv_counts,
                            const std::vector<std::size_t>& recv_offsets) {
   const auto n = static_cast<std::size_t>(size);
-  DT_CHECK(send_counts.size() == n && send_offsets.size() == n && recv_counts.size() == n &&
-               recv_offsets.size() == n,
+  DT_CHECK(send_counts.size() == n && send_offsets.size() == n && recv_counts.size() == n && recv_offsets.size() == n,
            "all_to_all: count/offset vectors must have size() = ", n, " entries");
 }
 

@@ -66,13 +66,11 @@ void wait_all(std::vector<std::unique_ptr<Request>>& requests);
 std::size_t runs_bytes(const std::vector<ByteRun>& runs);
 // Copies the bytes of runs `from` (of buffer `src`) into runs `to` (of buffer `dst`), in order,
 // whatever the split of either list; both must total the same bytes (checked by the caller).
-void copy_runs(const std::byte* src, const std::vector<ByteRun>& from, std::byte* dst,
-               const std::vector<ByteRun>& to);
+void copy_runs(const std::byte* src, const std::vector<ByteRun>& from, std::byte* dst, const std::vector<ByteRun>& to);
 
 // Backends' shared argument check for Transport::all_to_all: every vector has `size` entries.
 void check_all_to_all_args(int size, const std::vector<std::size_t>& send_counts,
-                           const std::vector<std::size_t>& send_offsets,
-                           const std::vector<std::size_t>& recv_counts,
+                           const std::vector<std::size_t>& send_offsets, const std::vector<std::size_t>& recv_counts,
                            const std::vector<std::size_t>& recv_offsets);
 
 class Transport {
@@ -95,8 +93,8 @@ class Transport {
   virtual std::unique_ptr<Request> isend(const void* buf, std::size_t bytes, int peer, int tag) = 0;
   virtual std::unique_ptr<Request> irecv(void* buf, std::size_t bytes, int peer, int tag) = 0;
   // Sends to `dst` and receives from `src` at once; cannot deadlock against the matching call.
-  virtual void sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf,
-                        std::size_t recv_bytes, int src, int tag) = 0;
+  virtual void sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf, std::size_t recv_bytes,
+                        int src, int tag) = 0;
 
   // ---- point to point on scattered bytes (runs of one buffer) ----
   // True when runs to `peer` travel straight from the sender's runs into the receiver's runs

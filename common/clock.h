@@ -8,8 +8,6 @@ namespace dynatrain {
 
 using Clock = std::chrono::steady_clock;
 
-inline double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace dynatrain

@@ -21,8 +21,8 @@ inline void check_cuda(cudaError_t e, const char* module, const char* what) {
     (void)cudaGetLastError();  // not sticky: later calls see a clean state
     throw std::bad_alloc();
   }
-  throw CommError(std::string(module) + ": " + what + " failed: " + cudaGetErrorName(e) + " (" +
-                  cudaGetErrorString(e) + ")");
+  throw CommError(std::string(module) + ": " + what + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+                  ")");
 }
 
 }  // namespace dynatrain

@@ -57,21 +57,21 @@ std::string concat(const Parts&... parts) {
 #define DT_INPUT_ERROR(...) throw ::dynatrain::InputError(::dynatrain::detail::concat(__VA_ARGS__))
 
 // Internal invariant: throws InvariantError naming file, line and the failed condition.
-#define DT_CHECK(cond, ...)                                                                   \
-  do {                                                                                        \
-    if (!(cond))                                                                              \
-      throw ::dynatrain::InvariantError(::dynatrain::detail::concat(                          \
+#define DT_CHECK(cond, ...)                                                                     \
+  do {                                                                                          \
+    if (!(cond))                                                                                \
+      throw ::dynatrain::InvariantError(::dynatrain::detail::concat(                            \
           __FILE__, ":", __LINE__, ": check failed: ", #cond, " " __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)
 
 // Internal invariant comparing two values; the message prints both operands.
-#define DT_CHECK_EQ(a, b)                                                                     \
-  do {                                                                                        \
-    const auto& dt_a_ = (a);                                                                  \
-    const auto& dt_b_ = (b);                                                                  \
-    if (!(dt_a_ == dt_b_))                                                                    \
-      throw ::dynatrain::InvariantError(::dynatrain::detail::concat(                          \
-          __FILE__, ":", __LINE__, ": check failed: ", #a, " == ", #b, " (", dt_a_, " vs ", dt_b_, ")")); \
+#define DT_CHECK_EQ(a, b)                                                                                            \
+  do {                                                                                                               \
+    const auto& dt_a_ = (a);                                                                                         \
+    const auto& dt_b_ = (b);                                                                                         \
+    if (!(dt_a_ == dt_b_))                                                                                           \
+      throw ::dynatrain::InvariantError(::dynatrain::detail::concat(__FILE__, ":", __LINE__, ": check failed: ", #a, \
+                                                                    " == ", #b, " (", dt_a_, " vs ", dt_b_, ")"));   \
   } while (0)
 
 }  // namespace dynatrain

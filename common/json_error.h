@@ -10,8 +10,10 @@ namespace dynatrain {
 
 inline std::string brief_json_error(const std::string& what) {
   std::string s = what;
-  if (const auto at = s.find(" at line "); at != std::string::npos) s = s.substr(at + 4);
-  else if (const auto close = s.find("] "); s.rfind("[json.", 0) == 0 && close != std::string::npos) s = s.substr(close + 2);
+  if (const auto at = s.find(" at line "); at != std::string::npos)
+    s = s.substr(at + 4);
+  else if (const auto close = s.find("] "); s.rfind("[json.", 0) == 0 && close != std::string::npos)
+    s = s.substr(close + 2);
   const auto colon = s.find(": "), dash = s.find(" - ");
   if (colon != std::string::npos && dash != std::string::npos && dash > colon)
     s = s.substr(0, colon + 2) + s.substr(dash + 3);

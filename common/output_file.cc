@@ -31,8 +31,7 @@ void check_output_path(const std::string& what, const std::string& path) {
   if (errno != ENOENT) cannot_write(what, path, std::strerror(errno));
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    cannot_write(what, path, "no directory '" + dir + "'");
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) cannot_write(what, path, "no directory '" + dir + "'");
   if (access(dir.c_str(), W_OK) != 0) cannot_write(what, path, "directory '" + dir + "': " + std::strerror(errno));
 }
 

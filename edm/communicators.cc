@@ -7,8 +7,7 @@
 
 namespace dynatrain::edm {
 
-std::unique_ptr<Communicators> Communicators::create(comm::Transport& parent,
-                                                     const vps::ParallelConfig& config) {
+std::unique_ptr<Communicators> Communicators::create(comm::Transport& parent, const vps::ParallelConfig& config) {
   auto c = std::make_unique<Communicators>();
   c->config_ = config;
   for (Group g : kAllGroups) {

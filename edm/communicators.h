@@ -54,8 +54,7 @@ class Communicators {
 
 class CommunicatorCache {
  public:
-  std::shared_ptr<const Communicators> get(comm::Transport& parent,
-                                           const std::vector<ProcessId>& members,
+  std::shared_ptr<const Communicators> get(comm::Transport& parent, const std::vector<ProcessId>& members,
                                            const vps::ParallelConfig& config);
   // Forgets every entry whose layout includes process `id` (no communication).
   void drop_member(ProcessId id);

@@ -18,8 +18,8 @@ namespace {
 double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
 // The join handshake (edm/join_message.h) rank 0 sends the processes a grow starts.
-std::string join_message(const vps::ParallelConfig& current, const vps::ParallelConfig& next,
-                         ProcessId next_id, const std::vector<ProcessId>& ids, const std::string& payload) {
+std::string join_message(const vps::ParallelConfig& current, const vps::ParallelConfig& next, ProcessId next_id,
+                         const std::vector<ProcessId>& ids, const std::string& payload) {
   return serialize(JoinMessage{current.str(), next.str(), next_id, ids, payload});
 }
 
@@ -182,8 +182,10 @@ void DeviceManager::settle_identity_world(const vps::ParallelConfig& next, int n
 void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work,
                                 const std::string& payload, const Place& place, const std::vector<int>& vacate) {
   comm::Transport& ctl = *control_;
-  if (ctl.rank() >= current.world_size()) wait_for_root(ctl, Wake::kPrepare);
-  else wake_from(ctl, current.world_size(), Wake::kPrepare);
+  if (ctl.rank() >= current.world_size())
+    wait_for_root(ctl, Wake::kPrepare);
+  else
+    wake_from(ctl, current.world_size(), Wake::kPrepare);
   prepare_start_ = now_s();
   Prepared& p = *prepared_;
   p.config = next;
@@ -204,7 +206,8 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
   std::vector<int> placed = place ? place(ctl.size() + std::max(need, 0)) : std::vector<int>{};
   const bool identity = is_identity(placed);
   for (int v : vacate) {
-    const bool placed_on_v = identity ? v < next.world_size() : std::find(placed.begin(), placed.end(), v) != placed.end();
+    const bool placed_on_v =
+        identity ? v < next.world_size() : std::find(placed.begin(), placed.end(), v) != placed.end();
     DT_CHECK(!placed_on_v, "placement gives a rank to vacated process ", v);
   }
   // The merged world; with a placement it is reordered below.
@@ -234,7 +237,8 @@ void DeviceManager::reorder(const vps::ParallelConfig& next, const std::vector<i
   for (int r = 0; r < ranks; ++r) next_ids_.push_back(all[process_of_rank[r]]);
   if (!may_leave)
     for (int q = 0; q < tc.size(); ++q)
-      if (std::find(process_of_rank.begin(), process_of_rank.end(), q) == process_of_rank.end()) next_ids_.push_back(all[q]);
+      if (std::find(process_of_rank.begin(), process_of_rank.end(), q) == process_of_rank.end())
+        next_ids_.push_back(all[q]);
   p.leaving = !member;
   // A world of these processes in this order seen before: no split (rank 0 decides; every
   // member of that world holds it, since it was made with all of them and none has left).
@@ -327,7 +331,8 @@ void DeviceManager::adopt() {
     for (ProcessId id : ids_)
       if (std::find(next_ids_.begin(), next_ids_.end(), id) == next_ids_.end()) {
         cache_.drop_member(id);
-        std::erase_if(worlds_, [id](const auto& w) { return std::find(w.first.begin(), w.first.end(), id) != w.first.end(); });
+        std::erase_if(worlds_,
+                      [id](const auto& w) { return std::find(w.first.begin(), w.first.end(), id) != w.first.end(); });
       }
     control_ = std::move(next_control_);
     owned_world_ = std::move(next_world_);

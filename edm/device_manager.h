@@ -30,7 +30,6 @@
 #include <thread>
 #include <vector>
 
-
 #include "comm/transport.h"
 #include "edm/communicators.h"
 #include "edm/launcher.h"
@@ -42,16 +41,16 @@ enum class Wake : int { kPrepare = 201, kCommit = 202, kFinish = 203 };
 
 struct Prepared {
   vps::ParallelConfig config;
-  std::string refused;          // non-empty: the switch cannot happen (one line); nothing changed
-  std::string note;             // non-empty: something the user should know (e.g. why nobody left)
+  std::string refused;  // non-empty: the switch cannot happen (one line); nothing changed
+  std::string note;     // non-empty: something the user should know (e.g. why nobody left)
   int world_before = 0, world_after = 0;
-  bool leaving = false;         // this process is not part of the next world
-  std::vector<int> process_of_rank;  // placement of the next layout in the transition world
+  bool leaving = false;                        // this process is not part of the next world
+  std::vector<int> process_of_rank;            // placement of the next layout in the transition world
   std::shared_ptr<const Communicators> comms;  // of `config` (nullptr on ranks outside it)
-  std::uint64_t creations = 0;  // communicators created by this prepare (cache + worlds)
-  double seconds = 0;           // wall time of the prepare on this rank
-  double hidden_seconds = 0;    // part of it that ended before wait_prepared() was called
-  double spawn_seconds = 0;     // of which starting processes and merging them
+  std::uint64_t creations = 0;                 // communicators created by this prepare (cache + worlds)
+  double seconds = 0;                          // wall time of the prepare on this rank
+  double hidden_seconds = 0;                   // part of it that ended before wait_prepared() was called
+  double spawn_seconds = 0;                    // of which starting processes and merging them
 };
 
 class DeviceManager {
@@ -64,8 +63,7 @@ class DeviceManager {
   // In a process started by a grow: `joined` is Launcher::join()'s world. Collective with the
   // starters' prepare (receives the state of the job from world rank 0). Afterwards call
   // prepare_joined() to run the rest of that prepare in step with the starters.
-  DeviceManager(std::unique_ptr<comm::Transport> joined, std::shared_ptr<Launcher> launcher,
-                bool layout_groups = true);
+  DeviceManager(std::unique_ptr<comm::Transport> joined, std::shared_ptr<Launcher> launcher, bool layout_groups = true);
   ~DeviceManager();
   DeviceManager(const DeviceManager&) = delete;
   DeviceManager& operator=(const DeviceManager&) = delete;
@@ -99,8 +97,8 @@ class DeviceManager {
   // `vacate`: world ranks that must take no rank of `next` and leave (a GPU reclaimed); as many
   // processes are started as the layout then lacks, and `place` must leave them out. Every rank
   // may be vacated, rank 0 included (a whole-job migration: the next world is all new processes).
-  void prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work,
-               std::string payload = {}, Place place = {}, std::vector<int> vacate = {});
+  void prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work, std::string payload = {},
+               Place place = {}, std::vector<int> vacate = {});
   // In a joined process, synchronously: the part of the starters' prepare after the grow (the
   // starters' placement arrives from them).
   void prepare_joined(const vps::ParallelConfig& next, Work work);

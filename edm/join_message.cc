@@ -27,16 +27,19 @@ const Json& field(const Json& header, const char* name, bool (*ok)(const Json&),
 }  // namespace
 
 std::string serialize(const JoinMessage& m) {
-  const Json header = {{"version", kJoinMessageVersion}, {"current", m.current}, {"next", m.next},
-                       {"next_id", m.next_id}, {"ids", m.ids}};
+  const Json header = {{"version", kJoinMessageVersion},
+                       {"current", m.current},
+                       {"next", m.next},
+                       {"next_id", m.next_id},
+                       {"ids", m.ids}};
   return header.dump() + '\n' + m.payload;
 }
 
 JoinMessage parse_join_message(const std::string& wire) {
   const std::size_t end = std::min(wire.find('\n'), wire.size());
   const Json header = Json::parse(wire.substr(0, end), nullptr, false);
-  DT_CHECK(end < wire.size() && header.is_object(), "malformed join message from rank 0: its first line (",
-           end, " bytes) is not a JSON object");
+  DT_CHECK(end < wire.size() && header.is_object(), "malformed join message from rank 0: its first line (", end,
+           " bytes) is not a JSON object");
   const auto version = field(header, "version", is_id, "an integer").get<std::uint64_t>();
   if (version != kJoinMessageVersion)
     DT_INPUT_ERROR("join message version ", version, " is not supported; this process reads version ",

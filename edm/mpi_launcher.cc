@@ -97,7 +97,8 @@ class MpiLauncher final : public Launcher {
   std::string cannot_start(int count, int alive) const override {
     const std::string head = refusal_head(count);
     const std::string exe = executable();
-    if (exe.empty() || access(exe.c_str(), X_OK) != 0) return head + "executable '" + exe + "' is missing or not executable";
+    if (exe.empty() || access(exe.c_str(), X_OK) != 0)
+      return head + "executable '" + exe + "' is missing or not executable";
     // Open MPI's launcher ends the whole job on a host it cannot resolve (ssh fails).
     for (const std::string& h : host_names(s_.hosts))
       if (!resolves(h)) return head + "host '" + h + "' of --host does not resolve";
@@ -183,8 +184,9 @@ class MpiLauncher final : public Launcher {
   void end_after_failed_start(bool leader) override {
     if (!leader) leave();
     std::this_thread::sleep_for(std::chrono::seconds(1));  // the others leave() meanwhile
-    std::printf("note: every step is done; ending the job with MPI_Abort, since after a failed "
-                "MPI_Comm_spawn Open MPI 4.1's mpirun does not exit by itself (its exit status is then 1)\n");
+    std::printf(
+        "note: every step is done; ending the job with MPI_Abort, since after a failed "
+        "MPI_Comm_spawn Open MPI 4.1's mpirun does not exit by itself (its exit status is then 1)\n");
     std::fflush(stdout);
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 0);

@@ -26,8 +26,7 @@ std::int64_t offset_in(const vps::Box& outer, const vps::Coord& c, const vps::Co
 
 }  // namespace
 
-StridedRuns strided_runs(const vps::Box& q, const vps::Box& src_box, const vps::Box& dst_box,
-                         std::size_t elem) {
+StridedRuns strided_runs(const vps::Box& q, const vps::Box& src_box, const vps::Box& dst_box, std::size_t elem) {
   static_assert(kIndexMaxDims == vps::kMaxDims, "exec/box_index.h assumes vps::kMaxDims");
   DT_CHECK(!q.empty(), "strided_runs of the empty box ", q.str());
   DT_CHECK(src_box.contains(q), "box ", q.str(), " outside source storage ", src_box.str());
@@ -36,9 +35,7 @@ StridedRuns strided_runs(const vps::Box& q, const vps::Box& src_box, const vps::
   const vps::Coord ss = strides_of(src_box), ds = strides_of(dst_box);
   // Fold trailing dims that are full in both storages; `m` is the first folded dim.
   int m = nd;
-  while (m > 0 && q.extent(m - 1) == src_box.extent(m - 1) &&
-         q.extent(m - 1) == dst_box.extent(m - 1))
-    --m;
+  while (m > 0 && q.extent(m - 1) == src_box.extent(m - 1) && q.extent(m - 1) == dst_box.extent(m - 1)) --m;
   // One contiguous run covers dims [run_dim, nd) (or everything when m == 0).
   const int run_dim = m > 0 ? m - 1 : 0;
   const auto e = static_cast<std::int64_t>(elem);
@@ -58,8 +55,8 @@ StridedRuns strided_runs(const vps::Box& q, const vps::Box& src_box, const vps::
   return r;
 }
 
-void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, std::byte* dst,
-              const vps::Box& dst_box, std::size_t elem, const MemoryOps& ops) {
+void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, std::byte* dst, const vps::Box& dst_box,
+              std::size_t elem, const MemoryOps& ops) {
   if (q.empty()) return;
   const StridedRuns r = strided_runs(q, src_box, dst_box, elem);
   if (r.rows == 1)
@@ -68,9 +65,8 @@ void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, 
     ops.copy_strided(dst, src, r);
 }
 
-std::size_t pack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end,
-                       const std::byte* seg, const vps::Box& seg_box, std::byte* out,
-                       std::size_t elem, const MemoryOps& ops) {
+std::size_t pack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end, const std::byte* seg,
+                       const vps::Box& seg_box, std::byte* out, std::size_t elem, const MemoryOps& ops) {
   if (begin == 0 && end == piece.numel()) {
     copy_box(piece, seg, seg_box, out, piece, elem, ops);
     return static_cast<std::size_t>(end - begin) * elem;
@@ -86,9 +82,8 @@ std::size_t pack_range(const vps::Box& piece, std::int64_t begin, std::int64_t e
   return static_cast<std::size_t>(at - out);
 }
 
-std::size_t unpack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end,
-                         const std::byte* in, std::byte* seg, const vps::Box& seg_box,
-                         std::size_t elem, const MemoryOps& ops) {
+std::size_t unpack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end, const std::byte* in,
+                         std::byte* seg, const vps::Box& seg_box, std::size_t elem, const MemoryOps& ops) {
   if (begin == 0 && end == piece.numel()) {
     copy_box(piece, in, piece, seg, seg_box, elem, ops);
     return static_cast<std::size_t>(end - begin) * elem;
@@ -104,8 +99,7 @@ std::size_t unpack_range(const vps::Box& piece, std::int64_t begin, std::int64_t
   return static_cast<std::size_t>(at - in);
 }
 
-std::int64_t contiguous_offset(const vps::Box& piece, std::int64_t begin, std::int64_t end,
-                               const vps::Box& seg_box) {
+std::int64_t contiguous_offset(const vps::Box& piece, std::int64_t begin, std::int64_t end, const vps::Box& seg_box) {
   if (begin >= end) return -1;
   // Elements of `piece` appear in the same relative order in `seg_box`'s storage, so the run is
   // contiguous exactly when first and last are (end - begin - 1) apart.

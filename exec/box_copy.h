@@ -22,37 +22,33 @@ namespace dynatrain::exec {
 
 // The runs (exec/box_index.h) that copy box `q` from the storage of `src_box` to the storage of
 // `dst_box`, `elem` bytes an element; `q` must lie inside both (checked) and not be empty.
-StridedRuns strided_runs(const vps::Box& q, const vps::Box& src_box, const vps::Box& dst_box,
-                         std::size_t elem);
+StridedRuns strided_runs(const vps::Box& q, const vps::Box& src_box, const vps::Box& dst_box, std::size_t elem);
 
 // Copies box `q` from storage of box `src_box` at `src` to storage of box `dst_box` at `dst`.
 // `q` must lie inside both boxes (checked); `elem` is the element size in bytes. The runs are
 // moved by `ops` (all three functions): one copy() when contiguous, else one copy_strided().
-void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, std::byte* dst,
-              const vps::Box& dst_box, std::size_t elem, const MemoryOps& ops = host_memory());
+void copy_box(const vps::Box& q, const std::byte* src, const vps::Box& src_box, std::byte* dst, const vps::Box& dst_box,
+              std::size_t elem, const MemoryOps& ops = host_memory());
 
 // Packs the row-major elements [begin, end) of box `piece` (stored inside `seg_box` at `seg`)
 // into `out`, contiguously. Returns the bytes written ((end - begin) * elem).
-std::size_t pack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end,
-                       const std::byte* seg, const vps::Box& seg_box, std::byte* out,
-                       std::size_t elem, const MemoryOps& ops = host_memory());
+std::size_t pack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end, const std::byte* seg,
+                       const vps::Box& seg_box, std::byte* out, std::size_t elem, const MemoryOps& ops = host_memory());
 // The inverse of pack_range: writes contiguous `in` into the elements [begin, end) of `piece`
 // inside `seg_box` at `seg`. Returns the bytes read.
-std::size_t unpack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end,
-                         const std::byte* in, std::byte* seg, const vps::Box& seg_box,
-                         std::size_t elem, const MemoryOps& ops = host_memory());
+std::size_t unpack_range(const vps::Box& piece, std::int64_t begin, std::int64_t end, const std::byte* in,
+                         std::byte* seg, const vps::Box& seg_box, std::size_t elem,
+                         const MemoryOps& ops = host_memory());
 
 // When the elements [begin, end) of `piece` form one contiguous run in the storage of
 // `seg_box`, returns the element offset of the run's first element in that storage; else -1.
-std::int64_t contiguous_offset(const vps::Box& piece, std::int64_t begin, std::int64_t end,
-                               const vps::Box& seg_box);
+std::int64_t contiguous_offset(const vps::Box& piece, std::int64_t begin, std::int64_t end, const vps::Box& seg_box);
 
 // Calls fn(offset, count) for each contiguous run of the row-major elements [begin, end) of
 // `piece` in the storage of `seg_box`, in order: `offset` is the run's first element in that
 // storage, `count` its length in elements. What the copies above touch, without touching it.
 template <typename Fn>
-void for_each_run(const vps::Box& piece, std::int64_t begin, std::int64_t end,
-                  const vps::Box& seg_box, Fn&& fn) {
+void for_each_run(const vps::Box& piece, std::int64_t begin, std::int64_t end, const vps::Box& seg_box, Fn&& fn) {
   thread_local std::vector<vps::Box> boxes;
   boxes.clear();
   vps::flat_range_boxes(piece, begin, end, boxes);

@@ -37,7 +37,8 @@ std::pair<std::byte*, std::vector<comm::ByteRun>> DirectRuns::comm_runs(int peer
   for (const BufRun& r : runs) lo = std::min(lo, addr(r));
   std::vector<comm::ByteRun> out;
   out.reserve(runs.size());
-  for (const BufRun& r : runs) out.push_back({static_cast<std::size_t>(addr(r) - lo), static_cast<std::size_t>(r.bytes)});
+  for (const BufRun& r : runs)
+    out.push_back({static_cast<std::size_t>(addr(r) - lo), static_cast<std::size_t>(r.bytes)});
   return {reinterpret_cast<std::byte*>(lo), std::move(out)};
 }
 

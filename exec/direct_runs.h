@@ -26,8 +26,8 @@ class DirectRuns {
  public:
   // `plan` is the plan the chunks were cut from; `src` / `dst` the rank's buffers (addresses
   // are read only when a message is posted, so they may still be filled in after construction).
-  DirectRuns(const PieceGeometry& geometry, const plan::RankPlan& plan, comm::Transport& transport,
-             bool runs_enabled, const std::vector<std::byte*>& src, const std::vector<std::byte*>& dst)
+  DirectRuns(const PieceGeometry& geometry, const plan::RankPlan& plan, comm::Transport& transport, bool runs_enabled,
+             const std::vector<std::byte*>& src, const std::vector<std::byte*>& dst)
       : g_(geometry), plan_(plan), t_(transport), enabled_(runs_enabled), src_(src), dst_(dst) {}
 
   // The pair moves scattered runs (isend_runs / irecv_runs) for every chunk.

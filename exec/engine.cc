@@ -37,10 +37,17 @@ constexpr std::size_t kMinBudget = 256;
 
 class Engine {
  public:
-  Engine(const plan::RankPlan& plan, const vps::RankLayout& sl, std::vector<std::byte*>& src,
-         const vps::RankLayout& dl, std::vector<std::byte*>& dst, const vps::ElemBytes& eb, comm::Transport& t,
-         StateAllocator& alloc, const TransitionOptions& opt)
-      : plan_(plan), src_(src), dst_(dst), eb_(eb), t_(t), alloc_(alloc), opt_(opt), g_{sl, dl, eb},
+  Engine(const plan::RankPlan& plan, const vps::RankLayout& sl, std::vector<std::byte*>& src, const vps::RankLayout& dl,
+         std::vector<std::byte*>& dst, const vps::ElemBytes& eb, comm::Transport& t, StateAllocator& alloc,
+         const TransitionOptions& opt)
+      : plan_(plan),
+        src_(src),
+        dst_(dst),
+        eb_(eb),
+        t_(t),
+        alloc_(alloc),
+        opt_(opt),
+        g_{sl, dl, eb},
         direct_(g_, wp_, t, opt.direct_runs, src, dst) {}
 
   TransitionStats run() {
@@ -169,16 +176,20 @@ class Engine {
     const int W = t_.size();
     for (const auto& p : plan_.keep) {
       check_piece(p, true, true);
-      if (zeroed(p.kind)) stats_.skipped_bytes_kept += g_.bytes(p);
-      else src_left_[p.src_buffer] += g_.bytes(p);
+      if (zeroed(p.kind))
+        stats_.skipped_bytes_kept += g_.bytes(p);
+      else
+        src_left_[p.src_buffer] += g_.bytes(p);
     }
     for (const auto& [peer, pieces] : plan_.send) {
       DT_CHECK(peer >= 0 && peer < W && peer != t_.rank(), "send peer ", peer, " of ", W);
       for (const auto& p : pieces) {
         check_piece(p, true, false);
         DT_CHECK_EQ(p.dst_rank, peer);
-        if (zeroed(p.kind)) stats_.skipped_bytes_sent += g_.bytes(p);
-        else src_left_[p.src_buffer] += g_.bytes(p);
+        if (zeroed(p.kind))
+          stats_.skipped_bytes_sent += g_.bytes(p);
+        else
+          src_left_[p.src_buffer] += g_.bytes(p);
       }
     }
     for (const auto& [peer, pieces] : plan_.recv) {
@@ -415,7 +426,7 @@ class Engine {
   LinkClasses links_;
   std::array<int, 2> depth_{2, 0};  // rounds in flight per class (TransitionOptions::rounds_in_flight)
   std::size_t cap_ = 0;
-  BufferMemory mem_;                    // sizes, page-wise buffers, granules
+  BufferMemory mem_;                     // sizes, page-wise buffers, granules
   std::vector<std::uint64_t> src_left_;  // per source buffer: bytes to send or keep
   std::uint64_t src_total_ = 0, dst_total_ = 0;
   Adoptions adoptions_;
@@ -428,7 +439,7 @@ class Engine {
   int nwaves_ = 0;
   std::vector<std::vector<std::uint32_t>> keeps_;  // per wave: indices into wp_.keep
   WaveWork work_;
-  std::vector<Round> rounds_;  // this rank's exchange sequence (build_rounds)
+  std::vector<Round> rounds_;                                         // this rank's exchange sequence (build_rounds)
   std::array<std::size_t, 2> send_stage_size_{}, recv_stage_size_{};  // per link class
 };
 
@@ -482,10 +493,8 @@ bool broadcast_preferred(int receivers, int off_node, std::uint64_t bytes) {
 
 TransitionStats run_transition(const plan::RankPlan& plan, const vps::RankLayout& src_layout,
                                std::vector<std::byte*>& src, const vps::RankLayout& dst_layout,
-                               std::vector<std::byte*>& dst,
-                               const vps::ElemBytes& elem_bytes,
-                               comm::Transport& transport, StateAllocator& alloc,
-                               const TransitionOptions& options) {
+                               std::vector<std::byte*>& dst, const vps::ElemBytes& elem_bytes,
+                               comm::Transport& transport, StateAllocator& alloc, const TransitionOptions& options) {
   Engine engine(plan, src_layout, src, dst_layout, dst, elem_bytes, transport, alloc, options);
   return engine.run();
 }

@@ -87,9 +87,7 @@ class StateAllocator : public MemoryOps {
   // Address space for `bytes`; no page is live until commit(). Released with release().
   virtual std::byte* reserve(std::size_t bytes) { return allocate(bytes); }
   // Makes [offset, offset + bytes) of `base` live (contents unspecified).
-  virtual void commit(std::byte* base, std::size_t offset, std::size_t bytes) {
-    (void)base, (void)offset, (void)bytes;
-  }
+  virtual void commit(std::byte* base, std::size_t offset, std::size_t bytes) { (void)base, (void)offset, (void)bytes; }
   // Gives back [offset, offset + bytes) of `base`; its contents are lost and it must not be
   // accessed again; the rest of the block stays valid.
   virtual void decommit(std::byte* base, std::size_t offset, std::size_t bytes) {
@@ -178,24 +176,24 @@ struct TransitionStats {
   // new offset (part of bytes_kept, apart from kept_zero_copy_bytes); the partial pages at the
   // ends of such a run are copied.
   std::uint64_t kept_remapped_bytes = 0;
-  std::uint64_t messages = 0;        // point-to-point messages sent by this rank
+  std::uint64_t messages = 0;                              // point-to-point messages sent by this rank
   std::uint64_t zero_copy_sends = 0, zero_copy_recvs = 0;  // messages without pack / unpack
   // Bytes of those messages: sent straight from the source buffers (not packed) and received
   // straight into the destination buffers (not unpacked); the rest of bytes_sent / _received
   // went through staging.
   std::uint64_t bytes_sent_direct = 0, bytes_received_direct = 0;
-  std::uint64_t staging_bytes = 0;   // staging actually allocated (<= mem_budget / 2)
-  std::uint64_t chunk_bytes = 0;     // chunk capacity used to cut each peer's stream
-  std::uint64_t waves = 0;           // number of waves (equal on every rank)
-  std::uint64_t granule_bytes = 0;   // unit of page-wise release / build (exec/README.md)
+  std::uint64_t staging_bytes = 0;     // staging actually allocated (<= mem_budget / 2)
+  std::uint64_t chunk_bytes = 0;       // chunk capacity used to cut each peer's stream
+  std::uint64_t waves = 0;             // number of waves (equal on every rank)
+  std::uint64_t granule_bytes = 0;     // unit of page-wise release / build (exec/README.md)
   std::uint64_t pagewise_buffers = 0;  // source + destination buffers handled page-wise
   // Link classes the schedule ran with: 2 when intra-node and inter-node rounds had their own
   // pipelines (LinkOverlap), 1 otherwise. overlapped_rounds: rounds this rank finished while a
   // round of the other class was in flight (0 with one class); it follows from the schedule,
   // not from timing, so the dry run predicts it.
   std::uint64_t link_classes = 1, overlapped_rounds = 0;
-  std::uint64_t rounds_in_flight = 2;  // of the slowest class run (inter-node with two classes)
-  bool descending = false;           // wave order taken was kDescending
+  std::uint64_t rounds_in_flight = 2;    // of the slowest class run (inter-node with two classes)
+  bool descending = false;               // wave order taken was kDescending
   std::string wave_order = "ascending";  // ascending, descending or balanced
   // Memory accounted by the engine on this rank: state buffers alive + staging.
   std::uint64_t src_bytes = 0, dst_bytes = 0;  // state before and after
@@ -229,8 +227,7 @@ TransitionStats sequential_stats(TransitionStats first, const TransitionStats& s
 // is then partly moved and must be rebuilt from elsewhere), InvariantError on a malformed plan.
 TransitionStats run_transition(const plan::RankPlan& plan, const vps::RankLayout& src_layout,
                                std::vector<std::byte*>& src, const vps::RankLayout& dst_layout,
-                               std::vector<std::byte*>& dst,
-                               const vps::ElemBytes& elem_bytes,
+                               std::vector<std::byte*>& dst, const vps::ElemBytes& elem_bytes,
                                comm::Transport& transport, StateAllocator& alloc,
                                const TransitionOptions& options = {});
 

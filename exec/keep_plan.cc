@@ -12,8 +12,8 @@ namespace {
 bool zeroed(std::uint32_t kinds, vps::StateKind k) { return (kinds >> static_cast<int>(k)) & 1u; }
 
 // In place: every buffer stays and is its own destination; sends still read it.
-void adopt_in_place(const plan::RankPlan& plan, const PieceGeometry& g, std::uint32_t zeroed_kinds,
-                    Adoptions& a, std::vector<std::uint64_t>& src_left, TransitionStats& stats) {
+void adopt_in_place(const plan::RankPlan& plan, const PieceGeometry& g, std::uint32_t zeroed_kinds, Adoptions& a,
+                    std::vector<std::uint64_t>& src_left, TransitionStats& stats) {
   DT_CHECK_EQ(g.src.buffers.size(), g.dst.buffers.size());
   for (const auto& p : plan.keep) {
     DT_CHECK(p.src_buffer == p.dst_buffer && p.src_segment == p.dst_segment, "in-place keep moves ", p.box.str());
@@ -83,8 +83,8 @@ struct RemapCandidate {
   std::uint64_t src_at = 0, dst_at = 0, bytes = 0;  // the piece's contiguous byte runs
 };
 
-std::vector<RemapCandidate> remap_candidates(const plan::RankPlan& plan, const PieceGeometry& g, std::uint64_t min_bytes,
-                                             const std::vector<std::uint64_t>& src_size,
+std::vector<RemapCandidate> remap_candidates(const plan::RankPlan& plan, const PieceGeometry& g,
+                                             std::uint64_t min_bytes, const std::vector<std::uint64_t>& src_size,
                                              const std::vector<std::uint64_t>& dst_size) {
   std::vector<RemapCandidate> out;
   for (std::uint32_t i = 0; i < plan.keep.size(); ++i) {
@@ -96,7 +96,8 @@ std::vector<RemapCandidate> remap_candidates(const plan::RankPlan& plan, const P
     if (so < 0 || dof < 0) continue;
     const std::uint64_t e = g.elem(p.kind);
     const RemapCandidate c{i, static_cast<std::uint64_t>(g.src_seg(p).offset + so) * e,
-                           static_cast<std::uint64_t>(g.dst_seg(p).offset + dof) * e, static_cast<std::uint64_t>(n) * e};
+                           static_cast<std::uint64_t>(g.dst_seg(p).offset + dof) * e,
+                           static_cast<std::uint64_t>(n) * e};
     if (c.src_at % kPageBytes != c.dst_at % kPageBytes || c.bytes < kPageBytes) continue;
     out.push_back(c);
   }
@@ -165,8 +166,8 @@ KeepRemaps find_remaps(const plan::RankPlan& plan, const PieceGeometry& g, const
 }
 
 void run_keep(const plan::Piece& p, const std::vector<Remap>& remaps, const PieceGeometry& g,
-              const std::vector<std::byte*>& src_bufs, const std::vector<std::byte*>& dst_bufs,
-              StateAllocator& alloc, TransitionStats& stats) {
+              const std::vector<std::byte*>& src_bufs, const std::vector<std::byte*>& dst_bufs, StateAllocator& alloc,
+              TransitionStats& stats) {
   const auto& s = g.src_seg(p);
   const auto& d = g.dst_seg(p);
   const std::size_t e = g.elem(p.kind);
@@ -177,8 +178,10 @@ void run_keep(const plan::Piece& p, const std::vector<Remap>& remaps, const Piec
     return;
   }
   const std::uint64_t n = g.bytes(p);
-  const std::uint64_t src_at = static_cast<std::uint64_t>(s.offset + contiguous_offset(p.box, 0, p.box.numel(), s.box)) * e;
-  const std::uint64_t dst_at = static_cast<std::uint64_t>(d.offset + contiguous_offset(p.box, 0, p.box.numel(), d.box)) * e;
+  const std::uint64_t src_at =
+      static_cast<std::uint64_t>(s.offset + contiguous_offset(p.box, 0, p.box.numel(), s.box)) * e;
+  const std::uint64_t dst_at =
+      static_cast<std::uint64_t>(d.offset + contiguous_offset(p.box, 0, p.box.numel(), d.box)) * e;
   std::uint64_t at = src_at;  // source bytes [src_at, at) are done
   for (const Remap& r : remaps) {
     if (r.src_at > at) alloc.copy(dst + (at - src_at + dst_at), src + at, r.src_at - at);

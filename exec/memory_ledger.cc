@@ -44,8 +44,18 @@ MemoryLedger::MemoryLedger(const BufferMemory& mem, const std::vector<std::uint6
                            const std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>>& dst_filled,
                            const PieceGeometry& g, StateAllocator& alloc, std::vector<std::byte*>& src,
                            std::vector<std::byte*>& dst, bool dry, ScheduleTrace* trace, TransitionStats& stats)
-    : mem_(mem), dst_filled_(dst_filled), g_(g), alloc_(alloc), src_(src), dst_(dst), dry_(dry), trace_(trace),
-      stats_(stats), left_(src_left), unread_(mem.src_unread), src_live_(mem.src_size) {
+    : mem_(mem),
+      dst_filled_(dst_filled),
+      g_(g),
+      alloc_(alloc),
+      src_(src),
+      dst_(dst),
+      dry_(dry),
+      trace_(trace),
+      stats_(stats),
+      left_(src_left),
+      unread_(mem.src_unread),
+      src_live_(mem.src_size) {
   src_held_.assign(mem.src_size.size(), 0);
   dst_live_.assign(mem.dst_size.size(), 0);
   committed_.assign(mem.dst_size.size(), {});

@@ -32,7 +32,7 @@ namespace dynatrain::exec {
 // What the ledger knows before a run: buffer sizes, which buffers are page-wise, the granule,
 // and the bytes every read of the plan takes from each granule of a page-wise source buffer.
 struct BufferMemory {
-  std::vector<std::uint64_t> src_size, dst_size;         // bytes of each buffer
+  std::vector<std::uint64_t> src_size, dst_size;  // bytes of each buffer
   std::uint64_t granule = 0;
   std::vector<char> src_pagewise, dst_pagewise;
   std::vector<std::vector<std::uint64_t>> src_unread;  // page-wise source: unread bytes per granule
@@ -118,12 +118,12 @@ class MemoryLedger {
   ScheduleTrace* trace_;
   TransitionStats& stats_;
 
-  std::vector<std::uint64_t> left_;                  // per source buffer: bytes still to read
-  std::vector<std::vector<std::uint64_t>> unread_;   // page-wise source: per granule
-  std::vector<std::uint64_t> src_live_;              // live bytes of each source buffer
-  std::vector<char> src_held_;                       // not yet given back
-  std::vector<char> dst_live_;                       // allocated (whole) or reserved (page-wise)
-  std::vector<std::vector<char>> committed_;         // page-wise destination: per granule
+  std::vector<std::uint64_t> left_;                 // per source buffer: bytes still to read
+  std::vector<std::vector<std::uint64_t>> unread_;  // page-wise source: per granule
+  std::vector<std::uint64_t> src_live_;             // live bytes of each source buffer
+  std::vector<char> src_held_;                      // not yet given back
+  std::vector<char> dst_live_;                      // allocated (whole) or reserved (page-wise)
+  std::vector<std::vector<char>> committed_;        // page-wise destination: per granule
   std::uint64_t live_ = 0, peak_ = 0;
 };
 

@@ -15,9 +15,7 @@ class MemoryOps {
  public:
   virtual ~MemoryOps() = default;
   // Copies `bytes` from `src` to `dst` (no overlap). Host: memcpy.
-  virtual void copy(std::byte* dst, const std::byte* src, std::size_t bytes) const {
-    std::memcpy(dst, src, bytes);
-  }
+  virtual void copy(std::byte* dst, const std::byte* src, std::size_t bytes) const { std::memcpy(dst, src, bytes); }
   // Copies every row of `runs` (exec/box_index.h) from `src` to `dst` (storage starts): a strided
   // box copy in one call. Host: one copy() per row; a device launches one kernel.
   virtual void copy_strided(std::byte* dst, const std::byte* src, const StridedRuns& runs) const {

@@ -96,12 +96,12 @@ class Pipeline {
   const PipelineWork& w_;
   const PipelineContext& c_;
   const bool dry_;
-  std::array<std::vector<Flight>, 2> flights_;    // [class][slot]
-  std::array<std::size_t, 2> posted_{}, done_{};  // per class: rounds posted, rounds finished
-  std::size_t next_ = 0;                          // rounds[0, next_) were looked at for posting
-  std::array<std::vector<std::size_t>, 2> queue_; // per class: rounds looked at, not posted
-  std::array<std::size_t, 2> queued_{};           // per class: queue_[c][0, queued_[c]) posted
-  int kept_ = 0;                                  // waves [0, kept_) have had their keeps
+  std::array<std::vector<Flight>, 2> flights_;     // [class][slot]
+  std::array<std::size_t, 2> posted_{}, done_{};   // per class: rounds posted, rounds finished
+  std::size_t next_ = 0;                           // rounds[0, next_) were looked at for posting
+  std::array<std::vector<std::size_t>, 2> queue_;  // per class: rounds looked at, not posted
+  std::array<std::size_t, 2> queued_{};            // per class: queue_[c][0, queued_[c]) posted
+  int kept_ = 0;                                   // waves [0, kept_) have had their keeps
 };
 
 void Pipeline::run_keeps(int w) {

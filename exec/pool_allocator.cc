@@ -20,8 +20,7 @@ constexpr std::size_t kHuge = 2 << 20;  // mappings start 2 MiB-aligned: mremap 
 // Address space for `bytes` (a multiple of pages), 2 MiB-aligned, no page touched.
 std::byte* map_untouched(std::size_t bytes) {
   const std::size_t span = bytes + kHuge;
-  void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+  void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   auto* base = static_cast<std::byte*>(p);
   auto* aligned = reinterpret_cast<std::byte*>(round_up(reinterpret_cast<std::uintptr_t>(base), kHuge));
@@ -38,8 +37,7 @@ std::byte* map_untouched(std::size_t bytes) {
 void remap_range(std::byte* from, std::byte* to, std::size_t bytes) {
   void* r = ::mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to);
   if (r != MAP_FAILED) return;
-  DT_CHECK(errno == EFAULT && bytes > kPageBytes, "mremap of ", bytes, " bytes failed: ",
-           std::strerror(errno));
+  DT_CHECK(errno == EFAULT && bytes > kPageBytes, "mremap of ", bytes, " bytes failed: ", std::strerror(errno));
   const std::size_t half = round_up(bytes / 2, kPageBytes);
   remap_range(from, to, half);
   remap_range(from + half, to + half, bytes - half);
@@ -175,12 +173,11 @@ std::byte* PoolAllocator::reserve_locked(std::size_t bytes) {
   return base;
 }
 
-PoolAllocator::Mapped& PoolAllocator::mapped_block(std::byte* base, std::size_t offset,
-                                                   std::size_t bytes) {
+PoolAllocator::Mapped& PoolAllocator::mapped_block(std::byte* base, std::size_t offset, std::size_t bytes) {
   auto it = mapped_.find(base);
   DT_CHECK(it != mapped_.end(), "page-wise call on a pointer that is no mapped block of this pool");
-  DT_CHECK(offset % kPageBytes == 0 && offset + bytes <= it->second.bytes, "page range ", offset,
-           "+", bytes, " outside a block of ", it->second.bytes, " bytes or not page-aligned");
+  DT_CHECK(offset % kPageBytes == 0 && offset + bytes <= it->second.bytes, "page range ", offset, "+", bytes,
+           " outside a block of ", it->second.bytes, " bytes or not page-aligned");
   return it->second;
 }
 
@@ -336,14 +333,29 @@ void PoolAllocator::reset_peaks() {
   peak_reserved_ = small_reserved_ + mapped_live_ + spare_;
 }
 
-std::size_t PoolAllocator::live_bytes() const { std::lock_guard l(mu_); return live_; }
-std::size_t PoolAllocator::peak_live() const { std::lock_guard l(mu_); return peak_live_; }
+std::size_t PoolAllocator::live_bytes() const {
+  std::lock_guard l(mu_);
+  return live_;
+}
+std::size_t PoolAllocator::peak_live() const {
+  std::lock_guard l(mu_);
+  return peak_live_;
+}
 std::size_t PoolAllocator::reserved_bytes() const {
   std::lock_guard l(mu_);
   return small_reserved_ + mapped_live_ + spare_;
 }
-std::size_t PoolAllocator::peak_reserved() const { std::lock_guard l(mu_); return peak_reserved_; }
-std::size_t PoolAllocator::fresh_bytes() const { std::lock_guard l(mu_); return fresh_; }
-std::size_t PoolAllocator::spare_bytes() const { std::lock_guard l(mu_); return spare_; }
+std::size_t PoolAllocator::peak_reserved() const {
+  std::lock_guard l(mu_);
+  return peak_reserved_;
+}
+std::size_t PoolAllocator::fresh_bytes() const {
+  std::lock_guard l(mu_);
+  return fresh_;
+}
+std::size_t PoolAllocator::spare_bytes() const {
+  std::lock_guard l(mu_);
+  return spare_;
+}
 
 }  // namespace dynatrain::exec

@@ -111,11 +111,11 @@ class PoolAllocator final : public StateAllocator {
   mutable std::mutex mu_;
   std::map<std::uint32_t, Chunk> chunks_;
   std::uint32_t next_chunk_ = 0;
-  std::map<std::byte*, Range> free_;                  // by address (for merging)
-  std::multimap<std::size_t, std::byte*> by_size_;    // by size (for best fit)
+  std::map<std::byte*, Range> free_;                // by address (for merging)
+  std::multimap<std::size_t, std::byte*> by_size_;  // by size (for best fit)
   std::map<std::byte*, Range> used_;
-  std::map<std::byte*, Mapped> mapped_;               // by base address
-  std::map<std::byte*, std::size_t> spares_;          // spare page runs: address -> bytes
+  std::map<std::byte*, Mapped> mapped_;       // by base address
+  std::map<std::byte*, std::size_t> spares_;  // spare page runs: address -> bytes
   std::size_t small_reserved_ = 0, mapped_live_ = 0, spare_ = 0;
   std::size_t live_ = 0, peak_live_ = 0, peak_reserved_ = 0, fresh_ = 0;
 };

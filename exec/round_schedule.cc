@@ -30,9 +30,8 @@ LinkClasses choose_link_classes(const comm::Transport& t, LinkOverlap mode, cons
 
 std::array<int, 2> rounds_in_flight(int n, int classes) {
   if (n < 0 || n > kMaxRoundsInFlight)
-    DT_INPUT_ERROR("rounds in flight ", n, " is not valid; give 0 (auto: ", kAutoRoundsInFlight[0],
-                   " on one node, ", kAutoRoundsInFlight[1], " per link class across nodes) or 1 to ",
-                   kMaxRoundsInFlight);
+    DT_INPUT_ERROR("rounds in flight ", n, " is not valid; give 0 (auto: ", kAutoRoundsInFlight[0], " on one node, ",
+                   kAutoRoundsInFlight[1], " per link class across nodes) or 1 to ", kMaxRoundsInFlight);
   return {n > 0 ? n : kAutoRoundsInFlight[0], classes == 1 ? 0 : n > 0 ? n : kAutoRoundsInFlight[1]};
 }
 

@@ -30,9 +30,9 @@ struct ScheduleEvent {
   int wave = 0, peer = -1;
   std::uint32_t round = 0;
   std::uint64_t send_bytes = 0, recv_bytes = 0;
-  std::uint64_t pack_bytes = 0;    // kPost: copied into staging before the send
-  std::uint64_t unpack_bytes = 0;  // kWait: copied out of staging after the receive
-  std::uint64_t bytes = 0;         // kKeep, kFresh
+  std::uint64_t pack_bytes = 0;                // kPost: copied into staging before the send
+  std::uint64_t unpack_bytes = 0;              // kWait: copied out of staging after the receive
+  std::uint64_t bytes = 0;                     // kKeep, kFresh
   std::uint32_t send_runs = 1, recv_runs = 1;  // kPost: runs of this side of the send / receive
 };
 
@@ -42,8 +42,8 @@ struct ScheduleTrace {
 
   void post(int wave, int peer, std::uint32_t round, std::uint64_t send, bool packed, std::uint64_t recv,
             std::uint32_t send_runs = 1, std::uint32_t recv_runs = 1) {
-    events.push_back({ScheduleEvent::Kind::kPost, wave, peer, round, send, recv, packed ? send : 0, 0, 0, send_runs,
-                      recv_runs});
+    events.push_back(
+        {ScheduleEvent::Kind::kPost, wave, peer, round, send, recv, packed ? send : 0, 0, 0, send_runs, recv_runs});
   }
   void wait(int wave, int peer, std::uint32_t round, std::uint64_t unpack) {
     events.push_back({ScheduleEvent::Kind::kWait, wave, peer, round, 0, 0, 0, unpack, 0});

@@ -77,7 +77,8 @@ void SharedWaveAgreement::contribute(int rank, int world, const std::vector<floa
            " wave stats in a world of ", world, "; expected ", 2 * stats_.keys, " in ", stats_.world);
   DT_CHECK(rank >= 0 && rank < world && !given_[rank], "rank ", rank, " gives its wave stats twice or is out of range");
   given_[rank] = 1;
-  std::copy(mine.begin(), mine.end(), stats_.values.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(rank) * mine.size()));
+  std::copy(mine.begin(), mine.end(),
+            stats_.values.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(rank) * mine.size()));
 }
 
 std::shared_ptr<const WaveCut> SharedWaveAgreement::cut(WaveOrder order, std::size_t mem_budget) {
@@ -99,7 +100,8 @@ void SharedWaveAgreement::give_max(int step, int rank, int world, const std::vec
   DT_CHECK(m.given.size() == static_cast<std::size_t>(world) && mine.size() == m.values.size(), "rank ", rank,
            " gives ", mine.size(), " values to agreement step ", step, " in a world of ", world, "; expected ",
            m.values.size(), " in ", m.given.size());
-  DT_CHECK(rank >= 0 && rank < world && !m.given[rank], "rank ", rank, " gives agreement step ", step, " twice or is out of range");
+  DT_CHECK(rank >= 0 && rank < world && !m.given[rank], "rank ", rank, " gives agreement step ", step,
+           " twice or is out of range");
   m.given[rank] = 1;
   for (std::size_t i = 0; i < mine.size(); ++i) m.values[i] = std::max(m.values[i], mine[i]);
 }

@@ -59,9 +59,7 @@ bool fault_point(const char* point, int rank) {
     write_stamp();
     throw std::runtime_error(std::string("injected fault at '") + point + "'");
   }
-  const int sig = std::strcmp(action, "stop") == 0     ? SIGSTOP
-                  : std::strcmp(action, "notice") == 0 ? SIGTERM
-                                                       : SIGKILL;
+  const int sig = std::strcmp(action, "stop") == 0 ? SIGSTOP : std::strcmp(action, "notice") == 0 ? SIGTERM : SIGKILL;
   const bool lose = std::strcmp(action, "lose") == 0;
   if (delay_ms <= 0) {
     stamp_and_raise(sig, 0, lose);

@@ -16,8 +16,10 @@ namespace dynatrain::job {
 void place_switch(Schedule& schedule, std::size_t from, std::int64_t at, const vps::ParallelConfig& config) {
   std::size_t i = from;
   while (i < schedule.size() && schedule[i].first < at) ++i;
-  if (i < schedule.size() && schedule[i].first == at) schedule[i].second = config;
-  else schedule.insert(schedule.begin() + static_cast<std::ptrdiff_t>(i), {at, config});
+  if (i < schedule.size() && schedule[i].first == at)
+    schedule[i].second = config;
+  else
+    schedule.insert(schedule.begin() + static_cast<std::ptrdiff_t>(i), {at, config});
 }
 
 JobControl::JobControl(std::string dir) : dir_(std::move(dir)) {}
@@ -27,7 +29,12 @@ JobControl::~JobControl() {
   // An error ends the job on this rank: the scheduler sees why in the events, not only on stderr.
   health_ = "ended";
   record_event("job_ended", {{"exit_code", -1}, {"error", "an error ended the job (its one line is on stderr)"}});
-  status_->update([](nlohmann::json& s) { s["health"] = "ended"; s["exit_code"] = -1; }, true);
+  status_->update(
+      [](nlohmann::json& s) {
+        s["health"] = "ended";
+        s["exit_code"] = -1;
+      },
+      true);
   status_.reset();
   release_job_dir(dir_);
   close_event_log();
@@ -83,8 +90,10 @@ void JobControl::refuse(const std::string& id, const std::string& why, const std
 void JobControl::take_requests(RequestContext& ctx) {
   if (!leading_) return;
   for (const auto& t : job::take_requests(dir_)) {
-    if (t.request) answer_taken(ctx, t.id, *t.request);
-    else if (reported_.insert(t.id).second) refuse(t.id, t.why, ctx.current.str());
+    if (t.request)
+      answer_taken(ctx, t.id, *t.request);
+    else if (reported_.insert(t.id).second)
+      refuse(t.id, t.why, ctx.current.str());
   }
 }
 
@@ -105,19 +114,22 @@ void JobControl::answer_taken(RequestContext& ctx, const std::string& id, const 
   if (ctx.preparing) earliest = std::max(earliest, ctx.schedule[ctx.next].first + 1);
   at = std::max(at, earliest);
   if (at >= ctx.steps)  // it would never run
-    return refuse(id, "a switch before step " + std::to_string(at) + " is at or past --steps " + std::to_string(ctx.steps),
+    return refuse(id,
+                  "a switch before step " + std::to_string(at) + " is at or past --steps " + std::to_string(ctx.steps),
                   ctx.current.str());
   place_switch(ctx.schedule, ctx.next, at, config);
-  if (r.vacate.empty()) ctx.vacate_at.erase(at);
-  else ctx.vacate_at[at] = r.vacate;
+  if (r.vacate.empty())
+    ctx.vacate_at.erase(at);
+  else
+    ctx.vacate_at[at] = r.vacate;
   if (const auto old = pending_.find(at); old != pending_.end()) {
     const std::string why = "replaced by request " + id + " before it ran";
     write_answer(dir_, Answer{old->second.id, AnswerState::kSuperseded, at, old->second.to, why, {}});
     record_event("request_superseded", {{"request", old->second.id}, {"by", id}, {"step", at}});
   }
   pending_[at] = Pending{id, config.str()};
-  std::printf("request: switch to %s before step %lld%s (request %s)\n", config.str().c_str(), static_cast<long long>(at),
-              r.vacate.empty() ? "" : (", vacating ranks " + r.vacate).c_str(), id.c_str());
+  std::printf("request: switch to %s before step %lld%s (request %s)\n", config.str().c_str(),
+              static_cast<long long>(at), r.vacate.empty() ? "" : (", vacating ranks " + r.vacate).c_str(), id.c_str());
   write_answer(dir_, Answer{id, AnswerState::kAccepted, at, config.str(), "", {}});
   record_event("request_accepted", {{"request", id}, {"step", at}, {"to", config.str()}, {"vacate", r.vacate}});
 }
@@ -141,8 +153,12 @@ void JobControl::switch_done(std::int64_t step, const nlohmann::json& record) {
   if (asked != pending_.end()) event["request"] = asked->second.id;
   record_event(refused.empty() ? "switch_committed" : "switch_refused", event);
   if (asked == pending_.end()) return;
-  Answer a{asked->second.id, refused.empty() ? AnswerState::kCommitted : AnswerState::kRefused, step,
-           asked->second.to, refused, last_switch_};
+  Answer a{asked->second.id,
+           refused.empty() ? AnswerState::kCommitted : AnswerState::kRefused,
+           step,
+           asked->second.to,
+           refused,
+           last_switch_};
   write_answer(dir_, a);
   pending_.erase(asked);
   write_status(true);
@@ -150,11 +166,13 @@ void JobControl::switch_done(std::int64_t step, const nlohmann::json& record) {
 
 void JobControl::boundary(std::int64_t step, const std::string& layout, int processes) {
   if (!leading_) return;
-  status_->update([&](nlohmann::json& s) {
-    s["step"] = step;
-    s["layout"] = layout;
-    s["processes"] = processes;
-  }, false);
+  status_->update(
+      [&](nlohmann::json& s) {
+        s["step"] = step;
+        s["layout"] = layout;
+        s["processes"] = processes;
+      },
+      false);
   write_status(false);
 }
 
@@ -162,13 +180,15 @@ void JobControl::write_status(bool now) {
   if (!status_) return;
   nlohmann::json pending = nlohmann::json::array();
   for (const auto& [step, p] : pending_) pending.push_back({{"request", p.id}, {"step", step}, {"to", p.to}});
-  status_->update([&](nlohmann::json& s) {
-    s["job_dir"] = dir_;
-    s["leader"] = {{"pid", static_cast<long>(getpid())}, {"host", host_name()}};
-    s["health"] = health_;
-    s["last_switch"] = last_switch_;
-    s["pending_requests"] = pending;
-  }, now);
+  status_->update(
+      [&](nlohmann::json& s) {
+        s["job_dir"] = dir_;
+        s["leader"] = {{"pid", static_cast<long>(getpid())}, {"host", host_name()}};
+        s["health"] = health_;
+        s["last_switch"] = last_switch_;
+        s["pending_requests"] = pending;
+      },
+      now);
 }
 
 void JobControl::end(int exit_code, std::int64_t step) {

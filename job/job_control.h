@@ -30,11 +30,11 @@ void place_switch(Schedule& schedule, std::size_t from, std::int64_t at, const v
 
 // What deciding a request needs from the training loop at a step boundary.
 struct RequestContext {
-  Schedule& schedule;                            // entries from `next` on are still to come
+  Schedule& schedule;                              // entries from `next` on are still to come
   std::map<std::int64_t, std::string>& vacate_at;  // step -> ranks to vacate (or kVacateAll)
-  std::size_t next = 0;                          // the first entry not yet committed
+  std::size_t next = 0;                            // the first entry not yet committed
   std::int64_t step = 0, steps = 0, lookahead = 0;
-  bool preparing = false;                        // schedule[next] is being prepared
+  bool preparing = false;  // schedule[next] is being prepared
   int world_size = 0;
   vps::ParallelConfig current;
   std::function<void(vps::ParallelConfig&)> check_supported;  // InputError: the trainer cannot run it (may complete it)
@@ -43,7 +43,7 @@ struct RequestContext {
 class JobControl {
  public:
   explicit JobControl(std::string dir);  // "" (no --job): every call does nothing
-  ~JobControl();                          // unwinding on the leader: job_ended with an error
+  ~JobControl();                         // unwinding on the leader: job_ended with an error
   JobControl(const JobControl&) = delete;
   JobControl& operator=(const JobControl&) = delete;
 
@@ -78,7 +78,7 @@ class JobControl {
   std::string dir_;
   bool leading_ = false;
   std::map<std::int64_t, Pending> pending_;  // accepted, not yet committed, by switch step
-  std::set<std::string> reported_;          // entries that could not be removed (said once)
+  std::set<std::string> reported_;           // entries that could not be removed (said once)
   std::unique_ptr<StatusFile> status_;
   nlohmann::json last_switch_;
   std::string health_ = "running";

@@ -70,7 +70,7 @@ const char* file_kind(unsigned mode) {
 }
 
 std::optional<std::string> read_regular_file(const std::string& path, std::size_t max_bytes, std::string& why) {
-  struct stat st{};
+  struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     why = std::strerror(errno);
     return std::nullopt;
@@ -110,9 +110,7 @@ std::string host_name() {
   return name;
 }
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 std::string iso_time(double unix_seconds) {
   const auto whole = static_cast<std::time_t>(std::floor(unix_seconds));

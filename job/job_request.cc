@@ -110,8 +110,10 @@ std::vector<TakenRequest> take_requests(const std::string& dir) {
     t.id = json_name ? name.substr(0, name.size() - 5) : name;
     std::string why;
     const auto text = read_regular_file(path, kMaxRequestBytes, why);
-    if (!json_name) t.why = "'" + name + "' is not named ID.json (place requests with dynatrain request)";
-    else if (!text) t.why = "request file '" + name + "' is " + why;
+    if (!json_name)
+      t.why = "'" + name + "' is not named ID.json (place requests with dynatrain request)";
+    else if (!text)
+      t.why = "request file '" + name + "' is " + why;
     else {
       try {
         t.request = request_from_json(*text);
@@ -137,7 +139,9 @@ const char* answer_state_name(AnswerState s) {
 }
 
 void write_answer(const std::string& dir, const Answer& a) {
-  nlohmann::json j = {{"version", kRequestVersion}, {"id", a.id}, {"state", answer_state_name(a.state)},
+  nlohmann::json j = {{"version", kRequestVersion},
+                      {"id", a.id},
+                      {"state", answer_state_name(a.state)},
                       {"time", iso_time(unix_now())}};
   if (a.step >= 0) j["step"] = a.step;
   if (!a.to.empty()) j["to"] = a.to;
@@ -155,11 +159,16 @@ std::optional<Answer> read_answer(const std::string& dir, const std::string& id)
   Answer a;
   a.id = id;
   const std::string state = j.value("state", "");
-  if (state == "accepted") a.state = AnswerState::kAccepted;
-  else if (state == "committed") a.state = AnswerState::kCommitted;
-  else if (state == "refused") a.state = AnswerState::kRefused;
-  else if (state == "superseded") a.state = AnswerState::kSuperseded;
-  else DT_INPUT_ERROR("malformed answer '", id, "': unknown state '", state, "'");
+  if (state == "accepted")
+    a.state = AnswerState::kAccepted;
+  else if (state == "committed")
+    a.state = AnswerState::kCommitted;
+  else if (state == "refused")
+    a.state = AnswerState::kRefused;
+  else if (state == "superseded")
+    a.state = AnswerState::kSuperseded;
+  else
+    DT_INPUT_ERROR("malformed answer '", id, "': unknown state '", state, "'");
   a.step = j.value("step", std::int64_t{-1});
   a.to = j.value("to", "");
   a.reason = j.value("reason", "");

@@ -80,7 +80,7 @@ std::optional<Answer> read_answer(const std::string& dir, const std::string& id)
 enum JobSyncKind : std::uint64_t { kJobSchedule = 1, kJobEnd = 2 };
 struct JobSync {
   std::uint64_t kind = kJobSchedule;
-  std::int64_t step = 0;        // the step whose boundary this is
+  std::int64_t step = 0;         // the step whose boundary this is
   std::uint64_t body_bytes = 0;  // the schedule from the current layout on (--schedule syntax)
 };
 void send_job_sync(comm::Transport& world, int to, const JobSync& msg, const std::string& body);

@@ -37,12 +37,13 @@ double stale_after_seconds() {
   char* end = nullptr;
   const double s = std::strtod(v, &end);
   if (*end != '\0' || !std::isfinite(s) || s <= 0)
-    DT_INPUT_ERROR("DT_JOB_STALE_S='", v, "' is not valid; give a positive number of seconds (default ", kStaleAfterS, ")");
+    DT_INPUT_ERROR("DT_JOB_STALE_S='", v, "' is not valid; give a positive number of seconds (default ", kStaleAfterS,
+                   ")");
   return s;
 }
 
 std::string why_no_live_job(const std::string& dir, double stale_after_s) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return "'" + dir + "' does not exist";
   if (!S_ISDIR(st.st_mode)) return "'" + dir + "' is " + file_kind(st.st_mode) + ", not a job directory";
   const auto status = read_json(dir + "/status.json").value_or(nlohmann::json::object());
@@ -81,14 +82,17 @@ std::string hold_job_dir(const std::string& dir, bool take_over) {
     std::filesystem::create_directories(dir + sub, ec);
     if (!std::filesystem::is_directory(dir + sub, ec)) return "cannot create '" + dir + sub + "' (a directory)";
   }
-  const nlohmann::json lock = {{"version", kStatusVersion}, {"pid", static_cast<long>(getpid())},
-                               {"host", host_name()}, {"started_unix", unix_now()}};
+  const nlohmann::json lock = {{"version", kStatusVersion},
+                               {"pid", static_cast<long>(getpid())},
+                               {"host", host_name()},
+                               {"started_unix", unix_now()}};
   // The old status says "ended" when the directory held a job before: replaced at once.
   if (!take_over)
-    write_file_atomically(dir + "/status.json", nlohmann::json{{"version", kStatusVersion}, {"health", "starting"},
-                                                               {"heartbeat_unix", unix_now()}}.dump(), false);
-  if (!write_file_atomically(dir + "/job.lock", lock.dump() + "\n", true))
-    return "cannot write '" + dir + "/job.lock'";
+    write_file_atomically(
+        dir + "/status.json",
+        nlohmann::json{{"version", kStatusVersion}, {"health", "starting"}, {"heartbeat_unix", unix_now()}}.dump(),
+        false);
+  if (!write_file_atomically(dir + "/job.lock", lock.dump() + "\n", true)) return "cannot write '" + dir + "/job.lock'";
   return "";
 }
 

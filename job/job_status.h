@@ -23,8 +23,8 @@
 
 namespace dynatrain::job {
 
-inline constexpr int kStatusVersion = 1;     // of job.lock and status.json
-inline constexpr double kHeartbeatS = 1.0;   // status.json's heartbeat period
+inline constexpr int kStatusVersion = 1;      // of job.lock and status.json
+inline constexpr double kHeartbeatS = 1.0;    // status.json's heartbeat period
 inline constexpr double kStaleAfterS = 30.0;  // default of DT_JOB_STALE_S
 
 // A heartbeat older than this many seconds means the job is gone: DT_JOB_STALE_S (a positive

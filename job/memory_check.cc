@@ -20,7 +20,10 @@ std::uint64_t node_available_bytes() {
 
 void check_node_memory(comm::Transport& world, std::uint64_t rank_bytes, const std::string& what,
                        const std::string& remedy) {
-  struct Need { std::int64_t host; std::uint64_t bytes; };
+  struct Need {
+    std::int64_t host;
+    std::uint64_t bytes;
+  };
   const std::int64_t host = this_host_id();
   const auto all = comm::all_gather_values(world, Need{host, rank_bytes});
   std::uint64_t node_need = 0, rank_max = 0;
@@ -35,8 +38,7 @@ void check_node_memory(comm::Transport& world, std::uint64_t rank_bytes, const s
   if (have > 0 && node_need > have)
     DT_INPUT_ERROR(what, " needs up to ", format_bytes(static_cast<double>(rank_max)), " per rank, ",
                    format_bytes(static_cast<double>(node_need)), " for the ", node_ranks,
-                   " ranks on this node, which has ", format_bytes(static_cast<double>(have)), " available; ",
-                   remedy);
+                   " ranks on this node, which has ", format_bytes(static_cast<double>(have)), " available; ", remedy);
 }
 
 }  // namespace dynatrain::job

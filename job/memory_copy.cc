@@ -34,7 +34,8 @@ class Mapping {
   Mapping(const ckpt::File& f, std::uint64_t bytes, bool writable) : bytes_(bytes) {
     if (bytes_ == 0) return;
     // MAP_POPULATE: the page tables in one call, not a fault a page during the transfer.
-    void* p = mmap(nullptr, bytes_, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED | MAP_POPULATE, f.fd(), 0);
+    void* p =
+        mmap(nullptr, bytes_, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED | MAP_POPULATE, f.fd(), 0);
     if (p == MAP_FAILED) DT_INPUT_ERROR("cannot map '", f.path(), "' (", bytes_, " bytes) of the memory copy");
     data_ = static_cast<std::byte*>(p);
   }

@@ -54,7 +54,7 @@ struct MemoryCopyStats {
   // The first two copies write fresh pages (first touch); the later ones write over them.
   double first_seconds[2] = {0, 0};
   double warm_seconds = 0, warm_max_seconds = 0;  // copies after the first two
-  std::uint64_t file_bytes = 0;  // rank files of the last copy, buddy copies excluded (rank 0)
+  std::uint64_t file_bytes = 0;                   // rank files of the last copy, buddy copies excluded (rank 0)
 };
 
 // Collective over `world` at the boundary after `step` steps: the copy of the trainer's state

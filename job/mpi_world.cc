@@ -23,7 +23,7 @@ namespace {
 // Everything the signal handler reads, prepared before it is installed (no allocation there).
 struct JobInfo {
   int rank = 0, size = 1;
-  char marker[512] = {};   // "<session dir>/dynatrain-reported"; empty: no claim needed
+  char marker[512] = {};  // "<session dir>/dynatrain-reported"; empty: no claim needed
   static constexpr int kMaxPeers = 4096;
   int peer_pid[kMaxPeers] = {};  // pid of each rank on this node, 0 elsewhere
 };
@@ -61,7 +61,8 @@ char* append_int(char* p, const char* end, long v) {
     if (p < end) *p++ = '-';
     v = -v;
   }
-  do digits[n++] = static_cast<char>('0' + v % 10); while ((v /= 10) > 0 && n < 23);
+  do digits[n++] = static_cast<char>('0' + v % 10);
+  while ((v /= 10) > 0 && n < 23);
   while (n > 0 && p < end) *p++ = digits[--n];
   return p;
 }
@@ -147,7 +148,10 @@ void gather_job_info(comm::Transport& world, JobInfo& info) {
   if (const char* dir = std::getenv("OMPI_MCA_orte_jobfam_session_dir");
       dir && std::strlen(dir) + 32 < sizeof info.marker)
     std::snprintf(info.marker, sizeof info.marker, "%s/dynatrain-reported", dir);
-  struct Id { std::int64_t pid; std::int64_t host; };
+  struct Id {
+    std::int64_t pid;
+    std::int64_t host;
+  };
   const std::int64_t host = this_host_id();
   const auto ids = comm::all_gather_values(world, Id{getpid(), host});
   for (int r = 0; r < world.size() && r < JobInfo::kMaxPeers; ++r)
@@ -217,11 +221,14 @@ void note_mpirun_environment(const std::vector<std::pair<std::int64_t, vps::Para
   if (shrinks && lacks("OMPI_MCA_orte_allowed_exit_without_sync", "1"))
     missing += "OMPI_MCA_orte_allowed_exit_without_sync=1 (processes leaving a shrink; without it they stay, idle)";
   if (grows && lacks("PMIX_MCA_gds", "hash"))
-    missing += std::string(missing.empty() ? "" : " and ") + "PMIX_MCA_gds=hash (processes a grow starts; without it a spawn can hang)";
+    missing += std::string(missing.empty() ? "" : " and ") +
+               "PMIX_MCA_gds=hash (processes a grow starts; without it a spawn can hang)";
   if (missing.empty()) return;
   const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
-  std::printf("note: this mpirun's environment lacks %s; start the job as `dynatrain train --np %s ...` "
-              "(without mpirun), which sets it\n", missing.c_str(), n ? n : "N");
+  std::printf(
+      "note: this mpirun's environment lacks %s; start the job as `dynatrain train --np %s ...` "
+      "(without mpirun), which sets it\n",
+      missing.c_str(), n ? n : "N");
   std::fflush(stdout);
 }
 
@@ -304,7 +311,8 @@ int run_on_mpi_world(const std::function<int(comm::Transport&)>& body) {
   } catch (const InputError& e) {
     fail("error", e.what(), 2);
   } catch (const PeerLostError& e) {  // found by this rank before mpirun's SIGTERM came
-    fail("error", detail::concat("stopped after ", lost_peer_name(e.pid()), " ended without a word (killed?); ", e.what()), 3);
+    fail("error",
+         detail::concat("stopped after ", lost_peer_name(e.pid()), " ended without a word (killed?); ", e.what()), 3);
   } catch (const std::bad_alloc&) {
     fail("error", "out of memory (std::bad_alloc); lower the model size, the ranks per node or --mem-budget", 3);
   } catch (const std::exception& e) {

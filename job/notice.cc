@@ -43,11 +43,12 @@ void watch_deadline() {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const std::int64_t t = g_notice_ns.load();
     if (t != 0 && monotonic_ns() - t > deadline_ns)
-      abort_job("error",
-                detail::concat("this process had notice (", notice_signal_name(g_settings.signal), ") ",
-                               g_settings.seconds, " s ago and has not handed its state over; the job "
-                               "ends so that it restarts from its newest checkpoint (--max-restarts)"),
-                3);
+      abort_job(
+          "error",
+          detail::concat("this process had notice (", notice_signal_name(g_settings.signal), ") ", g_settings.seconds,
+                         " s ago and has not handed its state over; the job "
+                         "ends so that it restarts from its newest checkpoint (--max-restarts)"),
+          3);
   }
 }
 
@@ -70,7 +71,8 @@ int parse_notice_signal(const std::string& name) {
   if (n == "USR2") return SIGUSR2;
   if (n == "HUP") return SIGHUP;
   if (n == "none") return 0;
-  DT_INPUT_ERROR("--notice-signal '", name, "' is not a notice signal; valid: TERM, USR1, USR2, HUP (with or "
+  DT_INPUT_ERROR("--notice-signal '", name,
+                 "' is not a notice signal; valid: TERM, USR1, USR2, HUP (with or "
                  "without SIG), or none");
 }
 

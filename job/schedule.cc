@@ -33,8 +33,10 @@ std::int64_t parse_step(const std::string& item, const std::string& digits) {
   const bool only_digits = !digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos;
   const auto [ptr, ec] = std::from_chars(digits.data(), end, step);
   if (!only_digits || ec != std::errc() || ptr != end)
-    DT_INPUT_ERROR("schedule entry '", item, "': '", digits, "' is not a step number; give decimal digits only "
-                   "(no sign or spaces), up to ", std::numeric_limits<std::int64_t>::max());
+    DT_INPUT_ERROR("schedule entry '", item, "': '", digits,
+                   "' is not a step number; give decimal digits only "
+                   "(no sign or spaces), up to ",
+                   std::numeric_limits<std::int64_t>::max());
   return step;
 }
 

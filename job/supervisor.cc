@@ -57,8 +57,8 @@ void forward_signal(int sig) {
 
 struct Attempt {
   int exit_code = 0;
-  std::int64_t last_step = -1;  // the last step rank 0 reported done (-1: none)
-  int processes = 0;            // the job's processes at that step (0: no step reported)
+  std::int64_t last_step = -1;         // the last step rank 0 reported done (-1: none)
+  int processes = 0;                   // the job's processes at that step (0: no step reported)
   bool every_process_noticed = false;  // the job ended on a notice to all (job/notice.h)
 };
 
@@ -99,8 +99,10 @@ Attempt run_job(const std::vector<std::string>& cmd) {
       if (pending.compare(0, std::strlen(kEveryProcessNoticed), kEveryProcessNoticed) == 0)
         a.every_process_noticed = true;
       const std::size_t at = pending.find("step ");
-      if (at < eol && std::sscanf(pending.c_str() + at, "step %lld  loss%n %*f %*f tok/s %*f ms %*s %d processes",
-                                  &step, &matched, &processes) >= 1 && matched > 0) {
+      if (at < eol &&
+          std::sscanf(pending.c_str() + at, "step %lld  loss%n %*f %*f tok/s %*f ms %*s %d processes", &step, &matched,
+                      &processes) >= 1 &&
+          matched > 0) {
         a.last_step = step;
         a.processes = processes;
       }
@@ -199,7 +201,8 @@ std::vector<std::string> train_argv_for_job() {
   for (std::string a; std::getline(in, a, '\0');) argv.push_back(a);
   std::size_t train = 1;
   while (train < argv.size() && argv[train] != "train") ++train;
-  std::vector<std::string> out(argv.begin() + static_cast<std::ptrdiff_t>(std::min(train + 1, argv.size())), argv.end());
+  std::vector<std::string> out(argv.begin() + static_cast<std::ptrdiff_t>(std::min(train + 1, argv.size())),
+                               argv.end());
   out = without_flag(out, "--max-restarts", true);
   out = without_flag(out, "--np", true);
   return without_flag(out, "--mpirun", true);
@@ -267,17 +270,19 @@ From restart_point(const TrainArgs& args, const vps::ModelSpec& model, const nlo
     const std::string older = fall_back(dir, name, model);
     if (name.empty()) name = "latest";
     if (older.empty()) {
-      f.refused = detail::concat("checkpoint '", dir, "/", name, "' is damaged (", e.what(), ") and no older intact checkpoint is left");
+      f.refused = detail::concat("checkpoint '", dir, "/", name, "' is damaged (", e.what(),
+                                 ") and no older intact checkpoint is left");
       return f;
     }
     f.ckpt = ckpt::open_step(dir, older, model);
     f.fell_back = true;
-    std::printf("supervise: checkpoint '%s/%s' is damaged (%s); falling back to the previous intact checkpoint '%s' (step %lld)\n",
-                dir.c_str(), name.c_str(), e.what(), f.ckpt->step_dir.c_str(), static_cast<long long>(f.ckpt->step));
+    std::printf(
+        "supervise: checkpoint '%s/%s' is damaged (%s); falling back to the previous intact checkpoint '%s' (step "
+        "%lld)\n",
+        dir.c_str(), name.c_str(), e.what(), f.ckpt->step_dir.c_str(), static_cast<long long>(f.ckpt->step));
   }
   const std::string diff = identity_difference(run, f.ckpt->trainer.value("run", nlohmann::json()));
-  if (!diff.empty())
-    f.refused = detail::concat("checkpoint '", f.ckpt->step_dir, "' is another run's: ", diff);
+  if (!diff.empty()) f.refused = detail::concat("checkpoint '", f.ckpt->step_dir, "' is another run's: ", diff);
   return f;
 }
 
@@ -369,11 +374,11 @@ Restart next_attempt(const TrainArgs& args, const train::TrainerOptions& o, cons
 
 void print_restart(const Restart& r, const Attempt& a, int code, int number, int max_restarts, bool from_copy) {
   const std::string when = a.last_step < 0 ? "before its first step" : "after step " + std::to_string(a.last_step);
-  std::printf("supervise: the job ended with exit %d %s on %d processes; restart %d of %d from step %lld "
-              "(%lld steps lost) on %d processes in %s%s\n",
-              code, when.c_str(), r.had, number, max_restarts, static_cast<long long>(r.from),
-              static_cast<long long>(r.lost), r.layout.world_size(), r.layout.str().c_str(),
-              from_copy ? ", from the memory copy" : "");
+  std::printf(
+      "supervise: the job ended with exit %d %s on %d processes; restart %d of %d from step %lld "
+      "(%lld steps lost) on %d processes in %s%s\n",
+      code, when.c_str(), r.had, number, max_restarts, static_cast<long long>(r.from), static_cast<long long>(r.lost),
+      r.layout.world_size(), r.layout.str().c_str(), from_copy ? ", from the memory copy" : "");
   std::fflush(stdout);
 }
 
@@ -384,7 +389,8 @@ train::TrainerOptions checked_options(const TrainArgs& args, const SuperviseSett
     DT_INPUT_ERROR("--np starts mpirun itself: run `dynatrain train --np ", s.np, " ...` without mpirun in front");
   if (s.np < 1) DT_INPUT_ERROR("--np N needs N >= 1, the processes to start");
   if (s.max_restarts > 0 && args.save_dir.empty())
-    DT_INPUT_ERROR("--max-restarts needs --save DIR (and --save-every N): a restart resumes from DIR's last checkpoint");
+    DT_INPUT_ERROR(
+        "--max-restarts needs --save DIR (and --save-every N): a restart resumes from DIR's last checkpoint");
   if (args.redundancy > 0 && s.max_restarts == 0)
     DT_INPUT_ERROR("--redundancy ", args.redundancy, " keeps the state's copy for a restart: add --max-restarts K");
   train::TrainerOptions o;
@@ -399,7 +405,8 @@ train::TrainerOptions checked_options(const TrainArgs& args, const SuperviseSett
 
 int supervise(const TrainArgs& args, const SuperviseSettings& s) {
   const train::TrainerOptions o = checked_options(args, s);
-  const nlohmann::json run = run_identity(args, o.model, args.data.empty() ? train::embedded_text() : train::read_text_file(args.data));
+  const nlohmann::json run =
+      run_identity(args, o.model, args.data.empty() ? train::embedded_text() : train::read_text_file(args.data));
   if (const std::string why = save_dir_problem(args, run, o.model); !why.empty()) throw InputError(why);
   char self[PATH_MAX] = {};
   const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -433,7 +440,7 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
     const Attempt a = run_job(cmd);
     code = a.exit_code;
     if (code == 0 || g_signal || s.max_restarts == 0) break;  // done, stopped, or no restarts asked for
-    if (a.every_process_noticed) {  // a scheduler took the whole job back: it ends, saved
+    if (a.every_process_noticed) {                            // a scheduler took the whole job back: it ends, saved
       std::printf("supervise: every process had notice; the job ends without a restart\n");
       code = code == 1 ? 128 + args.notice.signal : code;  // mpirun's 1 after the workers' 128 + signal
       break;

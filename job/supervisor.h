@@ -40,12 +40,12 @@
 namespace dynatrain::job {
 
 struct SuperviseSettings {
-  int max_restarts = 0;             // --max-restarts K (0: start the job once)
-  int np = 0;                       // --np N: processes of the first attempt
-  std::string mpirun = "mpirun";    // --mpirun: the launcher (its path or name)
-  std::string hostfile;             // --hostfile: passed to mpirun (and to grows)
-  std::string hosts;                // --host: passed to mpirun (and to grows)
-  std::vector<std::string> argv;    // the train command line to pass on (without supervisor flags)
+  int max_restarts = 0;           // --max-restarts K (0: start the job once)
+  int np = 0;                     // --np N: processes of the first attempt
+  std::string mpirun = "mpirun";  // --mpirun: the launcher (its path or name)
+  std::string hostfile;           // --hostfile: passed to mpirun (and to grows)
+  std::string hosts;              // --host: passed to mpirun (and to grows)
+  std::vector<std::string> argv;  // the train command line to pass on (without supervisor flags)
 };
 
 // The layout a job restarted on at most `processes` processes runs in: of the layouts the

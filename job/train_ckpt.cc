@@ -62,7 +62,8 @@ std::string identity_schedule(const TrainArgs& args) {
   auto entries = parse_schedule(args.schedule);
   if (args.static_layout) entries.resize(1);
   std::string out;
-  for (const auto& [step, config] : entries) out += (out.empty() ? "" : ";") + std::to_string(step) + ":" + config.str();
+  for (const auto& [step, config] : entries)
+    out += (out.empty() ? "" : ";") + std::to_string(step) + ":" + config.str();
   return out;
 }
 
@@ -104,18 +105,19 @@ std::string save_dir_problem(const TrainArgs& args, const nlohmann::json& run, c
     const nlohmann::json index = ckpt::read_step_index(args.save_dir, name);
     const auto step = index.value("step", std::int64_t{-1});
     const auto trainer = index.value("trainer", nlohmann::json::object());
-    const std::string diff = identity_difference(run, trainer.is_object() ? trainer.value("run", nlohmann::json()) : nlohmann::json());
+    const std::string diff =
+        identity_difference(run, trainer.is_object() ? trainer.value("run", nlohmann::json()) : nlohmann::json());
     // A restart from the memory copy (job/memory_copy.h) continues this run's --save directory.
     const std::string copy = memory_copy_dir();
     if (diff.empty() && !copy.empty() && !args.resume_dir.empty() && same_directory(args.resume_dir, copy)) return "";
     if (diff.empty())
-      return detail::concat("--save directory '", args.save_dir, "' already holds this run's checkpoint of step ",
-                            step, continue_it);
+      return detail::concat("--save directory '", args.save_dir, "' already holds this run's checkpoint of step ", step,
+                            continue_it);
     return detail::concat("--save directory '", args.save_dir, "' holds another run's checkpoint (step ", step,
                           "): ", diff, continue_it);
   } catch (const InputError& e) {
-    return detail::concat("--save directory '", args.save_dir, "' holds a checkpoint that cannot be checked: ", e.what(),
-                          "; save into another directory");
+    return detail::concat("--save directory '", args.save_dir,
+                          "' holds a checkpoint that cannot be checked: ", e.what(), "; save into another directory");
   }
 }
 
@@ -145,16 +147,17 @@ void save_trainer(const std::string& dir, std::int64_t step, train::Trainer& tra
       } catch (const InputError&) {
       }
       std::error_code ec;  // what the abandoned save wrote: its space back, nothing half-written left
-      if (kept != ckpt::step_dir_name(step)) std::filesystem::remove_all(std::filesystem::path(dir) / ckpt::step_dir_name(step), ec);
-      std::printf("checkpoint of step %lld abandoned: %s; %s, training goes on\n", static_cast<long long>(step), e.what(),
-                  kept.empty() ? "no checkpoint yet" : ("'latest' still names " + kept).c_str());
+      if (kept != ckpt::step_dir_name(step))
+        std::filesystem::remove_all(std::filesystem::path(dir) / ckpt::step_dir_name(step), ec);
+      std::printf("checkpoint of step %lld abandoned: %s; %s, training goes on\n", static_cast<long long>(step),
+                  e.what(), kept.empty() ? "no checkpoint yet" : ("'latest' still names " + kept).c_str());
       std::fflush(stdout);
     }
     return;
   }
   if (world.rank() == 0) {
-    std::printf("saved checkpoint of step %lld to %s/%s in %.3f s\n", static_cast<long long>(step),
-                dir.c_str(), ckpt::step_dir_name(step).c_str(), seconds_since(t0));
+    std::printf("saved checkpoint of step %lld to %s/%s in %.3f s\n", static_cast<long long>(step), dir.c_str(),
+                ckpt::step_dir_name(step).c_str(), seconds_since(t0));
     std::fflush(stdout);
   }
 }
@@ -200,7 +203,8 @@ void resume_trainer(const ckpt::Checkpoint& c, train::Trainer& trainer, comm::Tr
   if (world.rank() == 0) {
     std::printf("resumed from %s (saved in %s, %zu files%s) into %s: step %lld, %.3f s, rank 0 read %.1f MB\n",
                 c.step_dir.c_str(), c.config.str().c_str(), c.files.size(), copies_read_note(c).c_str(),
-                trainer.config().str().c_str(), static_cast<long long>(p.step), seconds_since(t0), stats.bytes_read / 1e6);
+                trainer.config().str().c_str(), static_cast<long long>(p.step), seconds_since(t0),
+                stats.bytes_read / 1e6);
     std::fflush(stdout);
   }
 }

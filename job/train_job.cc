@@ -68,7 +68,9 @@ bool TrainJob::commit_if_due() {
   if (trainer_->active())
     watchdog_.arm("the switch before step " + std::to_string(s_.step), switch_deadline_, [t = trainer_.get()] {
       const int n = t->starting_processes();
-      return n == 0 ? std::string() : "waiting for " + std::to_string(n) + " process(es) being started for it (MPI_Comm_spawn) that never joined";
+      return n == 0 ? std::string()
+                    : "waiting for " + std::to_string(n) +
+                          " process(es) being started for it (MPI_Comm_spawn) that never joined";
     });
   const bool stays = commit();
   watchdog_.disarm();
@@ -124,7 +126,8 @@ int TrainJob::finish() {
     if (args_.launcher) args_.launcher->leave();
     return 0;
   }
-  if (!args_.save_dir.empty()) save_trainer(args_.save_dir, args_.steps, *trainer_, trainer_->world(), s_.run, true);  // the final state
+  if (!args_.save_dir.empty())
+    save_trainer(args_.save_dir, args_.steps, *trainer_, trainer_->world(), s_.run, true);  // the final state
   trainer_->finish();
   control_.end(0, args_.steps);
   if (s_.leader) print_summary();

@@ -36,27 +36,27 @@ struct TrainArgs {
   std::int64_t steps = 100;          // --steps
   // --global-batch: sequences per step (all dp ranks); 24 divides evenly over dp = 1, 2, 3, 4, 6, 8
   std::int64_t global_batch = 24;
-  std::int64_t seq = 64;             // --seq: tokens per sequence
+  std::int64_t seq = 64;  // --seq: tokens per sequence
   // --schedule: "STEP:CONFIG;STEP:CONFIG;..." with strictly increasing steps, the first 0;
   // CONFIG is a vps config string (tp, pp, dp, cp, ep, etp, zero; limits: docs/train.md).
   std::string schedule = "0:tp=1,pp=1,dp=1";
-  bool static_layout = false;        // --static: run the schedule's first layout throughout
-  std::string csv;                   // --csv: per-step CSV (header: step,loss,tokens_per_s,...)
-  std::string json;                  // --json: one record per switch (docs/edm.md)
-  int lookahead = 0;                 // --lookahead: steps between prepare and commit; 0 = auto
-  std::string placement = "auto";    // --placement: fixed | auto (which process takes which rank)
-  std::string job;                   // --job DIR: take switch requests from DIR (job/job_request.h)
-  bool align_pages = true;           // TrainerOptions::align_pages; --no-align-pages: packed
-  bool bf16 = false;                 // --bf16: TrainerOptions::bf16 (bf16 weights, fp32 master)
+  bool static_layout = false;      // --static: run the schedule's first layout throughout
+  std::string csv;                 // --csv: per-step CSV (header: step,loss,tokens_per_s,...)
+  std::string json;                // --json: one record per switch (docs/edm.md)
+  int lookahead = 0;               // --lookahead: steps between prepare and commit; 0 = auto
+  std::string placement = "auto";  // --placement: fixed | auto (which process takes which rank)
+  std::string job;                 // --job DIR: take switch requests from DIR (job/job_request.h)
+  bool align_pages = true;         // TrainerOptions::align_pages; --no-align-pages: packed
+  bool bf16 = false;               // --bf16: TrainerOptions::bf16 (bf16 weights, fp32 master)
   // How processes are started and ended (nullptr: the job keeps its processes; layouts must
   // fit the world). `dynatrain train` uses the MPI launcher with --hostfile / --host.
   std::shared_ptr<edm::Launcher> launcher;
   // Optional knobs (flags suggested: --lr, --seed, --micro-batches, --switch-method, --threads).
   double lr = 3e-3;
   std::uint64_t seed = 1234;
-  int micro_batches = 0;             // 0: auto
-  std::string switch_method;         // "engine" | "gather" | "" (engine when built)
-  int threads = 0;                   // torch intra-op threads per rank; 0: cores / local ranks
+  int micro_batches = 0;                 // 0: auto
+  std::string switch_method;             // "engine" | "gather" | "" (engine when built)
+  int threads = 0;                       // torch intra-op threads per rank; 0: cores / local ranks
   NoticeSettings notice{SIGTERM, 30.0};  // --notice-signal, --notice-s (job/notice.h)
   // Checkpoints (job/train_ckpt.h): --save DIR every --save-every steps and after the last
   // step; --resume DIR continues from DIR's latest checkpoint in the schedule's layout

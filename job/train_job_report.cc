@@ -37,11 +37,16 @@ nlohmann::json commit_cpu_record(const SwitchStats& s) {
 
 nlohmann::json commit_phases_record(const SwitchStats& s) {
   const auto& ph = s.phases;
-  return {{"carry", ph.carry},           {"engine_pack", ph.engine_pack},
-          {"engine_unpack", ph.engine_unpack}, {"engine_keep", ph.engine_keep},
-          {"engine_wait", ph.engine_wait},     {"engine_alloc", ph.engine_alloc},
-          {"engine_agree", ph.engine_agree},   {"free", ph.free},
-          {"grads", ph.grads},                 {"views", ph.views}};
+  return {{"carry", ph.carry},
+          {"engine_pack", ph.engine_pack},
+          {"engine_unpack", ph.engine_unpack},
+          {"engine_keep", ph.engine_keep},
+          {"engine_wait", ph.engine_wait},
+          {"engine_alloc", ph.engine_alloc},
+          {"engine_agree", ph.engine_agree},
+          {"free", ph.free},
+          {"grads", ph.grads},
+          {"views", ph.views}};
 }
 
 // One JSON record per switch (docs/edm.md lists the fields).
@@ -95,9 +100,12 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
 bool TrainJob::after_commit(const SwitchStats& sw) {
   if (!trainer_->left()) note_world_after_switch(trainer_->world());  // failure lines name world ranks
   const bool leads = !trainer_->left() && trainer_->world().rank() == 0;
-  if (!leads) s_.leader = false, control_.resign();
-  else if (!s_.leader) take_over_as_leader(sw);
-  else if (sw.leader_moved) DT_CHECK(false, "the leader kept world rank 0 in a commit that moved it");
+  if (!leads)
+    s_.leader = false, control_.resign();
+  else if (!s_.leader)
+    take_over_as_leader(sw);
+  else if (sw.leader_moved)
+    DT_CHECK(false, "the leader kept world rank 0 in a commit that moved it");
   if (s_.leader) {
     s_.ls.records.push_back(switch_record(s_.step, sw, s_.ls.p2p_bytes_per_s));
     control_.switch_done(s_.step, s_.ls.records.back());
@@ -117,8 +125,10 @@ void TrainJob::take_over_as_leader(const SwitchStats& sw) {
   if (!args_.csv.empty()) s_.csv.open(args_.csv, std::ios::app);
   if (!args_.json.empty()) s_.json_out.open(args_.json);
   // Only this process knows; the error ends the job through the CLI's one failure path.
-  if (!args_.csv.empty() && !s_.csv.is_open()) DT_INPUT_ERROR("the new leader cannot append to CSV file '", args_.csv, "'");
-  if (!args_.json.empty() && !s_.json_out.is_open()) DT_INPUT_ERROR("the new leader cannot write JSON file '", args_.json, "'");
+  if (!args_.csv.empty() && !s_.csv.is_open())
+    DT_INPUT_ERROR("the new leader cannot append to CSV file '", args_.csv, "'");
+  if (!args_.json.empty() && !s_.json_out.is_open())
+    DT_INPUT_ERROR("the new leader cannot write JSON file '", args_.json, "'");
   s_.csv.precision(9);
   s_.tty = isatty(fileno(stdout));
   s_.leader = true;
@@ -129,16 +139,17 @@ void TrainJob::take_over_as_leader(const SwitchStats& sw) {
 void TrainJob::report_switch(const SwitchStats& sw) const {
   const long long step = s_.step;
   if (!sw.refused.empty()) {
-    std::printf("switch before step %lld: %s -> %s refused: %s; training continues in %s\n",
-                step, sw.from.c_str(), sw.to.c_str(), sw.refused.c_str(), sw.from.c_str());
+    std::printf("switch before step %lld: %s -> %s refused: %s; training continues in %s\n", step, sw.from.c_str(),
+                sw.to.c_str(), sw.refused.c_str(), sw.from.c_str());
   } else {
-    std::printf("switch before step %lld: %s -> %s  processes %d -> %d  pause %.2f ms (transfer %.2f, "
-                "rebuild %.2f)  prepare %.2f ms (spawn %.2f) hidden %.0f%%  %llu new communicators  "
-                "(%s, %.2f MB sent, placement %s)\n",
-                step, sw.from.c_str(), sw.to.c_str(), sw.world_before, sw.world_after,
-                sw.total_s * 1e3, sw.transfer_s * 1e3, sw.rebuild_s * 1e3, sw.prepare_s * 1e3,
-                sw.spawn_s * 1e3, sw.hidden_fraction * 100, static_cast<unsigned long long>(sw.comm_creations),
-                switch_method_name(sw.method), sw.bytes_sent / 1e6, sw.placement.c_str());
+    std::printf(
+        "switch before step %lld: %s -> %s  processes %d -> %d  pause %.2f ms (transfer %.2f, "
+        "rebuild %.2f)  prepare %.2f ms (spawn %.2f) hidden %.0f%%  %llu new communicators  "
+        "(%s, %.2f MB sent, placement %s)\n",
+        step, sw.from.c_str(), sw.to.c_str(), sw.world_before, sw.world_after, sw.total_s * 1e3, sw.transfer_s * 1e3,
+        sw.rebuild_s * 1e3, sw.prepare_s * 1e3, sw.spawn_s * 1e3, sw.hidden_fraction * 100,
+        static_cast<unsigned long long>(sw.comm_creations), switch_method_name(sw.method), sw.bytes_sent / 1e6,
+        sw.placement.c_str());
     if (!sw.note.empty()) std::printf("note: %s\n", sw.note.c_str());
   }
   std::fflush(stdout);
@@ -174,11 +185,13 @@ void TrainJob::report_step(const StepStats& st) {
 
 void TrainJob::write_csv_row(const StepStats& st, const std::string& layout) {
   auto& csv = s_.csv;
-  csv << s_.step << ',' << st.loss << ',' << st.tokens_per_s << ',' << st.seconds << ','
-      << plain(layout) << ',' << trainer_->config().world_size();
+  csv << s_.step << ',' << st.loss << ',' << st.tokens_per_s << ',' << st.seconds << ',' << plain(layout) << ','
+      << trainer_->config().world_size();
   const SwitchStats* moved = s_.switched && s_.switched->refused.empty() ? &*s_.switched : nullptr;
-  if (moved) csv << ',' << moved->plan_s << ',' << moved->transfer_s << ',' << moved->rebuild_s << ',' << moved->total_s;
-  else csv << ",,,,";
+  if (moved)
+    csv << ',' << moved->plan_s << ',' << moved->transfer_s << ',' << moved->rebuild_s << ',' << moved->total_s;
+  else
+    csv << ",,,,";
   csv << ',' << trainer_->world_size() << ',';
   if (moved) csv << moved->total_s;
   csv << '\n';
@@ -188,8 +201,7 @@ void TrainJob::write_csv_row(const StepStats& st, const std::string& layout) {
 void TrainJob::print_summary() {
   std::printf("summary: tokens/s by layout (steady state, first step after a switch excluded)\n");
   for (const auto& [layout, t] : s_.ls.per_layout)
-    if (t.steps > 0)
-      std::printf("  %-28s %9.0f tok/s over %d steps\n", layout.c_str(), t.tokens / t.seconds, t.steps);
+    if (t.steps > 0) std::printf("  %-28s %9.0f tok/s over %d steps\n", layout.c_str(), t.tokens / t.seconds, t.steps);
   for (const auto& r : s_.ls.records)
     if (r["refused"].get<std::string>().empty())
       std::printf("  switch %s -> %s (%d -> %d processes): pause %.2f ms, prepare %.2f ms, hidden %.0f%%\n",
@@ -197,11 +209,12 @@ void TrainJob::print_summary() {
                   r["world_before"].get<int>(), r["world_after"].get<int>(), r["pause_s"].get<double>() * 1e3,
                   r["prepare_s"].get<double>() * 1e3, r["hidden_fraction"].get<double>() * 100);
   if (const MemoryCopyStats& c = s_.copy_stats; c.copies > 0)
-    std::printf("  memory copy (--redundancy %d): %d copies, the last %s of rank files%s; the first two (fresh "
-                "pages) %.3f s, %.3f s, then %.3f s on average, at most %.3f s\n",
-                args_.redundancy, c.copies, format_bytes(static_cast<double>(c.file_bytes)).c_str(),
-                args_.redundancy >= 2 ? " and as much in buddy copies" : "", c.first_seconds[0], c.first_seconds[1],
-                c.copies > 2 ? c.warm_seconds / (c.copies - 2) : 0.0, c.warm_max_seconds);
+    std::printf(
+        "  memory copy (--redundancy %d): %d copies, the last %s of rank files%s; the first two (fresh "
+        "pages) %.3f s, %.3f s, then %.3f s on average, at most %.3f s\n",
+        args_.redundancy, c.copies, format_bytes(static_cast<double>(c.file_bytes)).c_str(),
+        args_.redundancy >= 2 ? " and as much in buddy copies" : "", c.first_seconds[0], c.first_seconds[1],
+        c.copies > 2 ? c.warm_seconds / (c.copies - 2) : 0.0, c.warm_max_seconds);
   if (s_.json_out.is_open()) {
     s_.json_out << nlohmann::json{{"switches", s_.ls.records}}.dump(2) << '\n';
     check_written(s_.json_out, "JSON", args_.json);

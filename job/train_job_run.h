@@ -55,10 +55,10 @@ class TrainJob {
                      const std::optional<ckpt::Checkpoint>& resume);
 
   // The loop (train_job.cc).
-  bool boundary();                 // the work between two steps; false: the loop ends here
+  bool boundary();  // the work between two steps; false: the loop ends here
   void save_if_due();
-  bool act_on_notices();           // false: every process has notice (train_job_notice.cc)
-  bool commit_if_due();            // false: this process left the job in the commit
+  bool act_on_notices();  // false: every process has notice (train_job_notice.cc)
+  bool commit_if_due();   // false: this process left the job in the commit
   bool commit();
   train::StepStats train_step();
   int finish();
@@ -68,7 +68,7 @@ class TrainJob {
   std::vector<int> vacated_ranks(std::int64_t at) const;
   std::string rest_of_schedule() const;
   void adopt_rest_of_schedule(const std::string& text);
-  void skip_past_entries();        // next = the first entry after the current step
+  void skip_past_entries();  // next = the first entry after the current step
   void take_request();
   bool outside_needed() const;
   bool save_point(std::int64_t s) const;
@@ -91,30 +91,30 @@ class TrainJob {
 
   // What the steps share: the schedule as it changes, where the loop stands, the leader's I/O.
   struct State {
-    Schedule schedule;         // entry 0: the layout the run starts in; requests insert entries
-    std::size_t next = 1;      // the next schedule entry to prepare / commit
-    std::int64_t step = 0;     // the step the loop is at
-    std::int64_t first_step = 0;   // 0, or the checkpoint's step with --resume
-    std::int64_t joined_at = -1;   // a joined process: the step of its first commit (saved already)
+    Schedule schedule;               // entry 0: the layout the run starts in; requests insert entries
+    std::size_t next = 1;            // the next schedule entry to prepare / commit
+    std::int64_t step = 0;           // the step the loop is at
+    std::int64_t first_step = 0;     // 0, or the checkpoint's step with --resume
+    std::int64_t joined_at = -1;     // a joined process: the step of its first commit (saved already)
     bool resumed_elsewhere = false;  // --resume and --save name different directories
-    std::string copy_dir;      // --redundancy: the memory copy's directory (job/memory_copy.h)
+    std::string copy_dir;            // --redundancy: the memory copy's directory (job/memory_copy.h)
     bool resumed_from_copy = false;  // --resume names copy_dir: it holds the first step already
     MemoryCopyStats copy_stats;
-    nlohmann::json run;        // the run's identity, saved in every checkpoint (job/train_ckpt.h)
+    nlohmann::json run;  // the run's identity, saved in every checkpoint (job/train_ckpt.h)
     // Switches that must vacate world ranks (`dynatrain request --vacate`), by step: the
     // request's list ("1,3"), or kVacateAll (`--migrate`), which names the processes of the world
     // as it is when the switch is prepared (a grow before then adds its processes to it).
     std::map<std::int64_t, std::string> vacate_at;
-    std::string preparing;     // layout being prepared, for the progress line
+    std::string preparing;                       // layout being prepared, for the progress line
     std::optional<train::SwitchStats> switched;  // the switch committed at this step's boundary
-    double slowest_step = 0;   // seconds; arms the step watchdog once nonzero
-    bool outside_waiting = false;  // rank 0: ranks outside the layout wait for a message
-    int notice_exit = 0;       // 128 + signal once every process had notice (job/notice.h)
+    double slowest_step = 0;                     // seconds; arms the step watchdog once nonzero
+    bool outside_waiting = false;                // rank 0: ranks outside the layout wait for a message
+    int notice_exit = 0;                         // 128 + signal once every process had notice (job/notice.h)
     // The job's leader (job/train_leader.h): world rank 0 of the current world; the role moves
     // with rank 0 in a commit (take_over_as_leader).
     bool leader = false;
-    bool tty = false;          // the leader's stdout is a terminal: step lines get a progress bar
-    LeaderState ls;            // the leader's state beyond the VPS state (leader only)
+    bool tty = false;  // the leader's stdout is a terminal: step lines get a progress bar
+    LeaderState ls;    // the leader's state beyond the VPS state (leader only)
     std::ofstream csv, json_out;
   } s_;
 

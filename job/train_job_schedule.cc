@@ -50,8 +50,15 @@ void TrainJob::skip_past_entries() {
 // switch goes into the schedule at its step, or as soon as it can be prepared; never before a
 // switch already being prepared. Rank 0 only; the others learn the schedule in sync_job().
 void TrainJob::take_request() {
-  RequestContext ctx{s_.schedule, s_.vacate_at, s_.next, s_.step, args_.steps, trainer_->lookahead(),
-                     trainer_->preparing(), trainer_->world_size(), trainer_->config(),
+  RequestContext ctx{s_.schedule,
+                     s_.vacate_at,
+                     s_.next,
+                     s_.step,
+                     args_.steps,
+                     trainer_->lookahead(),
+                     trainer_->preparing(),
+                     trainer_->world_size(),
+                     trainer_->config(),
                      [this](vps::ParallelConfig& c) { Trainer::check_supported(o_, c); }};
   control_.take_requests(ctx);
 }
@@ -82,7 +89,7 @@ bool TrainJob::outside_needed() const {  // on rank 0: must ranks outside the la
   const std::int64_t at = s_.schedule[s_.next].first;
   if (trainer_->preparing()) return at == step + 1 && step + 1 < args_.steps;  // the next commit
   return step + trainer_->lookahead() >= at ||                                 // a prepare now
-         (step + 1 < args_.steps && step + 1 + trainer_->lookahead() >= at);    // or next step
+         (step + 1 < args_.steps && step + 1 + trainer_->lookahead() >= at);   // or next step
 }
 
 // With --job, once per step after any commit: rank 0 takes a request and sends the schedule

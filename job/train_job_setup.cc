@@ -71,7 +71,8 @@ bool TrainJob::set_up() {
   if (!joined) open_outputs();
   print_banner();
   // The lower bound of every switch divides by this point-to-point bandwidth, measured once.
-  if (!joined && !args_.json.empty()) s_.ls.p2p_bytes_per_s = comm::measure_p2p_bandwidth(world_, std::size_t{64} << 20);
+  if (!joined && !args_.json.empty())
+    s_.ls.p2p_bytes_per_s = comm::measure_p2p_bandwidth(world_, std::size_t{64} << 20);
   std::optional<ckpt::Checkpoint> resume;
   if (!joined) resume = open_resume();
   if (args_.save_every < 0) DT_INPUT_ERROR("--save-every ", args_.save_every, " must be >= 0");
@@ -109,11 +110,16 @@ void TrainJob::build_options() {
   o_.lookahead = args_.lookahead;
   o_.align_pages = args_.align_pages;
   o_.bf16 = args_.bf16;
-  if (args_.placement == "fixed") o_.placement = TrainerOptions::Placement::kFixed;
-  else if (args_.placement == "auto") o_.placement = TrainerOptions::Placement::kAuto;
-  else DT_INPUT_ERROR("unknown --placement '", args_.placement, "'; valid: fixed, auto");
-  if (args_.switch_method == "gather") o_.switch_method = SwitchMethod::kGather;
-  else if (args_.switch_method == "engine") o_.switch_method = SwitchMethod::kEngine;
+  if (args_.placement == "fixed")
+    o_.placement = TrainerOptions::Placement::kFixed;
+  else if (args_.placement == "auto")
+    o_.placement = TrainerOptions::Placement::kAuto;
+  else
+    DT_INPUT_ERROR("unknown --placement '", args_.placement, "'; valid: fixed, auto");
+  if (args_.switch_method == "gather")
+    o_.switch_method = SwitchMethod::kGather;
+  else if (args_.switch_method == "engine")
+    o_.switch_method = SwitchMethod::kEngine;
   else if (!args_.switch_method.empty())
     DT_INPUT_ERROR("unknown switch method '", args_.switch_method, "'; valid: engine, gather");
   if (args_.steps <= 0) DT_INPUT_ERROR("--steps ", args_.steps, " must be positive");
@@ -135,10 +141,11 @@ void TrainJob::check_layouts(bool joined) {
     Trainer::check_supported(o_, config);
     const bool first = step == s_.schedule.front().first;
     if (!joined && config.world_size() > world_.size() && (first || !args_.launcher))
-      DT_INPUT_ERROR("schedule layout '", config.str(), "' at step ", step, " needs ",
-                     config.world_size(), " ranks; the job has ", world_.size(),
+      DT_INPUT_ERROR("schedule layout '", config.str(), "' at step ", step, " needs ", config.world_size(),
+                     " ranks; the job has ", world_.size(),
                      first ? detail::concat(" (the first layout must fit the processes the job starts with: `dynatrain "
-                                            "train --np ", config.world_size(), " ...`)")
+                                            "train --np ",
+                                            config.world_size(), " ...`)")
                            : std::string(" and this run cannot start processes"));
   }
 }
@@ -164,8 +171,11 @@ void TrainJob::open_outputs() {
     DT_INPUT_ERROR("cannot write JSON file '", args_.json, "'");
   if (!comm::agree_with_root(world, args_.job.empty() || access(args_.job.c_str(), W_OK) == 0))
     DT_INPUT_ERROR("job directory '", args_.job, "' is not a writable directory");
-  const std::string held = s_.leader ? control_.start({{"model", o_.model.name}, {"steps", args_.steps},
-                                                       {"schedule", args_.schedule}, {"processes", world.size()}}) : "";
+  const std::string held = s_.leader ? control_.start({{"model", o_.model.name},
+                                                       {"steps", args_.steps},
+                                                       {"schedule", args_.schedule},
+                                                       {"processes", world.size()}})
+                                     : "";
   if (!comm::agree_with_root(world, held.empty()))
     DT_INPUT_ERROR(s_.leader ? held : "rank 0 cannot take job directory '" + args_.job + "'");
   if (s_.csv.is_open()) {
@@ -180,9 +190,8 @@ void TrainJob::print_banner() const {
   if (args_.launcher) note_mpirun_environment(s_.schedule, !args_.job.empty());  // a plain mpirun's gaps
   const bool switching = !(args_.static_layout || (s_.schedule.size() == 1 && args_.job.empty()));
   std::printf("dynatrain train: model %s, %lld steps, global batch %lld x %lld tokens, %d ranks, %s\n",
-              o_.model.name.c_str(), static_cast<long long>(args_.steps),
-              static_cast<long long>(args_.global_batch), static_cast<long long>(args_.seq),
-              world_.size(), switching ? "switching layouts" : "static layout");
+              o_.model.name.c_str(), static_cast<long long>(args_.steps), static_cast<long long>(args_.global_batch),
+              static_cast<long long>(args_.seq), world_.size(), switching ? "switching layouts" : "static layout");
   std::printf("state: %s%s\n", vps::bytes_per_parameter(train::trainer_elem_bytes(o_.bf16)).c_str(),
               o_.bf16 ? ", --bf16: bf16 weights, fp32 grads, master and Adam moments" : ", all fp32");
 }
@@ -203,8 +212,9 @@ void TrainJob::start_trainer(std::unique_ptr<comm::Transport> joined_world, std:
                              const std::optional<ckpt::Checkpoint>& resume) {
   std::size_t first_layout = 1;
   while (first_layout < s_.schedule.size() && s_.schedule[first_layout].first <= s_.first_step) ++first_layout;
-  trainer_ = joined_world ? Trainer::join(o_, std::move(joined_world), std::move(text))
-                          : std::make_unique<Trainer>(o_, s_.schedule[first_layout - 1].second, world_, std::move(text));
+  trainer_ = joined_world
+                 ? Trainer::join(o_, std::move(joined_world), std::move(text))
+                 : std::make_unique<Trainer>(o_, s_.schedule[first_layout - 1].second, world_, std::move(text));
   if (!args_.json.empty()) trainer_->set_switch_probe(std::make_shared<BenchmarkSwitchProbe>());  // link, bare exchange
   if (resume) resume_trainer(*resume, *trainer_, world_);
   // A peer that stops answering mid-switch ends the job (job/watchdog.h). The deadline covers

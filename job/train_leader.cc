@@ -23,8 +23,9 @@ LeaderState LeaderState::parse(const std::string& blob) {
     const auto j = nlohmann::json::parse(blob);
     const int version = j.at("version").get<int>();
     if (version != kLeaderStateVersion)
-      DT_INPUT_ERROR("leader state version ", version, " handed over in a commit is not supported; this process reads version ",
-                     kLeaderStateVersion, " (every process of a job must run the same dynatrain)");
+      DT_INPUT_ERROR("leader state version ", version,
+                     " handed over in a commit is not supported; this process reads version ", kLeaderStateVersion,
+                     " (every process of a job must run the same dynatrain)");
     s.control = j.value("control", nlohmann::json::object());
     s.records = j.at("records");
     s.p2p_bytes_per_s = j.at("p2p_bytes_per_s").get<double>();

@@ -22,7 +22,7 @@ struct LeaderState {
   };
   std::map<std::string, Tally> per_layout;
   nlohmann::json records = nlohmann::json::array();  // one per switch so far (--json)
-  double p2p_bytes_per_s = 0;  // point-to-point bandwidth measured once at the start of the run
+  double p2p_bytes_per_s = 0;                        // point-to-point bandwidth measured once at the start of the run
   // The schedule from the current layout on (--schedule syntax, then "|STEP:R1,R2;..." for
   // switches that vacate ranks): it holds the requests taken so far.
   std::string schedule;

@@ -12,7 +12,11 @@ namespace dynatrain::job {
 void check_train_memory(const train::TrainerOptions& options,
                         const std::vector<std::pair<std::int64_t, vps::ParallelConfig>>& schedule,
                         comm::Transport& world) {
-  const vps::LayoutOptions lo = train::trainer_layout_options(options.bucket_elems, {vps::StateKind::kParam, vps::StateKind::kGrad, vps::StateKind::kMaster, vps::StateKind::kExpAvg, vps::StateKind::kExpAvgSq}, options.bf16);
+  const vps::LayoutOptions lo =
+      train::trainer_layout_options(options.bucket_elems,
+                                    {vps::StateKind::kParam, vps::StateKind::kGrad, vps::StateKind::kMaster,
+                                     vps::StateKind::kExpAvg, vps::StateKind::kExpAvgSq},
+                                    options.bf16);
   std::uint64_t state = 0;
   std::string largest;
   for (const auto& [step, config] : schedule) {

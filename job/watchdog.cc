@@ -62,8 +62,10 @@ void Watchdog::watch() {
       std::snprintf(seconds, sizeof seconds, "%.0f", seconds_);
       std::string cause = cause_ ? cause_() : std::string();
       if (cause.empty()) cause = "a peer stopped answering";
-      abort_job("error", "no progress for " + std::string(seconds) + " s during " + phase_ + "; " + cause +
-                             " (raise DT_WATCHDOG_S if it is only slow)", 3);
+      abort_job("error",
+                "no progress for " + std::string(seconds) + " s during " + phase_ + "; " + cause +
+                    " (raise DT_WATCHDOG_S if it is only slow)",
+                3);
     }
   }
 }

@@ -18,13 +18,13 @@ std::string describe(const vps::Layout& layout, const Piece& p) {
     os << layout.tensors()[p.tensor].name;
   else  // a plan from outside the planner may name any tensor
     os << "tensor " << p.tensor << " (the layout has " << layout.tensors().size() << ")";
-  os << " " << vps::state_kind_name(p.kind) << " " << p.box.str()
-     << " rank " << p.src_rank << " -> rank " << p.dst_rank;
+  os << " " << vps::state_kind_name(p.kind) << " " << p.box.str() << " rank " << p.src_rank << " -> rank "
+     << p.dst_rank;
   return os.str();
 }
 
-std::string element(const vps::Layout& layout, std::uint32_t tensor, vps::StateKind kind,
-                    const vps::Coord& c, int ndim) {
+std::string element(const vps::Layout& layout, std::uint32_t tensor, vps::StateKind kind, const vps::Coord& c,
+                    int ndim) {
   std::ostringstream os;
   os << layout.tensors()[tensor].name << " " << vps::state_kind_name(kind) << " element (";
   for (int d = 0; d < ndim; ++d) os << (d ? ", " : "") << c[d];
@@ -33,8 +33,8 @@ std::string element(const vps::Layout& layout, std::uint32_t tensor, vps::StateK
 }
 
 // The segment a piece names, or nullptr when the names are out of range or disagree.
-const vps::Segment* named_segment(const vps::RankLayout& layout, std::uint32_t buffer,
-                                  std::uint32_t segment, const Piece& p) {
+const vps::Segment* named_segment(const vps::RankLayout& layout, std::uint32_t buffer, std::uint32_t segment,
+                                  const Piece& p) {
   if (buffer >= layout.buffers.size()) return nullptr;
   const auto& buf = layout.buffers[buffer];
   if (buf.kind != p.kind || segment >= buf.segments.size()) return nullptr;
@@ -43,9 +43,8 @@ const vps::Segment* named_segment(const vps::RankLayout& layout, std::uint32_t b
 }
 
 // Element-level recount of one destination segment, used only to name the first bad element.
-std::string first_bad_element(const vps::Layout& dst, const vps::LocalBuffer& buf,
-                              const vps::Segment& seg, const std::vector<const Piece*>& pieces,
-                              int rank) {
+std::string first_bad_element(const vps::Layout& dst, const vps::LocalBuffer& buf, const vps::Segment& seg,
+                              const std::vector<const Piece*>& pieces, int rank) {
   std::vector<int> count(seg.box.numel(), 0);
   for (const Piece* p : pieces)
     for (std::int64_t i = 0; i < p->box.numel(); ++i) ++count[seg.box.linear_index(p->box.coord_at(i))];
@@ -78,8 +77,8 @@ bool pairwise_disjoint(const vps::Segment& seg, const std::vector<const Piece*>&
 
 // Rule 3 on one process: every destination segment is written exactly once by the pieces that
 // landed in it. Returns the first miscovered element, or "".
-std::string check_exact_cover(const vps::Layout& dst, const vps::RankLayout& dst_layout,
-                              const Landing& landing, int rank) {
+std::string check_exact_cover(const vps::Layout& dst, const vps::RankLayout& dst_layout, const Landing& landing,
+                              int rank) {
   static const std::vector<const Piece*> kNone;
   for (const auto& buf : dst_layout.buffers) {
     for (std::uint32_t s = 0; s < buf.segments.size(); ++s) {
@@ -101,7 +100,9 @@ class PlanChecker {
  public:
   PlanChecker(const vps::Layout& src, const vps::Layout& dst, const std::vector<RankPlan>& plans,
               const SwitchPlacement& placement)
-      : src_(src), dst_(dst), placement_(placement),
+      : src_(src),
+        dst_(dst),
+        placement_(placement),
         world_(std::max(src.config().world_size(), dst.config().world_size())) {
     for (const auto& p : plans) by_rank_[p.rank] = &p;
   }
@@ -140,16 +141,14 @@ class PlanChecker {
   // The source layout of a process, computed on first use.
   const vps::RankLayout& src_layout(int process) {
     auto it = src_layouts_.find(process);
-    if (it == src_layouts_.end())
-      it = src_layouts_.emplace(process, layout_of(src_, placement_.src, process)).first;
+    if (it == src_layouts_.end()) it = src_layouts_.emplace(process, layout_of(src_, placement_.src, process)).first;
     return it->second;
   }
 
   // Rule 1 for a piece process `r` keeps or receives from `expect_src`: filed under the right
   // ranks, inside the destination segment it names and inside a source segment that holds it.
   // An accepted piece is recorded in `landing` for rule 3.
-  std::string accept(const Piece& p, int r, int expect_src, const vps::RankLayout& dst_layout,
-                     Landing& landing) {
+  std::string accept(const Piece& p, int r, int expect_src, const vps::RankLayout& dst_layout, Landing& landing) {
     if (p.tensor >= dst_.tensors().size())
       return "piece " + describe(dst_, p) + " names a tensor the layout does not have";
     if (p.dst_rank != r || p.src_rank != expect_src)
@@ -160,8 +159,7 @@ class PlanChecker {
     if (p.src_rank < 0 || p.src_rank >= world_)
       return "piece " + describe(dst_, p) + " names a source rank outside the world";
     const vps::Segment* s = named_segment(src_layout(p.src_rank), p.src_buffer, p.src_segment, p);
-    if (!s || !s->box.contains(p.box))
-      return "piece " + describe(dst_, p) + ": the source rank does not hold it";
+    if (!s || !s->box.contains(p.box)) return "piece " + describe(dst_, p) + ": the source rank does not hold it";
     landing[{p.dst_buffer, p.dst_segment}].push_back(&p);
     return "";
   }
@@ -176,8 +174,8 @@ class PlanChecker {
       if (auto it = by_rank_.find(peer); it != by_rank_.end()) {
         auto sit = it->second->send.find(r);
         if (sit == it->second->send.end() || sit->second != pieces)
-          return "rank " + std::to_string(peer) + " sends rank " + std::to_string(r) +
-                 " other pieces than rank " + std::to_string(r) + " expects";
+          return "rank " + std::to_string(peer) + " sends rank " + std::to_string(r) + " other pieces than rank " +
+                 std::to_string(r) + " expects";
       }
     }
     return "";
@@ -208,8 +206,8 @@ class PlanChecker {
 
 }  // namespace
 
-CheckResult check_plan(const vps::Layout& src, const vps::Layout& dst,
-                       const std::vector<RankPlan>& plans, const SwitchPlacement& placement) {
+CheckResult check_plan(const vps::Layout& src, const vps::Layout& dst, const std::vector<RankPlan>& plans,
+                       const SwitchPlacement& placement) {
   PlanChecker checker(src, dst, plans, placement);
   if (auto e = checker.check_placement(); !e.empty()) return {false, std::move(e)};
   for (const auto& plan : plans)

@@ -26,7 +26,7 @@ struct CheckResult {
 
 // `plans` may hold every process (plan_all) or a subset; rule 2 is checked where both sides
 // exist. A placement that is not injective into the job's processes is reported as a violation.
-CheckResult check_plan(const vps::Layout& src, const vps::Layout& dst,
-                       const std::vector<RankPlan>& plans, const SwitchPlacement& placement = {});
+CheckResult check_plan(const vps::Layout& src, const vps::Layout& dst, const std::vector<RankPlan>& plans,
+                       const SwitchPlacement& placement = {});
 
 }  // namespace dynatrain::plan

@@ -93,7 +93,8 @@ std::map<GroupKey, std::vector<Member>> group_off_node_receives(const std::vecto
       if (topo.node_of(peer) == node) continue;
       const int who = by == GroupBy::kReceivingNode ? node : peer;
       for (const auto& p : pieces)
-        if (!zeroed(zeroed_kinds, p.kind)) groups[{who, p.tensor, static_cast<int>(p.kind), p.box}].push_back({plan.rank, p});
+        if (!zeroed(zeroed_kinds, p.kind))
+          groups[{who, p.tensor, static_cast<int>(p.kind), p.box}].push_back({plan.rank, p});
     }
   std::erase_if(groups, [](const auto& g) { return g.second.size() < 2; });
   return groups;
@@ -117,8 +118,8 @@ void erase_piece(std::map<int, std::vector<Piece>>& lists, int peer, const Piece
 
 // The piece that rebuilds, on `process`, the destination bytes of `p` from its own destination
 // buffer (a later stage's identity keep).
-Piece identity_keep(int process, std::uint32_t tensor, vps::StateKind kind, const vps::Box& box,
-                    std::uint32_t buffer, std::uint32_t segment) {
+Piece identity_keep(int process, std::uint32_t tensor, vps::StateKind kind, const vps::Box& box, std::uint32_t buffer,
+                    std::uint32_t segment) {
   Piece k;
   k.tensor = tensor;
   k.kind = kind;
@@ -161,7 +162,8 @@ void add_identity_keeps(const vps::RankLayout& rl, std::size_t s, const std::map
         continue;
       }
       for (const Write& w : writes.at({buf.id, i}))
-        if (w.stage != s) plan.keep.push_back(identity_keep(me, w.piece->tensor, w.piece->kind, w.piece->box, buf.id, i));
+        if (w.stage != s)
+          plan.keep.push_back(identity_keep(me, w.piece->tensor, w.piece->kind, w.piece->box, buf.id, i));
     }
 }
 
@@ -230,8 +232,8 @@ const Piece* source_copy(const RankPlan& source, const Piece& p) {
 }
 
 // Bytes of `lists` (a plan's sends or receives) to or from other nodes than `plan`'s process.
-std::uint64_t off_node_bytes(const RankPlan& plan, const std::map<int, std::vector<Piece>>& lists,
-                             const Topology& topo, const vps::ElemBytes& eb, std::uint32_t zeroed_kinds) {
+std::uint64_t off_node_bytes(const RankPlan& plan, const std::map<int, std::vector<Piece>>& lists, const Topology& topo,
+                             const vps::ElemBytes& eb, std::uint32_t zeroed_kinds) {
   std::uint64_t n = 0;
   for (const auto& [peer, pieces] : lists)
     if (topo.node_of(peer) != topo.node_of(plan.rank))
@@ -269,7 +271,8 @@ struct FanoutInputs {
 std::uint64_t relay_inside_nodes(const FanoutInputs& in, std::vector<RankPlan>& stage0, std::vector<Piece>& inner,
                                  FanoutPlan& fp) {
   const int world = static_cast<int>(in.plans.size());
-  const auto groups = group_off_node_receives(in.plans, in.planner.topology(), in.zeroed_kinds, GroupBy::kReceivingNode);
+  const auto groups =
+      group_off_node_receives(in.plans, in.planner.topology(), in.zeroed_kinds, GroupBy::kReceivingNode);
   fp.groups = groups.size();
   std::vector<std::uint64_t> relayed(world, 0);  // bytes each process relays so far (in + out)
   std::vector<std::uint64_t> relay_out(world, 0), relay_in(world, 0);
@@ -406,7 +409,8 @@ FanoutPlan plan_fanout(const Planner& planner, const std::vector<RankPlan>& plan
   if (trees) {
     FanoutPlan with_trees = candidate(in, true, false, without);
     tree_candidates = with_trees.tree_candidates;
-    if (with_trees.applied && (!best.applied || with_trees.seconds_with < best.seconds_with)) best = std::move(with_trees);
+    if (with_trees.applied && (!best.applied || with_trees.seconds_with < best.seconds_with))
+      best = std::move(with_trees);
   }
   best.tree_candidates = tree_candidates;
   if (!best.applied) {
@@ -463,7 +467,8 @@ CheckResult check_fanout(const vps::Layout& src, const vps::Layout& dst,
   for (std::size_t s = 1; s < stages.size(); ++s) {
     const std::string stage = "stage " + std::to_string(s + 1) + ": ";
     // Alone: an exact cover of the destination layout from itself, keeps in place.
-    if (auto r = check_plan(dst, dst, stages[s], {placement.dst, placement.dst}); !r.ok) return fail(stage + r.violation);
+    if (auto r = check_plan(dst, dst, stages[s], {placement.dst, placement.dst}); !r.ok)
+      return fail(stage + r.violation);
     for (const auto& plan : stages[s])
       for (const auto& k : plan.keep)
         if (k.src_buffer != k.dst_buffer || k.src_segment != k.dst_segment)

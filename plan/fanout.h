@@ -63,10 +63,10 @@ const char* fanout_mode_name(FanoutMode mode);
 // The rates the rule weighs (bytes/s per direction; seconds). The defaults describe an
 // A800-class node (plan::Bandwidth's defaults: NVLink-class port, one 200 Gb/s NIC per GPU).
 struct FanoutCosts {
-  double intra = 150e9;           // one process's link inside a node
-  double inter = 25e9;            // one process's path to the network (its PCIe / NIC share)
-  double node_inter = 200e9;      // a node's NICs together
-  double stage_seconds = 2e-3;    // each later engine call's fixed cost (agreement, latency)
+  double intra = 150e9;         // one process's link inside a node
+  double inter = 25e9;          // one process's path to the network (its PCIe / NIC share)
+  double node_inter = 200e9;    // a node's NICs together
+  double stage_seconds = 2e-3;  // each later engine call's fixed cost (agreement, latency)
 };
 
 struct FanoutPlan {
@@ -74,27 +74,27 @@ struct FanoutPlan {
   // stages[s][p]: process p's plan in stage s. stages[0] moves from the source layout to the
   // destination; every later stage runs the destination layout to itself, in place.
   std::vector<std::vector<RankPlan>> stages;
-  std::uint64_t groups = 0;             // relay groups found (boxes with >= 2 receivers on a node)
-  std::uint64_t relayed_pieces = 0;     // receives moved from the network into the last stage
-  std::uint64_t relayed_bytes = 0;      // their bytes: what no longer crosses the network
-  std::uint64_t tree_candidates = 0;    // boxes one source sends to >= 2 other nodes (after relaying)
-  std::uint64_t tree_groups = 0;        // of those, sent by a tree in `stages` (0 when not applied)
-  std::uint64_t tree_bytes = 0;         // their hops sent by a receiver, not the source: its bytes saved
+  std::uint64_t groups = 0;           // relay groups found (boxes with >= 2 receivers on a node)
+  std::uint64_t relayed_pieces = 0;   // receives moved from the network into the last stage
+  std::uint64_t relayed_bytes = 0;    // their bytes: what no longer crosses the network
+  std::uint64_t tree_candidates = 0;  // boxes one source sends to >= 2 other nodes (after relaying)
+  std::uint64_t tree_groups = 0;      // of those, sent by a tree in `stages` (0 when not applied)
+  std::uint64_t tree_bytes = 0;       // their hops sent by a receiver, not the source: its bytes saved
   // Bytes crossing nodes (counted once, on the receiving side; zeroed kinds excluded), all stages.
   std::uint64_t inter_node_bytes_without = 0, inter_node_bytes = 0;
   // The busiest process's bytes sent to other nodes, all stages together (a tree lowers it).
   std::uint64_t max_sender_bytes_without = 0, max_sender_bytes = 0;
   double seconds_without = 0, seconds_with = 0;  // the rule's estimates (FanoutCosts)
-  std::string reason;                   // one line: what was decided and why
+  std::string reason;                            // one line: what was decided and why
 };
 
 // Splits `plans` (Planner::plan_all of `planner`: every process, in process order) into stages. `elem_bytes`: element size per state kind; `zeroed_kinds`: kinds the engine does not
 // move (exec::TransitionOptions::zeroed_kinds), never relayed nor counted. Pure and
 // deterministic: every process computes the same stages from the same inputs. `trees` false:
 // relay groups only (what the tree adds, for comparison: bench/fanout/fanout_rule.cc).
-FanoutPlan plan_fanout(const Planner& planner, const std::vector<RankPlan>& plans,
-                       const vps::ElemBytes& elem_bytes, FanoutMode mode, const FanoutCosts& costs = {},
-                       std::uint32_t zeroed_kinds = 0, bool trees = true);
+FanoutPlan plan_fanout(const Planner& planner, const std::vector<RankPlan>& plans, const vps::ElemBytes& elem_bytes,
+                       FanoutMode mode, const FanoutCosts& costs = {}, std::uint32_t zeroed_kinds = 0,
+                       bool trees = true);
 
 // Bytes `plan`'s process receives from other nodes (zeroed kinds excluded).
 std::uint64_t inter_node_bytes_in(const RankPlan& plan, const Topology& topology, const vps::ElemBytes& elem_bytes,

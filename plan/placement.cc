@@ -63,8 +63,7 @@ void Placement::validate(int ranks, int processes) const {
   for (int r = 0; r < ranks; ++r) {
     const int p = process_of_[r];
     if (p < 0 || p >= processes)
-      DT_INPUT_ERROR("placement ", str(), " puts rank ", r, " on process ", p, "; valid processes: 0..",
-                     processes - 1);
+      DT_INPUT_ERROR("placement ", str(), " puts rank ", r, " on process ", p, "; valid processes: 0..", processes - 1);
     if (seen[p] >= 0)
       DT_INPUT_ERROR("placement ", str(), " puts ranks ", seen[p], " and ", r, " on process ", p,
                      "; each process takes at most one rank");
@@ -181,7 +180,7 @@ void pin_rank0(std::vector<std::int64_t>& cost, int ranks, const std::vector<int
     big += *std::max_element(cost.begin() + static_cast<std::ptrdiff_t>(q) * cols,
                              cost.begin() + static_cast<std::ptrdiff_t>(q + 1) * cols);
   for (int c = 0; c < cols; ++c)
-    if (c != c0) cost[static_cast<std::size_t>(c)] = big;  // rank 0 elsewhere
+    if (c != c0) cost[static_cast<std::size_t>(c)] = big;                               // rank 0 elsewhere
   for (int q = 1; q < ranks; ++q) cost[static_cast<std::size_t>(q) * cols + c0] = big;  // process 0 to another rank
 }
 }  // namespace
@@ -208,8 +207,8 @@ std::vector<int> place_around(int ranks, int processes, const std::vector<int>& 
 }
 
 Placement auto_placement(const vps::Layout& src, const vps::Layout& dst, const Topology& topology,
-                         const Placement& src_placement, const Bandwidth& bandwidth,
-                         const std::vector<int>& eligible, bool rank0_on_process0) {
+                         const Placement& src_placement, const Bandwidth& bandwidth, const std::vector<int>& eligible,
+                         bool rank0_on_process0) {
   const Planner planner(src, dst, topology, SwitchPlacement{src_placement, {}});
   const Affinity a = planner.affinity();
   std::vector<int> columns = eligible;  // the processes that may take a rank
@@ -218,7 +217,8 @@ Placement auto_placement(const vps::Layout& src, const vps::Layout& dst, const T
   std::sort(columns.begin(), columns.end());
   columns.erase(std::unique(columns.begin(), columns.end()), columns.end());
   for (int p : columns)
-    if (p < 0 || p >= a.processes) DT_INPUT_ERROR("eligible process ", p, " is not in the job (0..", a.processes - 1, ")");
+    if (p < 0 || p >= a.processes)
+      DT_INPUT_ERROR("eligible process ", p, " is not in the job (0..", a.processes - 1, ")");
   if (static_cast<int>(columns.size()) < a.ranks)
     DT_INPUT_ERROR(columns.size(), " eligible processes cannot take the ", a.ranks, " ranks of ", dst.config().str());
   // Cost of rank q on process p, in bytes weighted by link speed: what q's node lacks crosses

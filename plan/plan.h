@@ -29,7 +29,7 @@ struct Piece {
   std::uint32_t src_buffer = 0;   // LocalBuffer id in the source RankLayout of src_rank
   std::uint32_t src_segment = 0;  // index into that buffer's segments
   int dst_rank = 0;
-  std::uint32_t dst_buffer = 0;   // LocalBuffer id in the destination RankLayout of dst_rank
+  std::uint32_t dst_buffer = 0;  // LocalBuffer id in the destination RankLayout of dst_rank
   std::uint32_t dst_segment = 0;
 
   friend bool operator==(const Piece&, const Piece&) = default;

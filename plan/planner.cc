@@ -29,13 +29,13 @@ struct Holder {
 // One distinct box of a (tensor, kind) in one layout, with every rank that holds it.
 struct UniqueBox {
   Box box;
-  std::span<const Holder> holders;  // sorted by rank; storage in the Unit
+  std::span<const Holder> holders;        // sorted by rank; storage in the Unit
   std::int64_t hull_lo = 0, hull_hi = 0;  // row-major hull in the full tensor
 };
 
 // All boxes of one (tensor, kind), in both layouts, plus an interval index over the source's.
 struct Unit {
-  std::vector<UniqueBox> src, dst;  // src sorted by hull_lo
+  std::vector<UniqueBox> src, dst;               // src sorted by hull_lo
   std::vector<Holder> src_holders, dst_holders;  // what the boxes' holder spans point into
   std::vector<std::int64_t> src_prefix_max_hi;
   bool src_disjoint = true;  // unique source boxes partition the tensor
@@ -48,8 +48,7 @@ struct Entry {
 
 // Sorts entries into distinct boxes; every box's holders are one run of `holders` (one
 // allocation per unit and side, not one per box).
-std::vector<UniqueBox> group_boxes(std::vector<Entry>& entries, const Box& full,
-                                   std::vector<Holder>& holders) {
+std::vector<UniqueBox> group_boxes(std::vector<Entry>& entries, const Box& full, std::vector<Holder>& holders) {
   // By box, then rank (so each box's holders come out sorted by rank).
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     for (int d = 0; d < a.box.ndim; ++d) {
@@ -84,16 +83,14 @@ std::vector<UniqueBox> group_boxes(std::vector<Entry>& entries, const Box& full,
 
 }  // namespace
 
-Planner::Planner(const vps::Layout& src, const vps::Layout& dst, Topology topology,
-                 SwitchPlacement placement)
+Planner::Planner(const vps::Layout& src, const vps::Layout& dst, Topology topology, SwitchPlacement placement)
     : src_(src), dst_(dst), topology_(topology), placement_(std::move(placement)) {
   if (src.tensors().size() != dst.tensors().size() || src.model().name != dst.model().name)
-    DT_INPUT_ERROR("source and destination layouts describe different models ('",
-                   src.model().name, "' vs '", dst.model().name, "')");
+    DT_INPUT_ERROR("source and destination layouts describe different models ('", src.model().name, "' vs '",
+                   dst.model().name, "')");
   if (src.options().kinds != dst.options().kinds)
     DT_INPUT_ERROR("source and destination layouts carry different state kinds");
-  if (topology_.gpus_per_node < 1)
-    DT_INPUT_ERROR("gpus per node must be at least 1, got ", topology_.gpus_per_node);
+  if (topology_.gpus_per_node < 1) DT_INPUT_ERROR("gpus per node must be at least 1, got ", topology_.gpus_per_node);
   placement_.src.validate(src_.config().world_size(), world_size());
   placement_.dst.validate(dst_.config().world_size(), world_size());
 }
@@ -101,17 +98,13 @@ Planner::Planner(const vps::Layout& src, const vps::Layout& dst, Topology topolo
 Planner::~Planner() = default;
 
 int Planner::world_size() const {
-  return std::max({src_.config().world_size(), dst_.config().world_size(), placement_.src.processes(),
-                   placement_.dst.processes()});
+  return std::max(
+      {src_.config().world_size(), dst_.config().world_size(), placement_.src.processes(), placement_.dst.processes()});
 }
 
-int Planner::src_rank_of(int process) const {
-  return placement_.src.rank_of(process, src_.config().world_size());
-}
+int Planner::src_rank_of(int process) const { return placement_.src.rank_of(process, src_.config().world_size()); }
 
-int Planner::dst_rank_of(int process) const {
-  return placement_.dst.rank_of(process, dst_.config().world_size());
-}
+int Planner::dst_rank_of(int process) const { return placement_.dst.rank_of(process, dst_.config().world_size()); }
 
 vps::RankLayout Planner::src_rank_layout(int process) const {
   const int r = src_rank_of(process);
@@ -155,9 +148,8 @@ struct KindClasses {
 // Builds the unit index for the representative (tensor, kind) pairs selected by `wanted` (all
 // when empty). Ranks whose pipeline stage holds no wanted tensor are not laid out at all.
 // Holders are processes: layout rank r is held by placement.{src,dst}.process_of(r).
-std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst,
-                              const SwitchPlacement& placement, const KindClasses& classes,
-                              const std::vector<bool>& wanted) {
+std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst, const SwitchPlacement& placement,
+                              const KindClasses& classes, const std::vector<bool>& wanted) {
   const std::size_t n_units = src.tensors().size() * vps::kNumStateKinds;
   std::vector<std::vector<Entry>> src_entries(n_units), dst_entries(n_units);
   // Unsharded kinds' segments depend only on a rank's (tp, pp, ep, etp) coordinates, so they
@@ -165,8 +157,7 @@ std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst,
   unsigned all_mask = 0;  // representative kinds
   for (int k = 0; k < vps::kNumStateKinds; ++k)
     if (classes.rep[k] == k) all_mask |= 1u << k;
-  auto collect = [&](const vps::Layout& layout, const Placement& place,
-                     std::vector<std::vector<Entry>>& entries) {
+  auto collect = [&](const vps::Layout& layout, const Placement& place, std::vector<std::vector<Entry>>& entries) {
     const auto& c = layout.config();
     unsigned sharded = 0;
     for (int k = 0; k < vps::kNumStateKinds; ++k)
@@ -182,8 +173,7 @@ std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst,
       if (!wanted.empty()) {
         bool any = false;
         for (const auto& shard : layout.local_shards(stage * per_stage))
-          for (int k = 0; k < vps::kNumStateKinds && !any; ++k)
-            any = wanted[shard.tensor * vps::kNumStateKinds + k];
+          for (int k = 0; k < vps::kNumStateKinds && !any; ++k) any = wanted[shard.tensor * vps::kNumStateKinds + k];
         if (!any) continue;
       }
       for (int r = stage * per_stage; r < (stage + 1) * per_stage; ++r) {
@@ -198,8 +188,10 @@ std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst,
               for (std::uint32_t s = 0; s < segs.size(); ++s) {
                 const std::size_t u = segs[s].tensor * vps::kNumStateKinds + k;
                 if (!wanted.empty() && !wanted[u]) continue;
-                if (is_template) tmpl->second.push_back({u, segs[s].box, buf.id, s});
-                else entries[u].push_back({segs[s].box, {process, buf.id, s}});
+                if (is_template)
+                  tmpl->second.push_back({u, segs[s].box, buf.id, s});
+                else
+                  entries[u].push_back({segs[s].box, {process, buf.id, s}});
               }
             },
             fresh ? all_mask : sharded);
@@ -269,11 +261,16 @@ void find_source_candidates(const Unit& unit, const UniqueBox& d, std::vector<in
 // Assigns sources for one unit; calls emit(piece) for every piece in a deterministic order.
 class UnitPlanner {
  public:
-  UnitPlanner(const Unit& unit, std::uint32_t tensor, vps::StateKind kind, int elem_bytes,
-              const Topology& topo, int world, std::vector<std::int64_t>& load,
-              std::vector<int>& touched)
-      : unit_(unit), tensor_(tensor), kind_(kind), elem_bytes_(elem_bytes), topo_(topo),
-        world_(world), load_(load), touched_(touched) {}
+  UnitPlanner(const Unit& unit, std::uint32_t tensor, vps::StateKind kind, int elem_bytes, const Topology& topo,
+              int world, std::vector<std::int64_t>& load, std::vector<int>& touched)
+      : unit_(unit),
+        tensor_(tensor),
+        kind_(kind),
+        elem_bytes_(elem_bytes),
+        topo_(topo),
+        world_(world),
+        load_(load),
+        touched_(touched) {}
 
   template <typename Emit>
   void run(Emit&& emit) {
@@ -316,9 +313,7 @@ class UnitPlanner {
   }
 
  private:
-  void find_candidates(const UniqueBox& d, std::vector<int>& out) const {
-    find_source_candidates(unit_, d, out);
-  }
+  void find_candidates(const UniqueBox& d, std::vector<int>& out) const { find_source_candidates(unit_, d, out); }
 
   // Where `dst_rank` stands among a box's holders (sorted by rank): the holder that is the rank
   // itself (or nullptr), else the run [first, last) of holders on its node.
@@ -337,7 +332,8 @@ class UnitPlanner {
     }
     const int node = topo_.node_of(dst_rank);
     n.first = hs.data() + (std::lower_bound(hs.begin(), hs.end(), node * topo_.gpus_per_node, by_rank) - hs.begin());
-    n.last = hs.data() + (std::lower_bound(hs.begin(), hs.end(), (node + 1) * topo_.gpus_per_node, by_rank) - hs.begin());
+    n.last =
+        hs.data() + (std::lower_bound(hs.begin(), hs.end(), (node + 1) * topo_.gpus_per_node, by_rank) - hs.begin());
     return n;
   }
 
@@ -376,8 +372,7 @@ class UnitPlanner {
       if (load_[src.rank] == 0) touched_.push_back(src.rank);
       load_[src.rank] += box.numel() * elem_bytes_;
     }
-    return Piece{tensor_, kind_, box, src.rank, src.buffer, src.segment,
-                 dst.rank, dst.buffer, dst.segment};
+    return Piece{tensor_, kind_, box, src.rank, src.buffer, src.segment, dst.rank, dst.buffer, dst.segment};
   }
 
   const Unit& unit_;
@@ -440,8 +435,7 @@ RankPlan Planner::plan_rank(int rank) const {
   std::vector<bool> wanted(src_.tensors().size() * vps::kNumStateKinds, false);
   for (const auto& rank_layout : {src_rank_layout(rank), dst_rank_layout(rank)})
     for (const auto& buf : rank_layout.buffers)
-      for (const auto& seg : buf.segments)
-        wanted[seg.tensor * vps::kNumStateKinds + static_cast<int>(buf.kind)] = true;
+      for (const auto& seg : buf.segments) wanted[seg.tensor * vps::kNumStateKinds + static_cast<int>(buf.kind)] = true;
   const KindClasses classes(src_, dst_);
   for (std::size_t u = 0; u < wanted.size(); ++u)
     if (wanted[u]) wanted[u - u % vps::kNumStateKinds + classes.rep[u % vps::kNumStateKinds]] = true;

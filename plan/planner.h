@@ -38,8 +38,7 @@ class Planner {
   // The job's world (its processes) is the larger of the two configs' world sizes; `placement`
   // must map each layout into it (InputError otherwise). The planner keeps its own copies of
   // the layouts (cheap: they share their shard cache), so temporaries are fine.
-  Planner(const vps::Layout& src, const vps::Layout& dst, Topology topology = {},
-          SwitchPlacement placement = {});
+  Planner(const vps::Layout& src, const vps::Layout& dst, Topology topology = {}, SwitchPlacement placement = {});
   ~Planner();
 
   // Processes the plan spans: both layouts, and every process a placement names.

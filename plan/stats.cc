@@ -15,8 +15,10 @@ namespace dynatrain::plan {
 namespace {
 
 nlohmann::json totals_json(const TrafficTotals& t) {
-  return {{"kept_bytes", t.kept}, {"intra_node_bytes", t.intra_node},
-          {"inter_node_bytes", t.inter_node}, {"pieces", t.pieces}};
+  return {{"kept_bytes", t.kept},
+          {"intra_node_bytes", t.intra_node},
+          {"inter_node_bytes", t.inter_node},
+          {"pieces", t.pieces}};
 }
 
 }  // namespace
@@ -45,9 +47,8 @@ nlohmann::json stats_json(const PlanStats& stats, const std::vector<vps::StateKi
   return j;
 }
 
-PlanStats compute_stats(const std::vector<RankPlan>& plans,
-                        const vps::ElemBytes& elem_bytes,
-                        const Topology& topology, const Bandwidth& bw) {
+PlanStats compute_stats(const std::vector<RankPlan>& plans, const vps::ElemBytes& elem_bytes, const Topology& topology,
+                        const Bandwidth& bw) {
   PlanStats s;
   const std::size_t world = plans.size();
   s.in_intra.assign(world, 0);
@@ -101,9 +102,8 @@ std::string format_stats(const PlanStats& s, const std::vector<vps::StateKind>& 
   };
   for (auto k : kinds) row(vps::state_kind_name(k), s.per_kind[static_cast<int>(k)]);
   row("total", s.total);
-  os << "  messages " << s.messages << "; max in " << format_bytes(s.max_in) << " (rank "
-     << s.max_in_rank << "), max out " << format_bytes(s.max_out) << " (rank " << s.max_out_rank
-     << ")\n";
+  os << "  messages " << s.messages << "; max in " << format_bytes(s.max_in) << " (rank " << s.max_in_rank
+     << "), max out " << format_bytes(s.max_out) << " (rank " << s.max_out_rank << ")\n";
   char lb[64];
   std::snprintf(lb, sizeof lb, "%.3g s", s.lower_bound_seconds);
   os << "  lower bound " << lb << "\n";
@@ -115,9 +115,9 @@ std::string format_transfers(const RankPlan& plan, const vps::Layout& src) {
   auto line = [&](const char* what, int peer, const Piece& p) {
     os << what;
     if (peer >= 0) os << ' ' << peer;
-    os << ": " << src.tensors()[p.tensor].name << ' ' << vps::state_kind_name(p.kind) << ' '
-       << p.box.str() << " (src buf " << p.src_buffer << " seg " << p.src_segment << " -> dst buf "
-       << p.dst_buffer << " seg " << p.dst_segment << ")\n";
+    os << ": " << src.tensors()[p.tensor].name << ' ' << vps::state_kind_name(p.kind) << ' ' << p.box.str()
+       << " (src buf " << p.src_buffer << " seg " << p.src_segment << " -> dst buf " << p.dst_buffer << " seg "
+       << p.dst_segment << ")\n";
   };
   os << "rank " << plan.rank << ":\n";
   for (const auto& p : plan.keep) line("  keep", -1, p);

@@ -40,9 +40,8 @@ struct PlanStats {
 };
 
 // From every rank's plan (plan_all). Counts each piece once, on its receiving side.
-PlanStats compute_stats(const std::vector<RankPlan>& plans,
-                        const vps::ElemBytes& elem_bytes,
-                        const Topology& topology, const Bandwidth& bandwidth = {});
+PlanStats compute_stats(const std::vector<RankPlan>& plans, const vps::ElemBytes& elem_bytes, const Topology& topology,
+                        const Bandwidth& bandwidth = {});
 
 // Every rank's plan with the timings `dynatrain plan` reports: the whole plan, and one rank's
 // own part (what each process computes during a real switch), the slowest of ranks 0, W/2, W-1.

@@ -36,9 +36,7 @@ std::unique_ptr<comm::Transport> take_world(PendingWorld& world) {
 namespace {
 
 #if DT_PYTHON_C10D
-std::string type_name(const py::handle& obj) {
-  return py::str(py::type::handle_of(obj).attr("__qualname__"));
-}
+std::string type_name(const py::handle& obj) { return py::str(py::type::handle_of(obj).attr("__qualname__")); }
 
 // A new owning reference to the C++ object behind a torch pybind11 instance.
 template <typename T>
@@ -76,13 +74,13 @@ void bind_c10d(py::module_& m) {
   m.attr("has_c10d") = true;
   // Collective over `group`: its transport (point to point on slots of its own, collectives on
   // the group's), splitting sub-groups over `store` under keys starting with `prefix`.
-  m.def("c10d_world", &c10d_world, py::arg("group"), py::arg("store"), py::arg("prefix"),
-        py::arg("timeout_seconds"));
+  m.def("c10d_world", &c10d_world, py::arg("group"), py::arg("store"), py::arg("prefix"), py::arg("timeout_seconds"));
 #else
   m.attr("has_c10d") = false;
   m.def("c10d_world", [](const py::handle&, const py::handle&, const std::string&, double) -> PendingWorld {
-    DT_INPUT_ERROR("this build of dynatrain has no torch.distributed transport (comm/c10d needs libtorch and "
-                   "the Gloo headers at build time); run under mpirun or pass an mpi4py comm=");
+    DT_INPUT_ERROR(
+        "this build of dynatrain has no torch.distributed transport (comm/c10d needs libtorch and "
+        "the Gloo headers at build time); run under mpirun or pass an mpi4py comm=");
   });
 #endif
 }

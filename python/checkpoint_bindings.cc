@@ -67,7 +67,8 @@ ckpt::Checkpoint open_for(const Manager& mgr, const std::string& dir) {
   try {
     (void)here.relaid(c.config, saved);
   } catch (const InputError& e) {
-    DT_INPUT_ERROR("checkpoint '", index, "' was saved in ", c.config.str(), ", which this model cannot take: ", e.what());
+    DT_INPUT_ERROR("checkpoint '", index, "' was saved in ", c.config.str(),
+                   ", which this model cannot take: ", e.what());
   }
   return c;
 }

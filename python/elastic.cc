@@ -16,7 +16,6 @@ namespace dynatrain::python {
 
 namespace {
 
-
 // Rank 0's figures of the switch that every process reports alike (processes it started did
 // not see the world before it).
 struct Carried {
@@ -110,7 +109,8 @@ void prepare_processes(Manager& m, const ElasticRequest& r) {
     place = [ranks = r.to.world_size(), vacate = r.vacate](int processes) {
       return plan::place_around(ranks, processes, vacate);
     };
-  m.elastic()->edm().prepare(m.layout().config(), r.to, [](const edm::Prepared&) {}, r.payload, place, r.vacate);
+  m.elastic()->edm().prepare(
+      m.layout().config(), r.to, [](const edm::Prepared&) {}, r.payload, place, r.vacate);
 }
 
 ElasticOutcome commit_processes(Manager& m, const std::string& job, const std::string& mine, Clock::time_point t0) {

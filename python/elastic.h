@@ -71,11 +71,11 @@ struct ElasticRequest {
 
 struct ElasticOutcome {
   SwitchStats stats;
-  bool left = false;               // this process holds nothing and must end now
-  std::string job;                 // rank 0's job blob
-  std::vector<std::string> mine;   // every process's blob, by its world rank before the switch
+  bool left = false;              // this process holds nothing and must end now
+  std::string job;                // rank 0's job blob
+  std::vector<std::string> mine;  // every process's blob, by its world rank before the switch
   int world_before = 0, world_after = 0;
-  double spawn_seconds = 0;        // starting the new processes and merging them (rank 0's)
+  double spawn_seconds = 0;  // starting the new processes and merging them (rank 0's)
 };
 
 // The whole switch on a process of the running job: prepare_processes + commit_processes.

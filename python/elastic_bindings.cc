@@ -44,37 +44,48 @@ void bind_elastic(py::module_& m) {
       .def("payload", [](const Elastic& self) { return py::bytes(self.joined_payload()); });
   // The job that started this process, or None; at most once per process. Collective with
   // the starters' grow. `executable`: what this process would start in later grows.
-  m.def("join_job", [](const std::string& executable) {
-    py::gil_scoped_release unlocked;
-    return Elastic::join(launch_settings(executable));
-  }, py::arg("executable"));
-  m.def("elastic_switch", [](Manager& self, const std::string& to, const std::vector<int>& vacate,
-                             const std::string& executable, const py::bytes& payload, const py::bytes& job,
-                             const py::bytes& mine) {
-    ElasticRequest r{vps::ParallelConfig::parse(to), vacate, launch_settings(executable), payload, job, mine};
-    ElasticOutcome o;
-    {
-      py::gil_scoped_release unlocked;
-      o = switch_processes(self, r);
-    }
-    return outcome_dict(o);
-  }, py::arg("manager"), py::arg("to"), py::arg("vacate"), py::arg("executable"), py::arg("payload"),
-     py::arg("job"), py::arg("mine"));
+  m.def(
+      "join_job",
+      [](const std::string& executable) {
+        py::gil_scoped_release unlocked;
+        return Elastic::join(launch_settings(executable));
+      },
+      py::arg("executable"));
+  m.def(
+      "elastic_switch",
+      [](Manager& self, const std::string& to, const std::vector<int>& vacate, const std::string& executable,
+         const py::bytes& payload, const py::bytes& job, const py::bytes& mine) {
+        ElasticRequest r{vps::ParallelConfig::parse(to), vacate, launch_settings(executable), payload, job, mine};
+        ElasticOutcome o;
+        {
+          py::gil_scoped_release unlocked;
+          o = switch_processes(self, r);
+        }
+        return outcome_dict(o);
+      },
+      py::arg("manager"), py::arg("to"), py::arg("vacate"), py::arg("executable"), py::arg("payload"), py::arg("job"),
+      py::arg("mine"));
   // The two halves of elastic_switch: start preparing (returns at once), commit later.
-  m.def("elastic_prepare", [](Manager& self, const std::string& to, const std::vector<int>& vacate,
-                              const std::string& executable, const py::bytes& payload) {
-    ElasticRequest r{vps::ParallelConfig::parse(to), vacate, launch_settings(executable), payload, {}, {}};
-    py::gil_scoped_release unlocked;
-    prepare_processes(self, r);
-  }, py::arg("manager"), py::arg("to"), py::arg("vacate"), py::arg("executable"), py::arg("payload"));
-  m.def("elastic_commit", [](Manager& self, const py::bytes& job, const py::bytes& mine) {
-    ElasticOutcome o;
-    {
-      py::gil_scoped_release unlocked;
-      o = commit_processes(self, job, mine, std::chrono::steady_clock::now());
-    }
-    return outcome_dict(o);
-  }, py::arg("manager"), py::arg("job"), py::arg("mine"));
+  m.def(
+      "elastic_prepare",
+      [](Manager& self, const std::string& to, const std::vector<int>& vacate, const std::string& executable,
+         const py::bytes& payload) {
+        ElasticRequest r{vps::ParallelConfig::parse(to), vacate, launch_settings(executable), payload, {}, {}};
+        py::gil_scoped_release unlocked;
+        prepare_processes(self, r);
+      },
+      py::arg("manager"), py::arg("to"), py::arg("vacate"), py::arg("executable"), py::arg("payload"));
+  m.def(
+      "elastic_commit",
+      [](Manager& self, const py::bytes& job, const py::bytes& mine) {
+        ElasticOutcome o;
+        {
+          py::gil_scoped_release unlocked;
+          o = commit_processes(self, job, mine, std::chrono::steady_clock::now());
+        }
+        return outcome_dict(o);
+      },
+      py::arg("manager"), py::arg("job"), py::arg("mine"));
   m.def("finish_join", [](Manager& self) {
     ElasticOutcome o;
     {

@@ -53,8 +53,8 @@ class KeepAliveAllocator final : public exec::StateAllocator {
 
   exec::PoolAllocator& pool_;
   mutable std::mutex mu_;
-  std::map<std::byte*, int> pins_;                // base -> live tokens
-  std::map<std::byte*, std::size_t> deferred_;    // released while pinned: base -> bytes
+  std::map<std::byte*, int> pins_;              // base -> live tokens
+  std::map<std::byte*, std::size_t> deferred_;  // released while pinned: base -> bytes
 };
 
 }  // namespace dynatrain::python

@@ -21,7 +21,6 @@ std::size_t bytes_of(const vps::LocalBuffer& b, const vps::LayoutOptions& o) {
 
 }  // namespace
 
-
 void require_world(const vps::Layout& layout, int job_size) {
   if (layout.config().world_size() > job_size)
     DT_INPUT_ERROR("config ", layout.config().str(), " needs ", layout.config().world_size(),
@@ -36,15 +35,16 @@ LayoutFactory model_layouts(vps::ModelSpec model, vps::LayoutOptions options) {
 
 LayoutFactory tensor_list_layouts(std::vector<vps::TensorSpec> tensors, vps::ModelSpec model,
                                   vps::LayoutOptions options) {
-  return [tensors = std::move(tensors), model = std::move(model),
-          options = std::move(options)](const vps::ParallelConfig& c) {
-    return vps::Layout(tensors, model, c, options);
-  };
+  return [tensors = std::move(tensors), model = std::move(model), options = std::move(options)](
+             const vps::ParallelConfig& c) { return vps::Layout(tensors, model, c, options); };
 }
 
-Manager::Manager(std::unique_ptr<comm::Transport> world, LayoutFactory layouts,
-                 const vps::ParallelConfig& config, exec::TransitionOptions options, bool prefault)
-    : first_world_(std::move(world)), world_(first_world_.get()), layouts_(std::move(layouts)), options_(options),
+Manager::Manager(std::unique_ptr<comm::Transport> world, LayoutFactory layouts, const vps::ParallelConfig& config,
+                 exec::TransitionOptions options, bool prefault)
+    : first_world_(std::move(world)),
+      world_(first_world_.get()),
+      layouts_(std::move(layouts)),
+      options_(options),
       layout_(std::make_unique<vps::Layout>(layouts_(config))) {
   require_world(*layout_, world_->size());
   rank_layout_ = layout_->rank_layout(world_->rank());
@@ -58,8 +58,11 @@ Manager::Manager(std::unique_ptr<comm::Transport> world, LayoutFactory layouts,
 
 Manager::Manager(std::shared_ptr<Elastic> joined, LayoutFactory layouts, const vps::ParallelConfig& config,
                  exec::TransitionOptions options)
-    : elastic_(std::move(joined)), world_(&elastic_->edm().world()), layouts_(std::move(layouts)),
-      options_(options), layout_(std::make_unique<vps::Layout>(layouts_(config))) {
+    : elastic_(std::move(joined)),
+      world_(&elastic_->edm().world()),
+      layouts_(std::move(layouts)),
+      options_(options),
+      layout_(std::make_unique<vps::Layout>(layouts_(config))) {
   rank_layout_ = layout_->rank_layout(world_->rank());
   DT_CHECK(rank_layout_.buffers.empty(), "a joining process holds rank ", world_->rank(), " of ", config.str());
 }
@@ -111,8 +114,8 @@ SwitchStats Manager::move_state(std::unique_ptr<vps::Layout> next, int new_rank,
   const double plan_s = seconds_since(t0);
 
   std::vector<std::byte*> dst(dst_layout.buffers.size(), nullptr);
-  const exec::TransitionStats ts = exec::run_transition(plan, rank_layout_, buffers_, dst_layout, dst,
-                                                        layout_->options().elem_bytes, transition, keep_alive_, options_);
+  const exec::TransitionStats ts = exec::run_transition(
+      plan, rank_layout_, buffers_, dst_layout, dst, layout_->options().elem_bytes, transition, keep_alive_, options_);
   for (std::size_t i = 0; i < dst.size(); ++i)
     DT_CHECK(dst[i] != nullptr || dst_layout.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
   layout_ = std::move(next);
@@ -123,8 +126,8 @@ SwitchStats Manager::move_state(std::unique_ptr<vps::Layout> next, int new_rank,
     double plan_s, engine_s, total_s;
     std::uint64_t sent, received, kept, messages, peak, src, dst;
   };
-  const Mine mine{plan_s, ts.seconds, seconds_since(t0), ts.bytes_sent, ts.bytes_received, ts.bytes_kept,
-                  ts.messages, ts.peak_bytes, ts.src_bytes, ts.dst_bytes};
+  const Mine mine{plan_s,        ts.seconds,  seconds_since(t0), ts.bytes_sent, ts.bytes_received,
+                  ts.bytes_kept, ts.messages, ts.peak_bytes,     ts.src_bytes,  ts.dst_bytes};
   SwitchStats st;
   for (const Mine& m : comm::all_gather_values(transition, mine)) {
     st.plan_seconds = std::max(st.plan_seconds, m.plan_s);

@@ -46,14 +46,14 @@ LayoutFactory tensor_list_layouts(std::vector<vps::TensorSpec> tensors, vps::Mod
 
 // One switch as the user sees it: max over ranks of each time, sums and maxima of bytes.
 struct SwitchStats {
-  double pause_seconds = 0;     // whole switch_to() on the slowest rank (plan + engine)
-  double plan_seconds = 0;      // this rank's plan, slowest rank
-  double engine_seconds = 0;    // run_transition, slowest rank
-  std::uint64_t bytes_sent = 0;           // summed over ranks
+  double pause_seconds = 0;      // whole switch_to() on the slowest rank (plan + engine)
+  double plan_seconds = 0;       // this rank's plan, slowest rank
+  double engine_seconds = 0;     // run_transition, slowest rank
+  std::uint64_t bytes_sent = 0;  // summed over ranks
   std::uint64_t max_rank_bytes_received = 0;
-  std::uint64_t bytes_kept = 0;           // summed over ranks
-  std::uint64_t messages = 0;             // summed over ranks
-  std::uint64_t peak_bytes = 0;           // max over ranks, engine-accounted
+  std::uint64_t bytes_kept = 0;  // summed over ranks
+  std::uint64_t messages = 0;    // summed over ranks
+  std::uint64_t peak_bytes = 0;  // max over ranks, engine-accounted
   std::uint64_t max_src_bytes = 0, max_dst_bytes = 0;
 };
 
@@ -88,8 +88,8 @@ class Manager {
   // that does not grow this rank's state can take beyond its source at most (the engine's peak
   // <= max(source, destination) + budget), so switches build their state in warm pages, not
   // fresh ones; the pool then holds at most state + budget, within that bound.
-  Manager(std::unique_ptr<comm::Transport> world, LayoutFactory layouts,
-          const vps::ParallelConfig& config, exec::TransitionOptions options = {}, bool prefault = true);
+  Manager(std::unique_ptr<comm::Transport> world, LayoutFactory layouts, const vps::ParallelConfig& config,
+          exec::TransitionOptions options = {}, bool prefault = true);
   // In a process a grow started: `joined` holds the job's world, in which this process holds
   // nothing of the job's current layout `config` until python::finish_join() moves its state in.
   Manager(std::shared_ptr<Elastic> joined, LayoutFactory layouts, const vps::ParallelConfig& config,
@@ -157,6 +157,5 @@ class Manager {
 
 // Throws InputError when `layout`'s config needs more ranks than the job has.
 void require_world(const vps::Layout& layout, int job_size);
-
 
 }  // namespace dynatrain::python

@@ -45,15 +45,16 @@ vps::TensorSpec tensor_from_python(const py::handle& t) {
   vps::TensorSpec s;
   s.name = py::str(t.attr("name"));
   s.shape = t.attr("shape").cast<std::vector<std::int64_t>>();
-  s.split = parse_enum<vps::TpSplit, 3>("split", s.name, py::str(t.attr("split")),
-                                         {{{"replicated", vps::TpSplit::kReplicated},
-                                           {"dim", vps::TpSplit::kDim},
-                                           {"vocab", vps::TpSplit::kVocab}}});
+  s.split = parse_enum<vps::TpSplit, 3>(
+      "split", s.name, py::str(t.attr("split")),
+      {{{"replicated", vps::TpSplit::kReplicated}, {"dim", vps::TpSplit::kDim}, {"vocab", vps::TpSplit::kVocab}}});
   const int dim = t.attr("dim").cast<int>();
-  if (dim < 0 || dim >= vps::kMaxDims) DT_INPUT_ERROR("tensor '", s.name, "': split dim ", dim, " is outside 0..", vps::kMaxDims - 1);
+  if (dim < 0 || dim >= vps::kMaxDims)
+    DT_INPUT_ERROR("tensor '", s.name, "': split dim ", dim, " is outside 0..", vps::kMaxDims - 1);
   s.split_dim = static_cast<std::uint8_t>(dim);
-  s.stage = parse_enum<vps::Stage, 3>("stage", s.name, py::str(t.attr("stage")),
-                                       {{{"pre", vps::Stage::kPre}, {"layer", vps::Stage::kLayer}, {"post", vps::Stage::kPost}}});
+  s.stage = parse_enum<vps::Stage, 3>(
+      "stage", s.name, py::str(t.attr("stage")),
+      {{{"pre", vps::Stage::kPre}, {"layer", vps::Stage::kLayer}, {"post", vps::Stage::kPost}}});
   s.layer = t.attr("layer").cast<std::int64_t>();
   s.expert = t.attr("expert").cast<bool>();
   s.also_on_last_stage = t.attr("also_on_last_stage").cast<bool>();
@@ -89,9 +90,9 @@ vps::LayoutOptions layout_options(const std::string& states, std::int64_t bucket
 }
 
 // The statistics of `dynatrain plan --json` (tools/plan_command.cc), as a JSON string.
-std::string plan_json(const py::object& model, const std::string& from, const std::string& to,
-                      int gpus_per_node, const std::string& states, std::int64_t bucket_elems,
-                      bool check, double intra_gbps, double inter_gbps) {
+std::string plan_json(const py::object& model, const std::string& from, const std::string& to, int gpus_per_node,
+                      const std::string& states, std::int64_t bucket_elems, bool check, double intra_gbps,
+                      double inter_gbps) {
   const auto options = layout_options(states, bucket_elems, 2);
   const LayoutFactory layouts = layouts_from_python(model, options);
   const vps::Layout src = layouts(vps::ParallelConfig::parse(from));
@@ -100,7 +101,8 @@ std::string plan_json(const py::object& model, const std::string& from, const st
   const plan::Planner planner(src, dst, plan::Topology{gpus_per_node});
   const auto [plans, plan_seconds, rank_seconds] = plan::plan_timed(planner);
   const plan::Bandwidth bw{intra_gbps * 1e9, inter_gbps * 1e9};
-  nlohmann::json j = plan::stats_json(plan::compute_stats(plans, options.elem_bytes, planner.topology(), bw), options.kinds);
+  nlohmann::json j =
+      plan::stats_json(plan::compute_stats(plans, options.elem_bytes, planner.topology(), bw), options.kinds);
   j["model"] = src.model().name;
   j["from"] = src.config().str();
   j["to"] = dst.config().str();
@@ -170,9 +172,13 @@ py::dict config_dict(const vps::ParallelConfig& c, int rank) {
   d["config"] = c.str();
   d["world_size"] = c.world_size();
   d["active"] = r.active;
-  for (const auto& [name, size, coord] : std::array<std::tuple<const char*, int, int>, 7>{{
-           {"tp", c.tp, r.tp}, {"cp", c.cp, r.cp}, {"dp", c.dp, r.dp}, {"pp", c.pp, r.pp},
-           {"ep", c.ep, r.ep}, {"etp", c.etp, r.etp}, {"edp", c.edp(), r.edp}}}) {
+  for (const auto& [name, size, coord] : std::array<std::tuple<const char*, int, int>, 7>{{{"tp", c.tp, r.tp},
+                                                                                           {"cp", c.cp, r.cp},
+                                                                                           {"dp", c.dp, r.dp},
+                                                                                           {"pp", c.pp, r.pp},
+                                                                                           {"ep", c.ep, r.ep},
+                                                                                           {"etp", c.etp, r.etp},
+                                                                                           {"edp", c.edp(), r.edp}}}) {
     d[name] = size;
     d[(std::string(name) + "_rank").c_str()] = coord;
   }
@@ -188,8 +194,8 @@ void bind_manager_init(ManagerClass& cls) {
       // `comm`: an MPI communicator's Fortran handle, a c10d_world() (c10d_bindings.h), or the
       // job a grow started this process for (join_job(); `config` is then the job's current layout).
       .def(py::init([](const py::object& comm, const py::object& model, const std::string& config,
-                       const std::string& states, std::int64_t bucket_elems, int param_bytes,
-                       std::uint64_t mem_budget, int gpus_per_node, bool align_pages, bool prefault) {
+                       const std::string& states, std::int64_t bucket_elems, int param_bytes, std::uint64_t mem_budget,
+                       int gpus_per_node, bool align_pages, bool prefault) {
              exec::TransitionOptions t;
              t.mem_budget = mem_budget;
              t.topology.gpus_per_node = gpus_per_node;
@@ -202,8 +208,8 @@ void bind_manager_init(ManagerClass& cls) {
              py::gil_scoped_release unlocked;
              return std::make_shared<Manager>(std::move(world), std::move(layouts), first, t, prefault);
            }),
-           py::arg("comm"), py::arg("model"), py::arg("config"), py::arg("states"),
-           py::arg("bucket_elems"), py::arg("param_bytes"), py::arg("mem_budget"), py::arg("gpus_per_node"),
+           py::arg("comm"), py::arg("model"), py::arg("config"), py::arg("states"), py::arg("bucket_elems"),
+           py::arg("param_bytes"), py::arg("mem_budget"), py::arg("gpus_per_node"),
            // A pool prefaulted at construction (python/manager.h): on unless switched off.
            // Page-aligned tensors (kept tensors at new offsets remapped, not copied) only when
            // asked: dynatrain.plan() and `dynatrain plan` describe packed layouts, and a
@@ -213,53 +219,55 @@ void bind_manager_init(ManagerClass& cls) {
 
 // Switching the layout: switch(), validate() and a timed switch for the benchmark.
 void bind_manager_switch(ManagerClass& cls) {
-  cls
-      .def("switch", [](Manager& self, const std::string& to) {
-             auto config = vps::ParallelConfig::parse(to);
-             SwitchStats s;
-             {
-               py::gil_scoped_release unlocked;
-               s = self.switch_to(config);
-             }
-             return stats_dict(s);
-           })
-      .def("validate", [](const Manager& self, const std::string& to) { self.validate(vps::ParallelConfig::parse(to)); })
+  cls.def("switch",
+          [](Manager& self, const std::string& to) {
+            auto config = vps::ParallelConfig::parse(to);
+            SwitchStats s;
+            {
+              py::gil_scoped_release unlocked;
+              s = self.switch_to(config);
+            }
+            return stats_dict(s);
+          })
+      .def("validate",
+           [](const Manager& self, const std::string& to) { self.validate(vps::ParallelConfig::parse(to)); })
       // The same switch driven from C++ alone (no Python between plan, engine and stats), timed
       // between barriers; max over ranks. For bench/python_switch_bench.py's reference figure.
       .def("timed_switch", [](Manager& self, const std::string& to) {
-             auto config = vps::ParallelConfig::parse(to);
-             py::gil_scoped_release unlocked;
-             self.world().barrier();
-             const auto t0 = std::chrono::steady_clock::now();
-             self.switch_to(config);
-             const double mine = seconds_since(t0);
-             double slowest = 0;
-             for (double s : comm::all_gather_values(self.world(), mine)) slowest = std::max(slowest, s);
-             return slowest;
-           });
+        auto config = vps::ParallelConfig::parse(to);
+        py::gil_scoped_release unlocked;
+        self.world().barrier();
+        const auto t0 = std::chrono::steady_clock::now();
+        self.switch_to(config);
+        const double mine = seconds_since(t0);
+        double slowest = 0;
+        for (double s : comm::all_gather_values(self.world(), mine)) slowest = std::max(slowest, s);
+        return slowest;
+      });
 }
 
 // The current layout: its config, group colors, model, tensors and state kinds.
 void bind_manager_layout(ManagerClass& cls) {
-  cls
-      .def("config", [](const Manager& self) { return config_dict(self.layout().config(), self.rank()); })
+  cls.def("config", [](const Manager& self) { return config_dict(self.layout().config(), self.rank()); })
       .def("group_colors", [](const Manager& self) { return group_colors(self.layout().config(), self.rank()); })
       .def("model_name", [](const Manager& self) { return self.layout().model().name; })
-      .def("tensor_names", [](const Manager& self) {
+      .def("tensor_names",
+           [](const Manager& self) {
              std::vector<std::string> names;
              for (const auto& t : self.layout().tensors()) names.push_back(t.name);
              return names;
            })
-      .def("tensor_shapes", [](const Manager& self) {
+      .def("tensor_shapes",
+           [](const Manager& self) {
              std::vector<std::vector<std::int64_t>> shapes;
              for (const auto& t : self.layout().tensors()) shapes.push_back(t.shape);
              return shapes;
            })
       .def("kinds", [](const Manager& self) {
-             std::vector<std::string> names;
-             for (auto k : self.layout().options().kinds) names.push_back(vps::state_kind_name(k));
-             return names;
-           });
+        std::vector<std::string> names;
+        for (auto k : self.layout().options().kinds) names.push_back(vps::state_kind_name(k));
+        return names;
+      });
 }
 
 // This rank's memory: buffers, views into them, ZeRO buckets, segments and pool figures.
@@ -268,7 +276,8 @@ void bind_manager_memory(ManagerClass& cls) {
       // (BufferLease or None, kind, element bytes, numel) per buffer, in buffer id order. A lease
       // keeps the manager and the buffer's memory alive (lease_bindings.h); its bytes belong to
       // the current layout only until switch().
-      .def("buffers", [](const std::shared_ptr<Manager>& self) {
+      .def("buffers",
+           [](const std::shared_ptr<Manager>& self) {
              py::list out;
              const auto& rl = self->rank_layout();
              for (std::size_t i = 0; i < rl.buffers.size(); ++i) {
@@ -279,14 +288,16 @@ void bind_manager_memory(ManagerClass& cls) {
              return out;
            })
       // (tensor id, kind, buffer, offset, length, start, sharded, local shape) per local tensor and kind.
-      .def("views", [](const Manager& self) {
+      .def("views",
+           [](const Manager& self) {
              py::list out;
              for (const auto& v : self.views())
-               out.append(py::make_tuple(v.tensor, vps::state_kind_name(v.kind), v.buffer, v.offset, v.length,
-                                         v.start, v.sharded, v.local_shape));
+               out.append(py::make_tuple(v.tensor, vps::state_kind_name(v.kind), v.buffer, v.offset, v.length, v.start,
+                                         v.sharded, v.local_shape));
              return out;
            })
-      .def("buckets", [](const Manager& self) {
+      .def("buckets",
+           [](const Manager& self) {
              py::list out;
              for (const auto& b : self.buckets()) {
                py::dict d;
@@ -305,7 +316,8 @@ void bind_manager_memory(ManagerClass& cls) {
            })
       // (tensor id, kind, buffer, offset, lo, hi) per segment: box [lo, hi) of the tensor stored
       // dense row-major at `offset` elements into the buffer (for content checks and gathers).
-      .def("segments", [](const Manager& self) {
+      .def("segments",
+           [](const Manager& self) {
              py::list out;
              for (const auto& b : self.rank_layout().buffers)
                for (const auto& s : b.segments)
@@ -315,14 +327,14 @@ void bind_manager_memory(ManagerClass& cls) {
              return out;
            })
       .def("pool_stats", [](const Manager& self) {
-             py::dict d;
-             d["live_bytes"] = self.pool().live_bytes();
-             d["reserved_bytes"] = self.pool().reserved_bytes();
-             d["fresh_bytes"] = self.pool().fresh_bytes();
-             d["pinned_buffers"] = self.keep_alive().pinned_blocks();
-             d["deferred_bytes"] = self.keep_alive().deferred_bytes();
-             return d;
-           });
+        py::dict d;
+        d["live_bytes"] = self.pool().live_bytes();
+        d["reserved_bytes"] = self.pool().reserved_bytes();
+        d["fresh_bytes"] = self.pool().fresh_bytes();
+        d["pinned_buffers"] = self.keep_alive().pinned_blocks();
+        d["deferred_bytes"] = self.keep_alive().deferred_bytes();
+        return d;
+      });
 }
 
 void bind_manager(py::module_& m) {
@@ -352,9 +364,8 @@ PYBIND11_MODULE(_native, m) {
       internal_error(e.what());
     }
   });
-  m.def("plan", &python::plan_json, py::arg("model"), py::arg("from_cfg"), py::arg("to_cfg"),
-        py::arg("gpus_per_node"), py::arg("states"), py::arg("bucket_elems"), py::arg("check"),
-        py::arg("intra_bw"), py::arg("inter_bw"));
+  m.def("plan", &python::plan_json, py::arg("model"), py::arg("from_cfg"), py::arg("to_cfg"), py::arg("gpus_per_node"),
+        py::arg("states"), py::arg("bucket_elems"), py::arg("check"), py::arg("intra_bw"), py::arg("inter_bw"));
   m.def("preset_names", &vps::preset_names);
   // The state kinds in StateKind order, from the one table (vps/state_kind.h).
   m.def("state_kinds", [] {

@@ -18,7 +18,7 @@ namespace {
 constexpr double kGB = 1e9;
 constexpr double kUs = 1e-6;
 constexpr double kMinRate = 1e-3 * kGB, kMaxRate = 1e6 * kGB;  // bytes/s
-constexpr double kMaxLatency = 1.0;                             // seconds
+constexpr double kMaxLatency = 1.0;                            // seconds
 constexpr int kMaxNodes = 131072, kMaxGpusPerNode = 1 << 16;
 
 // The presets' assumptions are stated in docs/cluster.md; keep the two in step. 8 GPUs per
@@ -56,9 +56,9 @@ T field(const nlohmann::json& j, const char* key, const std::string& origin) {
   }
 }
 
-const char* const kFields[] = {"name", "nodes", "gpus_per_node", "gpu_link_gb_per_s", "nics_per_node",
-                               "nic_gb_per_s", "pcie_gb_per_s", "intra_latency_us", "inter_latency_us",
-                               "copy_gb_per_s"};
+const char* const kFields[] = {
+    "name",         "nodes",         "gpus_per_node",    "gpu_link_gb_per_s", "nics_per_node",
+    "nic_gb_per_s", "pcie_gb_per_s", "intra_latency_us", "inter_latency_us",  "copy_gb_per_s"};
 
 std::string field_list() {
   std::string out;
@@ -72,9 +72,7 @@ plan::Topology Cluster::topology(int processes) const {
   return plan::Topology{gpus_per_node > 0 ? gpus_per_node : std::max(1, processes)};
 }
 
-plan::Bandwidth Cluster::bandwidth() const {
-  return plan::Bandwidth{gpu_link, std::min(pcie, nic / gpus_per_nic())};
-}
+plan::Bandwidth Cluster::bandwidth() const { return plan::Bandwidth{gpu_link, std::min(pcie, nic / gpus_per_nic())}; }
 
 void Cluster::validate() const {
   // Rates between 1 MB/s and 1 PB/s, latencies up to 1 s: beyond them a prediction's times
@@ -89,13 +87,15 @@ void Cluster::validate() const {
   positive(pcie, "pcie_gb_per_s");
   positive(copy, "copy_gb_per_s");
   if (nodes < 0) DT_INPUT_ERROR("cluster '", name, "': nodes must be 0 (any) or more, got ", nodes);
-  if (gpus_per_node < 0) DT_INPUT_ERROR("cluster '", name, "': gpus_per_node must be 0 (all) or more, got ", gpus_per_node);
+  if (gpus_per_node < 0)
+    DT_INPUT_ERROR("cluster '", name, "': gpus_per_node must be 0 (all) or more, got ", gpus_per_node);
   if (nics_per_node < 1 || (gpus_per_node > 0 && gpus_per_node % nics_per_node != 0))
-    DT_INPUT_ERROR("cluster '", name, "': nics_per_node ", nics_per_node, " must be at least 1 and divide gpus_per_node ",
-                   gpus_per_node);
+    DT_INPUT_ERROR("cluster '", name, "': nics_per_node ", nics_per_node,
+                   " must be at least 1 and divide gpus_per_node ", gpus_per_node);
   for (const double latency : {intra_latency, inter_latency})
     if (!(latency >= 0 && latency <= kMaxLatency))
-      DT_INPUT_ERROR("cluster '", name, "': latencies must be from 0 to ", kMaxLatency / kUs, " us; got ", latency / kUs);
+      DT_INPUT_ERROR("cluster '", name, "': latencies must be from 0 to ", kMaxLatency / kUs, " us; got ",
+                     latency / kUs);
   if (nodes > kMaxNodes || gpus_per_node > kMaxGpusPerNode)
     DT_INPUT_ERROR("cluster '", name, "': nodes ", nodes, " and gpus_per_node ", gpus_per_node, " must be at most ",
                    kMaxNodes, " and ", kMaxGpusPerNode);
@@ -169,7 +169,8 @@ nlohmann::json to_json(const Cluster& c) {
 Cluster cluster_from_json(const nlohmann::json& j, const std::string& origin) {
   if (!j.is_object()) DT_INPUT_ERROR("cluster '", origin, "' must be a JSON object");
   for (const auto& [key, value] : j.items())
-    if (std::find_if(std::begin(kFields), std::end(kFields), [&](const char* f) { return key == f; }) == std::end(kFields))
+    if (std::find_if(std::begin(kFields), std::end(kFields), [&](const char* f) { return key == f; }) ==
+        std::end(kFields))
       DT_INPUT_ERROR("cluster '", origin, "': unknown field \"", key, "\"; fields: ", field_list());
   Cluster c;
   c.origin = origin;

@@ -26,10 +26,10 @@ namespace dynatrain::sim {
 
 struct Cluster {
   std::string name;
-  std::string origin;        // "preset", "measured", or the JSON file it was read from
-  int nodes = 1;             // 0: as many as the job needs
-  int gpus_per_node = 8;     // 0: every process of the job on one node
-  double gpu_link = 0;       // bytes/s per GPU per direction inside a node
+  std::string origin;     // "preset", "measured", or the JSON file it was read from
+  int nodes = 1;          // 0: as many as the job needs
+  int gpus_per_node = 8;  // 0: every process of the job on one node
+  double gpu_link = 0;    // bytes/s per GPU per direction inside a node
   int nics_per_node = 1;
   double nic = 0;            // bytes/s per NIC per direction
   double pcie = 0;           // bytes/s per GPU per direction between the GPU and its NIC

@@ -26,7 +26,9 @@ LinkBound link_lower_bound(const std::vector<plan::RankPlan>& plans,
   const int processes = static_cast<int>(plans.size());
   const plan::Topology topo = cluster.topology(processes);
   const int per_nic = std::max(1, topo.gpus_per_node / cluster.nics_per_node);
-  auto gpu = [&](int p) { return "node " + std::to_string(topo.node_of(p)) + " GPU " + std::to_string(p % topo.gpus_per_node); };
+  auto gpu = [&](int p) {
+    return "node " + std::to_string(topo.node_of(p)) + " GPU " + std::to_string(p % topo.gpus_per_node);
+  };
   auto nic = [&](int p) {
     return "node " + std::to_string(topo.node_of(p)) + " NIC " + std::to_string(p % topo.gpus_per_node / per_nic);
   };
@@ -39,14 +41,18 @@ LinkBound link_lower_bound(const std::vector<plan::RankPlan>& plans,
     std::set<int> peers;
     for (const auto& [peer, pieces] : plan.send) peers.insert(peer);
     for (const auto& [peer, pieces] : plan.recv) peers.insert(peer);
-    for (int peer : peers) latency += topo.node_of(peer) == topo.node_of(me) ? cluster.intra_latency : cluster.inter_latency;
+    for (int peer : peers)
+      latency += topo.node_of(peer) == topo.node_of(me) ? cluster.intra_latency : cluster.inter_latency;
     auto sum = [&](const std::vector<plan::Piece>& pieces) {
       std::uint64_t b = 0;
-      for (const auto& p : pieces) b += static_cast<std::uint64_t>(p.box.numel()) * elem_bytes[static_cast<int>(p.kind)];
+      for (const auto& p : pieces)
+        b += static_cast<std::uint64_t>(p.box.numel()) * elem_bytes[static_cast<int>(p.kind)];
       return b;
     };
-    for (const auto& [peer, pieces] : plan.recv) (topo.node_of(peer) == topo.node_of(me) ? in_intra : in_inter) += sum(pieces);
-    for (const auto& [peer, pieces] : plan.send) (topo.node_of(peer) == topo.node_of(me) ? out_intra : out_inter) += sum(pieces);
+    for (const auto& [peer, pieces] : plan.recv)
+      (topo.node_of(peer) == topo.node_of(me) ? in_intra : in_inter) += sum(pieces);
+    for (const auto& [peer, pieces] : plan.send)
+      (topo.node_of(peer) == topo.node_of(me) ? out_intra : out_inter) += sum(pieces);
     loads.add(gpu(me) + " link in", in_intra, cluster.gpu_link);
     loads.add(gpu(me) + " link out", out_intra, cluster.gpu_link);
     loads.add(gpu(me) + " PCIe in", in_inter, cluster.pcie);
@@ -84,13 +90,15 @@ std::string format_link_bound(const LinkBound& b, const Cluster& c, int processe
                         c.name.c_str(), c.origin.c_str(), topo.gpus_per_node, c.gpu_link / 1e9, c.nics_per_node,
                         c.nic / 1e9, c.pcie / 1e9, c.intra_latency * 1e6, c.inter_latency * 1e6);
   if (c.nodes > 0 && nodes > c.nodes)
-    n += std::snprintf(text + n, sizeof text - n, "  note: the switch needs %d nodes, the cluster describes %d; "
-                       "the extra nodes are taken to be alike\n", nodes, c.nodes);
+    n += std::snprintf(text + n, sizeof text - n,
+                       "  note: the switch needs %d nodes, the cluster describes %d; "
+                       "the extra nodes are taken to be alike\n",
+                       nodes, c.nodes);
   std::snprintf(text + n, sizeof text - n,
                 "  link-aware lower bound %.3g s: busiest link %s %.3g s (utilisation %.2f), busiest rank %d "
                 "%.3g s (%d messages, %.3g ms latency)\n",
-                b.seconds, b.busiest_link.empty() ? "none" : b.busiest_link.c_str(), b.busiest_link_seconds, b.utilisation(), b.busiest_rank,
-                b.busiest_rank_seconds, b.busiest_rank_peers, b.latency_seconds * 1e3);
+                b.seconds, b.busiest_link.empty() ? "none" : b.busiest_link.c_str(), b.busiest_link_seconds,
+                b.utilisation(), b.busiest_rank, b.busiest_rank_seconds, b.busiest_rank_peers, b.latency_seconds * 1e3);
   return text;
 }
 

@@ -21,14 +21,14 @@
 namespace dynatrain::sim {
 
 struct LinkBound {
-  double seconds = 0;                 // the bound: max(busiest_link_seconds, busiest_rank_seconds)
-  std::string busiest_link;           // e.g. "node 3 NIC 1 out", "node 0 GPU 5 PCIe in"
-  double busiest_link_seconds = 0;    // its bytes over its rate
+  double seconds = 0;               // the bound: max(busiest_link_seconds, busiest_rank_seconds)
+  std::string busiest_link;         // e.g. "node 3 NIC 1 out", "node 0 GPU 5 PCIe in"
+  double busiest_link_seconds = 0;  // its bytes over its rate
   std::uint64_t busiest_link_bytes = 0;
-  int busiest_rank = 0;               // the process with the longest sequence
-  double busiest_rank_seconds = 0;    // latency of its messages + its bytes over its own ports
-  int busiest_rank_peers = 0;         // messages (peers) of that rank
-  double latency_seconds = 0;         // the latency part of busiest_rank_seconds
+  int busiest_rank = 0;             // the process with the longest sequence
+  double busiest_rank_seconds = 0;  // latency of its messages + its bytes over its own ports
+  int busiest_rank_peers = 0;       // messages (peers) of that rank
+  double latency_seconds = 0;       // the latency part of busiest_rank_seconds
   // Busiest-port time over the bound: 1 when a link is the limit, < 1 when latency and the
   // ranks' own ports are.
   double utilisation() const { return seconds > 0 ? busiest_link_seconds / seconds : 0; }

@@ -39,7 +39,7 @@ struct Message {
   bool copy = false;    // a copy on process src (== dst) at `base` bytes/s, not a message
   double base = 0;
   std::uint32_t send_runs = 1, recv_runs = 1;  // byte runs of each side (ScheduleEvent)
-  int copier = -1;  // the process whose core moves the bytes (set at start; copy: src)
+  int copier = -1;                             // the process whose core moves the bytes (set at start; copy: src)
 };
 
 struct Process {
@@ -49,7 +49,7 @@ struct Process {
   double blocked_since = 0;
   double copy = 0, wait = 0, finish = 0;
   std::map<int, double> wait_by_port;
-  int active = 0;  // its copy and the messages in flight it copies (busy when > 0)
+  int active = 0;        // its copy and the messages in flight it copies (busy when > 0)
   bool copying = false;  // in a pack, unpack, keep or fresh-memory copy (not inside the transport)
 };
 
@@ -65,8 +65,12 @@ struct Entry {
 class Simulation {
  public:
   Simulation(const std::vector<exec::ScheduleTrace>& traces, const Cluster& cluster, const SimOptions& options)
-      : traces_(traces), c_(cluster), opt_(options), topo_(cluster.topology(static_cast<int>(traces.size()))),
-        world_(static_cast<int>(traces.size())), procs_(traces.size()) {
+      : traces_(traces),
+        c_(cluster),
+        opt_(options),
+        topo_(cluster.topology(static_cast<int>(traces.size()))),
+        world_(static_cast<int>(traces.size())),
+        procs_(traces.size()) {
     per_nic_ = std::max(1, topo_.gpus_per_node / c_.nics_per_node);
     ports_.resize(4 * static_cast<std::size_t>(world_));
     for (int p = 0; p < world_; ++p) {
@@ -95,9 +99,12 @@ class Simulation {
       const Entry e = heap_.top();
       heap_.pop();
       now_ = e.time;
-      if (e.what == What::kWake) step(e.id);
-      else if (e.what == What::kStart) start(e.id);
-      else if (msgs_[e.id].version == e.version && !msgs_[e.id].done) end(e.id);
+      if (e.what == What::kWake)
+        step(e.id);
+      else if (e.what == What::kStart)
+        start(e.id);
+      else if (msgs_[e.id].version == e.version && !msgs_[e.id].done)
+        end(e.id);
     }
     SimResult r;
     for (int p = 0; p < world_; ++p) {
@@ -142,7 +149,8 @@ class Simulation {
     }
     const int p = i / 4;
     static const char* const kKind[4] = {" link out", " link in", " PCIe out", " PCIe in"};
-    return "node " + std::to_string(topo_.node_of(p)) + " GPU " + std::to_string(p % topo_.gpus_per_node) + kKind[i % 4];
+    return "node " + std::to_string(topo_.node_of(p)) + " GPU " + std::to_string(p % topo_.gpus_per_node) +
+           kKind[i % 4];
   }
 
   // The message (src -> dst, wave, round), made on first sight by either side.
@@ -187,8 +195,10 @@ class Simulation {
       return;
     }
     if (opt_.cpu_cores > 0) {  // CPU time: a copy byte costs 1 / copy, a message byte 1 / link on its copier
-      if (m.copy) m.rate = m.base * full_core_[m.src] * speed(m.src);
-      else m.rate = std::min(m.rate, ports_[4 * m.copier].rate * message_share(m.copier));
+      if (m.copy)
+        m.rate = m.base * full_core_[m.src] * speed(m.src);
+      else
+        m.rate = std::min(m.rate, ports_[4 * m.copier].rate * message_share(m.copier));
     } else if (m.copy) {
       m.rate = m.base;
     }
@@ -214,9 +224,7 @@ class Simulation {
   }
   // Who moves a message's bytes (comm/README.md, cross-memory attach): the receiver reads them,
   // unless the sender's runs are more than twice its own and at least 64 (the sender writes).
-  static int copier_of(const Message& m) {
-    return m.send_runs > 2 * m.recv_runs && m.send_runs >= 64 ? m.src : m.dst;
-  }
+  static int copier_of(const Message& m) { return m.send_runs > 2 * m.recv_runs && m.send_runs >= 64 ? m.src : m.dst; }
   // Process p starts (+1) or ends (-1) a copy or message; true when shares of a core changed.
   bool activity(int p, int delta) {
     const bool was = procs_[p].active > 0;

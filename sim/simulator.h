@@ -64,12 +64,12 @@ struct SimOptions {
 };
 
 struct SimResult {
-  double seconds = 0;           // the predicted switch time: when the last process is done
-  int last_process = 0;         // the process that finishes last (the end of the critical path)
-  double last_copy_seconds = 0; // its time copying (pack, unpack, keep, fresh memory)
-  double last_wait_seconds = 0; // its time blocked on messages
-  std::string critical_link;    // the port that limited the messages it waited on longest
-  std::string busiest_link;     // the port with the most bytes over its rate
+  double seconds = 0;            // the predicted switch time: when the last process is done
+  int last_process = 0;          // the process that finishes last (the end of the critical path)
+  double last_copy_seconds = 0;  // its time copying (pack, unpack, keep, fresh memory)
+  double last_wait_seconds = 0;  // its time blocked on messages
+  std::string critical_link;     // the port that limited the messages it waited on longest
+  std::string busiest_link;      // the port with the most bytes over its rate
   double busiest_link_seconds = 0;
   std::uint64_t busiest_link_bytes = 0;
   std::uint64_t messages = 0, bytes = 0;  // messages and their bytes, all processes

@@ -18,9 +18,7 @@ class DryAllocator final : public exec::StateAllocator {
   explicit DryAllocator(bool pool) : pool_(pool) {}
   std::byte* allocate(std::size_t) override { throw InvariantError("a dry run asked for memory"); }
   void release(std::byte*, std::size_t) override { throw InvariantError("a dry run released memory"); }
-  std::size_t pagewise_min_bytes() const override {
-    return pool_ ? exec::PoolAllocator::kMappedBytes : SIZE_MAX;
-  }
+  std::size_t pagewise_min_bytes() const override { return pool_ ? exec::PoolAllocator::kMappedBytes : SIZE_MAX; }
   bool can_adopt() const override { return pool_; }
   bool can_move_pages() const override { return pool_; }  // remapped keeps copy no byte
 
@@ -45,18 +43,21 @@ std::vector<exec::ScheduleTrace> trace_plans(const std::vector<plan::RankPlan>& 
   // its link classes (TransitionOptions::overlap_links) as it would across those hosts.
   comm::InprocOptions nodes;
   nodes.ranks_per_node = options.topology.gpus_per_node;
-  comm::run_ranks(world, [&](comm::Transport& t) {
-    const int me = t.rank();
-    exec::TransitionOptions opt = options;
-    opt.dry_only = true;
-    opt.trace = &traces[me];
-    opt.shared_waves = &waves;
-    traces[me].rank = me;
-    traces[me].world = world;
-    DryAllocator alloc(pool);
-    std::vector<std::byte*> s(src[me].buffers.size(), nullptr), d;
-    exec::run_transition(plans[me], src[me], s, dst[me], d, elem_bytes, t, alloc, opt);
-  }, nodes);
+  comm::run_ranks(
+      world,
+      [&](comm::Transport& t) {
+        const int me = t.rank();
+        exec::TransitionOptions opt = options;
+        opt.dry_only = true;
+        opt.trace = &traces[me];
+        opt.shared_waves = &waves;
+        traces[me].rank = me;
+        traces[me].world = world;
+        DryAllocator alloc(pool);
+        std::vector<std::byte*> s(src[me].buffers.size(), nullptr), d;
+        exec::run_transition(plans[me], src[me], s, dst[me], d, elem_bytes, t, alloc, opt);
+      },
+      nodes);
   return traces;
 }
 
@@ -95,8 +96,8 @@ std::vector<exec::ScheduleTrace> trace_fanout(const plan::Planner& planner, cons
   int wave_base = 0;
   for (std::size_t s = 0; s < fanout.stages.size(); ++s) {
     std::vector<plan::RankPlan> plans = fanout.stages[s];
-    DT_CHECK(static_cast<int>(plans.size()) <= world, "fan-out stage ", s, " has ", plans.size(),
-             " plans for ", world, " processes");
+    DT_CHECK(static_cast<int>(plans.size()) <= world, "fan-out stage ", s, " has ", plans.size(), " plans for ", world,
+             " processes");
     for (int p = static_cast<int>(plans.size()); p < world; ++p) plans.push_back(plan::RankPlan{p, {}, {}, {}});
     exec::TransitionOptions opt = options;
     opt.in_place = s > 0;  // later stages: the destination layout to itself, buffers stay put
@@ -125,8 +126,8 @@ std::vector<exec::ScheduleTrace> plain_exchange_traces(const std::vector<exec::S
   while (steps < world) steps <<= 1;
   struct Round {
     int peer;
-    std::uint32_t index;          // chunk of the pair
-    std::uint64_t send, recv;     // bytes each way
+    std::uint32_t index;       // chunk of the pair
+    std::uint64_t send, recv;  // bytes each way
   };
   std::vector<exec::ScheduleTrace> out(world);
   for (int me = 0; me < world; ++me) {

@@ -36,8 +36,7 @@ void for_each_run(const vps::TensorSpec& t, const vps::Segment& seg, F&& run) {
 }
 
 template <typename T>
-void fill_typed(const std::vector<vps::TensorSpec>& tensors, const vps::LocalBuffer& buf,
-                std::byte* data) {
+void fill_typed(const std::vector<vps::TensorSpec>& tensors, const vps::LocalBuffer& buf, std::byte* data) {
   T* out = reinterpret_cast<T*>(data);
   for (const auto& seg : buf.segments) {
     for_each_run(tensors.at(seg.tensor), seg, [&](std::int64_t g, std::int64_t off, std::int64_t n) {
@@ -48,8 +47,8 @@ void fill_typed(const std::vector<vps::TensorSpec>& tensors, const vps::LocalBuf
 }
 
 template <typename T>
-std::optional<Mismatch> verify_typed(const std::vector<vps::TensorSpec>& tensors,
-                                     const vps::LocalBuffer& buf, const std::byte* data) {
+std::optional<Mismatch> verify_typed(const std::vector<vps::TensorSpec>& tensors, const vps::LocalBuffer& buf,
+                                     const std::byte* data) {
   const T* in = reinterpret_cast<const T*>(data);
   std::optional<Mismatch> bad;
   for (const auto& seg : buf.segments) {
@@ -57,8 +56,7 @@ std::optional<Mismatch> verify_typed(const std::vector<vps::TensorSpec>& tensors
       if (bad) return;
       const T* p = in + off;
       bool ok = true;
-      for (std::int64_t i = 0; i < n; ++i)
-        ok &= p[i] == static_cast<T>(fill_word(seg.tensor, buf.kind, g + i));
+      for (std::int64_t i = 0; i < n; ++i) ok &= p[i] == static_cast<T>(fill_word(seg.tensor, buf.kind, g + i));
       if (ok) return;
       for (std::int64_t i = 0; i < n; ++i) {
         const T want = static_cast<T>(fill_word(seg.tensor, buf.kind, g + i));
@@ -75,16 +73,14 @@ std::optional<Mismatch> verify_typed(const std::vector<vps::TensorSpec>& tensors
 
 }  // namespace
 
-void fill_buffer(const std::vector<vps::TensorSpec>& tensors, const vps::LocalBuffer& buf,
-                 int elem, std::byte* data) {
+void fill_buffer(const std::vector<vps::TensorSpec>& tensors, const vps::LocalBuffer& buf, int elem, std::byte* data) {
   if (elem == 2) return fill_typed<std::uint16_t>(tensors, buf, data);
   DT_CHECK_EQ(elem, 4);
   fill_typed<std::uint32_t>(tensors, buf, data);
 }
 
-std::optional<Mismatch> verify_buffer(const std::vector<vps::TensorSpec>& tensors,
-                                      const vps::LocalBuffer& buf, int elem,
-                                      const std::byte* data) {
+std::optional<Mismatch> verify_buffer(const std::vector<vps::TensorSpec>& tensors, const vps::LocalBuffer& buf,
+                                      int elem, const std::byte* data) {
   if (elem == 2) return verify_typed<std::uint16_t>(tensors, buf, data);
   DT_CHECK_EQ(elem, 4);
   return verify_typed<std::uint32_t>(tensors, buf, data);
@@ -92,9 +88,9 @@ std::optional<Mismatch> verify_buffer(const std::vector<vps::TensorSpec>& tensor
 
 std::string Mismatch::str(const std::vector<vps::TensorSpec>& tensors) const {
   std::ostringstream os;
-  os << (tensor < tensors.size() ? tensors[tensor].name : "tensor " + std::to_string(tensor))
-     << " " << vps::state_kind_name(kind) << " element " << global_index << ": expected 0x"
-     << std::hex << expected << ", got 0x" << actual;
+  os << (tensor < tensors.size() ? tensors[tensor].name : "tensor " + std::to_string(tensor)) << " "
+     << vps::state_kind_name(kind) << " element " << global_index << ": expected 0x" << std::hex << expected
+     << ", got 0x" << actual;
   return os.str();
 }
 

@@ -16,16 +16,14 @@ namespace dynatrain::testing {
 
 // The 32-bit word for one element; an element of e bytes (2 or 4) stores its low e bytes.
 inline std::uint32_t fill_word(std::uint32_t tensor, vps::StateKind kind, std::int64_t index) {
-  const std::uint32_t seed =
-      (tensor + 1) * 0x9E3779B9u ^ (static_cast<std::uint32_t>(kind) + 1) * 0x85EBCA6Bu;
+  const std::uint32_t seed = (tensor + 1) * 0x9E3779B9u ^ (static_cast<std::uint32_t>(kind) + 1) * 0x85EBCA6Bu;
   const std::uint64_t x = static_cast<std::uint64_t>(index) * 0x9E3779B97F4A7C15ull;
   return seed ^ static_cast<std::uint32_t>(x >> 29) ^ static_cast<std::uint32_t>(index);
 }
 
 // Writes every segment element of `buf` (padding is left alone) into `data`.
 // `tensors` is the model's tensor list (vps::Layout::tensors()), `elem` 2 or 4.
-void fill_buffer(const std::vector<vps::TensorSpec>& tensors, const vps::LocalBuffer& buf,
-                 int elem, std::byte* data);
+void fill_buffer(const std::vector<vps::TensorSpec>& tensors, const vps::LocalBuffer& buf, int elem, std::byte* data);
 
 struct Mismatch {
   std::uint32_t tensor = 0;
@@ -36,8 +34,7 @@ struct Mismatch {
 };
 
 // Checks every segment element of `buf`; returns the first wrong one.
-std::optional<Mismatch> verify_buffer(const std::vector<vps::TensorSpec>& tensors,
-                                      const vps::LocalBuffer& buf, int elem,
-                                      const std::byte* data);
+std::optional<Mismatch> verify_buffer(const std::vector<vps::TensorSpec>& tensors, const vps::LocalBuffer& buf,
+                                      int elem, const std::byte* data);
 
 }  // namespace dynatrain::testing

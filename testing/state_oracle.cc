@@ -23,8 +23,8 @@ std::vector<std::byte*> allocate_filled(const vps::Layout& model_layout, const v
   return bufs;
 }
 
-void release_all(const vps::Layout& model_layout, const vps::RankLayout& layout,
-                 std::vector<std::byte*>& bufs, exec::StateAllocator& alloc) {
+void release_all(const vps::Layout& model_layout, const vps::RankLayout& layout, std::vector<std::byte*>& bufs,
+                 exec::StateAllocator& alloc) {
   const auto& eb = model_layout.options().elem_bytes;
   for (std::size_t i = 0; i < bufs.size(); ++i) {
     if (!bufs[i]) continue;
@@ -34,8 +34,8 @@ void release_all(const vps::Layout& model_layout, const vps::RankLayout& layout,
   }
 }
 
-int verify_state(const vps::Layout& model_layout, const vps::RankLayout& layout,
-                 const std::vector<std::byte*>& bufs, std::string* first, std::uint32_t zeroed_kinds) {
+int verify_state(const vps::Layout& model_layout, const vps::RankLayout& layout, const std::vector<std::byte*>& bufs,
+                 std::string* first, std::uint32_t zeroed_kinds) {
   const auto& eb = model_layout.options().elem_bytes;
   int bad = 0;
   for (std::size_t i = 0; i < layout.buffers.size(); ++i) {
@@ -48,7 +48,8 @@ int verify_state(const vps::Layout& model_layout, const vps::RankLayout& layout,
     if ((zeroed_kinds >> static_cast<int>(b.kind)) & 1u) {
       const std::size_t n = static_cast<std::size_t>(b.numel) * static_cast<std::size_t>(eb[static_cast<int>(b.kind)]);
       const std::byte* p = bufs[i];
-      const std::size_t at = static_cast<std::size_t>(std::find_if(p, p + n, [](std::byte x) { return x != std::byte{0}; }) - p);
+      const std::size_t at =
+          static_cast<std::size_t>(std::find_if(p, p + n, [](std::byte x) { return x != std::byte{0}; }) - p);
       if (at < n && bad++ == 0 && first)
         *first = "buffer " + std::to_string(i) + " (" + vps::state_kind_name(b.kind) +
                  ", materialised zeroed) has a non-zero byte at " + std::to_string(at);

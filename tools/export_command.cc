@@ -26,8 +26,7 @@ int run_export(const ExportArgs& a) {
   const auto stats = ckpt::export_hf(c, model, a.hf_dir);
   // A model given as config.json travels with the weights.
   if (a.model.ends_with(".json"))
-    std::filesystem::copy_file(a.model, a.hf_dir + "/config.json",
-                               std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::copy_file(a.model, a.hf_dir + "/config.json", std::filesystem::copy_options::overwrite_existing);
   const double s = seconds_since(t0);
   std::printf("exported %s (step %lld, saved in %s) to %s/model.safetensors: %lld tensors, %.1f MB, %.2f s\n",
               c.step_dir.c_str(), static_cast<long long>(c.step), c.config.str().c_str(), a.hf_dir.c_str(),

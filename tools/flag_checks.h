@@ -33,7 +33,8 @@ CLI::Validator whole_number_in(T lo, T hi, const std::string& note = "") {
         T value{};
         const char* end = text.data() + text.size();
         const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-        if (text.empty() || ec != std::errc() || ptr != end) return "'" + text + "' is not a whole number in " + range + note;
+        if (text.empty() || ec != std::errc() || ptr != end)
+          return "'" + text + "' is not a whole number in " + range + note;
         if (value < lo || value > hi) return text + " is out of range; valid: " + range + note;
         text = std::to_string(value);
         return {};

@@ -118,7 +118,8 @@ struct LaunchArgs {
 int run_launch(const LaunchArgs& args) {
   if (args.np < 1) DT_INPUT_ERROR("launch: --np ", args.np, " (want >= 1)");
   if (args.command.empty()) DT_INPUT_ERROR("launch: no command (dynatrain launch --np N -- CMD ARGS...)");
-  if (args.port < 0 || args.port > 65535) DT_INPUT_ERROR("launch: --port ", args.port, " (want 1..65535, 0: a free one)");
+  if (args.port < 0 || args.port > 65535)
+    DT_INPUT_ERROR("launch: --port ", args.port, " (want 1..65535, 0: a free one)");
   const int port = probe_port(args.port);
   if (port < 0)
     DT_INPUT_ERROR("launch: port ", args.port, " on 127.0.0.1 is not free (", std::strerror(errno),

@@ -40,8 +40,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return quiet ? 0 : app.exit(e);
   } catch (const CLI::ParseError& e) {
-    if (quiet) dynatrain::job::wait_for_root_report();
-    else std::fprintf(stderr, "dynatrain: error: %s (see --help)\n", e.what());
+    if (quiet)
+      dynatrain::job::wait_for_root_report();
+    else
+      std::fprintf(stderr, "dynatrain: error: %s (see --help)\n", e.what());
     return 2;
   }
   try {
@@ -50,8 +52,10 @@ int main(int argc, char** argv) {
   } catch (const dynatrain::InputError& e) {
     // Errors reaching here come from a world of one rank, or from flag values checked before
     // MPI starts (identical on every rank of an mpirun job: rank 0 prints).
-    if (quiet) dynatrain::job::wait_for_root_report();
-    else std::fprintf(stderr, "dynatrain: error: %s\n", e.what());
+    if (quiet)
+      dynatrain::job::wait_for_root_report();
+    else
+      std::fprintf(stderr, "dynatrain: error: %s\n", e.what());
     return 2;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "dynatrain: error: out of memory (std::bad_alloc); lower the model size or --mem-budget\n");

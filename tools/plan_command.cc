@@ -37,10 +37,9 @@ struct PlanArgs {
   double intra_gbps = 150, inter_gbps = 25;
   int transfers_rank = -1;
   std::string placement = "fixed";  // fixed, auto, or one process per destination rank
-  std::string cluster;               // preset or JSON file (sim/cluster.h); empty: none
+  std::string cluster;              // preset or JSON file (sim/cluster.h); empty: none
   bool describe = false;
 };
-
 
 std::uint64_t peak_rss_bytes() {
   rusage usage{};
@@ -60,8 +59,8 @@ int describe_model(const vps::ModelSpec& model) {
   const auto tensors = vps::build_tensors(model);
   std::int64_t total = 0;
   for (const auto& t : tensors) total += t.numel();
-  std::printf("model %s (family %s): %zu tensors, %lld parameters\n", model.name.c_str(),
-              model.family.c_str(), tensors.size(), static_cast<long long>(total));
+  std::printf("model %s (family %s): %zu tensors, %lld parameters\n", model.name.c_str(), model.family.c_str(),
+              tensors.size(), static_cast<long long>(total));
   for (const auto& t : tensors) {
     std::string shape;
     for (auto d : t.shape) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
@@ -84,8 +83,8 @@ class PlanSwitch {
   int run();
 
  private:
-  void lay_out();            // both layouts, the rank bound, the cluster or the flags' topology
-  void plan_switch();        // the placement (timed), every rank's plan, the statistics
+  void lay_out();             // both layouts, the rank bound, the cluster or the flags' topology
+  void plan_switch();         // the placement (timed), every rank's plan, the statistics
   void compare_placements();  // the planner's memory, then the fixed placement and the floor
   void print_summary() const;
   void print_placement() const;
@@ -110,9 +109,9 @@ class PlanSwitch {
   std::vector<plan::RankPlan> plans_;
   double plan_seconds_ = 0, rank_seconds_ = 0;
   plan::PlanStats stats_;
-  std::uint64_t fixed_inter_ = 0;  // what the fixed placement sends across nodes
-  bool has_floor_ = false;         // a placement other than fixed: the floor is computed
-  std::uint64_t floor_inter_ = 0;  // the fewest bytes any placement sends across nodes
+  std::uint64_t fixed_inter_ = 0;       // what the fixed placement sends across nodes
+  bool has_floor_ = false;              // a placement other than fixed: the floor is computed
+  std::uint64_t floor_inter_ = 0;       // the fewest bytes any placement sends across nodes
   std::optional<sim::LinkBound> link_;  // with --cluster
   double check_seconds_ = 0;
   std::string check_text_ = "skipped";
@@ -143,8 +142,7 @@ void PlanSwitch::lay_out() {
   for (const auto* layout : {&*src_, &*dst_})
     if (layout->config().world_size() > kMaxPlanRanks)
       DT_INPUT_ERROR("plan: '", layout->config().str(), "' has ", layout->config().world_size(),
-                     " ranks; this command plans every rank in one process and takes at most ",
-                     kMaxPlanRanks);
+                     " ranks; this command plans every rank in one process and takes at most ", kMaxPlanRanks);
   processes_ = std::max(src_->config().world_size(), dst_->config().world_size());
   if (!a_.cluster.empty()) cluster_ = sim::cluster_from_spec(a_.cluster);
   bw_ = cluster_ ? cluster_->bandwidth() : plan::Bandwidth{a_.intra_gbps * 1e9, a_.inter_gbps * 1e9};
@@ -153,8 +151,9 @@ void PlanSwitch::lay_out() {
 
 void PlanSwitch::plan_switch() {
   const auto t0 = std::chrono::steady_clock::now();
-  placement_ = {{}, a_.placement == "auto" ? plan::auto_placement(*src_, *dst_, topo_, {}, bw_)
-                                           : plan::Placement::parse(a_.placement)};
+  placement_ = {{},
+                a_.placement == "auto" ? plan::auto_placement(*src_, *dst_, topo_, {}, bw_)
+                                       : plan::Placement::parse(a_.placement)};
   placement_seconds_ = seconds_since(t0);
   planner_.emplace(*src_, *dst_, topo_, placement_);
   // The rank's range depends on the layouts, so it is checked here, not by the flag's check.
@@ -178,10 +177,10 @@ void PlanSwitch::compare_placements() {
   planner_bytes_ = peak - std::min(peak, rss_before_);
   // What the fixed placement would send across nodes, to compare (only when placement differs;
   // after the memory reading, so the comparison's plans do not count as the planner's).
-  fixed_inter_ = placement_.dst.is_identity()
-                     ? stats_.total.inter_node
-                     : plan::compute_stats(plan::Planner(*src_, *dst_, topo_).plan_all(), options_.elem_bytes, topo_, bw_)
-                           .total.inter_node;
+  fixed_inter_ = placement_.dst.is_identity() ? stats_.total.inter_node
+                                              : plan::compute_stats(plan::Planner(*src_, *dst_, topo_).plan_all(),
+                                                                    options_.elem_bytes, topo_, bw_)
+                                                    .total.inter_node;
   // The fewest bytes any placement could send across nodes (plan/placement.h), so the reader can
   // see how far the chosen placement is from the best possible one. Only with a placement other
   // than fixed: the affinity it needs grows with ranks x processes, as auto's does.
@@ -198,7 +197,8 @@ void PlanSwitch::print_placement() const {
                 a_.placement == "auto" ? "auto" : "given", placement_.dst.moved_ranks(dst_ranks), dst_ranks,
                 placement_seconds_, format_bytes(stats_.total.inter_node).c_str(), format_bytes(fixed_inter_).c_str());
   if (has_floor_)
-    std::printf("  no placement sends fewer than %s across nodes (%.2fx of fixed)\n", format_bytes(floor_inter_).c_str(),
+    std::printf("  no placement sends fewer than %s across nodes (%.2fx of fixed)\n",
+                format_bytes(floor_inter_).c_str(),
                 fixed_inter_ == 0 ? 0.0 : static_cast<double>(floor_inter_) / static_cast<double>(fixed_inter_));
 }
 
@@ -255,8 +255,7 @@ void PlanSwitch::write_json() const {
 Command add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   auto* cmd = app.add_subcommand("plan", "Plan a layout switch and print what moves where");
-  cmd->add_option("--model", args->model, "Preset name or path to a Hugging Face config.json")
-      ->capture_default_str();
+  cmd->add_option("--model", args->model, "Preset name or path to a Hugging Face config.json")->capture_default_str();
   cmd->add_option("--from", args->from, "Source config, e.g. tp=8,pp=4,dp=4")->capture_default_str();
   cmd->add_option("--to", args->to, "Destination config")->capture_default_str();
   cmd->add_option("--gpus-per-node", args->gpus_per_node, "Ranks per node")

@@ -17,7 +17,6 @@ namespace dynatrain::tools {
 
 namespace {
 
-
 // The mean over ranks of `mine`, ranks that pass a negative value (no partner) left out; 0 if
 // every rank does. Collective.
 double mean_over_ranks(comm::Transport& world, double mine) {
@@ -41,7 +40,9 @@ double fastest_of_three(comm::Transport& world, Work work) {
   return best;
 }
 
-double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
+double mean(const std::vector<double>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
 
 // This rank's memcpy rate (best of three 64 MiB copies) with every rank copying at once, or
 // (`alone`) with rank 0 copying while the others wait in a barrier.
@@ -131,7 +132,8 @@ double mean_message_bytes(const std::vector<exec::ScheduleTrace>& traces) {
   double bytes = 0, count = 0;
   for (const auto& t : traces)
     for (const auto& e : t.events)
-      if (e.kind == exec::ScheduleEvent::Kind::kPost && e.send_bytes > 0) bytes += static_cast<double>(e.send_bytes), ++count;
+      if (e.kind == exec::ScheduleEvent::Kind::kPost && e.send_bytes > 0)
+        bytes += static_cast<double>(e.send_bytes), ++count;
   return count > 0 ? bytes / count : 0;
 }
 
@@ -143,7 +145,7 @@ struct MessageShape {
   double run_bytes() const { return bytes / std::max({send_runs, recv_runs, 1.0}); }  // of the more scattered side
 };
 MessageShape scattered_shape(const std::vector<exec::ScheduleTrace>& traces) {
-  using Key = std::tuple<int, std::uint32_t, int, int>;  // wave, round, sender, receiver
+  using Key = std::tuple<int, std::uint32_t, int, int>;         // wave, round, sender, receiver
   std::map<Key, std::pair<std::uint32_t, std::uint32_t>> runs;  // (send runs, receive runs)
   std::map<Key, std::uint64_t> bytes;
   for (const auto& t : traces)

@@ -42,13 +42,13 @@ struct PlainExchange {
 };
 
 struct SwitchPrediction {
-  sim::Cluster cluster;  // this-machine as measured
-  double cpu_cores = 0;  // cores the processes share, as measured
+  sim::Cluster cluster;    // this-machine as measured
+  double cpu_cores = 0;    // cores the processes share, as measured
   double run_bytes = 0;    // mean run of the switch's scattered direct messages (0: none)
   double run_seconds = 0;  // measured cost of one such run (sim::SimOptions::run_seconds)
   // The typical scattered direct message the probe copies: mean bytes, mean runs of each side.
   double message_bytes = 0, send_runs = 0, recv_runs = 0;
-  sim::SimResult result; // valid on rank 0 only
+  sim::SimResult result;            // valid on rank 0 only
   double without_runs_seconds = 0;  // the prediction with run_seconds 0 (rank 0 only)
   // The link probe's rate and the prediction with it and the idle latency (rank 0 only): the
   // model before calibration. With a plain exchange the cluster's link is calibrated on it.

@@ -23,11 +23,10 @@ namespace {
 
 // Refuses a switch whose state cannot fit in this node's memory (job/memory_check.h).
 // Per rank: max(src, dst) + staging (the engine's bound) + the bandwidth probe's buffers.
-void check_memory_fits(comm::Transport& world, std::uint64_t src_bytes, std::uint64_t dst_bytes,
-                       std::uint64_t budget) {
+void check_memory_fits(comm::Transport& world, std::uint64_t src_bytes, std::uint64_t dst_bytes, std::uint64_t budget) {
   const std::uint64_t state = std::max(src_bytes, dst_bytes);
   job::check_node_memory(world, state + std::min(budget, state) + (std::uint64_t{128} << 20), "the switch",
-                    "use more nodes, a smaller model or a smaller --mem-budget");
+                         "use more nodes, a smaller model or a smaller --mem-budget");
 }
 
 // Touches, as spare pages of `pool`, the memory the switch will take beyond what its source
@@ -36,9 +35,9 @@ void check_memory_fits(comm::Transport& world, std::uint64_t src_bytes, std::uin
 // pages first. That is at most max(0, dst - src) + budget, the bound's headroom, and often far
 // less. With node-level fan-out the direct plan's dry run sizes it (same source and destination
 // as the stages). Returns the bytes touched.
-std::uint64_t prefault_for_switch(const plan::RankPlan& plan, const vps::RankLayout& src_rl, std::vector<std::byte*>& src,
-                                  const vps::RankLayout& dst_rl, const vps::ElemBytes& eb, comm::Transport& world,
-                                  PoolAllocator& pool, TransitionOptions opt) {
+std::uint64_t prefault_for_switch(const plan::RankPlan& plan, const vps::RankLayout& src_rl,
+                                  std::vector<std::byte*>& src, const vps::RankLayout& dst_rl, const vps::ElemBytes& eb,
+                                  comm::Transport& world, PoolAllocator& pool, TransitionOptions opt) {
   opt.dry_only = true;
   std::vector<std::byte*> none;
   const TransitionStats dry = run_transition(plan, src_rl, src, dst_rl, none, eb, world, pool, opt);
@@ -46,7 +45,7 @@ std::uint64_t prefault_for_switch(const plan::RankPlan& plan, const vps::RankLay
 }
 
 PhaseSeconds phases_of(const TransitionStats& s) {
-  return {s.keep_seconds, s.pack_seconds, s.wait_seconds, s.unpack_seconds,
+  return {s.keep_seconds,  s.pack_seconds,  s.wait_seconds, s.unpack_seconds,
           s.alloc_seconds, s.agree_seconds, s.dry_seconds};
 }
 
@@ -122,7 +121,8 @@ void RunTransition::plan_switch() {
   mine_.inter_with = fanout_.applied ? 0 : mine_.inter_without;
   if (fanout_.applied)
     for (const auto& stage : fanout_.stages)
-      if (me_ < static_cast<int>(stage.size())) mine_.inter_with += plan::inter_node_bytes_in(stage[me_], topo_, eb, zeroed_);
+      if (me_ < static_cast<int>(stage.size()))
+        mine_.inter_with += plan::inter_node_bytes_in(stage[me_], topo_, eb, zeroed_);
 }
 
 // The memory check, and the deadline every rank arms for a round: a peer that stops answering
@@ -136,8 +136,8 @@ void RunTransition::agree_deadline() {
       mine_.largest_buffer = std::max(mine_.largest_buffer, bytes);
       state += bytes;
     }
-  check_memory_fits(world_, static_cast<std::uint64_t>(src_rl_.bytes(lo_)), static_cast<std::uint64_t>(dst_rl_.bytes(lo_)),
-                    args_.mem_budget);
+  check_memory_fits(world_, static_cast<std::uint64_t>(src_rl_.bytes(lo_)),
+                    static_cast<std::uint64_t>(dst_rl_.bytes(lo_)), args_.mem_budget);
   const auto states = comm::all_gather_values(world_, state);
   switch_deadline_ = job::switch_timeout_seconds(*std::max_element(states.begin(), states.end()));
 }
@@ -170,7 +170,8 @@ void RunTransition::run_rounds() {
     // Armed for the whole round (switch back, switch, verify): a peer that stops while this
     // rank waits in any of them ends the job.
     watchdog_.arm("switch round " + std::to_string(k + 1) + " (" + src_layout_->config().str() + " -> " +
-                      dst_layout_->config().str() + ")", switch_deadline_);
+                      dst_layout_->config().str() + ")",
+                  switch_deadline_);
     RoundSeconds round;
     if (k > 0) {
       world_.barrier();
@@ -179,9 +180,9 @@ void RunTransition::run_rounds() {
     }
     world_.barrier();
     job::fault_point("switch", me_);
-    const auto s = fanout_.applied
-                       ? job::run_fanout_switch(fanout_, src_rl_, a_, dst_rl_, b_, eb, world_, pool_, opt_, &round.stage1)
-                       : run_transition(fwd_, src_rl_, a_, dst_rl_, b_, eb, world_, pool_, opt_);
+    const auto s = fanout_.applied ? job::run_fanout_switch(fanout_, src_rl_, a_, dst_rl_, b_, eb, world_, pool_, opt_,
+                                                            &round.stage1)
+                                   : run_transition(fwd_, src_rl_, a_, dst_rl_, b_, eb, world_, pool_, opt_);
     forward_.push_back(s);
     round.forward = s.seconds;
     rounds_.push_back(round);
@@ -234,7 +235,8 @@ void RunTransition::gather_figures() {
     RoundSeconds slowest{0, 0, 0};
     for (int r = 0; r < world_.size(); ++r) {
       const RoundSeconds& x = rounds[static_cast<std::size_t>(r) * n + k];
-      slowest = {std::max(slowest.forward, x.forward), std::max(slowest.back, x.back), std::max(slowest.stage1, x.stage1)};
+      slowest = {std::max(slowest.forward, x.forward), std::max(slowest.back, x.back),
+                 std::max(slowest.stage1, x.stage1)};
     }
     forward_secs_.push_back(slowest.forward);
     if (k > 0) back_secs_.push_back(slowest.back);
@@ -254,8 +256,10 @@ void RunTransition::measure_plain_exchange() {
   auto moved = [&](const plan::Piece& p) {
     return (opt_.zeroed_kinds >> static_cast<int>(p.kind)) & 1u ? 0 : p.box.numel() * eb[static_cast<int>(p.kind)];
   };
-  for (const auto& [q, v] : fwd_.send) for (const auto& p : v) to_peer[static_cast<std::size_t>(q)] += moved(p);
-  for (const auto& [q, v] : fwd_.recv) for (const auto& p : v) from_peer[static_cast<std::size_t>(q)] += moved(p);
+  for (const auto& [q, v] : fwd_.send)
+    for (const auto& p : v) to_peer[static_cast<std::size_t>(q)] += moved(p);
+  for (const auto& [q, v] : fwd_.recv)
+    for (const auto& p : v) from_peer[static_cast<std::size_t>(q)] += moved(p);
   const std::size_t chunk = static_cast<std::size_t>(std::max<std::uint64_t>(forward_.front().chunk_bytes, 4096));
   // Five times: the bare exchange is the fastest (the floor), the model's link is calibrated on
   // the median, as the warm switch it predicts is a median.
@@ -263,8 +267,7 @@ void RunTransition::measure_plain_exchange() {
   for (int i = 0; i < 5; ++i) exchanges.push_back(exec::measure_plain_exchange(world_, to_peer, from_peer, chunk));
   std::sort(exchanges.begin(), exchanges.end());
   exchange_s_ = exchanges.front(), exchange_median_s_ = exchanges[2];
-  if (!args_.json.empty())
-    predicted_ = predict_switch(world_, *fwd_planner_, eb, opt_, {chunk, exchange_median_s_});
+  if (!args_.json.empty()) predicted_ = predict_switch(world_, *fwd_planner_, eb, opt_, {chunk, exchange_median_s_});
 }
 
 template <typename T>

@@ -10,8 +10,8 @@ namespace dynatrain::tools {
 Command add_run_transition_command(CLI::App& app) {
   auto args = std::make_shared<tools::RunTransitionArgs>();
   auto budget = std::make_shared<std::string>("256MiB");
-  auto* cmd = app.add_subcommand(
-      "run-transition", "Switch real state between layouts on every rank (run under mpirun)");
+  auto* cmd =
+      app.add_subcommand("run-transition", "Switch real state between layouts on every rank (run under mpirun)");
   cmd->add_option("--model", args->model, "Preset name or path to a Hugging Face config.json")->required();
   cmd->add_option("--from", args->from, "Source config, e.g. tp=2,pp=2,dp=2")->required();
   cmd->add_option("--to", args->to, "Destination config")->required();

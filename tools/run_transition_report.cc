@@ -37,9 +37,9 @@ nlohmann::json RunTransition::phases_json(PhaseSeconds RankFigures::*which) cons
     for (const auto& r : all_) best = std::max(best, (r.*which).*phase);
     return best;
   };
-  return {{"keep", max_phase(&PhaseSeconds::keep)},     {"pack", max_phase(&PhaseSeconds::pack)},
-          {"wait", max_phase(&PhaseSeconds::wait)},     {"unpack", max_phase(&PhaseSeconds::unpack)},
-          {"alloc", max_phase(&PhaseSeconds::alloc)},   {"agree", max_phase(&PhaseSeconds::agree)},
+  return {{"keep", max_phase(&PhaseSeconds::keep)},   {"pack", max_phase(&PhaseSeconds::pack)},
+          {"wait", max_phase(&PhaseSeconds::wait)},   {"unpack", max_phase(&PhaseSeconds::unpack)},
+          {"alloc", max_phase(&PhaseSeconds::alloc)}, {"agree", max_phase(&PhaseSeconds::agree)},
           {"dry", max_phase(&PhaseSeconds::dry)}};
 }
 
@@ -79,13 +79,13 @@ nlohmann::json RunTransition::figures_json() const {
   j["overlap_links"] = args_.overlap_links;
   j["link_classes"] = cold.link_classes;  // 2: one pipeline per link class (exec::LinkOverlap)
   j["overlapped_rounds"] = sum_of(&RankFigures::overlapped);
-  j["rounds_in_flight"] = cold.rounds_in_flight;  // per link class
+  j["rounds_in_flight"] = cold.rounds_in_flight;                       // per link class
   j["bytes_sent_direct"] = sum_of(&RankFigures::sent_direct);          // not packed
   j["bytes_received_direct"] = sum_of(&RankFigures::received_direct);  // not unpacked
   j["max_rank_bytes_received"] = max_of(&RankFigures::received);
   j["p2p_bandwidth_bytes_per_s"] = bw_;
   j["lower_bound_seconds"] = lower;
-  j["plain_exchange_seconds"] = exchange_s_;  // the same bytes, plain messages (best of 5)
+  j["plain_exchange_seconds"] = exchange_s_;                // the same bytes, plain messages (best of 5)
   j["plain_exchange_median_seconds"] = exchange_median_s_;  // their median (the model's link)
   j["ratio"] = lower > 0 ? t.cold / lower : 0.0;
   j["warm_ratio"] = lower > 0 && t.warm_mean > 0 ? t.warm_mean / lower : 0.0;
@@ -154,14 +154,14 @@ void RunTransition::add_prediction_json(nlohmann::json& j) const {
   j["predicted_seconds"] = p.result.seconds;  // compare with warm_seconds (warm pool)
   j["predicted_cluster"] = sim::to_json(p.cluster);
   j["predicted_cpu_cores"] = p.cpu_cores;
-  j["predicted_run_bytes"] = p.run_bytes;      // mean run of scattered direct messages
-  j["predicted_run_seconds"] = p.run_seconds;  // measured cost of one such run
-  j["predicted_probe_link_gb_per_s"] = p.probe_link / 1e9;  // before calibration on the plain exchange
-  j["predicted_probe_link_seconds"] = p.probe_link_seconds;   // the prediction with that rate
-  j["predicted_idle_latency_us"] = p.idle_latency * 1e6;  // ping-pong with nothing else running
-  j["predicted_busy_handoff_us"] = p.busy_handoff * 1e6;  // a handshake while all copy
+  j["predicted_run_bytes"] = p.run_bytes;                        // mean run of scattered direct messages
+  j["predicted_run_seconds"] = p.run_seconds;                    // measured cost of one such run
+  j["predicted_probe_link_gb_per_s"] = p.probe_link / 1e9;       // before calibration on the plain exchange
+  j["predicted_probe_link_seconds"] = p.probe_link_seconds;      // the prediction with that rate
+  j["predicted_idle_latency_us"] = p.idle_latency * 1e6;         // ping-pong with nothing else running
+  j["predicted_busy_handoff_us"] = p.busy_handoff * 1e6;         // a handshake while all copy
   j["predicted_idle_latency_seconds"] = p.idle_latency_seconds;  // the prediction with the idle one
-  j["predicted_message_shape"] = {{"bytes", p.message_bytes},  // the probe's messages
+  j["predicted_message_shape"] = {{"bytes", p.message_bytes},    // the probe's messages
                                   {"send_runs", p.send_runs},
                                   {"recv_runs", p.recv_runs}};
   j["predicted_without_runs_seconds"] = p.without_runs_seconds;  // the same, runs free
@@ -186,7 +186,8 @@ void RunTransition::print_figures() const {
                src_layout_->config().str().c_str(), dst_layout_->config().str().c_str(), world_.size(),
                world_.backend(), format_bytes(static_cast<double>(args_.mem_budget)).c_str());
   if (!runs_direct_available_)
-    std::fprintf(out_, "  direct runs          none on the %s transport (no cross-memory reads): scattered messages packed\n",
+    std::fprintf(out_,
+                 "  direct runs          none on the %s transport (no cross-memory reads): scattered messages packed\n",
                  world_.backend());
   if (args_.at_step_boundary)
     std::fprintf(out_, "  at step boundary     grads zeroed in the new layout: %s not sent, %s not copied\n",
@@ -212,7 +213,8 @@ void RunTransition::print_bytes_and_bounds() const {
   std::fprintf(out_, "  p2p bandwidth        %s/s per rank (all pairs at once)\n", format_bytes(bw_).c_str());
   std::fprintf(out_, "  lower_bound_seconds  %.6f\n", lower);
   std::fprintf(out_, "  plain exchange       %.6f s (the same bytes and peers as plain messages)\n", exchange_s_);
-  if (predicted_) std::fprintf(out_, "  predicted_seconds    %.6f (simulator, this machine's rates)\n", predicted_->result.seconds);
+  if (predicted_)
+    std::fprintf(out_, "  predicted_seconds    %.6f (simulator, this machine's rates)\n", predicted_->result.seconds);
   std::fprintf(out_, "  ratio                %.2f cold", lower > 0 ? t.cold / lower : 0.0);
   if (t.warm_mean > 0 && lower > 0) std::fprintf(out_, ", %.2f warm", t.warm_mean / lower);
   std::fprintf(out_, "\n");
@@ -229,15 +231,17 @@ void RunTransition::print_plan_lines() const {
                static_cast<unsigned long long>(sum_of(&RankFigures::messages)),
                static_cast<unsigned long long>(cold.waves), cold.wave_order.c_str(), cold.path.c_str());
   const nlohmann::json ph = phases_json(&RankFigures::cold_phases);
-  std::fprintf(out_, "  phases (max over ranks, s)  keep %.4f  pack %.4f  wait %.4f  unpack %.4f  alloc %.4f  agree %.4f  dry %.4f\n",
-               ph["keep"].get<double>(), ph["pack"].get<double>(), ph["wait"].get<double>(),
-               ph["unpack"].get<double>(), ph["alloc"].get<double>(), ph["agree"].get<double>(),
-               ph["dry"].get<double>());
+  std::fprintf(
+      out_,
+      "  phases (max over ranks, s)  keep %.4f  pack %.4f  wait %.4f  unpack %.4f  alloc %.4f  agree %.4f  dry %.4f\n",
+      ph["keep"].get<double>(), ph["pack"].get<double>(), ph["wait"].get<double>(), ph["unpack"].get<double>(),
+      ph["alloc"].get<double>(), ph["agree"].get<double>(), ph["dry"].get<double>());
   std::fprintf(out_, "  inter-node bytes     %s (%s without fan-out); fan-out %s\n",
                bytes(sum_of(&RankFigures::inter_with)).c_str(), bytes(sum_of(&RankFigures::inter_without)).c_str(),
                fanout_mode_ == plan::FanoutMode::kOff ? "off" : fanout_.reason.c_str());
   if (fanout_.tree_groups > 0)
-    std::fprintf(out_, "  fan-out tree         %llu groups, %zu stages; busiest sender to other nodes %s (%s without)\n",
+    std::fprintf(out_,
+                 "  fan-out tree         %llu groups, %zu stages; busiest sender to other nodes %s (%s without)\n",
                  static_cast<unsigned long long>(fanout_.tree_groups), fanout_.stages.size(),
                  bytes(fanout_.max_sender_bytes).c_str(), bytes(fanout_.max_sender_bytes_without).c_str());
   if (!placed_.is_identity())

@@ -89,8 +89,8 @@ class RunTransition {
   T max_of(T RankFigures::*field) const;
   std::uint64_t sum_of(std::uint64_t RankFigures::*field) const;
   nlohmann::json phases_json(PhaseSeconds RankFigures::*which) const;  // max over ranks per phase
-  double lower_bound() const;       // the most bytes a rank receives over the probe's rate
-  bool peak_within_bound() const;   // every rank's peak <= max(src, dst) + --mem-budget
+  double lower_bound() const;      // the most bytes a rank receives over the probe's rate
+  bool peak_within_bound() const;  // every rank's peak <= max(src, dst) + --mem-budget
 
   const RunTransitionArgs& args_;
   comm::Transport& world_;

@@ -37,13 +37,12 @@ struct SimulateArgs {
   bool at_step_boundary = false;
   double fresh_gbps = 0;
   double cpu_cores = 0;
-  double run_us = 0;  // sim::SimOptions::run_seconds, in microseconds
+  double run_us = 0;                   // sim::SimOptions::run_seconds, in microseconds
   std::string overlap_links = "auto";  // exec::LinkOverlap: auto is on for a cluster of several nodes
   int rounds_in_flight = 0;            // exec::TransitionOptions::rounds_in_flight (0: auto)
   std::string fanout = "off";          // plan::FanoutMode: off, auto (the faster of the two), on
   std::string json_path;
 };
-
 
 // Removes the pieces of the kinds in `kinds` (bit k = vps::StateKind k) from every plan.
 void drop_kinds(std::vector<plan::RankPlan>& plans, std::uint32_t kinds) {
@@ -72,9 +71,9 @@ class Simulate {
   int run();
 
  private:
-  void lay_out();           // budget, output path, cluster, model, both layouts, topology
-  void plan_switch();       // placement, every process's plan, fan-out, the link bound
-  void simulate_switch();   // the engine's traces played through the cluster, staged too
+  void lay_out();          // budget, output path, cluster, model, both layouts, topology
+  void plan_switch();      // placement, every process's plan, fan-out, the link bound
+  void simulate_switch();  // the engine's traces played through the cluster, staged too
   void print_summary() const;
   void print_fanout() const;
   void write_json() const;
@@ -95,9 +94,9 @@ class Simulate {
   plan::FanoutMode fanout_mode_ = plan::FanoutMode::kOff;
   plan::FanoutPlan fanout_;
   sim::LinkBound bound_;
-  sim::SimResult one_stage_;               // the plan without fan-out
-  std::optional<sim::SimResult> staged_;   // fan-out's stages, when it applies
-  bool fanout_taken_ = false;              // the prediction is `staged_`'s
+  sim::SimResult one_stage_;              // the plan without fan-out
+  std::optional<sim::SimResult> staged_;  // fan-out's stages, when it applies
+  bool fanout_taken_ = false;             // the prediction is `staged_`'s
   double plan_s_ = 0, trace_s_ = 0, sim_s_ = 0;
 
   const sim::SimResult& result() const { return fanout_taken_ ? *staged_ : one_stage_; }
@@ -123,15 +122,16 @@ void Simulate::lay_out() {
   dst_.emplace(model_, vps::ParallelConfig::parse(a_.to), lo_);
   processes_ = std::max(src_->config().world_size(), dst_->config().world_size());
   if (processes_ > kMaxSimulatedProcesses)
-    DT_INPUT_ERROR("simulate: the switch needs ", processes_, " processes; this command traces each as a thread and takes at most ",
-                   kMaxSimulatedProcesses);
+    DT_INPUT_ERROR("simulate: the switch needs ", processes_,
+                   " processes; this command traces each as a thread and takes at most ", kMaxSimulatedProcesses);
   topo_ = cluster_.topology(processes_);
 }
 
 void Simulate::plan_switch() {
   const auto t0 = std::chrono::steady_clock::now();
   const plan::SwitchPlacement placement{
-      {}, a_.placement == "auto" ? plan::auto_placement(*src_, *dst_, topo_, {}, cluster_.bandwidth()) : plan::Placement{}};
+      {},
+      a_.placement == "auto" ? plan::auto_placement(*src_, *dst_, topo_, {}, cluster_.bandwidth()) : plan::Placement{}};
   planner_.emplace(*src_, *dst_, topo_, placement);
   plans_ = planner_->plan_all();
   plan_s_ = seconds_since(t0);
@@ -139,7 +139,8 @@ void Simulate::plan_switch() {
   // Fan-out (plan/fanout.h) from the whole plan: every relay group and tree (what `on` runs).
   fanout_mode_ = plan::parse_fanout_mode(a_.fanout);
   if (fanout_mode_ != plan::FanoutMode::kOff)
-    fanout_ = plan::plan_fanout(*planner_, plans_, lo_.elem_bytes, plan::FanoutMode::kOn, job::fanout_costs(cluster_), zeroed_);
+    fanout_ = plan::plan_fanout(*planner_, plans_, lo_.elem_bytes, plan::FanoutMode::kOn, job::fanout_costs(cluster_),
+                                zeroed_);
   // The bound covers what the engine moves: at a step boundary the gradients stay behind.
   if (a_.at_step_boundary) drop_kinds(plans_, zeroed_);
   bound_ = sim::link_lower_bound(plans_, lo_.elem_bytes, cluster_);
@@ -193,8 +194,8 @@ void Simulate::print_summary() const {
   const sim::SimResult& r = result();
   std::cout << sim::format_sim(r);
   std::printf("  predicted / lower bound%s %.2f; took %.3g s to plan, %.3g s to trace the engine, %.3g s to simulate\n",
-              fanout_taken_ ? " (of the plan without fan-out)" : "", bound_.seconds > 0 ? r.seconds / bound_.seconds : 0.0,
-              plan_s_, trace_s_, sim_s_);
+              fanout_taken_ ? " (of the plan without fan-out)" : "",
+              bound_.seconds > 0 ? r.seconds / bound_.seconds : 0.0, plan_s_, trace_s_, sim_s_);
 }
 
 void Simulate::print_fanout() const {
@@ -202,13 +203,14 @@ void Simulate::print_fanout() const {
     std::printf("  fan-out %s: nothing to relay (%s)\n", a_.fanout.c_str(), fanout_.reason.c_str());
     return;
   }
-  std::printf("  fan-out %s: %zu stages, %llu relay groups, %llu trees; inter-node bytes %s -> %s; "
-              "predicted %.4g s with, %.4g s without: %s\n",
-              a_.fanout.c_str(), fanout_.stages.size(), static_cast<unsigned long long>(fanout_.groups),
-              static_cast<unsigned long long>(fanout_.tree_groups),
-              format_bytes(static_cast<double>(fanout_.inter_node_bytes_without)).c_str(),
-              format_bytes(static_cast<double>(fanout_.inter_node_bytes)).c_str(), staged_->seconds, one_stage_.seconds,
-              fanout_taken_ ? "taken" : "not taken (slower)");
+  std::printf(
+      "  fan-out %s: %zu stages, %llu relay groups, %llu trees; inter-node bytes %s -> %s; "
+      "predicted %.4g s with, %.4g s without: %s\n",
+      a_.fanout.c_str(), fanout_.stages.size(), static_cast<unsigned long long>(fanout_.groups),
+      static_cast<unsigned long long>(fanout_.tree_groups),
+      format_bytes(static_cast<double>(fanout_.inter_node_bytes_without)).c_str(),
+      format_bytes(static_cast<double>(fanout_.inter_node_bytes)).c_str(), staged_->seconds, one_stage_.seconds,
+      fanout_taken_ ? "taken" : "not taken (slower)");
 }
 
 void Simulate::write_json() const {
@@ -289,7 +291,8 @@ Command add_simulate_command(CLI::App& app) {
   cmd->add_option("--run-us", args->run_us,
                   "Microseconds per run beyond the first of a message moved straight between scattered runs "
                   "(0: free, as on GPUs; run-transition --json measures it as predicted_run_seconds)")
-      ->check(zero_or_positive_up_to(1e6, "give 0 (runs free) or the microseconds one run of a scattered message costs"))
+      ->check(
+          zero_or_positive_up_to(1e6, "give 0 (runs free) or the microseconds one run of a scattered message costs"))
       ->capture_default_str();
   add_link_schedule_options(cmd, args->overlap_links, args->rounds_in_flight);
   cmd->add_option("--fanout", args->fanout,

@@ -45,11 +45,11 @@ CLI::Option* add_recovery_flags(CLI::App* cmd, job::TrainArgs& args, job::Superv
                   "too; job/memory_copy.h); 0: restart from --save")
       ->check(whole_number_in(0, 2))
       ->capture_default_str();
-  cmd->add_option("--mpirun", supervise.mpirun, "With --np: the mpirun to start the job with")
-      ->capture_default_str();
-  return cmd->add_option("--np", supervise.np,
-                         "Start the job on N processes (run without mpirun: this process starts mpirun with "
-                         "what Open MPI needs, job/supervisor.h)")
+  cmd->add_option("--mpirun", supervise.mpirun, "With --np: the mpirun to start the job with")->capture_default_str();
+  return cmd
+      ->add_option("--np", supervise.np,
+                   "Start the job on N processes (run without mpirun: this process starts mpirun with "
+                   "what Open MPI needs, job/supervisor.h)")
       ->check(whole_number_in(1, 131072));
 }
 
@@ -59,9 +59,9 @@ Command add_train_command(CLI::App& app) {
   auto args = std::make_shared<job::TrainArgs>();
   auto launch = std::make_shared<edm::MpiLaunchSettings>();
   auto supervise_settings = std::make_shared<job::SuperviseSettings>();
-  auto* cmd = app.add_subcommand("train", "Train a model, switching layouts on a schedule (--np N starts the job; or run under mpirun)");
-  cmd->add_option("--model", args->model, "tiny-dense, tiny-moe, or a Hugging Face config.json")
-      ->capture_default_str();
+  auto* cmd = app.add_subcommand(
+      "train", "Train a model, switching layouts on a schedule (--np N starts the job; or run under mpirun)");
+  cmd->add_option("--model", args->model, "tiny-dense, tiny-moe, or a Hugging Face config.json")->capture_default_str();
   cmd->add_option("--data", args->data, "Text file to train on (bytes are tokens); default: embedded text");
   cmd->add_option("--steps", args->steps, "Optimizer steps")
       ->check(whole_number_in(std::int64_t{1}, std::int64_t{1'000'000'000}))
@@ -76,7 +76,9 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--static", args->static_layout, "Run the schedule's first layout throughout");
   cmd->add_option("--csv", args->csv, "Write per-step figures to this CSV file");
-  cmd->add_option("--json", args->json, "Write one record per switch to this JSON file (each switch is then followed by a link probe and two bare exchanges of its bytes, outside the pause)");
+  cmd->add_option("--json", args->json,
+                  "Write one record per switch to this JSON file (each switch is then followed by a link probe and two "
+                  "bare exchanges of its bytes, outside the pause)");
   cmd->add_option("--placement", args->placement,
                   "Which process takes which rank of a new layout: fixed (rank r on process r) or auto "
                   "(fewest bytes moved, rank 0 kept on process 0)");

@@ -13,11 +13,11 @@
 namespace dynatrain::train {
 
 struct CpuUsage {
-  double thread_s = 0;   // user + system CPU of the calling thread
-  double process_s = 0;  // user + system CPU of every thread of the process
+  double thread_s = 0;                    // user + system CPU of the calling thread
+  double process_s = 0;                   // user + system CPU of every thread of the process
   std::int64_t involuntary_switches = 0;  // the calling thread's, since it started
   std::int64_t voluntary_switches = 0;    // the calling thread went to sleep (blocked)
-  double runqueue_s = 0;  // the calling thread was runnable but not on a core (0 if unknown)
+  double runqueue_s = 0;                  // the calling thread was runnable but not on a core (0 if unknown)
 
   static CpuUsage now() {
     auto secs = [](const rusage& u) {

@@ -12,7 +12,8 @@ namespace {
 // Public-domain texts: Lincoln's Gettysburg Address (1863), the opening of Dickens' "A Tale of
 // Two Cities" (1859), of Austen's "Pride and Prejudice" (1813) and of Carroll's "Alice's
 // Adventures in Wonderland" (1865).
-constexpr const char* kText = R"TEXT(Four score and seven years ago our fathers brought forth on this continent, a new nation, conceived in Liberty, and dedicated to the proposition that all men are created equal.
+constexpr const char* kText =
+    R"TEXT(Four score and seven years ago our fathers brought forth on this continent, a new nation, conceived in Liberty, and dedicated to the proposition that all men are created equal.
 Now we are engaged in a great civil war, testing whether that nation, or any nation so conceived and so dedicated, can long endure. We are met on a great battle-field of that war. We have come to dedicate a portion of that field, as a final resting place for those who here gave their lives that that nation might live. It is altogether fitting and proper that we should do this.
 But, in a larger sense, we can not dedicate -- we can not consecrate -- we can not hallow -- this ground. The brave men, living and dead, who struggled here, have consecrated it, far above our poor power to add or detract. The world will little note, nor long remember what we say here, but it can never forget what they did here. It is for us the living, rather, to be dedicated here to the unfinished work which they who fought here have thus far so nobly advanced. It is rather for us to be here dedicated to the great task remaining before us -- that from these honored dead we take increased devotion to that cause for which they gave the last full measure of devotion -- that we here highly resolve that these dead shall not have died in vain -- that this nation, under God, shall have a new birth of freedom -- and that government of the people, by the people, for the people, shall not perish from the earth.
 
@@ -68,7 +69,8 @@ std::string read_text_file(const std::string& path) {
     DT_INPUT_ERROR("data file '", path, "' is ", file_type_name(status.type()), "; give a regular text file");
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec || size > kMaxTextFileBytes)
-    DT_INPUT_ERROR("data file '", path, "' has ", size, " bytes; every rank holds it whole, at most ", kMaxTextFileBytes);
+    DT_INPUT_ERROR("data file '", path, "' has ", size, " bytes; every rank holds it whole, at most ",
+                   kMaxTextFileBytes);
   std::ifstream in(path, std::ios::binary);
   if (!in) DT_INPUT_ERROR("cannot open data file '", path, "'");
   std::string text(static_cast<std::size_t>(size), '\0');
@@ -85,12 +87,10 @@ std::uint64_t mix64(std::uint64_t x) {  // SplitMix64 finaliser
   return x ^ (x >> 31);
 }
 
-void sample_windows(const std::string& text, const DataCursor& cursor, std::int64_t first,
-                    std::int64_t count, std::int64_t seq, std::vector<std::int64_t>& tokens,
-                    std::vector<std::int64_t>& targets) {
+void sample_windows(const std::string& text, const DataCursor& cursor, std::int64_t first, std::int64_t count,
+                    std::int64_t seq, std::vector<std::int64_t>& tokens, std::vector<std::int64_t>& targets) {
   const auto len = static_cast<std::int64_t>(text.size());
-  if (len < seq + 2)
-    DT_INPUT_ERROR("training text has ", len, " bytes; --seq ", seq, " needs at least ", seq + 2);
+  if (len < seq + 2) DT_INPUT_ERROR("training text has ", len, " bytes; --seq ", seq, " needs at least ", seq + 2);
   tokens.resize(count * seq);
   targets.resize(count * seq);
   const auto span = static_cast<std::uint64_t>(len - seq - 1);

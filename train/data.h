@@ -28,9 +28,8 @@ struct DataCursor {
 
 // Tokens and next-token targets of `count` windows starting at window `first`, each `seq` long,
 // row-major [count, seq]. Throws InputError if the text is shorter than seq + 2 bytes.
-void sample_windows(const std::string& text, const DataCursor& cursor, std::int64_t first,
-                    std::int64_t count, std::int64_t seq, std::vector<std::int64_t>& tokens,
-                    std::vector<std::int64_t>& targets);
+void sample_windows(const std::string& text, const DataCursor& cursor, std::int64_t first, std::int64_t count,
+                    std::int64_t seq, std::vector<std::int64_t>& tokens, std::vector<std::int64_t>& targets);
 
 std::uint64_t mix64(std::uint64_t x);
 

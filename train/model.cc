@@ -70,9 +70,7 @@ struct ReduceFromTp : Function<ReduceFromTp> {
   static Tensor forward(AutogradContext* ctx, Tensor x, std::int64_t g) {
     return all_reduce(x, reinterpret_cast<comm::Transport*>(static_cast<std::intptr_t>(g)));
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grad) {
-    return {grad[0], Tensor()};
-  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) { return {grad[0], Tensor()}; }
 };
 
 // Rows of a [n, ...] tensor spread over a group g. `sum` = 0: the rows are replicated over g
@@ -103,8 +101,8 @@ struct GatherRows : Function<GatherRows> {
     return all_gather0(x, from_handle(g));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
-    return {split_rows(grad[0], from_handle(ctx->saved_data["g"]), ctx->saved_data["sum"].toInt() != 0),
-            Tensor(), Tensor()};
+    return {split_rows(grad[0], from_handle(ctx->saved_data["g"]), ctx->saved_data["sum"].toInt() != 0), Tensor(),
+            Tensor()};
   }
 };
 
@@ -142,8 +140,7 @@ struct AllToAllRows : Function<AllToAllRows> {
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     auto send = ctx->saved_data["send"].toIntVector();
     auto recv = ctx->saved_data["recv"].toIntVector();
-    return {all_to_all_rows(grad[0], recv, send, from_handle(ctx->saved_data["g"])), Tensor(),
-            Tensor(), Tensor()};
+    return {all_to_all_rows(grad[0], recv, send, from_handle(ctx->saved_data["g"])), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -153,8 +150,7 @@ struct AllToAllRows : Function<AllToAllRows> {
 // (vocab_l = 0 valid columns) still takes part in every collective: its max is -inf, its sum of
 // exponentials and target logit 0.
 struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
-  static Tensor forward(AutogradContext* ctx, Tensor logits, Tensor targets, std::int64_t v0,
-                        std::int64_t g) {
+  static Tensor forward(AutogradContext* ctx, Tensor logits, Tensor targets, std::int64_t v0, std::int64_t g) {
     auto* t = from_handle(g);
     const std::int64_t vl = logits.size(1);
     Tensor m = vl > 0 ? std::get<0>(logits.max(1))
@@ -199,9 +195,7 @@ Tensor weight_mm(const Tensor& x, const Tensor& wt) {
   return torch::matmul(x.to(wt.scalar_type()), wt).to(x.scalar_type());
 }
 
-Tensor rms_norm(const Tensor& x, const Tensor& w) {
-  return x * torch::rsqrt(x.pow(2).mean(-1, true) + kNormEps) * w;
-}
+Tensor rms_norm(const Tensor& x, const Tensor& w) { return x * torch::rsqrt(x.pow(2).mean(-1, true) + kNormEps) * w; }
 
 // Rotary position embedding (rotate-half form) over the last dim; cos/sin shaped to broadcast.
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
@@ -238,8 +232,8 @@ Tensor gather_seq(const Tensor& x, const ModelComms& c) {
 // a shared compressed kv (kv_down -> RMSNorm -> per-head kv_up) plus one RoPE key part shared
 // by all heads. The down projections are replicated and see every rank's local heads only, so
 // their gradients are partial over tp (completed by the trainer, like q_norm / k_norm).
-Tensor mla_attention(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& c,
-                     const Tensor& x, const Tensor& mask) {
+Tensor mla_attention(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& c, const Tensor& x,
+                     const Tensor& mask) {
   const std::int64_t mb = x.size(0), s = x.size(1), h = spec.hidden;
   const std::int64_t nope = spec.qk_nope_dim, rd = spec.qk_rope_dim, vd = spec.v_head_dim, r = spec.kv_lora_rank;
   Tensor xi = copy_to_tp(rms_norm(x, w.input_norm), c);
@@ -268,8 +262,8 @@ Tensor mla_attention(const LayerWeights& w, const vps::ModelSpec& spec, const Mo
   return reduce_from_tp(weight_mm(o, w.proj.t()), c);
 }
 
-Tensor attention(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& c,
-                 const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& mask) {
+Tensor attention(const LayerWeights& w, const vps::ModelSpec& spec, const ModelComms& c, const Tensor& x,
+                 const Tensor& cos, const Tensor& sin, const Tensor& mask) {
   if (w.kv_down.defined()) return mla_attention(w, spec, c, x, mask);
   const std::int64_t mb = x.size(0), s = x.size(1), h = spec.hidden, d = spec.head_dim;
   const std::int64_t groups = w.qkv.size(0), ql = w.qkv.size(1) - 2, heads = groups * ql;
@@ -421,8 +415,7 @@ Tensor layers_forward(const StageModel& m, const ModelComms& c, Tensor x) {
   return x;
 }
 
-Tensor loss_forward(const StageModel& m, const ModelComms& c, const Tensor& x,
-                    const Tensor& targets, Tensor* logits) {
+Tensor loss_forward(const StageModel& m, const ModelComms& c, const Tensor& x, const Tensor& targets, Tensor* logits) {
   const std::int64_t h = x.size(2);
   Tensor xi = copy_to_tp(rms_norm(x, m.final_norm), c).reshape({-1, h});
   // Vocab padding rows (if any) are not part of the model: drop their columns (all of them on a
@@ -430,8 +423,7 @@ Tensor loss_forward(const StageModel& m, const ModelComms& c, const Tensor& x,
   const std::int64_t valid = std::clamp<std::int64_t>(m.spec.vocab - m.vocab_start, 0, m.output.size(0));
   Tensor l = weight_mm(xi, m.output.narrow(0, 0, valid).t());
   if (logits) *logits = l.detach();
-  return VocabParallelCrossEntropy::apply(l, targets.reshape({-1}), m.vocab_start,
-                                          c.tp_size > 1 ? to_handle(c.tp) : 0);
+  return VocabParallelCrossEntropy::apply(l, targets.reshape({-1}), m.vocab_start, c.tp_size > 1 ? to_handle(c.tp) : 0);
 }
 
 }  // namespace dynatrain::train

@@ -51,7 +51,7 @@ struct LayerWeights {
   // MLA (DeepSeek-V2/V3), instead of qkv: replicated down projections and their norms,
   // column-parallel (over heads) up projections; q directly when there is no q_lora_rank.
   torch::Tensor q_down, q_down_norm, q_up, q, kv_down, kv_down_norm, kv_up;
-  torch::Tensor fc1, fc2;                     // dense MLP
+  torch::Tensor fc1, fc2;                        // dense MLP
   torch::Tensor router, expert_fc1, expert_fc2;  // MoE (undefined in a dense layer of an MoE model)
   // Shared expert of an MoE layer (Qwen2-MoE, DeepSeek): a SwiGLU MLP over every token, split
   // like the dense MLP, added to the routed output; scaled by sigmoid(x . shared_gate) if defined.

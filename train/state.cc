@@ -14,8 +14,7 @@ namespace dynatrain::train {
 
 using vps::StateKind;
 
-vps::LayoutOptions trainer_layout_options(std::int64_t bucket_elems,
-                                          std::vector<vps::StateKind> kinds, bool bf16) {
+vps::LayoutOptions trainer_layout_options(std::int64_t bucket_elems, std::vector<vps::StateKind> kinds, bool bf16) {
   vps::LayoutOptions o;
   o.elem_bytes = trainer_elem_bytes(bf16);
   o.bucket_elems = bucket_elems;
@@ -103,8 +102,7 @@ std::size_t state_bytes(const vps::RankLayout& layout, const vps::ElemBytes& ele
   return total;
 }
 
-float init_value(const vps::ModelSpec& model, const vps::TensorSpec& t, std::int64_t index,
-                 std::uint64_t seed) {
+float init_value(const vps::ModelSpec& model, const vps::TensorSpec& t, std::int64_t index, std::uint64_t seed) {
   using R = vps::TensorRole;
   if (vps::is_norm(t.role)) return 1.0f;
   double stddev = 0.02;
@@ -121,8 +119,8 @@ float init_value(const vps::ModelSpec& model, const vps::TensorSpec& t, std::int
   return static_cast<float>(z * stddev);
 }
 
-void init_state(const vps::Layout& layout, const vps::RankLayout& rank_layout, Arenas& arenas,
-                std::uint64_t seed, const std::vector<vps::StateKind>& loaded) {
+void init_state(const vps::Layout& layout, const vps::RankLayout& rank_layout, Arenas& arenas, std::uint64_t seed,
+                const std::vector<vps::StateKind>& loaded) {
   const auto& tensors = layout.tensors();
   for (const auto& buf : rank_layout.buffers)
     if (std::byte* p = arenas.bytes(buf)) std::memset(p, 0, arenas.block_bytes(buf));
@@ -138,8 +136,10 @@ void init_state(const vps::Layout& layout, const vps::RankLayout& rank_layout, A
       for_each_row(seg.box, t.shape, [&](std::int64_t full, std::int64_t local, std::int64_t n) {
         for (std::int64_t i = 0; i < n; ++i) {
           const float v = init_value(layout.model(), t, full + i, seed);
-          if (half) base16[seg.offset + local + i] = bf16_from_float(v);
-          else base[seg.offset + local + i] = v;
+          if (half)
+            base16[seg.offset + local + i] = bf16_from_float(v);
+          else
+            base[seg.offset + local + i] = v;
         }
       });
     }
@@ -169,8 +169,7 @@ std::vector<const vps::LocalBuffer*> buffers_of(const vps::RankLayout& rl, State
 }
 }  // namespace
 
-Gathered gather_vps(const vps::Layout& layout, StateKind kind, const Arenas& arenas,
-                    comm::Transport& world) {
+Gathered gather_vps(const vps::Layout& layout, StateKind kind, const Arenas& arenas, comm::Transport& world) {
   Gathered g;
   const int rank = world.rank();
   const int active = layout.config().world_size();
@@ -207,19 +206,17 @@ Gathered gather_vps(const vps::Layout& layout, StateKind kind, const Arenas& are
         auto& full = g.tensors[seg.tensor];
         auto& w = written[seg.tensor];
         const std::byte* from = src + seg.offset * elem;
-        for_each_row(seg.box, tensors[seg.tensor].shape,
-                     [&](std::int64_t f, std::int64_t l, std::int64_t n) {
-                       for (std::int64_t i = 0; i < n; ++i) {
-                         const float x = element(from, elem, l + i);
-                         if (w[f + i]) {
-                           if (std::memcmp(&full[f + i], &x, sizeof(float)) != 0)
-                             ++g.replica_mismatches;
-                         } else {
-                           full[f + i] = x;
-                           w[f + i] = 1;
-                         }
-                       }
-                     });
+        for_each_row(seg.box, tensors[seg.tensor].shape, [&](std::int64_t f, std::int64_t l, std::int64_t n) {
+          for (std::int64_t i = 0; i < n; ++i) {
+            const float x = element(from, elem, l + i);
+            if (w[f + i]) {
+              if (std::memcmp(&full[f + i], &x, sizeof(float)) != 0) ++g.replica_mismatches;
+            } else {
+              full[f + i] = x;
+              w[f + i] = 1;
+            }
+          }
+        });
       }
     }
   }
@@ -236,11 +233,12 @@ void scatter_vps(const vps::Layout& layout, const vps::RankLayout& rank_layout, 
     if (buf.kind != kind || arenas.bytes(buf) == nullptr) continue;
     for (const auto& seg : buf.segments) {
       const auto& src = full[seg.tensor];
-      for_each_row(seg.box, tensors[seg.tensor].shape,
-                   [&](std::int64_t f, std::int64_t l, std::int64_t n) {
-                     if (half) to_bf16(src.data() + f, arenas.bf16(buf) + seg.offset + l, n);
-                     else std::memcpy(arenas.data(buf) + seg.offset + l, src.data() + f, n * sizeof(float));
-                   });
+      for_each_row(seg.box, tensors[seg.tensor].shape, [&](std::int64_t f, std::int64_t l, std::int64_t n) {
+        if (half)
+          to_bf16(src.data() + f, arenas.bf16(buf) + seg.offset + l, n);
+        else
+          std::memcpy(arenas.data(buf) + seg.offset + l, src.data() + f, n * sizeof(float));
+      });
     }
   }
 }

@@ -28,12 +28,11 @@ constexpr vps::ElemBytes trainer_elem_bytes(bool bf16) {
 }
 
 // The layout options every trainer layout uses.
-vps::LayoutOptions trainer_layout_options(std::int64_t bucket_elems,
-                                          std::vector<vps::StateKind> kinds = {
-                                              vps::StateKind::kParam, vps::StateKind::kGrad,
-                                              vps::StateKind::kMaster, vps::StateKind::kExpAvg,
-                                              vps::StateKind::kExpAvgSq},
-                                          bool bf16 = false);
+vps::LayoutOptions trainer_layout_options(
+    std::int64_t bucket_elems,
+    std::vector<vps::StateKind> kinds = {vps::StateKind::kParam, vps::StateKind::kGrad, vps::StateKind::kMaster,
+                                         vps::StateKind::kExpAvg, vps::StateKind::kExpAvgSq},
+    bool bf16 = false);
 
 // The trainer's state: one block per LocalBuffer of its RankLayout (a buffer of zero elements has
 // none), each taken from a StateAllocator -- the trainer's exec::PoolAllocator, so that a switch
@@ -94,14 +93,13 @@ std::size_t state_bytes(const vps::RankLayout& layout, const vps::ElemBytes& ele
 // function of (seed, tensor id, index), so every layout starts from the same model. Norm
 // weights are 1; other weights N(0, 0.02), output projections of each layer scaled by
 // 1/sqrt(2 * layers).
-float init_value(const vps::ModelSpec& model, const vps::TensorSpec& t, std::int64_t index,
-                 std::uint64_t seed);
+float init_value(const vps::ModelSpec& model, const vps::TensorSpec& t, std::int64_t index, std::uint64_t seed);
 
 // Fills param and master with init_value and zeroes grad, exp_avg and exp_avg_sq. bf16 params
 // are init_value rounded to bf16, as the optimizer derives them from the master. Kinds in
 // `loaded` are only zeroed: a checkpoint load overwrites every element of them next.
-void init_state(const vps::Layout& layout, const vps::RankLayout& rank_layout, Arenas& arenas,
-                std::uint64_t seed, const std::vector<vps::StateKind>& loaded = {});
+void init_state(const vps::Layout& layout, const vps::RankLayout& rank_layout, Arenas& arenas, std::uint64_t seed,
+                const std::vector<vps::StateKind>& loaded = {});
 
 // Calls fn(full_offset, local_offset, count) for each row (last-dim run) of `box`, where
 // full_offset is the row's row-major offset in the full tensor of `shape` and local_offset its
@@ -123,19 +121,17 @@ void for_each_row(const vps::Box& box, const std::vector<std::int64_t>& shape, F
 // (bf16 elements widened exactly, so bit comparisons still compare the bf16 bits).
 struct Gathered {
   std::vector<std::vector<float>> tensors;
-  std::int64_t uncovered = 0;          // elements no rank holds (must be 0)
-  std::int64_t replica_mismatches = 0; // elements whose replicas differ bit-wise (must be 0)
+  std::int64_t uncovered = 0;           // elements no rank holds (must be 0)
+  std::int64_t replica_mismatches = 0;  // elements whose replicas differ bit-wise (must be 0)
 };
 
 // Collective over `world` (every rank calls it; ranks outside the layout contribute nothing):
 // rank 0 receives every buffer of `kind` from every rank of the layout and assembles the full
 // tensors in VPS coordinates, checking that replicated elements agree bit for bit.
-Gathered gather_vps(const vps::Layout& layout, vps::StateKind kind, const Arenas& arenas,
-                    comm::Transport& world);
+Gathered gather_vps(const vps::Layout& layout, vps::StateKind kind, const Arenas& arenas, comm::Transport& world);
 
 // Writes this rank's segments of `kind` from full tensors (the inverse of gather_vps).
-void scatter_vps(const vps::Layout& layout, const vps::RankLayout& rank_layout,
-                 vps::StateKind kind, const std::vector<std::vector<float>>& full,
-                 Arenas& arenas);
+void scatter_vps(const vps::Layout& layout, const vps::RankLayout& rank_layout, vps::StateKind kind,
+                 const std::vector<std::vector<float>>& full, Arenas& arenas);
 
 }  // namespace dynatrain::train

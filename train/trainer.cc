@@ -20,9 +20,7 @@ SwitchMethod default_switch_method() {
 #endif
 }
 
-const char* switch_method_name(SwitchMethod m) {
-  return m == SwitchMethod::kEngine ? "engine" : "gather";
-}
+const char* switch_method_name(SwitchMethod m) { return m == SwitchMethod::kEngine ? "engine" : "gather"; }
 
 void set_intra_op_threads(int threads) { at::set_num_threads(std::max(1, threads)); }
 
@@ -56,12 +54,11 @@ void Trainer::check_supported(const TrainerOptions& o, vps::ParallelConfig& c) {
   if (local % micro != 0)
     DT_INPUT_ERROR(micro, " micro-batches do not divide the per-dp-rank batch ", local, " (", c.str(), ")");
   if (m.is_moe() && (local / micro * (o.seq / c.cp)) % c.tp != 0)
-    DT_INPUT_ERROR("MoE layers split the ", local / micro * (o.seq / c.cp), " tokens of a micro-batch over tp=",
-                   c.tp, ", which does not divide them");
+    DT_INPUT_ERROR("MoE layers split the ", local / micro * (o.seq / c.cp), " tokens of a micro-batch over tp=", c.tp,
+                   ", which does not divide them");
 }
 
-Trainer::Trainer(TrainerOptions options, const vps::ParallelConfig& config, comm::Transport& world,
-                 std::string text) {
+Trainer::Trainer(TrainerOptions options, const vps::ParallelConfig& config, comm::Transport& world, std::string text) {
   vps::ParallelConfig c = config;
   check_supported(options, c);
   if (c.world_size() > world.size())
@@ -120,8 +117,10 @@ comm::Transport& Trainer::world() { return impl_->world(); }
 void Trainer::finish() {
   auto& e = *impl_->edm;
   const int w = impl_->cfg().world_size();
-  if (e.control().rank() >= w) edm::DeviceManager::wait_for_root(e.control(), edm::Wake::kFinish);
-  else edm::DeviceManager::wake_from(e.control(), w, edm::Wake::kFinish);
+  if (e.control().rank() >= w)
+    edm::DeviceManager::wait_for_root(e.control(), edm::Wake::kFinish);
+  else
+    edm::DeviceManager::wake_from(e.control(), w, edm::Wake::kFinish);
   e.control().barrier();
 }
 Gathered Trainer::gather(vps::StateKind kind) {
@@ -129,9 +128,7 @@ Gathered Trainer::gather(vps::StateKind kind) {
   return gather_vps(*impl_->layout, kind, impl_->arenas, impl_->world());
 }
 Trainer::Probe Trainer::forward_backward() { return impl_->probe(); }
-Trainer::Progress Trainer::progress() const {
-  return {impl_->step, impl_->cursor.seed, impl_->cursor.position};
-}
+Trainer::Progress Trainer::progress() const { return {impl_->step, impl_->cursor.seed, impl_->cursor.position}; }
 void Trainer::restore_progress(const Progress& p) {
   impl_->step = p.step;
   impl_->cursor.seed = p.data_seed;

@@ -54,7 +54,7 @@ struct TrainerOptions {
   std::uint64_t seed = 1234;       // model init and data order
   std::int64_t bucket_elems = 32768;
   SwitchMethod switch_method = default_switch_method();
-  int gpus_per_node = 8;           // topology handed to the planner
+  int gpus_per_node = 8;  // topology handed to the planner
   // Fault injection for tests only: zero exp_avg and exp_avg_sq after every switch (what a
   // switch that loses the optimizer state would do), to show the loss test would notice.
   bool fault_drop_moments_on_switch = false;
@@ -94,8 +94,8 @@ struct StepStats {
 struct SwitchStats {
   std::string from, to;
   SwitchMethod method = SwitchMethod::kGather;
-  std::string refused;  // non-empty: the switch did not happen (why, one line); nothing changed
-  std::string note;     // non-empty: e.g. why ranks outside the layout stay
+  std::string refused;                    // non-empty: the switch did not happen (why, one line); nothing changed
+  std::string note;                       // non-empty: e.g. why ranks outside the layout stay
   int world_before = 0, world_after = 0;  // processes in the job before and after
   // Max over ranks of each part. prepare = the background part (world, communicators, layouts,
   // planner); hidden_fraction = min over ranks of the share of prepare that ended before the
@@ -120,15 +120,15 @@ struct SwitchStats {
   std::uint64_t comm_creations = 0;  // communicators created for this switch (0 = all cached)
   // "fixed", or the process of every new rank ("0,2,1,3") when placement moved ranks.
   std::string placement = "fixed";
-  int lookahead = 0;                 // steps between this prepare and this commit (next: lookahead())
+  int lookahead = 0;  // steps between this prepare and this commit (next: lookahead())
   // Where the pause went, max over ranks of each part (seconds; they need not sum to total_s).
   // carry: step / data cursor broadcast; engine_*: exec::TransitionStats' own split of the
   // transfer (pack, unpack, keeps, waiting for peers, allocator, wave agreement); free: the old
   // arenas back to the pool; grads: the new gradient buffers materialised; views: layout,
   // groups and module views of the new arenas.
   struct Phases {
-    double carry = 0, engine_pack = 0, engine_unpack = 0, engine_keep = 0, engine_wait = 0,
-           engine_alloc = 0, engine_agree = 0, free = 0, grads = 0, views = 0;
+    double carry = 0, engine_pack = 0, engine_unpack = 0, engine_keep = 0, engine_wait = 0, engine_alloc = 0,
+           engine_agree = 0, free = 0, grads = 0, views = 0;
   } phases;
   // Filled by a SwitchProbe (Trainer::set_switch_probe) right after the commit, outside
   // total_s; 0 / empty without one. The job's probe (job/switch_probe.h) measures the link into
@@ -184,8 +184,7 @@ class SwitchProbe {
 class Trainer {
  public:
   // Collective over `world`. Validates options and config (InputError) before communicating.
-  Trainer(TrainerOptions options, const vps::ParallelConfig& config, comm::Transport& world,
-          std::string text);
+  Trainer(TrainerOptions options, const vps::ParallelConfig& config, comm::Transport& world, std::string text);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -222,7 +221,7 @@ class Trainer {
   SwitchStats switch_to(const vps::ParallelConfig& config);
   // After a commit that removed this process from the job: call nothing but the destructor.
   bool left() const;
-  int world_size() const;  // processes in the job now
+  int world_size() const;    // processes in the job now
   comm::Transport& world();  // the job's world now (changes at commits that grow or shrink it)
   // Steps ahead of a switch to call prepare(): TrainerOptions::lookahead, or chosen from the
   // last prepare's time and step time (equal on every rank).

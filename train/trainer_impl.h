@@ -48,11 +48,11 @@ struct PendingSwitch {
   vps::ParallelConfig next;
   std::unique_ptr<vps::Layout> dst_full;  // every state kind of the new layout
   vps::RankLayout dst_full_rl, src_rl, dst_rl;
-  plan::RankPlan plan;                    // this rank's part (moved kinds only)
-  plan::Placement placement;              // process (transition world rank) of every new rank
-  int new_rank = -1;                      // this process's rank in the new layout (-1: none)
-  std::size_t prefaulted = 0;             // bytes the prepare touched in the pool
-  std::uint64_t chunk_bytes = 0;          // the engine's chunk in the commit (exchange probe)
+  plan::RankPlan plan;            // this rank's part (moved kinds only)
+  plan::Placement placement;      // process (transition world rank) of every new rank
+  int new_rank = -1;              // this process's rank in the new layout (-1: none)
+  std::size_t prefaulted = 0;     // bytes the prepare touched in the pool
+  std::uint64_t chunk_bytes = 0;  // the engine's chunk in the commit (exchange probe)
   double plan_s = 0;
 };
 
@@ -103,8 +103,8 @@ struct Trainer::Impl {
   // (index cp_rank + cp * dp_rank); dpcp_g is nullptr when cp = 1. All from the EDM's cache.
   comm::Transport* cp_g = nullptr;
   comm::Transport* dpcp_g = nullptr;
-  comm::Transport* tp_g = nullptr, *dp_g = nullptr, *pp_g = nullptr, *ep_g = nullptr,
-                 *edp_g = nullptr, *active_g = nullptr;
+  comm::Transport *tp_g = nullptr, *dp_g = nullptr, *pp_g = nullptr, *ep_g = nullptr, *edp_g = nullptr,
+                  *active_g = nullptr;
   std::unique_ptr<PendingSwitch> pending;
   std::shared_ptr<SwitchProbe> switch_probe;  // run after every commit (Trainer::set_switch_probe)
   bool left = false;
@@ -149,9 +149,8 @@ struct Trainer::Impl {
              vps::RankLayout* prepared = nullptr, int rank = -2);
   std::unique_ptr<vps::Layout> make_layout(const vps::ParallelConfig& c,
                                            std::vector<vps::StateKind> kinds = {
-                                               vps::StateKind::kParam, vps::StateKind::kGrad,
-                                               vps::StateKind::kMaster, vps::StateKind::kExpAvg,
-                                               vps::StateKind::kExpAvgSq}) const;
+                                               vps::StateKind::kParam, vps::StateKind::kGrad, vps::StateKind::kMaster,
+                                               vps::StateKind::kExpAvg, vps::StateKind::kExpAvgSq}) const;
 
   // ---- one step (trainer_step.cc) ----
   struct MicroBatches;  // one step's micro-batches on this stage

@@ -71,8 +71,10 @@ void Trainer::Impl::step_bucket(const vps::LocalBuffer& pb, std::vector<float>& 
                                 std::vector<std::uint16_t>& scratch16) {
   const int zero = cfg().zero;
   auto params_from_master = [&](const float* master, std::byte* param, std::int64_t n) {
-    if (opt.bf16) to_bf16(master, reinterpret_cast<std::uint16_t*>(param), n);
-    else std::memcpy(param, master, static_cast<std::size_t>(n) * sizeof(float));
+    if (opt.bf16)
+      to_bf16(master, reinterpret_cast<std::uint16_t*>(param), n);
+    else
+      std::memcpy(param, master, static_cast<std::size_t>(n) * sizeof(float));
   };
   const auto& gb = buffer(StateKind::kGrad, pb.expert_group, pb.bucket);
   const auto& mb = buffer(StateKind::kMaster, pb.expert_group, pb.bucket);

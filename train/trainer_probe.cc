@@ -23,8 +23,10 @@ Trainer::Probe Trainer::Impl::probe() {
     for (const auto& gb : rank_layout.buffers) {
       if (gb.kind != StateKind::kGrad) continue;
       comm::Transport* g = shard_group(gb.expert_group);
-      if (cfg().zero >= 2) reduce_scatter_or_copy(*g, zero_work.full(StateKind::kGrad, gb, arenas), arenas.data(gb), gb.numel);
-      else if (g->size() > 1) g->all_reduce_sum(arenas.data(gb), gb.numel);
+      if (cfg().zero >= 2)
+        reduce_scatter_or_copy(*g, zero_work.full(StateKind::kGrad, gb, arenas), arenas.data(gb), gb.numel);
+      else if (g->size() > 1)
+        g->all_reduce_sum(arenas.data(gb), gb.numel);
     }
     active_g->all_reduce_sum(&loss, 1);
     p.loss = loss;
@@ -53,8 +55,10 @@ void Trainer::Impl::gather_logits(const std::vector<float>& logits, Trainer::Pro
     const std::int64_t v0 = k.tp * vl, valid = valid_of(k.tp);
     if (k.pp != c.pp - 1 || valid == 0) continue;
     std::vector<float> buf(local_rows / c.cp * valid);
-    if (r == 0) buf = logits;
-    else world.irecv(buf.data(), buf.size() * sizeof(float), r, kTagLogits)->wait();
+    if (r == 0)
+      buf = logits;
+    else
+      world.irecv(buf.data(), buf.size() * sizeof(float), r, kTagLogits)->wait();
     // Row i of rank r: sequence i / sl of its dp rank, position pos[i % sl] (context_parallel.h).
     const std::int64_t S = opt.seq, sl = S / c.cp;
     const auto pos = cp_positions(k.cp, c.cp, S);

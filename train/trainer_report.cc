@@ -15,10 +15,15 @@ namespace {
 
 // Max of each phase over ranks.
 void fold_phases(const SwitchStats::Phases& fp, SwitchStats::Phases& ph) {
-  for (auto [out, in] : {std::pair{&ph.carry, fp.carry}, {&ph.engine_pack, fp.engine_pack},
-                         {&ph.engine_unpack, fp.engine_unpack}, {&ph.engine_keep, fp.engine_keep},
-                         {&ph.engine_wait, fp.engine_wait}, {&ph.engine_alloc, fp.engine_alloc},
-                         {&ph.engine_agree, fp.engine_agree}, {&ph.free, fp.free}, {&ph.grads, fp.grads},
+  for (auto [out, in] : {std::pair{&ph.carry, fp.carry},
+                         {&ph.engine_pack, fp.engine_pack},
+                         {&ph.engine_unpack, fp.engine_unpack},
+                         {&ph.engine_keep, fp.engine_keep},
+                         {&ph.engine_wait, fp.engine_wait},
+                         {&ph.engine_alloc, fp.engine_alloc},
+                         {&ph.engine_agree, fp.engine_agree},
+                         {&ph.free, fp.free},
+                         {&ph.grads, fp.grads},
                          {&ph.views, fp.views}})
     *out = std::max(*out, in);
 }
@@ -53,7 +58,8 @@ void fold_commit_figures(const std::vector<CommitFigures>& all, SwitchStats& st)
     st.max_bytes_received = std::max(st.max_bytes_received, f.received);
     st.fresh_bytes = std::max(st.fresh_bytes, f.fresh);
     st.prefaulted_bytes = std::max(st.prefaulted_bytes, f.prefaulted);
-    st.peak_over_bound = std::max(st.peak_over_bound, f.bound > 0 ? static_cast<double>(f.peak) / static_cast<double>(f.bound) : 0.0);
+    st.peak_over_bound =
+        std::max(st.peak_over_bound, f.bound > 0 ? static_cast<double>(f.peak) / static_cast<double>(f.bound) : 0.0);
     if (f.peak > st.peak_bytes || (f.peak == st.peak_bytes && f.bound < st.bound_bytes)) {
       st.peak_bytes = f.peak;
       st.bound_bytes = f.bound;

@@ -20,8 +20,8 @@ int auto_micro_batches(std::int64_t local_batch, int pp, int requested) {
   return m;
 }
 
-void Trainer::Impl::exchange(const torch::Tensor* send, int send_peer, int send_tag, torch::Tensor* recv,
-                             int recv_peer, int recv_tag) {
+void Trainer::Impl::exchange(const torch::Tensor* send, int send_peer, int send_tag, torch::Tensor* recv, int recv_peer,
+                             int recv_tag) {
   std::vector<std::unique_ptr<comm::Request>> reqs;
   torch::Tensor s;
   if (recv) reqs.push_back(pp_g->irecv(recv->data_ptr<float>(), recv->numel() * sizeof(float), recv_peer, recv_tag));
@@ -82,8 +82,8 @@ struct Trainer::Impl::MicroBatches {
     x = layers_forward(im.model, im.comms, x);
     if (!last) return outputs[i] = x;
     torch::Tensor lg;
-    torch::Tensor l = loss_forward(im.model, im.comms, x, targets.narrow(0, i * mb, mb),
-                                   logits_out ? &lg : nullptr).sum() * scale;
+    torch::Tensor l =
+        loss_forward(im.model, im.comms, x, targets.narrow(0, i * mb, mb), logits_out ? &lg : nullptr).sum() * scale;
     if (logits_out) logits.push_back(lg);
     if (im.comms.tp_rank == 0) loss += l.item<double>();
     return outputs[i] = l;
@@ -91,8 +91,10 @@ struct Trainer::Impl::MicroBatches {
 
   // Backward of micro-batch i from the next stage's gradient; returns the gradient of its input.
   torch::Tensor backward(int i, const torch::Tensor& grad) {
-    if (last) outputs[i].backward();
-    else torch::autograd::backward({outputs[i]}, {grad});
+    if (last)
+      outputs[i].backward();
+    else
+      torch::autograd::backward({outputs[i]}, {grad});
     outputs[i] = torch::Tensor();
     torch::Tensor gx = first ? torch::Tensor() : inputs[i].grad();
     inputs[i] = torch::Tensor();
@@ -104,11 +106,18 @@ struct Trainer::Impl::MicroBatches {
     const int micro = im.micro, prev = stage - 1, next = stage + 1;
     auto recv_from = [&](bool skip, int peer, int tag) {
       torch::Tensor t;
-      if (!skip) { t = new_act(); im.exchange(nullptr, 0, 0, &t, peer, tag); }
+      if (!skip) {
+        t = new_act();
+        im.exchange(nullptr, 0, 0, &t, peer, tag);
+      }
       return t;
     };
-    auto send_forward = [&](const torch::Tensor& y) { if (!last) im.exchange(&y, next, kTagForward, nullptr, 0, 0); };
-    auto send_backward = [&](const torch::Tensor& g) { if (!first) im.exchange(&g, prev, kTagBackward, nullptr, 0, 0); };
+    auto send_forward = [&](const torch::Tensor& y) {
+      if (!last) im.exchange(&y, next, kTagForward, nullptr, 0, 0);
+    };
+    auto send_backward = [&](const torch::Tensor& g) {
+      if (!first) im.exchange(&g, prev, kTagBackward, nullptr, 0, 0);
+    };
     const int warmup = std::min(stages - stage - 1, micro), remaining = micro - warmup;
     for (int i = 0; i < warmup; ++i) send_forward(forward(i, recv_from(first, prev, kTagForward)));
     torch::Tensor x;
@@ -181,7 +190,7 @@ void Trainer::Impl::reduce_tp_partial_grads() {
     grad[0].narrow(0, ql, 2).copy_(buf[g]);
   };
   for (auto& L : model.layers) {
-    complete_kv_rows(L.qkv.mutable_grad());  // [1, q_l + 2, d, h]
+    complete_kv_rows(L.qkv.mutable_grad());                                 // [1, q_l + 2, d, h]
     if (L.qkv_bias.defined()) complete_kv_rows(L.qkv_bias.mutable_grad());  // [1, q_l + 2, d]
   }
 }

@@ -86,9 +86,12 @@ void Trainer::Impl::prepare(vps::ParallelConfig next, std::string payload, std::
     DT_INPUT_ERROR("vacating processes needs the engine switch method");
   lookahead_used = lookahead;
   const vps::ParallelConfig current = cfg();
-  edm->prepare(current, next, [this, current, next](const edm::Prepared& p) {
-    if (p.refused.empty()) plan_switch(current, next, plan::Placement(p.process_of_rank));
-  }, std::move(payload), place(current, next, vacate), vacate);
+  edm->prepare(
+      current, next,
+      [this, current, next](const edm::Prepared& p) {
+        if (p.refused.empty()) plan_switch(current, next, plan::Placement(p.process_of_rank));
+      },
+      std::move(payload), place(current, next, vacate), vacate);
 }
 
 // The EDM's placement callback (runs on its thread on every rank, same answer everywhere).
@@ -180,8 +183,10 @@ SwitchStats Trainer::Impl::commit(std::string leader_state) {
   st.world_after = p.world_after;
   comm::Transport& tw = edm->transition_world();
   const int current_world = cfg().world_size();
-  if (tw.rank() >= current_world) edm::DeviceManager::wait_for_root(tw, edm::Wake::kCommit);
-  else edm::DeviceManager::wake_from(tw, current_world, edm::Wake::kCommit);
+  if (tw.rank() >= current_world)
+    edm::DeviceManager::wait_for_root(tw, edm::Wake::kCommit);
+  else
+    edm::DeviceManager::wake_from(tw, current_world, edm::Wake::kCommit);
   const auto t0 = Clock::now();
   const CpuUsage cpu0 = CpuUsage::now();
   CommitFigures mine;
@@ -207,9 +212,12 @@ SwitchStats Trainer::Impl::commit(std::string leader_state) {
 // caller's leader state goes along, to every rank of the transition world.
 void Trainer::Impl::carry_progress(comm::Transport& tw, const edm::Prepared& p, std::string& leader_state,
                                    SwitchStats& st) {
-  std::uint64_t carry[6] = {static_cast<std::uint64_t>(step), cursor.seed, cursor.position,
+  std::uint64_t carry[6] = {static_cast<std::uint64_t>(step),
+                            cursor.seed,
+                            cursor.position,
                             static_cast<std::uint64_t>(choose_lookahead(p.seconds)),
-                            static_cast<std::uint64_t>(p.world_before), static_cast<std::uint64_t>(lookahead_used)};
+                            static_cast<std::uint64_t>(p.world_before),
+                            static_cast<std::uint64_t>(lookahead_used)};
   tw.broadcast(carry, sizeof(carry), 0);
   step = static_cast<std::int64_t>(carry[0]);
   cursor.seed = carry[1];
@@ -247,8 +255,7 @@ void Trainer::Impl::move_state(comm::Transport& tw, const edm::Prepared& p, Comm
   st.placement = pending->placement.str();
   mine.plan_s = pending->plan_s;
   mine.prefaulted = pending->prefaulted;
-  adopt(std::move(pending->dst_full), std::move(next_arenas), p.comms, &pending->dst_full_rl,
-        pending->new_rank);
+  adopt(std::move(pending->dst_full), std::move(next_arenas), p.comms, &pending->dst_full_rl, pending->new_rank);
   ph.views = seconds_since(tg0);
   mine.peak = pool.peak_live();
   mine.bound = std::max(src_bytes, dst_bytes) + tr.budget;

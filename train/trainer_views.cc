@@ -48,8 +48,8 @@ torch::Tensor* layer_slot(LayerWeights& L, vps::TensorRole role) {
 // rank.
 bool partial_over_tp(vps::TensorRole role) {
   using R = vps::TensorRole;
-  return role == R::kQNorm || role == R::kKNorm || role == R::kRouter || role == R::kQDown ||
-         role == R::kQDownNorm || role == R::kKvDown || role == R::kKvDownNorm;
+  return role == R::kQNorm || role == R::kKNorm || role == R::kRouter || role == R::kQDown || role == R::kQDownNorm ||
+         role == R::kKvDown || role == R::kKvDownNorm;
 }
 
 }  // namespace
@@ -126,8 +126,8 @@ void Trainer::Impl::build_views() {
     // adds each micro-batch's gradient into it (a bf16 one widened), Megatron's main_grad.
     const int pe = arenas.elem_bytes(StateKind::kParam);
     auto popts = torch::TensorOptions().dtype(pe == 2 ? torch::kBFloat16 : torch::kFloat);
-    torch::Tensor w = torch::from_blob(zero_work.full_bytes(StateKind::kParam, pb, arenas) + s.offset * pe,
-                                       s.local_shape, popts);
+    torch::Tensor w =
+        torch::from_blob(zero_work.full_bytes(StateKind::kParam, pb, arenas) + s.offset * pe, s.local_shape, popts);
     w.requires_grad_(true);
     w.mutable_grad() = torch::from_blob(zero_work.full(StateKind::kGrad, gb, arenas) + s.offset, s.local_shape,
                                         torch::TensorOptions().dtype(torch::kFloat));
@@ -169,8 +169,10 @@ void Trainer::Impl::adopt(std::unique_ptr<vps::Layout> l, Arenas a, std::shared_
   rc = vps::rank_coords(layout->config(), r);
   arenas = std::move(a);
   use_groups(std::move(g));
-  if (rc.active) zero_work.reset(rank_layout, cfg().zero, shard_group(false)->size(), edp_g->size(), elem());
-  else zero_work = ZeroWork{};
+  if (rc.active)
+    zero_work.reset(rank_layout, cfg().zero, shard_group(false)->size(), edp_g->size(), elem());
+  else
+    zero_work = ZeroWork{};
   build_views();
 }
 

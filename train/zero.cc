@@ -37,18 +37,24 @@ void ZeroWork::zero_grads() {
 }
 
 void all_gather_or_copy(comm::Transport& group, const float* shard, float* full, std::int64_t count) {
-  if (group.size() == 1) std::memcpy(full, shard, static_cast<std::size_t>(count) * sizeof(float));
-  else group.all_gather(shard, full, static_cast<std::size_t>(count));
+  if (group.size() == 1)
+    std::memcpy(full, shard, static_cast<std::size_t>(count) * sizeof(float));
+  else
+    group.all_gather(shard, full, static_cast<std::size_t>(count));
 }
 
 void all_gather_bytes_or_copy(comm::Transport& group, const void* shard, void* full, std::size_t bytes_per_rank) {
-  if (group.size() == 1) std::memcpy(full, shard, bytes_per_rank);
-  else group.all_gather_bytes(shard, full, bytes_per_rank);
+  if (group.size() == 1)
+    std::memcpy(full, shard, bytes_per_rank);
+  else
+    group.all_gather_bytes(shard, full, bytes_per_rank);
 }
 
 void reduce_scatter_or_copy(comm::Transport& group, const float* full, float* shard, std::int64_t count) {
-  if (group.size() == 1) std::memcpy(shard, full, static_cast<std::size_t>(count) * sizeof(float));
-  else group.reduce_scatter_sum(full, shard, static_cast<std::size_t>(count));
+  if (group.size() == 1)
+    std::memcpy(shard, full, static_cast<std::size_t>(count) * sizeof(float));
+  else
+    group.reduce_scatter_sum(full, shard, static_cast<std::size_t>(count));
 }
 
 }  // namespace dynatrain::train

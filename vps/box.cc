@@ -71,16 +71,14 @@ Box intersect(const Box& a, const Box& b) {
 // Recursive split on the leading dimension: [begin, end) inside `outer` where `begin`/`end` are
 // row-major offsets. Each dim contributes at most a head, a middle and a tail piece; only the
 // first dim can yield a middle of full sub-blocks, hence 2*ndim-1 boxes at most.
-static void flat_range_rec(Box outer, int dim, std::int64_t begin, std::int64_t end,
-                           std::vector<Box>& out) {
+static void flat_range_rec(Box outer, int dim, std::int64_t begin, std::int64_t end, std::vector<Box>& out) {
   if (begin >= end) return;
   std::int64_t inner = 1;  // elements per step of `dim`
   for (int d = dim + 1; d < outer.ndim; ++d) inner *= outer.extent(d);
   const std::int64_t first = begin / inner, last = (end - 1) / inner;  // rows touched
   const bool head_full = begin % inner == 0;
   const bool tail_full = end % inner == 0 || end - last * inner == inner;
-  if (dim + 1 == outer.ndim || (first == last && head_full && tail_full) ||
-      (head_full && tail_full)) {
+  if (dim + 1 == outer.ndim || (first == last && head_full && tail_full) || (head_full && tail_full)) {
     Box b = outer;
     b.lo[dim] = outer.lo[dim] + first;
     b.hi[dim] = outer.lo[dim] + last + 1;
@@ -114,8 +112,8 @@ static void flat_range_rec(Box outer, int dim, std::int64_t begin, std::int64_t 
 }
 
 void flat_range_boxes(const Box& outer, std::int64_t begin, std::int64_t end, std::vector<Box>& out) {
-  DT_CHECK(0 <= begin && begin <= end && end <= outer.numel(), "flat range [", begin, ", ", end,
-           ") outside box of ", outer.numel(), " elements");
+  DT_CHECK(0 <= begin && begin <= end && end <= outer.numel(), "flat range [", begin, ", ", end, ") outside box of ",
+           outer.numel(), " elements");
   flat_range_rec(outer, 0, begin, end, out);
 }
 

@@ -33,9 +33,12 @@ int nesting_depth(const std::string& text) {
   bool in_string = false, escaped = false;
   for (char c : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '{' || c == '[') {
@@ -72,8 +75,7 @@ json read_json_object(const std::string& path) {
   } catch (const json::exception& e) {
     DT_INPUT_ERROR("model config '", path, "' is not valid JSON: ", brief_json_error(e.what()));
   }
-  if (!j.is_object())
-    DT_INPUT_ERROR("model config '", path, "' must be a JSON object, got ", j.type_name());
+  if (!j.is_object()) DT_INPUT_ERROR("model config '", path, "' must be a JSON object, got ", j.type_name());
   return j;
 }
 
@@ -84,12 +86,10 @@ class Fields {
 
   bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
 
-  std::int64_t integer(const char* key, std::int64_t fallback, std::int64_t lo = 1,
-                       std::int64_t hi = kMaxDim) const {
+  std::int64_t integer(const char* key, std::int64_t fallback, std::int64_t lo = 1, std::int64_t hi = kMaxDim) const {
     if (!has(key)) return fallback;
     const json& v = j_[key];
-    if (!v.is_number_integer())
-      fail(key, "must be an integer, got " + v.dump());
+    if (!v.is_number_integer()) fail(key, "must be an integer, got " + v.dump());
     const std::string range = " is out of range; valid: " + std::to_string(lo) + ".." + std::to_string(hi);
     if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi))
       fail(key, "=" + v.dump() + range);

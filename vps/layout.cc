@@ -47,7 +47,9 @@ void check_options(const LayoutOptions& o) {
 }  // namespace
 
 Layout::Layout(const ModelSpec& model, ParallelConfig config, LayoutOptions options)
-    : model_(model), config_(std::move(config)), options_(std::move(options)),
+    : model_(model),
+      config_(std::move(config)),
+      options_(std::move(options)),
       shard_cache_(std::make_shared<ShardCache>()) {
   config_.validate_for(model_);  // ModelSpec::validate bounds the layer count first
   tensors_ = build_tensors(model_);
@@ -80,10 +82,12 @@ void validate_custom(std::vector<TensorSpec>& tensors, const ModelSpec& model, P
     const int parts = t.expert ? c.etp : c.tp;
     const char* key = t.expert ? "etp" : "tp";
     if (t.split == TpSplit::kQkv)
-      DT_INPUT_ERROR("tensor '", t.name, "': the fused-QKV split is for built-in models; valid splits: replicated, dim, vocab");
+      DT_INPUT_ERROR("tensor '", t.name,
+                     "': the fused-QKV split is for built-in models; valid splits: replicated, dim, vocab");
     if (t.split == TpSplit::kDim) {
       if (t.split_dim >= ndim)
-        DT_INPUT_ERROR("tensor '", t.name, "': split dim ", int(t.split_dim), " is not below its ", ndim, " dimensions");
+        DT_INPUT_ERROR("tensor '", t.name, "': split dim ", int(t.split_dim), " is not below its ", ndim,
+                       " dimensions");
       if (t.shape[t.split_dim] % parts != 0)
         DT_INPUT_ERROR(key, "=", parts, " does not divide dim ", int(t.split_dim), " (", t.shape[t.split_dim],
                        ") of tensor '", t.name, "'");
@@ -95,14 +99,16 @@ void validate_custom(std::vector<TensorSpec>& tensors, const ModelSpec& model, P
     }
   }
   if (!any_expert && (c.ep != 1 || c.etp != 1))
-    DT_INPUT_ERROR("ep=", c.ep, ", etp=", c.etp, ": model '", model.name, "' has no expert tensors; valid: ep=1, etp=1");
+    DT_INPUT_ERROR("ep=", c.ep, ", etp=", c.etp, ": model '", model.name,
+                   "' has no expert tensors; valid: ep=1, etp=1");
   if ((c.tp * c.cp * c.dp) % (c.etp * c.ep) != 0)
     DT_INPUT_ERROR("ep*etp=", c.ep * c.etp, " does not divide tp*cp*dp=", c.tp * c.cp * c.dp);
   if (c.pp > model.layers)
     DT_INPUT_ERROR("pp=", c.pp, " exceeds the model's ", model.layers, " layers; valid pp: 1..", model.layers);
   if (c.pp_layers.empty()) {
     if (model.layers % c.pp != 0)
-      DT_INPUT_ERROR("pp=", c.pp, " does not divide ", model.layers, " layers; give uneven stages with pp_layers=N/N/..., one count per stage");
+      DT_INPUT_ERROR("pp=", c.pp, " does not divide ", model.layers,
+                     " layers; give uneven stages with pp_layers=N/N/..., one count per stage");
     c.pp_layers.assign(c.pp, model.layers / c.pp);
   }
   std::int64_t sum = 0;
@@ -115,10 +121,13 @@ void validate_custom(std::vector<TensorSpec>& tensors, const ModelSpec& model, P
 
 }  // namespace
 
-Layout::Layout(std::vector<TensorSpec> tensors, const ModelSpec& model, ParallelConfig config,
-               LayoutOptions options)
-    : model_(model), config_(std::move(config)), options_(std::move(options)),
-      tensors_(std::move(tensors)), own_tensors_(true), shard_cache_(std::make_shared<ShardCache>()) {
+Layout::Layout(std::vector<TensorSpec> tensors, const ModelSpec& model, ParallelConfig config, LayoutOptions options)
+    : model_(model),
+      config_(std::move(config)),
+      options_(std::move(options)),
+      tensors_(std::move(tensors)),
+      own_tensors_(true),
+      shard_cache_(std::make_shared<ShardCache>()) {
   validate_custom(tensors_, model_, config_);
   check_options(options_);
 }
@@ -133,8 +142,8 @@ namespace {
 std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 
 // The boxes a rank holds of tensor `t` (stored one after another) and its local shape.
-void shard_tensor(const ModelSpec& m, const ParallelConfig& c, const RankCoords& rc,
-                  const TensorSpec& t, LocalShard& out) {
+void shard_tensor(const ModelSpec& m, const ParallelConfig& c, const RankCoords& rc, const TensorSpec& t,
+                  LocalShard& out) {
   Box box = t.full_box();
   int parts = c.tp, index = rc.tp;
   if (t.expert) {
@@ -153,11 +162,8 @@ void shard_tensor(const ModelSpec& m, const ParallelConfig& c, const RankCoords&
     out.local_shape[dim] = per;
   };
   switch (t.split) {
-    case TpSplit::kReplicated:
-      break;
-    case TpSplit::kDim:
-      split_even(t.split_dim);
-      break;
+    case TpSplit::kReplicated: break;
+    case TpSplit::kDim: split_even(t.split_dim); break;
     case TpSplit::kVocab: {
       const std::int64_t rows = round_up(t.shape[0], m.vocab_divisible_by * parts) / parts;
       box.lo[0] = std::min(t.shape[0], index * rows);
@@ -195,8 +201,7 @@ void shard_tensor(const ModelSpec& m, const ParallelConfig& c, const RankCoords&
   for (auto s : out.local_shape) out.numel *= s;
 }
 
-bool held_on_stage(const TensorSpec& t, const ParallelConfig& c, int stage,
-                   const std::vector<std::int64_t>& offsets) {
+bool held_on_stage(const TensorSpec& t, const ParallelConfig& c, int stage, const std::vector<std::int64_t>& offsets) {
   switch (t.stage) {
     case Stage::kPre: return stage == 0 || (t.also_on_last_stage && stage == c.pp - 1);
     case Stage::kPost: return stage == c.pp - 1;
@@ -328,13 +333,12 @@ void Layout::visit_buffers(int rank, const BufferVisitor& visit, unsigned kind_m
       for (int sharded = 0; sharded < 2; ++sharded) {
         bool needed = false;
         for (StateKind kind : options_.kinds)
-          needed = needed || ((kind_mask >> static_cast<int>(kind) & 1u) &&
-                              is_sharded(kind, config_.zero) == bool(sharded));
+          needed =
+              needed || ((kind_mask >> static_cast<int>(kind) & 1u) && is_sharded(kind, config_.zero) == bool(sharded));
         if (!needed) continue;
         const std::int64_t lo = sharded ? shard_index * (b.size / shard_count) : 0;
         const std::int64_t hi = sharded ? lo + b.size / shard_count : b.size;
-        for (std::size_t si = b.begin; si < b.end; ++si)
-          append_segments(shards[si], lo, hi, segments[sharded], pieces);
+        for (std::size_t si = b.begin; si < b.end; ++si) append_segments(shards[si], lo, hi, segments[sharded], pieces);
       }
       for (StateKind kind : options_.kinds) {
         const bool sharded = is_sharded(kind, config_.zero);

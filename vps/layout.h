@@ -104,8 +104,7 @@ class Layout {
   // InputError naming the tensor when a split does not divide its dimension (TpSplit kDim and
   // kVocab, and dim 0 of expert tensors over ep, are supported; kQkv is not), and for configs
   // the tensors cannot take (pp above the layers, ep > 1 without expert tensors).
-  Layout(std::vector<TensorSpec> tensors, const ModelSpec& model, ParallelConfig config,
-         LayoutOptions options = {});
+  Layout(std::vector<TensorSpec> tensors, const ModelSpec& model, ParallelConfig config, LayoutOptions options = {});
 
   const ModelSpec& model() const { return model_; }
   const ParallelConfig& config() const { return config_; }

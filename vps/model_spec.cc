@@ -9,8 +9,8 @@ namespace dynatrain::vps {
 
 namespace {
 
-ModelSpec dense(std::string name, std::int64_t hidden, std::int64_t layers, std::int64_t heads,
-                std::int64_t kv_heads, std::int64_t ffn, std::int64_t vocab) {
+ModelSpec dense(std::string name, std::int64_t hidden, std::int64_t layers, std::int64_t heads, std::int64_t kv_heads,
+                std::int64_t ffn, std::int64_t vocab) {
   ModelSpec m;
   m.name = std::move(name);
   m.hidden = hidden;
@@ -23,8 +23,7 @@ ModelSpec dense(std::string name, std::int64_t hidden, std::int64_t layers, std:
   return m;
 }
 
-ModelSpec gpt3(std::string name, std::int64_t hidden, std::int64_t layers, std::int64_t heads,
-               std::int64_t ffn) {
+ModelSpec gpt3(std::string name, std::int64_t hidden, std::int64_t layers, std::int64_t heads, std::int64_t ffn) {
   ModelSpec m = dense(std::move(name), hidden, layers, heads, heads, ffn, 50257);
   m.max_positions = 2048;
   m.swiglu = false;
@@ -97,14 +96,12 @@ void ModelSpec::validate() const {
   positive("vocab_size", vocab);
   positive("vocab_divisible_by", vocab_divisible_by);
   if (heads % kv_heads != 0)
-    DT_INPUT_ERROR("model '", name, "': num_key_value_heads=", kv_heads,
-                   " must divide num_attention_heads=", heads);
+    DT_INPUT_ERROR("model '", name, "': num_key_value_heads=", kv_heads, " must divide num_attention_heads=", heads);
   if (is_moe()) {
     positive("num_experts_per_tok", top_k);
     positive("moe_intermediate_size", expert_ffn);
     if (top_k > experts)
-      DT_INPUT_ERROR("model '", name, "': num_experts_per_tok=", top_k,
-                     " exceeds num_experts=", experts);
+      DT_INPUT_ERROR("model '", name, "': num_experts_per_tok=", top_k, " exceeds num_experts=", experts);
     if (!dense_layers.empty()) positive("intermediate_size (dense layers of an MoE model)", ffn);
     if (!std::is_sorted(dense_layers.begin(), dense_layers.end()) ||
         (!dense_layers.empty() && (dense_layers.front() < 0 || dense_layers.back() >= layers)))
@@ -146,15 +143,14 @@ std::vector<std::string> ModelSpec::features_beyond_llama() const {
 }
 
 std::vector<std::string> preset_names() {
-  return {"tiny-dense", "tiny-moe", "gpt3-1.3b", "gpt3-175b", "llama2-7b",
-          "llama2-13b", "llama2-70b", "qwen3-235b-a22b"};
+  return {"tiny-dense", "tiny-moe",   "gpt3-1.3b",  "gpt3-175b",
+          "llama2-7b",  "llama2-13b", "llama2-70b", "qwen3-235b-a22b"};
 }
 
 ModelSpec model_from_name(const std::string& name_or_path) {
   const auto& table = presets();
   if (auto it = table.find(name_or_path); it != table.end()) return it->second;
-  if (name_or_path.size() >= 5 && name_or_path.ends_with(".json"))
-    return model_from_hf_config(name_or_path);
+  if (name_or_path.size() >= 5 && name_or_path.ends_with(".json")) return model_from_hf_config(name_or_path);
   DT_INPUT_ERROR("unknown model '", name_or_path, "'; valid: ", preset_list(),
                  ", or a path to a Hugging Face config.json");
 }
@@ -208,12 +204,17 @@ const char* tensor_role_name(TensorRole role) {
 
 bool is_norm(TensorRole role) {
   switch (role) {
-    case TensorRole::kInputNorm: case TensorRole::kInputNormBias: case TensorRole::kPostAttnNorm:
-    case TensorRole::kPostAttnNormBias: case TensorRole::kFinalNorm: case TensorRole::kFinalNormBias:
-    case TensorRole::kQNorm: case TensorRole::kKNorm: case TensorRole::kQDownNorm: case TensorRole::kKvDownNorm:
-      return true;
-    default:
-      return false;
+    case TensorRole::kInputNorm:
+    case TensorRole::kInputNormBias:
+    case TensorRole::kPostAttnNorm:
+    case TensorRole::kPostAttnNormBias:
+    case TensorRole::kFinalNorm:
+    case TensorRole::kFinalNormBias:
+    case TensorRole::kQNorm:
+    case TensorRole::kKNorm:
+    case TensorRole::kQDownNorm:
+    case TensorRole::kKvDownNorm: return true;
+    default: return false;
   }
 }
 
@@ -282,7 +283,8 @@ std::int64_t checked_numel(const ModelSpec& m, const TensorSpec& t) {
   std::int64_t n = 1;
   for (auto s : t.shape)
     if (__builtin_mul_overflow(n, s, &n) || n > kMaxElements)
-      DT_INPUT_ERROR("model '", m.name, "': tensor ", t.name, " would have more than 2^62 elements; "
+      DT_INPUT_ERROR("model '", m.name, "': tensor ", t.name,
+                     " would have more than 2^62 elements; "
                      "the config's sizes are too large");
   return n;
 }
@@ -293,8 +295,8 @@ std::vector<TensorSpec> build_tensors(const ModelSpec& m) {
   m.validate();
   std::vector<TensorSpec> out;
   // The name is the layer prefix ("layers.L." inside a layer) and the role's name.
-  auto add = [&](std::string prefix, TensorRole role, std::vector<std::int64_t> shape, TpSplit split,
-                 int split_dim, Stage stage, std::int64_t layer) -> TensorSpec& {
+  auto add = [&](std::string prefix, TensorRole role, std::vector<std::int64_t> shape, TpSplit split, int split_dim,
+                 Stage stage, std::int64_t layer) -> TensorSpec& {
     TensorSpec t;
     t.id = static_cast<std::uint32_t>(out.size());
     t.name = std::move(prefix) + tensor_role_name(role);

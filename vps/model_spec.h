@@ -28,20 +28,20 @@ struct ModelSpec {
   std::string family = "llama";
   std::int64_t hidden = 0;
   std::int64_t layers = 0;
-  std::int64_t heads = 0;      // query heads
-  std::int64_t kv_heads = 0;   // key/value heads (query groups); == heads without GQA
-  std::int64_t head_dim = 0;   // defaults to hidden / heads
-  std::int64_t ffn = 0;        // dense MLP intermediate size
+  std::int64_t heads = 0;     // query heads
+  std::int64_t kv_heads = 0;  // key/value heads (query groups); == heads without GQA
+  std::int64_t head_dim = 0;  // defaults to hidden / heads
+  std::int64_t ffn = 0;       // dense MLP intermediate size
   std::int64_t vocab = 0;
   std::int64_t max_positions = 0;  // > 0: learned position embedding of that many rows
-  bool swiglu = true;          // false: GeLU MLP with a single fc1
-  bool bias = false;           // every linear layer has a bias (GPT-2/3, GPT-NeoX)
-  bool qkv_bias = false;       // only q, k, v have biases (Qwen2; Llama attention_bias)
-  bool proj_bias = false;      // the attention output projection has a bias (Llama attention_bias)
-  bool layernorm = false;      // LayerNorm with bias; false: RMSNorm (weight only)
+  bool swiglu = true;              // false: GeLU MLP with a single fc1
+  bool bias = false;               // every linear layer has a bias (GPT-2/3, GPT-NeoX)
+  bool qkv_bias = false;           // only q, k, v have biases (Qwen2; Llama attention_bias)
+  bool proj_bias = false;          // the attention output projection has a bias (Llama attention_bias)
+  bool layernorm = false;          // LayerNorm with bias; false: RMSNorm (weight only)
   bool qk_norm = false;
   bool tied_embedding = false;
-  std::int64_t experts = 0;    // 0: dense model
+  std::int64_t experts = 0;  // 0: dense model
   std::int64_t top_k = 0;
   std::int64_t expert_ffn = 0;
   // Layers of an MoE model whose MLP is dense (`ffn` rows), sorted: DeepSeek's first_k_dense_replace
@@ -100,14 +100,40 @@ enum class Stage : std::uint8_t { kPre, kLayer, kPost };
 // describes (the Python binding's user models).
 enum class TensorRole : std::uint8_t {
   kOther,
-  kWordEmbedding, kPositionEmbedding, kOutput,
-  kInputNorm, kInputNormBias, kPostAttnNorm, kPostAttnNormBias, kFinalNorm, kFinalNormBias,
-  kQkv, kQkvBias, kQNorm, kKNorm, kProj, kProjBias,               // attention (fused QKV)
-  kQDown, kQDownNorm, kQUp, kQ, kKvDown, kKvDownNorm, kKvUp,       // MLA attention
-  kFc1, kFc1Bias, kFc2, kFc2Bias,                                  // dense MLP
-  kRouter, kRouterBias, kExpertFc1, kExpertFc2,                    // MoE
-  kSharedFc1, kSharedFc2, kSharedGate,                             // shared expert
-  kCount  // number of roles (not a role)
+  kWordEmbedding,
+  kPositionEmbedding,
+  kOutput,
+  kInputNorm,
+  kInputNormBias,
+  kPostAttnNorm,
+  kPostAttnNormBias,
+  kFinalNorm,
+  kFinalNormBias,
+  kQkv,
+  kQkvBias,
+  kQNorm,
+  kKNorm,
+  kProj,
+  kProjBias,  // attention (fused QKV)
+  kQDown,
+  kQDownNorm,
+  kQUp,
+  kQ,
+  kKvDown,
+  kKvDownNorm,
+  kKvUp,  // MLA attention
+  kFc1,
+  kFc1Bias,
+  kFc2,
+  kFc2Bias,  // dense MLP
+  kRouter,
+  kRouterBias,
+  kExpertFc1,
+  kExpertFc2,  // MoE
+  kSharedFc1,
+  kSharedFc2,
+  kSharedGate,  // shared expert
+  kCount        // number of roles (not a role)
 };
 // The role's part of a tensor name: the whole name outside the layers ("embedding.word.weight",
 // "final_norm.weight", "output.weight"), the part after "layers.L." inside them
@@ -122,7 +148,7 @@ struct TensorSpec {
   std::vector<std::int64_t> shape;
   TpSplit split = TpSplit::kReplicated;
   std::uint8_t split_dim = 0;
-  bool expert = false;   // dim 0 is the expert index: split over ep, `split` applies with etp
+  bool expert = false;  // dim 0 is the expert index: split over ep, `split` applies with etp
   Stage stage = Stage::kLayer;
   std::int64_t layer = -1;  // for Stage::kLayer
   // Held by the last pipeline stage too (tied output layer when pp > 1).

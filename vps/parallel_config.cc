@@ -39,8 +39,7 @@ std::string divisors_of(std::int64_t n) {
 // "tp=3 does not divide 32 attention heads; valid tp: 1, 2, 4, ..."
 void require_divides(const char* key, int value, std::int64_t n, const char* what) {
   if (n % value != 0)
-    DT_INPUT_ERROR(key, "=", value, " does not divide ", n, " ", what, "; valid ", key, ": ",
-                   divisors_of(n));
+    DT_INPUT_ERROR(key, "=", value, " does not divide ", n, " ", what, "; valid ", key, ": ", divisors_of(n));
 }
 
 }  // namespace
@@ -74,7 +73,8 @@ ParallelConfig ParallelConfig::parse(const std::string& text) {
   while (std::getline(items, item, ',')) {
     const auto eq = item.find('=');
     if (eq == std::string::npos)
-      DT_INPUT_ERROR("config '", text, "': '", item, "' is not key=value; keys: tp, pp, dp, cp, ep, etp, zero, pp_layers");
+      DT_INPUT_ERROR("config '", text, "': '", item,
+                     "' is not key=value; keys: tp, pp, dp, cp, ep, etp, zero, pp_layers");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
     for (const auto& k : seen)
       if (k == key) DT_INPUT_ERROR("config '", text, "': ", key, " is given twice");
@@ -89,7 +89,8 @@ ParallelConfig ParallelConfig::parse(const std::string& text) {
         c.pp_layers.push_back(layers);
       }
       if (value.empty() || value.back() == '/' || c.pp_layers.size() > static_cast<std::size_t>(kMaxLayers))
-        DT_INPUT_ERROR("config '", text, "': pp_layers=", value, " must be layer counts joined by '/', e.g. 24/23/23/24");
+        DT_INPUT_ERROR("config '", text, "': pp_layers=", value,
+                       " must be layer counts joined by '/', e.g. 24/23/23/24");
       continue;
     }
     int* field = key == "tp"     ? &c.tp
@@ -111,11 +112,9 @@ ParallelConfig ParallelConfig::parse(const std::string& text) {
   }
   const std::int64_t world = std::int64_t{c.tp} * c.cp * c.dp * c.pp;  // each <= 2^20: no overflow
   if (world > kMaxWorldSize)
-    DT_INPUT_ERROR("config '", text, "' has tp*cp*dp*pp = ", world, " ranks; the most supported is ",
-                   kMaxWorldSize);
+    DT_INPUT_ERROR("config '", text, "' has tp*cp*dp*pp = ", world, " ranks; the most supported is ", kMaxWorldSize);
   if (!c.pp_layers.empty() && static_cast<int>(c.pp_layers.size()) != c.pp)
-    DT_INPUT_ERROR("config '", text, "': pp_layers lists ", c.pp_layers.size(),
-                   " stages but pp=", c.pp);
+    DT_INPUT_ERROR("config '", text, "': pp_layers lists ", c.pp_layers.size(), " stages but pp=", c.pp);
   return c;
 }
 
@@ -125,8 +124,8 @@ void ParallelConfig::validate_for(const ModelSpec& m) {
   if (tp > m.kv_heads) {
     if (tp % m.kv_heads != 0)
       DT_INPUT_ERROR("tp=", tp, " exceeds the ", m.kv_heads,
-                     " key/value heads but is not a multiple of them; valid tp: ",
-                     divisors_of(m.kv_heads), " or multiples of ", m.kv_heads, " that divide ", m.heads);
+                     " key/value heads but is not a multiple of them; valid tp: ", divisors_of(m.kv_heads),
+                     " or multiples of ", m.kv_heads, " that divide ", m.heads);
   } else {
     require_divides("tp", tp, m.kv_heads, "key/value heads");
   }
@@ -135,13 +134,12 @@ void ParallelConfig::validate_for(const ModelSpec& m) {
     require_divides("etp", etp, m.expert_ffn, "expert ffn rows");
     const int dense_ranks = tp * cp * dp;
     if (dense_ranks % (etp * ep) != 0)
-      DT_INPUT_ERROR("ep*etp=", ep * etp, " (ep=", ep, ", etp=", etp, ") does not divide tp*cp*dp=",
-                     dense_ranks, "; valid ep*etp: ", divisors_of(dense_ranks));
+      DT_INPUT_ERROR("ep*etp=", ep * etp, " (ep=", ep, ", etp=", etp, ") does not divide tp*cp*dp=", dense_ranks,
+                     "; valid ep*etp: ", divisors_of(dense_ranks));
   } else {
     require_divides("tp", tp, m.ffn, "ffn rows");
     if (ep != 1 || etp != 1)
-      DT_INPUT_ERROR("ep=", ep, ", etp=", etp, ": model '", m.name,
-                     "' has no experts; valid: ep=1, etp=1");
+      DT_INPUT_ERROR("ep=", ep, ", etp=", etp, ": model '", m.name, "' has no experts; valid: ep=1, etp=1");
   }
   // Every tensor split along a dimension (MLA heads, shared experts, dense layers of MoE models)
   // must split evenly.
@@ -152,8 +150,7 @@ void ParallelConfig::validate_for(const ModelSpec& m) {
       DT_INPUT_ERROR(t.expert ? "etp=" : "tp=", parts, " does not divide dim ", int{t.split_dim}, " (",
                      t.shape[t.split_dim], ") of ", t.name, "; valid: ", divisors_of(t.shape[t.split_dim]));
   }
-  if (pp > m.layers)
-    DT_INPUT_ERROR("pp=", pp, " exceeds the model's ", m.layers, " layers; valid pp: 1..", m.layers);
+  if (pp > m.layers) DT_INPUT_ERROR("pp=", pp, " exceeds the model's ", m.layers, " layers; valid pp: 1..", m.layers);
   if (pp_layers.empty()) {
     if (m.layers % pp != 0) {
       std::string example;
@@ -161,8 +158,8 @@ void ParallelConfig::validate_for(const ModelSpec& m) {
         if (s) example += '/';
         example += std::to_string(m.layers / pp + (s < m.layers % pp ? 1 : 0));
       }
-      DT_INPUT_ERROR("pp=", pp, " does not divide ", m.layers, " layers; give uneven stages as pp_layers=",
-                     example, " or choose pp in {", divisors_of(m.layers), "}");
+      DT_INPUT_ERROR("pp=", pp, " does not divide ", m.layers, " layers; give uneven stages as pp_layers=", example,
+                     " or choose pp in {", divisors_of(m.layers), "}");
     }
     pp_layers.assign(pp, m.layers / pp);
   } else {
@@ -171,8 +168,7 @@ void ParallelConfig::validate_for(const ModelSpec& m) {
       if (n < 1) DT_INPUT_ERROR("pp_layers: every stage needs at least one layer, got ", n);
       sum += n;
     }
-    if (sum != m.layers)
-      DT_INPUT_ERROR("pp_layers sum to ", sum, " but the model has ", m.layers, " layers");
+    if (sum != m.layers) DT_INPUT_ERROR("pp_layers sum to ", sum, " but the model has ", m.layers, " layers");
   }
 }
 

@@ -22,8 +22,8 @@ namespace dynatrain::vps {
 
 // Bounds checked by parse(), so that rank arithmetic in int never overflows and a typo such as
 // dp=1048576 is refused instead of exhausting memory.
-inline constexpr std::int64_t kMaxWorldSize = 1 << 17;   // 131072 ranks
-inline constexpr std::int64_t kMaxLayers = 1 << 20;      // per pp_layers entry
+inline constexpr std::int64_t kMaxWorldSize = 1 << 17;  // 131072 ranks
+inline constexpr std::int64_t kMaxLayers = 1 << 20;     // per pp_layers entry
 
 struct ParallelConfig {
   int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, etp = 1;

@@ -42,8 +42,8 @@ std::vector<StateKind> parse_state_kinds(const std::string& text) {
   std::stringstream items(text);
   std::string item;
   while (std::getline(items, item, ',')) {
-    const auto it = std::find_if(kStateKinds.begin(), kStateKinds.end(),
-                                 [&](const StateKindInfo& k) { return item == k.name; });
+    const auto it =
+        std::find_if(kStateKinds.begin(), kStateKinds.end(), [&](const StateKindInfo& k) { return item == k.name; });
     if (it == kStateKinds.end())
       DT_INPUT_ERROR("unknown state kind '", item, "'; valid: ", valid_names(), ", or 'all', 'optimizer'");
     if (std::find(kinds.begin(), kinds.end(), it->kind) == kinds.end()) kinds.push_back(it->kind);

@@ -37,18 +37,21 @@ int run(int argc, char** argv) {
   if (argc != 5) DT_INPUT_ERROR("usage: bench_fanout_rule MODEL FROM TO CLUSTER (got ", argc - 1, " arguments)");
   const vps::ModelSpec model = vps::model_from_name(argv[1]);
   const vps::LayoutOptions lo;
-  const vps::Layout src(model, vps::ParallelConfig::parse(argv[2]), lo), dst(model, vps::ParallelConfig::parse(argv[3]), lo);
+  const vps::Layout src(model, vps::ParallelConfig::parse(argv[2]), lo),
+      dst(model, vps::ParallelConfig::parse(argv[3]), lo);
   const sim::Cluster cluster = sim::cluster_from_spec(argv[4]);
   const int processes = std::max(src.config().world_size(), dst.config().world_size());
   const plan::Planner planner(src, dst, cluster.topology(processes));
   const auto plans = planner.plan_all();
   const plan::FanoutCosts costs = job::fanout_costs(cluster);
-  std::printf("%s %s -> %s on %s (%d processes, %d a node): relays inside nodes %.0f GB/s, a process to the "
-              "network %.1f GB/s, a node's NICs %.0f GB/s, %.0f ms a later stage\n",
-              model.name.c_str(), argv[2], argv[3], cluster.name.c_str(), processes, cluster.gpus_per_node,
-              costs.intra / 1e9, costs.inter / 1e9, costs.node_inter / 1e9, costs.stage_seconds * 1e3);
-  std::printf("| fan-out | applied | stages | relay groups | tree groups | inter-node GiB | busiest sender GiB | "
-              "estimated s |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "%s %s -> %s on %s (%d processes, %d a node): relays inside nodes %.0f GB/s, a process to the "
+      "network %.1f GB/s, a node's NICs %.0f GB/s, %.0f ms a later stage\n",
+      model.name.c_str(), argv[2], argv[3], cluster.name.c_str(), processes, cluster.gpus_per_node, costs.intra / 1e9,
+      costs.inter / 1e9, costs.node_inter / 1e9, costs.stage_seconds * 1e3);
+  std::printf(
+      "| fan-out | applied | stages | relay groups | tree groups | inter-node GiB | busiest sender GiB | "
+      "estimated s |\n|---|---|---|---|---|---|---|---|\n");
   const auto& eb = lo.elem_bytes;
   row("off", plan::plan_fanout(planner, plans, eb, plan::FanoutMode::kOff, costs));
   row("on, relays only", plan::plan_fanout(planner, plans, eb, plan::FanoutMode::kOn, costs, 0, false));

@@ -57,10 +57,14 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     if (i + 1 >= argc) DT_INPUT_ERROR("flag ", f, " needs a value; flags: --gib G, --repeat N, --out FILE");
-    if (f == "--gib") a.gib = std::stod(argv[++i]);
-    else if (f == "--repeat") a.repeat = std::stoi(argv[++i]);
-    else if (f == "--out") a.out = argv[++i];
-    else DT_INPUT_ERROR("unknown flag ", f, "; flags: --gib G, --repeat N, --out FILE");
+    if (f == "--gib")
+      a.gib = std::stod(argv[++i]);
+    else if (f == "--repeat")
+      a.repeat = std::stoi(argv[++i]);
+    else if (f == "--out")
+      a.out = argv[++i];
+    else
+      DT_INPUT_ERROR("unknown flag ", f, "; flags: --gib G, --repeat N, --out FILE");
   }
   if (!(a.gib > 0 && a.gib <= 64)) DT_INPUT_ERROR("--gib ", a.gib, " is not in (0, 64]");
   if (a.repeat < 1 || a.repeat > 100) DT_INPUT_ERROR("--repeat ", a.repeat, " is not in [1, 100]");
@@ -140,21 +144,22 @@ void report(const Args& a, const State& s, const Times& t) {
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   const double gb = static_cast<double>(s.half) / 1e9;
   char line[512];
-  std::snprintf(line, sizeof line, "| %.2f GB | %.2f GB | %.3f ms | %.3f ms | %.3f ms (%.0f GB/s) | %.2f |\n",
-                2 * gb, gb, t.first * 1e3, t.best * 1e3, t.bound * 1e3, 2 * gb / t.bound, t.best / t.bound);
+  std::snprintf(line, sizeof line, "| %.2f GB | %.2f GB | %.3f ms | %.3f ms | %.3f ms (%.0f GB/s) | %.2f |\n", 2 * gb,
+                gb, t.first * 1e3, t.best * 1e3, t.bound * 1e3, 2 * gb / t.bound, t.best / t.bound);
   std::printf("switch %.3f ms (first %.3f ms), copy bound %.3f ms: switch / copy_bound = %.2f; every element checked\n",
               t.best * 1e3, t.first * 1e3, t.bound * 1e3, t.best / t.bound);
   char gib[32];
   std::snprintf(gib, sizeof gib, "%g", a.gib);
   std::string body = "# GPU check: a switch between two processes on one device against its copy bound\n\n";
-  body += std::string("Command: `scripts/gpu-check.sh` (`mpirun -np 2 bench_gpu_switch --gib ") + gib +
-          " --repeat " + std::to_string(a.repeat) + "`). Machine: " + prop.name + ", CUDA driver " +
-          std::to_string(driver) + ". Date: " + date + ".\n\n";
-  body += "Two processes share device 0; each holds one column half of a [rows, 8192] matrix of 4-byte "
-          "elements and builds one row half: a quarter kept from its own memory and a quarter read from "
-          "the other's through CUDA IPC, both by the strided copy kernel (exec/cuda). Copy bound: the same "
-          "bytes by cudaMemcpyAsync device-to-device, both processes at once. Best of the repeats; every "
-          "destination element checked.\n\n";
+  body += std::string("Command: `scripts/gpu-check.sh` (`mpirun -np 2 bench_gpu_switch --gib ") + gib + " --repeat " +
+          std::to_string(a.repeat) + "`). Machine: " + prop.name + ", CUDA driver " + std::to_string(driver) +
+          ". Date: " + date + ".\n\n";
+  body +=
+      "Two processes share device 0; each holds one column half of a [rows, 8192] matrix of 4-byte "
+      "elements and builds one row half: a quarter kept from its own memory and a quarter read from "
+      "the other's through CUDA IPC, both by the strided copy kernel (exec/cuda). Copy bound: the same "
+      "bytes by cudaMemcpyAsync device-to-device, both processes at once. Best of the repeats; every "
+      "destination element checked.\n\n";
   body += "| state | per process | first switch | switch | copy bound (both processes) | switch / copy_bound |\n";
   body += "|---|---|---|---|---|---|\n";
   body += line;

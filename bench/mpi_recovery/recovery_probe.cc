@@ -99,9 +99,8 @@ MPI_Comm survivors_comm(int victim, double deadline_s) {
   MPI_Comm_group(MPI_COMM_WORLD, &world_group);
   MPI_Group_excl(world_group, 1, &victim, &alive);
   auto comm = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
-  const bool ok = step("MPI_Comm_create_group(survivors)", deadline_s, [alive, comm] {
-    return MPI_Comm_create_group(MPI_COMM_WORLD, alive, 77, comm.get());
-  });
+  const bool ok = step("MPI_Comm_create_group(survivors)", deadline_s,
+                       [alive, comm] { return MPI_Comm_create_group(MPI_COMM_WORLD, alive, 77, comm.get()); });
   if (!ok) return MPI_COMM_NULL;
   MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
   step("allreduce on survivors", deadline_s, [comm, victim] { return checked_allreduce(*comm, triangle(victim)); });
@@ -160,8 +159,8 @@ int main(int argc, char** argv) {
   MPI_Barrier(MPI_COMM_WORLD);
   if (g_rank == victim) raise(SIGKILL);
   g_kill_time = MPI_Wtime();
-  say("survivor of " + std::to_string(size) + " (thread level " + std::to_string(provided) + "), op " + op +
-      ", then " + after);
+  say("survivor of " + std::to_string(size) + " (thread level " + std::to_string(provided) + "), op " + op + ", then " +
+      after);
   for (int s : {1, 3, 6}) {  // does the job's launcher end the survivors?
     while (since_kill() < s) usleep(10000);
     say("still running " + std::to_string(s) + " s after the kill");
@@ -169,7 +168,8 @@ int main(int argc, char** argv) {
   if (op != "none") step(op + " involving the dead rank", deadline, [op, victim] { return op_with_dead(op, victim); });
   if (after == "split") {
     auto comm = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
-    step("MPI_Comm_split(MPI_COMM_WORLD)", deadline, [comm] { return MPI_Comm_split(MPI_COMM_WORLD, 0, 0, comm.get()); });
+    step("MPI_Comm_split(MPI_COMM_WORLD)", deadline,
+         [comm] { return MPI_Comm_split(MPI_COMM_WORLD, 0, 0, comm.get()); });
   } else if (after == "shrink" || after == "spawn") {
     MPI_Comm survivors = survivors_comm(victim, deadline);
     if (after == "spawn" && survivors != MPI_COMM_NULL) spawn_replacement(survivors, argv[0], size - 1, deadline);

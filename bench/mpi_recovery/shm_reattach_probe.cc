@@ -39,8 +39,8 @@ constexpr const char* kName = "/dynatrain-recovery-probe";
   if (p == MAP_FAILED) _exit(3);
   const auto start = Clock::now();
   for (std::size_t i = 0; i < bytes / 8; ++i) p[i] = word(i);
-  std::printf("fill    %.3f s (%.2f GB/s, fresh pages, by the process that is then SIGKILLed)\n",
-              seconds_since(start), bytes / seconds_since(start) / 1e9);
+  std::printf("fill    %.3f s (%.2f GB/s, fresh pages, by the process that is then SIGKILLed)\n", seconds_since(start),
+              bytes / seconds_since(start) / 1e9);
   std::fflush(stdout);
   raise(SIGKILL);
   _exit(4);

@@ -163,8 +163,8 @@ void RecvRequest::complete() {
   }
   if (p.payload_work) wait_work(p.payload_work, rank_, what_);
   if (p.header != p.bytes)
-    throw CommError(detail::concat("c10d rank ", rank_, ": ", what_, ": the message has ", p.header,
-                                   " bytes; sizes must match"));
+    throw CommError(
+        detail::concat("c10d rank ", rank_, ": ", what_, ": the message has ", p.header, " bytes; sizes must match"));
 }
 
 Channel& Channels::at(int peer, int tag) {

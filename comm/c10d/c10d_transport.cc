@@ -42,8 +42,13 @@ std::int64_t host_id() {
 class C10dTransport final : public Transport {
  public:
   C10dTransport(Group group, c10::intrusive_ptr<c10d::Store> store, std::string prefix, const C10dOptions& options)
-      : group_(std::move(group)), store_(std::move(store)), prefix_(std::move(prefix)), options_(options),
-        rank_(group_->getRank()), size_(group_->getSize()), channels_(group_, rank_) {
+      : group_(std::move(group)),
+        store_(std::move(store)),
+        prefix_(std::move(prefix)),
+        options_(options),
+        rank_(group_->getRank()),
+        size_(group_->getSize()),
+        channels_(group_, rank_) {
     InprocOptions self;
     self.wait_timeout = options.timeout;
     self_ = std::make_unique<InprocWorld>(1, self);
@@ -65,8 +70,8 @@ class C10dTransport final : public Transport {
     check_peer_tag(peer, tag, "irecv");
     return recv(buf, bytes, peer, tag);
   }
-  void sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf, std::size_t recv_bytes,
-                int src, int tag) override {
+  void sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf, std::size_t recv_bytes, int src,
+                int tag) override {
     std::vector<std::unique_ptr<Request>> both;
     both.push_back(irecv(recv_buf, recv_bytes, src, tag));
     both.push_back(isend(send_buf, send_bytes, dst, tag));
@@ -107,8 +112,7 @@ class C10dTransport final : public Transport {
     std::copy_n(all.data() + count_per_rank * static_cast<std::size_t>(rank_), count_per_rank, recv);
   }
   void all_to_all(const void* send, const std::vector<std::size_t>& send_counts,
-                  const std::vector<std::size_t>& send_offsets, void* recv,
-                  const std::vector<std::size_t>& recv_counts,
+                  const std::vector<std::size_t>& send_offsets, void* recv, const std::vector<std::size_t>& recv_counts,
                   const std::vector<std::size_t>& recv_offsets) override;
   std::unique_ptr<Transport> split(int color, int key) override;
 
@@ -163,8 +167,8 @@ void C10dTransport::all_to_all(const void* send, const std::vector<std::size_t>&
   const auto me = static_cast<std::size_t>(rank_);
   if (send_counts[me] != recv_counts[me]) {
     wait_all(reqs);
-    throw CommError(::dynatrain::detail::concat("c10d rank ", rank_, ": all_to_all: ", send_counts[me], " bytes to self, ",
-                                   recv_counts[me], " expected"));
+    throw CommError(::dynatrain::detail::concat("c10d rank ", rank_, ": all_to_all: ", send_counts[me],
+                                                " bytes to self, ", recv_counts[me], " expected"));
   }
   if (send_counts[me] > 0) std::memcpy(out + recv_offsets[me], in + send_offsets[me], send_counts[me]);
   wait_all(reqs);
@@ -192,9 +196,7 @@ std::unique_ptr<Transport> C10dTransport::split(int color, int key) {
   }
 }
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
 }  // namespace
 

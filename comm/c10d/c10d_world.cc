@@ -59,7 +59,7 @@ std::unique_ptr<Transport> c10d_world(const C10dOptions& options) {
   } catch (...) {
     c10d_detail::rethrow_as_comm_error(
         rank, ::dynatrain::detail::concat("rendezvous of ", options.size, " ranks at ", options.master_addr, ":",
-                             options.master_port));
+                                          options.master_port));
   }
 }
 

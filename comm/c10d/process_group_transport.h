@@ -17,11 +17,11 @@ namespace dynatrain::comm {
 // that start with `prefix` (unique per group built on that store); `options` gives the timeout
 // and the bind address of those groups.
 std::unique_ptr<Transport> process_group_transport(c10::intrusive_ptr<c10d::ProcessGroup> group,
-                                                   c10::intrusive_ptr<c10d::Store> store,
-                                                   std::string prefix, const C10dOptions& options);
+                                                   c10::intrusive_ptr<c10d::Store> store, std::string prefix,
+                                                   const C10dOptions& options);
 
 // A Gloo process group of `rank` of `size` over `store` (rendezvous through it).
-c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(c10::intrusive_ptr<c10d::Store> store, int rank,
-                                                  int size, const C10dOptions& options);
+c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                                                  const C10dOptions& options);
 
 }  // namespace dynatrain::comm

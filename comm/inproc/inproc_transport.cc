@@ -71,17 +71,15 @@ using detail::InprocState;
 using detail::OpPtr;
 
 std::string describe(const InprocOp& op) {
-  return ::dynatrain::detail::concat(
-      op.is_send ? "isend to " : "irecv from ", op.is_send ? op.key.dst : op.key.src,
-      op.is_send ? " from rank " : " on rank ", op.is_send ? op.key.src : op.key.dst, " (tag ",
-      op.key.tag, op.key.channel == 0 ? "" : ", collective", ", ", op.bytes,
-      " bytes, communicator ", op.key.comm, ")");
+  return ::dynatrain::detail::concat(op.is_send ? "isend to " : "irecv from ", op.is_send ? op.key.dst : op.key.src,
+                                     op.is_send ? " from rank " : " on rank ", op.is_send ? op.key.src : op.key.dst,
+                                     " (tag ", op.key.tag, op.key.channel == 0 ? "" : ", collective", ", ", op.bytes,
+                                     " bytes, communicator ", op.key.comm, ")");
 }
 
 // Removes `op` from its queue if it is still unmatched; if a copy is in flight, waits for it.
 // Afterwards nobody touches op's buffer any more. Caller holds the lock.
-void retire(InprocState& st, std::unique_lock<std::mutex>& lock, const OpPtr& op,
-            const std::string& error) {
+void retire(InprocState& st, std::unique_lock<std::mutex>& lock, const OpPtr& op, const std::string& error) {
   if (op->phase == InprocOp::Phase::kPosted) {
     auto& queues = op->is_send ? st.sends : st.recvs;
     auto it = queues.find(op->key);
@@ -99,8 +97,7 @@ void retire(InprocState& st, std::unique_lock<std::mutex>& lock, const OpPtr& op
 
 class InprocRequest final : public Request {
  public:
-  InprocRequest(std::shared_ptr<InprocState> state, OpPtr op)
-      : state_(std::move(state)), op_(std::move(op)) {}
+  InprocRequest(std::shared_ptr<InprocState> state, OpPtr op) : state_(std::move(state)), op_(std::move(op)) {}
 
   ~InprocRequest() override {
     try {
@@ -118,12 +115,10 @@ class InprocRequest final : public Request {
         retire(*state_, lock, op_, "inproc: world aborted: " + state_->abort_reason);
         break;
       }
-      if (state_->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
-          op_->phase != InprocOp::Phase::kDone) {
+      if (state_->cv.wait_until(lock, deadline) == std::cv_status::timeout && op_->phase != InprocOp::Phase::kDone) {
         retire(*state_, lock, op_,
                ::dynatrain::detail::concat("inproc: ", describe(*op_), " did not complete within ",
-                                           state_->options.wait_timeout.count(),
-                                           " ms (deadlock or missing partner?)"));
+                                           state_->options.wait_timeout.count(), " ms (deadlock or missing partner?)"));
         break;
       }
     }
@@ -157,17 +152,15 @@ void check_peer(int peer, int size, const char* what) {
   DT_CHECK(peer >= 0 && peer < size, what, " rank ", peer, " is outside [0, ", size, ")");
 }
 
-void check_tag(int tag) {
-  DT_CHECK(tag >= 0 && tag <= kMaxTag, "tag ", tag, " is outside [0, ", kMaxTag, "]");
-}
+void check_tag(int tag) { DT_CHECK(tag >= 0 && tag <= kMaxTag, "tag ", tag, " is outside [0, ", kMaxTag, "]"); }
 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // InprocTransport
 
-InprocTransport::InprocTransport(std::shared_ptr<detail::InprocState> state, std::uint64_t comm_id,
-                                 int rank, int size, std::vector<int> nodes)
+InprocTransport::InprocTransport(std::shared_ptr<detail::InprocState> state, std::uint64_t comm_id, int rank, int size,
+                                 std::vector<int> nodes)
     : state_(std::move(state)), comm_id_(comm_id), rank_(rank), size_(size), nodes_(std::move(nodes)) {}
 
 int InprocTransport::node_of(int rank) const {
@@ -177,9 +170,8 @@ int InprocTransport::node_of(int rank) const {
 
 InprocTransport::~InprocTransport() = default;
 
-std::unique_ptr<Request> InprocTransport::post(bool is_send, const void* send_buf, void* recv_buf,
-                                               std::size_t bytes, int peer, int tag, int channel,
-                                               std::vector<ByteRun>* runs) {
+std::unique_ptr<Request> InprocTransport::post(bool is_send, const void* send_buf, void* recv_buf, std::size_t bytes,
+                                               int peer, int tag, int channel, std::vector<ByteRun>* runs) {
   auto op = std::make_shared<InprocOp>();
   if (runs) {
     op->scattered = true;
@@ -210,9 +202,9 @@ std::unique_ptr<Request> InprocTransport::post(bool is_send, const void* send_bu
   const InprocOp& send = is_send ? *op : *partner;
   const InprocOp& recv = is_send ? *partner : *op;
   if (send.bytes != recv.bytes || send.scattered != recv.scattered) {
-    const std::string error = ::dynatrain::detail::concat(
-        "inproc: message ", send.bytes != recv.bytes ? "size" : "kind (runs vs plain)",
-        " mismatch: ", describe(send), " met ", describe(recv));
+    const std::string error =
+        ::dynatrain::detail::concat("inproc: message ", send.bytes != recv.bytes ? "size" : "kind (runs vs plain)",
+                                    " mismatch: ", describe(send), " met ", describe(recv));
     op->error = partner->error = error;
     op->phase = partner->phase = InprocOp::Phase::kDone;
     state_->cv.notify_all();
@@ -231,8 +223,7 @@ std::unique_ptr<Request> InprocTransport::post(bool is_send, const void* send_bu
   return std::make_unique<InprocRequest>(state_, op);
 }
 
-std::unique_ptr<Request> InprocTransport::isend(const void* buf, std::size_t bytes, int peer,
-                                                int tag) {
+std::unique_ptr<Request> InprocTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
   check_peer(peer, size_, "isend: destination");
   check_tag(tag);
   return post(true, buf, nullptr, bytes, peer, tag, 0);
@@ -244,8 +235,7 @@ std::unique_ptr<Request> InprocTransport::irecv(void* buf, std::size_t bytes, in
   return post(false, nullptr, buf, bytes, peer, tag, 0);
 }
 
-std::unique_ptr<Request> InprocTransport::isend_runs(const void* base, std::vector<ByteRun> runs, int peer,
-                                                     int tag) {
+std::unique_ptr<Request> InprocTransport::isend_runs(const void* base, std::vector<ByteRun> runs, int peer, int tag) {
   check_peer(peer, size_, "isend_runs: destination");
   check_tag(tag);
   const std::size_t bytes = runs_bytes(runs);
@@ -259,8 +249,8 @@ std::unique_ptr<Request> InprocTransport::irecv_runs(void* base, std::vector<Byt
   return post(false, nullptr, base, bytes, peer, tag, 0, &runs);
 }
 
-void InprocTransport::sendrecv(const void* send_buf, std::size_t send_bytes, int dst,
-                               void* recv_buf, std::size_t recv_bytes, int src, int tag) {
+void InprocTransport::sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf,
+                               std::size_t recv_bytes, int src, int tag) {
   check_peer(dst, size_, "sendrecv: destination");
   check_peer(src, size_, "sendrecv: source");
   check_tag(tag);
@@ -341,15 +331,13 @@ void InprocTransport::all_gather(const float* send, float* recv, std::size_t cou
   allgather_bytes(send, recv, count_per_rank * sizeof(float));
 }
 
-void InprocTransport::reduce_scatter_sum(const float* send, float* recv,
-                                         std::size_t count_per_rank) {
+void InprocTransport::reduce_scatter_sum(const float* send, float* recv, std::size_t count_per_rank) {
   const std::size_t count = count_per_rank;
   const std::size_t bytes = count * sizeof(float);
   std::vector<float> parts(count * static_cast<std::size_t>(size_));
   std::vector<std::unique_ptr<Request>> requests;
   for (int r = 0; r < size_; ++r) {
-    if (r != rank_)
-      requests.push_back(post(false, nullptr, parts.data() + r * count, bytes, r, 0, 1));
+    if (r != rank_) requests.push_back(post(false, nullptr, parts.data() + r * count, bytes, r, 0, 1));
   }
   for (int r = 0; r < size_; ++r) {
     if (r != rank_) requests.push_back(post(true, send + r * count, nullptr, bytes, r, 0, 1));
@@ -394,8 +382,8 @@ std::unique_ptr<Transport> InprocTransport::split(int color, int key) {
   }
   std::sort(members.begin(), members.end());
   const int new_size = static_cast<int>(members.size());
-  const int new_rank = static_cast<int>(
-      std::find(members.begin(), members.end(), std::make_pair(key, rank_)) - members.begin());
+  const int new_rank =
+      static_cast<int>(std::find(members.begin(), members.end(), std::make_pair(key, rank_)) - members.begin());
 
   std::uint64_t id = 0;
   {
@@ -403,8 +391,7 @@ std::unique_ptr<Transport> InprocTransport::split(int color, int key) {
     const auto slot = std::make_tuple(comm_id_, seq, color);
     auto it = state_->splits.find(slot);
     if (it == state_->splits.end()) {
-      it = state_->splits.emplace(slot, InprocState::PendingSplit{state_->next_comm_id++, new_size})
-               .first;
+      it = state_->splits.emplace(slot, InprocState::PendingSplit{state_->next_comm_id++, new_size}).first;
     }
     id = it->second.id;
     if (--it->second.remaining == 0) state_->splits.erase(it);
@@ -418,8 +405,7 @@ std::unique_ptr<Transport> InprocTransport::split(int color, int key) {
 // ---------------------------------------------------------------------------------------------
 // InprocWorld and run_ranks
 
-InprocWorld::InprocWorld(int size, InprocOptions options)
-    : state_(std::make_shared<InprocState>(options)) {
+InprocWorld::InprocWorld(int size, InprocOptions options) : state_(std::make_shared<InprocState>(options)) {
   DT_CHECK(size >= 1, "InprocWorld needs at least one rank, got ", size);
   DT_CHECK(options.ranks_per_node >= 0, "ranks_per_node ", options.ranks_per_node);
   std::vector<int> nodes;
@@ -458,8 +444,8 @@ void run_ranks(int n, std::function<void(Transport&)> body, InprocOptions option
     {
       std::lock_guard lock(mu);
       first = std::make_exception_ptr(std::system_error(
-          e.code(), ::dynatrain::detail::concat("out of memory or threads: cannot start the thread of rank ", r,
-                                                " of ", n)));
+          e.code(),
+          ::dynatrain::detail::concat("out of memory or threads: cannot start the thread of rank ", r, " of ", n)));
     }
     world.abort(::dynatrain::detail::concat("rank ", r, " could not start"));
   };

@@ -43,8 +43,8 @@ struct InprocOptions {
 class InprocTransport final : public Transport {
  public:
   // `nodes[r]`: the node of rank r of this communicator (node_of); empty: one node.
-  InprocTransport(std::shared_ptr<detail::InprocState> state, std::uint64_t comm_id, int rank,
-                  int size, std::vector<int> nodes = {});
+  InprocTransport(std::shared_ptr<detail::InprocState> state, std::uint64_t comm_id, int rank, int size,
+                  std::vector<int> nodes = {});
   ~InprocTransport() override;
 
   int rank() const override { return rank_; }
@@ -54,8 +54,8 @@ class InprocTransport final : public Transport {
 
   std::unique_ptr<Request> isend(const void* buf, std::size_t bytes, int peer, int tag) override;
   std::unique_ptr<Request> irecv(void* buf, std::size_t bytes, int peer, int tag) override;
-  void sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf,
-                std::size_t recv_bytes, int src, int tag) override;
+  void sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf, std::size_t recv_bytes, int src,
+                int tag) override;
   // Runs are copied straight from the sender's runs into the receiver's (one memcpy per
   // overlap of two runs); a runs message meeting a plain one is a CommError, as under MPI.
   bool runs_direct(int) const override { return true; }
@@ -71,16 +71,14 @@ class InprocTransport final : public Transport {
   }
   void reduce_scatter_sum(const float* send, float* recv, std::size_t count_per_rank) override;
   void all_to_all(const void* send, const std::vector<std::size_t>& send_counts,
-                  const std::vector<std::size_t>& send_offsets, void* recv,
-                  const std::vector<std::size_t>& recv_counts,
+                  const std::vector<std::size_t>& send_offsets, void* recv, const std::vector<std::size_t>& recv_counts,
                   const std::vector<std::size_t>& recv_offsets) override;
   std::unique_ptr<Transport> split(int color, int key) override;
 
  private:
   // channel 0: user point to point; channel 1: collectives.
-  std::unique_ptr<Request> post(bool is_send, const void* send_buf, void* recv_buf,
-                                std::size_t bytes, int peer, int tag, int channel,
-                                std::vector<ByteRun>* runs = nullptr);
+  std::unique_ptr<Request> post(bool is_send, const void* send_buf, void* recv_buf, std::size_t bytes, int peer,
+                                int tag, int channel, std::vector<ByteRun>* runs = nullptr);
   void allgather_bytes(const void* send, void* recv, std::size_t bytes_per_rank);
 
   std::shared_ptr<detail::InprocState> state_;

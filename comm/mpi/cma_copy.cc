@@ -84,10 +84,14 @@ void copy_remote_runs(Copy direction, const std::vector<std::uint64_t>& desc, st
         flush();
         extend_local = extend_remote = false;
       }
-      if (extend_local) local.back().iov_len += n;
-      else local.push_back({here, n});
-      if (extend_remote) remote.back().iov_len += n;
-      else remote.push_back({there, n});
+      if (extend_local)
+        local.back().iov_len += n;
+      else
+        local.push_back({here, n});
+      if (extend_remote)
+        remote.back().iov_len += n;
+      else
+        remote.push_back({there, n});
       batch_bytes += n;
     }
     if (batch_bytes == kMaxCallBytes) flush();

@@ -19,12 +19,11 @@ ByteType::ByteType(std::size_t bytes, std::size_t max_chunk, const std::string& 
   const std::size_t rest = bytes % chunk;
   MPI_Datatype block = MPI_DATATYPE_NULL;
   MPI_Datatype body = MPI_DATATYPE_NULL;
-  DT_MPI(MPI_Type_contiguous(static_cast<int>(chunk), MPI_BYTE, &block), where,
-         ": MPI_Type_contiguous(", chunk, " bytes)");
+  DT_MPI(MPI_Type_contiguous(static_cast<int>(chunk), MPI_BYTE, &block), where, ": MPI_Type_contiguous(", chunk,
+         " bytes)");
   const int rc_body = MPI_Type_contiguous(static_cast<int>(blocks), block, &body);
   MPI_Type_free(&block);
-  if (rc_body != MPI_SUCCESS)
-    throw_mpi(rc_body, concat(where, ": MPI_Type_contiguous(", blocks, " blocks)"));
+  if (rc_body != MPI_SUCCESS) throw_mpi(rc_body, concat(where, ": MPI_Type_contiguous(", blocks, " blocks)"));
   if (rest == 0) {
     type_ = body;
   } else {
@@ -55,13 +54,11 @@ void ByteType::release() {
   type_ = MPI_BYTE;
 }
 
-void check_received(const MPI_Status& status, const ByteType& type, std::size_t expected,
-                    const std::string& where) {
+void check_received(const MPI_Status& status, const ByteType& type, std::size_t expected, const std::string& where) {
   MPI_Count got = 0;
   DT_MPI(MPI_Get_elements_x(&status, type.type(), &got), where, ": MPI_Get_elements_x");
   if (got == MPI_UNDEFINED || static_cast<std::size_t>(got) != expected) {
-    throw CommError(concat("mpi: ", where, ": message size mismatch: received ", got,
-                           " bytes, expected ", expected));
+    throw CommError(concat("mpi: ", where, ": message size mismatch: received ", got, " bytes, expected ", expected));
   }
 }
 

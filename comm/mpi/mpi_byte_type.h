@@ -40,7 +40,6 @@ class ByteType {
 };
 
 // Bytes a completed receive delivered, checked against what the caller asked for.
-void check_received(const MPI_Status& status, const ByteType& type, std::size_t expected,
-                    const std::string& where);
+void check_received(const MPI_Status& status, const ByteType& type, std::size_t expected, const std::string& where);
 
 }  // namespace dynatrain::comm::mpi_detail

@@ -22,9 +22,7 @@ namespace dynatrain::comm {
 
 using namespace mpi_detail;
 
-void MpiTransport::barrier() {
-  DT_MPI(MPI_Barrier(coll_comm_), "rank ", rank_, "/", size_, ": MPI_Barrier");
-}
+void MpiTransport::barrier() { DT_MPI(MPI_Barrier(coll_comm_), "rank ", rank_, "/", size_, ": MPI_Barrier"); }
 
 void MpiTransport::broadcast(void* buf, std::size_t bytes, int root) {
   check_peer(root, size_, "broadcast: root");
@@ -32,9 +30,8 @@ void MpiTransport::broadcast(void* buf, std::size_t bytes, int root) {
   auto* p = static_cast<unsigned char*>(buf);
   for (std::size_t off = 0; off < bytes; off += chunk) {
     const std::size_t n = std::min(chunk, bytes - off);
-    DT_MPI(MPI_Bcast(p + off, static_cast<int>(n), MPI_BYTE, root, coll_comm_), "rank ", rank_, "/",
-           size_, ": MPI_Bcast (", n, " bytes at offset ", off, " of ", bytes, ", root ", root,
-           ")");
+    DT_MPI(MPI_Bcast(p + off, static_cast<int>(n), MPI_BYTE, root, coll_comm_), "rank ", rank_, "/", size_,
+           ": MPI_Bcast (", n, " bytes at offset ", off, " of ", bytes, ", root ", root, ")");
   }
 }
 
@@ -42,10 +39,8 @@ void MpiTransport::all_reduce_sum(float* buf, std::size_t count) {
   const std::size_t chunk = std::max<std::size_t>(1, max_chunk_bytes() / sizeof(float));
   for (std::size_t off = 0; off < count; off += chunk) {
     const std::size_t n = std::min(chunk, count - off);
-    DT_MPI(
-        MPI_Allreduce(MPI_IN_PLACE, buf + off, static_cast<int>(n), MPI_FLOAT, MPI_SUM, coll_comm_),
-        "rank ", rank_, "/", size_, ": MPI_Allreduce (", n, " floats at offset ", off, " of ",
-        count, ")");
+    DT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf + off, static_cast<int>(n), MPI_FLOAT, MPI_SUM, coll_comm_), "rank ", rank_,
+           "/", size_, ": MPI_Allreduce (", n, " floats at offset ", off, " of ", count, ")");
   }
 }
 
@@ -60,8 +55,7 @@ void MpiTransport::all_gather_bytes(const void* send_buf, void* recv_buf, std::s
   const auto ranks = static_cast<std::size_t>(size_);
   const std::size_t chunk = max_chunk_bytes();
   if (count * ranks <= chunk) {
-    DT_MPI(MPI_Allgather(send, static_cast<int>(count), MPI_BYTE, recv, static_cast<int>(count),
-                         MPI_BYTE, coll_comm_),
+    DT_MPI(MPI_Allgather(send, static_cast<int>(count), MPI_BYTE, recv, static_cast<int>(count), MPI_BYTE, coll_comm_),
            "rank ", rank_, "/", size_, ": MPI_Allgather (", count, " bytes per rank)");
     return;
   }
@@ -70,10 +64,9 @@ void MpiTransport::all_gather_bytes(const void* send_buf, void* recv_buf, std::s
   std::vector<unsigned char> staging(std::min(step, count) * ranks);
   for (std::size_t off = 0; off < count; off += step) {
     const std::size_t n = std::min(step, count - off);
-    DT_MPI(MPI_Allgather(send + off, static_cast<int>(n), MPI_BYTE, staging.data(),
-                         static_cast<int>(n), MPI_BYTE, coll_comm_),
-           "rank ", rank_, "/", size_, ": MPI_Allgather (", n, " bytes at offset ", off, " of ",
-           count, " per rank)");
+    DT_MPI(MPI_Allgather(send + off, static_cast<int>(n), MPI_BYTE, staging.data(), static_cast<int>(n), MPI_BYTE,
+                         coll_comm_),
+           "rank ", rank_, "/", size_, ": MPI_Allgather (", n, " bytes at offset ", off, " of ", count, " per rank)");
     for (std::size_t r = 0; r < ranks; ++r) std::memcpy(recv + r * count + off, staging.data() + r * n, n);
   }
 }
@@ -83,9 +76,8 @@ void MpiTransport::reduce_scatter_sum(const float* send, float* recv, std::size_
   const auto ranks = static_cast<std::size_t>(size_);
   const std::size_t chunk = max_chunk_bytes();
   if (count * ranks * sizeof(float) <= chunk) {
-    DT_MPI(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                                    coll_comm_),
-           "rank ", rank_, "/", size_, ": MPI_Reduce_scatter_block (", count, " floats per rank)");
+    DT_MPI(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM, coll_comm_), "rank ",
+           rank_, "/", size_, ": MPI_Reduce_scatter_block (", count, " floats per rank)");
     return;
   }
   // Chunked: pack the same slice of every rank's block side by side, reduce-scatter that.
@@ -96,10 +88,9 @@ void MpiTransport::reduce_scatter_sum(const float* send, float* recv, std::size_
     for (std::size_t r = 0; r < ranks; ++r) {
       std::memcpy(staging.data() + r * n, send + r * count + off, n * sizeof(float));
     }
-    DT_MPI(MPI_Reduce_scatter_block(staging.data(), recv + off, static_cast<int>(n), MPI_FLOAT,
-                                    MPI_SUM, coll_comm_),
-           "rank ", rank_, "/", size_, ": MPI_Reduce_scatter_block (", n, " floats at offset ", off,
-           " of ", count, " per rank)");
+    DT_MPI(MPI_Reduce_scatter_block(staging.data(), recv + off, static_cast<int>(n), MPI_FLOAT, MPI_SUM, coll_comm_),
+           "rank ", rank_, "/", size_, ": MPI_Reduce_scatter_block (", n, " floats at offset ", off, " of ", count,
+           " per rank)");
   }
 }
 
@@ -110,8 +101,7 @@ void MpiTransport::all_to_all(const void* send, const std::vector<std::size_t>& 
   const auto n = static_cast<std::size_t>(size_);
   check_all_to_all_args(size_, send_counts, send_offsets, recv_counts, recv_offsets);
   const std::size_t chunk = max_chunk_bytes();
-  const auto fits = [&](const std::vector<std::size_t>& counts,
-                        const std::vector<std::size_t>& offsets) {
+  const auto fits = [&](const std::vector<std::size_t>& counts, const std::vector<std::size_t>& offsets) {
     for (std::size_t r = 0; r < n; ++r) {
       if (counts[r] > chunk || offsets[r] > static_cast<std::size_t>(INT_MAX)) return false;
     }
@@ -119,8 +109,8 @@ void MpiTransport::all_to_all(const void* send, const std::vector<std::size_t>& 
   };
   // The choice must be the same on every rank, so agree on it (one tiny allreduce).
   int small = fits(send_counts, send_offsets) && fits(recv_counts, recv_offsets) ? 1 : 0;
-  DT_MPI(MPI_Allreduce(MPI_IN_PLACE, &small, 1, MPI_INT, MPI_MIN, coll_comm_), "rank ", rank_, "/",
-         size_, ": MPI_Allreduce (all_to_all path choice)");
+  DT_MPI(MPI_Allreduce(MPI_IN_PLACE, &small, 1, MPI_INT, MPI_MIN, coll_comm_), "rank ", rank_, "/", size_,
+         ": MPI_Allreduce (all_to_all path choice)");
   if (small) {
     std::vector<int> sc(n), sd(n), rc(n), rd(n);
     for (std::size_t r = 0; r < n; ++r) {
@@ -129,8 +119,7 @@ void MpiTransport::all_to_all(const void* send, const std::vector<std::size_t>& 
       rc[r] = static_cast<int>(recv_counts[r]);
       rd[r] = static_cast<int>(recv_offsets[r]);
     }
-    DT_MPI(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE,
-                         coll_comm_),
+    DT_MPI(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, coll_comm_),
            "rank ", rank_, "/", size_, ": MPI_Alltoallv");
     return;
   }
@@ -139,20 +128,19 @@ void MpiTransport::all_to_all(const void* send, const std::vector<std::size_t>& 
   auto* out = static_cast<unsigned char*>(recv);
   std::vector<std::unique_ptr<Request>> requests;
   for (int r = 0; r < size_; ++r) {
-    requests.push_back(
-        post(false, out + recv_offsets[r], recv_counts[r], r, 0, coll_comm_, "all_to_all recv"));
+    requests.push_back(post(false, out + recv_offsets[r], recv_counts[r], r, 0, coll_comm_, "all_to_all recv"));
   }
   for (int r = 0; r < size_; ++r) {
-    requests.push_back(post(true, const_cast<unsigned char*>(in) + send_offsets[r], send_counts[r],
-                            r, 0, coll_comm_, "all_to_all send"));
+    requests.push_back(post(true, const_cast<unsigned char*>(in) + send_offsets[r], send_counts[r], r, 0, coll_comm_,
+                            "all_to_all send"));
   }
   wait_all(requests);
 }
 
 std::unique_ptr<Transport> MpiTransport::split(int color, int key) {
   MPI_Comm child = MPI_COMM_NULL;
-  DT_MPI(MPI_Comm_split(coll_comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), "rank ", rank_,
-         "/", size_, ": MPI_Comm_split (color ", color, ", key ", key, ")");
+  DT_MPI(MPI_Comm_split(coll_comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), "rank ", rank_, "/", size_,
+         ": MPI_Comm_split (color ", color, ", key ", key, ")");
   if (child == MPI_COMM_NULL) return nullptr;
   return std::unique_ptr<MpiTransport>(new MpiTransport(child, max_chunk_bytes()));
 }

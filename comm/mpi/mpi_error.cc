@@ -12,8 +12,7 @@ std::string mpi_error_string(int code) {
 }
 
 void throw_mpi(int code, const std::string& what) {
-  throw CommError(
-      concat("mpi: ", what, " failed: ", mpi_error_string(code), " (MPI error ", code, ")"));
+  throw CommError(concat("mpi: ", what, " failed: ", mpi_error_string(code), " (MPI error ", code, ")"));
 }
 
 bool mpi_finalized() {
@@ -26,8 +25,6 @@ void check_peer(int peer, int size, const char* what) {
   DT_CHECK(peer >= 0 && peer < size, what, " rank ", peer, " is outside [0, ", size, ")");
 }
 
-void check_tag(int tag) {
-  DT_CHECK(tag >= 0 && tag <= kMaxTag, "tag ", tag, " is outside [0, ", kMaxTag, "]");
-}
+void check_tag(int tag) { DT_CHECK(tag >= 0 && tag <= kMaxTag, "tag ", tag, " is outside [0, ", kMaxTag, "]"); }
 
 }  // namespace dynatrain::comm::mpi_detail

@@ -33,10 +33,9 @@ void check_tag(int tag);
 
 // Calls an MPI function; on failure throws CommError naming the operation. The context parts are
 // only formatted on failure.
-#define DT_MPI(call, ...)                                                                       \
-  do {                                                                                          \
-    const int dt_mpi_rc_ = (call);                                                              \
-    if (dt_mpi_rc_ != MPI_SUCCESS)                                                              \
-      ::dynatrain::comm::mpi_detail::throw_mpi(dt_mpi_rc_,                                      \
-                                               ::dynatrain::detail::concat(__VA_ARGS__));       \
+#define DT_MPI(call, ...)                                                                             \
+  do {                                                                                                \
+    const int dt_mpi_rc_ = (call);                                                                    \
+    if (dt_mpi_rc_ != MPI_SUCCESS)                                                                    \
+      ::dynatrain::comm::mpi_detail::throw_mpi(dt_mpi_rc_, ::dynatrain::detail::concat(__VA_ARGS__)); \
   } while (0)

@@ -28,11 +28,7 @@ namespace {
 class MpiRequest final : public Request {
  public:
   MpiRequest(MPI_Request request, ByteType type, bool is_recv, std::size_t bytes, std::string where)
-      : request_(request),
-        type_(std::move(type)),
-        is_recv_(is_recv),
-        bytes_(bytes),
-        where_(std::move(where)) {}
+      : request_(request), type_(std::move(type)), is_recv_(is_recv), bytes_(bytes), where_(std::move(where)) {}
 
   ~MpiRequest() override {
     if (!done_ && !mpi_finalized()) MPI_Wait(&request_, MPI_STATUS_IGNORE);
@@ -83,24 +79,21 @@ class MpiRequest final : public Request {
 
 }  // namespace
 
-std::unique_ptr<Request> MpiTransport::post(bool is_send, void* buf, std::size_t bytes, int peer,
-                                            int tag, MPI_Comm comm, const char* what) {
-  std::string where = concat("rank ", rank_, "/", size_, ": ", what, is_send ? " to " : " from ",
-                             peer, " (tag ", tag, ", ", bytes, " bytes)");
+std::unique_ptr<Request> MpiTransport::post(bool is_send, void* buf, std::size_t bytes, int peer, int tag,
+                                            MPI_Comm comm, const char* what) {
+  std::string where = concat("rank ", rank_, "/", size_, ": ", what, is_send ? " to " : " from ", peer, " (tag ", tag,
+                             ", ", bytes, " bytes)");
   ByteType type(bytes, max_chunk_bytes(), where);
   MPI_Request request = MPI_REQUEST_NULL;
   if (is_send) {
-    DT_MPI(MPI_Isend(buf, type.count(), type.type(), peer, tag, comm, &request), where,
-           ": MPI_Isend");
+    DT_MPI(MPI_Isend(buf, type.count(), type.type(), peer, tag, comm, &request), where, ": MPI_Isend");
   } else {
-    DT_MPI(MPI_Irecv(buf, type.count(), type.type(), peer, tag, comm, &request), where,
-           ": MPI_Irecv");
+    DT_MPI(MPI_Irecv(buf, type.count(), type.type(), peer, tag, comm, &request), where, ": MPI_Irecv");
   }
   return std::make_unique<MpiRequest>(request, std::move(type), !is_send, bytes, std::move(where));
 }
 
-std::unique_ptr<Request> MpiTransport::isend(const void* buf, std::size_t bytes, int peer,
-                                             int tag) {
+std::unique_ptr<Request> MpiTransport::isend(const void* buf, std::size_t bytes, int peer, int tag) {
   check_peer(peer, size_, "isend: destination");
   check_tag(tag);
   return post(true, const_cast<void*>(buf), bytes, peer, tag, comm_, "isend");
@@ -117,14 +110,13 @@ void MpiTransport::sendrecv(const void* send_buf, std::size_t send_bytes, int ds
   check_peer(dst, size_, "sendrecv: destination");
   check_peer(src, size_, "sendrecv: source");
   check_tag(tag);
-  const std::string where =
-      concat("rank ", rank_, "/", size_, ": sendrecv (", send_bytes, " bytes to ", dst, ", ",
-             recv_bytes, " bytes from ", src, ", tag ", tag, ")");
+  const std::string where = concat("rank ", rank_, "/", size_, ": sendrecv (", send_bytes, " bytes to ", dst, ", ",
+                                   recv_bytes, " bytes from ", src, ", tag ", tag, ")");
   const ByteType send_type(send_bytes, max_chunk_bytes(), where);
   const ByteType recv_type(recv_bytes, max_chunk_bytes(), where);
   MPI_Status status;
-  DT_MPI(MPI_Sendrecv(send_buf, send_type.count(), send_type.type(), dst, tag, recv_buf,
-                      recv_type.count(), recv_type.type(), src, tag, comm_, &status),
+  DT_MPI(MPI_Sendrecv(send_buf, send_type.count(), send_type.type(), dst, tag, recv_buf, recv_type.count(),
+                      recv_type.type(), src, tag, comm_, &status),
          where, ": MPI_Sendrecv");
   check_received(status, recv_type, recv_bytes, where);
 }
@@ -138,16 +130,16 @@ std::unique_ptr<Request> MpiTransport::isend_runs(const void* base, std::vector<
   check_tag(tag);
   if (!runs_direct(peer)) return Transport::isend_runs(base, std::move(runs), peer, tag);
   return post_runs_send(base, runs, peer, tag, runs_comm_, runs_progress_,
-                                   concat("rank ", rank_, "/", size_, ": isend_runs to ", peer, " (tag ", tag, ", ",
-                                          runs.size(), " runs, ", runs_bytes(runs), " bytes)"));
+                        concat("rank ", rank_, "/", size_, ": isend_runs to ", peer, " (tag ", tag, ", ", runs.size(),
+                               " runs, ", runs_bytes(runs), " bytes)"));
 }
 
 std::unique_ptr<Request> MpiTransport::irecv_runs(void* base, std::vector<ByteRun> runs, int peer, int tag) {
   check_peer(peer, size_, "irecv_runs: source");
   check_tag(tag);
   if (!runs_direct(peer)) return Transport::irecv_runs(base, std::move(runs), peer, tag);
-  std::string where = concat("rank ", rank_, "/", size_, ": irecv_runs from ", peer, " (tag ", tag, ", ",
-                             runs.size(), " runs, ", runs_bytes(runs), " bytes)");
+  std::string where = concat("rank ", rank_, "/", size_, ": irecv_runs from ", peer, " (tag ", tag, ", ", runs.size(),
+                             " runs, ", runs_bytes(runs), " bytes)");
   return post_runs_recv(base, std::move(runs), peer, tag, runs_comm_, runs_progress_, std::move(where));
 }
 

@@ -16,7 +16,7 @@ namespace dynatrain::comm {
 namespace mpi_detail {
 namespace {
 
-int descriptor_tag(int tag) { return 4 * tag; }  // sender -> receiver: the sender's runs
+int descriptor_tag(int tag) { return 4 * tag; }   // sender -> receiver: the sender's runs
 int answer_tag(int tag) { return 4 * tag + 1; }   // receiver -> sender: 0 read, 1 mismatch, 2 write
 int written_tag(int tag) { return 4 * tag + 2; }  // sender -> receiver: 0 written, 1 failed
 int target_tag(int tag) { return 4 * tag + 3; }   // receiver -> sender: the receiver's runs
@@ -118,7 +118,9 @@ class CmaSend final : public RunsRequest {
   CmaSend(const void* base, const std::vector<ByteRun>& runs, int peer, int tag, MPI_Comm comm,
           std::shared_ptr<RunsProgress> progress, std::string where)
       : RunsRequest(std::move(progress), peer, tag, std::move(where)),
-        base_(static_cast<std::byte*>(const_cast<void*>(base))), runs_(runs), comm_(comm),
+        base_(static_cast<std::byte*>(const_cast<void*>(base))),
+        runs_(runs),
+        comm_(comm),
         desc_(runs_descriptor(base, runs)) {
     DT_MPI(MPI_Irecv(&answer_, 1, MPI_BYTE, peer, answer_tag(tag), comm, &reqs_[1]), where_, ": MPI_Irecv (answer)");
     const int rc = MPI_Isend(desc_.data(), static_cast<int>(desc_.size() * sizeof(std::uint64_t)), MPI_BYTE, peer,
@@ -187,8 +189,10 @@ class CmaRecv final : public RunsRequest {
  public:
   CmaRecv(void* base, std::vector<ByteRun> runs, int peer, int tag, MPI_Comm comm,
           std::shared_ptr<RunsProgress> progress, std::string where)
-      : RunsRequest(std::move(progress), peer, tag, std::move(where)), base_(static_cast<std::byte*>(base)),
-        runs_(std::move(runs)), comm_(comm) {
+      : RunsRequest(std::move(progress), peer, tag, std::move(where)),
+        base_(static_cast<std::byte*>(base)),
+        runs_(std::move(runs)),
+        comm_(comm) {
     std::lock_guard lock(progress_->mu);
     progress_->receives.push_back(this);
   }

@@ -55,10 +55,8 @@ bool MpiSession::init(int* argc, char*** argv) {
   } else {
     DT_MPI(MPI_Query_thread(&provided), "MPI_Query_thread");
   }
-  DT_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN),
-         "MPI_Comm_set_errhandler(MPI_COMM_WORLD)");
-  DT_MPI(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN),
-         "MPI_Comm_set_errhandler(MPI_COMM_SELF)");
+  DT_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler(MPI_COMM_WORLD)");
+  DT_MPI(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler(MPI_COMM_SELF)");
   if (provided < MPI_THREAD_MULTIPLE) {
     throw CommError(concat("mpi: the MPI library provides thread level ", provided,
                            " but DynaTrain needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE,
@@ -77,8 +75,7 @@ MpiSession::~MpiSession() {
 // ---------------------------------------------------------------------------------------------
 // MpiTransport
 
-MpiTransport::MpiTransport(MPI_Comm comm, std::size_t max_chunk_bytes)
-    : comm_(comm), max_chunk_(max_chunk_bytes) {
+MpiTransport::MpiTransport(MPI_Comm comm, std::size_t max_chunk_bytes) : comm_(comm), max_chunk_(max_chunk_bytes) {
   try {
     DT_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     DT_MPI(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
@@ -149,8 +146,8 @@ void MpiTransport::probe_runs_direct() {
     const Id& peer = all[static_cast<std::size_t>(r)];
     std::uint64_t word = 0;
     iovec into{&word, sizeof word}, from{reinterpret_cast<void*>(peer.word), sizeof word};
-    ok = process_vm_readv(static_cast<pid_t>(peer.pid), &into, 1, &from, 1, 0) ==
-             static_cast<ssize_t>(sizeof word) && word == kCmaMagic;
+    ok = process_vm_readv(static_cast<pid_t>(peer.pid), &into, 1, &from, 1, 0) == static_cast<ssize_t>(sizeof word) &&
+         word == kCmaMagic;
     runs_direct_[static_cast<std::size_t>(r)] = 1;
   }
   // Only when every rank of the communicator is on this node: then every pair of an engine
@@ -181,8 +178,7 @@ std::unique_ptr<MpiTransport> MpiTransport::from_comm(MPI_Comm comm) {
 }
 
 void MpiTransport::set_max_chunk_bytes(std::size_t bytes) {
-  DT_CHECK(bytes >= 1 && bytes <= static_cast<std::size_t>(INT_MAX),
-           "max chunk must be in [1, INT_MAX], got ", bytes);
+  DT_CHECK(bytes >= 1 && bytes <= static_cast<std::size_t>(INT_MAX), "max chunk must be in [1, INT_MAX], got ", bytes);
   max_chunk_.store(bytes, std::memory_order_relaxed);
 }
 

@@ -76,8 +76,8 @@ class MpiTransport final : public Transport {
 
   std::unique_ptr<Request> isend(const void* buf, std::size_t bytes, int peer, int tag) override;
   std::unique_ptr<Request> irecv(void* buf, std::size_t bytes, int peer, int tag) override;
-  void sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf,
-                std::size_t recv_bytes, int src, int tag) override;
+  void sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf, std::size_t recv_bytes, int src,
+                int tag) override;
 
   // Scattered messages: between processes of one node, straight from runs to runs by
   // cross-memory attach (process_vm_readv, one copy); to other nodes, or when the probe at
@@ -93,8 +93,7 @@ class MpiTransport final : public Transport {
   void all_gather_bytes(const void* send, void* recv, std::size_t bytes_per_rank) override;
   void reduce_scatter_sum(const float* send, float* recv, std::size_t count_per_rank) override;
   void all_to_all(const void* send, const std::vector<std::size_t>& send_counts,
-                  const std::vector<std::size_t>& send_offsets, void* recv,
-                  const std::vector<std::size_t>& recv_counts,
+                  const std::vector<std::size_t>& send_offsets, void* recv, const std::vector<std::size_t>& recv_counts,
                   const std::vector<std::size_t>& recv_offsets) override;
   // Children inherit max_chunk_bytes().
   std::unique_ptr<Transport> split(int color, int key) override;
@@ -111,14 +110,14 @@ class MpiTransport final : public Transport {
   // Takes ownership of `comm`.
   MpiTransport(MPI_Comm comm, std::size_t max_chunk_bytes);
 
-  std::unique_ptr<Request> post(bool is_send, void* buf, std::size_t bytes, int peer, int tag,
-                                MPI_Comm comm, const char* what);
+  std::unique_ptr<Request> post(bool is_send, void* buf, std::size_t bytes, int peer, int tag, MPI_Comm comm,
+                                const char* what);
 
-  MPI_Comm comm_ = MPI_COMM_NULL;       // user point to point
-  MPI_Comm coll_comm_ = MPI_COMM_NULL;  // collectives (private duplicate)
-  MPI_Comm runs_comm_ = MPI_COMM_NULL;  // the runs protocol's descriptors and answers
-  std::vector<char> runs_direct_;       // per peer: runs go by cross-memory attach
-  std::vector<int> node_of_;            // per rank: the lowest rank on its node
+  MPI_Comm comm_ = MPI_COMM_NULL;                        // user point to point
+  MPI_Comm coll_comm_ = MPI_COMM_NULL;                   // collectives (private duplicate)
+  MPI_Comm runs_comm_ = MPI_COMM_NULL;                   // the runs protocol's descriptors and answers
+  std::vector<char> runs_direct_;                        // per peer: runs go by cross-memory attach
+  std::vector<int> node_of_;                             // per rank: the lowest rank on its node
   std::shared_ptr<detail::RunsProgress> runs_progress_;  // posted runs requests (mpi_runs.cc)
   void probe_runs_direct();
   int rank_ = 0;

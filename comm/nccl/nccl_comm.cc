@@ -16,8 +16,7 @@ void* device_scratch(NcclComm& c, std::size_t bytes) {
 
 class NcclRequest final : public Request {
  public:
-  NcclRequest(std::shared_ptr<NcclComm> comm, std::shared_ptr<P2pOp> op)
-      : comm_(std::move(comm)), op_(std::move(op)) {}
+  NcclRequest(std::shared_ptr<NcclComm> comm, std::shared_ptr<P2pOp> op) : comm_(std::move(comm)), op_(std::move(op)) {}
   ~NcclRequest() override {
     try {
       wait();
@@ -75,8 +74,8 @@ void NcclComm::use_device() const {
   if (current != device) check_cuda_call(cudaSetDevice(device), "cudaSetDevice");
 }
 
-std::unique_ptr<Request> NcclComm::post(const std::shared_ptr<NcclComm>& self, bool send, void* buf,
-                                        std::size_t bytes, int peer) {
+std::unique_ptr<Request> NcclComm::post(const std::shared_ptr<NcclComm>& self, bool send, void* buf, std::size_t bytes,
+                                        int peer) {
   auto op = std::make_shared<P2pOp>();
   op->send = send;
   op->bytes = bytes;

@@ -46,8 +46,8 @@ struct NcclComm {
   ~NcclComm();
   void use_device() const;
   // Queues a send / receive of `bytes` at `buf` (any memory); returns its request.
-  std::unique_ptr<Request> post(const std::shared_ptr<NcclComm>& self, bool send, void* buf,
-                                std::size_t bytes, int peer);
+  std::unique_ptr<Request> post(const std::shared_ptr<NcclComm>& self, bool send, void* buf, std::size_t bytes,
+                                int peer);
   // Launches every queued operation in one ncclGroupStart / ncclGroupEnd, in posting order.
   void flush();
   // Blocks until `op` has finished (flushing first), copies a staged receive out, frees staging.

@@ -99,13 +99,15 @@ void NcclTransport::sendrecv(const void* send_buf, std::size_t send_bytes, int d
 }
 
 std::unique_ptr<Request> NcclTransport::isend_runs(const void*, std::vector<ByteRun>, int, int) {
-  DT_INPUT_ERROR("comm/nccl does not support scattered messages (isend_runs): NCCL moves contiguous "
-                 "buffers; pack the runs and use isend (runs_direct() is false)");
+  DT_INPUT_ERROR(
+      "comm/nccl does not support scattered messages (isend_runs): NCCL moves contiguous "
+      "buffers; pack the runs and use isend (runs_direct() is false)");
 }
 
 std::unique_ptr<Request> NcclTransport::irecv_runs(void*, std::vector<ByteRun>, int, int) {
-  DT_INPUT_ERROR("comm/nccl does not support scattered messages (irecv_runs): NCCL moves contiguous "
-                 "buffers; receive into one buffer with irecv and unpack (runs_direct() is false)");
+  DT_INPUT_ERROR(
+      "comm/nccl does not support scattered messages (irecv_runs): NCCL moves contiguous "
+      "buffers; receive into one buffer with irecv and unpack (runs_direct() is false)");
 }
 
 void NcclTransport::barrier() {
@@ -118,8 +120,8 @@ void NcclTransport::broadcast(void* buf, std::size_t bytes, int root) {
   if (bytes == 0) return;
   comm_->flush();
   Staged st(*comm_, buf, bytes, buf, bytes);
-  check_nccl(ncclBroadcast(st.send(), st.recv(), bytes, ncclUint8, root, comm_->comm, comm_->stream),
-             comm_->comm, "ncclBroadcast");
+  check_nccl(ncclBroadcast(st.send(), st.recv(), bytes, ncclUint8, root, comm_->comm, comm_->stream), comm_->comm,
+             "ncclBroadcast");
   st.finish();
 }
 
@@ -127,8 +129,8 @@ void NcclTransport::all_reduce_sum(float* buf, std::size_t count) {
   if (count == 0) return;
   comm_->flush();
   Staged st(*comm_, buf, count * sizeof(float), buf, count * sizeof(float));
-  check_nccl(ncclAllReduce(st.send(), st.recv(), count, ncclFloat, ncclSum, comm_->comm, comm_->stream),
-             comm_->comm, "ncclAllReduce");
+  check_nccl(ncclAllReduce(st.send(), st.recv(), count, ncclFloat, ncclSum, comm_->comm, comm_->stream), comm_->comm,
+             "ncclAllReduce");
   st.finish();
 }
 
@@ -140,8 +142,8 @@ void NcclTransport::all_gather_bytes(const void* send, void* recv, std::size_t b
   if (bytes_per_rank == 0) return;
   comm_->flush();
   Staged st(*comm_, send, bytes_per_rank, recv, bytes_per_rank * static_cast<std::size_t>(size_));
-  check_nccl(ncclAllGather(st.send(), st.recv(), bytes_per_rank, ncclUint8, comm_->comm, comm_->stream),
-             comm_->comm, "ncclAllGather");
+  check_nccl(ncclAllGather(st.send(), st.recv(), bytes_per_rank, ncclUint8, comm_->comm, comm_->stream), comm_->comm,
+             "ncclAllGather");
   st.finish();
 }
 
@@ -150,8 +152,7 @@ void NcclTransport::reduce_scatter_sum(const float* send, float* recv, std::size
   comm_->flush();
   const std::size_t bytes = count_per_rank * sizeof(float);
   Staged st(*comm_, send, bytes * static_cast<std::size_t>(size_), recv, bytes);
-  check_nccl(ncclReduceScatter(st.send(), st.recv(), count_per_rank, ncclFloat, ncclSum, comm_->comm,
-                               comm_->stream),
+  check_nccl(ncclReduceScatter(st.send(), st.recv(), count_per_rank, ncclFloat, ncclSum, comm_->comm, comm_->stream),
              comm_->comm, "ncclReduceScatter");
   st.finish();
 }
@@ -175,11 +176,11 @@ void NcclTransport::all_to_all(const void* send, const std::vector<std::size_t>&
   for (int r = 0; r < size_; ++r) {
     const auto i = static_cast<std::size_t>(r);
     if (send_counts[i] > 0)
-      check_nccl(ncclSend(s + send_offsets[i], send_counts[i], ncclUint8, r, comm_->comm, comm_->stream),
-                 comm_->comm, "ncclSend (all_to_all)");
+      check_nccl(ncclSend(s + send_offsets[i], send_counts[i], ncclUint8, r, comm_->comm, comm_->stream), comm_->comm,
+                 "ncclSend (all_to_all)");
     if (recv_counts[i] > 0)
-      check_nccl(ncclRecv(d + recv_offsets[i], recv_counts[i], ncclUint8, r, comm_->comm, comm_->stream),
-                 comm_->comm, "ncclRecv (all_to_all)");
+      check_nccl(ncclRecv(d + recv_offsets[i], recv_counts[i], ncclUint8, r, comm_->comm, comm_->stream), comm_->comm,
+                 "ncclRecv (all_to_all)");
   }
   check_nccl(ncclGroupEnd(), comm_->comm, "ncclGroupEnd (all_to_all)");
   st.finish();

@@ -41,7 +41,7 @@ struct NcclOptions {
 };
 
 namespace detail {
-struct NcclComm;      // nccl_transport.cc: the ncclComm_t, stream and pending operations
+struct NcclComm;  // nccl_transport.cc: the ncclComm_t, stream and pending operations
 }  // namespace detail
 
 class NcclTransport final : public Transport {
@@ -61,8 +61,8 @@ class NcclTransport final : public Transport {
 
   std::unique_ptr<Request> isend(const void* buf, std::size_t bytes, int peer, int tag) override;
   std::unique_ptr<Request> irecv(void* buf, std::size_t bytes, int peer, int tag) override;
-  void sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf,
-                std::size_t recv_bytes, int src, int tag) override;
+  void sendrecv(const void* send_buf, std::size_t send_bytes, int dst, void* recv_buf, std::size_t recv_bytes, int src,
+                int tag) override;
   // Refused: InputError (see above).
   std::unique_ptr<Request> isend_runs(const void* base, std::vector<ByteRun> runs, int peer, int tag) override;
   std::unique_ptr<Request> irecv_runs(void* base, std::vector<ByteRun> runs, int peer, int tag) override;
@@ -74,8 +74,7 @@ class NcclTransport final : public Transport {
   void all_gather_bytes(const void* send, void* recv, std::size_t bytes_per_rank) override;
   void reduce_scatter_sum(const float* send, float* recv, std::size_t count_per_rank) override;
   void all_to_all(const void* send, const std::vector<std::size_t>& send_counts,
-                  const std::vector<std::size_t>& send_offsets, void* recv,
-                  const std::vector<std::size_t>& recv_counts,
+                  const std::vector<std::size_t>& send_offsets, void* recv, const std::vector<std::size_t>& recv_counts,
                   const std::vector<std::size_t>& recv_offsets) override;
   // ncclCommSplit; the child orders its work on the same stream.
   std::unique_ptr<Transport> split(int color, int key) override;

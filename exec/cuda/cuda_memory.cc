@@ -44,7 +44,7 @@ CudaMemory::CudaMemory(int device) : device_(device) {
   pool_ = pool;
   std::uint64_t keep_all = UINT64_MAX;  // released memory stays cached in the pool
   check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all),
-             "cudaMemPoolSetAttribute(release threshold)");
+        "cudaMemPoolSetAttribute(release threshold)");
 }
 
 CudaMemory::~CudaMemory() {
@@ -67,8 +67,7 @@ std::byte* CudaMemory::allocate(std::size_t bytes) {
   DT_CHECK(bytes > 0, "allocate of 0 bytes");
   use_device();
   void* p = nullptr;
-  check(cudaMallocFromPoolAsync(&p, bytes, as_pool(pool_), as_stream(stream_)),
-             "cudaMallocFromPoolAsync");
+  check(cudaMallocFromPoolAsync(&p, bytes, as_pool(pool_), as_stream(stream_)), "cudaMallocFromPoolAsync");
   std::lock_guard lock(mu_);
   blocks_.emplace(static_cast<std::byte*>(p), bytes);
   live_ += bytes;

@@ -15,8 +15,7 @@ constexpr std::int64_t kMaxBlocks = 1 << 16;
 template <typename U>
 __global__ void copy_units(std::byte* dst, const std::byte* src, StridedRuns runs, std::int64_t units) {
   const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units;
-       u += step) {
+  for (std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units; u += step) {
     std::int64_t s = 0, d = 0;
     unit_offsets(runs, u, static_cast<int>(sizeof(U)), s, d);
     *reinterpret_cast<U*>(dst + d) = *reinterpret_cast<const U*>(src + s);
@@ -53,8 +52,7 @@ cudaError_t launch(std::byte* dst, const std::byte* src, const StridedRuns& runs
 
 }  // namespace
 
-cudaError_t launch_strided_copy(std::byte* dst, const std::byte* src, const StridedRuns& runs,
-                                cudaStream_t stream) {
+cudaError_t launch_strided_copy(std::byte* dst, const std::byte* src, const StridedRuns& runs, cudaStream_t stream) {
   if (runs.rows == 0 || runs.run_bytes == 0) return cudaSuccess;
   switch (copy_unit_bytes(runs, reinterpret_cast<std::uint64_t>(src), reinterpret_cast<std::uint64_t>(dst))) {
     case 16: return launch<uint4>(dst, src, runs, stream);

@@ -14,7 +14,6 @@ namespace dynatrain::exec::cuda {
 // pointers the device can read / write) on `stream`; returns the launch's error (cudaSuccess
 // when enqueued). Rows of at least a block of units go row by row (one block per row at a time,
 // its threads over the row); shorter rows go unit by unit over the whole copy.
-cudaError_t launch_strided_copy(std::byte* dst, const std::byte* src, const StridedRuns& runs,
-                                cudaStream_t stream);
+cudaError_t launch_strided_copy(std::byte* dst, const std::byte* src, const StridedRuns& runs, cudaStream_t stream);
 
 }  // namespace dynatrain::exec::cuda

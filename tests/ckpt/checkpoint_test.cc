@@ -58,8 +58,9 @@ std::int64_t state_bytes_of(const vps::Layout& l) {
 TEST(Checkpoint, LoadsIntoOtherLayoutsAndProcessCounts) {
   const std::string dir = fresh_dir("layouts");
   save_filled(dir, 5, layout("tiny-moe", "tp=2,pp=2,dp=2,ep=2,zero=1"));  // 8 files
-  for (const char* to : {"tp=2,pp=2,dp=2,ep=2,zero=1" /* the same: entries read in place */, "tp=1", "tp=4,dp=1", "tp=1,pp=4,dp=3,ep=3,zero=1" /* invalid: skipped */,
-                         "tp=2,pp=1,dp=3,ep=2,zero=0", "tp=1,pp=2,dp=4,ep=4,zero=1", "dp=6,ep=8,zero=1"}) {
+  for (const char* to : {"tp=2,pp=2,dp=2,ep=2,zero=1" /* the same: entries read in place */, "tp=1", "tp=4,dp=1",
+                         "tp=1,pp=4,dp=3,ep=3,zero=1" /* invalid: skipped */, "tp=2,pp=1,dp=3,ep=2,zero=0",
+                         "tp=1,pp=2,dp=4,ep=4,zero=1", "dp=6,ep=8,zero=1"}) {
     SCOPED_TRACE(to);
     auto c = vps::ParallelConfig::parse(to);
     try {
@@ -94,7 +95,7 @@ TEST(Checkpoint, PartialReadsReadOnlyTheChunksTheyNeedAndVerifyThem) {
   // chunk margins around them into scratch, and every chunk is checked.
   EXPECT_GT(expect_loads_exactly(partial, to, &read_partial), 0u);
   EXPECT_LT(read_partial * 4, read_whole * 3) << read_partial << " vs " << read_whole;  // 0.73 here
-  expect_loads_exactly(partial, layout("tiny-dense", "tp=2,pp=2,dp=1,zero=1"));  // ZeRO shards, pp
+  expect_loads_exactly(partial, layout("tiny-dense", "tp=2,pp=2,dp=1,zero=1"));         // ZeRO shards, pp
 
   // Flip one byte of rank 0's data at several places (in-place reads, their margins, staged
   // reads): a load that reads that chunk is refused each time.
@@ -210,15 +211,25 @@ TEST(Checkpoint, PartialReadsOfDimOneSplitsReadColumnBlocksOrWholeRowsByTheGapRu
 }
 
 TEST(Checkpoint, RandomLayoutPairsLoadExactly) {
-  const char* configs[] = {"tp=1", "tp=2", "tp=4,dp=1", "tp=2,pp=2", "pp=2,dp=3,zero=0", "tp=2,dp=2,zero=1",
-                           "tp=1,pp=4,dp=1", "dp=4,ep=4", "tp=2,dp=2,ep=2,zero=1", "tp=2,pp=2,ep=2,etp=2",
-                           "dp=3,ep=1,zero=1", "tp=4,pp=2,ep=4,etp=1,zero=1"};
+  const char* configs[] = {"tp=1",
+                           "tp=2",
+                           "tp=4,dp=1",
+                           "tp=2,pp=2",
+                           "pp=2,dp=3,zero=0",
+                           "tp=2,dp=2,zero=1",
+                           "tp=1,pp=4,dp=1",
+                           "dp=4,ep=4",
+                           "tp=2,dp=2,ep=2,zero=1",
+                           "tp=2,pp=2,ep=2,etp=2",
+                           "dp=3,ep=1,zero=1",
+                           "tp=4,pp=2,ep=4,etp=1,zero=1"};
   std::mt19937 rng(7);
   int trials = 0;
   for (int attempt = 0; attempt < 400 && trials < 24; ++attempt) {
     const int which = static_cast<int>(rng() % 3);
-    const vps::ModelSpec m = which == 0 ? vps::model_from_name("tiny-moe")
-                             : which == 1 ? vps::model_from_name("tiny-dense") : tiny_deepseek();
+    const vps::ModelSpec m = which == 0   ? vps::model_from_name("tiny-moe")
+                             : which == 1 ? vps::model_from_name("tiny-dense")
+                                          : tiny_deepseek();
     auto a = vps::ParallelConfig::parse(configs[rng() % std::size(configs)]);
     auto b = vps::ParallelConfig::parse(configs[rng() % std::size(configs)]);
     try {
@@ -330,14 +341,17 @@ TEST(Checkpoint, LoadsLayoutsOfTheCallersOwnTensors) {
   spec.vocab_divisible_by = 8;
   using vps::Stage;
   using vps::TpSplit;
-  std::vector<vps::TensorSpec> tensors{{.name = "embed", .shape = {100, 16}, .split = TpSplit::kVocab, .stage = Stage::kPre}};
+  std::vector<vps::TensorSpec> tensors{
+      {.name = "embed", .shape = {100, 16}, .split = TpSplit::kVocab, .stage = Stage::kPre}};
   for (int l = 0; l < 2; ++l) {
     const std::string p = "l" + std::to_string(l);
     tensors.push_back({.name = p + ".up", .shape = {32, 16}, .split = TpSplit::kDim, .layer = l});
     tensors.push_back({.name = p + ".down", .shape = {16, 32}, .split = TpSplit::kDim, .split_dim = 1, .layer = l});
   }
   tensors.push_back({.name = "head", .shape = {100, 16}, .stage = Stage::kPost});
-  auto own = [&](const char* config) { return vps::Layout(tensors, spec, vps::ParallelConfig::parse(config), options()); };
+  auto own = [&](const char* config) {
+    return vps::Layout(tensors, spec, vps::ParallelConfig::parse(config), options());
+  };
   const std::string dir = fresh_dir("own");
   save_filled(dir, 2, own("tp=2,pp=2,dp=2,zero=1"));
   for (const char* to : {"tp=1", "dp=3,zero=1", "tp=4,zero=0", "pp=2,dp=2,zero=3"}) {
@@ -368,7 +382,8 @@ TEST(Checkpoint, SavingIntoAnotherModelsDirectoryIsRefused) {
   EXPECT_EQ(error_of([&] { check_save_target(dir, 1, a); }), "");  // no directory yet
   save_filled(dir, 1, a);
   EXPECT_EQ(error_of([&] { check_save_target(dir, 2, layout("tiny-dense", "dp=3")); }), "");
-  EXPECT_NE(error_of([&] { check_save_target(dir, 1, a); }).find("already holds step 1 as its latest"), std::string::npos);
+  EXPECT_NE(error_of([&] { check_save_target(dir, 1, a); }).find("already holds step 1 as its latest"),
+            std::string::npos);
   const std::string other = error_of([&] { check_save_target(dir, 2, layout("tiny-moe", "tp=1")); });
   EXPECT_NE(other.find("was saved for model 'tiny-dense', which differs from 'tiny-moe'"), std::string::npos) << other;
   EXPECT_NE(other.find("save into another directory"), std::string::npos) << other;
@@ -385,7 +400,9 @@ TEST(Checkpoint, AttachmentsAreCheckedLikeRankFiles) {
   ASSERT_EQ(c.attachments.size(), 2u);
   EXPECT_EQ(read_attachment(c.step_dir, c.attachments, "state.pkl"), content);
   EXPECT_EQ(read_attachment(c.step_dir, c.attachments, "empty"), "");
-  auto read_error = [&](const std::string& name) { return error_of([&] { read_attachment(c.step_dir, c.attachments, name); }); };
+  auto read_error = [&](const std::string& name) {
+    return error_of([&] { read_attachment(c.step_dir, c.attachments, name); });
+  };
   EXPECT_NE(read_error("other").find("has no attachment 'other'"), std::string::npos);
   const std::string path = c.step_dir + "/state.pkl";
   patch_byte(path, 500);
@@ -397,8 +414,11 @@ TEST(Checkpoint, AttachmentsAreCheckedLikeRankFiles) {
   fs::remove(path);
   EXPECT_NE(read_error("state.pkl").find("is missing"), std::string::npos);
   for (const char* bad : {"index.json", "a/b", "rank-00000.safetensors", "", "x.tmp"})
-    EXPECT_NE(error_of([&] { save_filled(dir, 5, a, kChecksumChunkBytes, {{bad, "x"}}); }).find("not a plain file name"),
-              std::string::npos) << bad;
+    EXPECT_NE(error_of([&] {
+                save_filled(dir, 5, a, kChecksumChunkBytes, {{bad, "x"}});
+              }).find("not a plain file name"),
+              std::string::npos)
+        << bad;
   EXPECT_EQ(open_latest(dir, a.model()).step, 4);  // none of those was published
 }
 

@@ -68,8 +68,8 @@ OwnedArenas allocate(const vps::Layout& layout, int rank) {
   OwnedArenas a;
   for (const auto& b : layout.rank_layout(rank).buffers) {
     auto& v = a.kind[static_cast<int>(b.kind)];
-    const std::size_t end = static_cast<std::size_t>(b.arena_offset + b.numel) *
-                            layout.options().elem_bytes[static_cast<int>(b.kind)];
+    const std::size_t end =
+        static_cast<std::size_t>(b.arena_offset + b.numel) * layout.options().elem_bytes[static_cast<int>(b.kind)];
     v.resize(std::max(v.size(), end));
   }
   return a;

@@ -39,7 +39,7 @@ TEST(Export, HuggingFaceNamesAndValues) {
   read_exact(f.fd(), data.data(), k.end - k.begin, h.data_start + k.begin, f.path());
   const auto& qkv = *std::find_if(a.tensors().begin(), a.tensors().end(),
                                   [](const vps::TensorSpec& t) { return t.name == "layers.1.attn.qkv.weight"; });
-  const std::int64_t g = 3, row = 5, col = 7;  // group 3, row 5 of its k head, column 7
+  const std::int64_t g = 3, row = 5, col = 7;                         // group 3, row 5 of its k head, column 7
   const std::int64_t vps_index = ((g * 4 + 2) * 8 + row) * 64 + col;  // [g, q_per_group + 2 = 4, 8, 64]
   EXPECT_EQ(data[(g * 8 + row) * 64 + col],
             static_cast<std::uint16_t>(testing::fill_word(qkv.id, vps::StateKind::kParam, vps_index)));

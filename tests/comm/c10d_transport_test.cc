@@ -12,18 +12,21 @@
 namespace dynatrain::comm {
 namespace {
 
-using testing::transport_cases;
 using testing::CommCase;
+using testing::transport_cases;
 
 class C10dCase : public ::testing::TestWithParam<std::tuple<CommCase, int>> {};
 
 TEST_P(C10dCase, Runs) {
   const auto& [c, ranks] = GetParam();
   try {
-    run_c10d_ranks(ranks, [&](Transport& t) {
-      c.body(t);
-      t.barrier();
-    }, std::chrono::seconds(30));
+    run_c10d_ranks(
+        ranks,
+        [&](Transport& t) {
+          c.body(t);
+          t.barrier();
+        },
+        std::chrono::seconds(30));
   } catch (const std::exception& e) {
     FAIL() << c.name << " with " << ranks << " ranks: " << e.what();
   }

@@ -104,16 +104,20 @@ void round_trip(Copy direction, std::size_t total, std::size_t remote_piece, std
   const auto remote_runs = spaced_runs(total, remote_piece, 2, &remote_span);
   const auto local_runs = spaced_runs(total, local_piece, 1, &local_span);
   std::vector<std::byte> remote(remote_span, std::byte{0xEE}), local(local_span, std::byte{0xEE});
-  if (direction == Copy::kRead) fill_runs(remote, remote_runs);
-  else fill_runs(local, local_runs);
+  if (direction == Copy::kRead)
+    fill_runs(remote, remote_runs);
+  else
+    fill_runs(local, local_runs);
   copy_remote_runs(direction, runs_descriptor(remote.data(), remote_runs), local.data(), local_runs, "test");
-  if (direction == Copy::kRead) expect_runs(local, local_runs, std::byte{0xEE});
-  else expect_runs(remote, remote_runs, std::byte{0xEE});
+  if (direction == Copy::kRead)
+    expect_runs(local, local_runs, std::byte{0xEE});
+  else
+    expect_runs(remote, remote_runs, std::byte{0xEE});
 }
 
 TEST(CmaCopy, ReadsDescriptorRunsIntoLocalRuns) {
-  round_trip(Copy::kRead, 100'003, 13, 1000);   // remote side scattered: > kIovBatch remote iovecs
-  round_trip(Copy::kRead, 100'003, 1000, 13);   // local side scattered
+  round_trip(Copy::kRead, 100'003, 13, 1000);  // remote side scattered: > kIovBatch remote iovecs
+  round_trip(Copy::kRead, 100'003, 1000, 13);  // local side scattered
   round_trip(Copy::kRead, 7, 7, 7);
 }
 

@@ -14,8 +14,8 @@
 namespace dynatrain::comm {
 namespace {
 
-using testing::transport_cases;
 using testing::CommCase;
+using testing::transport_cases;
 
 // Short enough that a deadlocked case fails fast, long enough for a loaded 2-core machine.
 InprocOptions test_options() {
@@ -37,8 +37,7 @@ TEST_P(InprocCase, Runs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Generic, InprocCase,
-                         ::testing::Combine(::testing::ValuesIn(transport_cases()),
-                                            ::testing::Values(1, 2, 3, 4)),
+                         ::testing::Combine(::testing::ValuesIn(transport_cases()), ::testing::Values(1, 2, 3, 4)),
                          [](const ::testing::TestParamInfo<InprocCase::ParamType>& info) {
                            return std::string(std::get<0>(info.param).name) + "_np" +
                                   std::to_string(std::get<1>(info.param));
@@ -144,8 +143,7 @@ TEST(Inproc, ReductionsAreDeterministic) {
         3,
         [&](Transport& t) {
           std::vector<float> v(100);
-          for (std::size_t i = 0; i < v.size(); ++i)
-            v[i] = 0.1f * static_cast<float>(i + 1) / (t.rank() + 3);
+          for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * static_cast<float>(i + 1) / (t.rank() + 3);
           t.all_reduce_sum(v.data(), v.size());
           std::lock_guard lock(mu);
           if (result.empty())

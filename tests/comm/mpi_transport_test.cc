@@ -20,8 +20,8 @@
 namespace dynatrain::comm {
 namespace {
 
-using testing::transport_cases;
 using testing::CommCase;
+using testing::transport_cases;
 
 constexpr std::size_t kTinyChunk = 7;
 
@@ -41,8 +41,7 @@ TEST_P(MpiCase, Runs) {
   if (!failure.empty()) {
     int rank = -1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::fprintf(stderr, "[rank %d] case %s (chunk %zu) FAILED: %s\n", rank, c.name, chunk,
-                 failure.c_str());
+    std::fprintf(stderr, "[rank %d] case %s (chunk %zu) FAILED: %s\n", rank, c.name, chunk, failure.c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -50,12 +49,10 @@ TEST_P(MpiCase, Runs) {
 
 INSTANTIATE_TEST_SUITE_P(Generic, MpiCase,
                          ::testing::Combine(::testing::ValuesIn(transport_cases()),
-                                            ::testing::Values(MpiTransport::kDefaultMaxChunkBytes,
-                                                              kTinyChunk)),
+                                            ::testing::Values(MpiTransport::kDefaultMaxChunkBytes, kTinyChunk)),
                          [](const ::testing::TestParamInfo<MpiCase::ParamType>& info) {
                            return std::string(std::get<0>(info.param).name) +
-                                  (std::get<1>(info.param) == kTinyChunk ? "_tinychunk"
-                                                                         : "_default");
+                                  (std::get<1>(info.param) == kTinyChunk ? "_tinychunk" : "_default");
                          });
 
 TEST(Mpi, SessionInitIsIdempotent) {
@@ -108,8 +105,7 @@ TEST(Mpi, SplitCommunicatorsKeepDirectRuns) {
 // MPI's own error (truncation) comes back as CommError naming the operation and MPI's text.
 TEST(Mpi, ErrorMessageNamesOperationAndMpiString) {
   auto world = MpiTransport::world();
-  if (world->size() < 2)
-    GTEST_SKIP() << "needs two processes (Open MPI does not report truncation on self messages)";
+  if (world->size() < 2) GTEST_SKIP() << "needs two processes (Open MPI does not report truncation on self messages)";
   auto pair = world->split(world->rank() < 2 ? 0 : -1, world->rank());
   if (world->rank() == 0) {
     char out[16] = {};
@@ -131,6 +127,4 @@ TEST(Mpi, ErrorMessageNamesOperationAndMpiString) {
 }  // namespace
 }  // namespace dynatrain::comm
 
-int main(int argc, char** argv) {
-  return dynatrain::comm::testing::run_mpi_gtest(argc, argv, "mpi_transport_test");
-}
+int main(int argc, char** argv) { return dynatrain::comm::testing::run_mpi_gtest(argc, argv, "mpi_transport_test"); }

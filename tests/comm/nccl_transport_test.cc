@@ -21,23 +21,23 @@
 namespace dynatrain::comm {
 namespace {
 
-using testing::transport_cases;
 using testing::CommCase;
+using testing::transport_cases;
 
 // Cases that test what NCCL cannot give (comm/nccl/nccl_transport.h): tag selection, a
 // receive posted before a collective whose send comes after it, threads posting at once, size
 // mismatches and scattered messages.
-const std::set<std::string> kNotMet = {"p2p_all_pairs_tags",   "threads_share_transport",
-                                       "collectives_do_not_match_p2p", "size_mismatch",
-                                       "scattered_runs",       "many_small_runs",
-                                       "scattered_size_mismatch"};
+const std::set<std::string> kNotMet = {
+    "p2p_all_pairs_tags", "threads_share_transport", "collectives_do_not_match_p2p", "size_mismatch",
+    "scattered_runs",     "many_small_runs",         "scattered_size_mismatch"};
 
 // Empty when this job can run NCCL (a device per rank), else why not.
 std::string skip_reason(int world_size) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
   if (n == 0) return "no CUDA device";
-  if (n < world_size) return "needs one CUDA device per rank (" + std::to_string(n) + " for " + std::to_string(world_size) + ")";
+  if (n < world_size)
+    return "needs one CUDA device per rank (" + std::to_string(n) + " for " + std::to_string(world_size) + ")";
   return "";
 }
 
@@ -78,7 +78,9 @@ TEST(NcclDevice, XorExchangeAndAllReduceOnDeviceBuffers) {
   if (const std::string why = skip_reason(host->size()); !why.empty()) GTEST_SKIP() << why;
   auto t = nccl_world(*host);
   const std::size_t n = (3 << 20) + 5;
-  auto byte_of = [](int sender, std::size_t i) { return static_cast<unsigned char>((i * 131 + sender * 17 + 7) & 0xFF); };
+  auto byte_of = [](int sender, std::size_t i) {
+    return static_cast<unsigned char>((i * 131 + sender * 17 + 7) & 0xFF);
+  };
   std::vector<unsigned char> out(n), in(n);
   for (std::size_t i = 0; i < n; ++i) out[i] = byte_of(t->rank(), i);
   void *d_out = nullptr, *d_in = nullptr;
@@ -106,8 +108,7 @@ TEST(NcclDevice, XorExchangeAndAllReduceOnDeviceBuffers) {
   t->all_reduce_sum(d_v, v.size());
   ASSERT_EQ(cudaMemcpy(v.data(), d_v, v.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
   const int w = t->size();
-  for (std::size_t i = 0; i < v.size(); ++i)
-    ASSERT_EQ(v[i], static_cast<float>(i * w + w * (w - 1) / 2)) << i;
+  for (std::size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], static_cast<float>(i * w + w * (w - 1) / 2)) << i;
   cudaFree(d_out);
   cudaFree(d_in);
   cudaFree(d_v);
@@ -145,6 +146,4 @@ TEST(NcclBootstrap, RefusesADeviceThatDoesNotExist) {
 }  // namespace
 }  // namespace dynatrain::comm
 
-int main(int argc, char** argv) {
-  return dynatrain::comm::testing::run_mpi_gtest(argc, argv, "nccl_transport_test");
-}
+int main(int argc, char** argv) { return dynatrain::comm::testing::run_mpi_gtest(argc, argv, "nccl_transport_test"); }

@@ -37,10 +37,9 @@ const std::vector<CommCase>& transport_cases();
 }  // namespace dynatrain::comm::testing
 
 // Throws CaseFailure("file:line: rank r: cond: parts...") unless cond holds. Needs `t` in scope.
-#define CASE_REQUIRE(cond, ...)                                                                    \
-  do {                                                                                             \
-    if (!(cond))                                                                                   \
-      throw ::dynatrain::comm::testing::CaseFailure(                                               \
-          ::dynatrain::detail::concat(__FILE__, ":", __LINE__, ": rank ", t.rank(), "/", t.size(), \
-                                      ": ", #cond, " " __VA_OPT__(, ) __VA_ARGS__));               \
+#define CASE_REQUIRE(cond, ...)                                                                                       \
+  do {                                                                                                                \
+    if (!(cond))                                                                                                      \
+      throw ::dynatrain::comm::testing::CaseFailure(::dynatrain::detail::concat(                                      \
+          __FILE__, ":", __LINE__, ": rank ", t.rank(), "/", t.size(), ": ", #cond, " " __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)

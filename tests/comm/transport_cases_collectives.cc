@@ -21,8 +21,7 @@ void barrier_repeated(Transport& t) {
 void broadcast_every_root(Transport& t) {
   const int n = t.size(), r = t.rank();
   for (int root = 0; root < n; ++root) {
-    const std::size_t bytes =
-        static_cast<std::size_t>(n) * 3 + 1 + 13 * static_cast<std::size_t>(root);
+    const std::size_t bytes = static_cast<std::size_t>(n) * 3 + 1 + 13 * static_cast<std::size_t>(root);
     Bytes buf = root == r ? filled(root, -1, root, bytes) : Bytes(bytes, 0xEE);
     t.broadcast(buf.data(), buf.size(), root);
     expect_pattern(t, buf, root, -1, root, "broadcast");
@@ -33,8 +32,7 @@ void broadcast_every_root(Transport& t) {
 
 void all_reduce_sum_sizes(Transport& t) {
   const int n = t.size(), r = t.rank();
-  for (std::size_t count :
-       {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(n) * 3 + 1, std::size_t{1000}}) {
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(n) * 3 + 1, std::size_t{1000}}) {
     std::vector<float> buf(count);
     for (std::size_t i = 0; i < count; ++i) buf[i] = value(r, i);
     t.all_reduce_sum(buf.data(), count);
@@ -48,15 +46,13 @@ void all_reduce_sum_sizes(Transport& t) {
 
 void all_gather_sizes(Transport& t) {
   const int n = t.size(), r = t.rank();
-  for (std::size_t count :
-       {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(n) * 3 + 1, std::size_t{257}}) {
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(n) * 3 + 1, std::size_t{257}}) {
     std::vector<float> send(count), recv(count * n, NAN);
     for (std::size_t i = 0; i < count; ++i) send[i] = value(r, i);
     t.all_gather(send.data(), recv.data(), count);
     for (int q = 0; q < n; ++q) {
       for (std::size_t i = 0; i < count; ++i) {
-        CASE_REQUIRE(recv[q * count + i] == value(q, i), "count ", count, " block ", q, " element ",
-                     i);
+        CASE_REQUIRE(recv[q * count + i] == value(q, i), "count ", count, " block ", q, " element ", i);
       }
     }
   }
@@ -104,28 +100,28 @@ void string_collectives(Transport& t) {
 // of every rank's block in place, uneven sizes, and the vector form of all_gather_values.
 void all_gather_bytes_sizes(Transport& t) {
   const int n = t.size(), r = t.rank();
-  for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{7}, static_cast<std::size_t>(n) * 3 + 1,
-                            std::size_t{4099}}) {
+  for (std::size_t bytes :
+       {std::size_t{0}, std::size_t{1}, std::size_t{7}, static_cast<std::size_t>(n) * 3 + 1, std::size_t{4099}}) {
     std::vector<unsigned char> send(bytes), recv(bytes * n, 0xAB);
     for (std::size_t i = 0; i < bytes; ++i) send[i] = static_cast<unsigned char>(0xFF ^ (r * 31 + i));
     t.all_gather_bytes(send.data(), recv.data(), bytes);
     for (int q = 0; q < n; ++q)
       for (std::size_t i = 0; i < bytes; ++i)
-        CASE_REQUIRE(recv[q * bytes + i] == static_cast<unsigned char>(0xFF ^ (q * 31 + i)), "bytes ", bytes,
-                     " block ", q, " byte ", i);
+        CASE_REQUIRE(recv[q * bytes + i] == static_cast<unsigned char>(0xFF ^ (q * 31 + i)), "bytes ", bytes, " block ",
+                     q, " byte ", i);
   }
   const std::vector<std::uint64_t> mine = {~0ull - static_cast<std::uint64_t>(r), static_cast<std::uint64_t>(r) << 60};
   const auto all = all_gather_values(t, mine);
   CASE_REQUIRE(all.size() == 2 * static_cast<std::size_t>(n));
   for (int q = 0; q < n; ++q)
-    CASE_REQUIRE(all[2 * q] == ~0ull - static_cast<std::uint64_t>(q) && all[2 * q + 1] == static_cast<std::uint64_t>(q) << 60,
+    CASE_REQUIRE(all[2 * q] == ~0ull - static_cast<std::uint64_t>(q) && all[2 * q + 1] == static_cast<std::uint64_t>(q)
+                                                                                              << 60,
                  "vector from rank ", q);
 }
 
 void reduce_scatter_sizes(Transport& t) {
   const int n = t.size(), r = t.rank();
-  for (std::size_t count :
-       {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(n) * 3 + 1, std::size_t{257}}) {
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(n) * 3 + 1, std::size_t{257}}) {
     std::vector<float> send(count * n), recv(count, NAN);
     for (int q = 0; q < n; ++q) {
       for (std::size_t i = 0; i < count; ++i) send[q * count + i] = value(r * 7 + q, i);
@@ -145,9 +141,7 @@ void reduce_scatter_sizes(Transport& t) {
 void all_to_all_uneven(Transport& t) {
   const int n = t.size(), r = t.rank();
   for (std::size_t scale : {std::size_t{1}, std::size_t{40}}) {
-    auto count = [&](int src, int dst) {
-      return scale * static_cast<std::size_t>((src * 5 + dst * 3 + n) % 7);
-    };
+    auto count = [&](int src, int dst) { return scale * static_cast<std::size_t>((src * 5 + dst * 3 + n) % 7); };
     std::vector<std::size_t> sc(n), so(n), rc(n), ro(n);
     std::size_t at = 0;
     for (int d = n - 1; d >= 0; --d) {  // send blocks in reverse order, 2-byte gaps
@@ -170,14 +164,12 @@ void all_to_all_uneven(Transport& t) {
     std::vector<bool> written(recv.size(), false);
     for (int s = 0; s < n; ++s) {
       for (std::size_t i = 0; i < rc[s]; ++i) {
-        CASE_REQUIRE(recv[ro[s] + i] == pattern(s, r, 21, i), "scale ", scale, " block from ", s,
-                     " byte ", i);
+        CASE_REQUIRE(recv[ro[s] + i] == pattern(s, r, 21, i), "scale ", scale, " block from ", s, " byte ", i);
         written[ro[s] + i] = true;
       }
     }
     for (std::size_t i = 0; i < recv.size(); ++i) {
-      if (!written[i])
-        CASE_REQUIRE(recv[i] == 0xA5, "scale ", scale, " gap byte ", i, " was written");
+      if (!written[i]) CASE_REQUIRE(recv[i] == 0xA5, "scale ", scale, " gap byte ", i, " was written");
     }
   }
 }
@@ -199,8 +191,7 @@ void split_cases(Transport& t) {
   float world_rank = static_cast<float>(r);
   std::vector<float> gathered(members.size());
   c.all_gather(&world_rank, gathered.data(), 1);
-  for (std::size_t i = 0; i < members.size(); ++i)
-    CASE_REQUIRE(gathered[i] == members[i], "slot ", i);
+  for (std::size_t i = 0; i < members.size(); ++i) CASE_REQUIRE(gathered[i] == members[i], "slot ", i);
 
   float sum = static_cast<float>(r);
   c.all_reduce_sum(&sum, 1);
@@ -257,18 +248,18 @@ void collectives_do_not_match_p2p(Transport& t) {
 
 void add_collective_cases(std::vector<CommCase>& cases) {
   cases.insert(cases.end(), {
-      {"barrier_repeated", barrier_repeated},
-      {"broadcast_every_root", broadcast_every_root},
-      {"all_reduce_sum_sizes", all_reduce_sum_sizes},
-      {"all_gather_sizes", all_gather_sizes},
-      {"all_gather_values_exact", all_gather_values_exact},
-      {"all_gather_bytes_sizes", all_gather_bytes_sizes},
-      {"string_collectives", string_collectives},
-      {"reduce_scatter_sizes", reduce_scatter_sizes},
-      {"all_to_all_uneven", all_to_all_uneven},
-      {"split", split_cases},
-      {"collectives_do_not_match_p2p", collectives_do_not_match_p2p},
-  });
+                                {"barrier_repeated", barrier_repeated},
+                                {"broadcast_every_root", broadcast_every_root},
+                                {"all_reduce_sum_sizes", all_reduce_sum_sizes},
+                                {"all_gather_sizes", all_gather_sizes},
+                                {"all_gather_values_exact", all_gather_values_exact},
+                                {"all_gather_bytes_sizes", all_gather_bytes_sizes},
+                                {"string_collectives", string_collectives},
+                                {"reduce_scatter_sizes", reduce_scatter_sizes},
+                                {"all_to_all_uneven", all_to_all_uneven},
+                                {"split", split_cases},
+                                {"collectives_do_not_match_p2p", collectives_do_not_match_p2p},
+                            });
 }
 
 }  // namespace dynatrain::comm::testing

@@ -13,24 +13,21 @@ void bad_arguments(Transport& t) {
   const int n = t.size();
   Bytes buf(8);
   expect_throws(
-      t, [&] { t.isend(buf.data(), buf.size(), 0, -1); }, "InvariantError", is<InvariantError>,
-      "negative tag");
+      t, [&] { t.isend(buf.data(), buf.size(), 0, -1); }, "InvariantError", is<InvariantError>, "negative tag");
   expect_throws(
-      t, [&] { t.irecv(buf.data(), buf.size(), 0, kMaxTag + 1); }, "InvariantError",
-      is<InvariantError>, "tag above kMaxTag");
+      t, [&] { t.irecv(buf.data(), buf.size(), 0, kMaxTag + 1); }, "InvariantError", is<InvariantError>,
+      "tag above kMaxTag");
   expect_throws(
-      t, [&] { t.isend(buf.data(), buf.size(), n, 0); }, "InvariantError", is<InvariantError>,
-      "peer == size");
+      t, [&] { t.isend(buf.data(), buf.size(), n, 0); }, "InvariantError", is<InvariantError>, "peer == size");
   expect_throws(
-      t, [&] { t.irecv(buf.data(), buf.size(), -1, 0); }, "InvariantError", is<InvariantError>,
-      "negative peer");
+      t, [&] { t.irecv(buf.data(), buf.size(), -1, 0); }, "InvariantError", is<InvariantError>, "negative peer");
   expect_throws(
       t, [&] { t.broadcast(buf.data(), buf.size(), n); }, "InvariantError", is<InvariantError>,
       "broadcast root == size");
   const std::vector<std::size_t> wrong(static_cast<std::size_t>(n) + 1, 0);
   expect_throws(
-      t, [&] { t.all_to_all(buf.data(), wrong, wrong, buf.data(), wrong, wrong); },
-      "InvariantError", is<InvariantError>, "all_to_all vectors of length size()+1");
+      t, [&] { t.all_to_all(buf.data(), wrong, wrong, buf.data(), wrong, wrong); }, "InvariantError",
+      is<InvariantError>, "all_to_all vectors of length size()+1");
   t.barrier();  // still usable
 }
 
@@ -72,9 +69,9 @@ void size_mismatch(Transport& t) {
 
 void add_error_cases(std::vector<CommCase>& cases) {
   cases.insert(cases.end(), {
-      {"bad_arguments", bad_arguments},
-      {"size_mismatch", size_mismatch},
-  });
+                                {"bad_arguments", bad_arguments},
+                                {"size_mismatch", size_mismatch},
+                            });
 }
 
 }  // namespace dynatrain::comm::testing

@@ -40,8 +40,7 @@ void p2p_all_pairs_tags(Transport& t) {
   const int n = t.size(), r = t.rank();
   const int tags[] = {0, 5, kMaxTag};
   auto size_of = [&](int src, int dst, int tag, int seq) {
-    return msg_bytes(src, dst, n) + static_cast<std::size_t>(tag % 7) +
-           static_cast<std::size_t>(seq);
+    return msg_bytes(src, dst, n) + static_cast<std::size_t>(tag % 7) + static_cast<std::size_t>(seq);
   };
   auto pat_tag = [](int tag, int seq) { return tag * 2 + seq; };
   std::vector<Bytes> outs, ins;
@@ -135,13 +134,11 @@ void many_outstanding(Transport& t) {
     reqs.push_back(t.irecv(ins.back().data(), ins.back().size(), prev(t), i % 3));
   }
   for (int i = 0; i < kMessages; ++i) {
-    outs.push_back(
-        filled(r, next(t), 1000 + i, msg_bytes(r, next(t), n) + static_cast<std::size_t>(i)));
+    outs.push_back(filled(r, next(t), 1000 + i, msg_bytes(r, next(t), n) + static_cast<std::size_t>(i)));
     reqs.push_back(t.isend(outs.back().data(), outs.back().size(), next(t), i % 3));
   }
   wait_all(reqs);
-  for (int i = 0; i < kMessages; ++i)
-    expect_pattern(t, ins[i], prev(t), r, 1000 + i, "outstanding");
+  for (int i = 0; i < kMessages; ++i) expect_pattern(t, ins[i], prev(t), r, 1000 + i, "outstanding");
 }
 
 void large_message(Transport& t) {
@@ -188,16 +185,16 @@ void threads_share_transport(Transport& t) {
 
 void add_point_to_point_cases(std::vector<CommCase>& cases) {
   cases.insert(cases.end(), {
-      {"identity", identity},
-      {"p2p_ring", p2p_ring},
-      {"p2p_all_pairs_tags", p2p_all_pairs_tags},
-      {"sendrecv_xor_and_shift", sendrecv_xor_and_shift},
-      {"test_polling", test_polling},
-      {"request_destructor_waits", request_destructor_waits},
-      {"many_outstanding", many_outstanding},
-      {"large_message", large_message},
-      {"threads_share_transport", threads_share_transport},
-  });
+                                {"identity", identity},
+                                {"p2p_ring", p2p_ring},
+                                {"p2p_all_pairs_tags", p2p_all_pairs_tags},
+                                {"sendrecv_xor_and_shift", sendrecv_xor_and_shift},
+                                {"test_polling", test_polling},
+                                {"request_destructor_waits", request_destructor_waits},
+                                {"many_outstanding", many_outstanding},
+                                {"large_message", large_message},
+                                {"threads_share_transport", threads_share_transport},
+                            });
 }
 
 }  // namespace dynatrain::comm::testing

@@ -137,8 +137,11 @@ void scattered_size_mismatch(Transport& t) {
     } else {
       Bytes in(4096, 0);
       expect_throws(
-          t, [&] { pair->irecv_runs(in.data(), {{0, 1000}, {1500, 1000}}, 0, 2)->wait(); }, "CommError",
-          is<CommError>, "runs receive smaller than the runs message");
+          t,
+          [&] {
+            pair->irecv_runs(in.data(), {{0, 1000}, {1500, 1000}}, 0, 2)->wait();
+          },
+          "CommError", is<CommError>, "runs receive smaller than the runs message");
     }
   }
   t.barrier();
@@ -148,10 +151,10 @@ void scattered_size_mismatch(Transport& t) {
 
 void add_runs_cases(std::vector<CommCase>& cases) {
   cases.insert(cases.end(), {
-      {"scattered_runs", scattered_runs},
-      {"many_small_runs", many_small_runs},
-      {"scattered_size_mismatch", scattered_size_mismatch},
-  });
+                                {"scattered_runs", scattered_runs},
+                                {"many_small_runs", many_small_runs},
+                                {"scattered_size_mismatch", scattered_size_mismatch},
+                            });
 }
 
 }  // namespace dynatrain::comm::testing

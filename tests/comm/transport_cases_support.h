@@ -43,8 +43,7 @@ inline Bytes filled(int src, int dst, int tag, std::size_t n) {
 
 // Deliberately uneven message sizes: differ per sender and receiver, never a multiple of 4.
 inline std::size_t msg_bytes(int src, int dst, int world) {
-  return static_cast<std::size_t>(world) * 3 + 1 + 5 * static_cast<std::size_t>(src) +
-         static_cast<std::size_t>(dst);
+  return static_cast<std::size_t>(world) * 3 + 1 + 5 * static_cast<std::size_t>(src) + static_cast<std::size_t>(dst);
 }
 
 // Integer-valued floats, so sums over a few ranks are exact in any order.
@@ -52,15 +51,14 @@ inline float value(int who, std::size_t i) { return static_cast<float>((who * 37
 
 inline void expect_pattern(Transport& t, const Bytes& got, int src, int dst, int tag, const char* what) {
   for (std::size_t i = 0; i < got.size(); ++i) {
-    CASE_REQUIRE(got[i] == pattern(src, dst, tag, i), what, ": byte ", i, " of ", got.size(),
-                 " from ", src, " to ", dst, " tag ", tag, " is ", int(got[i]), ", want ",
-                 int(pattern(src, dst, tag, i)));
+    CASE_REQUIRE(got[i] == pattern(src, dst, tag, i), what, ": byte ", i, " of ", got.size(), " from ", src, " to ",
+                 dst, " tag ", tag, " is ", int(got[i]), ", want ", int(pattern(src, dst, tag, i)));
   }
 }
 
 template <typename Fn>
-void expect_throws(Transport& t, Fn&& fn, const char* expected_type,
-                   bool (*matches)(std::exception_ptr), const char* what) {
+void expect_throws(Transport& t, Fn&& fn, const char* expected_type, bool (*matches)(std::exception_ptr),
+                   const char* what) {
   std::exception_ptr error;
   try {
     fn();

@@ -31,8 +31,9 @@ std::string refusal(const std::string& wire) {
 TEST(JoinMessage, RoundTripsEveryFieldAndAnyPayload) {
   const JoinMessage m = sample();
   const std::string wire = serialize(m);
-  EXPECT_EQ(wire.substr(0, wire.find('\n')),
-            R"({"current":"tp=2,dp=2","ids":[0,3,2,1,5,6],"next":"tp=2,pp=3,pp_layers=2/1/1","next_id":7,"version":1})");
+  EXPECT_EQ(
+      wire.substr(0, wire.find('\n')),
+      R"({"current":"tp=2,dp=2","ids":[0,3,2,1,5,6],"next":"tp=2,pp=3,pp_layers=2/1/1","next_id":7,"version":1})");
   const JoinMessage back = parse_join_message(wire);
   EXPECT_EQ(back.current, m.current);
   EXPECT_EQ(back.next, m.next);
@@ -43,7 +44,8 @@ TEST(JoinMessage, RoundTripsEveryFieldAndAnyPayload) {
 }
 
 TEST(JoinMessage, AnotherVersionIsRefusedByNumber) {
-  const std::string wire = R"({"version":2,"current":"dp=1","next":"dp=2","next_id":2,"ids":[0,1]})" "\n";
+  const std::string wire = R"({"version":2,"current":"dp=1","next":"dp=2","next_id":2,"ids":[0,1]})"
+                           "\n";
   EXPECT_EQ(refusal<InputError>(wire),
             "join message version 2 is not supported; this process reads version 1 (every process of a job "
             "must run the same dynatrain)");
@@ -55,17 +57,33 @@ TEST(JoinMessage, MalformedHeadersNameTheField) {
   EXPECT_EQ(refusal<InvariantError>(with(R"("version":1,)")), "");
   const std::pair<std::string, std::string> cases[] = {
       {"dp=1\ndp=2\n2 0 1\n", "its first line (4 bytes) is not a JSON object"},  // the old text format
-      {R"({"version":1})", "its first line (13 bytes) is not a JSON object"},   // no newline: no payload
+      {R"({"version":1})", "its first line (13 bytes) is not a JSON object"},    // no newline: no payload
       {with(""), "\"version\" must be an integer"},
       {with(R"("version":"1",)"), "\"version\" must be an integer"},
-      {R"({"version":1,"next":"dp=2","next_id":2,"ids":[0,1]})" "\n", "\"current\" must be a config string"},
-      {R"({"version":1,"current":3,"next":"dp=2","next_id":2,"ids":[0,1]})" "\n", "\"current\" must be a config string"},
-      {R"({"version":1,"current":"dp=1","next_id":2,"ids":[0,1]})" "\n", "\"next\" must be a config string"},
-      {R"({"version":1,"current":"dp=1","next":"dp=2","next_id":-2,"ids":[0,1]})" "\n", "\"next_id\" must be a process id"},
-      {R"({"version":1,"current":"dp=1","next":"dp=2","next_id":2.5,"ids":[0,1]})" "\n", "\"next_id\" must be a process id"},
-      {R"({"version":1,"current":"dp=1","next":"dp=2","next_id":2})" "\n", "\"ids\" must be an array of process ids"},
-      {R"({"version":1,"current":"dp=1","next":"dp=2","next_id":2,"ids":[0,"1"]})" "\n", "\"ids\" must be an array"},
-      {R"({"version":1,"current":"dp=1","next":"dp=2","next_id":2,"ids":[0,-1]})" "\n", "\"ids\" must be an array"},
+      {R"({"version":1,"next":"dp=2","next_id":2,"ids":[0,1]})"
+       "\n",
+       "\"current\" must be a config string"},
+      {R"({"version":1,"current":3,"next":"dp=2","next_id":2,"ids":[0,1]})"
+       "\n",
+       "\"current\" must be a config string"},
+      {R"({"version":1,"current":"dp=1","next_id":2,"ids":[0,1]})"
+       "\n",
+       "\"next\" must be a config string"},
+      {R"({"version":1,"current":"dp=1","next":"dp=2","next_id":-2,"ids":[0,1]})"
+       "\n",
+       "\"next_id\" must be a process id"},
+      {R"({"version":1,"current":"dp=1","next":"dp=2","next_id":2.5,"ids":[0,1]})"
+       "\n",
+       "\"next_id\" must be a process id"},
+      {R"({"version":1,"current":"dp=1","next":"dp=2","next_id":2})"
+       "\n",
+       "\"ids\" must be an array of process ids"},
+      {R"({"version":1,"current":"dp=1","next":"dp=2","next_id":2,"ids":[0,"1"]})"
+       "\n",
+       "\"ids\" must be an array"},
+      {R"({"version":1,"current":"dp=1","next":"dp=2","next_id":2,"ids":[0,-1]})"
+       "\n",
+       "\"ids\" must be an array"},
   };
   for (const auto& [wire, want] : cases) {
     const std::string got = refusal<InvariantError>(wire);

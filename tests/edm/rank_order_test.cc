@@ -10,7 +10,6 @@ namespace {
 
 vps::ParallelConfig cfg(const std::string& s) { return vps::ParallelConfig::parse(s); }
 
-
 // The coordinates that must agree inside a group of kind g, and g's own coordinate.
 std::vector<int> others(const vps::ParallelConfig& c, const vps::RankCoords& k, Group g) {
   switch (g) {
@@ -62,9 +61,15 @@ TEST(RankOrder, SameColourExactlyWhenOtherCoordinatesAgree) {
               << text << " " << group_name(g) << " ranks " << a << ", " << b;
         }
       }
-      const int size = g == Group::kTp ? c.tp : g == Group::kCp ? c.cp : g == Group::kDp ? c.dp
-                     : g == Group::kPp ? c.pp : g == Group::kEp ? c.ep : g == Group::kEdp ? c.edp()
-                     : g == Group::kEtp ? c.etp : g == Group::kDpCp ? c.dp * c.cp : w;
+      const int size = g == Group::kTp     ? c.tp
+                       : g == Group::kCp   ? c.cp
+                       : g == Group::kDp   ? c.dp
+                       : g == Group::kPp   ? c.pp
+                       : g == Group::kEp   ? c.ep
+                       : g == Group::kEdp  ? c.edp()
+                       : g == Group::kEtp  ? c.etp
+                       : g == Group::kDpCp ? c.dp * c.cp
+                                           : w;
       for (const auto& [colour, n] : members) EXPECT_EQ(n, size) << text << " " << group_name(g);
     }
     EXPECT_EQ(group_colour(c, w, Group::kTp).colour, -1) << "rank outside the layout";

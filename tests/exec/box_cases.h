@@ -66,8 +66,7 @@ inline std::byte content(std::int64_t g, std::size_t b) {
 }
 
 // Storage of `outer` (dense row-major), every element's bytes a function of its global index.
-inline std::vector<std::byte> filled(const vps::Box& outer, const vps::Box& global, std::size_t elem,
-                              std::size_t pad) {
+inline std::vector<std::byte> filled(const vps::Box& outer, const vps::Box& global, std::size_t elem, std::size_t pad) {
   std::vector<std::byte> v(pad + static_cast<std::size_t>(outer.numel()) * elem, std::byte{0xEE});
   for (std::int64_t i = 0; i < outer.numel(); ++i)
     for (std::size_t b = 0; b < elem; ++b)
@@ -78,7 +77,7 @@ inline std::vector<std::byte> filled(const vps::Box& outer, const vps::Box& glob
 // Every element of `q` in `dst` (storage of `dst_outer` at byte `pad`) holds its content; every
 // other element still holds the 0xEE it started with.
 inline void expect_copied(const std::vector<std::byte>& dst, std::size_t pad, const vps::Box& dst_outer,
-                   const vps::Box& q, const vps::Box& global, std::size_t elem, const char* what) {
+                          const vps::Box& q, const vps::Box& global, std::size_t elem, const char* what) {
   for (std::int64_t i = 0; i < dst_outer.numel(); ++i) {
     const vps::Coord c = dst_outer.coord_at(i);
     const bool in_q = holds(q, c);

@@ -54,8 +54,7 @@ TEST(BoxCopy, RandomBoxesAllRanksPackUnpackAndDirect) {
     std::vector<std::uint32_t> back(static_cast<std::size_t>(d_outer.numel()), 0xFFFFFFFF);
     unpack_range(q, a, z, reinterpret_cast<const std::byte*>(packed.data()), reinterpret_cast<std::byte*>(back.data()),
                  d_outer, 4);
-    for (std::int64_t i = a; i < z; ++i)
-      ASSERT_EQ(back[d_outer.linear_index(q.coord_at(i))], packed[i - a]);
+    for (std::int64_t i = a; i < z; ++i) ASSERT_EQ(back[d_outer.linear_index(q.coord_at(i))], packed[i - a]);
     // contiguous_offset agrees with a brute-force check.
     const std::int64_t off = contiguous_offset(q, a, z, s_outer);
     bool contiguous = true;

@@ -30,7 +30,8 @@ class C10dTransition : public ::testing::TestWithParam<std::tuple<TransitionCase
 TEST_P(C10dTransition, MovesEveryElementWithinBudget) {
   const auto& [c, ranks] = GetParam();
   try {
-    comm::run_c10d_ranks(ranks, [&](comm::Transport& t) { cases::run_case(c, t); }, kTimeout);
+    comm::run_c10d_ranks(
+        ranks, [&](comm::Transport& t) { cases::run_case(c, t); }, kTimeout);
   } catch (const std::exception& e) {
     FAIL() << c.name() << " on " << ranks << " ranks: " << e.what() << " (" << testing::seed_note() << ")";
   }
@@ -43,15 +44,18 @@ INSTANTIATE_TEST_SUITE_P(Random, C10dTransition, ::testing::ValuesIn(all_cases()
                          });
 
 TEST(C10dTransitionFixed, MessageCountsPerRank) {
-  comm::run_c10d_ranks(4, [](comm::Transport& t) { cases::message_count_case(t); }, kTimeout);
+  comm::run_c10d_ranks(
+      4, [](comm::Transport& t) { cases::message_count_case(t); }, kTimeout);
 }
 
 TEST(C10dTransitionFixed, StridedSlicesPackedWithoutDirectRuns) {
-  comm::run_c10d_ranks(2, [](comm::Transport& t) { cases::strided_direct_case(t); }, kTimeout);
+  comm::run_c10d_ranks(
+      2, [](comm::Transport& t) { cases::strided_direct_case(t); }, kTimeout);
 }
 
 TEST(C10dTransitionFixed, KeptBuffersHandedOverWithoutCopy) {
-  comm::run_c10d_ranks(4, [](comm::Transport& t) { cases::zero_copy_keep_case(t); }, kTimeout);
+  comm::run_c10d_ranks(
+      4, [](comm::Transport& t) { cases::zero_copy_keep_case(t); }, kTimeout);
 }
 
 }  // namespace

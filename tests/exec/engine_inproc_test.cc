@@ -17,8 +17,8 @@
 #include "testing/seed.h"
 
 namespace dynatrain::exec {
-using tools::RunTransitionArgs;
 using tools::run_transition_command;
+using tools::RunTransitionArgs;
 namespace {
 
 using cases::TransitionCase;
@@ -44,7 +44,8 @@ class InprocTransition : public ::testing::TestWithParam<std::tuple<TransitionCa
 TEST_P(InprocTransition, MovesEveryElementWithinBudget) {
   const auto& [c, ranks] = GetParam();
   try {
-    comm::run_ranks(ranks, [&](comm::Transport& t) { cases::run_case(c, t); }, test_options());
+    comm::run_ranks(
+        ranks, [&](comm::Transport& t) { cases::run_case(c, t); }, test_options());
   } catch (const std::exception& e) {
     FAIL() << c.name() << " on " << ranks << " ranks: " << e.what() << " (" << testing::seed_note() << ")";
   }
@@ -84,37 +85,43 @@ INSTANTIATE_TEST_SUITE_P(TwoLinkClasses, InprocTransition, ::testing::ValuesIn(t
                          });
 
 TEST(InprocTransitionFixed, LinkClassesOverlapEveryByteArrives) {
-  comm::run_ranks(4, [](comm::Transport& t) { cases::link_overlap_case(t); }, test_options());
+  comm::run_ranks(
+      4, [](comm::Transport& t) { cases::link_overlap_case(t); }, test_options());
 }
 
 // kAuto: a transport whose ranks span nodes (InprocOptions::ranks_per_node) gets two classes,
 // one that sees a single node keeps one pipeline (run_case asserts which, and every byte).
 TEST(InprocTransitionFixed, LinkClassesFollowTheTransportsNodes) {
-  TransitionCase c{.kind = "auto", .model = "tiny-moe", .from = "tp=2,dp=2,zero=1", .to = "dp=4,ep=2,zero=2",
-                   .world = 4};
+  TransitionCase c{
+      .kind = "auto", .model = "tiny-moe", .from = "tp=2,dp=2,zero=1", .to = "dp=4,ep=2,zero=2", .world = 4};
   for (int per_node : {0, 2, 3}) {
     comm::InprocOptions o = test_options();
     o.ranks_per_node = per_node;
     std::vector<std::uint64_t> classes(4);
-    comm::run_ranks(4, [&](comm::Transport& t) { classes[t.rank()] = cases::run_case(c, t).link_classes; }, o);
+    comm::run_ranks(
+        4, [&](comm::Transport& t) { classes[t.rank()] = cases::run_case(c, t).link_classes; }, o);
     for (auto k : classes) EXPECT_EQ(k, per_node == 0 ? 1u : 2u) << "ranks per node " << per_node;
   }
 }
 
 TEST(InprocTransitionFixed, KeptBuffersHandedOverWithoutCopy) {
-  comm::run_ranks(4, [](comm::Transport& t) { cases::zero_copy_keep_case(t); }, test_options());
+  comm::run_ranks(
+      4, [](comm::Transport& t) { cases::zero_copy_keep_case(t); }, test_options());
 }
 
 TEST(InprocTransitionFixed, KeptRunsAtNewOffsetsRemappedNotCopied) {
-  comm::run_ranks(4, [](comm::Transport& t) { cases::remapped_keep_case(t); }, test_options());
+  comm::run_ranks(
+      4, [](comm::Transport& t) { cases::remapped_keep_case(t); }, test_options());
 }
 
 TEST(InprocTransitionFixed, StridedSlicesReceivedWithoutUnpack) {
-  comm::run_ranks(2, [](comm::Transport& t) { cases::strided_direct_case(t); }, test_options());
+  comm::run_ranks(
+      2, [](comm::Transport& t) { cases::strided_direct_case(t); }, test_options());
 }
 
 TEST(InprocTransitionFixed, MessageCountsPerRank) {
-  comm::run_ranks(4, [](comm::Transport& t) { cases::message_count_case(t); }, test_options());
+  comm::run_ranks(
+      4, [](comm::Transport& t) { cases::message_count_case(t); }, test_options());
 }
 
 }  // namespace
@@ -127,8 +134,8 @@ namespace {
 nlohmann::json run_command(const RunTransitionArgs& args, std::string* text) {
   std::FILE* out = std::tmpfile();
   std::vector<int> codes(5, -1);
-  comm::run_ranks(5, [&](comm::Transport& t) { codes[t.rank()] = run_transition_command(args, t, out); },
-                  test_options());
+  comm::run_ranks(
+      5, [&](comm::Transport& t) { codes[t.rank()] = run_transition_command(args, t, out); }, test_options());
   for (int c : codes) EXPECT_EQ(c, 0);
   std::rewind(out);
   std::string got(1 << 14, '\0');
@@ -199,7 +206,8 @@ TEST(RunTransitionCommand, VerifiesRepeatsAndWritesJson) {
   // Too few ranks for the switch: an InputError naming the need.
   args.to = "dp=8";
   std::FILE* out = std::tmpfile();
-  EXPECT_THROW(comm::run_ranks(2, [&](comm::Transport& t) { run_transition_command(args, t, out); }, test_options()),
+  EXPECT_THROW(comm::run_ranks(
+                   2, [&](comm::Transport& t) { run_transition_command(args, t, out); }, test_options()),
                InputError);
   std::fclose(out);
 }

@@ -35,8 +35,7 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       const auto s = exec::cases::run_case(c, *world);
       if (me == 0)
-        std::printf("[ok] np%d %-70s %6.3fs  %3llu msgs  %3llu waves %s\n", n, current.c_str(),
-                    seconds_since(t0),
+        std::printf("[ok] np%d %-70s %6.3fs  %3llu msgs  %3llu waves %s\n", n, current.c_str(), seconds_since(t0),
                     static_cast<unsigned long long>(s.messages), static_cast<unsigned long long>(s.waves),
                     s.wave_order.c_str());
     }
@@ -60,8 +59,8 @@ int main(int argc, char** argv) {
       if (me == 0) std::printf("[ok] np4 remapped keeps\n");
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "[rank %d] case %s FAILED (%s): %s\n", me, current.c_str(),
-                 testing::seed_note().c_str(), e.what());
+    std::fprintf(stderr, "[rank %d] case %s FAILED (%s): %s\n", me, current.c_str(), testing::seed_note().c_str(),
+                 e.what());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

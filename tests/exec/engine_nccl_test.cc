@@ -38,9 +38,8 @@ std::size_t buffer_bytes(const vps::Layout& l, const vps::LocalBuffer& b) {
 // destination buffers hold a wrong element (the first described in `first`).
 // `mem` is the state memory (CudaMemory; PoolAllocator for the host run of the same harness),
 // `sync` waits for its work.
-int switch_on_device(const vps::Layout& src, const vps::Layout& dst, comm::Transport& t,
-                     StateAllocator& mem, const std::function<void()>& sync, std::size_t budget,
-                     std::string* first) {
+int switch_on_device(const vps::Layout& src, const vps::Layout& dst, comm::Transport& t, StateAllocator& mem,
+                     const std::function<void()>& sync, std::size_t budget, std::string* first) {
   const int me = t.rank();
   const plan::Planner planner(src, dst);
   const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};

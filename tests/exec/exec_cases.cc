@@ -13,12 +13,12 @@
 #include "vps/model_spec.h"
 #include "vps/parallel_config.h"
 
-#define CASE_REQUIRE(cond, ...)                                                                 \
-  do {                                                                                          \
-    if (!(cond))                                                                                \
-      throw ::dynatrain::exec::cases::CaseFailure(::dynatrain::detail::concat(                \
-          __FILE__, ":", __LINE__, ": rank ", t.rank(), "/", t.size(), ": ", c.name(), ": ", \
-          #cond, " " __VA_OPT__(, ) __VA_ARGS__));                                              \
+#define CASE_REQUIRE(cond, ...)                                                                                    \
+  do {                                                                                                             \
+    if (!(cond))                                                                                                   \
+      throw ::dynatrain::exec::cases::CaseFailure(                                                                 \
+          ::dynatrain::detail::concat(__FILE__, ":", __LINE__, ": rank ", t.rank(), "/", t.size(), ": ", c.name(), \
+                                      ": ", #cond, " " __VA_OPT__(, ) __VA_ARGS__));                               \
   } while (0)
 
 namespace dynatrain::exec::cases {
@@ -66,8 +66,8 @@ std::vector<vps::ParallelConfig> valid_configs(const vps::ModelSpec& m, int max_
 }
 
 int dims_changed(const vps::ParallelConfig& a, const vps::ParallelConfig& b) {
-  return (a.tp != b.tp) + (a.pp != b.pp) + (a.dp != b.dp) + (a.cp != b.cp) + (a.ep != b.ep) +
-         (a.etp != b.etp) + (a.zero != b.zero);
+  return (a.tp != b.tp) + (a.pp != b.pp) + (a.dp != b.dp) + (a.cp != b.cp) + (a.ep != b.ep) + (a.etp != b.etp) +
+         (a.zero != b.zero);
 }
 
 bool matches(const std::string& kind, const vps::ParallelConfig& a, const vps::ParallelConfig& b) {
@@ -98,7 +98,10 @@ vps::ModelSpec case_model(const std::string& name) {
   m.hidden = 256;
   m.head_dim = m.hidden / m.heads;
   m.vocab = 2048;
-  if (m.is_moe()) m.expert_ffn = 128; else m.ffn = 704;
+  if (m.is_moe())
+    m.expert_ffn = 128;
+  else
+    m.ffn = 704;
   return m;
 }
 
@@ -221,7 +224,8 @@ void check_plan_bytes(const TransitionCase& c, comm::Transport& t, const plan::R
     for (const auto& p : v) want[skipped(p)][0] += bytes_of(p), any |= !skipped(p);
     peers_sent_to += any;
   }
-  for (const auto& [q, v] : plan.recv) for (const auto& p : v) want[skipped(p)][1] += bytes_of(p);
+  for (const auto& [q, v] : plan.recv)
+    for (const auto& p : v) want[skipped(p)][1] += bytes_of(p);
   for (const auto& p : plan.keep) want[skipped(p)][2] += bytes_of(p);
   CASE_REQUIRE(s.bytes_sent == want[0][0], s.bytes_sent, " vs ", want[0][0]);
   CASE_REQUIRE(s.bytes_received == want[0][1], s.bytes_received, " vs ", want[0][1]);
@@ -239,9 +243,8 @@ void check_plan_bytes(const TransitionCase& c, comm::Transport& t, const plan::R
 
 // Memory: staging within budget, prediction exact, peak within max(src, dst) + budget, and the
 // pool in agreement with the engine.
-void check_memory(const TransitionCase& c, comm::Transport& t, const vps::LayoutOptions& lo,
-                  const vps::RankLayout& sl, const vps::RankLayout& dl, const PoolAllocator& pool,
-                  const TransitionStats& s) {
+void check_memory(const TransitionCase& c, comm::Transport& t, const vps::LayoutOptions& lo, const vps::RankLayout& sl,
+                  const vps::RankLayout& dl, const PoolAllocator& pool, const TransitionStats& s) {
   CASE_REQUIRE(s.staging_bytes <= c.budget / 2, s.staging_bytes);
   CASE_REQUIRE(s.src_bytes == static_cast<std::uint64_t>(sl.bytes(lo)));
   CASE_REQUIRE(s.dst_bytes == static_cast<std::uint64_t>(dl.bytes(lo)));
@@ -249,8 +252,8 @@ void check_memory(const TransitionCase& c, comm::Transport& t, const vps::Layout
   // The bound is promised for the order the engine chooses (kAuto); a forced order is a
   // debugging aid and may overshoot (exec/README.md), its peak is still predicted exactly.
   if (c.order == WaveOrder::kAuto)
-    CASE_REQUIRE(s.peak_bytes <= std::max(s.src_bytes, s.dst_bytes) + c.budget, "peak ", s.peak_bytes,
-               " src ", s.src_bytes, " dst ", s.dst_bytes, " budget ", c.budget);
+    CASE_REQUIRE(s.peak_bytes <= std::max(s.src_bytes, s.dst_bytes) + c.budget, "peak ", s.peak_bytes, " src ",
+                 s.src_bytes, " dst ", s.dst_bytes, " budget ", c.budget);
   // The pool agrees with the engine up to its rounding (64 bytes, or a page for mapped blocks).
   const std::size_t slack = kPageBytes * (sl.buffers.size() + dl.buffers.size() + 2);
   CASE_REQUIRE(pool.peak_live() <= s.peak_bytes + slack, pool.peak_live(), " vs ", s.peak_bytes);
@@ -325,8 +328,13 @@ void message_count_case(comm::Transport& t) {
 }
 
 void link_overlap_case(comm::Transport& t) {
-  TransitionCase c{.kind = "overlap", .model = "tiny-dense", .from = "tp=4,zero=0", .to = "dp=4,zero=0",
-                   .budget = 64 << 10, .world = 4, .gpus_per_node = 2};
+  TransitionCase c{.kind = "overlap",
+                   .model = "tiny-dense",
+                   .from = "tp=4,zero=0",
+                   .to = "dp=4,zero=0",
+                   .budget = 64 << 10,
+                   .world = 4,
+                   .gpus_per_node = 2};
   CASE_REQUIRE(t.size() == 4);
   const TransitionStats on = run_case(c, t);
   c.gpus_per_node = 0;
@@ -345,16 +353,21 @@ void link_overlap_case(comm::Transport& t) {
     ++i;
   }
   for (const TransitionStats* s : {&on, &deep})
-    CASE_REQUIRE(s->bytes_received == off.bytes_received && s->bytes_sent == off.bytes_sent &&
-                 s->messages > off.messages, s->messages, " vs ", off.messages);
+    CASE_REQUIRE(
+        s->bytes_received == off.bytes_received && s->bytes_sent == off.bytes_sent && s->messages > off.messages,
+        s->messages, " vs ", off.messages);
   CASE_REQUIRE(off.overlapped_rounds == 0 && deep.overlapped_rounds == 0);
   // Rounds of two peers per class: most are finished with a round of the other class in flight.
   CASE_REQUIRE(on.overlapped_rounds * 2 > on.messages, on.overlapped_rounds, " of ", on.messages, " rounds");
 }
 
 void strided_direct_case(comm::Transport& t) {
-  TransitionCase c{.kind = "strided", .model = "mid-dense", .from = "tp=2,zero=0", .to = "dp=2,zero=0",
-                   .bucket_elems = 40'000'000, .world = 2};
+  TransitionCase c{.kind = "strided",
+                   .model = "mid-dense",
+                   .from = "tp=2,zero=0",
+                   .to = "dp=2,zero=0",
+                   .bucket_elems = 40'000'000,
+                   .world = 2};
   CASE_REQUIRE(t.size() == 2);
   const bool runs = t.runs_direct(1 - t.rank());
   for (std::size_t budget : {std::size_t{4} << 20, std::size_t{64} << 20}) {

@@ -31,12 +31,12 @@ struct TransitionCase {
   std::string model;  // tiny-dense or tiny-moe
   std::string from, to;
   std::int64_t bucket_elems = 700;  // small: many ZeRO buckets per kind
-  std::size_t budget = 512 << 10;  // >= 8x the largest buffer (64 KiB), see exec/README.md
+  std::size_t budget = 512 << 10;   // >= 8x the largest buffer (64 KiB), see exec/README.md
   WaveOrder order = WaveOrder::kAuto;
-  int world = 0;  // ranks the switch needs: max of both configs' world sizes
+  int world = 0;                   // ranks the switch needs: max of both configs' world sizes
   std::uint32_t zeroed_kinds = 0;  // TransitionOptions::zeroed_kinds (at a step boundary: grads)
-  bool align_pages = false;  // LayoutOptions::align_elems = kPageAlignElems: remapped keeps
-  bool direct_runs = true;   // TransitionOptions::direct_runs: scattered runs moved unpacked
+  bool align_pages = false;        // LayoutOptions::align_elems = kPageAlignElems: remapped keeps
+  bool direct_runs = true;         // TransitionOptions::direct_runs: scattered runs moved unpacked
   // > 0: ranks sit on nodes of this many (TransitionOptions::topology) and the switch runs one
   // pipeline per link class (LinkOverlap::kOn; two classes when the ranks span two nodes).
   int gpus_per_node = 0;

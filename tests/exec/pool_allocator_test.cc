@@ -53,7 +53,9 @@ TEST(PoolAllocator, PageWiseBlocksRecycleSparePagesAndKeepContents) {
     std::vector<int> state;  // 0 untouched, 1 live, 2 given back
   };
   std::vector<Block> blocks;
-  auto stamp = [](const Block& b, std::size_t i) { return static_cast<std::byte>((reinterpret_cast<std::uintptr_t>(b.p) / kPageBytes + i) & 0xff); };
+  auto stamp = [](const Block& b, std::size_t i) {
+    return static_cast<std::byte>((reinterpret_cast<std::uintptr_t>(b.p) / kPageBytes + i) & 0xff);
+  };
   auto live_model = [&] {
     std::size_t live = 0;
     for (const auto& b : blocks)
@@ -125,10 +127,10 @@ TEST(PoolAllocator, MovePagesMovesLivePagesWithoutCopy) {
   }
   EXPECT_EQ(a[3 * kPageBytes], std::byte{4});  // neighbours stay
   EXPECT_EQ(a[8 * kPageBytes], std::byte{9});
-  EXPECT_THROW(pool.move_pages(a, 0, b, 0, kPageBytes), InvariantError);             // onto a live page
+  EXPECT_THROW(pool.move_pages(a, 0, b, 0, kPageBytes), InvariantError);                             // onto a live page
   EXPECT_THROW(pool.move_pages(a, 4 * kPageBytes, b, 12 * kPageBytes, kPageBytes), InvariantError);  // moved away
-  EXPECT_THROW(pool.move_pages(a, 0, b, 12 * kPageBytes, 100), InvariantError);      // not whole pages
-  EXPECT_THROW(pool.move_pages(a, 0, a, kPageBytes, 2 * kPageBytes), InvariantError);  // overlapping
+  EXPECT_THROW(pool.move_pages(a, 0, b, 12 * kPageBytes, 100), InvariantError);                      // not whole pages
+  EXPECT_THROW(pool.move_pages(a, 0, a, kPageBytes, 2 * kPageBytes), InvariantError);                // overlapping
   pool.decommit(a, 4 * kPageBytes, 4 * kPageBytes);  // already gone: nothing changes
   EXPECT_EQ(pool.live_bytes(), live);
   pool.commit(a, 4 * kPageBytes, 4 * kPageBytes);  // the holes can be made live again
@@ -146,7 +148,7 @@ TEST(PoolAllocator, PrefaultTouchesSparePagesThatLaterAllocationsUse) {
   EXPECT_EQ(pool.live_bytes(), 0u);       // never counted as live
   const std::size_t fresh = pool.fresh_bytes();
   std::byte* p = pool.allocate(768 << 10);
-  EXPECT_EQ(pool.fresh_bytes(), fresh);   // built from the prefaulted pages
+  EXPECT_EQ(pool.fresh_bytes(), fresh);  // built from the prefaulted pages
   EXPECT_EQ(pool.spare_bytes(), std::size_t{256} << 10);
   std::memset(p, 1, 768 << 10);
   pool.release(p, 768 << 10);

@@ -57,14 +57,18 @@ TEST(JobRequestFile, RoundTripsAndRefusesBadInputInOneLine) {
   const std::string bad_json = message_of([] { request_from_json("{\"version\":1,\n\"to\":"); });
   EXPECT_NE(bad_json.find("malformed request: not JSON"), std::string::npos) << bad_json;
   EXPECT_EQ(bad_json.find('\n'), std::string::npos) << bad_json;
-  EXPECT_NE(message_of([] { request_from_json(R"({"version":2,"to":"dp=2"})"); })
-                .find("request version 2 is not supported; this job reads version 1"),
+  EXPECT_NE(message_of([] {
+              request_from_json(R"({"version":2,"to":"dp=2"})");
+            }).find("request version 2 is not supported; this job reads version 1"),
             std::string::npos);
-  EXPECT_NE(message_of([] { request_from_json(R"({"to":"dp=2"})"); }).find("no integer \"version\""), std::string::npos);
-  EXPECT_NE(message_of([] { request_from_json(R"({"version":1,"to":"dp=2","step":3})"); }).find("unknown field \"step\""),
+  EXPECT_NE(message_of([] { request_from_json(R"({"to":"dp=2"})"); }).find("no integer \"version\""),
             std::string::npos);
+  EXPECT_NE(
+      message_of([] { request_from_json(R"({"version":1,"to":"dp=2","step":3})"); }).find("unknown field \"step\""),
+      std::string::npos);
   EXPECT_NE(message_of([] { request_from_json(R"({"version":1,"to":"tp=x"})"); }).find("tp=x"), std::string::npos);
-  EXPECT_NE(message_of([] { request_from_json(R"({"version":1,"to":3})"); }).find("must be strings"), std::string::npos);
+  EXPECT_NE(message_of([] { request_from_json(R"({"version":1,"to":3})"); }).find("must be strings"),
+            std::string::npos);
 }
 
 // A fake live job: job.lock naming this process, a fresh heartbeat.
@@ -87,7 +91,7 @@ TEST(JobLiveness, NamesWhyThereIsNoLiveJob) {
   put(d.path + "/status.json", R"({"version":1,"heartbeat_unix":1})");
   EXPECT_NE(why_no_live_job(d.path).find("process 999999999 on " + host_name() + " is gone"), std::string::npos);
   put(d.path + "/status.json", R"({"version":1,"heartbeat_unix":)" + std::to_string(unix_now()) + "}");
-  EXPECT_EQ(why_no_live_job(d.path), "");  // within the hand-over grace: still live for a request
+  EXPECT_EQ(why_no_live_job(d.path), "");      // within the hand-over grace: still live for a request
   EXPECT_EQ(hold_job_dir(d.path, false), "");  // but a new job may take a dead process's directory
   // Another host's pid cannot be checked: the heartbeat decides.
   put(d.path + "/job.lock", R"({"version":1,"pid":1,"host":"elsewhere.invalid","started_unix":1})");
@@ -99,7 +103,9 @@ TEST(JobLiveness, NamesWhyThereIsNoLiveJob) {
 
 TEST(JobRequestQueue, PlacesInOrderAndTakesEveryEntryOnceWithoutBlocking) {
   TempDir d;
-  EXPECT_NE(message_of([&] { place_request(d.path, JobRequest{"dp=2", -1, ""}); }).find("no live job holds"),
+  EXPECT_NE(message_of([&] {
+              place_request(d.path, JobRequest{"dp=2", -1, ""});
+            }).find("no live job holds"),
             std::string::npos);
   hold(d);
   const std::string a = place_request(d.path, JobRequest{"dp=2", -1, ""});
@@ -137,7 +143,8 @@ TEST(JobAnswers, RoundTrip) {
   EXPECT_EQ(a->to, "tp=2");
   EXPECT_DOUBLE_EQ(a->figures.value("pause_s", 0.0), 0.25);
   put(d.path + "/answers/r2.json", R"({"version":7,"state":"committed"})");
-  EXPECT_NE(message_of([&] { read_answer(d.path, "r2"); }).find("answer version 7 is not supported"), std::string::npos);
+  EXPECT_NE(message_of([&] { read_answer(d.path, "r2"); }).find("answer version 7 is not supported"),
+            std::string::npos);
 }
 
 TEST(JobEvents, AppendsOneVersionedObjectALine) {
@@ -194,7 +201,8 @@ TEST(JobHandOvers, AreVersionedJson) {
   j["version"] = 9;
   EXPECT_NE(message_of([&] { LeaderState::parse(j.dump()); }).find("leader state version 9"), std::string::npos);
 
-  Schedule sched = {{0, vps::ParallelConfig::parse("dp=2")}, {4, vps::ParallelConfig::parse("tp=2")},
+  Schedule sched = {{0, vps::ParallelConfig::parse("dp=2")},
+                    {4, vps::ParallelConfig::parse("tp=2")},
                     {8, vps::ParallelConfig::parse("dp=1")}};
   const std::map<std::int64_t, std::string> vacate = {{8, "1"}};
   const std::string wire = encode_schedule_tail(vps::ParallelConfig::parse("dp=2"), sched, 1, vacate);
@@ -205,8 +213,9 @@ TEST(JobHandOvers, AreVersionedJson) {
   EXPECT_EQ(got[1].first, 4);
   EXPECT_EQ(got[2].second.str(), sched[2].second.str());
   EXPECT_EQ(got_vacate, vacate);
-  EXPECT_NE(message_of([&] { decode_schedule_tail(R"({"version":2,"schedule":"0:dp=1","vacate":{}})", got, got_vacate); })
-                .find("schedule hand-over version 2 is not supported"),
+  EXPECT_NE(message_of([&] {
+              decode_schedule_tail(R"({"version":2,"schedule":"0:dp=1","vacate":{}})", got, got_vacate);
+            }).find("schedule hand-over version 2 is not supported"),
             std::string::npos);
   EXPECT_NE(message_of([&] { decode_schedule_tail("0:dp=1", got, got_vacate); }).find("malformed schedule hand-over"),
             std::string::npos);
@@ -219,8 +228,7 @@ TEST(JobControlRequests, AcceptSupersedeRefuseCommit) {
   ASSERT_EQ(c.start({{"steps", 20}}), "");
   Schedule sched = {{0, vps::ParallelConfig::parse("dp=2")}};
   std::map<std::int64_t, std::string> vacate;
-  RequestContext ctx{sched, vacate, 1, 2, 20, 3, false, 2, sched[0].second,
-                     [](vps::ParallelConfig& cfg) {
+  RequestContext ctx{sched, vacate, 1, 2, 20, 3, false, 2, sched[0].second, [](vps::ParallelConfig& cfg) {
                        if (cfg.tp == 3) DT_INPUT_ERROR("tp=3 does not divide 8 attention heads");
                      }};
   const std::string first = place_request(d.path, JobRequest{"tp=2", -1, ""});

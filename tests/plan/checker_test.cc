@@ -47,8 +47,9 @@ TEST(Checker, RefusesAPieceOfATensorTheLayoutDoesNotHave) {
     piece.tensor = static_cast<std::uint32_t>(tensors + 7);
     const auto r = check_plan(p.src, p.dst, bad);
     ASSERT_FALSE(r.ok);
-    EXPECT_NE(r.violation.find("tensor " + std::to_string(tensors + 7) + " (the layout has " + std::to_string(tensors) +
-                               ")"), std::string::npos)
+    EXPECT_NE(
+        r.violation.find("tensor " + std::to_string(tensors + 7) + " (the layout has " + std::to_string(tensors) + ")"),
+        std::string::npos)
         << r.violation;
   }
 }

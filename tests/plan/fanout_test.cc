@@ -111,11 +111,11 @@ TEST(Fanout, RuleRelaysOnlyWhereItSavesTime) {
   const Switch sw("tiny-dense", "dp=1", "dp=4", 2);
   const auto& eb = sw.src.options().elem_bytes;
   const FanoutPlan slow_net = plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kAuto,
-                                          {.intra = 100e9, .inter = 1e9, .node_inter = 1e9,  .stage_seconds = 0});
+                                          {.intra = 100e9, .inter = 1e9, .node_inter = 1e9, .stage_seconds = 0});
   EXPECT_TRUE(slow_net.applied) << slow_net.reason;
   EXPECT_LT(slow_net.seconds_with, slow_net.seconds_without);
   const FanoutPlan slow_node = plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kAuto,
-                                           {.intra = 1e6, .inter = 100e9, .node_inter = 100e9,   .stage_seconds = 0});
+                                           {.intra = 1e6, .inter = 100e9, .node_inter = 100e9, .stage_seconds = 0});
   EXPECT_FALSE(slow_node.applied) << slow_node.reason;
   EXPECT_EQ(slow_node.inter_node_bytes, slow_node.inter_node_bytes_without);
   EXPECT_EQ(slow_node.stages.size(), 1u);
@@ -136,8 +136,7 @@ TEST(Fanout, RuleRelaysOnlyWhereItSavesTime) {
 TEST(Fanout, ZeroedKindsAreNotRelayed) {
   const Switch sw("tiny-dense", "dp=1", "dp=4", 2);
   const auto& eb = sw.src.options().elem_bytes;
-  const FanoutPlan fp =
-      plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kOn, {}, vps::kind_bit(StateKind::kGrad));
+  const FanoutPlan fp = plan_fanout(sw.planner, sw.plans, eb, FanoutMode::kOn, {}, vps::kind_bit(StateKind::kGrad));
   ASSERT_TRUE(fp.applied);
   for (const auto& p : fp.stages[1])
     for (const auto& [peer, v] : p.recv)
@@ -152,12 +151,17 @@ TEST(Fanout, StagesPassTheCheckerAcrossSwitches) {
     const char *model, *from, *to;
     int gpn;
   };
-  const Case cases[] = {{"tiny-dense", "tp=2", "tp=4", 2},         {"tiny-dense", "tp=2,pp=2", "tp=2,dp=3", 2},
-                        {"tiny-moe", "ep=2,dp=2", "ep=2,dp=4", 2}, {"tiny-dense", "pp=2", "tp=2,dp=3", 3},
-                        {"tiny-dense", "dp=4", "tp=2", 2},         {"tiny-moe", "tp=2", "dp=6,ep=2", 3},
+  const Case cases[] = {{"tiny-dense", "tp=2", "tp=4", 2},
+                        {"tiny-dense", "tp=2,pp=2", "tp=2,dp=3", 2},
+                        {"tiny-moe", "ep=2,dp=2", "ep=2,dp=4", 2},
+                        {"tiny-dense", "pp=2", "tp=2,dp=3", 3},
+                        {"tiny-dense", "dp=4", "tp=2", 2},
+                        {"tiny-moe", "tp=2", "dp=6,ep=2", 3},
                         // trees across nodes: one source, one or two a node; two sources
-                        {"tiny-dense", "dp=1", "dp=4", 1},         {"tiny-moe", "tp=2", "dp=6,ep=2", 2},
-                        {"tiny-dense", "dp=2", "dp=8", 1},         {"tiny-moe", "dp=2,ep=2", "dp=8,ep=2", 1}};
+                        {"tiny-dense", "dp=1", "dp=4", 1},
+                        {"tiny-moe", "tp=2", "dp=6,ep=2", 2},
+                        {"tiny-dense", "dp=2", "dp=8", 1},
+                        {"tiny-moe", "dp=2,ep=2", "dp=8,ep=2", 1}};
   for (const Case& c : cases) {
     const Switch sw(c.model, c.from, c.to, c.gpn, {.bucket_elems = 1000});
     const FanoutPlan fp = plan_fanout(sw.planner, sw.plans, sw.src.options().elem_bytes, FanoutMode::kOn);
@@ -181,7 +185,8 @@ TEST(Fanout, StagesPassTheCheckerAcrossSwitches) {
 std::uint64_t held_bytes(const vps::RankLayout& rl, const vps::ElemBytes& eb) {
   std::uint64_t n = 0;
   for (const auto& buf : rl.buffers)
-    for (const auto& seg : buf.segments) n += static_cast<std::uint64_t>(seg.box.numel()) * eb[static_cast<int>(buf.kind)];
+    for (const auto& seg : buf.segments)
+      n += static_cast<std::uint64_t>(seg.box.numel()) * eb[static_cast<int>(buf.kind)];
   return n;
 }
 
@@ -237,7 +242,8 @@ TEST(FanoutTree, RuleTakesATreeOnlyWhereItSavesTime) {
   const FanoutCosts free_stages{.intra = 100e9, .inter = 1e9, .node_inter = 1e9, .stage_seconds = 0};
   {
     const Switch sw("tiny-dense", "dp=1", "dp=3", 1, kParamsOnly);
-    const FanoutPlan fp = plan_fanout(sw.planner, sw.plans, sw.src.options().elem_bytes, FanoutMode::kAuto, free_stages);
+    const FanoutPlan fp =
+        plan_fanout(sw.planner, sw.plans, sw.src.options().elem_bytes, FanoutMode::kAuto, free_stages);
     EXPECT_FALSE(fp.applied) << fp.reason;
     EXPECT_GT(fp.tree_candidates, 0u);
     EXPECT_NE(fp.reason.find("not relayed"), std::string::npos) << fp.reason;
@@ -294,7 +300,8 @@ TEST(FanoutTree, CheckerRejectsABrokenThirdStage) {
   for (const auto& plan : third)
     for (const auto& [from, v] : plan.recv)
       for (const auto& q : v) {
-        if (!hop && from != 0) hop = &q;
+        if (!hop && from != 0)
+          hop = &q;
         else if (hop && !other && q.tensor == hop->tensor && q.box == hop->box && q.dst_rank != hop->dst_rank &&
                  q.dst_rank != hop->src_rank)
           other = &q;

@@ -29,9 +29,7 @@ std::vector<RankPlan> plan_with(const Layout& src, const Layout& dst, Topology t
 TEST(Assignment, FindsTheHandComputedOptimum) {
   // Rows 0..2 on columns 0..3. Greedy row by row takes (0,0)=1, (1,1)=1, then row 2 pays 9;
   // the optimum is 0->1 (2), 1->3 (3), 2->0 (1) = 6 (greedy total 11).
-  const std::vector<std::int64_t> cost = {1, 2, 7, 8,
-                                          6, 1, 9, 3,
-                                          1, 9, 9, 9};
+  const std::vector<std::int64_t> cost = {1, 2, 7, 8, 6, 1, 9, 3, 1, 9, 9, 9};
   EXPECT_EQ(min_cost_assignment(3, 4, cost), (std::vector<int>{1, 3, 0}));
   // Square, identity optimal.
   EXPECT_EQ(min_cost_assignment(2, 2, {0, 5, 5, 0}), (std::vector<int>{0, 1}));
@@ -106,8 +104,8 @@ TEST(Placement, RandomPlacementsGiveExactCovers) {
       const Planner planner(src, dst, Topology{2}, placed);
       const auto plans = planner.plan_all();
       const auto result = check_plan(src, dst, plans, placed);
-      EXPECT_TRUE(result.ok) << from << " -> " << to << " placed " << placed.src.str() << " / "
-                             << placed.dst.str() << ": " << result.violation;
+      EXPECT_TRUE(result.ok) << from << " -> " << to << " placed " << placed.src.str() << " / " << placed.dst.str()
+                             << ": " << result.violation;
       const int p = static_cast<int>(rng() % processes);
       const auto mine = planner.plan_rank(p);
       EXPECT_EQ(mine.keep, plans[p].keep) << "process " << p;
@@ -138,9 +136,9 @@ TEST(Placement, PlaceAroundKeepsRanksOffVacatedProcesses) {
   EXPECT_EQ(place_around(2, 3, {1}), (std::vector<int>{0, 2}));
   EXPECT_EQ(place_around(2, 3, {0}), (std::vector<int>{2, 1}));
   EXPECT_EQ(place_around(3, 5, {0, 2}), (std::vector<int>{3, 1, 4}));  // 2 processes started at 3, 4
-  EXPECT_EQ(place_around(3, 4, {3}), (std::vector<int>{0, 1, 2}));      // the identity: the vacated one is beyond
-  EXPECT_THROW(place_around(3, 3, {1}), InvariantError);                 // does not fit
-  EXPECT_THROW(place_around(2, 3, {3}), InvariantError);                 // no such process
+  EXPECT_EQ(place_around(3, 4, {3}), (std::vector<int>{0, 1, 2}));     // the identity: the vacated one is beyond
+  EXPECT_THROW(place_around(3, 3, {1}), InvariantError);               // does not fit
+  EXPECT_THROW(place_around(2, 3, {3}), InvariantError);               // no such process
 }
 
 TEST(AutoPlacement, UndoesAPermutedSourceSoEverythingStaysInPlace) {

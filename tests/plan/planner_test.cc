@@ -12,12 +12,12 @@
 namespace dynatrain::plan {
 namespace {
 
+using plan_test::plan_between;
+using plan_test::small_buckets;
 using vps::Layout;
 using vps::LayoutOptions;
 using vps::ModelSpec;
 using vps::ParallelConfig;
-using plan_test::plan_between;
-using plan_test::small_buckets;
 
 // Bytes of segments (real data, no padding) over all ranks.
 std::uint64_t segment_bytes(const Layout& layout, int first_rank, int end_rank) {

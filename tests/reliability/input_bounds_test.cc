@@ -31,8 +31,9 @@ TEST(ConfigBounds, StrayCommasAreRefused) {
 }
 
 TEST(ConfigBounds, WorldSizeIsBoundedWithoutOverflow) {
-  EXPECT_NE(input_error_of([] { ParallelConfig::parse("tp=1024,cp=1024,dp=1024,pp=1024"); })
-                .find("1099511627776 ranks"), std::string::npos);
+  EXPECT_NE(
+      input_error_of([] { ParallelConfig::parse("tp=1024,cp=1024,dp=1024,pp=1024"); }).find("1099511627776 ranks"),
+      std::string::npos);
   EXPECT_EQ(ParallelConfig::parse("dp=131072").world_size(), vps::kMaxWorldSize);
   EXPECT_THROW(ParallelConfig::parse("dp=131073"), InputError);
 }
@@ -66,11 +67,13 @@ TEST(ModelBounds, SizesThatOverflowAreRefusedBeforeLayout) {
   m.ffn = std::int64_t{1} << 40;
   const std::string huge = input_error_of([&] { vps::Layout(m, ParallelConfig::parse("tp=1")); });
   EXPECT_TRUE(huge.find("beyond this build's limit") != std::string::npos ||
-              huge.find("sizes are too large") != std::string::npos) << huge;
+              huge.find("sizes are too large") != std::string::npos)
+      << huge;
   m = small_model();
   m.layers = std::int64_t{1} << 40;
-  EXPECT_NE(input_error_of([&] { vps::Layout(m, ParallelConfig::parse("tp=1")); }).find("num_hidden_layers=1099511627776"),
-            std::string::npos);
+  EXPECT_NE(
+      input_error_of([&] { vps::Layout(m, ParallelConfig::parse("tp=1")); }).find("num_hidden_layers=1099511627776"),
+      std::string::npos);
 }
 
 TEST(ByteSizes, NeverWrap) {

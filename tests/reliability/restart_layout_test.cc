@@ -31,9 +31,7 @@ TEST(RestartLayout, MostProcessesThenTheSameSplit) {
   EXPECT_EQ(restart("tiny-moe", 12, "dp=4,ep=4", 2), "tp=1,pp=1,dp=2,ep=2,zero=1");
 }
 
-TEST(RestartLayout, NoProcessesLeftIsRefused) {
-  EXPECT_THROW(restart("tiny-dense", 12, "tp=2,dp=2", 0), InputError);
-}
+TEST(RestartLayout, NoProcessesLeftIsRefused) { EXPECT_THROW(restart("tiny-dense", 12, "tp=2,dp=2", 0), InputError); }
 
 }  // namespace
 }  // namespace dynatrain::tools

@@ -172,7 +172,8 @@ TEST(Simulator, ScatteredRunsCostPerRunOnTheSideThatCopies) {
   // Who copies decides what a copy on the other side holds up (cpu_cores 2: a core each, the
   // rates as given). The receiver reads (its runs are the more scattered): its 1 GB keep
   // (0.1 s) stalls the message, then 0.2 s of bytes and 0.1 s of runs: 0.4 s.
-  t[1].events.insert(t[1].events.begin() + 1, exec::ScheduleEvent{exec::ScheduleEvent::Kind::kKeep, 0, -1, 0, 0, 0, 0, 0, kGB});
+  t[1].events.insert(t[1].events.begin() + 1,
+                     exec::ScheduleEvent{exec::ScheduleEvent::Kind::kKeep, 0, -1, 0, 0, 0, 0, 0, kGB});
   EXPECT_NEAR(simulate(t, toy(2, 1), {.cpu_cores = 2, .run_seconds = 1e-4}).seconds, 0.4, 1e-9);
   // The sender's runs scattered (1001 > 2 x 1, and at least 64): the sender writes, so the
   // receiver's keep runs beside the message: 0.3 s.
@@ -358,7 +359,7 @@ TEST(WaveAgreement, CutsByHandAndSharedEqualsGathered) {
   shared.contribute(1, 2, r1);
   EXPECT_THROW(shared.cut(exec::WaveOrder::kAscending, 1600), InvariantError);  // rank 0 missing
   shared.contribute(0, 2, r0);
-  EXPECT_THROW(shared.contribute(0, 2, r0), InvariantError);                    // twice
+  EXPECT_THROW(shared.contribute(0, 2, r0), InvariantError);                     // twice
   EXPECT_THROW(shared.contribute(1, 2, std::vector<float>(4)), InvariantError);  // other key count
   for (auto order : {exec::WaveOrder::kAscending, exec::WaveOrder::kDescending, exec::WaveOrder::kBalanced}) {
     const auto cut = shared.cut(order, 1600);
@@ -385,7 +386,8 @@ TEST(Simulator, SharedAgreementTracesEqualARealRunsTraces) {
   vps::LayoutOptions lo;
   lo.bucket_elems = 40'000'000;
   lo.align_elems = vps::kPageAlignElems;
-  for (const auto& [from, to] : {std::pair<const char*, const char*>{"pp=2,dp=2", "tp=2,pp=2"}, {"tp=2,dp=2", "dp=3"}}) {
+  for (const auto& [from, to] :
+       {std::pair<const char*, const char*>{"pp=2,dp=2", "tp=2,pp=2"}, {"tp=2,dp=2", "dp=3"}}) {
     SCOPED_TRACE(std::string(from) + " -> " + to);
     const vps::Layout src(model, vps::ParallelConfig::parse(from), lo);
     const vps::Layout dst(model, vps::ParallelConfig::parse(to), lo);
@@ -403,25 +405,29 @@ TEST(Simulator, SharedAgreementTracesEqualARealRunsTraces) {
     std::vector<std::uint64_t> classes(static_cast<std::size_t>(world));
     comm::InprocOptions nodes;  // on the toy cluster's nodes, as the tracer places them: two link classes
     nodes.ranks_per_node = topo.gpus_per_node;
-    comm::run_ranks(world, [&](comm::Transport& t) {
-      const int me = t.rank();
-      const vps::RankLayout sl = planner.src_rank_layout(me), dl = planner.dst_rank_layout(me);
-      exec::PoolAllocator pool;
-      std::vector<std::byte*> a, b;
-      for (const auto& buf : sl.buffers) {
-        const int e = lo.elem_bytes[static_cast<int>(buf.kind)];
-        a.push_back(pool.allocate(static_cast<std::size_t>(buf.numel) * e));
-        testing::fill_buffer(src.tensors(), buf, e, a.back());
-      }
-      exec::TransitionOptions mine = opt;
-      mine.trace = &real[me];
-      classes[me] = exec::run_transition(plans[me], sl, a, dl, b, lo.elem_bytes, t, pool, mine).link_classes;
-      for (std::size_t j = 0; j < dl.buffers.size(); ++j) {
-        const int e = lo.elem_bytes[static_cast<int>(dl.buffers[j].kind)];
-        if (auto m = testing::verify_buffer(dst.tensors(), dl.buffers[j], e, b[j])) wrong[me] = m->str(dst.tensors());
-        pool.release(b[j], static_cast<std::size_t>(dl.buffers[j].numel) * e);
-      }
-    }, nodes);
+    comm::run_ranks(
+        world,
+        [&](comm::Transport& t) {
+          const int me = t.rank();
+          const vps::RankLayout sl = planner.src_rank_layout(me), dl = planner.dst_rank_layout(me);
+          exec::PoolAllocator pool;
+          std::vector<std::byte*> a, b;
+          for (const auto& buf : sl.buffers) {
+            const int e = lo.elem_bytes[static_cast<int>(buf.kind)];
+            a.push_back(pool.allocate(static_cast<std::size_t>(buf.numel) * e));
+            testing::fill_buffer(src.tensors(), buf, e, a.back());
+          }
+          exec::TransitionOptions mine = opt;
+          mine.trace = &real[me];
+          classes[me] = exec::run_transition(plans[me], sl, a, dl, b, lo.elem_bytes, t, pool, mine).link_classes;
+          for (std::size_t j = 0; j < dl.buffers.size(); ++j) {
+            const int e = lo.elem_bytes[static_cast<int>(dl.buffers[j].kind)];
+            if (auto m = testing::verify_buffer(dst.tensors(), dl.buffers[j], e, b[j]))
+              wrong[me] = m->str(dst.tensors());
+            pool.release(b[j], static_cast<std::size_t>(dl.buffers[j].numel) * e);
+          }
+        },
+        nodes);
     ASSERT_EQ(shared.size(), real.size());
     std::size_t keeps = 0, posts = 0;
     for (int p = 0; p < world; ++p) {
@@ -432,12 +438,12 @@ TEST(Simulator, SharedAgreementTracesEqualARealRunsTraces) {
         const auto& x = shared[p].events[i];
         const auto& y = real[p].events[i];
         const auto fields = [](const exec::ScheduleEvent& e) {
-          return std::tuple(e.kind, e.wave, e.peer, e.round, e.send_bytes, e.recv_bytes, e.pack_bytes, e.unpack_bytes, e.bytes,
-                            e.send_runs, e.recv_runs);
+          return std::tuple(e.kind, e.wave, e.peer, e.round, e.send_bytes, e.recv_bytes, e.pack_bytes, e.unpack_bytes,
+                            e.bytes, e.send_runs, e.recv_runs);
         };
-        ASSERT_TRUE(fields(x) == fields(y)) << "process " << p << " event " << i << ": kind " << int(x.kind) << " / "
-                                            << int(y.kind) << ", bytes " << x.bytes << " / " << y.bytes << ", send "
-                                            << x.send_bytes << " / " << y.send_bytes;
+        ASSERT_TRUE(fields(x) == fields(y))
+            << "process " << p << " event " << i << ": kind " << int(x.kind) << " / " << int(y.kind) << ", bytes "
+            << x.bytes << " / " << y.bytes << ", send " << x.send_bytes << " / " << y.send_bytes;
         keeps += y.kind == exec::ScheduleEvent::Kind::kKeep;
         posts += y.kind == exec::ScheduleEvent::Kind::kPost;
       }

@@ -53,7 +53,8 @@ TEST(Train, Bf16StateBytesPerParameter) {
     const auto m = test_model(model);
     const vps::Layout layout(m, cfg("dp=1,zero=0"), trainer_layout_options(32768));
     const auto rl = layout.rank_layout(0);
-    const std::size_t fp32 = state_bytes(rl, trainer_elem_bytes(false)), bf16 = state_bytes(rl, trainer_elem_bytes(true));
+    const std::size_t fp32 = state_bytes(rl, trainer_elem_bytes(false)),
+                      bf16 = state_bytes(rl, trainer_elem_bytes(true));
     EXPECT_EQ(fp32 * 18, bf16 * 20) << model;
     EXPECT_GE(fp32, static_cast<std::size_t>(vps::parameter_count(m)) * 20) << model;
   }
@@ -91,11 +92,18 @@ TEST(Train, InitStateSkipsTheKindsALoadOverwrites) {
 // more than 5x the tolerance (checked; measured 0.32 / 0.42).
 TEST(Train, Bf16LossTracksStaticRun) {
   expect_tracks("tiny-dense",
-                {{0, "tp=2,dp=2"}, {4, "pp=2,dp=2"}, {8, "dp=4,zero=3"}, {12, "tp=2,pp=2"}, {16, "dp=2,zero=0"},
+                {{0, "tp=2,dp=2"},
+                 {4, "pp=2,dp=2"},
+                 {8, "dp=4,zero=3"},
+                 {12, "tp=2,pp=2"},
+                 {16, "dp=2,zero=0"},
                  {20, "tp=2,cp=2,zero=2"}},
                 4, /*check_fault=*/true, /*steps=*/24, /*bf16=*/true, /*tolerance=*/2e-3);
   expect_tracks("tiny-moe",
-                {{0, "dp=2,ep=2"}, {3, "tp=2,dp=2,ep=2,etp=2"}, {6, "dp=4,ep=4,zero=3"}, {9, "pp=2,dp=2,ep=2"},
+                {{0, "dp=2,ep=2"},
+                 {3, "tp=2,dp=2,ep=2,etp=2"},
+                 {6, "dp=4,ep=4,zero=3"},
+                 {9, "pp=2,dp=2,ep=2"},
                  {12, "tp=4,ep=2,zero=2"}},
                 4, /*check_fault=*/true, /*steps=*/16, /*bf16=*/true, /*tolerance=*/1e-2);
 }

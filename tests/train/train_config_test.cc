@@ -15,8 +15,8 @@
 namespace dynatrain::train::test {
 namespace {
 
-using vps::StateKind;
 using job::parse_schedule;
+using vps::StateKind;
 
 TEST(Train, ScheduleParsing) {
   auto s = parse_schedule("0:tp=2,pp=2,dp=2;50:tp=1,pp=2,dp=4");

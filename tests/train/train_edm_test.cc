@@ -91,7 +91,8 @@ TEST(Train, PreparedWhileStepsRunAndSwitchBackUsesCachedCommunicators) {
     EXPECT_EQ(sw.world_after, 4);
   }
   ASSERT_EQ(dyn.size(), stat.size());
-  for (std::size_t i = 0; i < dyn.size(); ++i) EXPECT_NEAR(dyn[i], stat[i], loss_tolerance("tiny-dense")) << "step " << i;
+  for (std::size_t i = 0; i < dyn.size(); ++i)
+    EXPECT_NEAR(dyn[i], stat[i], loss_tolerance("tiny-dense")) << "step " << i;
 }
 
 // Auto placement that reorders the world (tp=4 -> pp=2,tp=2 moves two ranks to other processes):
@@ -117,8 +118,10 @@ TEST(Train, AutoPlacementSwitchBackReusesTheReorderedWorld) {
   ASSERT_EQ(sws.size(), 3u);
   ASSERT_NE(sws[0].placement, "fixed") << "auto placement kept the identity: the test no longer covers a reorder";
   EXPECT_EQ(sws[0].comm_creations, 7u + 2u) << "a new layout on a reordered world: 7 groups, the world, its control";
-  EXPECT_EQ(sws[1].comm_creations, 0u) << "switching back (placement " << sws[1].placement << ") must reuse the world and groups";
-  EXPECT_EQ(sws[2].comm_creations, 0u) << "switching forth again (placement " << sws[2].placement << ") must reuse them";
+  EXPECT_EQ(sws[1].comm_creations, 0u) << "switching back (placement " << sws[1].placement
+                                       << ") must reuse the world and groups";
+  EXPECT_EQ(sws[2].comm_creations, 0u) << "switching forth again (placement " << sws[2].placement
+                                       << ") must reuse them";
 }
 
 // With page-aligned tensors (TrainerOptions::align_pages, the default) the commit's kept tensors
@@ -154,7 +157,8 @@ TEST(Train, AlignedPagesSwitchRemapsKeptTensors) {
     EXPECT_LE(sw.peak_over_bound, 1.0) << "some rank's pool peak exceeds max(source, destination) + budget";
   }
   ASSERT_EQ(dyn.size(), stat.size());
-  for (std::size_t i = 0; i < dyn.size(); ++i) EXPECT_NEAR(dyn[i], stat[i], loss_tolerance("tiny-dense")) << "step " << i;
+  for (std::size_t i = 0; i < dyn.size(); ++i)
+    EXPECT_NEAR(dyn[i], stat[i], loss_tolerance("tiny-dense")) << "step " << i;
 }
 
 // With a launcher that lets ranks leave (threads return), a shrink ends the ranks the new
@@ -213,7 +217,8 @@ void shrink_then_refused_grow(TrainerOptions::Placement placement) {
   }
   EXPECT_NE(refused.find("cannot start 2 process(es)"), std::string::npos) << refused;
   ASSERT_EQ(dyn.size(), stat.size());
-  for (std::size_t i = 0; i < dyn.size(); ++i) EXPECT_NEAR(dyn[i], stat[i], loss_tolerance("tiny-dense")) << "step " << i;
+  for (std::size_t i = 0; i < dyn.size(); ++i)
+    EXPECT_NEAR(dyn[i], stat[i], loss_tolerance("tiny-dense")) << "step " << i;
 }
 
 TEST(Train, ShrinkLeavesAndARefusedGrowKeepsTraining) { shrink_then_refused_grow(TrainerOptions::Placement::kFixed); }

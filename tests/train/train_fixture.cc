@@ -65,7 +65,8 @@ vps::ParallelConfig cfg(const std::string& s) { return vps::ParallelConfig::pars
 
 std::string config_test_name(const ::testing::TestParamInfo<std::string>& info) {
   std::string s = info.param;
-  for (auto& ch : s) if (ch == ',' || ch == '=') ch = '_';
+  for (auto& ch : s)
+    if (ch == ',' || ch == '=') ch = '_';
   return s;
 }
 
@@ -88,8 +89,8 @@ ProbeResult probe(const TrainerOptions& o, const std::string& config) {
   return out;
 }
 
-void expect_close(const std::vector<float>& a, const std::vector<float>& b, double rtol,
-                  double atol, const std::string& what) {
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, double rtol, double atol,
+                  const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   double scale = 0, diff = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -107,8 +108,7 @@ void expect_matches_reference(const std::string& model, const std::string& confi
   expect_close(got.logits, ref.logits, 1e-5, 1e-6, config + " logits");
   const auto tensors = vps::build_tensors(o.model);
   ASSERT_EQ(got.grads.size(), tensors.size());
-  for (const auto& t : tensors)
-    expect_close(got.grads[t.id], ref.grads[t.id], 1e-4, 1e-9, config + " grad " + t.name);
+  for (const auto& t : tensors) expect_close(got.grads[t.id], ref.grads[t.id], 1e-4, 1e-9, config + " grad " + t.name);
 }
 
 TrainerOptions padded_vocab() {
@@ -124,8 +124,8 @@ TrainerOptions padded_vocab() {
 
 // The distributed Adam (ZeRO-1 reduce-scatter / shard update / all-gather) against ZeRO-0 on
 // one rank: params and optimizer state after 3 steps.
-std::vector<std::vector<std::vector<float>>> state_after(const TrainerOptions& o, const std::string& config,
-                                                         int steps, std::vector<double>* losses) {
+std::vector<std::vector<std::vector<float>>> state_after(const TrainerOptions& o, const std::string& config, int steps,
+                                                         std::vector<double>* losses) {
   std::vector<std::vector<std::vector<float>>> out;
   const auto c = cfg(config);
   comm::run_ranks(c.world_size(), [&](comm::Transport& world) {
@@ -190,12 +190,13 @@ constexpr double kNoiseFactor = 2.0;
 constexpr double kMaxNoise = 0.04;
 double tracking_tolerance(double floor, double noise) { return std::max(floor, kNoiseFactor * noise); }
 
-void expect_tracks(const std::string& model, const std::vector<std::pair<int, std::string>>& schedule,
-                   int world_size, bool check_fault, int steps, bool bf16, double tolerance) {
+void expect_tracks(const std::string& model, const std::vector<std::pair<int, std::string>>& schedule, int world_size,
+                   bool check_fault, int steps, bool bf16, double tolerance) {
   auto o = tiny(model, 8, 32);
   o.bf16 = bf16;
   const auto stat = losses(o, world_size, {schedule[0]}, steps);
-  const auto other = losses(o, world_size, {schedule[1].second.empty() ? schedule[0] : std::pair{0, schedule[1].second}}, steps);
+  const auto other =
+      losses(o, world_size, {schedule[1].second.empty() ? schedule[0] : std::pair{0, schedule[1].second}}, steps);
   const auto dyn = losses(o, world_size, schedule, steps);
   ASSERT_EQ(stat.size(), static_cast<std::size_t>(steps));
   ASSERT_EQ(dyn.size(), static_cast<std::size_t>(steps));
@@ -216,9 +217,10 @@ void expect_tracks(const std::string& model, const std::vector<std::pair<int, st
     for (int i = 0; i < steps; ++i) fault_worst = std::max(fault_worst, std::abs(bad[i] - stat[i]));
     EXPECT_GT(fault_worst, 5 * kLossTolerance) << "the tolerance would not catch lost optimizer state";
   }
-  std::printf("[ loss    ] %s%s: first %.4f last %.4f; max |switching - static| %.2e, "
-              "static-vs-static (other layout) %.2e, tolerance %.1e, lost-moments fault %.2e\n",
-              model.c_str(), bf16 ? " (bf16)" : "", stat.front(), stat.back(), worst, noise, kLossTolerance, fault_worst);
+  std::printf(
+      "[ loss    ] %s%s: first %.4f last %.4f; max |switching - static| %.2e, "
+      "static-vs-static (other layout) %.2e, tolerance %.1e, lost-moments fault %.2e\n",
+      model.c_str(), bf16 ? " (bf16)" : "", stat.front(), stat.back(), worst, noise, kLossTolerance, fault_worst);
 }
 
 }  // namespace dynatrain::train::test

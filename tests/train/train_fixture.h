@@ -48,8 +48,8 @@ TrainerOptions padded_vocab();
 
 // Params, master, exp_avg, exp_avg_sq (in that order) after `steps` steps in `config`, gathered
 // on rank 0; the losses of those steps when asked for.
-std::vector<std::vector<std::vector<float>>> state_after(const TrainerOptions& o, const std::string& config,
-                                                         int steps, std::vector<double>* losses = nullptr);
+std::vector<std::vector<std::vector<float>>> state_after(const TrainerOptions& o, const std::string& config, int steps,
+                                                         std::vector<double>* losses = nullptr);
 
 // Rank 0's loss of every step of a run that switches at the schedule's steps (entry 0: the
 // first layout); ranks outside the layout skip steps.
@@ -61,8 +61,7 @@ double loss_tolerance(const std::string& model);
 // A switching run's loss against the static run's, within tracking_tolerance of the static
 // runs' own noise (a second static run in schedule[1]'s layout); with check_fault, a run that
 // loses the Adam moments at every switch must be caught.
-void expect_tracks(const std::string& model, const std::vector<std::pair<int, std::string>>& schedule,
-                   int world_size, bool check_fault = false, int steps = 60, bool bf16 = false,
-                   double tolerance = 0);
+void expect_tracks(const std::string& model, const std::vector<std::pair<int, std::string>>& schedule, int world_size,
+                   bool check_fault = false, int steps = 60, bool bf16 = false, double tolerance = 0);
 
 }  // namespace dynatrain::train::test

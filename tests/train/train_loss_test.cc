@@ -18,22 +18,22 @@ using vps::StateKind;
 
 TEST(Train, DenseLossTracksStaticRunWithSwitchEvery10Steps) {
   expect_tracks("tiny-dense",
-                {{0, "tp=2,dp=2"},       // TP x DP
-                 {10, "pp=2,dp=2"},      // TP -> PP
-                 {20, "dp=4"},           // DP resize 2 -> 4
-                 {30, "tp=2,pp=2"},      // hybrid
-                 {40, "dp=2,zero=0"},    // shrink: two ranks wait; ZeRO-1 -> ZeRO-0
-                 {50, "tp=4"}},          // grow back, TP = kv heads
+                {{0, "tp=2,dp=2"},     // TP x DP
+                 {10, "pp=2,dp=2"},    // TP -> PP
+                 {20, "dp=4"},         // DP resize 2 -> 4
+                 {30, "tp=2,pp=2"},    // hybrid
+                 {40, "dp=2,zero=0"},  // shrink: two ranks wait; ZeRO-1 -> ZeRO-0
+                 {50, "tp=4"}},        // grow back, TP = kv heads
                 4, /*check_fault=*/true);
 }
 
 TEST(Train, MoeLossTracksStaticRunWithSwitchEvery10Steps) {
   expect_tracks("tiny-moe",
                 {{0, "dp=2,ep=2"},
-                 {10, "dp=4,ep=4"},         // EP 2 -> 4, DP resize
-                 {20, "tp=2,dp=2,ep=2"},    // hybrid TP + EP
-                 {30, "pp=2,dp=2,ep=2"},    // PP
-                 {40, "dp=1"},              // everything on one rank
+                 {10, "dp=4,ep=4"},       // EP 2 -> 4, DP resize
+                 {20, "tp=2,dp=2,ep=2"},  // hybrid TP + EP
+                 {30, "pp=2,dp=2,ep=2"},  // PP
+                 {40, "dp=1"},            // everything on one rank
                  {50, "tp=2,dp=2,ep=4"}},
                 4);
 }
@@ -43,9 +43,9 @@ TEST(Train, MoeLossTracksStaticRunWithSwitchEvery10Steps) {
 TEST(Train, DenseLossTracksStaticRunAcrossZeroStages) {
   expect_tracks("tiny-dense",
                 {{0, "dp=2,zero=1"},
-                 {3, "dp=2,zero=3"},       // params sharded
-                 {6, "tp=2,zero=2"},      // grads sharded, TP
-                 {9, "dp=4,zero=0"},      // replicated optimizer
+                 {3, "dp=2,zero=3"},  // params sharded
+                 {6, "tp=2,zero=2"},  // grads sharded, TP
+                 {9, "dp=4,zero=0"},  // replicated optimizer
                  {12, "tp=2,dp=2,zero=3"},
                  {15, "pp=2,dp=2,zero=2"}},
                 4, /*check_fault=*/false, /*steps=*/18);
@@ -98,12 +98,9 @@ TEST(Train, DeepSeekShapeLossTracksStaticRun) {
   // tiny-deepseek-v2: shared expert, dense layer 0 and MLA in one model (tiny-qwen2-moe's gate
   // and q/k/v biases are covered by the reference and lossless-switch tests).
   for (const std::string model : {"tiny-deepseek-v2"})
-    expect_tracks(model,
-                  {{0, "dp=2,ep=2"},
-                   {4, "tp=2,dp=2,ep=2,etp=2,zero=3"},
-                   {8, "pp=2,dp=2,ep=2"},
-                   {12, "tp=4,ep=2,zero=2"}},
-                  4, /*check_fault=*/false, /*steps=*/16);
+    expect_tracks(
+        model, {{0, "dp=2,ep=2"}, {4, "tp=2,dp=2,ep=2,etp=2,zero=3"}, {8, "pp=2,dp=2,ep=2"}, {12, "tp=4,ep=2,zero=2"}},
+        4, /*check_fault=*/false, /*steps=*/16);
 }
 
 }  // namespace

@@ -24,8 +24,8 @@ struct SwitchCase {
 };
 
 void PrintTo(const SwitchCase& c, std::ostream* os) {
-  *os << c.model << " " << c.from << " -> " << c.to << " (" << switch_method_name(c.method)
-      << (c.bf16 ? ", bf16" : "") << ")";
+  *os << c.model << " " << c.from << " -> " << c.to << " (" << switch_method_name(c.method) << (c.bf16 ? ", bf16" : "")
+      << ")";
 }
 
 class SwitchIsLossless : public ::testing::TestWithParam<SwitchCase> {};
@@ -60,8 +60,8 @@ TEST_P(SwitchIsLossless, BitEqualInVpsCoordinates) {
         ASSERT_EQ(a.size(), b.size());
         if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0) ++differ;
       }
-      EXPECT_EQ(differ, 0) << vps::state_kind_name(kinds[i]) << ": tensors not bit-equal after "
-                           << p.from << " -> " << p.to;
+      EXPECT_EQ(differ, 0) << vps::state_kind_name(kinds[i]) << ": tensors not bit-equal after " << p.from << " -> "
+                           << p.to;
     }
     if (world.rank() == 0) {
       EXPECT_GT(stats.total_s, 0.0);
@@ -110,13 +110,13 @@ std::vector<SwitchCase> switch_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Train, SwitchIsLossless, ::testing::ValuesIn(switch_cases()),
-                         [](const auto& info) {
-                           std::string s = info.param.model + "_" + info.param.from + "_to_" + info.param.to + "_" +
-                                           switch_method_name(info.param.method) + (info.param.bf16 ? "_bf16" : "");
-                           for (auto& ch : s) if (ch == ',' || ch == '=' || ch == '-') ch = '_';
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(Train, SwitchIsLossless, ::testing::ValuesIn(switch_cases()), [](const auto& info) {
+  std::string s = info.param.model + "_" + info.param.from + "_to_" + info.param.to + "_" +
+                  switch_method_name(info.param.method) + (info.param.bf16 ? "_bf16" : "");
+  for (auto& ch : s)
+    if (ch == ',' || ch == '=' || ch == '-') ch = '_';
+  return s;
+});
 
 }  // namespace
 }  // namespace dynatrain::train::test

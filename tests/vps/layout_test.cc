@@ -33,17 +33,14 @@ std::map<std::pair<std::uint32_t, int>, std::vector<int>> holder_counts(const La
 // held by every tp rank; unsharded kinds by every data-parallel replica; tied embeddings twice.
 int expected_holders(const Layout& layout, const TensorSpec& t, StateKind kind) {
   const auto& c = layout.config();
-  const bool sharded = kind == StateKind::kParam ? c.zero >= 3
-                       : kind == StateKind::kGrad ? c.zero >= 2
-                                                  : c.zero >= 1;
+  const bool sharded = kind == StateKind::kParam ? c.zero >= 3 : kind == StateKind::kGrad ? c.zero >= 2 : c.zero >= 1;
   int holders = t.expert ? (sharded ? 1 : c.edp()) : (sharded ? 1 : c.dp * c.cp);
   if (t.split == TpSplit::kReplicated) holders *= c.tp;
   if (t.also_on_last_stage && c.pp > 1) holders *= 2;
   return holders;
 }
 
-void expect_exact_holders(const ModelSpec& model, const std::string& config_text,
-                          std::int64_t bucket_elems) {
+void expect_exact_holders(const ModelSpec& model, const std::string& config_text, std::int64_t bucket_elems) {
   LayoutOptions options;
   options.bucket_elems = bucket_elems;
   Layout layout(model, ParallelConfig::parse(config_text), options);
@@ -53,8 +50,7 @@ void expect_exact_holders(const ModelSpec& model, const std::string& config_text
     const auto& t = layout.tensors()[key.first];
     const int want = expected_holders(layout, t, static_cast<StateKind>(key.second));
     for (std::size_t i = 0; i < c.size(); ++i)
-      ASSERT_EQ(c[i], want) << t.name << " kind " << key.second << " element " << i << " in "
-                            << config_text;
+      ASSERT_EQ(c[i], want) << t.name << " kind " << key.second << " element " << i << " in " << config_text;
   }
 }
 
@@ -130,8 +126,8 @@ TEST(Layout, PageAlignedTensorsStartOnPagesInEveryBuffer) {
         const std::int64_t page = 4096 / o.elem_bytes[static_cast<int>(buf.kind)];
         std::uint32_t last = ~0u;
         for (const auto& seg : buf.segments) {
-          const bool starts_tensor_here = seg.tensor != last && seg.box.numel() > 0 &&
-                                          seg.box == layout.tensors()[seg.tensor].full_box();
+          const bool starts_tensor_here =
+              seg.tensor != last && seg.box.numel() > 0 && seg.box == layout.tensors()[seg.tensor].full_box();
           if (starts_tensor_here) {
             EXPECT_EQ(seg.offset % page, 0) << cfg << " rank " << r;
           }
@@ -213,8 +209,8 @@ TEST(Layout, CustomTensorsRejectSplitsThatDoNotDivide) {
   EXPECT_EQ(message({}, "dp=1"), "model 'custom' has no tensors");
   auto twice = custom_tensors(4);
   twice.push_back(twice[2]);
-  EXPECT_EQ(message(twice, "dp=1"), "model 'custom' has two tensors named '" + twice[2].name +
-                                        "'; tensor names must be unique");
+  EXPECT_EQ(message(twice, "dp=1"),
+            "model 'custom' has two tensors named '" + twice[2].name + "'; tensor names must be unique");
 }
 
 }  // namespace

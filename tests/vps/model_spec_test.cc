@@ -14,9 +14,7 @@
 namespace dynatrain::vps {
 namespace {
 
-std::string config_path(const std::string& name) {
-  return std::string(DT_HF_CONFIG_DIR) + "/" + name + ".json";
-}
+std::string config_path(const std::string& name) { return std::string(DT_HF_CONFIG_DIR) + "/" + name + ".json"; }
 
 struct Published {
   const char* config;
@@ -27,14 +25,22 @@ struct Published {
 // excludes its multi-token-prediction module (671B main model + 14B MTP), as Hugging Face's
 // DeepseekV3ForCausalLM does.
 const Published kPublished[] = {
-    {"llama-2-7b", 6'738'415'616},        {"llama-2-70b", 68'976'648'192},
-    {"llama-3-8b", 8'030'261'248},        {"qwen2-7b", 7'615'616'512},
-    {"qwen2.5-0.5b", 494'032'768},        {"qwen1.5-moe-a2.7b", 14'315'784'192},
-    {"qwen2-57b-a14b", 57'409'388'544},   {"qwen3-30b-a3b", 30'532'122'624},
-    {"mixtral-8x7b", 46'702'792'704},     {"deepseek-v2-lite", 15'706'484'224},
-    {"deepseek-v2", 235'741'434'880},     {"deepseek-v3", 671'026'419'200},
-    {"gpt2", 124'439'808},                {"gpt2-medium", 354'823'168},
-    {"pythia-1b", 1'011'781'632},         {"pythia-160m", 162'322'944},
+    {"llama-2-7b", 6'738'415'616},
+    {"llama-2-70b", 68'976'648'192},
+    {"llama-3-8b", 8'030'261'248},
+    {"qwen2-7b", 7'615'616'512},
+    {"qwen2.5-0.5b", 494'032'768},
+    {"qwen1.5-moe-a2.7b", 14'315'784'192},
+    {"qwen2-57b-a14b", 57'409'388'544},
+    {"qwen3-30b-a3b", 30'532'122'624},
+    {"mixtral-8x7b", 46'702'792'704},
+    {"deepseek-v2-lite", 15'706'484'224},
+    {"deepseek-v2", 235'741'434'880},
+    {"deepseek-v3", 671'026'419'200},
+    {"gpt2", 124'439'808},
+    {"gpt2-medium", 354'823'168},
+    {"pythia-1b", 1'011'781'632},
+    {"pythia-160m", 162'322'944},
 };
 
 TEST(ModelSpec, RealConfigsMatchPublishedParameterCounts) {
@@ -71,7 +77,7 @@ TEST(ModelSpec, FamiliesHaveTheirOwnTensors) {
   EXPECT_FALSE(has_tensor(v3t, "layers.3.attn.qkv.weight"));
 
   const auto lite = build_tensors(model_from_hf_config(config_path("deepseek-v2-lite")));
-  EXPECT_TRUE(has_tensor(lite, "layers.1.attn.q.weight"));   // q_lora_rank null: direct q
+  EXPECT_TRUE(has_tensor(lite, "layers.1.attn.q.weight"));     // q_lora_rank null: direct q
   EXPECT_FALSE(has_tensor(lite, "layers.1.mlp.router.bias"));  // greedy routing: no bias
 
   const auto gpt2 = build_tensors(model_from_hf_config(config_path("gpt2")));
@@ -104,8 +110,8 @@ TEST(ModelSpec, EveryTensorRoleMapsToANameAndOccurs) {
       seen.insert(t.role);
     }
   for (int r = 1; r < static_cast<int>(TensorRole::kCount); ++r)
-    EXPECT_TRUE(seen.count(static_cast<TensorRole>(r))) << "no model builds a "
-                                                        << tensor_role_name(static_cast<TensorRole>(r));
+    EXPECT_TRUE(seen.count(static_cast<TensorRole>(r)))
+        << "no model builds a " << tensor_role_name(static_cast<TensorRole>(r));
 }
 
 TEST(ModelSpec, QwenMoeSparseStepAndMlpOnlyLayers) {

@@ -27,7 +27,8 @@ TEST(StateKinds, OneTableNamesParsesAndSizesEveryKind) {
     parse_state_kinds("momentum");
     FAIL() << "no error";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("valid: param, grad, master, exp_avg, exp_avg_sq"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("valid: param, grad, master, exp_avg, exp_avg_sq"), std::string::npos)
+        << e.what();
   }
 }
 
