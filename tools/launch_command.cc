@@ -21,6 +21,7 @@
 
 #include "common/error.h"
 #include "tools/commands.h"
+#include "tools/flag_checks.h"
 
 namespace dynatrain::tools {
 
@@ -116,10 +117,8 @@ struct LaunchArgs {
 };
 
 int run_launch(const LaunchArgs& args) {
-  if (args.np < 1) DT_INPUT_ERROR("launch: --np ", args.np, " (want >= 1)");
+  // --np and --port were checked while parsing (their CLI11 checks).
   if (args.command.empty()) DT_INPUT_ERROR("launch: no command (dynatrain launch --np N -- CMD ARGS...)");
-  if (args.port < 0 || args.port > 65535)
-    DT_INPUT_ERROR("launch: --port ", args.port, " (want 1..65535, 0: a free one)");
   const int port = probe_port(args.port);
   if (port < 0)
     DT_INPUT_ERROR("launch: port ", args.port, " on 127.0.0.1 is not free (", std::strerror(errno),
@@ -157,8 +156,9 @@ Command add_launch_command(CLI::App& app) {
       "Start N local processes of a command with the variables torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE, "
       "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT): dynatrain commands started so meet over c10d (Gloo)");
   auto args = std::make_shared<LaunchArgs>();
-  cmd->add_option("--np", args->np, "Processes to start (>= 1)")->required();
+  cmd->add_option("--np", args->np, "Processes to start")->required()->check(whole_number_in(1, 131072));
   cmd->add_option("--port", args->port, "MASTER_PORT of the rendezvous on 127.0.0.1 (0: a free port)")
+      ->check(whole_number_in(0, 65535, " (0: a free one)"))
       ->capture_default_str();
   cmd->add_option("command", args->command, "The command and its arguments, after --");
   return [args] { return run_launch(*args); };
