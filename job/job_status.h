@@ -9,8 +9,10 @@
 //                    step, layout, processes, health, last switch, pending requests and
 //                    "heartbeat_unix".
 // A job is live when job.lock names it, status.json is not "ended", its heartbeat is younger
-// than stale_after_seconds() and, on the lock's host, its pid exists (a pid gone for more than
-// 3 heartbeats: dead; the grace covers a leader hand-over).
+// than stale_after_seconds() and, on the lock's host, its pid runs (not a zombie; a pid gone for
+// more than 3 heartbeats: dead; the grace covers a leader hand-over). `train --job DIR` takes a
+// directory whose lock names a pid gone or a zombie at once (a supervisor's restart can find the
+// previous leader not yet reaped).
 #pragma once
 
 #include <condition_variable>

@@ -2,6 +2,7 @@
 // liveness, status.json, events.jsonl, the versioned hand-overs (leader state, schedule), and
 // how JobControl puts requests into a schedule (accepted, superseded, refused).
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -93,6 +94,19 @@ TEST(JobLiveness, NamesWhyThereIsNoLiveJob) {
   put(d.path + "/status.json", R"({"version":1,"heartbeat_unix":)" + std::to_string(unix_now()) + "}");
   EXPECT_EQ(why_no_live_job(d.path), "");      // within the hand-over grace: still live for a request
   EXPECT_EQ(hold_job_dir(d.path, false), "");  // but a new job may take a dead process's directory
+  // A zombie (a leader that has exited, not yet reaped) is gone: a restarted job takes its
+  // directory at once, its heartbeat still fresh.
+  const pid_t zombie = fork();
+  if (zombie == 0) _exit(0);
+  ASSERT_GT(zombie, 0);
+  while (slurp("/proc/" + std::to_string(zombie) + "/stat").find(") Z ") == std::string::npos) usleep(1000);
+  put(d.path + "/job.lock", R"({"version":1,"pid":)" + std::to_string(zombie) + R"(,"host":")" + host_name() +
+                                R"(","started_unix":1})");
+  EXPECT_EQ(hold_job_dir(d.path, false), "");
+  put(d.path + "/job.lock", R"({"version":1,"pid":)" + std::to_string(getpid()) + R"(,"host":")" + host_name() +
+                                R"(","started_unix":1})");
+  EXPECT_NE(hold_job_dir(d.path, false).find("held by another live job"), std::string::npos);  // a running one holds
+  waitpid(zombie, nullptr, 0);
   // Another host's pid cannot be checked: the heartbeat decides.
   put(d.path + "/job.lock", R"({"version":1,"pid":1,"host":"elsewhere.invalid","started_unix":1})");
   put(d.path + "/status.json", R"({"version":1,"heartbeat_unix":1})");
