@@ -41,6 +41,7 @@ int TrainJob::run() {
 bool TrainJob::boundary() {
   s_.switched.reset();
   save_if_due();
+  if (s_.leader) print_step_line();  // the step before it, now that its copy is made
   if (!act_on_notices()) return false;
   maybe_prepare();
   if (!commit_if_due()) return false;
@@ -115,6 +116,7 @@ StepStats TrainJob::train_step() {
 
 // After the loop: the final checkpoint, the summary, and the way out of the job.
 int TrainJob::finish() {
+  if (s_.leader) print_step_line();
   if (s_.csv.is_open()) check_written(s_.csv, "CSV", args_.csv);
   end_job();
   if (s_.notice_exit != 0) {  // every process had notice: saved, ending

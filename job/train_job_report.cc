@@ -176,11 +176,22 @@ void TrainJob::report_step(const StepStats& st) {
     bar = buf;
   }
   const std::string prep = s_.preparing.empty() ? "" : "  (preparing " + s_.preparing + ")";
-  std::printf("%sstep %5lld  loss %.4f  %8.0f tok/s  %7.2f ms  %s  %d processes%s\n", bar.c_str(),
-              static_cast<long long>(s_.step), st.loss, st.tokens_per_s, st.seconds * 1e3, layout.c_str(),
-              trainer_->world_size(), prep.c_str());
-  std::fflush(stdout);
+  char line[512];
+  std::snprintf(line, sizeof line, "step %5lld  loss %.4f  %8.0f tok/s  %7.2f ms  %s  %d processes",
+                static_cast<long long>(s_.step), st.loss, st.tokens_per_s, st.seconds * 1e3, layout.c_str(),
+                trainer_->world_size());
+  s_.step_line = bar + line + prep;
   if (s_.csv.is_open()) write_csv_row(st, layout);
+  // A supervisor counts a step done by its line: with a memory copy the line waits for the copy
+  // of the boundary after it, so that a loss in between never loses a step it saw done.
+  if (!copy_point(s_.step + 1)) print_step_line();
+}
+
+void TrainJob::print_step_line() {
+  if (s_.step_line.empty()) return;
+  std::printf("%s\n", s_.step_line.c_str());
+  std::fflush(stdout);
+  s_.step_line.clear();
 }
 
 void TrainJob::write_csv_row(const StepStats& st, const std::string& layout) {

@@ -82,6 +82,7 @@ class TrainJob {
   void take_over_as_leader(const train::SwitchStats& sw);
   void report_switch(const train::SwitchStats& sw) const;
   void report_step(const train::StepStats& st);
+  void print_step_line();  // the last step's line, once its boundary's memory copy is made
   void write_csv_row(const train::StepStats& st, const std::string& layout);
   void print_summary();
 
@@ -100,7 +101,8 @@ class TrainJob {
     std::string copy_dir;            // --redundancy: the memory copy's directory (job/memory_copy.h)
     bool resumed_from_copy = false;  // --resume names copy_dir: it holds the first step already
     MemoryCopyStats copy_stats;
-    nlohmann::json run;  // the run's identity, saved in every checkpoint (job/train_ckpt.h)
+    std::string step_line;  // the leader's line of the last step, until print_step_line
+    nlohmann::json run;     // the run's identity, saved in every checkpoint (job/train_ckpt.h)
     // Switches that must vacate world ranks (`dynatrain request --vacate`), by step: the
     // request's list ("1,3"), or kVacateAll (`--migrate`), which names the processes of the world
     // as it is when the switch is prepared (a grow before then adds its processes to it).

@@ -120,6 +120,9 @@ Command add_train_command(CLI::App& app) {
       supervise_settings->hosts = launch->hosts;
       return job::supervise(*args, *supervise_settings);
     }
+    // Notices from the start: a process a grow spawns can get one before it has joined (while
+    // in MPI_Init), and must then be vacated, not end the job (job/notice.h).
+    job::enable_notices(args->notice);
     if (const char* exe = std::getenv("DT_EDM_EXECUTABLE")) launch->executable = exe;
     args->launcher = edm::make_mpi_launcher(*launch);
     return job::run_on_mpi_world([&](comm::Transport& world) {

@@ -100,11 +100,11 @@ TEST(JobLiveness, NamesWhyThereIsNoLiveJob) {
   if (zombie == 0) _exit(0);
   ASSERT_GT(zombie, 0);
   while (slurp("/proc/" + std::to_string(zombie) + "/stat").find(") Z ") == std::string::npos) usleep(1000);
-  put(d.path + "/job.lock", R"({"version":1,"pid":)" + std::to_string(zombie) + R"(,"host":")" + host_name() +
-                                R"(","started_unix":1})");
+  put(d.path + "/job.lock",
+      R"({"version":1,"pid":)" + std::to_string(zombie) + R"(,"host":")" + host_name() + R"(","started_unix":1})");
   EXPECT_EQ(hold_job_dir(d.path, false), "");
-  put(d.path + "/job.lock", R"({"version":1,"pid":)" + std::to_string(getpid()) + R"(,"host":")" + host_name() +
-                                R"(","started_unix":1})");
+  put(d.path + "/job.lock",
+      R"({"version":1,"pid":)" + std::to_string(getpid()) + R"(,"host":")" + host_name() + R"(","started_unix":1})");
   EXPECT_NE(hold_job_dir(d.path, false).find("held by another live job"), std::string::npos);  // a running one holds
   waitpid(zombie, nullptr, 0);
   // Another host's pid cannot be checked: the heartbeat decides.

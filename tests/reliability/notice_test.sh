@@ -25,12 +25,13 @@ mpiexec="${2:-mpirun}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
 ulimit -c 0
-common=(--model tiny-dense --global-batch 12 --seq 16 --threads 1 --steps 24)
-run_args=()  # more train flags for the next run()
+common=(--model tiny-dense --global-batch 12 --seq 16 --threads 1)
+steps=24      # the next run()'s --steps (the notices to every process need a job that outlasts them)
+run_args=()   # more train flags for the next run()
 fail() { echo "FAIL: $*"; exit 1; }
 py() { PYENV_VERSION=system python3 "$@"; }
 
-timeout 300 "$dt" train --np 4 --mpirun "$mpiexec" "${common[@]}" --schedule "0:tp=2,dp=2" --csv "$tmp/cont.csv" \
+timeout 300 "$dt" train --np 4 --mpirun "$mpiexec" "${common[@]}" --steps 24 --schedule "0:tp=2,dp=2" --csv "$tmp/cont.csv" \
   >"$tmp/cont.log" 2>&1 || { cat "$tmp/cont.log"; fail "uninterrupted run"; }
 
 # check_csv NAME WORLD_SIZES: WORLD_SIZES is "STEP:N,STEP:N": from STEP on the job has N processes.
@@ -56,7 +57,8 @@ PY
 run() {  # NAME NP SCHEDULE [ENV...]: runs the job in the background, its pid in $job
   local name=$1 np=$2 schedule=$3
   shift 3
-  env "$@" timeout 300 "$dt" train --np "$np" --mpirun "$mpiexec" "${common[@]}" "${run_args[@]}" --schedule "$schedule" \
+  env "$@" timeout 300 "$dt" train --np "$np" --mpirun "$mpiexec" "${common[@]}" --steps "$steps" "${run_args[@]}" \
+    --schedule "$schedule" \
     --csv "$tmp/$name.csv" --save "$tmp/$name.ck" --save-every 100 >"$tmp/$name.log" 2>"$tmp/$name.err" &
   job=$!
 }
@@ -126,6 +128,7 @@ grep -q "^notice: rank 3 (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating i
 check_csv grown "0:2,6:4,11:3"
 
 echo "6. notice to every process"
+steps=3000
 run all 2 "0:tp=2"
 wait_for_step all 4
 kill -TERM $(pid_of_rank all 0) $(pid_of_rank all 1)
