@@ -62,13 +62,20 @@ struct OpenFile {
   }
 };
 
+}  // namespace
+
+std::string rank_file_path(const Checkpoint& c, int r) {
+  const std::string path = c.step_dir + "/" + c.files.at(static_cast<std::size_t>(r)).name;
+  const std::string copy = c.step_dir + "/" + copy_file_name(r);
+  std::error_code ec;  // a rank file whose node is gone is read from the copy another process kept
+  return !std::filesystem::exists(path, ec) && std::filesystem::exists(copy, ec) ? copy : path;
+}
+
+namespace {
+
 std::unique_ptr<OpenFile> open_checked(const Checkpoint& c, int r) {
   const FileInfo& info = c.files.at(r);
-  std::string path = c.step_dir + "/" + info.name;
-  // A rank file whose node is gone is read from the copy another process kept of it.
-  if (std::error_code ec;
-      !std::filesystem::exists(path, ec) && std::filesystem::exists(c.step_dir + "/" + copy_file_name(r), ec))
-    path = c.step_dir + "/" + copy_file_name(r);
+  const std::string path = rank_file_path(c, r);
   auto f = std::make_unique<OpenFile>(OpenFile{File::open_read(path), {}, {}, {}, 0});
   const std::uint64_t bytes = f->file.size();
   if (bytes != info.bytes)

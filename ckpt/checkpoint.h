@@ -153,6 +153,10 @@ std::vector<std::string> step_dirs(const std::string& dir);
 // older complete checkpoint.
 void point_latest(const std::string& dir, const std::string& name);
 
+// The file a load reads for saved rank `rank`: its rank file, or its copy (copy_file_name) when
+// the rank file is missing and the copy is there.
+std::string rank_file_path(const Checkpoint& ckpt, int rank);
+
 // Reads every byte of every rank file of `ckpt` and checks it as a load would (size and header
 // against the index, every chunk against its checksum); InputError naming the first file that
 // fails. Not collective.

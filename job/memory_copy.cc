@@ -154,9 +154,7 @@ std::string memory_copy_room_problem(int redundancy, std::uint64_t state_bytes) 
 void save_memory_copy(const std::string& dir, std::int64_t step, train::Trainer& trainer, comm::Transport& world,
                       const nlohmann::json& run, int redundancy, MemoryCopyStats& stats) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto p = trainer.progress();
-  const nlohmann::json state = {
-      {"step", step}, {"data_seed", p.data_seed}, {"data_position", p.data_position}, {"run", run}};
+  const nlohmann::json state = saved_progress(trainer, step, run);
   const vps::Layout& layout = trainer.layout();
   const int ranks = layout.config().world_size();
   const bool in_layout = world.rank() < ranks;

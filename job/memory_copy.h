@@ -28,12 +28,11 @@
 #include <string>
 
 #include "comm/transport.h"
+#include "job/memory_copy_files.h"
 #include "train/trainer.h"
 
 namespace dynatrain::job {
 
-// Set by the supervisor for the job it starts: the copy's directory.
-constexpr const char* kMemoryCopyDirEnv = "DT_MEMORY_COPY_DIR";
 // $DT_MEMORY_COPY_DIR, or "" when unset.
 std::string memory_copy_dir();
 

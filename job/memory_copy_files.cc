@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <mutex>
 
+#include "ckpt/checkpoint.h"
+
 namespace dynatrain::job {
 
 namespace {
@@ -20,7 +22,7 @@ void note_memory_copy_files(std::set<std::string> names) {
 }
 
 void drop_memory_copy_of_this_process() {
-  const char* dir = std::getenv("DT_MEMORY_COPY_DIR");
+  const char* dir = std::getenv(kMemoryCopyDirEnv);
   if (!dir) return;
   std::set<std::string> names;
   {
@@ -28,11 +30,9 @@ void drop_memory_copy_of_this_process() {
     names = g_last;
     names.insert(g_before.begin(), g_before.end());
   }
-  namespace fs = std::filesystem;
   std::error_code ec;
-  for (const auto& step : fs::directory_iterator(dir, ec))
-    if (step.path().filename().string().rfind("step-", 0) == 0)
-      for (const std::string& name : names) fs::remove(step.path() / name, ec);
+  for (const std::string& step : ckpt::step_dirs(dir))
+    for (const std::string& name : names) std::filesystem::remove(std::filesystem::path(dir) / step / name, ec);
 }
 
 }  // namespace dynatrain::job

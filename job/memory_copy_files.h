@@ -8,6 +8,9 @@
 
 namespace dynatrain::job {
 
+// Set by the supervisor for the job it starts: the copy's directory.
+constexpr const char* kMemoryCopyDirEnv = "DT_MEMORY_COPY_DIR";
+
 // Records the names this process wrote into the copy's newest step directory (the previous
 // call's names stay recorded for the other one).
 void note_memory_copy_files(std::set<std::string> names);

@@ -121,14 +121,17 @@ std::string save_dir_problem(const TrainArgs& args, const nlohmann::json& run, c
   }
 }
 
+nlohmann::json saved_progress(train::Trainer& trainer, std::int64_t step, const nlohmann::json& run) {
+  const auto p = trainer.progress();
+  return {{"step", step}, {"data_seed", p.data_seed}, {"data_position", p.data_position}, {"run", run}};
+}
+
 void save_trainer(const std::string& dir, std::int64_t step, train::Trainer& trainer, comm::Transport& world,
                   const nlohmann::json& run, bool final) {
   const auto t0 = std::chrono::steady_clock::now();
   // Rank 0 (in every layout) writes the index; its progress is the job's.
-  const auto p = trainer.progress();
-  if (world.rank() == 0) DT_CHECK_EQ(p.step, step);
-  const nlohmann::json state = {
-      {"step", step}, {"data_seed", p.data_seed}, {"data_position", p.data_position}, {"run", run}};
+  if (world.rank() == 0) DT_CHECK_EQ(trainer.progress().step, step);
+  const nlohmann::json state = saved_progress(trainer, step, run);
   // Fault tests kill a rank at a chosen phase of the save (job/fault_injection.h); a `nan`
   // fault there fails the rank's write as a full disk does.
   const auto observer = [&dir](ckpt::SavePhase phase, int rank) {
@@ -168,11 +171,9 @@ namespace {
 // lost) and its copy (job/memory_copy.h) stands in for it; "" otherwise.
 std::string copies_read_note(const ckpt::Checkpoint& c) {
   std::string ranks;
-  for (std::size_t r = 0; r < c.files.size(); ++r) {
-    std::error_code ec;
-    if (!std::filesystem::exists(std::filesystem::path(c.step_dir) / c.files[r].name, ec))
+  for (std::size_t r = 0; r < c.files.size(); ++r)
+    if (ckpt::rank_file_path(c, static_cast<int>(r)) != c.step_dir + "/" + c.files[r].name)
       ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  }
   return ranks.empty() ? "" : ", rank files " + ranks + " read from their buddies' copies";
 }
 

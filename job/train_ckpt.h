@@ -45,6 +45,10 @@ std::string identity_difference(const nlohmann::json& run, const nlohmann::json&
 // Reads DIR only on the calling process (rank 0, or the supervisor before it starts the job).
 std::string save_dir_problem(const TrainArgs& args, const nlohmann::json& run, const vps::ModelSpec& model);
 
+// The trainer state a checkpoint of `step` carries in its index (resume_trainer reads it back):
+// the progress (step, data cursor) and the run's identity.
+nlohmann::json saved_progress(train::Trainer& trainer, std::int64_t step, const nlohmann::json& run);
+
 // Collective over `world` at the boundary after `step` steps: saves the trainer's state as
 // checkpoint `step` of `dir`, with `run` (run_identity) in its trainer state. Rank 0 prints one
 // line with the time. A periodic save (final == false) that fails on any rank (a full disk, a
