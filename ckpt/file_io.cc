@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "ckpt/checksum_avx2.h"
 #include "common/error.h"
 
 namespace dynatrain::ckpt {
@@ -153,9 +154,33 @@ std::string read_small_file(const std::string& path, std::uint64_t max_bytes) {
   return out;
 }
 
-std::uint64_t checksum(const void* data, std::size_t bytes) { return XXH3_64bits(data, bytes); }
+namespace {
+
+#ifdef DT_XXH3_AVX2
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#endif
+
+}  // namespace
+
+std::uint64_t checksum(const void* data, std::size_t bytes) {
+#ifdef DT_XXH3_AVX2
+  if (cpu_has_avx2()) return detail::xxh3_avx2(data, bytes);
+#endif
+  return XXH3_64bits(data, bytes);
+}
 
 std::uint64_t checksum_of_parts(const std::vector<ByteRun>& parts) {
+#ifdef DT_XXH3_AVX2
+  if (cpu_has_avx2()) {
+    std::vector<detail::Run> runs;
+    runs.reserve(parts.size());
+    for (const auto& p : parts) runs.push_back({p.data, p.bytes});
+    return detail::xxh3_runs_avx2(runs.data(), runs.size());
+  }
+#endif
   const std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> state(XXH3_createState(), XXH3_freeState);
   DT_CHECK(state != nullptr, "out of memory for a checksum state");
   XXH3_64bits_reset(state.get());

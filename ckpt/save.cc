@@ -89,6 +89,10 @@ std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& la
   File f = how == FileWrite::kOver ? File::open_over(path) : File::create(path);
   // Data first (checksums are computed on the way), header last at the front.
   constexpr std::uint64_t kStage = 16ull << 20;
+  // Bytes checksummed, then written, at a time: a multiple of the chunk that stays in a core's
+  // cache between the two (one pass over the arena's memory instead of two).
+  constexpr std::uint64_t kCachedBytes = 1ull << 20;
+  const std::uint64_t group = std::max<std::uint64_t>(1, kCachedBytes / chunk_bytes) * chunk_bytes;
   std::vector<std::byte> stage;
   std::uint64_t stage_at = header.data_start, written = header.data_start;
   auto flush = [&] {
@@ -101,14 +105,21 @@ std::uint64_t write_rank_file(const std::string& step_dir, const vps::Layout& la
     const std::byte* src =
         arenas.of_buffer(s.buffer, layout.options().elem_bytes[static_cast<int>(s.kind)]) + s.buffer_byte;
     auto& chunk_sums = sums[header.entries[i].name];
-    for (std::uint64_t c = 0, at = 0; at < s.bytes; ++c, at += chunk_bytes)
-      chunk_sums[c] = hex64(checksum(src + at, std::min(chunk_bytes, s.bytes - at)));
-    if (s.bytes >= kStage / 4) {  // large: straight from the arena
-      flush();
-      write_exact(f.fd(), src, s.bytes, written, path);
+    auto sum_chunks = [&](std::uint64_t from, std::uint64_t to) {  // [from, to): whole chunks but the last
+      for (std::uint64_t at = from; at < to; at += chunk_bytes)
+        chunk_sums[at / chunk_bytes] = hex64(checksum(src + at, std::min(chunk_bytes, to - at)));
+    };
+    if (s.bytes >= kStage / 4) {  // large: straight from the arena, a group of chunks at a time,
+      flush();                    // written while the checksum has left them in cache
+      for (std::uint64_t at = 0; at < s.bytes; at += group) {
+        const std::uint64_t n = std::min(group, s.bytes - at);
+        sum_chunks(at, at + n);
+        write_exact(f.fd(), src + at, n, written + at, path);
+      }
       written += s.bytes;
       stage_at = written;
     } else {
+      sum_chunks(0, s.bytes);
       if (stage.size() + s.bytes > kStage) flush();
       stage.insert(stage.end(), src, src + s.bytes);
       written += s.bytes;

@@ -2,6 +2,7 @@
 // ep), every destination byte checked against the content oracle; the pointer protocol; and
 // truncated or corrupted files refused with a clear error. (The export: hf_export_test.cc.)
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -166,6 +167,20 @@ TEST(Checkpoint, PiecesStridedAtTheirDestinationAreReadIntoPlace) {
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find("fails its checksum: corrupted"), std::string::npos) << e.what();
     }
+  }
+}
+
+// checksum() takes XXH3's AVX2 build where the CPU has it (ckpt/checksum_avx2.h): its values are
+// the library's XXH3-64 at every length (XXH3 has paths for 0, 1-3, 4-8, 9-16, 17-128, 129-240
+// bytes and longer), whole and in parts.
+TEST(Checkpoint, ChecksumIsTheLibrarysXxh3AtEveryLength) {
+  std::vector<std::byte> bytes((1 << 20) + 7);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>((i * 2654435761u) >> 13);
+  for (std::size_t n : {0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 1024, 1025, 65536, 1 << 20, (1 << 20) + 7}) {
+    EXPECT_EQ(checksum(bytes.data() + 1, n - (n > 0)), XXH3_64bits(bytes.data() + 1, n - (n > 0))) << n;
+    EXPECT_EQ(checksum_of_parts({{bytes.data(), n / 3}, {bytes.data() + n / 3, n - n / 3}}),
+              XXH3_64bits(bytes.data(), n))
+        << n;
   }
 }
 
@@ -492,6 +507,36 @@ TEST(Checkpoint, VerifyReadsEveryByteAndNamesTheFile) {
   point_latest(dir, "step-00000004");
   EXPECT_EQ(latest_step_name(dir), "step-00000004");
   EXPECT_EQ(error_of([&] { verify(open_latest(dir, a.model())); }), "");
+}
+
+// An entry of at least 4 MiB is checksummed and written a group of chunks at a time (ckpt/save.cc):
+// with chunks that do not divide the group, and a last group and chunk shorter than the others,
+// every chunk's checksum is still that of its own bytes, and a flipped byte anywhere is found.
+TEST(Checkpoint, LargeEntriesWrittenInGroupsOfChunksVerifyAndLoadExactly) {
+  vps::ModelSpec spec;
+  spec.name = "large";
+  spec.layers = 1;
+  std::vector<vps::TensorSpec> tensors{{.name = "big", .shape = {1201, 1024}, .layer = 0},
+                                       {.name = "small", .shape = {8, 8}, .layer = 0}};
+  vps::LayoutOptions big_buckets = options();
+  big_buckets.bucket_elems = 2 << 20;  // the big tensor one segment of its bucket
+  const vps::Layout one(tensors, spec, vps::ParallelConfig::parse("tp=1"), big_buckets);
+  const std::string dir = fresh_dir("large");
+  save_filled(dir, 2, one, 100000);  // groups of 10 chunks (1,000,000 bytes); the entry: 4,919,296
+  EXPECT_EQ(error_of([&] { verify(open_latest(dir, tensors, "large")); }), "");
+  expect_loads_exactly(dir, vps::Layout(tensors, spec, vps::ParallelConfig::parse("dp=2,zero=1"), big_buckets));
+  const std::string file = dir + "/step-00000002/rank-00000.safetensors";
+  for (const std::uint64_t back : {std::uint64_t{3}, std::uint64_t{2500000}}) {  // the last chunk; one mid-entry
+    save_filled(dir, 2, one, 100000);
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(file) - back));
+    const char was = static_cast<char>(f.get());
+    f.seekp(static_cast<std::streamoff>(fs::file_size(file) - back));
+    f.put(static_cast<char>(was ^ 0x10));
+    f.close();
+    const std::string why = error_of([&] { verify(open_latest(dir, tensors, "large")); });
+    EXPECT_NE(why.find("fails its checksum: corrupted"), std::string::npos) << back << ": " << why;
+  }
 }
 
 }  // namespace
