@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -89,16 +90,25 @@ void enable_notices(const NoticeSettings& settings) {
 
 bool notices_enabled() { return g_settings.signal != 0; }
 
-std::vector<NoticedProcess> agree_on_notices(comm::Transport& world) {
+NoticeAgreement agree_on_notices(comm::Transport& world, double slowest_step_s) {
   struct Flag {
     std::int32_t noticed, pid;
+    double slowest_step_s;
   };
-  const Flag mine{g_notice_ns.load() != 0 && !g_taken.load() ? 1 : 0, static_cast<std::int32_t>(getpid())};
+  const Flag mine{g_notice_ns.load() != 0 && !g_taken.load() ? 1 : 0, static_cast<std::int32_t>(getpid()),
+                  slowest_step_s};
   const auto all = comm::all_gather_values(world, mine);
-  std::vector<NoticedProcess> noticed;
-  for (int r = 0; r < world.size(); ++r)
-    if (all[static_cast<std::size_t>(r)].noticed != 0) noticed.push_back({r, all[static_cast<std::size_t>(r)].pid});
-  return noticed;
+  NoticeAgreement agreed;
+  for (int r = 0; r < world.size(); ++r) {
+    const Flag& f = all[static_cast<std::size_t>(r)];
+    if (f.noticed != 0) agreed.noticed.push_back({r, f.pid});
+    agreed.slowest_step_s = std::max(agreed.slowest_step_s, f.slowest_step_s);
+  }
+  return agreed;
+}
+
+int notice_lead_steps(double slowest_step_s, double notice_seconds, std::int64_t steps_left) {
+  return slowest_step_s > 0 && 2 * slowest_step_s <= notice_seconds / 2 && steps_left > 1 ? 1 : 0;
 }
 
 std::string describe_noticed(const std::vector<NoticedProcess>& noticed) {

@@ -2,9 +2,10 @@
 // cloud's spot revocation or a scheduler's preemption sends; `train --notice-signal`) means
 // "this process will be gone in --notice-s seconds". The job does not stop: at the next step
 // boundary every rank learns which processes have notice (one all-gather), the job vacates their
-// ranks into a layout for the processes that stay (an ordinary planned switch, prepared at once
-// and committed before the following step), and each noticed process exits 0 after handing its
-// state over. Several notices at once are one switch; a notice during a switch's prepare is
+// ranks into a layout for the processes that stay (an ordinary planned switch, prepared behind
+// the next step and committed after it, or prepared and committed at once when the deadline
+// leaves no room for that step: notice_lead_steps), and each noticed process exits 0 after
+// handing its state over. Several notices at once are one switch; a notice during a switch's prepare is
 // acted on once that switch has committed. If every process has notice, the job saves a
 // checkpoint (with --save) and ends with 128 + the signal.
 //
@@ -16,6 +17,7 @@
 // newest checkpoint before the machine disappears under it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -44,9 +46,22 @@ struct NoticedProcess {
   int pid = 0;
 };
 
-// Collective over `world`: the processes with a notice not yet acted on, by increasing world
-// rank, the same list on every rank (one all-gather of a flag and a pid).
-std::vector<NoticedProcess> agree_on_notices(comm::Transport& world);
+struct NoticeAgreement {
+  std::vector<NoticedProcess> noticed;  // by increasing world rank
+  double slowest_step_s = 0;            // the largest of every rank's slowest step
+};
+
+// Collective over `world`: the processes with a notice not yet acted on, and the slowest step
+// any rank has timed (`slowest_step_s` is this rank's), the same on every rank (one all-gather
+// of a flag, a pid and a time).
+NoticeAgreement agree_on_notices(comm::Transport& world, double slowest_step_s);
+
+// Steps from the boundary that acts on a notice to the vacating commit. 1: the switch is
+// prepared in the background during the next step, so the pause training sees holds only the
+// commit (and what is left of the prepare); chosen when two of the slowest steps fit in half the
+// notice's seconds and a step is left to run. 0 otherwise: prepared and committed at once, the
+// deadline before hiding the prepare (also before any step is timed: slowest_step_s == 0).
+int notice_lead_steps(double slowest_step_s, double notice_seconds, std::int64_t steps_left);
 
 // "rank 3 (pid 4242)", "ranks 1 (pid 11), 2 (pid 12)".
 std::string describe_noticed(const std::vector<NoticedProcess>& noticed);

@@ -15,9 +15,10 @@ namespace dynatrain::job {
 
 // At a boundary where every process of the world is in the layout and no switch is being
 // prepared (else at a later one), every rank learns the processes with notice and schedules a
-// switch at this very step (prepared and committed before it: the deadline matters more than
-// hiding the prepare) into the layout the restart rule picks for the processes that stay,
-// vacating the noticed ones. Every rank computes the same entry from the same agreed list.
+// switch into the layout the restart rule picks for the processes that stay, vacating the
+// noticed ones: before the next step, prepared behind this one, or before this very step when
+// the deadline has no room for a step (notice_lead_steps). Every rank computes the same entry
+// from the same agreed list and slowest step.
 // Returns false when every process has notice: the state is saved (with --save) and the loop
 // ends with s_.notice_exit = 128 + signal.
 bool TrainJob::act_on_notices() {
@@ -25,7 +26,8 @@ bool TrainJob::act_on_notices() {
   if (!notices_enabled() || s_.step == s_.joined_at || trainer_->preparing() ||
       trainer_->config().world_size() != trainer_->world_size())
     return true;
-  const std::vector<NoticedProcess> noticed = agree_on_notices(trainer_->world());
+  const NoticeAgreement agreed = agree_on_notices(trainer_->world(), s_.slowest_step);
+  const std::vector<NoticedProcess>& noticed = agreed.noticed;
   if (noticed.empty()) return true;
   for (const auto& n : noticed)
     if (n.rank == trainer_->world().rank()) notice_taken();
@@ -49,7 +51,8 @@ bool TrainJob::act_on_notices() {
     s_.notice_exit = 128 + args_.notice.signal;
     return false;
   }
-  const std::int64_t at = s_.step;
+  const std::int64_t at =
+      s_.step + notice_lead_steps(agreed.slowest_step_s, args_.notice.seconds, args_.steps - s_.step);
   const vps::ParallelConfig to = choose_restart_layout(o_, trainer_->config(), stay);
   place_switch(s_.schedule, s_.next, at, to);
   std::string ranks;

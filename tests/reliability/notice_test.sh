@@ -4,13 +4,13 @@
 # process's ranks into a layout for the others, in memory, and training goes on.
 # tiny-dense in tp=2,dp=2 on 4 processes, 24 steps; each case against the uninterrupted run:
 #  1. notice to rank 3 during step 8 (DT_FAULT=notice): seen at the next boundary (step 9), the
-#     job goes on in 3 processes from step 9;
+#     vacating switch is prepared behind step 9, the job goes on in 3 processes from step 10;
 #  2. notice to ranks 1 and 2 at once, sent from outside (kill -TERM of their pids) once step 6
 #     has been written: one switch vacates both, the job goes on in 2 processes;
 #  3. notice to rank 0, the leader: its I/O moves to another process in the vacating commit;
 #  4. notice during a switch's background prepare (the schedule switches to dp=4 before step
 #     10, placement auto may renumber the process): acted on at the boundary after that switch
-#     has committed (step 11);
+#     has committed (step 11), committed after step 11;
 #  5. notice to a process that a grow (2 -> 4 before step 6) started, in its fifth step (step 10;
 #     DT_FAULT counts the points a process reached);
 #  6. notice to every process (2 processes): the job saves a checkpoint and ends with 143;
@@ -85,9 +85,9 @@ wait_for_step() {  # NAME STEP: until the job's leader has printed that step's l
 echo "1. notice to rank 3 during step 8"
 run one 4 "0:tp=2,dp=2" DT_FAULT=notice:3:step:0:8 DT_FAULT_STAMP="$tmp/one.stamp"
 finish one 0
-grep -q "^notice: rank 3 (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 9$" "$tmp/one.log" ||
+grep -q "^notice: rank 3 (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 10$" "$tmp/one.log" ||
   { cat "$tmp/one.log"; fail "one: no notice line"; }
-check_csv one "0:4,9:3"
+check_csv one "0:4,10:3"
 
 echo "2. notice to ranks 1 and 2 at once, from outside"
 run two 4 "0:tp=2,dp=2"
@@ -104,28 +104,28 @@ check_csv two "0:4,$at:2"
 echo "3. notice to rank 0, the leader"
 run lead 4 "0:tp=2,dp=2" DT_FAULT=notice:0:step:0:5 DT_FAULT_STAMP="$tmp/lead.stamp"
 finish lead 0
-grep -q "^notice: rank 0 (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 6$" "$tmp/lead.log" ||
+grep -q "^notice: rank 0 (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 7$" "$tmp/lead.log" ||
   { cat "$tmp/lead.log"; fail "lead: no notice line"; }
-grep -q "^leader: process [0-9]* took over the job's I/O as world rank 0 before step 6$" "$tmp/lead.log" ||
+grep -q "^leader: process [0-9]* took over the job's I/O as world rank 0 before step 7$" "$tmp/lead.log" ||
   fail "lead: no leader hand-over"
-check_csv lead "0:4,6:3"
+check_csv lead "0:4,7:3"
 
 echo "4. notice during a switch's prepare"
 run during 4 "0:tp=2,dp=2;10:dp=4" DT_FAULT=notice:2:prepare:0 DT_FAULT_STAMP="$tmp/during.stamp"
 finish during 0
 grep -q "^switch before step 10: tp=2,pp=1,dp=2,zero=1 -> tp=1,pp=1,dp=4,zero=1 " "$tmp/during.log" ||
   { cat "$tmp/during.log"; fail "during: the scheduled switch did not commit"; }
-grep -q "^notice: rank [0-9] (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 11$" "$tmp/during.log" ||
+grep -q "^notice: rank [0-9] (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 12$" "$tmp/during.log" ||
   { cat "$tmp/during.log"; fail "during: notice not acted on after the switch"; }
-check_csv during "0:4,11:3"
+check_csv during "0:4,12:3"
 
 echo "5. notice to a process a grow started"
 run grown 2 "0:dp=2;6:tp=2,dp=2" DT_FAULT=notice:3:step:0:4 DT_FAULT_STAMP="$tmp/grown.stamp"
 finish grown 0
 grep -q "^switch before step 6: .* processes 2 -> 4 " "$tmp/grown.log" || { cat "$tmp/grown.log"; fail "grown: no grow"; }
-grep -q "^notice: rank 3 (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 11$" "$tmp/grown.log" ||
+grep -q "^notice: rank 3 (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 12$" "$tmp/grown.log" ||
   { cat "$tmp/grown.log"; fail "grown: no notice line"; }
-check_csv grown "0:2,6:4,11:3"
+check_csv grown "0:2,6:4,12:3"
 
 echo "6. notice to every process"
 steps=3000
