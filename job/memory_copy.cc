@@ -103,6 +103,11 @@ std::uint64_t file_bytes_of(const std::string& step_dir, int ranks) {
 
 }  // namespace
 
+const std::vector<vps::StateKind>& copied_kinds() {
+  static const std::vector<vps::StateKind> kinds = vps::parse_state_kinds("master,exp_avg,exp_avg_sq");
+  return kinds;
+}
+
 std::string memory_copy_dir() {
   const char* dir = std::getenv(kMemoryCopyDirEnv);
   return dir ? dir : "";
@@ -110,7 +115,7 @@ std::string memory_copy_dir() {
 
 std::uint64_t copied_state_bytes(const vps::Layout& layout) {
   unsigned mask = 0;
-  for (vps::StateKind k : saved_kinds()) mask |= 1u << static_cast<int>(k);
+  for (vps::StateKind k : copied_kinds()) mask |= 1u << static_cast<int>(k);
   std::uint64_t total = 0;
   for (int r = 0; r < layout.config().world_size(); ++r)
     layout.visit_buffers(
@@ -166,7 +171,7 @@ void save_memory_copy(const std::string& dir, std::int64_t step, train::Trainer&
     std::set<std::string> names;
     ckpt::on_all_ranks(world, "memory copy", [&] {
       if (!in_layout) return;
-      ckpt::write_rank_file(step_dir, layout, world.rank(), saved_kinds(), view(trainer.arenas()),
+      ckpt::write_rank_file(step_dir, layout, world.rank(), copied_kinds(), view(trainer.arenas()),
                             ckpt::kChecksumChunkBytes, ckpt::FileWrite::kOver);
       names.insert(ckpt::rank_file_name(world.rank()));
     });
@@ -176,7 +181,7 @@ void save_memory_copy(const std::string& dir, std::int64_t step, train::Trainer&
       });
     note_memory_copy_files(std::move(names));
     ckpt::on_all_ranks(world, "memory copy", [&] {
-      if (world.rank() == 0) ckpt::commit(dir, step, layout, saved_kinds(), state);
+      if (world.rank() == 0) ckpt::commit(dir, step, layout, copied_kinds(), state);
     });
   } catch (const InputError& e) {  // every rank alike (on_all_ranks)
     if (world.rank() == 0) {

@@ -3,8 +3,8 @@
 //
 // Open MPI ends every process of a job when one dies (docs/reliability.md), so the state that
 // survives a loss must live outside the processes. At every step boundary each rank of the
-// layout writes its rank file of the checkpoint format (ckpt/checkpoint.h: param, master,
-// exp_avg, exp_avg_sq, every entry checksummed) into DIR, a directory in shared memory (tmpfs,
+// layout writes its rank file of the checkpoint format (ckpt/checkpoint.h: master, exp_avg,
+// exp_avg_sq, every entry checksummed; copied_kinds) into DIR, a directory in shared memory (tmpfs,
 // /dev/shm) that the supervisor made for the job, and rank 0 commits it as DIR's latest with the
 // progress (step, data cursor) and the run's identity. When the job fails, the supervisor
 // (job/supervisor.h) restarts it from DIR's latest copy when it reads back whole and is newer
@@ -32,6 +32,13 @@
 #include "train/trainer.h"
 
 namespace dynatrain::job {
+
+// The kinds a copy holds: master, exp_avg, exp_avg_sq. Not the params: every optimizer step
+// ends with param = master (rounded to bf16 with --bf16), so a load of the copy rebuilds them
+// from master (Trainer::params_from_master, in resume_trainer) to the same bytes, and the copy
+// writes 4 of every 16 bytes a parameter holds fewer (1 of 7 with --bf16), more where dp
+// replicas hold the params.
+const std::vector<vps::StateKind>& copied_kinds();
 
 // $DT_MEMORY_COPY_DIR, or "" when unset.
 std::string memory_copy_dir();

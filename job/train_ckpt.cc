@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -187,10 +188,19 @@ void resume_trainer(const ckpt::Checkpoint& c, train::Trainer& trainer, comm::Tr
   if (saved != here)
     DT_INPUT_ERROR("checkpoint '", c.step_dir, "' holds ", saved == 2 ? "bf16" : "fp32", " params (saved ",
                    saved == 2 ? "with" : "without", " --bf16); resume it ", saved == 2 ? "with" : "without", " --bf16");
+  const auto holds = [&](vps::StateKind k) { return std::find(c.kinds.begin(), c.kinds.end(), k) != c.kinds.end(); };
+  if (!holds(vps::StateKind::kParam) && !holds(vps::StateKind::kMaster)) {
+    std::string kinds;
+    for (vps::StateKind k : c.kinds) kinds += (kinds.empty() ? "" : ",") + std::string(vps::state_kind_name(k));
+    DT_INPUT_ERROR("checkpoint '", c.step_dir, "' holds neither params nor master weights (its kinds: ", kinds,
+                   "); a train checkpoint holds param or master, and exp_avg, exp_avg_sq");
+  }
   ckpt::LoadStats stats;
   ckpt::on_all_ranks(world, "checkpoint load", [&] {
     if (trainer.active()) stats = ckpt::load_rank(c, trainer.layout(), world.rank(), view(trainer.arenas()));
   });
+  // The memory copy holds no params (job/memory_copy.h: copied_kinds): rebuilt from master.
+  if (!holds(vps::StateKind::kParam) && trainer.active()) trainer.params_from_master();
   train::Trainer::Progress p;
   try {
     p.step = c.trainer.at("step").get<std::int64_t>();

@@ -134,6 +134,7 @@ void Trainer::restore_progress(const Progress& p) {
   impl_->cursor.seed = p.data_seed;
   impl_->cursor.position = p.data_position;
 }
+void Trainer::params_from_master() { impl_->params_from_master(); }
 Arenas& Trainer::arenas() {
   impl_->zero_stale_gradients();
   return impl_->arenas;

@@ -78,9 +78,10 @@ struct TrainerOptions {
   // reduced in fp32; Adam on the fp32 master (its own state kind, sharded like the moments),
   // after which the bf16 params are rounded from it (vps::bf16_param_elem_bytes).
   bool bf16 = false;
-  // State kinds a resume will load right after construction (a checkpoint's kinds): the
-  // per-element weight init of these kinds is skipped (they are only zeroed), since the load
-  // overwrites every element of them. Empty: initialise everything.
+  // State kinds a resume will load right after construction (a checkpoint's kinds, and param
+  // where the resume rebuilds it from master: params_from_master): the per-element weight init
+  // of these kinds is skipped (they are only zeroed), since the load overwrites every element
+  // of them. Empty: initialise everything.
   std::vector<vps::StateKind> loaded_kinds;
 };
 
@@ -252,6 +253,11 @@ class Trainer {
   };
   Progress progress() const;
   void restore_progress(const Progress& progress);
+  // Sets every param from its master copy, as each optimizer step ends (param = master, rounded
+  // to bf16 with --bf16): after loading a checkpoint that holds master but no params, the same
+  // bytes as if they had been loaded. Collective over the current layout's ranks (the ZeRO 1/2
+  // all-gather); active ranks only.
+  void params_from_master();
   // This rank's state arenas of the current layout (empty when inactive). Writing into them in
   // place (a checkpoint load) keeps the model's views valid; the sizes must not change.
   Arenas& arenas();

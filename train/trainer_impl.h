@@ -167,6 +167,8 @@ struct Trainer::Impl {
   void adam(float* master, float* m, float* v, const float* g, std::int64_t n) const;
   void optimizer_step();
   void step_bucket(const vps::LocalBuffer& pb, std::vector<float>& scratch, std::vector<std::uint16_t>& scratch16);
+  void param_from_master(const vps::LocalBuffer& pb, std::vector<std::uint16_t>& scratch16);
+  void params_from_master();
 
   // ---- switch (trainer_switch.cc) ----
   void prepare(vps::ParallelConfig next, std::string payload, std::vector<int> vacate);

@@ -69,40 +69,49 @@ void Trainer::Impl::optimizer_step() {
 // The optimizer step of the bucket whose param buffer is `pb` (see optimizer_step).
 void Trainer::Impl::step_bucket(const vps::LocalBuffer& pb, std::vector<float>& scratch,
                                 std::vector<std::uint16_t>& scratch16) {
-  const int zero = cfg().zero;
-  auto params_from_master = [&](const float* master, std::byte* param, std::int64_t n) {
-    if (opt.bf16)
-      to_bf16(master, reinterpret_cast<std::uint16_t*>(param), n);
-    else
-      std::memcpy(param, master, static_cast<std::size_t>(n) * sizeof(float));
-  };
   const auto& gb = buffer(StateKind::kGrad, pb.expert_group, pb.bucket);
   const auto& mb = buffer(StateKind::kMaster, pb.expert_group, pb.bucket);
   const auto& ab = buffer(StateKind::kExpAvg, pb.expert_group, pb.bucket);
   const auto& sb = buffer(StateKind::kExpAvgSq, pb.expert_group, pb.bucket);
   comm::Transport* group = shard_group(pb.expert_group);
-  std::byte* param = arenas.bytes(pb);
   float* grad = zero_work.full(StateKind::kGrad, gb, arenas);  // the full bucket's gradient
   float* master = arenas.data(mb);
   float* m = arenas.data(ab);
   float* v = arenas.data(sb);
-  if (zero == 0) {
+  if (cfg().zero == 0) {
     DT_CHECK_EQ(mb.numel, pb.numel);
     if (group->size() > 1) group->all_reduce_sum(grad, pb.numel);
     adam(master, m, v, grad, pb.numel);
-    params_from_master(master, param, pb.numel);
-    return;
+  } else {
+    const std::int64_t shard = mb.numel;
+    float* shard_grad = arenas.data(gb);
+    if (cfg().zero < 2) {
+      scratch.resize(shard);
+      shard_grad = scratch.data();
+    }
+    reduce_scatter_or_copy(*group, grad, shard_grad, shard);
+    adam(master, m, v, shard_grad, shard);
   }
+  param_from_master(pb, scratch16);
+}
+
+// The bucket's params from its master: the local shard at ZeRO 0 and 3, the dp all-gather of
+// the shards at ZeRO 1/2.
+void Trainer::Impl::param_from_master(const vps::LocalBuffer& pb, std::vector<std::uint16_t>& scratch16) {
+  const int zero = cfg().zero;
+  auto cast = [&](const float* master, std::byte* param, std::int64_t n) {
+    if (opt.bf16)
+      to_bf16(master, reinterpret_cast<std::uint16_t*>(param), n);
+    else
+      std::memcpy(param, master, static_cast<std::size_t>(n) * sizeof(float));
+  };
+  const auto& mb = buffer(StateKind::kMaster, pb.expert_group, pb.bucket);
+  comm::Transport* group = shard_group(pb.expert_group);
+  std::byte* param = arenas.bytes(pb);
+  const float* master = arenas.data(mb);
   const std::int64_t shard = mb.numel;
-  float* shard_grad = arenas.data(gb);
-  if (zero < 2) {
-    scratch.resize(shard);
-    shard_grad = scratch.data();
-  }
-  reduce_scatter_or_copy(*group, grad, shard_grad, shard);
-  adam(master, m, v, shard_grad, shard);
-  if (zero >= 3) {
-    params_from_master(master, param, shard);
+  if (zero == 0 || zero >= 3) {
+    cast(master, param, shard);
   } else if (opt.bf16) {
     scratch16.resize(shard);
     to_bf16(master, scratch16.data(), shard);
@@ -110,6 +119,12 @@ void Trainer::Impl::step_bucket(const vps::LocalBuffer& pb, std::vector<float>& 
   } else {
     all_gather_or_copy(*group, master, reinterpret_cast<float*>(param), shard);
   }
+}
+
+void Trainer::Impl::params_from_master() {
+  std::vector<std::uint16_t> scratch16;
+  for (const auto& pb : rank_layout.buffers)
+    if (pb.kind == StateKind::kParam) param_from_master(pb, scratch16);
 }
 
 }  // namespace dynatrain::train
