@@ -18,6 +18,7 @@
 #include "ckpt/checkpoint.h"
 #include "common/error.h"
 #include "common/output_file.h"
+#include "job/job_events.h"
 #include "job/memory_copy.h"
 #include "job/notice.h"
 #include "job/train_ckpt.h"
@@ -382,6 +383,24 @@ void print_restart(const Restart& r, const Attempt& a, int code, int number, int
   std::fflush(stdout);
 }
 
+// With --job DIR: the loss and the restart in the job's event log (job/job_events.h), written
+// between two attempts, when no job holds the log. The rank lost is not known here (-1): the
+// job's one line on stderr names it. An attempt refused its checkpoint (exit 2) lost no process.
+void record_restart(const std::string& job_dir, const Restart& r, const Attempt& a, int code, int number,
+                    bool from_copy) {
+  open_event_log(job_dir);
+  if (code != 2)
+    record_process_lost(
+        -1, -1,
+        detail::concat("the job ended with exit ", code, " ",
+                       a.last_step < 0 ? "before its first step" : detail::concat("after step ", a.last_step), " on ",
+                       r.had, " processes"));
+  record_recovery(r.from, r.layout.str(), r.layout.world_size(),
+                  detail::concat("restart ", number, " from ", from_copy ? "the memory copy" : "the checkpoint",
+                                 r.from == 0 && !from_copy ? " (none: the start)" : "", ", ", r.lost, " steps lost"));
+  close_event_log();
+}
+
 // The launcher's own checks (before it starts anything) and the trainer options that choose a
 // restart layout.
 train::TrainerOptions checked_options(const TrainArgs& args, const SuperviseSettings& s) {
@@ -472,6 +491,7 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
     np = r.layout.world_size();
     schedule = "0:" + r.layout.str();
     print_restart(r, a, code, attempt + 1, s.max_restarts, from_copy);
+    if (!args.job.empty()) record_restart(args.job, r, a, code, attempt + 1, from_copy);
     if (!parts.empty()) {
       parts.back().keep_below = r.from;
       parts.push_back({"", INT64_MAX, attempt + 1, r.lost});

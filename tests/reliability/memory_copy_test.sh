@@ -3,7 +3,8 @@
 # --redundancy R` keeps a copy of the state at every step boundary; tiny-dense in tp=2,dp=2,
 # saving to disk every 4 steps, rank 1 lost during step 6 (after the copy of step 6). Cases:
 #  1. R=1, rank 1 SIGKILLed: the restart resumes the copy of step 6 (0 steps lost) on 3
-#     processes, not the disk checkpoint of step 4;
+#     processes, not the disk checkpoint of step 4; with --job DIR, the loss and the restart
+#     are in DIR/events.jsonl;
 #  2. R=2, rank 1 lost with its node's shared memory (the `lose` fault removes its files) 20 ms
 #     into step 6: the copy is read with rank 1's file from its buddy's copy, 0 steps lost;
 #  3. R=1, the same loss: the copy is not whole, so the restart falls back to the disk
@@ -21,12 +22,12 @@ mkdir -p "$DT_MEMORY_COPY_ROOT"
 timeout 300 "$mpiexec" -np 4 "$dt" train "${common[@]}" --schedule "0:tp=2,dp=2" --csv "$tmp/continuous.csv" \
   >"$tmp/c.log" 2>&1 || { cat "$tmp/c.log"; fail "continuous run"; }
 
-# supervised NAME REDUNDANCY FAULT: the job with one fault; its log is $tmp/NAME.log.
+# supervised NAME REDUNDANCY FAULT [TRAIN ARGS...]: the job with one fault; its log is $tmp/NAME.log.
 supervised() {
   rm -rf "$tmp/ck" "$tmp/stamp"
   DT_FAULT="$3" DT_FAULT_STAMP="$tmp/stamp" timeout 300 "$dt" train --max-restarts 2 --np 4 --mpirun "$mpiexec" \
     "${common[@]}" --schedule "0:tp=2,dp=2" --save "$tmp/ck" --save-every 4 --redundancy "$2" \
-    --csv "$tmp/$1.csv" >"$tmp/$1.log" 2>"$tmp/$1.err"
+    --csv "$tmp/$1.csv" "${@:4}" >"$tmp/$1.log" 2>"$tmp/$1.err"
   local code=$?
   ((code == 0)) || { cat "$tmp/$1.log" "$tmp/$1.err"; fail "$1: exit $code"; }
   [[ -s $tmp/stamp ]] || fail "$1: the fault never fired"
@@ -55,7 +56,8 @@ PY
 }
 
 # 1. A SIGKILL: the copy of step 6 (the disk has step 4).
-supervised kill 1 kill:1:step:0:6
+mkdir -p "$tmp/job"
+supervised kill 1 kill:1:step:0:6 --job "$tmp/job"
 grep -q "^supervise: the job ended with exit [0-9]* after step 5 on 4 processes; restart 1 of 2 from step 6 (0 steps lost) on 3 processes in tp=1,pp=1,dp=3,zero=1, from the memory copy$" "$tmp/kill.log" ||
   { cat "$tmp/kill.log"; fail "kill: no restart from the memory copy"; }
 grep -q "resumed from $DT_MEMORY_COPY_ROOT/dynatrain-copy-[0-9]*/step-00000006 (saved in tp=2,pp=1,dp=2,zero=1, 4 files) into tp=1,pp=1,dp=3,zero=1: step 6" "$tmp/kill.log" ||
@@ -63,7 +65,19 @@ grep -q "resumed from $DT_MEMORY_COPY_ROOT/dynatrain-copy-[0-9]*/step-00000006 (
 grep -q "memory copy (--redundancy 1): 7 copies, .*; the first two (fresh pages)" "$tmp/kill.log" || { cat "$tmp/kill.log"; fail "kill: summary line"; }
 check_csv kill 6 0
 [[ $(cat "$tmp/ck/latest") == step-00000014 ]] || fail "kill: --save's latest is $(cat "$tmp/ck/latest")"
-echo "ok 1: SIGKILL during step 6 -> restart from the memory copy of step 6, 0 steps lost, losses continuous"
+PYENV_VERSION=system python3 - "$tmp/job/events.jsonl" <<'PY' || { cat "$tmp/job/events.jsonl"; fail "kill: events"; }
+import json, sys
+events = [json.loads(l) for l in open(sys.argv[1])]
+names = [e["event"] for e in events]
+lost = names.index("process_lost")
+assert names[lost + 1] == "recovery", names
+assert events[lost]["what"].startswith("the job ended with exit ") and "after step 5 on 4 processes" in events[lost]["what"], events[lost]
+r = events[lost + 1]
+assert (r["step"], r["layout"], r["processes"]) == (6, "tp=1,pp=1,dp=3,zero=1", 3), r
+assert r["how"] == "restart 1 from the memory copy, 0 steps lost", r
+assert names.count("job_started") == 2 and names.index("job_started", 1) > lost, names
+PY
+echo "ok 1: SIGKILL during step 6 -> restart from the memory copy of step 6, 0 steps lost, losses continuous, in the events"
 
 # 2. A lost node (rank 1's files gone) with buddy copies, mid-step.
 supervised lose2 2 lose:1:step:20:6
