@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A lost process with the state's memory copy (job/memory_copy.h) against a checkpoint restart,
 # and what the copy costs a step, through `dynatrain train --np 4 --max-restarts 1`:
-# the llama-style bench/edm/llama-133m.json (2.7 GB of param + master + Adam state in rank
+# the llama-style bench/edm/llama-133m.json (1.6 GB of master + Adam state in rank
 # files) in tp=2,dp=2 on 4 processes, global batch 4 x 32 tokens, --threads 1.
 #  * cost: STEPS steps with no copy, --redundancy 1 and --redundancy 2 (no fault); a step's time
 #    is the interval between two step lines (the step and the boundary after it, where the copy
