@@ -4,7 +4,8 @@
 #    tp=2,dp=2; SIGTERM to rank 3 as step 6 starts;
 #  * gb: the llama-style bench/edm/llama-133m.json (2.1 GB of param + master + Adam state) on 4
 #    processes in tp=2,dp=2; SIGTERM to rank 3 as step 3 starts; with --json, so the switch's
-#    record carries the bare exchange of the same bytes with the same peers (exchange_s).
+#    record carries the bare exchange of the same bytes with the same peers (exchange_s);
+#  * gb-2: the same on 2 processes in tp=2 (a core each), SIGTERM to rank 1: vacated into 1.
 # The notice is raised by the process itself (DT_FAULT=notice, which stamps the wall-clock time
 # it fired); every line the job prints is stamped as it arrives. Printed per case: notice ->
 # the boundary that acts on it, -> the vacating commit done (training resumed on the processes
@@ -24,12 +25,13 @@ results_begin notice markdown "$0 $*"
 
 stamp_lines() { while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done; }
 
-run() {  # NAME STEPS NOTICE_STEP ARGS...
-  local name=$1 steps=$2 at=$3
-  shift 3
+run() {  # NAME NP STEPS NOTICE_STEP ARGS...: NP processes in LAYOUT, the last one noticed
+  local name=$1 np=$2 steps=$3 at=$4 layout
+  shift 4
+  layout=$( ((np == 4)) && echo "tp=2,dp=2" || echo "tp=2")
   rm -f "$OUT/$name.stamp"
-  DT_FAULT=notice:3:step:0:$at DT_FAULT_STAMP="$OUT/$name.stamp" timeout 900 \
-    mpirun -np 4 "$BIN" train --schedule "0:tp=2,dp=2" --steps "$steps" --csv "$OUT/$name.csv" "$@" \
+  DT_FAULT=notice:$((np - 1)):step:0:$at DT_FAULT_STAMP="$OUT/$name.stamp" timeout 900 \
+    mpirun -np "$np" "$BIN" train --schedule "0:$layout" --steps "$steps" --csv "$OUT/$name.csv" "$@" \
     2>"$OUT/$name.err" | stamp_lines >"$OUT/$name.log" || { tail -n 20 "$OUT/$name.log" "$OUT/$name.err"; exit 1; }
   PYENV_VERSION=system python3 - "$OUT" "$name" "$steps" <<'PY'
 import csv, json, os, re, sys
@@ -57,6 +59,8 @@ PY
 }
 echo "| case | notice -> acted on | notice -> training resumed | one step (old layout) | pause | bare exchange | pause / exchange | steps lost |"
 echo "|---|---|---|---|---|---|---|---|"
-run demo 16 6 --model tiny-dense --global-batch 24 --seq 64
-run gb 8 3 --model "$HERE/edm/llama-133m.json" --global-batch 4 --seq 32 --threads 1 --json "$OUT/gb.json"
+run demo 4 16 6 --model tiny-dense --global-batch 24 --seq 64
+gb=(--model "$HERE/edm/llama-133m.json" --global-batch 4 --seq 32 --threads 1)
+run gb 4 8 3 "${gb[@]}" --json "$OUT/gb.json"
+run gb-2 2 8 3 "${gb[@]}" --json "$OUT/gb-2.json"
 results_end
