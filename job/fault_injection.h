@@ -11,7 +11,8 @@
 //             save phase, the rank's write fails as on a full disk, job/train_ckpt.h)
 //     RANK    world rank that faults
 //     POINT   switch (a layout switch starts), step (a training step starts), prepare (the
-//             background prepare of the next switch starts, train only), join (a process
+//             background prepare of the next switch starts, train only), notices (train with
+//             notices on: a step boundary's agreement on notices starts), join (a process
 //             started by a grow has joined its starters' world, before the handshake that
 //             follows; RANK: its rank in that world), or a phase of a checkpoint save
 //             (ckpt/checkpoint.h, SavePhase): save-begin (before the rank file is written),

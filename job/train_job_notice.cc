@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "job/fault_injection.h"
 #include "job/job_control.h"
 #include "job/job_events.h"
 #include "job/notice.h"
@@ -26,7 +27,13 @@ bool TrainJob::act_on_notices() {
   if (!notices_enabled() || s_.step == s_.joined_at || trainer_->preparing() ||
       trainer_->config().world_size() != trainer_->world_size())
     return true;
+  // A peer stopped here would hold every rank in this all-gather: watched as a step is.
+  fault_point("notices", trainer_->world().rank());
+  if (s_.slowest_step > 0)
+    watchdog_.arm("step " + std::to_string(s_.step) + " (its start: the agreement on notices)",
+                  switch_timeout_seconds(0) + 10 * s_.slowest_step);
   const NoticeAgreement agreed = agree_on_notices(trainer_->world(), s_.slowest_step);
+  watchdog_.disarm();
   const std::vector<NoticedProcess>& noticed = agreed.noticed;
   if (noticed.empty()) return true;
   for (const auto& n : noticed)

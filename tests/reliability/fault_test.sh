@@ -138,6 +138,8 @@ if [[ $with_train == 1 ]]; then
   # An exception on one rank only (its peers wait in the step's collectives): used to hang.
   fault 4 "injected fault at 'step'" throw:2:step:0:3 -- "${TR[@]}" --schedule "0:tp=2,dp=2" --csv
   fault 2 "s during step" stop:1:step:1000 -- "${TR_LONG[@]}" --schedule "0:tp=2" --csv
+  # A peer stopped at a step boundary, before the agreement on notices: used to hang there.
+  fault 2 "(its start: the agreement on notices)" stop:1:notices:0:20 -- "${TR_LONG[@]}" --schedule "0:tp=2" --csv
   fault 4 "after rank 2" kill:2:step:10 -- "${TR[@]/tiny-dense/tiny-moe}" --schedule "0:dp=4,ep=2" --csv
   fault 4 "stopped by SIGTERM" term-mpirun:loss -- "${TR_LONG[@]}" --schedule "0:tp=2,dp=2" --csv
   # A rank killed during a checkpoint save (the second one, at step 8; ckpt::SavePhase): before
