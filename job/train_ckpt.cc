@@ -30,6 +30,11 @@ const std::vector<vps::StateKind>& saved_kinds() {
   return kinds;
 }
 
+bool rebuilds_params(const std::vector<vps::StateKind>& kinds) {
+  const auto holds = [&](vps::StateKind k) { return std::find(kinds.begin(), kinds.end(), k) != kinds.end(); };
+  return !holds(vps::StateKind::kParam) && holds(vps::StateKind::kMaster);
+}
+
 namespace {
 
 std::string hash_of(const std::string& bytes) { return ckpt::hex64(ckpt::checksum(bytes.data(), bytes.size())); }
@@ -200,7 +205,7 @@ void resume_trainer(const ckpt::Checkpoint& c, train::Trainer& trainer, comm::Tr
     if (trainer.active()) stats = ckpt::load_rank(c, trainer.layout(), world.rank(), view(trainer.arenas()));
   });
   // The memory copy holds no params (job/memory_copy.h: copied_kinds): rebuilt from master.
-  if (!holds(vps::StateKind::kParam) && trainer.active()) trainer.params_from_master();
+  if (rebuilds_params(c.kinds) && trainer.active()) trainer.params_from_master();
   train::Trainer::Progress p;
   try {
     p.step = c.trainer.at("step").get<std::int64_t>();

@@ -20,6 +20,9 @@ ckpt::Arenas view(train::Arenas& arenas);
 // The kinds a checkpoint holds: param, master, exp_avg, exp_avg_sq (gradients are zero at a
 // step boundary).
 const std::vector<vps::StateKind>& saved_kinds();
+// Whether a resume from a checkpoint of `kinds` rebuilds the params from master (it holds master
+// but no params: the memory copy, job/memory_copy.h), so that they need no init before the load.
+bool rebuilds_params(const std::vector<vps::StateKind>& kinds);
 
 // The identity of a run, saved in every checkpoint it writes (trainer state "run"), so that a
 // --save directory is never taken over by another run and a restart never adopts another run's

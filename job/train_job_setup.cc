@@ -1,7 +1,6 @@
 // TrainJob's set-up: flag and schedule checks, the output files, resume, the trainer.
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -203,11 +202,7 @@ std::optional<ckpt::Checkpoint> TrainJob::open_resume() {
   std::optional<ckpt::Checkpoint> resume = ckpt::open_latest(args_.resume_dir, o_.model);
   s_.first_step = resume->step;
   o_.loaded_kinds = resume->kinds;  // the load overwrites them: no per-element init before it
-  // Params missing beside master (the memory copy's) are rebuilt from master after the load.
-  const auto& k = o_.loaded_kinds;
-  if (std::find(k.begin(), k.end(), vps::StateKind::kParam) == k.end() &&
-      std::find(k.begin(), k.end(), vps::StateKind::kMaster) != k.end())
-    o_.loaded_kinds.push_back(vps::StateKind::kParam);
+  if (rebuilds_params(o_.loaded_kinds)) o_.loaded_kinds.push_back(vps::StateKind::kParam);
   if (s_.first_step >= args_.steps)
     DT_INPUT_ERROR("checkpoint in '", args_.resume_dir, "' is at step ", s_.first_step, "; --steps ", args_.steps,
                    " leaves nothing to train");
