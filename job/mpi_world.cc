@@ -24,6 +24,7 @@ namespace {
 struct JobInfo {
   int rank = 0, size = 1;
   char marker[512] = {};  // "<session dir>/dynatrain-reported"; empty: no claim needed
+  char host[256] = {};    // this node's host name, which the peers watched share
   static constexpr int kMaxPeers = 4096;
   int peer_pid[kMaxPeers] = {};  // pid of each rank on this node, 0 elsewhere
 };
@@ -122,7 +123,7 @@ void stop_on_signal(int sig) {
       p = append_int(p, end, g_job.peer_pid[gone[i]]);
       p = append_str(p, end, ")");
     }
-    if (n_gone) p = append_str(p, end, " ended without a word (killed?)");
+    if (n_gone) p = append_str(append_str(p, end, " ended without a word (killed?) on node "), end, g_job.host);
     *p++ = '\n';
     ssize_t ignored = write(STDERR_FILENO, line, static_cast<std::size_t>(p - line));
     (void)ignored;
@@ -152,6 +153,7 @@ void gather_job_info(comm::Transport& world, JobInfo& info) {
     std::int64_t pid;
     std::int64_t host;
   };
+  gethostname(info.host, sizeof info.host - 1);
   const std::int64_t host = this_host_id();
   const auto ids = comm::all_gather_values(world, Id{getpid(), host});
   for (int r = 0; r < world.size() && r < JobInfo::kMaxPeers; ++r)

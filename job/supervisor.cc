@@ -21,6 +21,7 @@
 #include "job/job_events.h"
 #include "job/memory_copy.h"
 #include "job/notice.h"
+#include "job/survivor_layout.h"
 #include "job/train_ckpt.h"
 #include "train/data.h"
 
@@ -158,40 +159,19 @@ vps::ParallelConfig layout_at(const std::string& schedule, std::int64_t step) {
   return c;
 }
 
-std::vector<int> divisors_descending(int n) {
-  std::vector<int> out;
-  for (int d = n; d >= 1; --d)
-    if (n % d == 0) out.push_back(d);
-  return out;
-}
-
 }  // namespace
 
 vps::ParallelConfig choose_restart_layout(const train::TrainerOptions& options, const vps::ParallelConfig& previous,
                                           int processes) {
-  for (int world = processes; world >= 1; --world) {
-    std::optional<vps::ParallelConfig> best;
-    auto key = [&](const vps::ParallelConfig& c) {
-      return std::make_tuple(c.tp == previous.tp, c.pp == previous.pp, c.ep == previous.ep, c.dp);
-    };
-    for (int tp : divisors_descending(world))
-      for (int pp : divisors_descending(world / tp))
-        for (int ep : divisors_descending(previous.ep)) {
-          vps::ParallelConfig c;
-          c.tp = tp;
-          c.pp = pp;
-          c.dp = world / (tp * pp);
-          c.ep = ep;
-          c.zero = previous.zero;
-          try {
-            train::Trainer::check_supported(options, c);
-          } catch (const InputError&) {
-            continue;
-          }
-          if (!best || key(c) > key(*best)) best = c;
-        }
-    if (best) return *best;
-  }
+  const auto chosen = survivor_layout(previous, processes, [&](vps::ParallelConfig c) {
+    try {
+      train::Trainer::check_supported(options, c);
+      return true;
+    } catch (const InputError&) {
+      return false;
+    }
+  });
+  if (chosen) return *chosen;
   DT_INPUT_ERROR("no layout of ", processes, " or fewer processes can train model '", options.model.name,
                  "' with global batch ", options.global_batch);
 }

@@ -1,19 +1,45 @@
 #include "job/watchdog.h"
 
+#include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
+#include "common/error.h"
 #include "job/mpi_world.h"
 
 namespace dynatrain::job {
 
-double switch_timeout_seconds(std::uint64_t bytes) {
-  double floor_s = 60;
-  if (const char* v = std::getenv("DT_WATCHDOG_S")) {
-    char* end = nullptr;
-    const double parsed = std::strtod(v, &end);
-    if (end != v && *end == '\0' && parsed > 0) floor_s = parsed;
+namespace {
+
+// The value of `name` as seconds >= 0; InputError naming it otherwise.
+double seconds_from(const char* name, const char* text) {
+  char* end = nullptr;
+  const double parsed = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(parsed >= 0) || !std::isfinite(parsed))
+    DT_INPUT_ERROR(name, "='", text, "' is not a number of seconds; valid: >= 0 (0: no watchdog)");
+  return parsed;
+}
+
+}  // namespace
+
+double watchdog_seconds() {
+  if (const char* v = std::getenv("DT_WATCHDOG_S")) return seconds_from("DT_WATCHDOG_S", v);
+  const char* old = std::getenv("DYNATRAIN_WATCHDOG_S");
+  if (old == nullptr) return kDefaultWatchdogSeconds;
+  const double seconds = seconds_from("DYNATRAIN_WATCHDOG_S", old);
+  static std::atomic<bool> said{false};
+  if (!is_nonzero_mpi_rank() && !said.exchange(true)) {
+    std::fprintf(stderr, "dynatrain: note: DYNATRAIN_WATCHDOG_S is deprecated; set DT_WATCHDOG_S (read as it now)\n");
+    std::fflush(stderr);
   }
+  return seconds;
+}
+
+double switch_timeout_seconds(std::uint64_t bytes) {
+  const double floor_s = watchdog_seconds();
+  if (floor_s == 0) return std::numeric_limits<double>::infinity();
   return floor_s + static_cast<double>(bytes) / 50e6;
 }
 
@@ -29,6 +55,7 @@ Watchdog::~Watchdog() {
 }
 
 void Watchdog::arm(std::string phase, double seconds, std::function<std::string()> cause) {
+  if (!std::isfinite(seconds)) return disarm();
   {
     std::lock_guard lock(mutex_);
     armed_ = true;

@@ -24,8 +24,17 @@
 
 namespace dynatrain::job {
 
-// Deadline for moving `bytes` into or out of one rank: DT_WATCHDOG_S (default 60) plus the bytes
-// at 50 MB/s, a rate far below any link this runs on (so a slow but working peer never trips it).
+// The one watchdog setting of the CLI and the Python module (python/dynatrain/_watchdog.py):
+// DT_WATCHDOG_S seconds, default 60, the floor of every deadline; 0 turns the watchdog off.
+// DYNATRAIN_WATCHDOG_S, the Python module's former name, is read when DT_WATCHDOG_S is unset,
+// and says once per process (on the first rank) that it is deprecated. InputError naming the
+// variable and its value when that is not a number of seconds >= 0.
+constexpr double kDefaultWatchdogSeconds = 60;
+double watchdog_seconds();
+
+// Deadline for moving `bytes` into or out of one rank: watchdog_seconds() plus the bytes at
+// 50 MB/s, a rate far below any link this runs on (so a slow but working peer never trips it);
+// infinite (no deadline) when the watchdog is off.
 double switch_timeout_seconds(std::uint64_t bytes);
 
 class Watchdog {
@@ -35,7 +44,8 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  // `cause`: called at expiry; an empty answer means "a peer stopped answering".
+  // `cause`: called at expiry; an empty answer means "a peer stopped answering". An infinite
+  // `seconds` (the watchdog off) arms nothing.
   void arm(std::string phase, double seconds, std::function<std::string()> cause = {});
   void disarm();
 

@@ -1,6 +1,8 @@
 // dynatrain._native's side of process-count changes (python/elastic.h): plain Python values
 // in and out; dynatrain/_elastic.py pickles the carried state and builds the mpi4py
-// communicator of the new world from world_handle().
+// communicator of the new world from world_handle(). Also the job runtime's pieces a Python job
+// shares with the CLI (dynatrain/_notice.py, _watchdog.py): preemption notices (job/notice.h),
+// the failure path's one line (job/mpi_world.h), the survivors' layout, the watchdog setting.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -8,6 +10,10 @@
 
 #include "comm/mpi/mpi_transport.h"
 #include "common/error.h"
+#include "job/mpi_world.h"
+#include "job/notice.h"
+#include "job/survivor_layout.h"
+#include "job/watchdog.h"
 #include "python/bindings.h"
 #include "python/elastic.h"
 
@@ -35,9 +41,57 @@ py::dict outcome_dict(const ElasticOutcome& o) {
   return d;
 }
 
+// Notices, the failure path, the survivors' layout and the watchdog setting (the header's
+// second paragraph).
+void bind_job_runtime(py::module_& m) {
+  // The notice handler for `signal` (a --notice-signal name; "none": off) and its deadline
+  // thread, once per process; returns the signal number (0: off).
+  m.def("enable_notices", [](const std::string& signal, double seconds) {
+    if (!(seconds > 0)) DT_INPUT_ERROR("notice_s=", seconds, ": valid: seconds > 0");
+    const int sig = job::parse_notice_signal(signal);
+    job::enable_notices({sig, seconds});
+    return job::notices_enabled() ? sig : 0;
+  });
+  // Collective over the manager's world: [(world rank, pid)] with a notice not yet acted on.
+  m.def("agree_on_notices", [](Manager& self, double slowest_step_s) {
+    job::NoticeAgreement a;
+    {
+      py::gil_scoped_release unlocked;
+      a = job::agree_on_notices(self.world(), slowest_step_s);
+    }
+    std::vector<std::pair<int, int>> noticed;
+    for (const auto& n : a.noticed) noticed.emplace_back(n.rank, n.pid);
+    return noticed;
+  });
+  m.def("notice_taken", &job::notice_taken);
+  m.def("notice_signal_name", &job::notice_signal_name);
+  m.def("describe_noticed", [](const std::vector<std::pair<int, int>>& noticed) {
+    std::vector<job::NoticedProcess> n;
+    for (const auto& [rank, pid] : noticed) n.push_back({rank, pid});
+    return job::describe_noticed(n);
+  });
+  m.attr("EVERY_PROCESS_NOTICED") = job::kEveryProcessNoticed;
+  // Collective over an MPI world (nothing on another): the failure path's one line for a
+  // signal, naming a peer of this node whose process is gone, for this world's ranks.
+  m.def("watch_world", [](Manager& self) {
+    py::gil_scoped_release unlocked;
+    job::note_world_after_switch(self.world());
+  });
+  // The layout for at most `processes` processes (job/survivor_layout.h) among those `runs`
+  // accepts (a callable on a config string); None when it accepts none.
+  m.def("survivor_layout", [](const std::string& previous, int processes, const py::function& runs) {
+    const auto chosen = job::survivor_layout(vps::ParallelConfig::parse(previous), processes,
+                                             [&](const vps::ParallelConfig& c) { return runs(c.str()).cast<bool>(); });
+    return chosen ? py::object(py::str(chosen->str())) : py::object(py::none());
+  });
+  m.def("watchdog_seconds", &job::watchdog_seconds);
+  m.attr("DEFAULT_WATCHDOG_SECONDS") = job::kDefaultWatchdogSeconds;
+}
+
 }  // namespace
 
 void bind_elastic(py::module_& m) {
+  bind_job_runtime(m);
   // A process a grow started, between join_job() and the Manager constructed over it.
   py::class_<Elastic, std::shared_ptr<Elastic>>(m, "JoinedJob")
       .def("current", &Elastic::joined_current)

@@ -26,14 +26,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _abort, _agree, _c10d, _checkpoint, _elastic, _native, _views, _watchdog
+from . import _abort, _agree, _c10d, _checkpoint, _elastic, _native, _notice, _views, _watchdog
 from ._agree import PeerError
 from ._elastic import Leaving
+from ._notice import EveryProcessNoticed
 from ._native import CommError, InternalError
 from ._views import StaleTensor, StaleTensorError
 
 __all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "Leaving", "CommError", "InternalError",
-           "PeerError", "StaleTensor", "StaleTensorError", "adopt", "describe", "Job"]
+           "PeerError", "StaleTensor", "StaleTensorError", "adopt", "describe", "Job", "EveryProcessNoticed"]
 
 if _abort.launched_with_peers():
     _abort.install()  # an uncaught exception on one rank ends the job (DYNATRAIN_ABORT_ON_ERROR=0: off)
@@ -158,6 +159,7 @@ class Manager:
             self._kind_dtype = self._kind_dtypes(param_bytes)
             self._native = _native.Manager(self._native_world(comm), self._options["model"], config, states,
                                            bucket_elems, param_bytes, mem_budget, gpus_per_node)
+            _notice.watch_world(self)  # a lost peer's end says so (job/mpi_world.h)
             self._bind()
         if resume is not None:
             with self._collective("checkpoint resume", self._state_bytes()):

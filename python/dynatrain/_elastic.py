@@ -184,6 +184,7 @@ def _adopt(m, out: Dict[str, Any]) -> Dict[str, Any]:
     from mpi4py import MPI
     t1 = time.perf_counter()
     m.comm = MPI.Intracomm(MPI.Comm.f2py(_native.world_handle(m._native))).Dup()
+    _native.watch_world(m._native)  # the failure path's ranks are the new world's
     m._group_cache = {}
     _deliver(m, pickle.loads(out["job"]), out["mine"])
     m._bind()

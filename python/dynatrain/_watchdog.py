@@ -9,9 +9,10 @@ progress for T s in <what>; ...` and ends the job with MPI.COMM_WORLD.Abort(3). 
 the outermost one's deadline applies. The thread needs the GIL only at expiry; every blocking
 call it watches (mpi4py's, the native switch) releases it.
 
-The deadline: DYNATRAIN_WATCHDOG_S (seconds, default 300) or Manager(..., watchdog_s=...), plus
-the bytes a switch moves at 50 MB/s (far below any link, so a slow but working peer never
-trips it). watchdog_s=0 (or DYNATRAIN_WATCHDOG_S=0) turns it off.
+The deadline: DT_WATCHDOG_S (seconds, default 60: the CLI's setting, job/watchdog.h; the former
+DYNATRAIN_WATCHDOG_S is read when it is unset, with a note that it is deprecated) or
+Manager(..., watchdog_s=...), plus the bytes a switch moves at 50 MB/s (far below any link, so a
+slow but working peer never trips it). watchdog_s=0 (or DT_WATCHDOG_S=0) turns it off.
 """
 from __future__ import annotations
 
@@ -21,31 +22,26 @@ import threading
 import time
 from typing import Optional
 
-from . import _abort
+from . import _abort, _native
 
-DEFAULT_SECONDS = 300.0
+DEFAULT_SECONDS = _native.DEFAULT_WATCHDOG_SECONDS
 SLOWEST_RATE = 50e6  # bytes per second a switch's deadline allows for
 
 
 def base_seconds(override: Optional[float] = None) -> float:
-    """The deadline before size allowances: `override`, else DYNATRAIN_WATCHDOG_S, else 300.
+    """The deadline before size allowances: `override`, else the job's one watchdog setting
+    (DT_WATCHDOG_S, default 60; job/watchdog.h reads it for the CLI and this module alike).
     ValueError for a negative or unparsable value; 0 turns the watchdog off."""
     if override is None:
-        text = os.environ.get("DYNATRAIN_WATCHDOG_S")
-        if text is None:
-            return DEFAULT_SECONDS
-        try:
-            override = float(text)
-        except ValueError:
-            raise ValueError(f"DYNATRAIN_WATCHDOG_S={text!r} is not a number of seconds; valid: >= 0 (0 = off)") from None
+        return _native.watchdog_seconds()
     if not override >= 0:
         raise ValueError(f"watchdog deadline {override} s; valid: >= 0 seconds (0 = off)")
     return float(override)
 
 
 def base_seconds_or_default() -> float:
-    """base_seconds(), or the default where DYNATRAIN_WATCHDOG_S does not parse (the Manager
-    reports that on every rank when it agrees its arguments)."""
+    """base_seconds(), or the default where DT_WATCHDOG_S does not parse (the Manager reports
+    that on every rank when it agrees its arguments)."""
     try:
         return base_seconds()
     except ValueError:
@@ -101,7 +97,7 @@ class Watchdog:
                     self._cond.wait(left)
                     continue
                 _abort.abort_job(f"no progress for {self._seconds:.0f} s in {self._what}; a peer did not take part "
-                                 f"(stopped, looping, or in another collective); raise DYNATRAIN_WATCHDOG_S or "
+                                 f"(stopped, looping, or in another collective); raise DT_WATCHDOG_S or "
                                  f"Manager(watchdog_s=...) if it is only slow", 3)
 
 

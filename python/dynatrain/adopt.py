@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from . import Manager, _c10d, tp
+from . import Manager, _c10d, _notice, tp
 from ._agree import agree
 from ._describe import Description, describe
 from ._grads import GradBuffers
@@ -67,7 +67,7 @@ class Job:
     run by optimizer.step), save, average; every rank calls them together."""
 
     def __init__(self, manager: Manager, model: torch.nn.Module, optimizer, described: Description,
-                 spec: OptimizerSpec):
+                 spec: OptimizerSpec, notices: Optional[_notice.Notices] = None):
         self.manager, self.model, self.optimizer = manager, model, optimizer
         self._params = described.params
         self._styled = described.styled
@@ -81,6 +81,8 @@ class Job:
         self._lazy_started = False
         self._joined_pending = bool(getattr(manager, "joined", False))
         self._step_fn = optimizer.step
+        self._notices = notices  # preemption notices, acted on after each step (_notice.py)
+        self._global_batch: Optional[int] = None  # the last local_batch()'s, which a survivors' dp must divide
         # Methods of the optimizer (not of the Job), so that an LR scheduler built afterwards
         # wraps them as it wraps any optimizer's step (it counts on method.__self__).
         optimizer.step = types.MethodType(lambda _, closure=None: self._optimizer_step(closure), optimizer)
@@ -113,6 +115,7 @@ class Job:
     def local_batch(self, batch: torch.Tensor) -> torch.Tensor:
         """This rank's contiguous slice (dim 0) of the global batch: dp equal parts, in dp order."""
         c = self.manager.config
+        self._global_batch = batch.shape[0]
         if batch.shape[0] % c["dp"]:
             raise ValueError(f"global batch of {batch.shape[0]} does not split into dp={c['dp']} equal parts")
         return batch.chunk(c["dp"])[c["dp_rank"]]
@@ -202,6 +205,17 @@ class Job:
             self._step_on_shards()
         m.step += 1
         self._synced = False
+        if self._notices is not None:
+            self._notices.at_boundary(self, self._runs)
+
+    def _runs(self, layout: str) -> bool:
+        """Whether this job can train in `layout` on its processes (a notice's survivor layout)."""
+        try:
+            check_layout(layout)
+            self.manager._native.validate(layout)
+        except ValueError:
+            return False
+        return self._global_batch is None or self._global_batch % _sizes(layout)["dp"] == 0
 
     def _sharded_kind(self) -> Optional[str]:
         """A Manager kind that ZeRO shards in the current layout (None: the step runs on whole
@@ -307,7 +321,12 @@ class Job:
         self._grads = None
         for _, p in self._params:
             p.grad = None
-            p.data = torch.empty(0, dtype=p.dtype)
+            # Through another dtype: autograd then drops the parameter's cached grad accumulator,
+            # which keeps the old shape while a graph from before the switch lives (the loop's
+            # last `loss`) and would reject the new shape's grads in the next backward().
+            dtype = p.dtype
+            p.data = torch.empty(0, dtype=torch.float64 if dtype != torch.float64 else torch.float32)
+            p.data = torch.empty(0, dtype=dtype)
         for _, p in self._params:
             state = self.optimizer.state.get(p)
             for key in self._spec.keys:
@@ -414,27 +433,32 @@ def _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_
 
 def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, comm=None, *,
           pipeline: Optional[str] = None, resume=None, bucket_elems: int = 40_000_000,
-          mem_budget: int = 256 << 20, vocab_divisible_by: int = 128) -> Job:
+          mem_budget: int = 256 << 20, vocab_divisible_by: int = 128, notice_signal: Optional[str] = "TERM",
+          notice_s: float = 30.0, notice_save=None) -> Job:
     """Collective: trains `model` and `optimizer` (Adam, AdamW or SGD) on DynaTrain's state in
     `layout`, tensor-parallel as `plan` says (glob over module / parameter names -> column, row,
     vocab, replicated, expert). Rank 0's parameters (and optimizer state) are the initial values,
     unless `resume` names a checkpoint or this process joins a running job. comm=None: the
     torch.distributed default group when it is initialised, else MPI.COMM_WORLD. Returns the Job; the
-    model and optimizer objects stay the user's and keep working after every job.switch()."""
+    model and optimizer objects stay the user's and keep working after every job.switch().
+    notice_signal (TERM, USR1, USR2, HUP; None: off) to one process vacates it at the next step
+    boundary, notice_s seconds before it is gone; to every process, it saves into notice_save
+    (when given) and ends the job (_notice.py, docs/python.md "Notices")."""
     comm = _c10d.resolve(comm)  # None: torch.distributed's default group when initialised, else MPI.COMM_WORLD
     described, spec = _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by)
     names_of = {id(p): n for n, p in described.params}
-    settings = [layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume is not None]
+    settings = [layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume is not None, notice_signal,
+                notice_s, notice_save is not None]
     agree(comm, "adopt(): the model description (names, shapes, dtypes, plan splits)", described.summary())
     agree(comm, "adopt(): the optimizer (class, hyperparameters, parameter groups)",
           hyperparameters(optimizer, names_of))
-    agree(comm, "adopt(): layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume", settings)
+    agree(comm, "adopt(): layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume, notices", settings)
     kwargs = _manager_kwargs(resume, spec.states(described.dtype == torch.bfloat16), described.dtype, bucket_elems,
                              mem_budget)
     manager = Manager(comm, described.model, layout, **kwargs)
     c = manager.config
     check_layout(c["config"], {k: c[k] for k in _DEFAULTS})  # a resumed or joined job's layout too
-    job = Job(manager, model, optimizer, described, spec)
+    job = Job(manager, model, optimizer, described, spec, _notice.Notices(manager, notice_signal, notice_s, notice_save))
     if not (getattr(manager, "joined", False) or getattr(manager, "resumed", False)):
         job._load_initial()
     job._bind()

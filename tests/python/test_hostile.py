@@ -80,7 +80,7 @@ def test_getter_raising_raises_on_every_rank_before_anything_moves():
 
 
 def test_silent_peer_is_caught_by_the_watchdog():
-    rc, out = run_case("silent_peer", 2, {"DYNATRAIN_WATCHDOG_S": "2"})
+    rc, out = run_case("silent_peer", 2, {"DT_WATCHDOG_S": "2"})
     assert rc == 3 and "dynatrain: rank 0: no progress for 2 s in Manager.switch to 'tp=2,dp=1'" in out, out
 
 
@@ -195,14 +195,24 @@ def test_ranks_in_different_calls_raise_on_every_rank():
         _agree.agree(Skewed([]), "switch arguments", "tp=2")
 
 
-def test_watchdog_and_abort_settings(world, monkeypatch):
+def test_watchdog_and_abort_settings(world, monkeypatch, capfd):
     with pytest.raises(ValueError, match=r"watchdog deadline -1 s; valid: >= 0 seconds \(0 = off\)"):
         dynatrain.Manager(world, "tiny-dense", "tp=1", watchdog_s=-1)
-    monkeypatch.setenv("DYNATRAIN_WATCHDOG_S", "soon")
-    with pytest.raises(ValueError, match="DYNATRAIN_WATCHDOG_S='soon' is not a number of seconds"):
+    monkeypatch.delenv("DYNATRAIN_WATCHDOG_S", raising=False)
+    monkeypatch.delenv("DT_WATCHDOG_S", raising=False)
+    assert _watchdog.base_seconds() == 60  # the CLI's default: one setting
+    monkeypatch.setenv("DT_WATCHDOG_S", "soon")
+    with pytest.raises(ValueError, match=r"DT_WATCHDOG_S='soon' is not a number of seconds; valid: >= 0 \(0: no"):
         _watchdog.base_seconds()
-    monkeypatch.setenv("DYNATRAIN_WATCHDOG_S", "0")
+    monkeypatch.setenv("DT_WATCHDOG_S", "0")
     assert _watchdog.base_seconds() == 0 and _watchdog.base_seconds(7) == 7
+    # the former name: read where DT_WATCHDOG_S is unset, saying once that it is deprecated
+    monkeypatch.delenv("DT_WATCHDOG_S")
+    monkeypatch.setenv("DYNATRAIN_WATCHDOG_S", "5")
+    assert _watchdog.base_seconds() == 5 and _watchdog.base_seconds() == 5
+    assert capfd.readouterr().err.count("DYNATRAIN_WATCHDOG_S is deprecated; set DT_WATCHDOG_S") == 1
+    monkeypatch.setenv("DT_WATCHDOG_S", "9")
+    assert _watchdog.base_seconds() == 9
     monkeypatch.setenv("DYNATRAIN_ABORT_ON_ERROR", "0")
     assert not _abort.enabled()
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")

@@ -1,0 +1,113 @@
+"""Preemption notices in an adopted job (docs/python.md, "Notices"), with the CLI trainer's logic
+(job/notice.h) and its layout for the processes that stay (job/survivor_layout.h).
+
+A signal (SIGTERM by default; adopt(notice_signal=...), the CLI's --notice-signal) to ONE process
+means "this process will be gone in notice_s seconds". The job does not stop: at the next step
+boundary (the end of optimizer.step(), the step counted) every process learns which processes
+have notice (one all-gather), and the job switches into the layout the survivors can run,
+vacating the noticed ones (Job.switch(layout, vacate=[ranks])): their optimizer.step() raises
+Leaving (a SystemExit with code 0) after they handed their state over; on the others it returns
+in the new layout. A notice to every process saves (adopt(notice_save=DIR)) and ends the job:
+rank 0 prints the job's one line, and optimizer.step() raises EveryProcessNoticed (a SystemExit
+with code 128 + signal) on every process.
+
+Limits: only on MPI, with processes that may change (Manager(elastic=True)), and when every
+process holds a rank (else the notice waits for a boundary where they do, and a notice that
+cannot be acted on within notice_s ends the job with one line, exit 3: job/notice.h's deadline).
+The switch is prepared and committed at the boundary that learns of the notice: a vacate starts
+no process, so there is nothing to hide behind a step.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import Callable, List, Optional, Tuple
+
+from . import _c10d, _elastic, _native, _watchdog
+
+
+class EveryProcessNoticed(SystemExit):
+    """Raised by optimizer.step() on every process when every process had notice: the job ends
+    (after saving into notice_save, when given). Its code is 128 + the signal, the exit status."""
+
+    def __init__(self, signal: int, step: int, saved: Optional[str]):
+        super().__init__(128 + signal)
+        self.step, self.saved = step, saved
+
+    def __str__(self) -> str:
+        return f"every process had notice after step {self.step}; the job ends"
+
+
+def watch_world(m) -> None:
+    """Collective over an MPI Manager's world of more than one process: the job's failure path
+    (job/mpi_world.h) for its ranks, so that a SIGTERM after a lost peer (mpirun's, when a
+    process dies) ends this process with one line naming that peer, its rank and node."""
+    if m.comm is not None and m.comm.size > 1 and not _c10d.is_c10d(m.comm):
+        _native.watch_world(m._native)
+
+
+class Notices:
+    """One adopted job's notices: enabled at adoption, acted on at each step boundary."""
+
+    def __init__(self, manager, signal: Optional[str], seconds: float, save: Optional[str]):
+        usable = manager._options["elastic"] and not _c10d.is_c10d(manager.comm)
+        self.signal = _native.enable_notices(str(signal), float(seconds)) if usable and signal is not None else 0
+        self.seconds, self.save = float(seconds), save
+        self.slowest_step = 0.0
+        self._last_boundary: Optional[float] = None
+
+    def at_boundary(self, job, runs: Callable[[str], bool]) -> None:
+        """After optimizer.step() counted the step (collective): acts on the notices every process
+        agrees on. `runs(config)`: whether the job can train in that layout."""
+        now = time.perf_counter()
+        if self._last_boundary is not None:
+            self.slowest_step = max(self.slowest_step, now - self._last_boundary)
+        self._last_boundary = now
+        m = job.manager
+        if not self.signal or m.comm is None or m._prepared is not None or m.config["world_size"] != m.comm.size:
+            return
+        base = m._watchdog_s if m._watchdog_s is not None else _watchdog.base_seconds_or_default()
+        with _watchdog.WATCHDOG.guard(f"the agreement on notices after step {m.step}",
+                                      base + 10 * self.slowest_step if base > 0 else 0):
+            noticed = _native.agree_on_notices(m._native, self.slowest_step)
+        if noticed:
+            self._act(job, noticed, runs)
+        self._last_boundary = time.perf_counter()  # the switch is no step
+
+    def _act(self, job, noticed: List[Tuple[int, int]], runs: Callable[[str], bool]) -> None:
+        m = job.manager
+        me = m.comm.rank
+        if any(rank == me for rank, _ in noticed):
+            _native.notice_taken()
+        sig = _native.notice_signal_name(self.signal)
+        stay = m.comm.size - len(noticed)
+        if stay == 0:
+            self._end_everywhere(job, sig)
+        to = _native.survivor_layout(m.config["config"], stay, runs)
+        if to is None:
+            raise ValueError(f"no layout of {stay} or fewer processes can run this model from {m.config['config']}")
+        if me == 0:
+            them = "it" if len(noticed) == 1 else "them"
+            print(f"notice: {_native.describe_noticed(noticed)} will be gone in {self.seconds:g} s ({sig}): "
+                  f"vacating {them} into {to} before step {m.step}", flush=True)
+        job.switch(to, vacate=[rank for rank, _ in noticed])
+
+    def _end_everywhere(self, job, sig: str) -> None:
+        """Every process had notice: save when asked, rank 0's one line, the same end everywhere."""
+        m = job.manager
+        if self.save is not None:
+            job.save(self.save)
+        if m.comm.rank == 0:
+            print(f"{_native.EVERY_PROCESS_NOTICED} ({sig})", flush=True)
+            saved = f"saved checkpoint of step {m.step} in {self.save}" if self.save is not None else \
+                "no notice_save, nothing saved"
+            sys.stderr.write(f"dynatrain: rank 0 of {m.comm.size}: stopped by {sig} to every process: {saved}\n")
+            sys.stderr.flush()
+        try:  # the job ends here: mpirun's SIGTERM to processes not yet gone is no new cause
+            signal.signal(self.signal, signal.SIG_IGN)
+        except ValueError:  # not the main thread: keep the handler
+            pass
+        _elastic._ending.status = 128 + self.signal  # the exit status also where the job ends without MPI_Finalize
+        raise EveryProcessNoticed(self.signal, m.step, None if self.save is None else os.fspath(self.save))

@@ -1,0 +1,99 @@
+"""An adopted GPT trained under mpirun while a process gets a signal (test_notice.py):
+
+  notice_job.py LAYOUT one STEP RANK   SIGTERM to the process holding RANK before step STEP
+  notice_job.py LAYOUT all STEP DIR    SIGTERM to every process before step STEP (saved into DIR)
+  notice_job.py LAYOUT kill STEP RANK  the process holding RANK SIGKILLs itself before step STEP
+
+Each process prints `start pid P`; the rank 0 of the moment prints `loss step S value V pid P
+config C` before each optimizer.step() (whose step may vacate it); a process that leaves prints
+`left pid P`; each survivor prints `end pid P gone G` (G: the start pids whose process is gone).
+plain_losses() is the uninterrupted run: one process, plain torch, the same batches."""
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.append(os.path.join(HERE, "..", "..", "examples"))
+from gpt_model import GPT, batch  # noqa: E402
+
+PLAN = {"tok": "vocab", "head": "vocab", "*.[qkv]": "column", "*.fc1": "column", "*.proj": "row", "*.fc2": "row"}
+DIMS = dict(vocab=50, hidden=16, heads=4, ffn=32, layers=2, seq=8)
+STEPS, GLOBAL_BATCH = 8, 12  # 12 splits into dp = 1, 2, 3, 4
+
+
+def model_and_optimizer():
+    torch.manual_seed(0)
+    model = GPT(**DIMS)
+    return model, torch.optim.Adam(model.parameters(), lr=1e-2)
+
+
+def loss_of(model, data):
+    return F.cross_entropy(model(data[:, :-1]).flatten(0, 1).float(), data[:, 1:].flatten())
+
+
+def plain_losses():
+    model, optimizer = model_and_optimizer()
+    out = []
+    for step in range(STEPS):
+        optimizer.zero_grad()
+        loss = loss_of(model, batch(step, GLOBAL_BATCH, DIMS["vocab"], DIMS["seq"]))
+        loss.backward()
+        optimizer.step()
+        out.append(loss.item())
+    return out
+
+
+def gone(pid):
+    """Whether process `pid` has ended (missing, or a zombie not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in "ZX"
+    except OSError:
+        return True
+
+
+def signal_before_step(job, mode, step, target):
+    if job.step != step:
+        return
+    if mode == "all" or job.rank == int(target):
+        os.kill(os.getpid(), signal.SIGKILL if mode == "kill" else signal.SIGTERM)
+        time.sleep(0.2)  # the signal is handled before the step goes on
+
+
+def main(layout, mode, step, arg):
+    import dynatrain
+    from mpi4py import MPI
+    start_pids = MPI.COMM_WORLD.allgather(os.getpid())
+    print(f"start pid {os.getpid()}", flush=True)
+    model, optimizer = model_and_optimizer()
+    job = dynatrain.adopt(model, optimizer, PLAN, layout, pipeline="blocks", vocab_divisible_by=8,
+                          bucket_elems=3000, notice_save=arg if mode == "all" else None)
+    try:
+        while job.step < STEPS:
+            signal_before_step(job, mode, int(step), arg)
+            optimizer.zero_grad()
+            loss = loss_of(model, job.local_batch(batch(job.step, GLOBAL_BATCH, DIMS["vocab"], DIMS["seq"])))
+            loss.backward()
+            mean = job.average(loss).item()
+            if job.rank == 0:
+                print(f"loss step {job.step} value {mean:.9f} pid {os.getpid()} config {job.config['config']}",
+                      flush=True)
+            optimizer.step()
+    except dynatrain.Leaving:
+        print(f"left pid {os.getpid()} active {job.active}", flush=True)
+        raise
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not any(gone(p) for p in start_pids):
+        time.sleep(0.1)
+    job.manager.comm.barrier()  # every survivor is alive from here to the next barrier
+    ended = [p for p in start_pids if gone(p)]
+    job.manager.comm.barrier()
+    print(f"end pid {os.getpid()} gone {ended}", flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])

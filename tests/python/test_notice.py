@@ -1,0 +1,101 @@
+"""Preemption notices and lost processes in an adopted job: each test starts `mpirun -np N
+python3 notice_job.py ...` under the quiet Open MPI setting (scripts/mpi-env.sh's
+orte_execute_quiet=1) and reads the lines every process prints. A notice to one process vacates
+it live: it exits 0 and is gone, the others keep their pids and go on in a layout without it,
+every step is done once, every loss equals the uninterrupted run's within 1e-5. A notice to every
+process saves and ends the job with one line; a killed process ends it with one line naming it."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from mpi4py import MPI
+
+from conftest import REPO
+
+HERE = REPO / "tests" / "python"
+sys.path.append(str(HERE))
+import notice_job  # noqa: E402
+
+LOSS = re.compile(r"loss step (\d+) value (\S+) pid (\d+) config (\S+)")
+START = re.compile(r"start pid (\d+)")
+END = re.compile(r"end pid (\d+) gone \[([\d, ]*)\]")
+LEFT = re.compile(r"left pid (\d+) active False")
+
+pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="starts its own mpirun")
+
+
+def job(np, *args):
+    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", PMIX_MCA_gds="hash",
+               OMPI_MCA_orte_allowed_exit_without_sync="1", OMPI_MCA_orte_execute_quiet="1")
+    cmd = [shutil.which("mpirun") or "mpirun", "-np", str(np), sys.executable, str(HERE / "notice_job.py"), *args]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=env, cwd=HERE)
+    return run.returncode, run.stdout, run.stderr
+
+
+def losses(out):
+    """step -> (loss, pid, config), each step exactly once."""
+    seen = {}
+    for step, value, pid, config in LOSS.findall(out):
+        assert int(step) not in seen, f"step {step} twice\n{out}"
+        seen[int(step)] = (float(value), int(pid), config)
+    return seen
+
+
+def assert_losses_match(seen, steps):
+    reference = notice_job.plain_losses()
+    assert sorted(seen) == list(range(steps))
+    for step in range(steps):
+        assert abs(seen[step][0] - reference[step]) <= 1e-5, (step, seen[step][0], reference[step])
+
+
+def test_notice_to_rank_0_of_2_vacates_it_live():
+    notice_vacates_live(2, "tp=2", 0)  # rank 0 moves to the other process
+
+
+def test_notice_to_rank_1_of_4_vacates_it_live():
+    notice_vacates_live(4, "tp=2,dp=2", 1)  # the 3 others go on in a layout of 3 (dp=3)
+
+
+def notice_vacates_live(np, layout, noticed):
+    rc, out, err = job(np, layout, "one", "3", str(noticed))
+    assert rc == 0, out + err
+    seen = losses(out)
+    assert_losses_match(seen, notice_job.STEPS)
+    starts = [int(p) for p in START.findall(out)]
+    ends = {int(p): gone for p, gone in END.findall(out)}
+    left = [int(p) for p in LEFT.findall(out)]
+    assert len(starts) == np and len(left) == 1, out
+    # the noticed process held rank `noticed` at step 3; it left, and only it is gone
+    assert sorted(ends) == sorted(set(starts) - set(left)), out
+    for pid, gone in ends.items():
+        assert [int(g) for g in gone.split(",") if g.strip()] == left, (pid, gone, out)
+    assert re.search(rf"notice: rank {noticed} \(pid {left[0]}\) will be gone in 30 s \(SIGTERM\): vacating it into "
+                     rf"\S+ before step 4", out), out
+    after = {config for step, (_, _, config) in seen.items() if step >= 4}
+    assert len(after) == 1 and all(seen[s][1] != left[0] for s in range(4, notice_job.STEPS)), seen
+    assert "dynatrain:" not in err, err
+
+
+def test_notice_to_every_process_saves_and_ends_with_one_line(tmp_path):
+    rc, out, err = job(2, "tp=2", "all", "3", str(tmp_path / "ckpt"))
+    assert rc == 128 + 15, out + err
+    assert_losses_match(losses(out), 4)
+    assert out.count("notice: every process has notice; the job ends (SIGTERM)") == 1, out
+    lines = [line for line in err.splitlines() if line.startswith("dynatrain:")]
+    assert lines == [f"dynatrain: rank 0 of 2: stopped by SIGTERM to every process: saved checkpoint of step 4 in "
+                     f"{tmp_path / 'ckpt'}"], err
+    assert (tmp_path / "ckpt" / "latest").exists()
+
+
+def test_killed_process_ends_the_job_with_one_line_naming_it():
+    rc, out, err = job(2, "tp=2", "kill", "3", "1")
+    assert rc != 0, out + err
+    starts = [int(p) for p in START.findall(out)]
+    lines = [line for line in err.splitlines() if line.startswith("dynatrain:")]
+    assert len(lines) == 1, err
+    m = re.fullmatch(r"dynatrain: error: rank 0 of 2: stopped by SIGTERM after rank 1 \(pid (\d+)\) ended without a "
+                     r"word \(killed\?\) on node (\S+)", lines[0])
+    assert m and int(m.group(1)) in starts and m.group(2) == os.uname().nodename, lines
