@@ -1,6 +1,6 @@
 """An adopted GPT trained under mpirun while a process gets a signal (test_notice.py):
 
-  notice_job.py LAYOUT one STEP RANK   SIGTERM to the process holding RANK before step STEP
+  notice_job.py LAYOUT one STEP RANKS  SIGTERM to the processes holding RANKS (1 or 1,3) before step STEP
   notice_job.py LAYOUT all STEP DIR    SIGTERM to every process before step STEP (saved into DIR)
   notice_job.py LAYOUT kill STEP RANK  the process holding RANK SIGKILLs itself before step STEP
 
@@ -59,7 +59,7 @@ def gone(pid):
 def signal_before_step(job, mode, step, target):
     if job.step != step:
         return
-    if mode == "all" or job.rank == int(target):
+    if mode == "all" or str(job.rank) in target.split(","):
         os.kill(os.getpid(), signal.SIGKILL if mode == "kill" else signal.SIGTERM)
         time.sleep(0.2)  # the signal is handled before the step goes on
 

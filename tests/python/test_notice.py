@@ -52,31 +52,47 @@ def assert_losses_match(seen, steps):
 
 
 def test_notice_to_rank_0_of_2_vacates_it_live():
-    notice_vacates_live(2, "tp=2", 0)  # rank 0 moves to the other process
+    notice_vacates_live(2, "tp=2", [0], "tp=1,pp=1,dp=1,zero=1")  # rank 0 moves to the other process
 
 
 def test_notice_to_rank_1_of_4_vacates_it_live():
-    notice_vacates_live(4, "tp=2,dp=2", 1)  # the 3 others go on in a layout of 3 (dp=3)
+    # the 3 others go on in the layout of 3 that the batch of 12 allows (tp=3 cannot split the model)
+    notice_vacates_live(4, "tp=2,dp=2", [1], "tp=1,pp=1,dp=3,zero=1")
 
 
-def notice_vacates_live(np, layout, noticed):
-    rc, out, err = job(np, layout, "one", "3", str(noticed))
+def test_notices_to_two_of_4_at_once_are_one_switch():
+    notice_vacates_live(4, "tp=2,dp=2", [1, 3], "tp=2,pp=1,dp=1,zero=1")  # the same tp first
+
+
+def notice_vacates_live(np, layout, noticed, into=r"\S+"):
+    rc, out, err = job(np, layout, "one", "3", ",".join(map(str, noticed)))
     assert rc == 0, out + err
     seen = losses(out)
     assert_losses_match(seen, notice_job.STEPS)
     starts = [int(p) for p in START.findall(out)]
     ends = {int(p): gone for p, gone in END.findall(out)}
-    left = [int(p) for p in LEFT.findall(out)]
-    assert len(starts) == np and len(left) == 1, out
-    # the noticed process held rank `noticed` at step 3; it left, and only it is gone
+    left = sorted(int(p) for p in LEFT.findall(out))
+    assert len(starts) == np and len(left) == len(noticed), out
+    # the noticed processes held ranks `noticed` at step 3; they left, and only they are gone
     assert sorted(ends) == sorted(set(starts) - set(left)), out
     for pid, gone in ends.items():
         assert [int(g) for g in gone.split(",") if g.strip()] == left, (pid, gone, out)
-    assert re.search(rf"notice: rank {noticed} \(pid {left[0]}\) will be gone in 30 s \(SIGTERM\): vacating it into "
-                     rf"\S+ before step 4", out), out
+    named = ", ".join(f"{r} \\(pid \\d+\\)" for r in noticed)
+    them = "it" if len(noticed) == 1 else "them"
+    assert re.search(rf"notice: ranks? {named} will be gone in 30 s \(SIGTERM\): vacating {them} into {into} "
+                     rf"before step 4\n", out), out
+    assert out.count("notice:") == 1, out
     after = {config for step, (_, _, config) in seen.items() if step >= 4}
-    assert len(after) == 1 and all(seen[s][1] != left[0] for s in range(4, notice_job.STEPS)), seen
+    assert len(after) == 1 and all(seen[s][1] not in left for s in range(4, notice_job.STEPS)), seen
     assert "dynatrain:" not in err, err
+
+
+def test_notice_settings_are_checked():
+    import dynatrain._native as native
+    with pytest.raises(ValueError, match=r"'KILL' is not a notice signal; valid: TERM, USR1, USR2, HUP"):
+        native.enable_notices("KILL", 30.0)
+    with pytest.raises(ValueError, match=r"notice_s=0: valid: seconds > 0"):
+        native.enable_notices("TERM", 0.0)
 
 
 def test_notice_to_every_process_saves_and_ends_with_one_line(tmp_path):
