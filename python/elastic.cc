@@ -131,6 +131,33 @@ ElasticOutcome switch_processes(Manager& m, const ElasticRequest& r) {
   return commit_processes(m, r.job, r.mine, t0);
 }
 
+std::vector<int> in_place_placement(int ranks, int world_size, const std::vector<int>& vacate) {
+  if (const std::string why = vacate_problem(vacate, world_size); !why.empty()) DT_INPUT_ERROR(why);
+  const int stay = world_size - static_cast<int>(vacate.size());
+  if (ranks > stay)
+    DT_INPUT_ERROR("a layout of ", ranks, " ranks needs ", ranks, " processes; ", stay, " of the world's ", world_size,
+                   " stay, and this world cannot start processes");
+  return plan::place_around(ranks, world_size, vacate);
+}
+
+ElasticOutcome switch_in_place(Manager& m, const vps::ParallelConfig& to, const std::vector<int>& vacate) {
+  const auto t0 = Clock::now();
+  comm::Transport& world = m.world();
+  const plan::Placement placement(in_place_placement(to.world_size(), world.size(), vacate));
+  auto next = std::make_unique<vps::Layout>(m.make_layout(to));
+  const plan::Planner planner(m.layout(), *next, m.options().topology, {{}, placement});
+  const int me = world.rank();
+  const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
+  ElasticOutcome out;
+  out.world_before = world.size();
+  out.world_after = to.world_size();
+  const int new_rank = placement.rank_of(me, to.world_size());
+  out.stats = m.move_state(std::move(next), new_rank, plan, world, t0);
+  out.left = new_rank < 0;
+  m.set_world(nullptr);  // the old world has processes that leave: the caller gives the new one
+  return out;
+}
+
 ElasticOutcome finish_join(Manager& m) {
   DT_CHECK(m.elastic() != nullptr, "finish_join() on a manager that did not join");
   edm::DeviceManager& dm = m.elastic()->edm();

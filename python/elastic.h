@@ -10,6 +10,8 @@
 //   shrink  fewer: the processes beyond the layout hand their state over and leave (`left`).
 //   vacate  named world ranks take no rank (plan::place_around) and leave; processes are
 //           started for the ranks the others cannot hold.
+//   in place  a shrink or vacate on a world that cannot start processes (torch.distributed's):
+//           switch_in_place over that world, no EDM; the caller builds the survivors' world.
 // One switch = the EDM's prepare (waited for at once, or started ahead while the caller
 // trains), the carry of the caller's blobs, this process's plan with the EDM's placement, the
 // engine over the transition world, the EDM's adopt; the manager then works on the new world.
@@ -95,6 +97,18 @@ ElasticOutcome commit_processes(Manager& manager, const std::string& job, const 
 // On a joined manager (Manager's joining constructor): the rest of the switch that started
 // this process; afterwards it holds its state in the new layout.
 ElasticOutcome finish_join(Manager& manager);
+
+// A shrink or vacate that starts no process, over the manager's world itself (a world that
+// cannot start processes: torch.distributed's). Rank r of `to` goes to world process
+// in_place_placement(...)[r]; a process named by none holds nothing afterwards (`left`). The
+// caller carries its own blobs, and gives the survivors their new world (rank r: the process of
+// rank r) with Manager::set_world. Collective over the world; InputError on every rank before
+// anything moves.
+ElasticOutcome switch_in_place(Manager& manager, const vps::ParallelConfig& to, const std::vector<int>& vacate);
+// The world process of each rank of a `ranks`-rank layout on `world_size` processes of which
+// `vacate` leave: rank r stays on process r unless vacated, the others take the free processes
+// in order (plan::place_around). InputError when the processes that stay are too few.
+std::vector<int> in_place_placement(int ranks, int world_size, const std::vector<int>& vacate);
 
 // Why `vacate` is not a valid vacate list for a world of `world_size` ("" if it is): ranks
 // outside 0..world_size-1, or named twice.

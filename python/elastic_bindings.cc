@@ -15,6 +15,7 @@
 #include "job/survivor_layout.h"
 #include "job/watchdog.h"
 #include "python/bindings.h"
+#include "python/c10d_bindings.h"
 #include "python/elastic.h"
 
 namespace py = pybind11;
@@ -88,10 +89,36 @@ void bind_job_runtime(py::module_& m) {
   m.attr("DEFAULT_WATCHDOG_SECONDS") = job::kDefaultWatchdogSeconds;
 }
 
+// Shrink and vacate on a world that cannot start processes (torch.distributed's).
+void bind_in_place(py::module_& m) {
+  // A shrink or vacate over the world itself (python/elastic.h), for a world that cannot start
+  // processes (torch.distributed): the switch's statistics and `left`.
+  m.def(
+      "elastic_in_place",
+      [](Manager& self, const std::string& to, const std::vector<int>& vacate) {
+        const auto config = vps::ParallelConfig::parse(to);
+        ElasticOutcome o;
+        {
+          py::gil_scoped_release unlocked;
+          o = switch_in_place(self, config, vacate);
+        }
+        return outcome_dict(o);
+      },
+      py::arg("manager"), py::arg("to"), py::arg("vacate"));
+  m.def("in_place_placement", &in_place_placement, py::arg("ranks"), py::arg("world_size"), py::arg("vacate"));
+  // The manager's world from now on: a transport c10d_world() built, which `world` keeps (the
+  // caller keeps `world` as long as the manager).
+  m.def("use_world", [](Manager& self, PendingWorld& world) {
+    if (!world.transport) DT_INPUT_ERROR("this c10d world was given to a Manager already; build one per Manager");
+    self.set_world(world.transport.get());
+  });
+}
+
 }  // namespace
 
 void bind_elastic(py::module_& m) {
   bind_job_runtime(m);
+  bind_in_place(m);
   // A process a grow started, between join_job() and the Manager constructed over it.
   py::class_<Elastic, std::shared_ptr<Elastic>>(m, "JoinedJob")
       .def("current", &Elastic::joined_current)

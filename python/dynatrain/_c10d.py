@@ -15,21 +15,28 @@ the user's default group instead of MPI:
     group's ranks by their global rank, so gathers are permuted back into the layout's order.
   * groups(): a config's sub-groups by torch.distributed.new_group, which every rank of the
     default group calls for every group, in one order (torch's rule), members or not.
-  * What needs MPI is refused before anything moves (refuse_process_change()): growing (spawning
-    processes), shrinking (processes leaving) and vacating.
+  * Shrinking and vacating run in place (_elastic.switch_in_place): the state moves over the
+    current group, then the processes that stay get a group of their own (shrunk_world()), made
+    directly over the store (a ProcessGroupGloo under a prefix of its own, not new_group, which
+    every process of the default group, gone ones included, would have to call); so are every
+    later group's sub-groups. Growing (spawning processes) needs MPI and is refused before
+    anything moves (refuse_process_change()). The store lives in the process of global rank 0,
+    which therefore cannot leave.
 """
 from __future__ import annotations
 
 import itertools
+from datetime import timedelta
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
 from . import _native
 
-NEEDS_MPI = ("growing or shrinking the job's processes (a config of another world size than the "
-             "torch.distributed world, or vacate=) needs MPI: run under mpirun with an mpi4py comm; on a "
-             "torch.distributed group the processes are fixed")
+NEEDS_MPI = ("growing the job's processes (a config of more processes than the torch.distributed world has) "
+             "needs MPI: run under mpirun with an mpi4py comm")
+STORE_HOST = "the process of torch.distributed global rank 0 hosts the store and cannot leave"
+GROUP_TIMEOUT = timedelta(seconds=300)
 _managers = itertools.count()  # names each Manager's key space in the store (equal on every rank)
 
 
@@ -59,6 +66,8 @@ class Comm:
         self.rank, self.size = rank, len(self.ranks)
         order = sorted(self.ranks)
         self._torch_rank = [order.index(g) for g in self.ranks]  # this comm's rank i -> torch's group rank
+        self.raw_key: Optional[str] = None  # set: a group made over the store, in this comm's order
+        self.groups_made = 0
 
     def Get_rank(self) -> int:
         return self.rank
@@ -192,10 +201,39 @@ def _split(comm: Comm, colors: List[Any], mine: int) -> Optional[Comm]:
     made = None
     for color in sorted(members):  # every rank makes every group, in the same order
         ordered = [comm.ranks[r] for _, r in sorted(members[color])]
+        if comm.raw_key is not None:  # after a process left: members only, over the store
+            comm.groups_made += 1
+            if color == mine:
+                made = raw_comm(f"{comm.raw_key}/g{comm.groups_made}", ordered, comm.ranks[comm.rank])
+            continue
         group = _dist().new_group(ranks=ordered, backend="gloo")
         if color == mine:
             made = Comm(group, ordered, ordered.index(comm.ranks[comm.rank]))
     return made
+
+
+def raw_comm(key: str, ranks: List[int], me: int) -> Comm:
+    """Collective over `ranks` (global ranks, in the order the new group's ranks take): a Comm
+    over a Gloo group made over the default store under `key`, known to torch.distributed's
+    functions (its rank map registered as new_group would), without the other processes."""
+    dist = _dist()
+    c10d = dist.distributed_c10d
+    store = dist.PrefixStore(key + "/", c10d._get_default_store())
+    group = dist.ProcessGroupGloo(store, ranks.index(me), len(ranks), GROUP_TIMEOUT)
+    c10d._pg_group_ranks[group] = {g: i for i, g in enumerate(ranks)}
+    c10d._pg_map[group] = (dist.Backend.GLOO, store)
+    comm = Comm(group, ranks, ranks.index(me))
+    comm._torch_rank = list(range(len(ranks)))  # the group's ranks are in this comm's order
+    comm.raw_key = key
+    return comm
+
+
+def shrunk_world(comm: Comm, survivors: List[int], generation: int) -> Comm:
+    """Collective over `survivors` (global ranks; rank r of the new layout first): the Manager's
+    Comm after a shrink or vacate, its groups made over the store from now on."""
+    new = raw_comm(f"dynatrain/manager{comm.manager_serial}/gen{generation}", survivors, comm.ranks[comm.rank])
+    new.manager_serial = f"{comm.manager_serial}-gen{generation}"
+    return new
 
 
 def refuse_process_change(m, to_cfg: str, vacate) -> None:
@@ -204,12 +242,13 @@ def refuse_process_change(m, to_cfg: str, vacate) -> None:
     if not is_c10d(m.comm):
         return
     needed = _native.world_size_of(to_cfg)
-    if vacate:
-        raise ValueError(f"switch to {to_cfg!r} with vacate={list(vacate)}: {NEEDS_MPI}")
     if needed > m.comm.size:
         raise ValueError(f"switch to {to_cfg!r} needs {needed} processes, the torch.distributed world has "
                          f"{m.comm.size}: {NEEDS_MPI}")
-    if needed < m.comm.size and m._options["elastic"]:
-        raise ValueError(f"switch to {to_cfg!r} uses {needed} of the torch.distributed world's {m.comm.size} "
-                         f"processes: {NEEDS_MPI}; or build the Manager with elastic=False to leave "
-                         f"{m.comm.size - needed} of them idle")
+    if vacate and m._options["elastic"]:
+        if any(isinstance(r, int) and 0 <= r < m.comm.size and m.comm.ranks[r] == 0 for r in vacate):
+            raise ValueError(f"switch to {to_cfg!r} with vacate={list(vacate)}: {STORE_HOST}")
+        _native.in_place_placement(needed, m.comm.size, list(vacate))  # ValueError naming a bad list
+    elif needed < m.comm.size and m._options["elastic"] and m.comm.ranks[needed:].count(0):
+        raise ValueError(f"switch to {to_cfg!r} uses {needed} of the {m.comm.size} processes: {STORE_HOST}; "
+                         f"vacate others instead")

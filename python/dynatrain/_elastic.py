@@ -38,7 +38,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import _native
+from . import _c10d, _native
 
 
 class Leaving(SystemExit):
@@ -77,8 +77,8 @@ def prepare(m, to_cfg: str, vacate: Optional[Sequence[int]]) -> None:
     processes start while the caller trains); nothing for a switch that changes none."""
     if m._prepared is not None:
         raise ValueError(f"a switch to {m._prepared[0]} is being prepared already; switch() to it first")
-    if not changes_processes(m, to_cfg, vacate):
-        return
+    if not changes_processes(m, to_cfg, vacate) or _c10d.is_c10d(m.comm):
+        return  # on torch.distributed a shrink or vacate starts nothing: nothing to prepare
     ranks = _vacate_list(vacate)
     _native.elastic_prepare(m._native, to_cfg, ranks, executable(), _payload(m) if m.comm.rank == 0 else b"")
     m._prepared = (to_cfg, ranks)
@@ -91,23 +91,57 @@ def switch(m, to_cfg: str, vacate: Optional[Sequence[int]]) -> Dict[str, Any]:
     if m._prepared is not None and m._prepared != (to_cfg, ranks):
         raise ValueError(f"a switch to {m._prepared[0]} (vacate {m._prepared[1]}) is being prepared; "
                          f"switch() to it with the same arguments")
+    if _c10d.is_c10d(m.comm):
+        return switch_in_place(m, to_cfg, ranks)
     job, mine = _outgoing(m)
-    m._drop_views()
-    try:
+
+    def native():
         if m._prepared is not None:
             m._prepared = None
-            out = _native.elastic_commit(m._native, job, mine)
-        else:
-            payload = _payload(m) if m.comm.rank == 0 else b""
-            out = _native.elastic_switch(m._native, to_cfg, ranks, executable(), payload, job, mine)
+            return _native.elastic_commit(m._native, job, mine)
+        payload = _payload(m) if m.comm.rank == 0 else b""
+        return _native.elastic_switch(m._native, to_cfg, ranks, executable(), payload, job, mine)
+    return _adopt(m, _moved(m, to_cfg, native))
+
+
+def _moved(m, to_cfg: str, native) -> Dict[str, Any]:
+    """Runs `native` (the native switch) with the views dropped; Leaving on a process that holds
+    nothing afterwards. A ValueError (refused on every rank, nothing moved) rebinds the views."""
+    m._drop_views()
+    try:
+        out = native()
     except ValueError:
-        m._bind()  # refused on every rank before anything moved
+        m._bind()
         raise
     _ending.after_world_change()
     if out["left"]:
         _hold_nothing(m)
         raise Leaving(to_cfg)
-    return _adopt(m, out)
+    return out
+
+
+def switch_in_place(m, to_cfg: str, ranks: List[int]) -> Dict[str, Any]:
+    """A shrink or vacate on torch.distributed (no process starts): the carried values over the
+    current group, the state over it, then the group of the processes that stay (rank r of the
+    layout is rank r of it; _c10d.shrunk_world) and the Manager's world over that group."""
+    t0 = time.perf_counter()
+    comm = m.comm
+    placement = _native.in_place_placement(_native.world_size_of(to_cfg), comm.size, ranks)  # ValueError: nothing moved
+    job, mine = _outgoing(m)
+    head = comm.bcast(job if comm.rank == 0 else None, root=0)
+    everyone = comm.allgather(mine)
+    out = _moved(m, to_cfg, lambda: _native.elastic_in_place(m._native, to_cfg, ranks))
+    m._generation = getattr(m, "_generation", 0) + 1
+    m.comm = _c10d.shrunk_world(comm, [comm.ranks[p] for p in placement], m._generation)
+    m._world_keep = _c10d.native_world(m.comm)  # the transport lives as long as this reference
+    _native.use_world(m._native, m._world_keep)
+    m._group_cache = {}
+    _deliver(m, pickle.loads(head), everyone)
+    m._bind()
+    stats = {k: v for k, v in out.items() if k not in ("job", "mine", "left")}
+    stats["pause_seconds"] = _c10d.all_max(m.comm, time.perf_counter() - t0)
+    stats["config"] = m._config["config"]
+    return stats
 
 
 def join(m) -> bool:

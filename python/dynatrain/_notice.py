@@ -11,8 +11,9 @@ in the new layout. A notice to every process saves (adopt(notice_save=DIR)) and 
 rank 0 prints the job's one line, and optimizer.step() raises EveryProcessNoticed (a SystemExit
 with code 128 + signal) on every process.
 
-Limits: only on MPI, with processes that may change (Manager(elastic=True)), and when every
-process holds a rank (else the notice waits for a boundary where they do, and a notice that
+Limits: only with processes that may change (Manager(elastic=True)), and when every process
+holds a rank; on torch.distributed the process of global rank 0 hosts the store and cannot be
+vacated (_c10d.py) (else the notice waits for a boundary where they do, and a notice that
 cannot be acted on within notice_s ends the job with one line, exit 3: job/notice.h's deadline).
 The switch is prepared and committed at the boundary that learns of the notice: a vacate starts
 no process, so there is nothing to hide behind a step.
@@ -52,7 +53,7 @@ class Notices:
     """One adopted job's notices: enabled at adoption, acted on at each step boundary."""
 
     def __init__(self, manager, signal: Optional[str], seconds: float, save: Optional[str]):
-        usable = manager._options["elastic"] and not _c10d.is_c10d(manager.comm)
+        usable = manager._options["elastic"]
         self.signal = _native.enable_notices(str(signal), float(seconds)) if usable and signal is not None else 0
         self.seconds, self.save = float(seconds), save
         self.slowest_step = 0.0
@@ -82,6 +83,14 @@ class Notices:
         if any(rank == me for rank, _ in noticed):
             _native.notice_taken()
         sig = _native.notice_signal_name(self.signal)
+        host = [(r, pid) for r, pid in noticed if _c10d.is_c10d(m.comm) and m.comm.ranks[r] == 0]
+        if host and len(noticed) < m.comm.size:  # it cannot be vacated; the others can
+            if me == 0:
+                print(f"notice: {_native.describe_noticed(host)} will be gone in {self.seconds:g} s ({sig}), but "
+                      f"{_c10d.STORE_HOST}: the job ends at the notice's deadline", flush=True)
+            noticed = [n for n in noticed if n not in host]
+            if not noticed:
+                return
         stay = m.comm.size - len(noticed)
         if stay == 0:
             self._end_everywhere(job, sig)

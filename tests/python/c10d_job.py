@@ -9,9 +9,13 @@
               zero 0 -> 1 -> 2) beside a plain single-process copy: every step's loss within
               1e-5 relative, and every state element (params, grads, moments) equal before and
               after each switch; the bound parameters are the Manager's views.
-  refusals  what needs MPI raises ValueError on every rank before anything moves (grow, shrink,
-            vacate, prepare of a grow), a disagreement raises on every rank, the state stays the
-            oracle's, elastic=False leaves surplus ranks idle; the job then exits 0.
+  refusals  what cannot run here raises ValueError on every rank before anything moves (a grow and
+            its prepare: MPI; a vacate of global rank 0, the store's host, or of a rank outside),
+            a disagreement raises on every rank, the state stays the oracle's, elastic=False
+            leaves surplus ranks idle; the job then exits 0.
+  shrink    (4 processes) tp=2,dp=2 -> vacate ranks 1, 2 into tp=2 -> shrink to tp=1 -> zero=0:
+            after each switch every element of every state kind is the oracle's, the processes
+            that left exited 0 (Leaving), the survivors' groups are the new layout's.
   crash     rank 1 raises before a collective its peers are in: the job ends (non-zero), no hang.
 Prints `c10d_job MODE ok` on every rank that finished.
 """
@@ -142,8 +146,8 @@ def refusals(size: int) -> None:
     first = m.config["config"]
     raises_everywhere("grow", lambda: m.switch(f"dp={2 * size}"), "needs MPI")
     raises_everywhere("prepare of a grow", lambda: m.prepare(f"dp={2 * size}"), "needs MPI")
-    raises_everywhere("shrink", lambda: m.switch("dp=1"), "elastic=False")
-    raises_everywhere("vacate", lambda: m.switch(cfg, vacate=[size - 1]), "needs MPI")
+    raises_everywhere("vacate of the store's host", lambda: m.switch(cfg, vacate=[0]), "hosts the store and cannot leave")
+    raises_everywhere("vacate of a rank outside", lambda: m.switch(cfg, vacate=[size]), f"cannot vacate rank {size}")
     mine = "tp=2" if dist.get_rank() == 0 else "dp=2"
     raises_everywhere("different configs", lambda: m.switch(mine), "not equal on every rank")
     expect(not oracle_mismatches(m) and m.config["config"] == first, "the refusals moved state")
@@ -154,6 +158,23 @@ def refusals(size: int) -> None:
     expect(not oracle_mismatches(fixed), "state after the switch to fewer ranks")
     fixed.switch(cfg)
     expect(not oracle_mismatches(fixed), "state back on every rank")
+
+
+def shrink(size: int) -> None:
+    expect(size == 4, "shrink runs on 4 processes")
+    m = dynatrain.Manager(None, "tiny-dense", "tp=2,dp=2", bucket_elems=70_001)
+    fill_oracle(m)
+    me = dist.get_rank()
+    try:
+        for cfg, vacate, stay in (("tp=2", [1, 2], [0, 3]), ("tp=1", None, [0]), ("tp=1,zero=0", None, [0])):
+            m.switch(cfg, vacate=vacate)
+            expect(me in stay and m.comm.ranks == stay and m.comm.rank == stay.index(me), f"{cfg}: the world {stay}")
+            bad = oracle_mismatches(m)
+            expect(not bad, f"after the switch to {cfg}: {len(bad)} (tensor, kind) differ, first {bad[:1]}")
+            expect(m.group("tp").size == m.config["tp"], f"{cfg}: the tp group's size")
+    except dynatrain.Leaving:
+        print(f"c10d_job shrink rank {me} left", flush=True)
+        raise
 
 
 def crash(size: int) -> None:
@@ -172,6 +193,8 @@ def main() -> None:
         adopted_training_equals_plain(size)
     elif mode == "refusals":
         refusals(size)
+    elif mode == "shrink":
+        shrink(size)
     else:
         crash(size)
     expect("mpi4py.MPI" not in sys.modules, "MPI was imported")

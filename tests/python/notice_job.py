@@ -7,7 +7,8 @@
 Each process prints `start pid P`; the rank 0 of the moment prints `loss step S value V pid P
 config C` before each optimizer.step() (whose step may vacate it); a process that leaves prints
 `left pid P`; each survivor prints `end pid P gone G` (G: the start pids whose process is gone).
-plain_losses() is the uninterrupted run: one process, plain torch, the same batches."""
+plain_losses() is the uninterrupted run: one process, plain torch, the same batches.
+Started by `dynatrain launch` (RANK set, no mpirun) it runs on torch.distributed (gloo)."""
 import os
 import signal
 import sys
@@ -64,10 +65,21 @@ def signal_before_step(job, mode, step, target):
         time.sleep(0.2)  # the signal is handled before the step goes on
 
 
-def main(layout, mode, step, arg):
-    import dynatrain
+def start_pids():
+    """Every process's pid, by rank (initialises torch.distributed under `dynatrain launch`)."""
+    if "RANK" in os.environ and "OMPI_COMM_WORLD_RANK" not in os.environ:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        pids = [None] * dist.get_world_size()
+        dist.all_gather_object(pids, os.getpid())
+        return pids
     from mpi4py import MPI
-    start_pids = MPI.COMM_WORLD.allgather(os.getpid())
+    return MPI.COMM_WORLD.allgather(os.getpid())
+
+
+def main(layout, mode, step, arg):
+    pids = start_pids()
+    import dynatrain
     print(f"start pid {os.getpid()}", flush=True)
     model, optimizer = model_and_optimizer()
     job = dynatrain.adopt(model, optimizer, PLAN, layout, pipeline="blocks", vocab_divisible_by=8,
@@ -87,11 +99,11 @@ def main(layout, mode, step, arg):
         print(f"left pid {os.getpid()} active {job.active}", flush=True)
         raise
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not any(gone(p) for p in start_pids):
+    while time.monotonic() < deadline and not any(gone(p) for p in pids):
         time.sleep(0.1)
-    job.manager.comm.barrier()  # every survivor is alive from here to the next barrier
-    ended = [p for p in start_pids if gone(p)]
-    job.manager.comm.barrier()
+    job.manager.comm.Barrier()  # every survivor is alive from here to the next barrier
+    ended = [p for p in pids if gone(p)]
+    job.manager.comm.Barrier()
     print(f"end pid {os.getpid()} gone {ended}", flush=True)
 
 

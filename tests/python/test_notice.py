@@ -13,7 +13,7 @@ import sys
 import pytest
 from mpi4py import MPI
 
-from conftest import REPO
+from conftest import REPO, cli_path
 
 HERE = REPO / "tests" / "python"
 sys.path.append(str(HERE))
@@ -27,10 +27,13 @@ LEFT = re.compile(r"left pid (\d+) active False")
 pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="starts its own mpirun")
 
 
-def job(np, *args):
+def job(np, *args, c10d=False):
+    """notice_job.py under mpirun, or with c10d under `dynatrain launch` (torch.distributed, gloo)."""
     env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", PMIX_MCA_gds="hash",
                OMPI_MCA_orte_allowed_exit_without_sync="1", OMPI_MCA_orte_execute_quiet="1")
-    cmd = [shutil.which("mpirun") or "mpirun", "-np", str(np), sys.executable, str(HERE / "notice_job.py"), *args]
+    start = [str(cli_path()), "launch", "--port", "0", "--np", str(np), "--"] if c10d else \
+        [shutil.which("mpirun") or "mpirun", "-np", str(np)]
+    cmd = [*start, sys.executable, str(HERE / "notice_job.py"), *args]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=env, cwd=HERE)
     return run.returncode, run.stdout, run.stderr
 
@@ -64,8 +67,16 @@ def test_notices_to_two_of_4_at_once_are_one_switch():
     notice_vacates_live(4, "tp=2,dp=2", [1, 3], "tp=2,pp=1,dp=1,zero=1")  # the same tp first
 
 
-def notice_vacates_live(np, layout, noticed, into=r"\S+"):
-    rc, out, err = job(np, layout, "one", "3", ",".join(map(str, noticed)))
+def test_notice_on_torch_distributed_vacates_rank_1_of_4_live():
+    notice_vacates_live(4, "tp=2,dp=2", [1], "tp=1,pp=1,dp=3,zero=1", c10d=True)
+
+
+def test_notices_on_torch_distributed_to_two_of_4_at_once():
+    notice_vacates_live(4, "tp=2,dp=2", [1, 3], "tp=2,pp=1,dp=1,zero=1", c10d=True)
+
+
+def notice_vacates_live(np, layout, noticed, into=r"\S+", c10d=False):
+    rc, out, err = job(np, layout, "one", "3", ",".join(map(str, noticed)), c10d=c10d)
     assert rc == 0, out + err
     seen = losses(out)
     assert_losses_match(seen, notice_job.STEPS)
