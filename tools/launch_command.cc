@@ -3,7 +3,10 @@
 // LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT), lets them share this terminal's output,
 // forwards SIGINT / SIGTERM to them (each rank heads a process group of its own, which gets
 // them), and exits with the first non-zero exit code (128 + signal
-// for a rank killed by one), ending the others; 0 when every rank exited 0.
+// for a rank killed by one), ending the others; 0 when every rank exited 0. A rank killed by a
+// signal it did not handle (SIGKILL, the OOM killer) says nothing itself: the launcher prints the
+// job's line naming it, and ends the others with SIGKILL (a SIGTERM would be a preemption notice
+// to an adopted Python job, docs/python.md).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -66,6 +69,17 @@ int probe_port(int port) {
   _exit(127);
 }
 
+// "dynatrain: error: launch: rank 1 (pid 4242) on node h1 ended by SIGKILL (killed?); ..."
+void report_killed_rank(int rank, pid_t pid, int sig) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const char* name = sigabbrev_np(sig);
+  std::fprintf(
+      stderr, "dynatrain: error: launch: rank %d (pid %d) on node %s ended by %s%s (killed?); ending the other ranks\n",
+      rank, static_cast<int>(pid), host, name ? "SIG" : "signal ", name ? name : std::to_string(sig).c_str());
+  std::fflush(stderr);
+}
+
 int exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -96,13 +110,19 @@ int supervise(std::vector<pid_t> pids) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
-    for (pid_t& pid : pids)
-      if (pid == done) pid = -1;
+    int rank = 0;
+    for (std::size_t r = 0; r < pids.size(); ++r)
+      if (pids[r] == done) {
+        pids[r] = -1;
+        rank = static_cast<int>(r);
+      }
     --alive;
     const int code = exit_code_of(status);
     if (code != 0 && first == 0) first = code;
     if (code != 0 && !ending) {
-      end_others(SIGTERM);
+      const bool killed = WIFSIGNALED(status);
+      if (killed) report_killed_rank(rank, done, WTERMSIG(status));
+      end_others(killed ? SIGKILL : SIGTERM);
       ending = true;
       deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     }

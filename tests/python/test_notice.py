@@ -126,3 +126,14 @@ def test_killed_process_ends_the_job_with_one_line_naming_it():
     m = re.fullmatch(r"dynatrain: error: rank 0 of 2: stopped by SIGTERM after rank 1 \(pid (\d+)\) ended without a "
                      r"word \(killed\?\) on node (\S+)", lines[0])
     assert m and int(m.group(1)) in starts and m.group(2) == os.uname().nodename, lines
+
+
+def test_killed_process_on_torch_distributed_ends_the_job_with_a_line_naming_it():
+    rc, out, err = job(2, "tp=2", "kill", "3", "1", c10d=True)
+    assert rc == 128 + 9, out + err
+    starts = [int(p) for p in START.findall(out)]
+    lines = [line for line in err.splitlines() if "ended by" in line]
+    assert len(lines) == 1, err
+    m = re.fullmatch(r"dynatrain: error: launch: rank 1 \(pid (\d+)\) on node (\S+) ended by SIGKILL \(killed\?\); "
+                     r"ending the other ranks", lines[0])
+    assert m and int(m.group(1)) in starts and m.group(2) == os.uname().nodename, lines
