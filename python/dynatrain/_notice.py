@@ -101,7 +101,10 @@ class Notices:
             them = "it" if len(noticed) == 1 else "them"
             print(f"notice: {_native.describe_noticed(noticed)} will be gone in {self.seconds:g} s ({sig}): "
                   f"vacating {them} into {to} before step {m.step}", flush=True)
-        job.switch(to, vacate=[rank for rank, _ in noticed])
+        stats = job.switch(to, vacate=[rank for rank, _ in noticed])  # Leaving on the noticed processes
+        if m.comm.rank == 0:
+            print(f"notice: vacated; {stats['config']} on {m.comm.size} processes after a "
+                  f"{stats['pause_seconds']:.3f} s pause", flush=True)
 
     def _end_everywhere(self, job, sig: str) -> None:
         """Every process had notice: save when asked, rank 0's one line, the same end everywhere."""

@@ -92,7 +92,8 @@ def notice_vacates_live(np, layout, noticed, into=r"\S+", c10d=False):
     them = "it" if len(noticed) == 1 else "them"
     assert re.search(rf"notice: ranks? {named} will be gone in 30 s \(SIGTERM\): vacating {them} into {into} "
                      rf"before step 4\n", out), out
-    assert out.count("notice:") == 1, out
+    assert out.count("will be gone") == 1, out
+    assert re.search(rf"notice: vacated; {into} on {np - len(noticed)} processes after a \S+ s pause\n", out), out
     after = {config for step, (_, _, config) in seen.items() if step >= 4}
     assert len(after) == 1 and all(seen[s][1] not in left for s in range(4, notice_job.STEPS)), seen
     assert "dynatrain:" not in err, err
