@@ -112,7 +112,7 @@ class Manager:
 
     Collective: every rank of `comm` (an mpi4py communicator) constructs it with equal
     arguments, and calls switch() together. comm=None: the user's torch.distributed default
-    group when torch.distributed is initialised (processes fixed: docs/python.md,
+    group when torch.distributed is initialised (processes may leave, not join: docs/python.md,
     "On torch.distributed"), else MPI.COMM_WORLD. Ranks beyond a config's world size hold nothing in
     that config (`active` is False) and take part in switches anyway.
     resume=DIR: the state, `step` and the saved extras come from DIR's latest checkpoint
@@ -266,7 +266,7 @@ class Manager:
 
     def _check_switch(self, to_cfg: str, vacate) -> bool:
         """Whether the switch changes the job's processes (python/dynatrain/_elastic.py, which
-        refuses a vacate list on fixed processes; _c10d.py what needs MPI on torch.distributed); a
+        refuses a vacate list on fixed processes; _c10d.py what cannot run on torch.distributed); a
         switch within them is validated here."""
         _c10d.refuse_process_change(self, to_cfg, vacate)
         if _elastic.changes_processes(self, to_cfg, vacate):
