@@ -235,7 +235,12 @@ void note_mpirun_environment(const std::vector<std::pair<std::int64_t, vps::Para
 }
 
 void note_world_after_switch(comm::Transport& world) {
-  if (std::string(world.backend()) != "mpi") return;  // a world from the environment keeps its own path
+  // A world from the environment keeps its own path; its lines name this world's ranks.
+  if (std::string(world.backend()) != "mpi") {
+    g_job.rank = world.rank();
+    g_job.size = world.size();
+    return;
+  }
   static JobInfo next;  // gathered aside (a collective), then copied in with the stop signals blocked
   gather_job_info(world, next);
   sigset_t stop, old;

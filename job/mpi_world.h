@@ -42,7 +42,8 @@ void set_env_world_factory(EnvWorldFactory factory);
 
 // Collective over `world`, the job's world after a switch that changed its processes (a grow,
 // a shrink): the failure path's lines name ranks of that world and watch its processes (a
-// process started by a grow otherwise knows only the processes started with it). MPI only.
+// process started by a grow otherwise knows only the processes started with it). On a world
+// that is not MPI's only the rank and size the lines name change (no collective).
 void note_world_after_switch(comm::Transport& world);
 
 // Rank 0 of a job started by a plain `mpirun -np N dynatrain train` (not by `train --np N`,

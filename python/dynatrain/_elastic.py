@@ -135,6 +135,7 @@ def switch_in_place(m, to_cfg: str, ranks: List[int]) -> Dict[str, Any]:
     m.comm = _c10d.shrunk_world(comm, [comm.ranks[p] for p in placement], m._generation)
     m._world_keep = _c10d.native_world(m.comm)  # the transport lives as long as this reference
     _native.use_world(m._native, m._world_keep)
+    _native.watch_world(m._native)  # the job's lines name the new world's ranks
     m._group_cache = {}
     _deliver(m, pickle.loads(head), everyone)
     m._bind()

@@ -44,8 +44,10 @@ class EveryProcessNoticed(SystemExit):
 def watch_world(m) -> None:
     """Collective over an MPI Manager's world of more than one process: the job's failure path
     (job/mpi_world.h) for its ranks, so that a SIGTERM after a lost peer (mpirun's, when a
-    process dies) ends this process with one line naming that peer, its rank and node."""
-    if m.comm is not None and m.comm.size > 1 and not _c10d.is_c10d(m.comm):
+    process dies) ends this process with one line naming that peer, its rank and node. On
+    torch.distributed only the rank and size the job's lines name (`dynatrain launch` names a
+    lost process)."""
+    if m.comm is not None and m.comm.size > 1:
         _native.watch_world(m._native)
 
 

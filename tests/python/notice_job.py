@@ -8,7 +8,8 @@ Each process prints `start pid P`; the rank 0 of the moment prints `loss step S 
 config C` before each optimizer.step() (whose step may vacate it); a process that leaves prints
 `left pid P`; each survivor prints `end pid P gone G` (G: the start pids whose process is gone).
 plain_losses() is the uninterrupted run: one process, plain torch, the same batches.
-Started by `dynatrain launch` (RANK set, no mpirun) it runs on torch.distributed (gloo)."""
+Started by `dynatrain launch` (RANK set, no mpirun) it runs on torch.distributed (gloo).
+NOTICE_S: adopt()'s notice_s (default 30)."""
 import os
 import signal
 import sys
@@ -83,7 +84,8 @@ def main(layout, mode, step, arg):
     print(f"start pid {os.getpid()}", flush=True)
     model, optimizer = model_and_optimizer()
     job = dynatrain.adopt(model, optimizer, PLAN, layout, pipeline="blocks", vocab_divisible_by=8,
-                          bucket_elems=3000, notice_save=arg if mode == "all" else None)
+                          bucket_elems=3000, notice_save=arg if mode == "all" else None,
+                          notice_s=float(os.environ.get("NOTICE_S", "30")))
     try:
         while job.step < STEPS:
             signal_before_step(job, mode, int(step), arg)

@@ -27,10 +27,10 @@ LEFT = re.compile(r"left pid (\d+) active False")
 pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="starts its own mpirun")
 
 
-def job(np, *args, c10d=False):
+def job(np, *args, c10d=False, notice_s=30):
     """notice_job.py under mpirun, or with c10d under `dynatrain launch` (torch.distributed, gloo)."""
     env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", PMIX_MCA_gds="hash",
-               OMPI_MCA_orte_allowed_exit_without_sync="1", OMPI_MCA_orte_execute_quiet="1")
+               OMPI_MCA_orte_allowed_exit_without_sync="1", OMPI_MCA_orte_execute_quiet="1", NOTICE_S=str(notice_s))
     start = [str(cli_path()), "launch", "--port", "0", "--np", str(np), "--"] if c10d else \
         [shutil.which("mpirun") or "mpirun", "-np", str(np)]
     cmd = [*start, sys.executable, str(HERE / "notice_job.py"), *args]
@@ -138,3 +138,11 @@ def test_killed_process_on_torch_distributed_ends_the_job_with_a_line_naming_it(
     m = re.fullmatch(r"dynatrain: error: launch: rank 1 \(pid (\d+)\) on node (\S+) ended by SIGKILL \(killed\?\); "
                      r"ending the other ranks", lines[0])
     assert m and int(m.group(1)) in starts and m.group(2) == os.uname().nodename, lines
+
+
+def test_notice_to_the_store_host_on_torch_distributed_ends_the_job_at_its_deadline():
+    rc, out, err = job(2, "tp=2", "one", "3", "0", c10d=True, notice_s=4)
+    assert rc == 3, out + err
+    assert re.search(r"notice: rank 0 \(pid \d+\) will be gone in 4 s \(SIGTERM\), but the process of "
+                     r"torch.distributed global rank 0 hosts the store and cannot leave", out), out
+    assert err.splitlines()[0].startswith("dynatrain: error: rank 0 of 2: this process had notice (SIGTERM) 4 s ago"), err
