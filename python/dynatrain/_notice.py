@@ -85,12 +85,8 @@ class Notices:
         if any(rank == me for rank, _ in noticed):
             _native.notice_taken()
         sig = _native.notice_signal_name(self.signal)
-        host = [(r, pid) for r, pid in noticed if _c10d.is_c10d(m.comm) and m.comm.ranks[r] == 0]
-        if host and len(noticed) < m.comm.size:  # it cannot be vacated; the others can
-            if me == 0:
-                print(f"notice: {_native.describe_noticed(host)} will be gone in {self.seconds:g} s ({sig}), but "
-                      f"{_c10d.STORE_HOST}: the job ends at the notice's deadline", flush=True)
-            noticed = [n for n in noticed if n not in host]
+        if len(noticed) < m.comm.size:
+            noticed = self._without_store_host(m, noticed, sig)
             if not noticed:
                 return
         stay = m.comm.size - len(noticed)
@@ -107,6 +103,15 @@ class Notices:
         if m.comm.rank == 0:
             print(f"notice: vacated; {stats['config']} on {m.comm.size} processes after a "
                   f"{stats['pause_seconds']:.3f} s pause", flush=True)
+
+    def _without_store_host(self, m, noticed: List[Tuple[int, int]], sig: str) -> List[Tuple[int, int]]:
+        """`noticed` less the process that hosts torch.distributed's store (it cannot leave: its
+        notice runs to its deadline, which ends the job), said once by rank 0."""
+        host = [(r, pid) for r, pid in noticed if _c10d.is_c10d(m.comm) and m.comm.ranks[r] == 0]
+        if host and m.comm.rank == 0:
+            print(f"notice: {_native.describe_noticed(host)} will be gone in {self.seconds:g} s ({sig}), but "
+                  f"{_c10d.STORE_HOST}: the job ends at the notice's deadline", flush=True)
+        return [n for n in noticed if n not in host]
 
     def _end_everywhere(self, job, sig: str) -> None:
         """Every process had notice: save when asked, rank 0's one line, the same end everywhere."""
