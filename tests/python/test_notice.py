@@ -108,7 +108,15 @@ def test_notice_settings_are_checked():
 
 
 def test_notice_to_every_process_saves_and_ends_with_one_line(tmp_path):
-    rc, out, err = job(2, "tp=2", "all", "3", str(tmp_path / "ckpt"))
+    every_process_noticed(tmp_path, c10d=False)
+
+
+def test_notice_to_every_process_on_torch_distributed_saves_and_ends_with_one_line(tmp_path):
+    every_process_noticed(tmp_path, c10d=True)
+
+
+def every_process_noticed(tmp_path, c10d):
+    rc, out, err = job(2, "tp=2", "all", "3", str(tmp_path / "ckpt"), c10d=c10d)
     assert rc == 128 + 15, out + err
     assert_losses_match(losses(out), 4)
     assert out.count("notice: every process has notice; the job ends (SIGTERM)") == 1, out
