@@ -30,8 +30,10 @@
 namespace dynatrain::tools {
 
 // Where one switch's time went on one rank (exec::TransitionStats' phase seconds).
+// With what the switch cost the kernel: system seconds and page faults (process-wide).
 struct PhaseSeconds {
   double keep = 0, pack = 0, wait = 0, unpack = 0, alloc = 0, agree = 0, dry = 0;
+  double system = 0, faults = 0;
 };
 
 // One rank's figures of the run: what rank 0 reports as a sum or maximum over ranks.
@@ -79,6 +81,8 @@ class RunTransition {
   nlohmann::json figures_json() const;
   void add_fanout_json(nlohmann::json& j) const;
   void add_prediction_json(nlohmann::json& j) const;
+  void add_machine_json(nlohmann::json& j) const;
+  void print_machine_lines() const;
   void print_figures() const;
   void print_bytes_and_bounds() const;
   void print_plan_lines() const;
