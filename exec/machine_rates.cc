@@ -117,6 +117,41 @@ MachineRates measure_machine_rates(std::size_t bytes) {
   return r;
 }
 
+ResidentWay fastest_resident_way(const MachineRates& r) {
+  if (r.huge_populate_bytes_per_s > std::max(r.populate_bytes_per_s, r.fresh_write_bytes_per_s))
+    return ResidentWay::kHugePopulate;
+  if (r.populate_bytes_per_s > r.fresh_write_bytes_per_s) return ResidentWay::kPopulate;
+  return ResidentWay::kTouch;
+}
+
+const char* resident_way_name(ResidentWay way) {
+  switch (way) {
+    case ResidentWay::kHugePopulate: return "huge pages + populate";
+    case ResidentWay::kPopulate: return "populate";
+    case ResidentWay::kTouch: break;
+  }
+  return "touch";
+}
+
+void make_resident(std::byte* data, std::size_t bytes, ResidentWay way) {
+  if (way == ResidentWay::kHugePopulate) ::madvise(data, bytes, MADV_HUGEPAGE);  // a hint: refusal is fine
+  if (way != ResidentWay::kTouch && ::madvise(data, bytes, MADV_POPULATE_WRITE) == 0) return;
+  for (std::size_t at = 0; at < bytes; at += kPageBytes) data[at] = std::byte{0};  // a write: backed now
+}
+
+ResidentWay make_resident_measured(std::byte* data, std::size_t bytes, const MachineRates& rates) {
+  constexpr std::size_t kPiece = 32 << 20;
+  ResidentWay way = fastest_resident_way(rates);
+  const double fallback_rate = std::max(rates.populate_bytes_per_s, rates.fresh_write_bytes_per_s);
+  for (std::size_t at = 0; at < bytes; at += kPiece) {
+    const std::size_t n = std::min(kPiece, bytes - at);
+    const double s = timed([&] { make_resident(data + at, n, way); });
+    if (way == ResidentWay::kHugePopulate && static_cast<double>(n) / s < fallback_rate)
+      way = rates.populate_bytes_per_s > rates.fresh_write_bytes_per_s ? ResidentWay::kPopulate : ResidentWay::kTouch;
+  }
+  return way;
+}
+
 ProcessUsage process_usage() {
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);

@@ -38,6 +38,20 @@ struct ProcessUsage {
 };
 ProcessUsage process_usage();
 
+// How fresh pages are made resident ahead of use (the pool's prefault): a write a page, one
+// MADV_POPULATE_WRITE, or MADV_HUGEPAGE then MADV_POPULATE_WRITE (2 MiB pages where transparent
+// huge pages are in `madvise` or `always` mode). fastest_resident_way picks the fastest one
+// measured here; make_resident falls back to writing a page at a time where the kernel refuses.
+enum class ResidentWay : std::uint8_t { kTouch, kPopulate, kHugePopulate };
+ResidentWay fastest_resident_way(const MachineRates& rates);
+const char* resident_way_name(ResidentWay way);  // "touch", "populate", "huge pages + populate"
+void make_resident(std::byte* data, std::size_t bytes, ResidentWay way);
+// make_resident over 32 MiB pieces, starting with the fastest way measured here and leaving huge
+// pages for plain populate (or a write a page) as soon as a piece runs slower than that fallback
+// was measured: huge pages can turn slow when free 2 MiB pages run out and the kernel compacts.
+// Returns the way of the last piece.
+ResidentWay make_resident_measured(std::byte* data, std::size_t bytes, const MachineRates& rates);
+
 // The rates of this process's machine: measured on the first call (thread-safe), then cached.
 const MachineRates& machine_rates();
 

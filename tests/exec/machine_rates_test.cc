@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "common/error.h"
 #include "exec/engine.h"
@@ -45,6 +48,37 @@ TEST(MachineRates, ProcessUsageCountsFaults) {
   EXPECT_GT(u1.page_faults, u0.page_faults);
   EXPECT_GE(u1.system_seconds, u0.system_seconds);
   EXPECT_GT(r.warm_copy_bytes_per_s, 0);
+}
+
+TEST(MachineRates, ResidentWayIsTheFastestMeasured) {
+  MachineRates r;
+  r.fresh_write_bytes_per_s = 1e9, r.populate_bytes_per_s = 2e9, r.huge_populate_bytes_per_s = 10e9;
+  EXPECT_EQ(fastest_resident_way(r), ResidentWay::kHugePopulate);
+  r.huge_populate_bytes_per_s = 0.1e9;  // compaction stalls: slower than populate
+  EXPECT_EQ(fastest_resident_way(r), ResidentWay::kPopulate);
+  r.populate_bytes_per_s = 0;  // the kernel lacks MADV_POPULATE_WRITE
+  EXPECT_EQ(fastest_resident_way(r), ResidentWay::kTouch);
+}
+
+TEST(MachineRates, MadeResidentEveryWayKeepsEveryByteWritable) {
+  constexpr std::size_t kBytes = 4 << 20;
+  for (ResidentWay way : {ResidentWay::kTouch, ResidentWay::kPopulate, ResidentWay::kHugePopulate}) {
+    std::vector<std::byte> want(kBytes);
+    auto* p = static_cast<std::byte*>(std::aligned_alloc(2 << 20, kBytes));
+    ASSERT_NE(p, nullptr);
+    make_resident(p, kBytes, way);
+    for (std::size_t i = 0; i < kBytes; ++i) want[i] = p[i] = static_cast<std::byte>((i * 131) >> 3);
+    EXPECT_EQ(std::memcmp(p, want.data(), kBytes), 0) << resident_way_name(way);
+    std::free(p);
+  }
+  // The measured variant ends on one of the ways and leaves the memory usable.
+  MachineRates r;
+  r.fresh_write_bytes_per_s = 1e9, r.populate_bytes_per_s = 1e18, r.huge_populate_bytes_per_s = 1e19;  // falls back
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(2 << 20, 2 * kBytes));
+  EXPECT_EQ(make_resident_measured(p, 2 * kBytes, r), ResidentWay::kPopulate);
+  p[2 * kBytes - 1] = std::byte{7};
+  EXPECT_EQ(p[2 * kBytes - 1], std::byte{7});
+  std::free(p);
 }
 
 }  // namespace
