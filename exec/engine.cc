@@ -429,7 +429,7 @@ class Engine {
     ledger.release_unread_sources(adoptions_);
     const Staging staging = ledger.allocate_staging(links_.classes, depth_, send_stage_size_, recv_stage_size_);
     const PipelineWork work{wp_, work_, rounds_, keeps_, remaps_, links_.classes, depth_};
-    const PipelineContext ctx{g_, direct_, ledger, staging, t_, alloc_, src_, dst_, trace_, stats_};
+    const PipelineContext ctx{g_, direct_, ledger, staging, t_, alloc_, src_, dst_, trace_, stats_, opt_.progress};
     run_pipeline(work, ctx);
     ledger.check_sources_drained();
     ledger.materialise_destinations(opt_.zeroed_kinds);

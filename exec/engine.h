@@ -26,6 +26,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -166,6 +167,9 @@ struct TransitionOptions {
   int rounds_in_flight = 0;
   // Remapped or copied keeps (KeepPath). Local to a rank: ranks may pass different values.
   KeepPath keep_path = KeepPath::kAuto;
+  // When set, raised by the bytes of every round finished and every keep done (relaxed), so a
+  // watchdog can tell a slow switch from a hung one (job/watchdog.h). Must outlive the call.
+  std::atomic<std::uint64_t>* progress = nullptr;
 };
 
 inline constexpr int kAutoRoundsInFlight[2] = {2, 8};  // [link class]: intra-node, inter-node

@@ -159,6 +159,7 @@ void RunTransition::prepare_state() {
   opt_.overlap_links = exec::parse_link_overlap(args_.overlap_links);
   opt_.rounds_in_flight = args_.rounds_in_flight;
   opt_.keep_path = exec::parse_keep_path(args_.keep_path);
+  opt_.progress = &progress_;
   if (!args_.prefault) return;
   world_.barrier();
   const auto t0 = std::chrono::steady_clock::now();
@@ -175,7 +176,7 @@ void RunTransition::run_rounds() {
     // rank waits in any of them ends the job.
     watchdog_.arm("switch round " + std::to_string(k + 1) + " (" + src_layout_->config().str() + " -> " +
                       dst_layout_->config().str() + ")",
-                  switch_deadline_);
+                  switch_deadline_, {}, &progress_);
     RoundSeconds round;
     if (k > 0) {
       world_.barrier();

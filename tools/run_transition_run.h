@@ -11,6 +11,7 @@
 // agreements that decide what every rank does next (files, the deadline, a failed verify).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -119,6 +120,7 @@ class RunTransition {
   plan::FanoutPlan fanout_;
   double switch_deadline_ = 0;
   job::Watchdog watchdog_;
+  std::atomic<std::uint64_t> progress_{0};  // bytes the switches moved (the watchdog's sign of life)
   exec::PoolAllocator pool_;
   std::vector<std::byte*> a_, b_;  // the source state, the destination state
   double bw_ = 0;                  // the point-to-point probe's bytes/s

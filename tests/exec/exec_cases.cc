@@ -199,6 +199,7 @@ TransitionOptions case_options(const TransitionCase& c) {
   }
   opt.rounds_in_flight = c.rounds_in_flight;
   opt.keep_path = c.keep_path;
+  opt.progress = c.progress;
   return opt;
 }
 
@@ -289,6 +290,9 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   for (auto* p : a) CASE_REQUIRE(p == nullptr);
   CASE_REQUIRE(b.size() == dl.buffers.size());
   check_plan_bytes(c, t, plan, lo.elem_bytes, dl, s);
+  if (c.progress)
+    CASE_REQUIRE(c.progress->load() == s.bytes_sent + s.bytes_received + s.bytes_kept - s.kept_zero_copy_bytes,
+                 c.progress->load(), " bytes of progress");
   check_memory(c, t, lo, sl, dl, pool, s);
   // Every rank agrees on the wave count.
   const auto waves = gather_u64(t, s.waves);
@@ -493,7 +497,10 @@ void keep_path_case(comm::Transport& t) {
   CASE_REQUIRE(s.keep_path == "copy", s.keep_path);
   CASE_REQUIRE(remapped_over_ranks(KeepPath::kRemap, &s) > 0, "forced remap remapped nothing");
   CASE_REQUIRE(s.keep_path == "remap" && s.remap_min_bytes == kPageBytes, s.keep_path);
+  std::atomic<std::uint64_t> progress{0};
+  c.progress = &progress;
   remapped_over_ranks(KeepPath::kAuto, &s);
+  CASE_REQUIRE(progress.load() > 0);
   const MachineRates& rates = machine_rates();
   CASE_REQUIRE(s.warm_copy_bytes_per_s == rates.warm_copy_bytes_per_s && s.warm_copy_bytes_per_s > 0);
   if (rates.min_remap_bytes == UINT64_MAX) {
