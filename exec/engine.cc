@@ -24,6 +24,7 @@
 #include "exec/chunking.h"
 #include "exec/direct_runs.h"
 #include "exec/keep_plan.h"
+#include "exec/machine_rates.h"
 #include "exec/memory_ledger.h"
 #include "exec/piece_geometry.h"
 #include "exec/pipeline.h"
@@ -52,6 +53,7 @@ class Engine {
 
   TransitionStats run() {
     const auto t0 = Clock::now();
+    const ProcessUsage u0 = process_usage();
     prepare();
     stats_.agree_seconds = seconds_since(t0);
     const WaveOrder order = choose_order();
@@ -63,6 +65,9 @@ class Engine {
     stats_.peak_bytes = opt_.dry_only ? stats_.predicted_peak_bytes : execute(false);
     fill_stats(order);
     stats_.seconds = seconds_since(t0);
+    const ProcessUsage u1 = process_usage();
+    stats_.system_seconds = u1.system_seconds - u0.system_seconds;
+    stats_.page_faults = u1.page_faults - u0.page_faults;
     return stats_;
   }
 
@@ -79,7 +84,30 @@ class Engine {
     split_plan();
     agree_waves();
     choose_pagewise(mem_, wp_, g_, opt_.mem_budget, alloc_.pagewise_min_bytes(), opt_.in_place, adoptions_);
-    remaps_ = find_remaps(wp_, g_, alloc_, mem_.src_size, mem_.dst_size);
+    remaps_ = find_remaps(wp_, g_, alloc_, mem_.src_size, mem_.dst_size, choose_keep_path());
+  }
+
+  // The shortest kept run to remap (UINT64_MAX: copy every keep), from TransitionOptions::keep_path
+  // and, under kAuto, this machine's measured rates (measured once per process, and only when
+  // the allocator can move pages at all); the choice goes into the stats.
+  std::uint64_t choose_keep_path() {
+    if (!alloc_.can_move_pages() || opt_.keep_path == KeepPath::kCopy) return UINT64_MAX;
+    if (opt_.keep_path == KeepPath::kRemap) {
+      stats_.keep_path = "remap";
+      stats_.remap_min_bytes = kPageBytes;
+      return kPageBytes;
+    }
+    const MachineRates& r = machine_rates();
+    stats_.warm_copy_bytes_per_s = r.warm_copy_bytes_per_s;
+    stats_.fresh_write_bytes_per_s = r.fresh_write_bytes_per_s;
+    stats_.remap_call_seconds = r.remap_call_seconds;
+    if (r.min_remap_bytes == UINT64_MAX) {
+      stats_.keep_path = "copy (a remap measured slower)";
+      return UINT64_MAX;
+    }
+    stats_.remap_min_bytes = r.min_remap_bytes;
+    stats_.keep_path = "remap runs >= " + std::to_string(r.min_remap_bytes >> 10) + " KiB, copy below (measured)";
+    return r.min_remap_bytes;
   }
 
   // kAuto: dry-run every candidate order; all ranks take the one whose worst rank overshoots
@@ -401,7 +429,7 @@ class Engine {
     ledger.release_unread_sources(adoptions_);
     const Staging staging = ledger.allocate_staging(links_.classes, depth_, send_stage_size_, recv_stage_size_);
     const PipelineWork work{wp_, work_, rounds_, keeps_, remaps_, links_.classes, depth_};
-    const PipelineContext ctx{g_, direct_, ledger, staging, t_, alloc_, src_, dst_, trace_, stats_};
+    const PipelineContext ctx{g_, direct_, ledger, staging, t_, alloc_, src_, dst_, trace_, stats_, opt_.progress};
     run_pipeline(work, ctx);
     ledger.check_sources_drained();
     ledger.materialise_destinations(opt_.zeroed_kinds);
@@ -477,7 +505,16 @@ TransitionStats sequential_stats(TransitionStats a, const TransitionStats& b) {
   a.alloc_seconds += b.alloc_seconds;
   a.agree_seconds += b.agree_seconds;
   a.dry_seconds += b.dry_seconds;
+  a.system_seconds += b.system_seconds;
+  a.page_faults += b.page_faults;
   return a;
+}
+
+KeepPath parse_keep_path(const std::string& text) {
+  if (text == "auto") return KeepPath::kAuto;
+  if (text == "remap") return KeepPath::kRemap;
+  if (text == "copy") return KeepPath::kCopy;
+  DT_INPUT_ERROR("--keep-path '", text, "' is not valid; valid: auto, remap, copy");
 }
 
 LinkOverlap parse_link_overlap(const std::string& text) {

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -115,6 +116,15 @@ enum class LinkOverlap : std::uint8_t { kAuto, kOff, kOn };
 // "auto", "off", "on" (the CLI's --overlap-links); InputError naming the valid values otherwise.
 LinkOverlap parse_link_overlap(const std::string& text);
 
+// How kept runs that sit at a new offset are kept (exec/README.md, "Measured path choice"):
+// kRemap moves their whole pages by mremap (StateAllocator::move_pages) whatever the run's
+// length; kCopy copies them; kAuto remaps only runs at least as long as this machine's measured
+// break-even (MachineRates::min_remap_bytes: a remap measured faster than a copy), copies the
+// rest. Only allocators that can_move_pages() remap at all.
+enum class KeepPath : std::uint8_t { kAuto, kRemap, kCopy };
+// "auto", "remap", "copy" (the CLI's --keep-path); InputError naming the valid values otherwise.
+KeepPath parse_keep_path(const std::string& text);
+
 struct TransitionOptions {
   std::size_t mem_budget = 256ull << 20;  // bytes: staging + wave working set (exec/README.md)
   // Nodes of the ranks for the broadcast cost model (TransitionStats::broadcast_preferred_bytes)
@@ -155,6 +165,11 @@ struct TransitionOptions {
   // node), 8 for inter-node pairs, where more peers at once keep the network ports busy
   // (exec/README.md). Every rank must pass the same value.
   int rounds_in_flight = 0;
+  // Remapped or copied keeps (KeepPath). Local to a rank: ranks may pass different values.
+  KeepPath keep_path = KeepPath::kAuto;
+  // When set, raised by the bytes of every round finished and every keep done (relaxed), so a
+  // watchdog can tell a slow switch from a hung one (job/watchdog.h). Must outlive the call.
+  std::atomic<std::uint64_t>* progress = nullptr;
 };
 
 inline constexpr int kAutoRoundsInFlight[2] = {2, 8};  // [link class]: intra-node, inter-node
@@ -210,6 +225,18 @@ struct TransitionStats {
   double alloc_seconds = 0, agree_seconds = 0;
   // Dry runs before the real one (the wave order's candidates, then the peak and trace).
   double dry_seconds = 0;
+  // What the switch cost the kernel on this rank, process-wide (exec/machine_rates.h:
+  // ProcessUsage): system seconds and page faults between its start and its end.
+  double system_seconds = 0;
+  std::uint64_t page_faults = 0;
+  // The keep path taken (KeepPath): "copy", "remap", or "remap runs >= N KiB, copy below
+  // (measured)" / "copy (a remap measured slower)" under kAuto; remap_min_bytes is the shortest
+  // run remapped (0: none). With kAuto on an allocator that moves pages, the machine's measured
+  // warm copy, first write and remap rates it was chosen from (bytes/s; 0: not measured).
+  std::string keep_path = "copy";
+  std::uint64_t remap_min_bytes = 0;
+  double warm_copy_bytes_per_s = 0, fresh_write_bytes_per_s = 0;
+  double remap_call_seconds = 0;
 };
 
 // The figures of two switches run one after the other as one switch (node-level fan-out folds

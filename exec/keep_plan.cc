@@ -135,15 +135,17 @@ std::vector<std::vector<std::uint32_t>> page_reads(const plan::RankPlan& plan, c
 }  // namespace
 
 KeepRemaps find_remaps(const plan::RankPlan& plan, const PieceGeometry& g, const StateAllocator& alloc,
-                       const std::vector<std::uint64_t>& src_size, const std::vector<std::uint64_t>& dst_size) {
+                       const std::vector<std::uint64_t>& src_size, const std::vector<std::uint64_t>& dst_size,
+                       std::uint64_t min_run_bytes) {
   KeepRemaps out;
   out.per_keep.assign(plan.keep.size(), {});
   out.dst_filled.assign(dst_size.size(), {});
-  if (!alloc.can_move_pages()) return out;
+  if (!alloc.can_move_pages() || min_run_bytes == UINT64_MAX) return out;
   const std::vector<RemapCandidate> cands = remap_candidates(plan, g, alloc.pagewise_min_bytes(), src_size, dst_size);
   if (cands.empty()) return out;
   const auto reads = page_reads(plan, g, cands, src_size);
-  // Every maximal stretch of the candidate's whole pages that only it reads is remapped.
+  // Every maximal stretch of the candidate's whole pages that only it reads, at least
+  // min_run_bytes long, is remapped.
   for (const RemapCandidate& c : cands) {
     const auto& r = reads[plan.keep[c.keep].src_buffer];
     const std::uint64_t first = (c.src_at + kPageBytes - 1) / kPageBytes, last = (c.src_at + c.bytes) / kPageBytes;
@@ -155,6 +157,10 @@ KeepRemaps find_remaps(const plan::RankPlan& plan, const PieceGeometry& g, const
       std::uint64_t end = pg;
       while (end < last && r[end] == kPageBytes) ++end;
       const std::uint64_t at = pg * kPageBytes, bytes = (end - pg) * kPageBytes;
+      if (bytes < min_run_bytes) {  // measured slower than copying it
+        pg = end;
+        continue;
+      }
       const std::uint64_t dst_at = at - c.src_at + c.dst_at;
       out.per_keep[c.keep].push_back({at, dst_at, bytes});
       out.dst_filled[plan.keep[c.keep].dst_buffer].push_back({dst_at, bytes});

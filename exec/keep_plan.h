@@ -52,8 +52,11 @@ struct KeepRemaps {
 
 // The remapped keeps of `plan` (keeps already cut at slab boundaries, adoptions left out);
 // none unless the allocator can_move_pages(). `src_size` / `dst_size`: bytes of each buffer.
+// Only stretches of at least `min_run_bytes` are remapped (the measured break-even of a remap
+// against a copy; UINT64_MAX: none); shorter ones are copied.
 KeepRemaps find_remaps(const plan::RankPlan& plan, const PieceGeometry& g, const StateAllocator& alloc,
-                       const std::vector<std::uint64_t>& src_size, const std::vector<std::uint64_t>& dst_size);
+                       const std::vector<std::uint64_t>& src_size, const std::vector<std::uint64_t>& dst_size,
+                       std::uint64_t min_run_bytes);
 
 // Performs one keep (real run only): a copy of the piece's box, or, with remaps, the pages
 // moved and the bytes around them copied. Adds to stats.kept_remapped_bytes.

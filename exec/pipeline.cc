@@ -84,6 +84,11 @@ class Pipeline {
   void finish_recv(int peer, Flight& f);
   void finish_send(int peer, Flight& f);
 
+  // The watchdog's sign of life (TransitionOptions::progress): bytes finished.
+  void advance(std::uint64_t bytes) const {
+    if (c_.progress) c_.progress->fetch_add(bytes, std::memory_order_relaxed);
+  }
+
   void trace_post(const Round& rd, const Flight& f) {
     c_.trace->post(rd.wave, rd.peer, static_cast<std::uint32_t>(rd.round), f.sc ? f.sc->bytes : 0, f.sc && !f.s_direct,
                    f.rc ? f.rc->bytes : 0, c_.direct.traced_runs(rd.peer, f.sc, f.s_direct, true),
@@ -119,6 +124,7 @@ void Pipeline::run_keeps(int w) {
       run_keep(p, remaps, c_.geometry, c_.src, c_.dst, c_.alloc, c_.stats);
       c_.stats.bytes_kept += c_.geometry.bytes(p);
       c_.stats.keep_seconds += seconds_since(t0);
+      advance(c_.geometry.bytes(p));
     }
     c_.ledger.consume(p, 0, p.box.numel());
   }
@@ -197,6 +203,7 @@ void Pipeline::finish_recv(int peer, Flight& f) {
     f.rreq->wait();
     c_.stats.wait_seconds += seconds_since(t0);
     c_.stats.bytes_received += f.rc->bytes;
+    advance(f.rc->bytes);
     c_.stats.zero_copy_recvs += f.r_direct;
     if (f.r_direct) c_.stats.bytes_received_direct += f.rc->bytes;
   }
@@ -220,6 +227,7 @@ void Pipeline::finish_send(int peer, Flight& f) {
     const auto t0 = Clock::now();
     f.sreq->wait();
     c_.stats.wait_seconds += seconds_since(t0);
+    advance(f.sc->bytes);
   }
   if (f.s_direct)
     for (const Range& rg : f.sc->ranges) c_.ledger.consume(w_.plan.send.at(peer)[rg.piece], rg.begin, rg.end);

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -57,6 +58,7 @@ struct PipelineContext {
   std::vector<std::byte*>& dst;
   ScheduleTrace* trace = nullptr;
   TransitionStats& stats;
+  std::atomic<std::uint64_t>* progress = nullptr;  // TransitionOptions::progress (real run only)
 };
 
 // Runs every round and every wave's keeps; sets stats.overlapped_rounds.

@@ -10,6 +10,7 @@
 #include <new>
 
 #include "common/error.h"
+#include "exec/machine_rates.h"
 
 namespace dynatrain::exec {
 namespace {
@@ -296,8 +297,9 @@ std::size_t PoolAllocator::prefault(std::size_t bytes) {
   if (spare_ >= bytes) return 0;
   const std::size_t n = round_up(bytes - spare_, kPageBytes);
   std::byte* p = map_untouched(n);
-  // Touch every page (a write, so the kernel backs it with memory now, not at the switch).
-  for (std::size_t off = 0; off < n; off += kPageBytes) p[off] = std::byte{0};
+  // Backed with memory now, not at the switch, by the fastest way measured on this machine
+  // (huge pages + MADV_POPULATE_WRITE is 5-20x a write a page where the kernel offers it).
+  make_resident_measured(p, n, machine_rates());
   add_spare(p, n);
   fresh_ += n;
   note_reserved();

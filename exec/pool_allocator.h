@@ -11,7 +11,9 @@
 //          spare pages first and moves them into place with mremap (page tables move, no bytes
 //          are copied and no page is touched for the first time); only when no spare page is
 //          left does it use fresh pages, which the first write faults in.
-//   prefault(n)  makes sure at least n bytes of spare pages exist, touching fresh ones if needed.
+//   prefault(n)  makes sure at least n bytes of spare pages exist, making fresh ones resident if
+//                needed by the fastest way measured here (exec/machine_rates.h: huge pages +
+//                MADV_POPULATE_WRITE, MADV_POPULATE_WRITE, or a write a page).
 //   move_pages   moves live pages of one mapped block into not-live pages of another (mremap):
 //                the engine's remapped keeps; live bytes do not change.
 //

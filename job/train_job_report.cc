@@ -44,6 +44,8 @@ nlohmann::json commit_phases_record(const SwitchStats& s) {
           {"engine_wait", ph.engine_wait},
           {"engine_alloc", ph.engine_alloc},
           {"engine_agree", ph.engine_agree},
+          {"engine_system", ph.engine_system},
+          {"engine_faults", ph.engine_faults},
           {"free", ph.free},
           {"grads", ph.grads},
           {"views", ph.views}};
@@ -145,11 +147,11 @@ void TrainJob::report_switch(const SwitchStats& sw) const {
     std::printf(
         "switch before step %lld: %s -> %s  processes %d -> %d  pause %.2f ms (transfer %.2f, "
         "rebuild %.2f)  prepare %.2f ms (spawn %.2f) hidden %.0f%%  %llu new communicators  "
-        "(%s, %.2f MB sent, placement %s)\n",
+        "(%s, %.2f MB sent, placement %s; engine %.3f s system, %.0f page faults)\n",
         step, sw.from.c_str(), sw.to.c_str(), sw.world_before, sw.world_after, sw.total_s * 1e3, sw.transfer_s * 1e3,
         sw.rebuild_s * 1e3, sw.prepare_s * 1e3, sw.spawn_s * 1e3, sw.hidden_fraction * 100,
         static_cast<unsigned long long>(sw.comm_creations), switch_method_name(sw.method), sw.bytes_sent / 1e6,
-        sw.placement.c_str());
+        sw.placement.c_str(), sw.phases.engine_system, sw.phases.engine_faults);
     if (!sw.note.empty()) std::printf("note: %s\n", sw.note.c_str());
   }
   std::fflush(stdout);

@@ -54,7 +54,8 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
-void Watchdog::arm(std::string phase, double seconds, std::function<std::string()> cause) {
+void Watchdog::arm(std::string phase, double seconds, std::function<std::string()> cause,
+                   const std::atomic<std::uint64_t>* progress) {
   if (!std::isfinite(seconds)) return disarm();
   {
     std::lock_guard lock(mutex_);
@@ -62,6 +63,8 @@ void Watchdog::arm(std::string phase, double seconds, std::function<std::string(
     phase_ = std::move(phase);
     cause_ = std::move(cause);
     seconds_ = seconds;
+    progress_ = progress;
+    progress_seen_ = progress ? progress->load(std::memory_order_relaxed) : 0;
     deadline_ = std::chrono::steady_clock::now() +
                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
   }
@@ -85,6 +88,12 @@ void Watchdog::watch() {
     }
     if (changed_.wait_until(lock, deadline_) == std::cv_status::timeout && armed_ && !stopping_ &&
         std::chrono::steady_clock::now() >= deadline_) {
+      if (progress_ && progress_->load(std::memory_order_relaxed) != progress_seen_) {  // slow, not hung
+        progress_seen_ = progress_->load(std::memory_order_relaxed);
+        deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                           std::chrono::duration<double>(seconds_));
+        continue;
+      }
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%.0f", seconds_);
       std::string cause = cause_ ? cause_() : std::string();

@@ -8,12 +8,18 @@
 //   ... run_transition(...) ...
 //   dog.disarm();
 //
+// A phase that reports progress (arm's `progress`: a counter the work raises as it goes, e.g.
+// exec::TransitionOptions::progress, the bytes a switch has moved) is slow, not hung, while the
+// counter moves: at the deadline, a counter that moved since the last look starts a new period
+// of `seconds`; only a period without any progress ends the job.
+//
 // On expiry: job::abort_job prints "dynatrain: error: rank R of N: no progress for T s during
 // <phase>; <cause>" and aborts the MPI job (exit 3). The cause is "a peer stopped answering"
 // unless arm() was given a function that names what the rank waits for (asked at expiry, on the
 // watchdog's thread; e.g. processes that a grow started and that never joined).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -45,8 +51,10 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
   // `cause`: called at expiry; an empty answer means "a peer stopped answering". An infinite
-  // `seconds` (the watchdog off) arms nothing.
-  void arm(std::string phase, double seconds, std::function<std::string()> cause = {});
+  // `seconds` (the watchdog off) arms nothing. `progress` (may be null; must outlive the
+  // arming): while it moves, each period of `seconds` restarts.
+  void arm(std::string phase, double seconds, std::function<std::string()> cause = {},
+           const std::atomic<std::uint64_t>* progress = nullptr);
   void disarm();
 
  private:
@@ -58,6 +66,8 @@ class Watchdog {
   std::string phase_;
   std::function<std::string()> cause_;
   double seconds_ = 0;
+  const std::atomic<std::uint64_t>* progress_ = nullptr;
+  std::uint64_t progress_seen_ = 0;  // the counter at the start of the current period
   std::chrono::steady_clock::time_point deadline_;
   std::thread thread_;  // last: starts after the fields above exist
 };

@@ -7,6 +7,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "comm/probe.h"
+#include "exec/machine_rates.h"
 #include "exec/probe.h"
 #include "job/fanout_switch.h"
 #include "job/fault_injection.h"
@@ -45,8 +46,9 @@ std::uint64_t prefault_for_switch(const plan::RankPlan& plan, const vps::RankLay
 }
 
 PhaseSeconds phases_of(const TransitionStats& s) {
-  return {s.keep_seconds,  s.pack_seconds,  s.wait_seconds, s.unpack_seconds,
-          s.alloc_seconds, s.agree_seconds, s.dry_seconds};
+  return {s.keep_seconds,   s.pack_seconds,   s.wait_seconds,
+          s.unpack_seconds, s.alloc_seconds,  s.agree_seconds,
+          s.dry_seconds,    s.system_seconds, static_cast<double>(s.page_faults)};
 }
 
 }  // namespace
@@ -148,6 +150,7 @@ void RunTransition::agree_deadline() {
 // Timed apart as prepare_seconds.
 void RunTransition::prepare_state() {
   a_ = testing::allocate_filled(*src_layout_, src_rl_, pool_);
+  exec::machine_rates();  // measured once per process, before any switch is timed
   bw_ = comm::measure_p2p_bandwidth(world_, std::size_t{64} << 20);
   opt_.mem_budget = args_.mem_budget;
   opt_.topology = topo_;
@@ -155,6 +158,8 @@ void RunTransition::prepare_state() {
   opt_.direct_runs = args_.direct_runs;
   opt_.overlap_links = exec::parse_link_overlap(args_.overlap_links);
   opt_.rounds_in_flight = args_.rounds_in_flight;
+  opt_.keep_path = exec::parse_keep_path(args_.keep_path);
+  opt_.progress = &progress_;
   if (!args_.prefault) return;
   world_.barrier();
   const auto t0 = std::chrono::steady_clock::now();
@@ -171,7 +176,7 @@ void RunTransition::run_rounds() {
     // rank waits in any of them ends the job.
     watchdog_.arm("switch round " + std::to_string(k + 1) + " (" + src_layout_->config().str() + " -> " +
                       dst_layout_->config().str() + ")",
-                  switch_deadline_);
+                  switch_deadline_, {}, &progress_);
     RoundSeconds round;
     if (k > 0) {
       world_.barrier();

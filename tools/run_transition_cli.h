@@ -44,6 +44,7 @@ struct RunTransitionArgs {
                                             // is not one contiguous run (exec: direct_runs)
   std::string overlap_links = "auto";       // --overlap-links auto|on|off (exec::LinkOverlap)
   int rounds_in_flight = 0;                 // --rounds-in-flight N per link class (0: auto)
+  std::string keep_path = "auto";           // --keep-path auto|remap|copy (exec::KeepPath)
   std::string fanout = "off";               // --fanout off|auto|on: node-level fan-out (plan/fanout.h)
   std::string fanout_cluster;               // --fanout-cluster SPEC: rates for auto (sim/cluster.h);
                                             // empty: plan::FanoutCosts' defaults

@@ -33,6 +33,12 @@ Command add_run_transition_command(CLI::App& app) {
                 "Pack and unpack every chunk that is not one contiguous run, instead of moving scattered "
                 "runs straight between buffers (for comparison)");
   add_link_schedule_options(cmd, args->overlap_links, args->rounds_in_flight);
+  cmd->add_option("--keep-path", args->keep_path,
+                  "How kept runs at a new offset are kept: auto (remap runs at least as long as this "
+                  "machine's measured break-even of a remap against a copy, copy the rest), remap (every "
+                  "whole page), copy")
+      ->check(CLI::IsMember({"auto", "remap", "copy"}))
+      ->capture_default_str();
   cmd->add_flag("--verify", args->verify, "Check every destination element; exit 1 on the first wrong one");
   cmd->add_option("--repeat", args->repeat, "Timed forward switches (first cold, rest warm)")
       ->check(whole_number_in(1, 1'000'000))

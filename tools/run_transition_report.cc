@@ -4,6 +4,7 @@
 
 #include "common/bytes.h"
 #include "common/output_file.h"
+#include "exec/machine_rates.h"
 #include "tools/run_transition_run.h"
 
 namespace dynatrain::tools {
@@ -37,10 +38,45 @@ nlohmann::json RunTransition::phases_json(PhaseSeconds RankFigures::*which) cons
     for (const auto& r : all_) best = std::max(best, (r.*which).*phase);
     return best;
   };
-  return {{"keep", max_phase(&PhaseSeconds::keep)},   {"pack", max_phase(&PhaseSeconds::pack)},
-          {"wait", max_phase(&PhaseSeconds::wait)},   {"unpack", max_phase(&PhaseSeconds::unpack)},
-          {"alloc", max_phase(&PhaseSeconds::alloc)}, {"agree", max_phase(&PhaseSeconds::agree)},
-          {"dry", max_phase(&PhaseSeconds::dry)}};
+  return {{"keep", max_phase(&PhaseSeconds::keep)},         {"pack", max_phase(&PhaseSeconds::pack)},
+          {"wait", max_phase(&PhaseSeconds::wait)},         {"unpack", max_phase(&PhaseSeconds::unpack)},
+          {"alloc", max_phase(&PhaseSeconds::alloc)},       {"agree", max_phase(&PhaseSeconds::agree)},
+          {"dry", max_phase(&PhaseSeconds::dry)},           {"system_seconds", max_phase(&PhaseSeconds::system)},
+          {"page_faults", max_phase(&PhaseSeconds::faults)}};
+}
+
+// This machine's measured memory rates (exec/machine_rates.h, rank 0's: one machine) and the keep
+// path the engine chose from them.
+void RunTransition::add_machine_json(nlohmann::json& j) const {
+  const exec::MachineRates& r = exec::machine_rates();
+  const exec::TransitionStats& cold = forward_.front();
+  j["keep_path"] = cold.keep_path;
+  j["remap_min_bytes"] = cold.remap_min_bytes;
+  j["machine_warm_copy_gb_per_s"] = r.warm_copy_bytes_per_s / 1e9;
+  j["machine_fresh_write_gb_per_s"] = r.fresh_write_bytes_per_s / 1e9;
+  j["machine_populate_gb_per_s"] = r.populate_bytes_per_s / 1e9;
+  j["machine_huge_populate_gb_per_s"] = r.huge_populate_bytes_per_s / 1e9;
+  j["machine_remap_call_us"] = r.remap_call_seconds * 1e6;
+  j["machine_remap_gb_per_s"] = r.remap_byte_seconds > 0 ? 1e-9 / r.remap_byte_seconds : 0.0;
+  j["machine_measure_seconds"] = r.measure_seconds;
+}
+
+void RunTransition::print_machine_lines() const {
+  const exec::MachineRates& r = exec::machine_rates();
+  std::fprintf(out_,
+               "  machine              copy %.2f GB/s warm, first write %.2f GB/s fresh (%.2f populated, %.2f huge "
+               "pages); remap %.1f us a call\n",
+               r.warm_copy_bytes_per_s / 1e9, r.fresh_write_bytes_per_s / 1e9, r.populate_bytes_per_s / 1e9,
+               r.huge_populate_bytes_per_s / 1e9, r.remap_call_seconds * 1e6);
+  const nlohmann::json cold = phases_json(&RankFigures::cold_phases);
+  std::fprintf(out_, "  kernel (max/rank)    cold: %.3f s system, %.0f page faults",
+               cold["system_seconds"].get<double>(), cold["page_faults"].get<double>());
+  if (forward_.size() > 1) {
+    const nlohmann::json warm = phases_json(&RankFigures::warm_phases);
+    std::fprintf(out_, "; warm: %.3f s system, %.0f page faults", warm["system_seconds"].get<double>(),
+                 warm["page_faults"].get<double>());
+  }
+  std::fprintf(out_, "; keep path %s\n", forward_.front().keep_path.c_str());
 }
 
 // The lower bound: the most bytes any rank must receive over the probe's rate.
@@ -118,6 +154,7 @@ nlohmann::json RunTransition::figures_json() const {
   j["phases"] = phases_json(&RankFigures::cold_phases);  // cold switch, max over ranks per phase
   if (forward_.size() > 1) j["warm_phases"] = phases_json(&RankFigures::warm_phases);  // last warm switch
   j["path"] = cold.path;
+  add_machine_json(j);
   j["verify"] = verify_text_;
   j["placement"] = placed_.str();
   j["largest_buffer_bytes"] = max_of(&RankFigures::largest_buffer);
@@ -236,6 +273,7 @@ void RunTransition::print_plan_lines() const {
       "  phases (max over ranks, s)  keep %.4f  pack %.4f  wait %.4f  unpack %.4f  alloc %.4f  agree %.4f  dry %.4f\n",
       ph["keep"].get<double>(), ph["pack"].get<double>(), ph["wait"].get<double>(), ph["unpack"].get<double>(),
       ph["alloc"].get<double>(), ph["agree"].get<double>(), ph["dry"].get<double>());
+  print_machine_lines();
   std::fprintf(out_, "  inter-node bytes     %s (%s without fan-out); fan-out %s\n",
                bytes(sum_of(&RankFigures::inter_with)).c_str(), bytes(sum_of(&RankFigures::inter_without)).c_str(),
                fanout_mode_ == plan::FanoutMode::kOff ? "off" : fanout_.reason.c_str());

@@ -11,6 +11,7 @@
 // agreements that decide what every rank does next (files, the deadline, a failed verify).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -30,8 +31,10 @@
 namespace dynatrain::tools {
 
 // Where one switch's time went on one rank (exec::TransitionStats' phase seconds).
+// With what the switch cost the kernel: system seconds and page faults (process-wide).
 struct PhaseSeconds {
   double keep = 0, pack = 0, wait = 0, unpack = 0, alloc = 0, agree = 0, dry = 0;
+  double system = 0, faults = 0;
 };
 
 // One rank's figures of the run: what rank 0 reports as a sum or maximum over ranks.
@@ -79,6 +82,8 @@ class RunTransition {
   nlohmann::json figures_json() const;
   void add_fanout_json(nlohmann::json& j) const;
   void add_prediction_json(nlohmann::json& j) const;
+  void add_machine_json(nlohmann::json& j) const;
+  void print_machine_lines() const;
   void print_figures() const;
   void print_bytes_and_bounds() const;
   void print_plan_lines() const;
@@ -115,6 +120,7 @@ class RunTransition {
   plan::FanoutPlan fanout_;
   double switch_deadline_ = 0;
   job::Watchdog watchdog_;
+  std::atomic<std::uint64_t> progress_{0};  // bytes the switches moved (the watchdog's sign of life)
   exec::PoolAllocator pool_;
   std::vector<std::byte*> a_, b_;  // the source state, the destination state
   double bw_ = 0;                  // the point-to-point probe's bytes/s

@@ -126,10 +126,12 @@ struct SwitchStats {
   // carry: step / data cursor broadcast; engine_*: exec::TransitionStats' own split of the
   // transfer (pack, unpack, keeps, waiting for peers, allocator, wave agreement); free: the old
   // arenas back to the pool; grads: the new gradient buffers materialised; views: layout,
-  // groups and module views of the new arenas.
+  // groups and module views of the new arenas. engine_system / engine_faults: the transfer's
+  // system seconds and page faults (process-wide getrusage, exec::TransitionStats), which load
+  // disturbs less than wall time.
   struct Phases {
     double carry = 0, engine_pack = 0, engine_unpack = 0, engine_keep = 0, engine_wait = 0, engine_alloc = 0,
-           engine_agree = 0, free = 0, grads = 0, views = 0;
+           engine_agree = 0, free = 0, grads = 0, views = 0, engine_system = 0, engine_faults = 0;
   } phases;
   // Filled by a SwitchProbe (Trainer::set_switch_probe) right after the commit, outside
   // total_s; 0 / empty without one. The job's probe (job/switch_probe.h) measures the link into

@@ -22,6 +22,8 @@ void fold_phases(const SwitchStats::Phases& fp, SwitchStats::Phases& ph) {
                          {&ph.engine_wait, fp.engine_wait},
                          {&ph.engine_alloc, fp.engine_alloc},
                          {&ph.engine_agree, fp.engine_agree},
+                         {&ph.engine_system, fp.engine_system},
+                         {&ph.engine_faults, fp.engine_faults},
                          {&ph.free, fp.free},
                          {&ph.grads, fp.grads},
                          {&ph.views, fp.views}})

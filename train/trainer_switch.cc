@@ -291,6 +291,8 @@ TransferResult Trainer::Impl::run_engine(comm::Transport& tw, Arenas& next_arena
   ph.engine_wait = ts.wait_seconds;
   ph.engine_alloc = ts.alloc_seconds;
   ph.engine_agree = ts.agree_seconds;
+  ph.engine_system = ts.system_seconds;
+  ph.engine_faults = static_cast<double>(ts.page_faults);
   alloc.adopt_outputs(ps.dst_rl, dst_ptrs);
   out.kept = {ts.bytes_kept, ts.kept_remapped_bytes, ts.kept_zero_copy_bytes};
   pending->chunk_bytes = ts.chunk_bytes;

@@ -114,6 +114,11 @@ TEST(InprocTransitionFixed, KeptRunsAtNewOffsetsRemappedNotCopied) {
       4, [](comm::Transport& t) { cases::remapped_keep_case(t); }, test_options());
 }
 
+TEST(InprocTransitionFixed, KeepPathChosenAndHonoured) {
+  comm::run_ranks(
+      4, [](comm::Transport& t) { cases::keep_path_case(t); }, test_options());
+}
+
 TEST(InprocTransitionFixed, StridedSlicesReceivedWithoutUnpack) {
   comm::run_ranks(
       2, [](comm::Transport& t) { cases::strided_direct_case(t); }, test_options());

@@ -57,6 +57,9 @@ int main(int argc, char** argv) {
       current = "remapped_keep_case";
       exec::cases::remapped_keep_case(*world);
       if (me == 0) std::printf("[ok] np4 remapped keeps\n");
+      current = "keep_path_case";
+      exec::cases::keep_path_case(*world);
+      if (me == 0) std::printf("[ok] np4 keep path chosen and honoured\n");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] case %s FAILED (%s): %s\n", me, current.c_str(), testing::seed_note().c_str(),

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "testing/fill.h"
+#include "exec/machine_rates.h"
 #include "exec/pool_allocator.h"
 #include "testing/state_oracle.h"
 #include "plan/planner.h"
@@ -197,6 +198,8 @@ TransitionOptions case_options(const TransitionCase& c) {
     opt.overlap_links = LinkOverlap::kOn;
   }
   opt.rounds_in_flight = c.rounds_in_flight;
+  opt.keep_path = c.keep_path;
+  opt.progress = c.progress;
   return opt;
 }
 
@@ -287,6 +290,9 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   for (auto* p : a) CASE_REQUIRE(p == nullptr);
   CASE_REQUIRE(b.size() == dl.buffers.size());
   check_plan_bytes(c, t, plan, lo.elem_bytes, dl, s);
+  if (c.progress)
+    CASE_REQUIRE(c.progress->load() == s.bytes_sent + s.bytes_received + s.bytes_kept - s.kept_zero_copy_bytes,
+                 c.progress->load(), " bytes of progress");
   check_memory(c, t, lo, sl, dl, pool, s);
   // Every rank agrees on the wave count.
   const auto waves = gather_u64(t, s.waves);
@@ -428,18 +434,26 @@ void zero_copy_keep_case(comm::Transport& t) {
   CASE_REQUIRE(handed > 0 && handed < kept, handed, " of ", kept);
 }
 
-// mid-dense (one 40M-element bucket a kind: 2-16 MiB buffers, page-wise at 8 MiB) with
-// page-aligned tensors. pp=2,dp=2 -> pp=4: a stage's kept layers sit at new offsets in its
-// buffers; dp=4 -> dp=2 (zero=1): the optimizer shards grow around the kept half. Unaligned, the
-// PP switch remaps almost nothing (offsets agree modulo a page only by chance).
-void remapped_keep_case(comm::Transport& t) {
+namespace {
+// 4 ranks of mid-dense, one 40M-element bucket a kind, 8 MiB budget, page-aligned tensors.
+TransitionCase mid_dense_aligned_case(const std::string& kind) {
   TransitionCase c;
-  c.kind = "remap";
+  c.kind = kind;
   c.model = "mid-dense";
   c.bucket_elems = 40'000'000;
   c.budget = 8 << 20;
   c.world = 4;
   c.align_pages = true;
+  return c;
+}
+}  // namespace
+
+// mid-dense (one 40M-element bucket a kind: 2-16 MiB buffers, page-wise at 8 MiB) with
+// page-aligned tensors. pp=2,dp=2 -> pp=4: a stage's kept layers sit at new offsets in its
+// buffers; dp=4 -> dp=2 (zero=1): the optimizer shards grow around the kept half. Unaligned, the
+// PP switch remaps almost nothing (offsets agree modulo a page only by chance).
+void remapped_keep_case(comm::Transport& t) {
+  TransitionCase c = mid_dense_aligned_case("remap");
   CASE_REQUIRE(t.size() == 4);
   auto not_copied_share = [&](std::uint64_t* remapped_out) {
     const TransitionStats s = run_case(c, t);
@@ -464,6 +478,37 @@ void remapped_keep_case(comm::Transport& t) {
   c.align_pages = false;
   const double unaligned = not_copied_share(&remapped);
   CASE_REQUIRE(unaligned < 0.8, "unaligned PP: ", unaligned);
+}
+
+void keep_path_case(comm::Transport& t) {
+  TransitionCase c = mid_dense_aligned_case("keep_path");
+  c.from = "pp=2,dp=2";
+  c.to = "pp=4";
+  CASE_REQUIRE(t.size() == 4);
+  auto remapped_over_ranks = [&](KeepPath path, TransitionStats* mine) {
+    c.keep_path = path;
+    *mine = run_case(c, t);  // verifies every destination byte
+    std::uint64_t remapped = 0;
+    for (auto v : gather_u64(t, mine->kept_remapped_bytes)) remapped += v;
+    return remapped;
+  };
+  TransitionStats s;
+  CASE_REQUIRE(remapped_over_ranks(KeepPath::kCopy, &s) == 0, "forced copy remapped pages");
+  CASE_REQUIRE(s.keep_path == "copy", s.keep_path);
+  CASE_REQUIRE(remapped_over_ranks(KeepPath::kRemap, &s) > 0, "forced remap remapped nothing");
+  CASE_REQUIRE(s.keep_path == "remap" && s.remap_min_bytes == kPageBytes, s.keep_path);
+  std::atomic<std::uint64_t> progress{0};
+  c.progress = &progress;
+  remapped_over_ranks(KeepPath::kAuto, &s);
+  CASE_REQUIRE(progress.load() > 0);
+  const MachineRates& rates = machine_rates();
+  CASE_REQUIRE(s.warm_copy_bytes_per_s == rates.warm_copy_bytes_per_s && s.warm_copy_bytes_per_s > 0);
+  if (rates.min_remap_bytes == UINT64_MAX) {
+    CASE_REQUIRE(s.kept_remapped_bytes == 0 && s.keep_path == "copy (a remap measured slower)", s.keep_path);
+  } else {
+    CASE_REQUIRE(s.remap_min_bytes == rates.min_remap_bytes, s.remap_min_bytes);
+    CASE_REQUIRE(s.keep_path.rfind("remap runs >= ", 0) == 0, s.keep_path);
+  }
 }
 
 }  // namespace dynatrain::exec::cases

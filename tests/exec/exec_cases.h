@@ -9,6 +9,7 @@
 // check throws CaseFailure naming the rank and the case; no gtest assertion runs inside.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <ostream>
 #include <stdexcept>
@@ -41,6 +42,12 @@ struct TransitionCase {
   // pipeline per link class (LinkOverlap::kOn; two classes when the ranks span two nodes).
   int gpus_per_node = 0;
   int rounds_in_flight = 0;  // TransitionOptions::rounds_in_flight (0: the engine's default)
+  // TransitionOptions::keep_path. The cases remap wherever they can, whatever this machine's
+  // measured rates, so the remap path is exercised everywhere; keep_path_case covers the others.
+  KeepPath keep_path = KeepPath::kRemap;
+  // TransitionOptions::progress; run_case checks that it rose by every byte sent, received and
+  // kept by a copy or a remap.
+  std::atomic<std::uint64_t>* progress = nullptr;
   std::string name() const;
 };
 inline void PrintTo(const TransitionCase& c, std::ostream* os) { *os << c.name(); }
@@ -78,6 +85,12 @@ void zero_copy_keep_case(comm::Transport& t);
 // a PP and a DP switch keep >= 80 % of their kept bytes without a copy (handed over or moved
 // by remapping pages at a new offset), every destination byte verified, the peak asserted.
 void remapped_keep_case(comm::Transport& t);
+
+// The keep path honoured, on exactly 4 ranks (the remapped_keep_case PP switch): forced copy
+// remaps nothing, forced remap remaps, the measured choice (kAuto) remaps only runs of at least
+// its break-even and says so; every destination byte verified on each, so both paths give the
+// identical bytes. The last run also counts its progress (TransitionOptions::progress).
+void keep_path_case(comm::Transport& t);
 
 // Strided direct transfers: mid-dense tp=2,zero=0 -> dp=2,zero=0 on 2 ranks at 4 MiB and 64 MiB
 // budgets, each with direct runs on and off, every destination byte verified and the peak
