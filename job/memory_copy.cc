@@ -1,5 +1,6 @@
 #include "job/memory_copy.h"
 
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -16,6 +17,7 @@
 #include "common/bytes.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "job/job_status.h"
 #include "job/memory_check.h"
 #include "job/memory_copy_files.h"
 #include "job/train_ckpt.h"
@@ -130,7 +132,8 @@ std::uint64_t copied_state_bytes(const vps::Layout& layout) {
 
 std::string memory_copy_problem(int redundancy, const comm::Transport& world) {
   const std::string dir = memory_copy_dir();
-  if (dir.empty())
+  const char* supervisor = std::getenv(kSupervisorPidEnv);  // the copy's owner, which removes it
+  if (dir.empty() || !supervisor || kill(static_cast<pid_t>(std::atol(supervisor)), 0) != 0)
     return detail::concat("--redundancy ", redundancy, " keeps the state's copy for a restart, which the supervisor ",
                           "makes: start the job as `dynatrain train --np N --max-restarts K ...` (without mpirun)");
   for (int r = 1; r < world.size(); ++r)

@@ -241,10 +241,11 @@ void set_mpirun_environment(const TrainArgs& args, const SuperviseSettings& s) {
   int most = s.np;
   for (const auto& [step, config] : parse_schedule(args.schedule)) most = std::max(most, config.world_size());
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (s.hostfile.empty() && s.hosts.empty() && most > cores) setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-  setenv("DT_RUN_SCHEDULE", identity_schedule(args).c_str(), 0);  // restarts keep the run's identity
-  if (!args.job.empty())
-    setenv(kSupervisorPidEnv, std::to_string(getpid()).c_str(), 1);  // holds --job between attempts
+  // With --job a request may grow the job beyond the cores, as the schedule may.
+  if (s.hostfile.empty() && s.hosts.empty() && (most > cores || !args.job.empty()))
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  setenv("DT_RUN_SCHEDULE", identity_schedule(args).c_str(), 0);   // restarts keep the run's identity
+  setenv(kSupervisorPidEnv, std::to_string(getpid()).c_str(), 1);  // holds --job between attempts, owns the copy
 }
 
 std::vector<std::string> mpirun_command(const SuperviseSettings& s, int np, const std::string& self) {
@@ -449,6 +450,10 @@ void record_restart(const std::string& job_dir, const Restart& r, const Attempt&
 train::TrainerOptions checked_options(const TrainArgs& args, const SuperviseSettings& s) {
   if (std::getenv("OMPI_COMM_WORLD_SIZE"))
     DT_INPUT_ERROR("--np starts mpirun itself: run `dynatrain train --np ", s.np, " ...` without mpirun in front");
+  if (std::getenv("RANK") && std::getenv("WORLD_SIZE"))  // one supervisor a process: the training N times over
+    DT_INPUT_ERROR("--np starts mpirun itself, but this process is rank ", std::getenv("RANK"), " of ",
+                   std::getenv("WORLD_SIZE"), " started by dynatrain launch (or torchrun): run `dynatrain train --np ",
+                   s.np, " ...` alone, or drop --np under launch");
   if (s.np < 1) DT_INPUT_ERROR("--np N needs N >= 1, the processes to start");
   if (s.max_restarts > 0 && args.save_dir.empty())
     DT_INPUT_ERROR(

@@ -12,7 +12,8 @@
 #     request left queued by a dead job is refused by the next job in DIR, never run; a second
 #     job is refused a directory whose job.lock was removed under a live job;
 #  5. a rank file replaced by a FIFO is refused on resume (exit 2, one line), not waited on;
-#  6. SIGKILL of the supervisor: its job ends, and the next supervisor removes the copy it left.
+#  6. SIGKILL of the supervisor: its job ends, and the next supervisor removes the copy it left;
+#  7. --redundancy under a plain mpirun with DT_MEMORY_COPY_DIR set by hand: refused.
 # Usage: job_files_test.sh DYNATRAIN MPIEXEC
 source "$(dirname "$0")/script_prelude.sh"
 trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -170,3 +171,14 @@ grep -q "^supervise: removed '$DT_MEMORY_COPY_ROOT/$left', the memory copy of a 
   "$tmp/sweep.log" || { cat "$tmp/sweep.log"; fail "the copy of a killed supervisor was not removed"; }
 [[ -z $(ls -A "$DT_MEMORY_COPY_ROOT") ]] || fail "copies left: $(ls "$DT_MEMORY_COPY_ROOT")"
 echo "ok 6: supervisor SIGKILLed -> its mpirun ended; its copy removed by the next supervisor"
+
+# 7. --redundancy under a plain mpirun, even with the copy's variable set by hand: refused (the
+#    copy would have no supervisor to remove it).
+mkdir -p "$tmp/byhand"
+DT_MEMORY_COPY_DIR="$tmp/byhand" timeout 60 "$mpiexec" -np 2 "$dt" train "${common[@]}" --steps 2 --redundancy 1 \
+  >"$tmp/byhand.out" 2>"$tmp/byhand.err"
+code=$?
+((code == 2)) && (($(wc -l <"$tmp/byhand.err") == 1)) && grep -q "start the job as \`dynatrain train --np N --max-restarts K" "$tmp/byhand.err" ||
+  { cat "$tmp/byhand.err"; fail "--redundancy under a plain mpirun with DT_MEMORY_COPY_DIR: exit $code"; }
+[[ -z $(ls -A "$tmp/byhand") ]] || fail "a copy was written under a plain mpirun"
+echo "ok 7: --redundancy under a plain mpirun with DT_MEMORY_COPY_DIR set by hand -> refused, nothing written"
