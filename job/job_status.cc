@@ -6,7 +6,9 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -84,7 +86,10 @@ std::string why_no_live_job(const std::string& dir, double stale_after_s) {
     return "its process " + std::to_string(pid) + " on " + host + " is gone";
   if (age > stale_after_s)
     return "its heartbeat is " + std::to_string(static_cast<long>(age)) + " s old (process " + std::to_string(pid) +
-           " on " + host + ")";
+           " on " + host +
+           (host == host_name() && pid_exists(pid)
+                ? " runs: hung, or it cannot write " + dir + "/status.json (is its file system full?))"
+                : ")");
   return "";
 }
 
@@ -178,7 +183,13 @@ void StatusFile::write_locked() {
   last_write_ = unix_now();
   status_["heartbeat_unix"] = last_write_;
   status_["updated"] = iso_time(last_write_);
-  write_file_atomically(path_, status_.dump(2) + "\n", false);
+  const bool written = write_file_atomically(path_, status_.dump(2) + "\n", false);
+  if (!written && !write_failed_)  // said once; said again after a write that works
+    std::fprintf(stderr,
+                 "dynatrain: warning: cannot write '%s' (%s); the job goes on, but `dynatrain request` takes it for "
+                 "dead once its heartbeat is %g s old\n",
+                 path_.c_str(), std::strerror(errno), stale_after_seconds());
+  write_failed_ = !written;
 }
 
 void StatusFile::heartbeat() {

@@ -80,6 +80,7 @@ class StatusFile {
   bool stop_ = false;
   nlohmann::json status_;
   double last_write_ = 0;
+  bool write_failed_ = false;  // the last write failed (a full file system): said once on stderr
   std::thread thread_;
 };
 

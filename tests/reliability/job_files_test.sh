@@ -13,7 +13,9 @@
 #     job is refused a directory whose job.lock was removed under a live job;
 #  5. a rank file replaced by a FIFO is refused on resume (exit 2, one line), not waited on;
 #  6. SIGKILL of the supervisor: its job ends, and the next supervisor removes the copy it left;
-#  7. --redundancy under a plain mpirun with DT_MEMORY_COPY_DIR set by hand: refused.
+#  7. --redundancy under a plain mpirun with DT_MEMORY_COPY_DIR set by hand: refused;
+#  8. the job directory's file system full: the job says so once on stderr and goes on;
+#     `request` names the running process and the full file system, not a dead job.
 # Usage: job_files_test.sh DYNATRAIN MPIEXEC
 source "$(dirname "$0")/script_prelude.sh"
 trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -182,3 +184,30 @@ code=$?
   { cat "$tmp/byhand.err"; fail "--redundancy under a plain mpirun with DT_MEMORY_COPY_DIR: exit $code"; }
 [[ -z $(ls -A "$tmp/byhand") ]] || fail "a copy was written under a plain mpirun"
 echo "ok 7: --redundancy under a plain mpirun with DT_MEMORY_COPY_DIR set by hand -> refused, nothing written"
+
+# 8. The job directory on a full file system (a 1 MiB tmpfs filled up while the job runs).
+if unshare -m true 2>/dev/null; then
+  mkdir -p "$tmp/full"
+  cat >"$tmp/full.sh" <<'SH'
+dir=$1 dt=$2 mpiexec=$3
+shift 3
+mount -t tmpfs -o size=1m tmpfs "$dir" && mkdir "$dir/job" || exit 9
+DT_JOB_STALE_S=2 "$mpiexec" -np 1 "$dt" train "$@" --steps 400000 --job "$dir/job" >"$dir.log" 2>"$dir.err" &
+job=$!
+for _ in $(seq 1 3000); do grep -q '"health": "running"' "$dir/job/status.json" 2>/dev/null && break; sleep 0.02; done
+dd if=/dev/zero of="$dir/fill" bs=64k 2>/dev/null
+sleep 4
+DT_JOB_STALE_S=2 timeout 60 "$dt" request --job "$dir/job" --to tp=2 >"$dir.request" 2>&1
+echo $? >"$dir.code"
+kill -TERM "$job"
+wait "$job"
+SH
+  unshare -m bash "$tmp/full.sh" "$tmp/full" "$dt" "$mpiexec" "${common[@]}"
+  [[ $(cat "$tmp/full.code") == 2 ]] && grep -q "its heartbeat is [0-9]* s old (process [0-9]* on .* runs: hung, or it cannot write $tmp/full/job/status.json (is its file system full?))" "$tmp/full.request" ||
+    { cat "$tmp/full.request" "$tmp/full.err"; fail "full: request on a job whose file system is full"; }
+  (($(grep -c "^dynatrain: warning: cannot write '$tmp/full/job/status.json' (No space left on device); the job goes on" "$tmp/full.err") == 1)) ||
+    { cat "$tmp/full.err"; fail "full: the job did not say once that it cannot write its status"; }
+  echo "ok 8: the job directory's file system full -> one warning from the job; request names the running process and the full disk"
+else
+  echo "skip 8: no mount namespace here (unshare -m needs root)"
+fi
