@@ -15,7 +15,9 @@
 #  6. SIGKILL of the supervisor: its job ends, and the next supervisor removes the copy it left;
 #  7. --redundancy under a plain mpirun with DT_MEMORY_COPY_DIR set by hand: refused;
 #  8. the job directory's file system full: the job says so once on stderr and goes on;
-#     `request` names the running process and the full file system, not a dead job.
+#     `request` names the running process and the full file system, not a dead job;
+#  9. a grow asked for by `request` under `train --np 2 --job DIR` beyond this machine's cores
+#     (without the test environment's oversubscribe setting): committed, not refused for slots.
 # Usage: job_files_test.sh DYNATRAIN MPIEXEC
 source "$(dirname "$0")/script_prelude.sh"
 trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -211,3 +213,18 @@ SH
 else
   echo "skip 8: no mount namespace here (unshare -m needs root)"
 fi
+
+# 9. A request that grows a `train --np N --job DIR` job beyond the machine's cores.
+mkdir -p "$tmp/job9"
+cores=$(nproc)
+env -u OMPI_MCA_rmaps_base_oversubscribe "$dt" train --np "$cores" --mpirun "$mpiexec" "${common[@]}" --steps 4000 \
+  --schedule "0:dp=$cores" --job "$tmp/job9" >"$tmp/grow.log" 2>&1 &
+grower=$!
+wait_for '"health": "running"' "$tmp/job9/status.json"
+timeout 300 "$dt" request --job "$tmp/job9" --to "dp=$((cores * 2))" --wait >"$tmp/grow.out" 2>&1
+code=$?
+kill -TERM "$grower"
+wait "$grower"
+((code == 0)) && grep -q "committed before step" "$tmp/grow.out" ||
+  { cat "$tmp/grow.out"; grep -v "step  *[0-9]*  loss" "$tmp/grow.log"; fail "a grow by request under train --np $cores: exit $code"; }
+echo "ok 9: a grow to $((cores * 2)) processes asked for by request under train --np $cores -> committed"
