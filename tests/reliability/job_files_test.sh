@@ -106,7 +106,9 @@ wait_for '"health"' "$tmp/job3/status.json"
 req=$!
 wait_for "accepted, switch to tp=1,pp=1,dp=2,zero=1 before step 36" "$tmp/carried.out"
 leader=$(lock_pid "$tmp/job3")
-kill -KILL "$(pgrep -P "$(ps -o ppid= -p "$leader")" | grep -vx "$leader" | head -1)"  # a worker, not the leader
+worker=$(pgrep -P "$(ps -o ppid= -p "$leader" | tr -d ' ')" | grep -vx "$leader" | head -1)  # not the leader
+[[ -n $worker ]] || fail "carried: no worker found beside the leader $leader"
+kill -KILL "$worker"
 finished carried
 wait "$req" || { cat "$tmp/carried.out" "$tmp/carried.log"; fail "carried: request --wait exit $?"; }
 grep -q "committed before step 36 (tp=1,pp=1,dp=2,zero=1" "$tmp/carried.out" || { cat "$tmp/carried.out"; fail "carried: answer"; }
