@@ -110,7 +110,9 @@ worker=$(pgrep -P "$(ps -o ppid= -p "$leader" | tr -d ' ')" | grep -vx "$leader"
 [[ -n $worker ]] || fail "carried: no worker found beside the leader $leader"
 kill -KILL "$worker"
 finished carried
-wait "$req" || { cat "$tmp/carried.out" "$tmp/carried.log"; fail "carried: request --wait exit $?"; }
+wait "$req"
+code=$?
+((code == 0)) || { cat "$tmp/carried.out" "$tmp/carried.log"; fail "carried: request --wait exit $code"; }
 grep -q "committed before step 36 (tp=1,pp=1,dp=2,zero=1" "$tmp/carried.out" || { cat "$tmp/carried.out"; fail "carried: answer"; }
 grep -q "^supervise: the job ended .* restart 1 of 2" "$tmp/carried.log" || { cat "$tmp/carried.log"; fail "carried: no restart"; }
 awk -F, 'NR > 1 && $1 >= 36 && $6 != 2 { bad = 1 } END { exit bad }' "$tmp/carried.csv" ||
