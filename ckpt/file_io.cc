@@ -33,14 +33,33 @@ File File::open_over(const std::string& path) {
   return File(fd, path);
 }
 
+namespace {
+
+// A checkpoint file opened for reading is a regular file: a FIFO (or a device) put in its place
+// would block the open or the reads for ever. Opened O_NONBLOCK, checked, then made blocking.
+int open_regular(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return fd;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    const char* kind = S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory" : "not a regular file";
+    DT_INPUT_ERROR("checkpoint file '", path, "' is ", kind, ", not a regular file written by a save");
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+}  // namespace
+
 File File::open_read(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open_regular(path, O_RDONLY);
   if (fd < 0) DT_INPUT_ERROR("cannot open checkpoint file '", path, "': ", std::strerror(errno));
   return File(fd, path);
 }
 
 std::optional<File> File::open_read_direct(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  const int fd = open_regular(path, O_RDONLY | O_DIRECT);
   if (fd < 0 && errno == EINVAL) return std::nullopt;
   if (fd < 0) DT_INPUT_ERROR("cannot open checkpoint file '", path, "': ", std::strerror(errno));
   return File(fd, path);

@@ -33,6 +33,12 @@ void check_output_path(const std::string& what, const std::string& path) {
   if (dir.empty()) dir = ".";
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) cannot_write(what, path, "no directory '" + dir + "'");
   if (access(dir.c_str(), W_OK) != 0) cannot_write(what, path, "directory '" + dir + "': " + std::strerror(errno));
+  // access() lets root pass where creating still fails (/proc, a read-only mount): try it.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == EEXIST) return;  // made meanwhile (another rank's same check)
+  if (fd < 0) cannot_write(what, path, std::strerror(errno));
+  ::close(fd);
+  ::unlink(path.c_str());
 }
 
 bool names_one_file(const std::string& a, const std::string& b) {

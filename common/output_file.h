@@ -1,6 +1,6 @@
 // Output files of the CLI (--json, --csv): checked before any work, and every write checked.
 //
-// A command checks each output path when it starts (check_output_path: it creates nothing), so a
+// A command checks each output path when it starts (check_output_path: it leaves nothing behind), so a
 // typo fails in one line before any planning, allocation or training. Writes go through streams
 // whose state is checked after the last write (check_written), so a full disk (/dev/full) or a
 // write error ends the command with exit 2 instead of a truncated file and exit 0.
@@ -13,7 +13,8 @@ namespace dynatrain {
 
 // Throws InputError ("cannot write <what> file '<path>': <reason>") unless `path` names an
 // existing file (not a directory) this process may write, or a new file in an existing directory
-// it may write. An empty path (no output asked for) passes.
+// it may write: created and removed at once, since root's access() passes where creating fails
+// (/proc, a read-only mount). An empty path (no output asked for) passes.
 void check_output_path(const std::string& what, const std::string& path);
 
 // Whether two non-empty paths name one file: the same path once made absolute and normal

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <utility>
 
 #include "common/error.h"
 #include "job/job_events.h"
@@ -42,6 +43,10 @@ JobControl::~JobControl() {
 
 std::string JobControl::start(const nlohmann::json& fields) {
   if (dir_.empty()) return "";
+  // A restart takes over from its supervisor what the failed attempt had accepted; a new job
+  // answers what a job that ended left behind (it was asked of that job, not of this one).
+  const bool restarted = held_by_supervisor(dir_);
+  const nlohmann::json previous = read_status(dir_);
   const std::string why = hold_job_dir(dir_, /*take_over=*/false);
   if (!why.empty()) return why;
   status_ = std::make_unique<StatusFile>(dir_);
@@ -51,7 +56,24 @@ std::string JobControl::start(const nlohmann::json& fields) {
   f["pid"] = static_cast<long>(getpid());
   f["host"] = host_name();
   record_event("job_started", f);
+  if (restarted)
+    carried_ = previous.value("pending_requests", nlohmann::json::array());
+  else
+    refuse_left_behind(previous, "the job that held " + dir_ + " ended before running it");
   return "";
+}
+
+void JobControl::refuse_left_behind(const nlohmann::json& previous, const std::string& why) {
+  for (const auto& t : job::take_requests(dir_)) refuse_quietly(t.id, why);
+  if (previous.value("health", "") != "ended")
+    for (const auto& p : previous.value("pending_requests", nlohmann::json::array()))
+      refuse_quietly(p.value("request", ""), why);
+}
+
+void JobControl::refuse_quietly(const std::string& id, const std::string& why) {
+  if (id.empty() || !reported_.insert(id).second) return;
+  write_answer(dir_, Answer{id, AnswerState::kRefused, -1, "", why, {}});
+  record_event("request_refused", {{"request", id}, {"reason", why}});
 }
 
 void JobControl::take_over(const nlohmann::json& handed, std::int64_t step) {
@@ -89,6 +111,9 @@ void JobControl::refuse(const std::string& id, const std::string& why, const std
 
 void JobControl::take_requests(RequestContext& ctx) {
   if (!leading_) return;
+  // Accepted by the attempt before a restart: decided again for this attempt's layout and step.
+  for (const auto& p : std::exchange(carried_, nlohmann::json::array()))
+    answer_taken(ctx, p.value("request", ""), JobRequest{p.value("to", ""), p.value("step", std::int64_t{-1}), ""});
   for (const auto& t : job::take_requests(dir_)) {
     if (t.request)
       answer_taken(ctx, t.id, *t.request);
@@ -195,11 +220,9 @@ void JobControl::end(int exit_code, std::int64_t step) {
   if (!leading_) return;
   health_ = "ending";
   const std::string after = "the job ended after step " + std::to_string(step - 1);
-  for (const auto& t : job::take_requests(dir_))
-    if (reported_.insert(t.id).second) {
-      write_answer(dir_, Answer{t.id, AnswerState::kRefused, -1, "", after + " before taking it", {}});
-      record_event("request_refused", {{"request", t.id}, {"reason", after + " before taking it"}});
-    }
+  for (const auto& t : job::take_requests(dir_)) refuse_quietly(t.id, after + " before taking it");
+  for (const auto& p : std::exchange(carried_, nlohmann::json::array()))
+    refuse_quietly(p.value("request", ""), after + " before taking it again after a restart");
   for (const auto& [at, p] : pending_) {
     write_answer(dir_, Answer{p.id, AnswerState::kRefused, at, p.to, after, {}});
     record_event("request_refused", {{"request", p.id}, {"reason", after}});

@@ -48,7 +48,9 @@ class JobControl {
   JobControl& operator=(const JobControl&) = delete;
 
   // The first leader takes DIR and records job_started with `fields`. Returns "" or why it
-  // cannot (job/job_status.h: hold_job_dir).
+  // cannot (job/job_status.h: hold_job_dir). A restarted attempt (its supervisor held DIR)
+  // takes the requests the failed attempt had accepted into its first take_requests; a new
+  // job refuses what an ended job left queued or accepted.
   std::string start(const nlohmann::json& fields);
   // A process that became the leader in a commit: `handed` is the old leader's hand_over().
   void take_over(const nlohmann::json& handed, std::int64_t step);
@@ -74,11 +76,15 @@ class JobControl {
   };
   void answer_taken(RequestContext& ctx, const std::string& id, const struct JobRequest& r);
   void refuse(const std::string& id, const std::string& why, const std::string& layout);
+  void refuse_quietly(const std::string& id, const std::string& why);  // answer and event, no line
+  // A new job's start: what a job that ended left queued or accepted (`previous`: its status).
+  void refuse_left_behind(const nlohmann::json& previous, const std::string& why);
   void write_status(bool now);
   std::string dir_;
   bool leading_ = false;
-  std::map<std::int64_t, Pending> pending_;  // accepted, not yet committed, by switch step
-  std::set<std::string> reported_;           // entries that could not be removed (said once)
+  std::map<std::int64_t, Pending> pending_;           // accepted, not yet committed, by switch step
+  nlohmann::json carried_ = nlohmann::json::array();  // a restart's: the failed attempt's pending_requests
+  std::set<std::string> reported_;                    // entries that could not be removed (said once)
   std::unique_ptr<StatusFile> status_;
   nlohmann::json last_switch_;
   std::string health_ = "running";

@@ -70,6 +70,8 @@ JobRequest request_from_json(const std::string& text) {
   const auto j = parse_one_line(text, "request");
   check_version(j, "request");
   JobRequest r;
+  if (j.contains("at_step") && !j["at_step"].is_number_integer())  // 40.7 would be read as 40
+    DT_INPUT_ERROR("malformed request: \"at_step\" must be a whole step number, not ", j["at_step"].dump());
   try {
     r.to = j.value("to", std::string());
     r.at_step = j.value("at_step", std::int64_t{-1});

@@ -6,11 +6,15 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "job/job_files.h"
 
@@ -44,6 +48,13 @@ bool pid_exists(long pid) {
   return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) && process_state(pid) != 'Z';
 }
 
+// The leader job.lock (or status.json) names runs, or runs on another host (not known here).
+bool leader_runs(const std::string& dir) {
+  const auto status = read_json(dir + "/status.json").value_or(nlohmann::json::object());
+  const auto lock = read_json(dir + "/job.lock").value_or(status.value("leader", nlohmann::json::object()));
+  return lock.value("host", "") != host_name() || pid_exists(lock.value("pid", -1L));
+}
+
 }  // namespace
 
 double stale_after_seconds() {
@@ -64,23 +75,46 @@ std::string why_no_live_job(const std::string& dir, double stale_after_s) {
   const auto status = read_json(dir + "/status.json").value_or(nlohmann::json::object());
   if (status.value("health", "") == "ended")
     return "the job ended (exit code " + std::to_string(status.value("exit_code", -1)) + ")";
-  const auto lock = read_json(dir + "/job.lock");
-  if (!lock) return "no job holds it (no readable job.lock; start one with train --job " + dir + ")";
-  const long pid = lock->value("pid", -1L);
-  const std::string host = lock->value("host", "");
-  const double beat = std::max(lock->value("started_unix", 0.0), status.value("heartbeat_unix", 0.0));
+  // A job.lock removed under a live job: its status.json names the leader too.
+  const auto lock = read_json(dir + "/job.lock").value_or(status.value("leader", nlohmann::json::object()));
+  if (!lock.contains("pid")) return "no job holds it (no readable job.lock; start one with train --job " + dir + ")";
+  const long pid = lock.value("pid", -1L);
+  const std::string host = lock.value("host", "");
+  const double beat = std::max(lock.value("started_unix", 0.0), status.value("heartbeat_unix", 0.0));
   const double age = unix_now() - beat;
   if (host == host_name() && !pid_exists(pid) && age > kGoneAfterS)
     return "its process " + std::to_string(pid) + " on " + host + " is gone";
   if (age > stale_after_s)
     return "its heartbeat is " + std::to_string(static_cast<long>(age)) + " s old (process " + std::to_string(pid) +
-           " on " + host + ")";
+           " on " + host +
+           (host == host_name() && pid_exists(pid)
+                ? " runs: hung, or it cannot write " + dir + "/status.json (is its file system full?))"
+                : ")");
   return "";
 }
 
 void require_live_job(const std::string& dir) {
-  const std::string why = why_no_live_job(dir);
+  // A leader gone a moment ago is a hand-over (its successor takes the lock) or a death (the
+  // heartbeat ages past kGoneAfterS): wait until it is one or the other.
+  const auto t0 = Clock::now();
+  std::string why = why_no_live_job(dir);
+  while (why.empty() && !leader_runs(dir) && seconds_since(t0) < 2 * kGoneAfterS) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    why = why_no_live_job(dir);
+  }
+  if (why.empty() && !leader_runs(dir)) why = "its leader's process is gone and no other took its place";
   if (!why.empty()) DT_INPUT_ERROR("no live job holds '", dir, "': ", why);
+}
+
+nlohmann::json read_status(const std::string& dir) {
+  return read_json(dir + "/status.json").value_or(nlohmann::json::object());
+}
+
+bool held_by_supervisor(const std::string& dir) {
+  const char* supervisor = std::getenv(kSupervisorPidEnv);
+  const auto lock = read_json(dir + "/job.lock");
+  return supervisor && lock && lock->value("host", "") == host_name() &&
+         std::to_string(lock->value("pid", -1L)) == supervisor;
 }
 
 std::string hold_job_dir(const std::string& dir, bool take_over) {
@@ -91,7 +125,7 @@ std::string hold_job_dir(const std::string& dir, bool take_over) {
   // supervisor restarting the job may come back within it).
   const auto old = read_json(dir + "/job.lock");
   const bool dead_here = old && old->value("host", "") == host_name() && !pid_exists(old->value("pid", -1L));
-  if (!take_over && !dead_here && why_no_live_job(dir).empty())
+  if (!take_over && !dead_here && !held_by_supervisor(dir) && why_no_live_job(dir).empty())
     return "job directory '" + dir + "' is held by another live job (its job.lock); give each job its own --job DIR";
   for (const char* sub : {"/requests", "/answers"}) {
     std::filesystem::create_directories(dir + sub, ec);
@@ -103,10 +137,13 @@ std::string hold_job_dir(const std::string& dir, bool take_over) {
                                {"started_unix", unix_now()}};
   // The old status says "ended" when the directory held a job before: replaced at once.
   if (!take_over)
-    write_file_atomically(
-        dir + "/status.json",
-        nlohmann::json{{"version", kStatusVersion}, {"health", "starting"}, {"heartbeat_unix", unix_now()}}.dump(),
-        false);
+    write_file_atomically(dir + "/status.json",
+                          nlohmann::json{{"version", kStatusVersion},
+                                         {"health", "starting"},
+                                         {"leader", {{"pid", static_cast<long>(getpid())}, {"host", host_name()}}},
+                                         {"heartbeat_unix", unix_now()}}
+                              .dump(),
+                          false);
   if (!write_file_atomically(dir + "/job.lock", lock.dump() + "\n", true)) return "cannot write '" + dir + "/job.lock'";
   return "";
 }
@@ -146,7 +183,13 @@ void StatusFile::write_locked() {
   last_write_ = unix_now();
   status_["heartbeat_unix"] = last_write_;
   status_["updated"] = iso_time(last_write_);
-  write_file_atomically(path_, status_.dump(2) + "\n", false);
+  const bool written = write_file_atomically(path_, status_.dump(2) + "\n", false);
+  if (!written && !write_failed_)  // said once; said again after a write that works
+    std::fprintf(stderr,
+                 "dynatrain: warning: cannot write '%s' (%s); the job goes on, but `dynatrain request` takes it for "
+                 "dead once its heartbeat is %g s old\n",
+                 path_.c_str(), std::strerror(errno), stale_after_seconds());
+  write_failed_ = !written;
 }
 
 void StatusFile::heartbeat() {

@@ -8,7 +8,8 @@
 //                    once a second), at every event, and once a second by a heartbeat thread:
 //                    step, layout, processes, health, last switch, pending requests and
 //                    "heartbeat_unix".
-// A job is live when job.lock names it, status.json is not "ended", its heartbeat is younger
+// A job is live when job.lock (or, when the lock was removed, status.json's "leader") names it,
+// status.json is not "ended", its heartbeat is younger
 // than stale_after_seconds() and, on the lock's host, its pid runs (not a zombie; a pid gone for
 // more than 3 heartbeats: dead; the grace covers a leader hand-over). `train --job DIR` takes a
 // directory whose lock names a pid gone or a zombie at once (a supervisor's restart can find the
@@ -37,12 +38,23 @@ double stale_after_seconds();
 // "no job holds it (no job.lock)", "the job ended (exit code 0)", "process 123 on HOST is gone",
 // "its heartbeat is 41 s old").
 std::string why_no_live_job(const std::string& dir, double stale_after_s = stale_after_seconds());
-// InputError "no live job holds 'DIR': WHY" (why_no_live_job).
+// InputError "no live job holds 'DIR': WHY" (why_no_live_job). A leader whose process is gone
+// within the hand-over grace is waited for (at most 2 x 3 heartbeats): taken over, or dead.
 void require_live_job(const std::string& dir);
+
+// Set by the supervisor (job/supervisor.h) for the job it starts: its pid. Between two attempts
+// the supervisor holds DIR (job.lock names it); the next attempt's leader takes it over with
+// the requests that were queued or accepted (job/job_control.h).
+inline constexpr const char* kSupervisorPidEnv = "DT_SUPERVISOR_PID";
+// DIR/job.lock names this job's supervisor ($DT_SUPERVISOR_PID on this host).
+bool held_by_supervisor(const std::string& dir);
+// DIR/status.json as written last (an empty object when missing or unreadable).
+nlohmann::json read_status(const std::string& dir);
 
 // The leader takes DIR: creates DIR/requests and DIR/answers, writes DIR/job.lock naming this
 // process. Returns "" or why it cannot (DIR is not a writable directory; another live job
-// holds it, unless `take_over`: a new leader of the same job).
+// holds it, unless `take_over`: a new leader of the same job; or this job's supervisor holds it
+// between two attempts).
 std::string hold_job_dir(const std::string& dir, bool take_over);
 // Removes DIR/job.lock when it names this process.
 void release_job_dir(const std::string& dir);
@@ -68,6 +80,7 @@ class StatusFile {
   bool stop_ = false;
   nlohmann::json status_;
   double last_write_ = 0;
+  bool write_failed_ = false;  // the last write failed (a full file system): said once on stderr
   std::thread thread_;
 };
 

@@ -1,6 +1,8 @@
 #include "job/memory_copy.h"
 
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include "common/bytes.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "job/job_status.h"
 #include "job/memory_check.h"
 #include "job/memory_copy_files.h"
 #include "job/train_ckpt.h"
@@ -129,7 +132,8 @@ std::uint64_t copied_state_bytes(const vps::Layout& layout) {
 
 std::string memory_copy_problem(int redundancy, const comm::Transport& world) {
   const std::string dir = memory_copy_dir();
-  if (dir.empty())
+  const char* supervisor = std::getenv(kSupervisorPidEnv);  // the copy's owner, which removes it
+  if (dir.empty() || !supervisor || kill(static_cast<pid_t>(std::atol(supervisor)), 0) != 0)
     return detail::concat("--redundancy ", redundancy, " keeps the state's copy for a restart, which the supervisor ",
                           "makes: start the job as `dynatrain train --np N --max-restarts K ...` (without mpirun)");
   for (int r = 1; r < world.size(); ++r)
@@ -139,6 +143,23 @@ std::string memory_copy_problem(int redundancy, const comm::Transport& world) {
   return "";
 }
 
+namespace {
+
+// The bytes DIR's files hold (allocated blocks): the copies a restarted job writes over in place.
+std::uint64_t bytes_held(const std::string& dir) {
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    struct stat st = {};
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      total += static_cast<std::uint64_t>(st.st_blocks) * 512;
+  }
+  return total;
+}
+
+}  // namespace
+
 std::string memory_copy_room_problem(int redundancy, std::uint64_t state_bytes) {
   const std::string dir = memory_copy_dir();
   struct statvfs fs_info = {};
@@ -147,6 +168,8 @@ std::string memory_copy_room_problem(int redundancy, std::uint64_t state_bytes) 
   // tmpfs pages are memory: the file system's free space and the node's available memory both bound it.
   std::uint64_t room = static_cast<std::uint64_t>(fs_info.f_bavail) * fs_info.f_frsize;
   if (const std::uint64_t available = node_available_bytes(); available > 0) room = std::min(room, available);
+  // A restarted job's copies reuse the pages of the copy it resumed from (written over in turn).
+  room += bytes_held(dir);
   const std::uint64_t need = 2 * static_cast<std::uint64_t>(redundancy) * state_bytes;
   if (need > room)
     return detail::concat("--redundancy ", redundancy, " keeps 2 x ", redundancy, " copies of the state (",

@@ -47,7 +47,8 @@ std::string memory_copy_dir();
 std::uint64_t copied_state_bytes(const vps::Layout& layout);
 
 // Before training, on every rank alike (no communication): why this job cannot keep its copy
-// ("" when it can): no copy directory (not started by `train --np N --max-restarts K`), or
+// ("" when it can): no copy directory or no running supervisor that owns it (not started by
+// `train --np N --max-restarts K`: a copy nobody would remove), or
 // processes on more than one node.
 std::string memory_copy_problem(int redundancy, const comm::Transport& world);
 // The same once the layout is built: "" when the directory's file system has room for two copies

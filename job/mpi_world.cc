@@ -197,7 +197,13 @@ std::int64_t this_host_id() {
 }
 
 bool is_nonzero_mpi_rank() {
-  const char* rank = std::getenv(env_names_world() ? "RANK" : "OMPI_COMM_WORLD_RANK");
+  if (env_names_world()) {  // a RANK that names no rank of WORLD_SIZE is not one: it says why at once
+    char *end_rank = nullptr, *end_size = nullptr;
+    const long rank = std::strtol(std::getenv("RANK"), &end_rank, 10);
+    const long size = std::strtol(std::getenv("WORLD_SIZE"), &end_size, 10);
+    return *std::getenv("RANK") && *end_rank == '\0' && *end_size == '\0' && rank >= 1 && rank < size;
+  }
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
   return rank && std::strcmp(rank, "0") != 0;
 }
 

@@ -18,9 +18,12 @@
 #include "ckpt/checkpoint.h"
 #include "common/error.h"
 #include "common/output_file.h"
+#include "job/attempt_processes.h"
 #include "job/job_events.h"
 #include "job/memory_copy.h"
+#include "job/job_status.h"
 #include "job/notice.h"
+#include "job/supervisor_job_dir.h"
 #include "job/survivor_layout.h"
 #include "job/train_ckpt.h"
 #include "train/data.h"
@@ -64,13 +67,30 @@ struct Attempt {
   bool every_process_noticed = false;  // the job ended on a notice to all (job/notice.h)
 };
 
+// Seconds the workers an mpirun left behind get to go after SIGKILL (a process in the kernel).
+constexpr double kOrphansDeadlineS = 30;
+
+// Workers left running by an mpirun that died first are ended before anything reads the
+// attempt's files: they would go on writing the memory copy, --save and the CSV.
+void end_orphans_of(const Attempt& a) {
+  const std::vector<pid_t> orphans = end_attempt_orphans(kOrphansDeadlineS);
+  if (orphans.empty()) return;
+  std::string pids;
+  for (pid_t p : orphans) pids += (pids.empty() ? "" : " ") + std::to_string(p);
+  std::printf("supervise: mpirun ended with exit %d leaving %zu processes of the job running (pids %s); ended them\n",
+              a.exit_code, orphans.size(), pids.c_str());
+  std::fflush(stdout);
+}
+
 Attempt run_job(const std::vector<std::string>& cmd) {
   int out[2];
   if (pipe(out) != 0) DT_INPUT_ERROR("cannot create a pipe for the job: ", std::strerror(errno));
   std::fflush(stdout);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) DT_INPUT_ERROR("cannot start '", cmd.front(), "': ", std::strerror(errno));
   if (pid == 0) {
+    terminate_with_parent(parent);
     dup2(out[1], STDOUT_FILENO);
     close(out[0]);
     close(out[1]);
@@ -116,6 +136,7 @@ Attempt run_job(const std::vector<std::string>& cmd) {
   }
   g_child = 0;
   a.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  end_orphans_of(a);
   return a;
 }
 
@@ -200,8 +221,11 @@ void set_mpirun_environment(const TrainArgs& args, const SuperviseSettings& s) {
   int most = s.np;
   for (const auto& [step, config] : parse_schedule(args.schedule)) most = std::max(most, config.world_size());
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (s.hostfile.empty() && s.hosts.empty() && most > cores) setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-  setenv("DT_RUN_SCHEDULE", identity_schedule(args).c_str(), 0);  // restarts keep the run's identity
+  // With --job a request may grow the job beyond the cores, as the schedule may.
+  if (s.hostfile.empty() && s.hosts.empty() && (most > cores || !args.job.empty()))
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  setenv("DT_RUN_SCHEDULE", identity_schedule(args).c_str(), 0);   // restarts keep the run's identity
+  setenv(kSupervisorPidEnv, std::to_string(getpid()).c_str(), 1);  // holds --job between attempts, owns the copy
 }
 
 std::vector<std::string> mpirun_command(const SuperviseSettings& s, int np, const std::string& self) {
@@ -269,14 +293,34 @@ From restart_point(const TrainArgs& args, const vps::ModelSpec& model, const nlo
 
 // ---- the memory copy (job/memory_copy.h) ----
 
+constexpr const char* kCopyDirPrefix = "dynatrain-copy-";
+
+// Copies in `root` whose supervisor is gone (SIGKILLed: nothing ran its clean-up), removed with
+// one line. A copy's name holds its supervisor's pid.
+void remove_orphaned_copies(const fs::path& root) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kCopyDirPrefix, 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + std::strlen(kCopyDirPrefix), &end, 10);
+    if (*end != '\0' || pid <= 0 || kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    fs::remove_all(entry.path(), rm);
+    std::printf("supervise: removed '%s', the memory copy of a job whose supervisor (pid %ld) is gone\n",
+                entry.path().c_str(), pid);
+  }
+}
+
 // The directory the job keeps its memory copy in: made before the first attempt, removed when
-// the supervisor returns (on every way out).
+// the supervisor returns (on every way out; a SIGKILLed supervisor's by the next supervisor's start).
 class MemoryCopyDir {
  public:
   explicit MemoryCopyDir(int redundancy) {
     if (redundancy == 0) return;
     const char* root = std::getenv("DT_MEMORY_COPY_ROOT");
-    path_ = (fs::path(root ? root : "/dev/shm") / ("dynatrain-copy-" + std::to_string(getpid()))).string();
+    remove_orphaned_copies(root ? root : "/dev/shm");
+    path_ = (fs::path(root ? root : "/dev/shm") / (kCopyDirPrefix + std::to_string(getpid()))).string();
     std::error_code ec;
     fs::remove_all(path_, ec);
     fs::create_directories(path_, ec);
@@ -386,6 +430,10 @@ void record_restart(const std::string& job_dir, const Restart& r, const Attempt&
 train::TrainerOptions checked_options(const TrainArgs& args, const SuperviseSettings& s) {
   if (std::getenv("OMPI_COMM_WORLD_SIZE"))
     DT_INPUT_ERROR("--np starts mpirun itself: run `dynatrain train --np ", s.np, " ...` without mpirun in front");
+  if (std::getenv("RANK") && std::getenv("WORLD_SIZE"))  // one supervisor a process: the training N times over
+    DT_INPUT_ERROR("--np starts mpirun itself, but this process is rank ", std::getenv("RANK"), " of ",
+                   std::getenv("WORLD_SIZE"), " started by dynatrain launch (or torchrun): run `dynatrain train --np ",
+                   s.np, " ...` alone, or drop --np under launch");
   if (s.np < 1) DT_INPUT_ERROR("--np N needs N >= 1, the processes to start");
   if (s.max_restarts > 0 && args.save_dir.empty())
     DT_INPUT_ERROR(
@@ -400,6 +448,27 @@ train::TrainerOptions checked_options(const TrainArgs& args, const SuperviseSett
   return o;
 }
 
+std::string this_executable() {
+  char self[PATH_MAX] = {};
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0) DT_INPUT_ERROR("cannot find this executable (/proc/self/exe)");
+  return self;
+}
+
+// The train command line minus what each attempt sets itself (its schedule, resume and CSV).
+std::vector<std::string> flags_of_every_attempt(const std::vector<std::string>& argv) {
+  std::vector<std::string> base = argv;
+  for (const char* flag : {"--schedule", "--resume", "--csv"}) base = without_flag(base, flag, true);
+  return without_flag(base, "--static", false);
+}
+
+// SIGINT / SIGTERM / SIGHUP to the supervisor go to mpirun (and end the job without a restart).
+void forward_signals_to_job() {
+  struct sigaction sa = {};
+  sa.sa_handler = forward_signal;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
 }  // namespace
 
 int supervise(const TrainArgs& args, const SuperviseSettings& s) {
@@ -407,27 +476,22 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
   const nlohmann::json run =
       run_identity(args, o.model, args.data.empty() ? train::embedded_text() : train::read_text_file(args.data));
   if (const std::string why = save_dir_problem(args, run, o.model); !why.empty()) throw InputError(why);
-  char self[PATH_MAX] = {};
-  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len <= 0) DT_INPUT_ERROR("cannot find this executable (/proc/self/exe)");
+  const std::string self = this_executable();
   set_mpirun_environment(args, s);
+  become_subreaper();
   const MemoryCopyDir copy_dir(args.redundancy);
-
-  std::vector<std::string> base = s.argv;
-  for (const char* flag : {"--schedule", "--resume", "--csv"}) base = without_flag(base, flag, true);
-  base = without_flag(base, "--static", false);
-
-  struct sigaction sa = {};
-  sa.sa_handler = forward_signal;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  const std::vector<std::string> base = flags_of_every_attempt(s.argv);
+  forward_signals_to_job();
 
   std::string schedule = args.static_layout ? "0:" + parse_schedule(args.schedule).front().second.str() : args.schedule;
   std::string resume = args.resume_dir;
   int np = s.np;
   std::vector<CsvPart> parts;
   int code = 0;
+  std::string ended_why;               // why no further attempt (for the requests left in --job DIR)
+  std::optional<SupervisorHold> hold;  // --job DIR between a failed attempt and the next one's leader
   for (int attempt = 0;; ++attempt) {
-    std::vector<std::string> cmd = mpirun_command(s, np, self);
+    std::vector<std::string> cmd = mpirun_command(s, np, self);  // its flags, then the train command's
     cmd.insert(cmd.end(), base.begin(), base.end());
     cmd.insert(cmd.end(), {"--schedule", schedule});
     if (!resume.empty()) cmd.insert(cmd.end(), {"--resume", resume});
@@ -437,7 +501,9 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
       cmd.insert(cmd.end(), {"--csv", parts.back().path});
     }
     const Attempt a = run_job(cmd);
+    hold.reset();
     code = a.exit_code;
+    ended_why = detail::concat("the job ended with exit ", code);
     if (code == 0 || g_signal || s.max_restarts == 0) break;  // done, stopped, or no restarts asked for
     if (a.every_process_noticed) {                            // a scheduler took the whole job back: it ends, saved
       std::printf("supervise: every process had notice; the job ends without a restart\n");
@@ -451,6 +517,7 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
     if (!from_copy && !args.save_dir.empty()) f = restart_point(args, o.model, run);
     if (!f.refused.empty()) {
       std::printf("supervise: the job ended with exit %d; no restart: %s\n", code, f.refused.c_str());
+      ended_why += "; no restart: " + f.refused;
       code = 2;
       break;
     }
@@ -458,6 +525,7 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
     if (attempt == s.max_restarts) {
       std::printf("supervise: the job ended with exit %d; no restarts left (--max-restarts %d)\n", code,
                   s.max_restarts);
+      ended_why += detail::concat("; no restarts left (--max-restarts ", s.max_restarts, ")");
       break;
     }
     const Restart r = next_attempt(args, o, f, a, schedule, np, code);
@@ -472,12 +540,14 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
     schedule = "0:" + r.layout.str();
     print_restart(r, a, code, attempt + 1, s.max_restarts, from_copy);
     if (!args.job.empty()) record_restart(args.job, r, a, code, attempt + 1, from_copy);
+    hold.emplace(args.job);
     if (!parts.empty()) {
       parts.back().keep_below = r.from;
       parts.push_back({"", INT64_MAX, attempt + 1, r.lost});
     }
   }
   if (!parts.empty()) assemble_csv(args.csv, parts);
+  if (code != 0) end_supervised_job_dir(args.job, code, ended_why);
   return code;
 }
 

@@ -5,7 +5,7 @@
 // without waiting for the rest), PMIX_MCA_gds=hash (spawned processes that never hang in
 // PMIx_Init), OMPI_MCA_orte_execute_quiet=1 (no banners after the one-line errors),
 // OMPI_MCA_rmaps_base_oversubscribe=1 when the most processes the schedule asks for (or N)
-// exceed this machine's cores and no hosts are given, and `--allow-run-as-root` when run as
+// exceed this machine's cores, or with --job (a request may grow it), and no hosts are given, and `--allow-run-as-root` when run as
 // root. No script has to be sourced.
 //
 // With --max-restarts K the job survives a lost process: Open MPI ends every rank of a job

@@ -1,6 +1,8 @@
 // The training loop of `dynatrain train` (the class: job/train_job_run.h).
 #include "job/train_job.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <string>
 
@@ -121,6 +123,16 @@ int TrainJob::finish() {
   end_job();
   if (s_.notice_exit != 0) {  // every process had notice: saved, ending
     control_.end(s_.notice_exit, s_.step);
+    // As below: after processes left (a shrink), MPI_Finalize may wait for them until the
+    // notice's deadline; this process ends at once instead, with the notice's exit code.
+    if (args_.launcher && args_.launcher->cannot_leave().empty()) {
+      s_.csv.close();
+      s_.json_out.close();
+      trainer_.reset();
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(s_.notice_exit);
+    }
     return s_.notice_exit;
   }
   if (trainer_->left()) {  // handed its state over in the last commit

@@ -38,6 +38,10 @@ struct C10dOptions {
   // loopback address (one host), else the interface GLOO_SOCKET_IFNAME names, else the address
   // this host's name resolves to (c10d's default device).
   std::string bind_host;
+  // When not empty: what this process runs (`train`), which every rank must share with every
+  // other (ranks running different commands would wait in different collectives); compared
+  // through the store right after the rendezvous, InputError naming the first difference.
+  std::string command;
 };
 
 // Collective over the `size` ranks: rendezvous through a TCPStore at master_addr:master_port
@@ -46,8 +50,11 @@ struct C10dOptions {
 std::unique_ptr<Transport> c10d_world(const C10dOptions& options);
 
 // The world torchrun (or `dynatrain launch`, or a scheduler) describes in the environment:
-// RANK, WORLD_SIZE, MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500). nullptr when
-// RANK or WORLD_SIZE is unset; InputError naming the variable when a value is malformed.
+// RANK, WORLD_SIZE, MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500), and
+// DT_RENDEZVOUS_S, the seconds the rendezvous and every blocking operation wait (default 300);
+// its `command` is this process's subcommand (argv[1] of /proc/self/cmdline).
+// nullptr when RANK or WORLD_SIZE is unset; InputError naming the variable when a value is
+// malformed; a rendezvous that times out: CommError naming what it waited for and the variable.
 std::unique_ptr<Transport> c10d_world_from_env();
 
 // For tests: runs body(rank's world transport) on n threads of this process, each with its own

@@ -5,7 +5,9 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <chrono>
 #include <exception>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -39,6 +41,35 @@ int env_int(const char* name, int low, int high, int fallback) {
   return static_cast<int>(v);
 }
 
+// Every rank publishes its command and reads every other's: all ranks find the same difference.
+void check_same_command(c10d::Store& store, const C10dOptions& o) {
+  const std::string key = "dynatrain-command/";
+  store.set(key + std::to_string(o.rank), std::vector<std::uint8_t>(o.command.begin(), o.command.end()));
+  std::vector<std::string> commands;
+  for (int r = 0; r < o.size; ++r) {
+    const std::vector<std::uint8_t> v = store.get(key + std::to_string(r));
+    commands.emplace_back(v.begin(), v.end());
+  }
+  // Rank 0 hosts the store: it stays until every rank has read (at most the timeout).
+  store.add(key + "read", 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (o.rank == 0 && store.add(key + "read", 0) < o.size && std::chrono::steady_clock::now() - t0 < o.timeout)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int r = 1; r < o.size; ++r)
+    if (commands[r] != commands.front())
+      DT_INPUT_ERROR("the ", o.size, " ranks of this c10d world run different commands: rank 0 runs `",
+                     commands.front(), "`, rank ", r, " runs `", commands[r],
+                     "`; start every rank with the same command");
+}
+
+// This process's subcommand: argv[1] ("" when there is none).
+std::string this_command() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string arg;
+  std::getline(in, arg, '\0');
+  return std::getline(in, arg, '\0') ? arg : "";
+}
+
 }  // namespace
 
 std::unique_ptr<Transport> c10d_world(const C10dOptions& options) {
@@ -55,7 +86,10 @@ std::unique_ptr<Transport> c10d_world(const C10dOptions& options) {
     store.waitWorkers = true;
     store.timeout = options.timeout;
     auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store);
+    if (!options.command.empty()) check_same_command(*tcp, options);
     return world_over(std::move(tcp), options);
+  } catch (const InputError&) {
+    throw;
   } catch (...) {
     c10d_detail::rethrow_as_comm_error(
         rank, ::dynatrain::detail::concat("rendezvous of ", options.size, " ranks at ", options.master_addr, ":",
@@ -70,7 +104,18 @@ std::unique_ptr<Transport> c10d_world_from_env() {
   o.rank = env_int("RANK", 0, o.size - 1, 0);
   if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) o.master_addr = addr;
   o.master_port = env_int("MASTER_PORT", 1, 65535, 29500);
-  return c10d_world(o);
+  const int seconds = env_int("DT_RENDEZVOUS_S", 1, 86400, 300);
+  o.timeout = std::chrono::seconds(seconds);
+  o.command = this_command();
+  try {
+    return c10d_world(o);
+  } catch (const CommError& e) {  // one line: who waited, for what, and how to wait longer
+    throw CommError(::dynatrain::detail::concat(
+        "rank ", o.rank, " of ", o.size, ": the rendezvous at ", o.master_addr, ":", o.master_port,
+        o.rank == 0 ? " did not see all " : " did not complete with all ", o.size, " ranks (RANK 0..", o.size - 1,
+        " with this MASTER_ADDR and MASTER_PORT) within ", seconds, " s (DT_RENDEZVOUS_S); is every rank started? (",
+        e.what(), ")"));
+  }
 }
 
 void run_c10d_ranks(int n, const std::function<void(Transport&)>& body, std::chrono::milliseconds timeout) {

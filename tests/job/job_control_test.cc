@@ -70,6 +70,11 @@ TEST(JobRequestFile, RoundTripsAndRefusesBadInputInOneLine) {
   EXPECT_NE(message_of([] { request_from_json(R"({"version":1,"to":"tp=x"})"); }).find("tp=x"), std::string::npos);
   EXPECT_NE(message_of([] { request_from_json(R"({"version":1,"to":3})"); }).find("must be strings"),
             std::string::npos);
+  // A fractional step is refused, not rounded down to 40.
+  EXPECT_NE(message_of([] {
+              request_from_json(R"({"version":1,"to":"dp=2","at_step":40.7})");
+            }).find("\"at_step\" must be a whole step number, not 40.7"),
+            std::string::npos);
 }
 
 // A fake live job: job.lock naming this process, a fresh heartbeat.

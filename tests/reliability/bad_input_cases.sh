@@ -78,6 +78,7 @@ bad 1 "empty state kind list" -- "${T[@]}" --states ""
 bad 1 "cannot write --json file '/nonexistent/dir/p.json'" -- "${T[@]}" --json /nonexistent/dir/p.json
 bad 1 "cannot write --json file '/'" -- "${T[@]}" --json /
 bad 1 "cannot write --json file '/nonexistent/x.json': no directory '/nonexistent'" -- "${T[@]}" --json /nonexistent/x.json
+bad 1 "cannot write --json file '/proc/x.json'" -- "${T[@]}" --json /proc/x.json  # root's access() passes there
 LOUD=1 bad 1 "cannot write --json file '/dev/full': No space left on device" -- "${T[@]}" --json /dev/full
 bad 1 "--frm" -- "${T[@]}" --frm tp=1
 bad 1 "--from" -- plan --model tiny-dense --from

@@ -26,7 +26,7 @@ code=$?
 [[ -s $tmp/stamp ]] || fail "the fault never fired"
 grep -q "^supervise: the job ended with exit [0-9]* after step 5 on 4 processes; restart 1 of 2 from step 4 (2 steps lost) on 3 processes in tp=1,pp=1,dp=3,zero=1$" "$tmp/s.log" ||
   { cat "$tmp/s.log"; fail "no supervisor line for the restart"; }
-(($(grep -c "^supervise:" "$tmp/s.log") == 1)) || fail "more than one restart"
+(($(grep -c "^supervise: the job ended" "$tmp/s.log") == 1)) || fail "more than one restart"
 grep -q "resumed from .*step-00000004 .* into tp=1,pp=1,dp=3,zero=1: step 4" "$tmp/s.log" || fail "resume line"
 grep -q "ended without a word (killed?)" "$tmp/s.err" || { cat "$tmp/s.err"; fail "no line for the lost process"; }
 [[ $(cat "$tmp/ck/latest") == step-00000014 ]] || fail "latest is $(cat "$tmp/ck/latest")"
