@@ -551,10 +551,12 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
     manager = Manager(comm, described.model, layout, **kwargs)
     c = manager.config
     check_layout(c["config"], {k: c[k] for k in _DEFAULTS})  # a resumed or joined job's layout too
+    joined = getattr(manager, "joined", False)  # the job's other processes are past adopt(): nothing collective
     with manager._collective("dynatrain.adopt()", manager._state_bytes()):
-        job = together(manager.comm, "adopt(): binding the model", lambda: Job(manager, model, optimizer, described,
-                                                                               spec))
-        if not (getattr(manager, "joined", False) or getattr(manager, "resumed", False)):
+        def bound() -> Job:
+            return Job(manager, model, optimizer, described, spec)
+        job = bound() if joined else together(manager.comm, "adopt(): binding the model", bound)
+        if not (joined or getattr(manager, "resumed", False)):
             job._load_initial()
         job._bind()
     return job
