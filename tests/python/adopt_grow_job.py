@@ -1,8 +1,8 @@
 """An adopted GPT trained as scripts train it: AdamW with decay / no-decay param groups and a
-registered warmup + cosine SequentialLR, grown from 2 to 4 processes at step 3 and shrunk back
+registered warmup + cosine SequentialLR and a counting buffer, grown from 2 to 4 processes at step 3 and shrunk back
 at step 6 (run under `mpirun -np 2`; processes the grow starts run this script from the top and
 their adopt() joins). Every process replays plain single-process torch from step 0 and prints,
-for each step it trains, whether its lr and the job's mean loss equal the plain run's:
+for each step it trains, whether its lr (and buffer) and the job's mean loss equal the plain run's:
     step S rank R of N joined J lr_ok B loss_ok B
 """
 import copy
@@ -46,6 +46,7 @@ def train(model, optimizer, data):
 def main():
     torch.manual_seed(0)
     model = GPT(**DIMS)
+    model.register_buffer("steps_seen", torch.zeros(1))  # module state outside the parameters
     plain = copy.deepcopy(model)
     optimizer, plain_opt = decay_groups(model), decay_groups(plain)
     job = dynatrain.adopt(model, optimizer, PLAN, "dp=2", pipeline="blocks", vocab_divisible_by=8, bucket_elems=3000)
@@ -59,6 +60,8 @@ def main():
             if step in SCHEDULE:
                 job.switch(SCHEDULE[step])  # Leaving ends the processes the shrink lets go
             lr_ok = [g["lr"] for g in optimizer.param_groups] == [g["lr"] for g in plain_opt.param_groups]
+            lr_ok = lr_ok and model.steps_seen.item() == step  # a joined process gets the job's buffer
+            model.steps_seen += 1
             got = job.average(train(model, optimizer, job.local_batch(data))).item()
         want = train(plain, plain_opt, data).item()
         plain_sched.step()
