@@ -109,3 +109,38 @@ class StateDicts:
                              f"{tuple(value.shape)}, the whole tensor's is {shape}: pass a full state dict "
                              f"(job.optimizer_state_dict(), or the plain optimizer's), not a rank's local one")
         return name, kind, value
+
+    def load_model(self, state_dict: Dict[str, torch.Tensor], strict: bool = True):
+        """model.load_state_dict() after adoption: a full state dict (the plain model's, or
+        job.state_dict()) goes into the Manager's parameters (and fp32 master) and the buffers;
+        every rank passes the same dict. A local (sharded or padded) one is a ValueError, and
+        strict key checking is torch's; nothing is written unless all of it is right."""
+        from torch.nn.modules.module import _IncompatibleKeys
+        job = self.job
+        m, names = job.manager, self._names()
+        mine = job.model.state_dict(keep_vars=True)
+        missing = [k for k in mine if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in mine]
+        if strict and (missing or unexpected):
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(job.model).__name__}: missing keys "
+                               f"{missing}, unexpected keys {unexpected}")
+        writes = []
+        for key, t in mine.items():
+            if key not in state_dict:
+                continue
+            value = state_dict[key]
+            want = m.global_shape(names[id(t)]) if id(t) in names else tuple(t.shape)
+            if tuple(value.shape) != want:
+                raise ValueError(f"model.load_state_dict(): '{key}' has shape {tuple(value.shape)}, the whole "
+                                 f"tensor's is {want}: pass a full state dict (job.state_dict(), or the plain "
+                                 f"model's), not a rank's local one")
+            writes.append((names.get(id(t)), t, value.detach()))
+        with torch.no_grad():
+            for name, t, value in writes:
+                if name is None:
+                    t.copy_(value)
+                    continue
+                m.load(name, "param", value.to(t.dtype))
+                if job._bf16:
+                    m.load(name, "master", value.float())
+        return _IncompatibleKeys(missing, unexpected)

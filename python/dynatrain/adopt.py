@@ -107,6 +107,8 @@ class Job:
         _habits.install_forward_hook(self, model)
         _habits.refuse_moves(model)
         optimizer.load_state_dict = types.MethodType(lambda _, sd: self.state_dicts.load_optimizer(sd), optimizer)
+        model.load_state_dict = types.MethodType(lambda _, sd, strict=True: self.state_dicts.load_model(sd, strict),
+                                                 model)
         manager.register(_EXTRA, self._carried, self._receive)
 
     # ---- the current layout ----

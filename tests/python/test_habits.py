@@ -287,6 +287,24 @@ def test_full_state_dicts_load_into_the_plain_model_and_optimizer(world):
         assert close(want, got), (cfg, want, got)
 
 
+def test_model_load_state_dict_after_adoption_takes_the_plain_models_dict(world):
+    plain = small_gpt()
+    model = small_gpt()
+    torch.manual_seed(9)
+    for p in model.parameters():  # other values: the load must replace them
+        p.data.normal_()
+    cfgs = layouts(SIZE)
+    job = adopt(model, torch.optim.SGD(model.parameters(), lr=0.1), cfgs[-1])
+    assert model.load_state_dict(plain.state_dict()).missing_keys == []
+    for n, q in plain.named_parameters():
+        assert torch.equal(job.full(n), q.detach()), n
+    with pytest.raises(ValueError, match=r"model.load_state_dict\(\): 'tok.weight' has shape \(3, 16\), the whole "
+                                         r"tensor's is \(50, 16\): pass a full state dict"):
+        model.load_state_dict(dict(plain.state_dict(), **{"tok.weight": torch.zeros(3, 16)}))
+    with pytest.raises(RuntimeError, match="missing keys"):
+        model.load_state_dict({})
+
+
 def test_optimizer_load_state_dict_after_adoption_takes_a_full_dict_and_refuses_a_local_one(world):
     plain = small_gpt()
     plain_opt = torch.optim.Adam(plain.parameters(), lr=1e-2)
