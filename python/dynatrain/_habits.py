@@ -19,6 +19,7 @@ Invariant: every adopted nn.Parameter carries `_dynatrain_job`, a weak reference
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import warnings
 import weakref
@@ -79,6 +80,9 @@ _RETIRED: Dict[int, Tuple[Any, str, int]] = {}  # id(node) -> (grad accumulator 
 _KEEP_SWITCHES = 8  # the retired accumulators of this many latest switches (of any job) are recognised
 _WALK_LIMIT = 1_000_000  # graph nodes a failed backward's walk visits at most
 _serial = 0
+# The retired nodes hold their parameters, whose data views hold their Manager (and its transport,
+# e.g. a torch.distributed group): let them go at exit, before the interpreter tears modules down.
+atexit.register(_RETIRED.clear)
 
 
 def retire_accumulators(params, label: str) -> None:
