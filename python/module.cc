@@ -89,6 +89,18 @@ vps::LayoutOptions layout_options(const std::string& states, std::int64_t bucket
   return o;
 }
 
+// The bytes of state `rank` holds in `config` (its buffers), computed from the layout without
+// allocating: the Manager's up-front memory check (python/dynatrain/__init__.py).
+std::uint64_t rank_state_bytes(const py::object& model, const std::string& config, const std::string& states,
+                               std::int64_t bucket_elems, int param_bytes, int rank) {
+  const auto options = layout_options(states, bucket_elems, param_bytes);
+  const vps::Layout layout = layouts_from_python(model, options)(vps::ParallelConfig::parse(config));
+  std::uint64_t bytes = 0;
+  for (const auto& b : layout.rank_layout(rank).buffers)
+    bytes += static_cast<std::uint64_t>(b.numel) * options.elem_bytes[static_cast<int>(b.kind)];
+  return bytes;
+}
+
 // The statistics of `dynatrain plan --json` (tools/plan_command.cc), as a JSON string.
 std::string plan_json(const py::object& model, const std::string& from, const std::string& to, int gpus_per_node,
                       const std::string& states, std::int64_t bucket_elems, bool check, double intra_gbps,
@@ -366,6 +378,8 @@ PYBIND11_MODULE(_native, m) {
   });
   m.def("plan", &python::plan_json, py::arg("model"), py::arg("from_cfg"), py::arg("to_cfg"), py::arg("gpus_per_node"),
         py::arg("states"), py::arg("bucket_elems"), py::arg("check"), py::arg("intra_bw"), py::arg("inter_bw"));
+  m.def("rank_state_bytes", &python::rank_state_bytes, py::arg("model"), py::arg("config"), py::arg("states"),
+        py::arg("bucket_elems"), py::arg("param_bytes"), py::arg("rank"));
   m.def("preset_names", &vps::preset_names);
   // The state kinds in StateKind order, from the one table (vps/state_kind.h).
   m.def("state_kinds", [] {

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _abort, _agree, _c10d, _checkpoint, _elastic, _native, _notice, _views, _watchdog
+from . import _abort, _agree, _c10d, _checkpoint, _elastic, _memory, _native, _notice, _views, _watchdog
 from ._agree import PeerError
 from ._elastic import Leaving
 from ._notice import EveryProcessNoticed
@@ -157,6 +157,7 @@ class Manager:
             if param_bytes is None:
                 raise ValueError(f"param_dtype {param_dtype}; valid: torch.float32, torch.bfloat16")
             self._kind_dtype = self._kind_dtypes(param_bytes)
+            _memory.check(comm, self._options["model"], config, states, bucket_elems, param_bytes, mem_budget)
             self._native = _native.Manager(self._native_world(comm), self._options["model"], config, states,
                                            bucket_elems, param_bytes, mem_budget, gpus_per_node)
             _notice.watch_world(self)  # a lost peer's end says so (job/mpi_world.h)

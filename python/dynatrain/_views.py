@@ -7,9 +7,15 @@ Views the user derives from a handed-out tensor (slices, .view(), nn.Parameter(v
 tensor headers of their own that a switch cannot reach; they keep the storage, and with it the
 old buffer's memory (a pin, python/keep_alive.h), so they hold the old bytes, never another
 tensor's state, and never point at freed memory.
+
+While another Python thread is alive, a handed-out tensor is not emptied at a switch, only made
+a StaleTensor: that thread may be inside a torch op on it (torch computes without the GIL), and
+emptying the tensor under the op would make it read unmapped memory. The tensor then keeps its
+old storage, pinned like a derived view's, until the last reference to it goes.
 """
 from __future__ import annotations
 
+import threading
 import warnings
 import weakref
 from typing import List, Tuple
@@ -66,6 +72,12 @@ class ViewRegistry:
         self._prune_at = 4096  # entries; dead ones are dropped when the list reaches it
         self.switches = 0  # switches that invalidated views so far
 
+    @staticmethod
+    def _other_threads() -> bool:
+        """Whether a Python thread besides this one and the watchdog is alive."""
+        me = threading.current_thread()
+        return any(t is not me and t.name != "dynatrain-watchdog" for t in threading.enumerate())
+
     def hand_out(self, t: torch.Tensor, what: str) -> torch.Tensor:
         """Registers `t` (described by `what`, e.g. "tensor 'w' (param)") and returns it."""
         if len(self._views) >= self._prune_at:
@@ -79,6 +91,7 @@ class ViewRegistry:
         say `why` (e.g. "from before switch 2 (tp=2 -> tp=4)"); returns how many."""
         self.switches += 1
         count = 0
+        empty = not self._other_threads()  # else an op another thread runs on it keeps its memory
         with torch.no_grad():
             for ref, what in self._views:
                 t = ref()
@@ -86,7 +99,8 @@ class ViewRegistry:
                     continue
                 message = (f"{what}, shape {tuple(t.shape)}, {str(t.dtype).replace('torch.', '')}, is {why}: "
                            f"its memory belongs to the new layout, so it was emptied; re-fetch it from the Manager")
-                t.set_()
+                if empty:
+                    t.set_()
                 t.__class__ = StaleTensor
                 t._dynatrain_stale = message
                 count += 1

@@ -18,21 +18,25 @@ from __future__ import annotations
 
 import inspect
 import types
-from typing import Any, Dict, List, Optional
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import Manager, _c10d, _notice, tp
-from ._agree import agree
+from . import Manager, _c10d, _clip, _habits, _notice, tp
+from ._agree import agree, together
 from ._describe import Description, describe
 from ._grads import GradBuffers
 from ._optim import OptimizerSpec, hyperparameters, spec_of
+from ._state_dict import StateDicts
 
 __all__ = ["adopt", "describe", "Job", "SUPPORTED_LAYOUT"]
 
 SUPPORTED_LAYOUT = "tp, dp and zero=0/1/2 in any combination (pp=1, cp=1, ep=1, etp=1)"
 _DEFAULTS = {"tp": 1, "cp": 1, "dp": 1, "pp": 1, "ep": 1, "etp": 1, "zero": 1}
 _EXTRA = "dynatrain.adopt.optimizer"  # carried optimizer state outside the VPS
+_habits.patch_clipping()  # torch.nn.utils.clip_grad_norm_ / clip_grad_value_ on adopted parameters
+_habits.patch_backward()  # a backward through a graph from before a switch: StaleTensorError naming it
 
 
 def _sizes(layout: str) -> Dict[str, int]:
@@ -83,6 +87,16 @@ class Job:
         self._step_fn = optimizer.step
         self._notices = notices  # preemption notices, acted on after each step (_notice.py)
         self._global_batch: Optional[int] = None  # the last local_batch()'s, which a survivors' dp must divide
+        self._groups: List[Dict[str, Any]] = []  # the param groups' options last carried in (_receive)
+        self._schedulers: List[Any] = []
+        self._warned: set = set()
+        self._switches = 0
+        self._last_config = manager.config["config"]
+        self._ended: Dict[str, List[Tuple[Tuple[int, ...], str]]] = {}  # name -> (local shape, switch that ended it)
+        self.backward_ran = False  # a backward since the last step or zero_grad (the grad hooks set it)
+        self.forwards, self.first_input = 0, None  # grad-enabled forwards since the last step; a digest of the first's input
+        self.state_dicts = StateDicts(self)
+        optimizer._dynatrain_job = weakref.ref(self)
         # Methods of the optimizer (not of the Job), so that an LR scheduler built afterwards
         # wraps them as it wraps any optimizer's step (it counts on method.__self__).
         optimizer.step = types.MethodType(lambda _, closure=None: self._optimizer_step(closure), optimizer)
@@ -91,6 +105,12 @@ class Job:
         for _, module, style in self._styled:
             vocab = getattr(module, "out_features", 0)  # a head's logits keep the width it was built with
             tp.install(module, style, lambda v=vocab: (self.manager.group("tp"), v))
+        _habits.install_grad_hooks(self, self._params)
+        _habits.install_forward_hook(self, model)
+        _habits.refuse_moves(model)
+        optimizer.load_state_dict = types.MethodType(lambda _, sd: self.state_dicts.load_optimizer(sd), optimizer)
+        model.load_state_dict = types.MethodType(lambda _, sd, strict=True: self.state_dicts.load_model(sd, strict),
+                                                 model)
         manager.register(_EXTRA, self._carried, self._receive)
 
     # ---- the current layout ----
@@ -125,11 +145,34 @@ class Job:
         0-d float tensor, detached."""
         x = float(value.detach()) if torch.is_tensor(value) else float(value)
         dp = self.manager.group("dp")
-        return torch.tensor(dp.allreduce(x) / dp.size if dp is not None else x)
+        with self.manager._collective("job.average()"):
+            return torch.tensor(dp.allreduce(x) / dp.size if dp is not None else x)
 
     def register(self, name, get, set, *, per_rank: bool = False) -> None:
         """Extra state carried by switches and checkpoints (Manager.register)."""
         self.manager.register(name, get, set, per_rank=per_rank)
+
+    def register_scheduler(self, scheduler, name: str = "lr_scheduler") -> None:
+        """An LR scheduler of this optimizer becomes job state: its state_dict() is carried by
+        switches, to processes a grow starts and into checkpoints; where it is loaded (a joined
+        or resumed process) the carried param groups (lr included) are put back after it."""
+        if getattr(scheduler, "optimizer", None) is not self.optimizer:
+            raise ValueError(f"register_scheduler: {type(scheduler).__name__} does not schedule this job's optimizer")
+
+        def put(value) -> None:
+            scheduler.load_state_dict(value)
+            self._put_groups(self._groups)
+        self._schedulers.append(scheduler)
+        self.register(name, scheduler.state_dict, put)
+
+    # ---- the full state, as PyTorch lays it out (collective; _state_dict.py) ----
+    def state_dict(self) -> Dict[str, torch.Tensor]:
+        """Collective: model.state_dict() of the whole model: plain names and shapes, no padding."""
+        return self.state_dicts.model()
+
+    def optimizer_state_dict(self) -> Dict[str, Any]:
+        """Collective: optimizer.state_dict() of the whole model (loads into the plain optimizer)."""
+        return self.state_dicts.optimizer()
 
     # ---- gradients and the step ----
     def _bound_grads(self) -> None:
@@ -156,28 +199,19 @@ class Job:
         self._grads.reduce()
         self._synced = True
 
-    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
-        """Collective: torch.nn.utils.clip_grad_norm_ (2-norm) over the whole model, whatever the
-        layout: syncs the grads, sums each element's square once over the job, scales every grad
-        by max_norm / (norm + 1e-6) when that is below 1. Returns the norm. (torch's own function
-        would see only this rank's shards.)"""
-        if not self._synced:
-            self.sync_grads()
-        m = self.manager
-        if not m.active:
-            return torch.tensor(0.0)
-        squares = torch.zeros(1)
-        for name, g in m.tensors("grad").items():
-            if self._holds_once(name):
-                squares += g.float().square().sum()
-        for group in ("dp_cp", "tp"):
-            tp.all_reduce_(squares, m.group(group))
-        total = squares.sqrt()[0]
-        scale = max_norm / (float(total) + 1e-6)
-        if scale < 1:
-            for g in m.buffers("grad"):
-                g.mul_(scale)
-        return total
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0, *, error_if_nonfinite: bool = False,
+                        parameters=None) -> torch.Tensor:
+        """Collective: torch.nn.utils.clip_grad_norm_ over the whole model (or `parameters` of
+        it), whatever the layout, on the dp mean of the grads (_clip.py). Returns the norm.
+        torch.nn.utils.clip_grad_norm_ on adopted parameters calls this."""
+        with self.manager._collective("clip_grad_norm_"):
+            return _clip.clip_grad_norm(self, max_norm, norm_type, error_if_nonfinite=error_if_nonfinite,
+                                        parameters=parameters)
+
+    def clip_grad_value_(self, clip_value: float, parameters=None) -> None:
+        """Collective: torch.nn.utils.clip_grad_value_ on the dp mean of the grads (_clip.py)."""
+        with self.manager._collective("clip_grad_value_"):
+            _clip.clip_grad_value(self, clip_value, parameters)
 
     def _holds_once(self, name: str) -> bool:
         """Whether this rank counts its piece of the reduced grad of `name`, so that over the
@@ -194,17 +228,22 @@ class Job:
             self._grads.zero()
             self._bound_grads()
         self._synced = False
+        self.backward_ran = False
 
     def _optimizer_step(self, closure=None):
         if closure is not None:
             raise ValueError("optimizer.step(closure) is not supported on an adopted optimizer; call it without")
-        if not self._synced:
-            self.sync_grads()
         m = self.manager
-        if m.active:
-            self._step_on_shards()
+        _habits.warn_unregistered_scheduler(self)
+        with m._collective(f"optimizer.step() at step {m.step}", m._state_bytes()):
+            _habits.check_step(self)
+            if not self._synced:
+                self.sync_grads()
+            if m.active:
+                self._step_on_shards()
         m.step += 1
         self._synced = False
+        self.backward_ran = False
         if self._notices is not None:
             self._notices.at_boundary(self, self._runs)
 
@@ -243,10 +282,13 @@ class Job:
                     g = g if self._grads.sharded else g.reshape(-1)[lo:hi]
                 p.data = d
                 p.grad = g.float() if self._bf16 else g
+        frozen = [p for _, p in self._params if not p.requires_grad]
+        for p in frozen:
+            p.grad = None  # torch's optimizers skip a parameter without a grad: no update, no weight decay
         try:
             self._step_fn()
         finally:
-            if swap:
+            if swap or frozen:
                 self._bind_params()
         self._keep_lazy_state()
         if self._bf16:
@@ -289,18 +331,22 @@ class Job:
         m = self.manager
         if not m.active:
             for _, p in self._params:
-                p.data = torch.empty(0, dtype=p.dtype)
+                _habits.rebind_data(p, torch.empty(0, dtype=p.dtype))
                 p.grad = None
             return
         params, grads = m.tensors("param"), self._grads.grads()
         for name, p in self._params:
-            p.data = params[name]
+            _habits.rebind_data(p, params[name])
             p.grad = grads[name]
 
     def _bind(self) -> None:
         """Points every parameter, grad and optimizer state entry at the Manager's current views."""
         self._grads = GradBuffers(self.manager)
         self._bind_params()
+        self._bind_state()
+
+    def _bind_state(self) -> None:
+        """Points every optimizer state entry adoption keeps at the Manager's current views."""
         m = self.manager
         if not m.active:
             return
@@ -321,12 +367,7 @@ class Job:
         self._grads = None
         for _, p in self._params:
             p.grad = None
-            # Through another dtype: autograd then drops the parameter's cached grad accumulator,
-            # which keeps the old shape while a graph from before the switch lives (the loop's
-            # last `loss`) and would reject the new shape's grads in the next backward().
-            dtype = p.dtype
-            p.data = torch.empty(0, dtype=torch.float64 if dtype != torch.float64 else torch.float32)
-            p.data = torch.empty(0, dtype=dtype)
+            _habits.rebind_data(p, torch.empty(0, dtype=p.dtype))
         for _, p in self._params:
             state = self.optimizer.state.get(p)
             for key in self._spec.keys:
@@ -338,10 +379,42 @@ class Job:
         if self._spec.per_param_step:
             steps = {name: float(self.optimizer.state[p]["step"]) for name, p in self._params
                      if id(p) in self._optimized and "step" in self.optimizer.state.get(p, {})}
-        return {"steps": steps, "lazy_started": self._lazy_started}
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
+        buffers = {name: module._buffers[key].detach().clone() for name, module, key in self._persistent_buffers()}
+        return {"steps": steps, "lazy_started": self._lazy_started, "groups": groups, "buffers": buffers}
+
+    def _persistent_buffers(self) -> List[Tuple[str, torch.nn.Module, str]]:
+        """(state_dict name, module, key) of every persistent buffer (register_buffer), once each."""
+        seen, out = set(), []
+        for prefix, module in self.model.named_modules():
+            for key, b in module._buffers.items():
+                if b is not None and key not in module._non_persistent_buffers_set and id(b) not in seen:
+                    seen.add(id(b))
+                    out.append((f"{prefix}.{key}" if prefix else key, module, key))
+        return out
+
+    def _put_groups(self, groups: List[Dict[str, Any]]) -> None:
+        """Every option of every param group (lr included) from `groups` (the carried ones)."""
+        if len(groups) == len(self.optimizer.param_groups):
+            for group, options in zip(self.optimizer.param_groups, groups):
+                group.update(options)
+
+    def _put_buffers(self, buffers: Dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            for name, module, key in self._persistent_buffers():
+                value, mine = buffers.get(name), module._buffers[key]
+                if value is None:
+                    continue
+                if value.shape == mine.shape and value.dtype == mine.dtype:
+                    mine.copy_(value)
+                else:
+                    module._buffers[key] = value.clone()
 
     def _receive(self, value: Dict[str, Any]) -> None:
         self._lazy_started = bool(value["lazy_started"])
+        self._groups = value.get("groups", [])
+        self._put_groups(self._groups)
+        self._put_buffers(value.get("buffers", {}))
         names = dict(self._params)
         for name, step in value["steps"].items():
             state = self.optimizer.state[names[name]]
@@ -381,15 +454,44 @@ class Job:
             if _sizes(layout) == {k: m.config[k] for k in _DEFAULTS}:
                 return {"config": m.config["config"], "joined": True}
         check_layout(layout)
+        together(m.comm, "job.switch(): no step in progress", self._refuse_unfinished_step)
+        agree(m.comm, "job.switch(): the optimizer's hyperparameters (param groups)",
+              hyperparameters(self.optimizer, {id(p): n for n, p in self._params}))
+        before = {name: tuple(p.shape) for name, p in self._params}
+        label = f"job.switch {self._switches + 1} ({self._last_config} -> {layout})"
+        _habits.retire_accumulators(self._params, label)
         self._unbind()
         try:
             stats = m.switch(layout) if vacate is None else m.switch(layout, vacate=vacate)
         except ValueError:
             self._bind()  # rejected on every rank before anything moved
             raise
+        self._switches += 1
         self._bind()
+        self._remember_shapes(before, label)
         self._synced = False
+        self.forwards, self.first_input = 0, None
         return stats
+
+    def _refuse_unfinished_step(self) -> None:
+        if self.backward_ran:
+            raise ValueError(f"job.switch() between backward() and optimizer.step() (layout "
+                             f"'{self.manager.config['config']}'): the grads of this step would not survive it; "
+                             f"switch after optimizer.step() (or after optimizer.zero_grad() to drop them)")
+
+    def _remember_shapes(self, before: Dict[str, Tuple[int, ...]], label: str) -> None:
+        """Which switch ended each parameter's local shape (named by a stale graph's backward)."""
+        for name, shape in before.items():
+            ended = self._ended.setdefault(name, [])
+            ended.append((shape, label))
+            del ended[:-8]
+        self._last_config = self.manager.config["config"]
+
+    def stale_graph_message(self, name: str, got: Tuple[int, ...], now: Tuple[int, ...]) -> str:
+        label = next((lab for shape, lab in reversed(self._ended.get(name, [])) if shape == got), "a job.switch()")
+        return (f"backward through a graph built before {label}: parameter '{name}' had local shape {got} there "
+                f"and has {now} now; a loss or output computed before a switch cannot be backpropagated after "
+                f"it: drop it and run the forward again")
 
     def save(self, directory) -> None:
         """Collective: a checkpoint of the whole job (Manager.save: every state kind, the step,
@@ -412,11 +514,23 @@ def _manager_kwargs(resume, states: str, dtype: torch.dtype, bucket_elems: int, 
     return kwargs
 
 
+def _refuse_adopted(model, optimizer) -> None:
+    """ValueError naming the model or optimizer when a Job already holds it."""
+    bound = next((name for name, p in model.named_parameters() if hasattr(p, "_dynatrain_job")), None)
+    if bound is not None:
+        raise ValueError(f"{type(model).__name__} is already adopted (parameter '{bound}' is bound to a dynatrain Job); "
+                         f"a model is adopted once: use its job (job.switch() changes the layout)")
+    if hasattr(optimizer, "_dynatrain_job"):
+        raise ValueError(f"this {type(optimizer).__name__} is already adopted by a dynatrain Job; an optimizer is "
+                         f"adopted once, with its model")
+
+
 def _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by):
     """Describes the model and optimizer on every rank; a refusal on any rank is the same
     ValueError on every rank (no rank is left waiting in a collective)."""
     error, out = None, None
     try:
+        _refuse_adopted(model, optimizer)
         described = describe(model, plan, pipeline, vocab_divisible_by=vocab_divisible_by)
         spec = spec_of(optimizer)
         check_layout(layout)
@@ -458,8 +572,13 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
     manager = Manager(comm, described.model, layout, **kwargs)
     c = manager.config
     check_layout(c["config"], {k: c[k] for k in _DEFAULTS})  # a resumed or joined job's layout too
-    job = Job(manager, model, optimizer, described, spec, _notice.Notices(manager, notice_signal, notice_s, notice_save))
-    if not (getattr(manager, "joined", False) or getattr(manager, "resumed", False)):
-        job._load_initial()
-    job._bind()
+    joined = getattr(manager, "joined", False)  # the job's other processes are past adopt(): nothing collective
+    with manager._collective("dynatrain.adopt()", manager._state_bytes()):
+        def bound() -> Job:
+            return Job(manager, model, optimizer, described, spec,
+                       _notice.Notices(manager, notice_signal, notice_s, notice_save))
+        job = bound() if joined else together(manager.comm, "adopt(): binding the model", bound)
+        if not (joined or getattr(manager, "resumed", False)):
+            job._load_initial()
+        job._bind()
     return job

@@ -96,6 +96,34 @@ def view_after_switch():
     report_ok()
 
 
+def view_read_by_a_thread_during_switches():
+    """A thread sums a view in a loop while the main thread switches: it must see the old values
+    or StaleTensorError, never crash (torch computes without the GIL, so an op may be inside the
+    view's memory when the switch invalidates it)."""
+    import threading
+    m = manager()
+    holder, seen, stop = [m.tensors("param")["big"]], {"ok": 0, "stale": 0}, threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                holder[0].sum()
+                seen["ok"] += 1
+            except dynatrain.StaleTensorError:
+                seen["stale"] += 1
+    thread = threading.Thread(target=reader)
+    thread.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the stale views the thread holds keep the old memory: it says so
+        for i in range(30):
+            m.switch(configs()[(i + 1) % 2])
+            holder[0] = m.tensors("param")["big"]
+    stop.set()
+    thread.join()
+    assert seen["ok"] > 0 and oracle_mismatches(m) == [], seen
+    report_ok()
+
+
 def switch_targets_differ():
     m = manager()
     w, before = m.tensors("param")["big"], m.config["config"]

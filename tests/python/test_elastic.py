@@ -149,3 +149,26 @@ def test_without_leaving_allowed_nothing_changes():
     assert rc == 0, out
     why = "OMPI_MCA_orte_allowed_exit_without_sync=1"
     refusals(out, [("dp=1@None", why), ("dp=4@None", why), ("dp=2@[1]", why)])
+
+
+ADOPTED = re.compile(r"step (\d+) rank (\d+) of (\d+) joined (True|False) lr_ok (True|False) loss_ok (True|False)")
+
+
+def test_adopted_param_groups_and_scheduler_reach_grown_processes():
+    """adopt_grow_job.py: AdamW decay groups and a registered warmup + cosine scheduler, grown
+    2 -> 4 at step 3 and shrunk back at 6: every process, joined ones included, has plain torch's
+    lr at every step it trains, and the job's loss equals plain torch's."""
+    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", PMIX_MCA_gds="hash",
+               OMPI_MCA_orte_allowed_exit_without_sync="1")
+    cmd = [shutil.which("mpirun") or "mpirun", "-np", "2", sys.executable, str(HERE / "adopt_grow_job.py")]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=HERE)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out
+    lines = ADOPTED.findall(out)
+    ranks = {}
+    for step, rank, size, joined, lr_ok, loss_ok in lines:
+        assert (lr_ok, loss_ok) == ("True", "True"), f"step {step} rank {rank} joined {joined}\n{out}"
+        ranks.setdefault(int(step), set()).add((int(rank), int(size), joined == "True"))
+    assert sorted(ranks) == list(range(8)), out
+    assert ranks[3] == {(0, 4, False), (1, 4, False), (2, 4, True), (3, 4, True)}, out
+    assert ranks[7] == {(0, 2, False), (1, 2, False)}, out

@@ -43,7 +43,8 @@ def assert_ok(case, np=2, *args):
     return out
 
 
-@pytest.mark.parametrize("case", ["view_outlives_manager", "view_after_switch", "duplicate_names"])
+@pytest.mark.parametrize("case", ["view_outlives_manager", "view_after_switch", "duplicate_names",
+                                  "view_read_by_a_thread_during_switches"])
 def test_views_and_names_np2(case):
     assert_ok(case)
 

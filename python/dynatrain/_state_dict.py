@@ -1,0 +1,146 @@
+"""Full state dicts of an adopted model and optimizer, as PyTorch lays them out: plain names and
+the unsharded shapes (no vocab padding), so they load into the plain model and optimizer; and
+optimizer.load_state_dict() of such a dict after adoption, into the Manager's state.
+
+model() and optimizer() are collective over the job (Manager.gather, one tensor at a time);
+every rank gets the whole dict. load_optimizer() is local: every rank passes the same dict and
+writes its own elements. model.state_dict() / optimizer.state_dict() themselves stay torch's:
+this rank's local views (the next switch invalidates them).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Dict, List
+
+import torch
+
+
+class StateDicts:
+    def __init__(self, job) -> None:
+        self.job = job
+
+    def _names(self) -> Dict[int, str]:
+        return {id(p): name for name, p in self.job._params}
+
+    def model(self) -> Dict[str, torch.Tensor]:
+        """Collective: every entry of model.state_dict(), parameters whole (tied ones under each
+        of their names), buffers as this rank holds them (equal on every rank after adoption)."""
+        names, gathered = self._names(), {}
+        out: Dict[str, torch.Tensor] = OrderedDict()
+        for key, t in self.job.model.state_dict(keep_vars=True).items():
+            name = names.get(id(t))
+            if name is None:
+                out[key] = t.detach().clone()
+                continue
+            if name not in gathered:
+                gathered[name] = self.job.full(name)
+            out[key] = gathered[name]
+        return out
+
+    def _index(self) -> List[List[Any]]:
+        """torch's numbering: the parameters of every group in order, from 0."""
+        index: Dict[int, int] = {}
+        return [[index.setdefault(id(p), len(index)) for p in g["params"]] for g in self.job.optimizer.param_groups]
+
+    def optimizer(self) -> Dict[str, Any]:
+        """Collective: {"state": {index: {key: whole tensor, "step": ...}}, "param_groups": [...]}
+        as torch's optimizer.state_dict() of the plain model would be."""
+        job = self.job
+        m, opt = job.manager, job.optimizer
+        numbers = self._index()
+        groups = [dict({k: v for k, v in g.items() if k != "params"}, params=ids)
+                  for g, ids in zip(opt.param_groups, numbers)]
+        steps = m.comm.bcast(job._carried()["steps"] if m.comm.rank == 0 else None, root=0)
+        bound = job._lazy_started or not job._spec.lazy  # alike on every rank
+        by_param = {id(p): i for g, ids in zip(opt.param_groups, numbers) for p, i in zip(g["params"], ids)}
+        state: Dict[int, Dict[str, Any]] = {}
+        for name, p in job._params:
+            if id(p) not in by_param:
+                continue
+            entry = {key: job.full(name, kind) for key, kind in job._spec.keys.items()} if bound else {}
+            if name in steps:
+                entry["step"] = torch.tensor(steps[name])
+            if entry:
+                state[by_param[id(p)]] = entry
+        return {"state": state, "param_groups": groups}
+
+    def load_optimizer(self, state_dict: Dict[str, Any]) -> None:
+        """optimizer.load_state_dict() after adoption: a full state dict (job.optimizer_state_dict(),
+        or the plain optimizer's) goes into the Manager's state; the param groups' options are
+        taken as torch takes them. ValueError for a dict of another shape (a local one)."""
+        job = self.job
+        m, opt = job.manager, job.optimizer
+        groups = state_dict.get("param_groups", [])
+        if len(groups) != len(opt.param_groups) or any(len(g["params"]) != len(mine["params"])
+                                                        for g, mine in zip(groups, opt.param_groups)):
+            raise ValueError("optimizer.load_state_dict(): its param groups differ in number or size from this "
+                             "optimizer's")
+        params = {i: p for g, mine in zip(groups, opt.param_groups) for i, p in zip(g["params"], mine["params"])}
+        names = self._names()
+        writes, steps = [], []
+        for i, entry in state_dict.get("state", {}).items():
+            if i not in params:
+                raise ValueError(f"optimizer.load_state_dict(): state of parameter {i}, which no param group lists")
+            name = names[id(params[i])]
+            writes += [self._checked(name, key, value) for key, value in entry.items() if key != "step" and
+                       value is not None]
+            if "step" in entry and job._spec.per_param_step:
+                steps.append((params[i], float(entry["step"])))
+        for name, kind, value in writes:  # all checked first: a refused dict changes nothing
+            m.load(name, kind, value.detach().float())
+        for p, step in steps:
+            opt.state[p]["step"] = torch.tensor(step)
+        for mine, g in zip(opt.param_groups, groups):
+            mine.update({k: v for k, v in g.items() if k != "params"})
+        if writes and job._spec.lazy:
+            job._lazy_started = True
+        job._bind_state()
+
+    def _checked(self, name: str, key: str, value: torch.Tensor):
+        """(name, Manager kind, value) of one state entry; ValueError unless it is whole."""
+        job = self.job
+        kind = job._spec.keys.get(key)
+        if kind is None:
+            raise ValueError(f"optimizer.load_state_dict(): state '{key}' of parameter '{name}' is not one "
+                             f"{job._spec.name} keeps; valid: {', '.join(job._spec.keys) or 'none'}, step")
+        shape = job.manager.global_shape(name)
+        if tuple(value.shape) != shape:
+            raise ValueError(f"optimizer.load_state_dict(): state '{key}' of parameter '{name}' has shape "
+                             f"{tuple(value.shape)}, the whole tensor's is {shape}: pass a full state dict "
+                             f"(job.optimizer_state_dict(), or the plain optimizer's), not a rank's local one")
+        return name, kind, value
+
+    def load_model(self, state_dict: Dict[str, torch.Tensor], strict: bool = True):
+        """model.load_state_dict() after adoption: a full state dict (the plain model's, or
+        job.state_dict()) goes into the Manager's parameters (and fp32 master) and the buffers;
+        every rank passes the same dict. A local (sharded or padded) one is a ValueError, and
+        strict key checking is torch's; nothing is written unless all of it is right."""
+        from torch.nn.modules.module import _IncompatibleKeys
+        job = self.job
+        m, names = job.manager, self._names()
+        mine = job.model.state_dict(keep_vars=True)
+        missing = [k for k in mine if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in mine]
+        if strict and (missing or unexpected):
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(job.model).__name__}: missing keys "
+                               f"{missing}, unexpected keys {unexpected}")
+        writes = []
+        for key, t in mine.items():
+            if key not in state_dict:
+                continue
+            value = state_dict[key]
+            want = m.global_shape(names[id(t)]) if id(t) in names else tuple(t.shape)
+            if tuple(value.shape) != want:
+                raise ValueError(f"model.load_state_dict(): '{key}' has shape {tuple(value.shape)}, the whole "
+                                 f"tensor's is {want}: pass a full state dict (job.state_dict(), or the plain "
+                                 f"model's), not a rank's local one")
+            writes.append((names.get(id(t)), t, value.detach()))
+        with torch.no_grad():
+            for name, t, value in writes:
+                if name is None:
+                    t.copy_(value)
+                    continue
+                m.load(name, "param", value.to(t.dtype))
+                if job._bf16:
+                    m.load(name, "master", value.float())
+        return _IncompatibleKeys(missing, unexpected)
