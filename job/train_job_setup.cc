@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/output_file.h"
 #include "comm/probe.h"
+#include "exec/machine_rates.h"
 #include "exec/probe.h"
 #include "job/fault_injection.h"
 #include "job/mpi_world.h"
@@ -48,6 +49,9 @@ int default_threads() {
 bool TrainJob::set_up() {
   build_options();
   load_schedule();
+  // This machine's memory rates (the keep path's choice, exec/machine_rates.h) are measured
+  // once per process: here, before any switch, so that no pause pays for them.
+  exec::machine_rates();
   // A process started by a grow joins the running job instead of starting one (its own MPI
   // world holds only the processes started with it: the schedule's sizes do not apply to it).
   std::unique_ptr<comm::Transport> joined_world = args_.launcher ? args_.launcher->join() : nullptr;

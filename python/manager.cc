@@ -7,6 +7,7 @@
 #include <map>
 
 #include "common/error.h"
+#include "exec/machine_rates.h"
 #include "plan/planner.h"
 #include "python/elastic.h"
 #include "common/clock.h"
@@ -48,6 +49,7 @@ Manager::Manager(std::unique_ptr<comm::Transport> world, LayoutFactory layouts, 
       layout_(std::make_unique<vps::Layout>(layouts_(config))) {
   require_world(*layout_, world_->size());
   rank_layout_ = layout_->rank_layout(world_->rank());
+  exec::machine_rates();  // measured here once, so that no switch's pause pays for it
   allocate_zeroed();
   if (prefault) {
     std::size_t state = 0;
@@ -64,6 +66,7 @@ Manager::Manager(std::shared_ptr<Elastic> joined, LayoutFactory layouts, const v
       options_(options),
       layout_(std::make_unique<vps::Layout>(layouts_(config))) {
   rank_layout_ = layout_->rank_layout(world_->rank());
+  exec::machine_rates();  // before the commit it joins for (see the other constructor)
   DT_CHECK(rank_layout_.buffers.empty(), "a joining process holds rank ", world_->rank(), " of ", config.str());
 }
 

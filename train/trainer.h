@@ -27,6 +27,7 @@
 
 #include "comm/transport.h"
 #include "edm/launcher.h"
+#include "exec/engine.h"
 #include "train/state.h"
 #include "vps/layout.h"
 #include "vps/model_spec.h"
@@ -74,6 +75,9 @@ struct TrainerOptions {
   // (SwitchStats::kept_remapped_bytes). Costs up to a page of padding per tensor and buffer.
   // On by default (train --no-align-pages: packed).
   bool align_pages = true;
+  // How a switch keeps the runs that sit at a new offset (exec::KeepPath): by default remapped
+  // only where this machine measured a remap faster than a copy.
+  exec::KeepPath keep_path = exec::KeepPath::kAuto;
   // Mixed precision (--bf16): params held and computed with in bf16; gradients accumulated and
   // reduced in fp32; Adam on the fp32 master (its own state kind, sharded like the moments),
   // after which the bf16 params are rounded from it (vps::bf16_param_elem_bytes).

@@ -280,6 +280,7 @@ TransferResult Trainer::Impl::run_engine(comm::Transport& tw, Arenas& next_arena
   Allocator alloc(pool, next_arenas);
   exec::TransitionOptions to;
   to.topology.gpus_per_node = opt.gpus_per_node;
+  to.keep_path = opt.keep_path;
   const vps::ElemBytes eb = elem();
   exec::TransitionStats ts = exec::run_transition(ps.plan, ps.src_rl, src_ptrs, ps.dst_rl, dst_ptrs, eb, tw, alloc, to);
   out.sent = ts.bytes_sent;
