@@ -68,9 +68,8 @@ w(f"- Command: `flock /tmp/dt-bench.lock bench/run_transition_paths.sh build {re
   "--repeat 4 --verify --no-prefault --json F [FLAGS]` (2.1 GB of fp32 state, budget 256 MiB).")
 w(f"- Machine: {cores} cores ({cpu}, a virtual machine), Linux {kernel}, Open MPI over shared memory, no GPU.")
 w(f"- Date: {started}; code: {commit}; {reps} repetitions, the variants interleaved; load average {load0} "
-  f"before, {load1} after (on {cores} cores: other engineers' builds and tests shared the machine, so wall "
-  "times move from run to run; ratios are against the same run's bounds, and system time and faults are "
-  "less disturbed by load).")
+  f"before, {load1} after (on {cores} cores any other load moves wall times from run to run; ratios are "
+  "against the same run's bounds, and system time and faults are less disturbed by load).")
 w("- Cold = the first switch, in fresh pages (`--no-prefault`); warm = mean of the next three. LB = bytes into "
   "the busiest rank / point-to-point bandwidth measured in the run; exchange = the same bytes between the same "
   "peers as plain messages from warm buffers, measured in the run (the fastest of five). System time and page "
