@@ -116,8 +116,9 @@ wait "$pid" || { cat "$OUT/request_bad.log"; fail "bad request ended the job"; }
 grep -q "request refused: tp=3 does not divide" "$OUT/request_bad.log" || { cat "$OUT/request_bad.log"; fail "bad request not refused"; }
 # With --job, a rank outside the layout waits for rank 0 without spinning: 3 processes train
 # dp=2 (rank 2 idle) until a request brings in dp=3 at step 40. Over steps 5-35 the idle rank
-# must use under a tenth of the CPU time of the least busy active rank (a per-step broadcast,
-# as before, used 23 %; the sleep-polled wait 1 %), and the switch must still happen.
+# must use under 15 % of the CPU time of the least busy active rank (a per-step broadcast,
+# as before, used 23 %; the sleep-polled wait 1-2 % alone and up to 11 % while other tests load
+# the 2 cores), and the switch must still happen.
 rm -rf "$OUT/idle" && mkdir -p "$OUT/idle"
 env $(hold_env "$OUT/idle") mpirun -np 3 "$BIN" train --model tiny-dense --steps 44 --global-batch 12 --seq 64 --threads 1 \
   --schedule "0:dp=2" --job "$OUT/idle" --csv "$OUT/idle.csv" > "$OUT/idle.log" 2>&1 &
@@ -146,7 +147,7 @@ for p in "${!rank_of[@]}"; do
 done
 echo "CPU seconds over steps 5-35: idle rank $idle, active ranks$busy"
 awk -v i="$idle" -v b="$busy" 'BEGIN { n = split(b, a, " "); m = a[1]; for (k = 2; k <= n; ++k) if (a[k] < m) m = a[k];
-  exit !(i != "" && n == 2 && i < 0.1 * m) }' || fail "the idle rank used $idle CPU s against$busy (spinning?)"
+  exit !(i != "" && n == 2 && i < 0.15 * m) }' || fail "the idle rank used $idle CPU s against$busy (spinning?)"
 # A request that vacates ranks 1 and 2 of a 3-process dp=3 job: two processes are started,
 # take their ranks (placement 0,3,4), the vacated ones hand over their state and exit (3 -> 5 ->
 # 3 processes), and the loss tracks the static run.
