@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import Manager, _c10d, _clip, _habits, _notice, tp
+from . import Manager, _attention, _c10d, _clip, _habits, _notice, tp
 from ._agree import agree, together
 from ._describe import Description, describe
 from ._grads import GradBuffers
@@ -105,6 +105,8 @@ class Job:
         for _, module, style in self._styled:
             vocab = getattr(module, "out_features", 0)  # a head's logits keep the width it was built with
             tp.install(module, style, lambda v=vocab: (self.manager.group("tp"), v))
+        self._folds, self._attrs = described.folds, described.attrs  # fused q/k/v shapes; tp_attrs
+        _attention.install_tp_attrs(self._attrs, lambda: self.manager.config["tp"])
         _habits.install_grad_hooks(self, self._params)
         _habits.install_forward_hook(self, model)
         _habits.refuse_moves(model)
@@ -178,7 +180,7 @@ class Job:
     def _bound_grads(self) -> None:
         """Puts back any grad that is not the Manager's view (zero_grad(set_to_none=True), a
         replaced p.grad): its values are copied into the view, never dropped."""
-        grads = self._grads.grads()
+        grads = self._local(self._grads.grads())
         for name, p in self._params:
             view, g = grads[name], p.grad
             if g is not None and g.data_ptr() == view.data_ptr() and g.shape == view.shape:
@@ -250,7 +252,7 @@ class Job:
     def _runs(self, layout: str) -> bool:
         """Whether this job can train in `layout` on its processes (a notice's survivor layout)."""
         try:
-            check_layout(layout)
+            self._check(layout)
             self.manager._native.validate(layout)
         except ValueError:
             return False
@@ -272,8 +274,8 @@ class Job:
         sharded = self._sharded_kind()
         swap = sharded is not None or self._bf16
         if swap:
-            data = m.tensors("master" if self._bf16 else "param")
-            grads = m.tensors("grad")
+            data = self._tensors("master" if self._bf16 else "param")
+            grads = self._tensors("grad")
             for name, p in self._params:
                 d, g = data[name], grads[name]
                 if sharded is not None:
@@ -315,7 +317,7 @@ class Job:
         Manager's view, so it is switched with the rest."""
         if not self._spec.lazy:
             return
-        views = {k: self.manager.tensors(kind) for k, kind in self._spec.keys.items()}
+        views = {k: self._tensors(kind) for k, kind in self._spec.keys.items()}
         for name, p in self._params:
             state = self.optimizer.state.get(p)
             for key, view in views.items():
@@ -326,7 +328,20 @@ class Job:
                         state[key] = view[name]
         self._lazy_started = True
 
-    # ---- binding to the Manager ----
+    # ---- binding to the Manager (views in the module's shapes: fused q/k/v folded back) ----
+    def _local(self, views: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        return {name: self._folds.local(name, t) for name, t in views.items()}
+
+    def _tensors(self, kind: str) -> Dict[str, torch.Tensor]:
+        return self._local(self.manager.tensors(kind))
+
+    def load(self, name: str, kind: str, full: torch.Tensor) -> None:
+        """Manager.load of a whole tensor in the module's shape."""
+        self.manager.load(name, kind, self._folds.to_logical(name, full))
+
+    def global_shape(self, name: str) -> Tuple[int, ...]:
+        return self._folds.shape(name, self.manager.global_shape(name))
+
     def _bind_params(self) -> None:
         m = self.manager
         if not m.active:
@@ -334,7 +349,7 @@ class Job:
                 _habits.rebind_data(p, torch.empty(0, dtype=p.dtype))
                 p.grad = None
             return
-        params, grads = m.tensors("param"), self._grads.grads()
+        params, grads = self._tensors("param"), self._local(self._grads.grads())
         for name, p in self._params:
             _habits.rebind_data(p, params[name])
             p.grad = grads[name]
@@ -351,7 +366,7 @@ class Job:
         if not m.active:
             return
         started = self._lazy_started or not self._spec.lazy
-        views = {k: m.tensors(kind) for k, kind in self._spec.keys.items()}
+        views = {k: self._tensors(kind) for k, kind in self._spec.keys.items()}
         for name, p in self._params:
             if id(p) not in self._optimized:
                 continue
@@ -425,17 +440,17 @@ class Job:
 
     def _load_initial(self) -> None:
         """Rank 0's parameters (and optimizer state, when it has stepped) become every rank's."""
-        m, comm = self.manager, self.manager.comm
+        comm = self.manager.comm
         for name, p in self._params:
             full = _broadcast(comm, p)
-            m.load(name, "param", full)
+            self.load(name, "param", full)
             if self._bf16:
-                m.load(name, "master", full.float())
+                self.load(name, "master", full.float())
         carried = comm.bcast((self._carried(), self._state_keys()) if comm.rank == 0 else None, root=0)
         for name, p in self._params:
             for key in carried[1].get(name, []):
                 full = self.optimizer.state[p][key].reshape(p.shape) if comm.rank == 0 else torch.empty(p.shape)
-                m.load(name, self._spec.keys[key], _broadcast(comm, full.float()))
+                self.load(name, self._spec.keys[key], _broadcast(comm, full.float()))
         carried[0]["lazy_started"] = self._spec.lazy and any(carried[1].values())
         self._receive(carried[0])
 
@@ -453,7 +468,7 @@ class Job:
             self._joined_pending = False
             if _sizes(layout) == {k: m.config[k] for k in _DEFAULTS}:
                 return {"config": m.config["config"], "joined": True}
-        check_layout(layout)
+        self._check(layout)
         together(m.comm, "job.switch(): no step in progress", self._refuse_unfinished_step)
         agree(m.comm, "job.switch(): the optimizer's hyperparameters (param groups)",
               hyperparameters(self.optimizer, {id(p): n for n, p in self._params}))
@@ -472,6 +487,10 @@ class Job:
         self._synced = False
         self.forwards, self.first_input = 0, None
         return stats
+
+    def _check(self, layout: str) -> None:
+        check_layout(layout)
+        _attention.check_tp_attrs(self._attrs, _sizes(layout)["tp"], layout)
 
     def _refuse_unfinished_step(self) -> None:
         if self.backward_ran:
@@ -502,7 +521,7 @@ class Job:
 
     def full(self, name: str, kind: str = "param") -> torch.Tensor:
         """Collective: the whole tensor `name` of state `kind` (Manager.gather), e.g. for checks."""
-        return self.manager.gather(name, kind)
+        return self._folds.to_user(name, self.manager.gather(name, kind))
 
 
 def _manager_kwargs(resume, states: str, dtype: torch.dtype, bucket_elems: int, mem_budget: int) -> Dict[str, Any]:
@@ -514,26 +533,16 @@ def _manager_kwargs(resume, states: str, dtype: torch.dtype, bucket_elems: int, 
     return kwargs
 
 
-def _refuse_adopted(model, optimizer) -> None:
-    """ValueError naming the model or optimizer when a Job already holds it."""
-    bound = next((name for name, p in model.named_parameters() if hasattr(p, "_dynatrain_job")), None)
-    if bound is not None:
-        raise ValueError(f"{type(model).__name__} is already adopted (parameter '{bound}' is bound to a dynatrain Job); "
-                         f"a model is adopted once: use its job (job.switch() changes the layout)")
-    if hasattr(optimizer, "_dynatrain_job"):
-        raise ValueError(f"this {type(optimizer).__name__} is already adopted by a dynatrain Job; an optimizer is "
-                         f"adopted once, with its model")
-
-
-def _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by):
+def _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by, tp_attrs):
     """Describes the model and optimizer on every rank; a refusal on any rank is the same
     ValueError on every rank (no rank is left waiting in a collective)."""
     error, out = None, None
     try:
-        _refuse_adopted(model, optimizer)
-        described = describe(model, plan, pipeline, vocab_divisible_by=vocab_divisible_by)
+        _habits.refuse_adopted(model, optimizer)
+        described = describe(model, plan, pipeline, vocab_divisible_by=vocab_divisible_by, tp_attrs=tp_attrs)
         spec = spec_of(optimizer)
         check_layout(layout)
+        _attention.check_tp_attrs(described.attrs, _sizes(layout)["tp"], layout)
         hyperparameters(optimizer, {id(p): n for n, p in described.params})
         out = described, spec
     except ValueError as e:
@@ -548,10 +557,11 @@ def _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_
 def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, comm=None, *,
           pipeline: Optional[str] = None, resume=None, bucket_elems: int = 40_000_000,
           mem_budget: int = 256 << 20, vocab_divisible_by: int = 128, notice_signal: Optional[str] = "TERM",
-          notice_s: float = 30.0, notice_save=None) -> Job:
+          notice_s: float = 30.0, notice_save=None, tp_attrs: Optional[Dict[str, List[str]]] = None) -> Job:
     """Collective: trains `model` and `optimizer` (Adam, AdamW or SGD) on DynaTrain's state in
     `layout`, tensor-parallel as `plan` says (glob over module / parameter names -> column, row,
-    vocab, replicated, expert). Rank 0's parameters (and optimizer state) are the initial values,
+    vocab, replicated, expert, attention, qkv; tp_attrs: module glob -> integer attributes its
+    forward reads per tp rank, such as a head count: _attention.py). Rank 0's parameters (and optimizer state) are the initial values,
     unless `resume` names a checkpoint or this process joins a running job. comm=None: the
     torch.distributed default group when it is initialised, else MPI.COMM_WORLD. Returns the Job; the
     model and optimizer objects stay the user's and keep working after every job.switch().
@@ -559,7 +569,8 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
     boundary, notice_s seconds before it is gone; to every process, it saves into notice_save
     (when given) and ends the job (_notice.py, docs/python.md "Notices")."""
     comm = _c10d.resolve(comm)  # None: torch.distributed's default group when initialised, else MPI.COMM_WORLD
-    described, spec = _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by)
+    described, spec = _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by,
+                                            tp_attrs)
     names_of = {id(p): n for n, p in described.params}
     settings = [layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume is not None, notice_signal,
                 notice_s, notice_save is not None]
