@@ -10,7 +10,7 @@ this rank's local views (the next switch invalidates them).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import torch
 
@@ -144,3 +144,26 @@ class StateDicts:
                 if job._bf16:
                     job.load(name, "master", value.float())
         return _IncompatibleKeys(missing, unexpected)
+
+
+def persistent_buffers(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Module, str]]:
+    """(state_dict name, module, key) of every persistent buffer (register_buffer), once each."""
+    seen, out = set(), []
+    for prefix, module in model.named_modules():
+        for key, b in module._buffers.items():
+            if b is not None and key not in module._non_persistent_buffers_set and id(b) not in seen:
+                seen.add(id(b))
+                out.append((f"{prefix}.{key}" if prefix else key, module, key))
+    return out
+
+
+def put_buffers(model: torch.nn.Module, buffers: Dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for name, module, key in persistent_buffers(model):
+            value, mine = buffers.get(name), module._buffers[key]
+            if value is None:
+                continue
+            if value.shape == mine.shape and value.dtype == mine.dtype:
+                mine.copy_(value)
+            else:
+                module._buffers[key] = value.clone()

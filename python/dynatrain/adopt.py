@@ -23,12 +23,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import Manager, _attention, _c10d, _clip, _habits, _notice, tp
+from . import Manager, _attention, _c10d, _clip, _habits, _notice, _sharded, tp
 from ._agree import agree, together
 from ._describe import Description, describe
 from ._grads import GradBuffers
 from ._optim import OptimizerSpec, hyperparameters, spec_of
-from ._state_dict import StateDicts
+from ._state_dict import StateDicts, persistent_buffers, put_buffers
 
 __all__ = ["adopt", "describe", "Job", "SUPPORTED_LAYOUT"]
 
@@ -175,6 +175,14 @@ class Job:
     def optimizer_state_dict(self) -> Dict[str, Any]:
         """Collective: optimizer.state_dict() of the whole model (loads into the plain optimizer)."""
         return self.state_dicts.optimizer()
+
+    def sharded_state_dict(self) -> Dict[str, Any]:
+        """Collective: this rank's part of the job's state, as VPS boxes (_sharded.py)."""
+        return _sharded.save(self)
+
+    def load_sharded_state_dict(self, shards) -> None:
+        """Collective: every rank's sharded_state_dict() of one save, any layout or process count."""
+        _sharded.load(self, shards)
 
     # ---- gradients and the step ----
     def _bound_grads(self) -> None:
@@ -395,18 +403,8 @@ class Job:
             steps = {name: float(self.optimizer.state[p]["step"]) for name, p in self._params
                      if id(p) in self._optimized and "step" in self.optimizer.state.get(p, {})}
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
-        buffers = {name: module._buffers[key].detach().clone() for name, module, key in self._persistent_buffers()}
+        buffers = {name: module._buffers[key].detach().clone() for name, module, key in persistent_buffers(self.model)}
         return {"steps": steps, "lazy_started": self._lazy_started, "groups": groups, "buffers": buffers}
-
-    def _persistent_buffers(self) -> List[Tuple[str, torch.nn.Module, str]]:
-        """(state_dict name, module, key) of every persistent buffer (register_buffer), once each."""
-        seen, out = set(), []
-        for prefix, module in self.model.named_modules():
-            for key, b in module._buffers.items():
-                if b is not None and key not in module._non_persistent_buffers_set and id(b) not in seen:
-                    seen.add(id(b))
-                    out.append((f"{prefix}.{key}" if prefix else key, module, key))
-        return out
 
     def _put_groups(self, groups: List[Dict[str, Any]]) -> None:
         """Every option of every param group (lr included) from `groups` (the carried ones)."""
@@ -414,22 +412,11 @@ class Job:
             for group, options in zip(self.optimizer.param_groups, groups):
                 group.update(options)
 
-    def _put_buffers(self, buffers: Dict[str, torch.Tensor]) -> None:
-        with torch.no_grad():
-            for name, module, key in self._persistent_buffers():
-                value, mine = buffers.get(name), module._buffers[key]
-                if value is None:
-                    continue
-                if value.shape == mine.shape and value.dtype == mine.dtype:
-                    mine.copy_(value)
-                else:
-                    module._buffers[key] = value.clone()
-
     def _receive(self, value: Dict[str, Any]) -> None:
         self._lazy_started = bool(value["lazy_started"])
         self._groups = value.get("groups", [])
         self._put_groups(self._groups)
-        self._put_buffers(value.get("buffers", {}))
+        put_buffers(self.model, value.get("buffers", {}))
         names = dict(self._params)
         for name, step in value["steps"].items():
             state = self.optimizer.state[names[name]]
