@@ -102,6 +102,20 @@ def refuse_inner(name: str, module: nn.Module, parents: Sequence[Tuple[str, nn.M
                          f"{{'{owner}': 'attention'}}")
 
 
+def refuse_param_style(name: str, style: str, modules: Dict[str, nn.Module]) -> None:
+    """A split on a parameter an nn.MultiheadAttention reads itself (in_proj_weight, out_proj's),
+    named by a plan key: its forward would run the whole head count on a shard."""
+    if style not in ("column", "row", "vocab"):
+        return
+    parts = name.split(".")[:-1]
+    for depth in (len(parts), len(parts) - 1):
+        owner = ".".join(parts[:depth]) if depth >= 0 else None
+        if owner is not None and isinstance(modules.get(owner), nn.MultiheadAttention):
+            raise ValueError(f"plan style '{style}' on parameter '{name}': nn.MultiheadAttention '{owner}' reads it "
+                             f"itself, with all its heads; style the attention module instead: "
+                             f"{{'{owner or '<model>'}': 'attention'}}")
+
+
 # ---- nn.MultiheadAttention's forward on this rank's heads ----
 def _local_mask(attn_mask, key_padding_mask, n: int, heads: int, first: int, all_heads: int, dtype):
     """torch's merged float mask (multi_head_attention_forward) for this rank's heads."""

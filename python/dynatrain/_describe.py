@@ -177,10 +177,12 @@ def describe(model: nn.Module, plan: Dict[str, str], pipeline: Optional[str] = N
         twice = next(n for n in names if names.count(n) > 1)
         raise ValueError(f"{type(model).__name__} names two parameters '{twice}'; names must be unique")
     param_styles = {}
+    modules = dict(model.named_modules())
     for name, _ in params:
         hit = _matches(plan, name)
         if hit:
             used.add(hit[0])
+            _attention.refuse_param_style(name, hit[1], modules)
             param_styles[name] = hit[1]
     unused = [k for k in plan if k not in used]
     if unused:
@@ -193,7 +195,7 @@ def describe(model: nn.Module, plan: Dict[str, str], pipeline: Optional[str] = N
     if len(dtypes) != 1 or next(iter(dtypes)) not in DTYPES:
         raise ValueError(f"parameters must all be float32 or all bfloat16, got {sorted(map(str, dtypes))}")
     layers, stages = _stages(model, [n for n, _ in params], pipeline)
-    tensors, modules, logical, user = [], dict(model.named_modules()), {}, {}
+    tensors, logical, user = [], {}, {}
     for (name, p), (stage, layer) in zip(params, stages):
         owner = _owner(name, styles) if name not in param_styles else None
         split, dim, expert = _split(name, p, param_styles.get(name), owner)

@@ -229,6 +229,11 @@ def test_plans_that_cannot_run_at_tp_are_refused_by_describe():
     with pytest.raises(ValueError, match=r"plan style 'row' on 'enc.layers.0.self_attn.out_proj': "
                                          r"nn.MultiheadAttention 'enc.layers.0.self_attn' reads its weights itself"):
         dynatrain.describe(lm, {"enc.layers.*.self_attn.out_proj": "row"})
+    with pytest.raises(ValueError, match=r"plan style 'column' on parameter 'attn.in_proj_weight': "
+                                         r"nn.MultiheadAttention 'attn' reads it itself, with all its heads"):
+        dynatrain.describe(Attend(), {"attn.in_proj_weight": "column"})
+    with pytest.raises(ValueError, match=r"on parameter 'attn.out_proj.weight': nn.MultiheadAttention 'attn'"):
+        dynatrain.describe(Attend(), {"attn.out_proj.weight": "row"})
     with pytest.raises(ValueError, match=r"module 'attn.out_proj' lies inside 'attn', styled 'attention'"):
         dynatrain.describe(Attend(), {"attn": "attention", "attn.out_proj": "row"})
     with pytest.raises(ValueError, match=r"nn.MultiheadAttention 'attn': tensor parallelism needs the fused "
