@@ -13,7 +13,8 @@ the logical tensor `name` of state `kind` (grads are not saved: they are rebuilt
 backward); a box that several ranks hold (dp replicas) is in the lowest rank's shard only, so
 the shards of one save hold every element of every kind once. "extras" (rank 0's shard) holds
 the registered state outside the VPS, as a checkpoint does: param groups, per-parameter steps,
-buffers, LR schedulers registered with job.register_scheduler(). Loading checks the whole set
+buffers, LR schedulers registered with job.register_scheduler() (extras registered with
+per_rank=True are not included). Loading checks the whole set
 first (every saved rank present once, one save, the same tensors and shapes, every element of
 this rank's state covered) and writes nothing unless all of it is right; a refusal is the same
 exception on every rank.
