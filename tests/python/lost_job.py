@@ -10,7 +10,8 @@ ranks), and after one that recovered, rank 0 prints `resumed at T`. Each survivo
 `end pid P gone G` (G: the start pids whose process is gone). notice_job.plain_losses() is the
 uninterrupted run. LOST_DIMS (JSON) changes the model's sizes (bench/c10d_recovery.py); with
 LOST_BENCH=1 rank 0 ends with `bench ...`: the recovery's figures and, measured in the same run,
-the bare exchange of the bytes it moved over the survivors' group."""
+the bare exchange of the bytes it moved over the survivors' group and a warm copy of this
+process's state (what the engine's keeps copy)."""
 import json
 import os
 import signal
@@ -71,10 +72,15 @@ def main(layout, step, rank):
     if os.environ.get("LOST_BENCH") and getattr(job, "last_recovery", None) is not None:
         r = job.last_recovery
         bare = bare_exchange(job.manager.comm, r["max_rank_bytes_received"])
+        state = torch.ones(job.manager._state_bytes(), dtype=torch.uint8)
+        into = torch.empty_like(state).fill_(0)  # written before: a warm copy, as the engine's keeps
+        t0 = time.perf_counter()
+        into.copy_(state)
+        copy = job.manager.comm.allreduce(time.perf_counter() - t0, op="max")
         if job.rank == 0:
             say(f"bench state {job.manager._state_bytes()} pause {r['pause_seconds']:.4f} agree "
                   f"{r['agree_seconds']:.4f} groups {r['groups_seconds']:.4f} engine {r['engine_seconds']:.4f} "
-                  f"received {r['max_rank_bytes_received']} bare {bare:.4f}")
+                  f"received {r['max_rank_bytes_received']} bare {bare:.4f} copy {copy:.4f}")
     say(f"end pid {os.getpid()} gone {gone_at_end(job, pids)}")
 
 

@@ -201,3 +201,13 @@ def test_lost_process_whose_state_no_survivor_holds_is_refused_with_one_line():
                         r"exp_avg/exp_avg_sq \[.* of tp=1,pp=1,dp=4,zero=1: the lost processes held the "
                         r"only copy; resume from a checkpoint", lines[0]), lines[0]
     assert "Traceback" not in err, err
+
+
+def test_lost_store_host_on_torch_distributed_ends_with_one_line():
+    rc, out, err = lost("tp=1,dp=4,zero=0", 0)  # global rank 0's process hosts the store
+    assert rc == 1, out + err
+    lines = [line for line in err.splitlines() if line.startswith("dynatrain: error:") and "launch:" not in line]
+    assert len(lines) == 1 and re.fullmatch(
+        r"dynatrain: error: the survivors could not agree through the store \(.*\): it lives in the process of "
+        r"torch.distributed global rank 0, whose loss cannot be recovered; resume from a checkpoint", lines[0]), err
+    assert "Traceback" not in err and "recovery:" not in out, out + err
