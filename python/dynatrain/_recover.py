@@ -58,7 +58,7 @@ def enabled(m) -> bool:
 
 
 def announce(m) -> None:
-    """Collective at adoption: every process's node and pid in the store, for the decision."""
+    """At adoption, on every process: its node and pid in the store, for the decision."""
     if enabled(m):
         _store().set(f"{_prefix(m)}/pid/{m.comm.ranks[m.comm.rank]}", f"{socket.gethostname()} {os.getpid()}")
 
