@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import Manager, _attention, _c10d, _clip, _habits, _notice, _sharded, tp
+from . import Manager, _attention, _c10d, _clip, _habits, _notice, _recover, _sharded, tp
 from ._agree import agree, together
 from ._describe import Description, describe
 from ._grads import GradBuffers
@@ -246,9 +246,16 @@ class Job:
         m = self.manager
         _habits.warn_unregistered_scheduler(self)
         with m._collective(f"optimizer.step() at step {m.step}", m._state_bytes()):
-            _habits.check_step(self)
-            if not self._synced:
-                self.sync_grads()
+            try:
+                _habits.check_step(self)  # the step's first collective
+                if not self._synced:
+                    self.sync_grads()
+                _recover.commit(m)  # applied by every process or by none
+            except RuntimeError as error:  # Gloo's error for a lost peer (dynatrain.CommError too)
+                if not _recover.enabled(m):
+                    raise
+                _recover.in_job(self, error)
+                return  # the step is not applied and job.step stays: the loop does it again
             if m.active:
                 self._step_on_shards()
         m.step += 1
@@ -576,6 +583,7 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
             return Job(manager, model, optimizer, described, spec,
                        _notice.Notices(manager, notice_signal, notice_s, notice_save))
         job = bound() if joined else together(manager.comm, "adopt(): binding the model", bound)
+        _recover.announce(manager)  # where each process runs, for a lost process's recovery
         if not (joined or getattr(manager, "resumed", False)):
             job._load_initial()
         job._bind()
