@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import Manager, _c10d, _clip, _habits, _notice, tp
+from . import Manager, _c10d, _clip, _habits, _lend, _notice, tp
 from ._agree import agree, together
 from ._describe import Description, describe
 from ._grads import GradBuffers
@@ -444,16 +444,18 @@ class Job:
         return {name: [k for k in self._spec.keys if k in self.optimizer.state.get(p, {})] for name, p in self._params}
 
     # ---- switching and checkpoints ----
-    def switch(self, layout: str, vacate: Optional[List[int]] = None) -> Dict[str, Any]:
+    def switch(self, layout: str, vacate: Optional[List[int]] = None, *, keep_processes: bool = False) -> Dict[str, Any]:
         """Collective: moves the whole training state to `layout` and rebinds the same parameters
         and optimizer state entries. In a process that joined the job at this step, a switch to
-        the layout it joined in is a local no-op (the others ran that switch already)."""
+        the layout it joined in is a local no-op (the others ran that switch already).
+        keep_processes=True: no process starts or leaves (Manager.switch; job.lend uses it)."""
         m = self.manager
         if self._joined_pending:
             self._joined_pending = False
             if _sizes(layout) == {k: m.config[k] for k in _DEFAULTS}:
                 return {"config": m.config["config"], "joined": True}
         check_layout(layout)
+        _lend.refuse_while_lent(self, "job.switch()")
         together(m.comm, "job.switch(): no step in progress", self._refuse_unfinished_step)
         agree(m.comm, "job.switch(): the optimizer's hyperparameters (param groups)",
               hyperparameters(self.optimizer, {id(p): n for n, p in self._params}))
@@ -462,7 +464,7 @@ class Job:
         _habits.retire_accumulators(self._params, label)
         self._unbind()
         try:
-            stats = m.switch(layout) if vacate is None else m.switch(layout, vacate=vacate)
+            stats = m.switch(layout, vacate=vacate, keep_processes=keep_processes)
         except ValueError:
             self._bind()  # rejected on every rank before anything moved
             raise
@@ -492,6 +494,14 @@ class Job:
         return (f"backward through a graph built before {label}: parameter '{name}' had local shape {got} there "
                 f"and has {now} now; a loss or output computed before a switch cannot be backpropagated after "
                 f"it: drop it and run the forward again")
+
+    def lend(self, n: int, layout: Optional[str] = None) -> Dict[str, Any]:
+        """Collective: the training state leaves the last n processes of the layout, which stay (_lend.py)."""
+        return _lend.lend(self, n, layout)
+
+    def reclaim(self) -> Dict[str, Any]:
+        """Collective: the lent processes take their training state back (_lend.py)."""
+        return _lend.reclaim(self)
 
     def save(self, directory) -> None:
         """Collective: a checkpoint of the whole job (Manager.save: every state kind, the step,

@@ -1,0 +1,111 @@
+"""job.lend(n) / job.reclaim() under mpirun -np 2 and 4: the training state leaves the last n
+processes and comes back in planned switches over the same processes. Every byte of every
+parameter is the same after each phase shift; training across them equals a plain
+single-process torch run within fp32 noise; the lent processes hold no state; from the second
+round on a lend or reclaim creates no process group and no process."""
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dynatrain
+from conftest import REPO
+
+sys.path.append(str(REPO / "examples"))
+from gpt_model import GPT, batch  # noqa: E402
+
+PLAN = {"tok": "vocab", "head": "vocab", "*.[qkv]": "column", "*.fc1": "column", "*.proj": "row", "*.fc2": "row"}
+DIMS = dict(vocab=50, hidden=16, heads=4, ffn=32, layers=2, seq=8)
+
+
+def adopted(world):
+    torch.manual_seed(0)
+    model, plain = GPT(**DIMS), GPT(**DIMS)
+    plain.load_state_dict(model.state_dict())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    layout = "tp=2,dp=2" if world.size == 4 else "dp=2"
+    job = dynatrain.adopt(model, optimizer, PLAN, layout, vocab_divisible_by=8, bucket_elems=3000)
+    return job, model, optimizer, plain, torch.optim.AdamW(plain.parameters(), lr=1e-2)
+
+
+def loss_of(model, data):
+    return F.cross_entropy(model(data[:, :-1]).flatten(0, 1), data[:, 1:].flatten())
+
+
+def train_step(job, model, optimizer, plain, plain_opt, step):
+    """One step of the job (lent processes: the step's collective part only) and of the plain
+    copy on the whole batch; the relative difference of the losses (0 on a lent process)."""
+    data = batch(step, 8, DIMS["vocab"], DIMS["seq"])
+    plain_opt.zero_grad()
+    want = loss_of(plain, data)
+    want.backward()
+    plain_opt.step()
+    optimizer.zero_grad()
+    if not job.active:
+        optimizer.step()
+        return 0.0
+    loss = loss_of(model, job.local_batch(data))
+    loss.backward()
+    optimizer.step()
+    return abs(job.average(loss).item() - want.item()) / want.item()
+
+
+def whole(job):
+    return {name: job.full(name) for name, _ in job.model.named_parameters()}
+
+
+def test_lend_and_reclaim_move_every_byte_and_training_equals_plain_torch(world):
+    job, model, optimizer, plain, plain_opt = adopted(world)
+    first, pid, n = job.config["config"], os.getpid(), world.size // 2
+    worst, step = 0.0, 0
+    for round_ in range(3):
+        worst = max(worst, train_step(job, model, optimizer, plain, plain_opt, step))
+        step += 1
+        before = whole(job)
+        lent = job.lend(n)
+        assert lent["lent"] == list(range(world.size - n, world.size)) and lent["new_processes"] == 0
+        assert job.config["world_size"] == world.size - n and job.manager.comm.size == world.size
+        mine = world.rank >= world.size - n
+        assert job.active is not mine
+        if mine:  # no training state left here: nothing in the pool, empty parameters
+            assert job.manager.pool_stats()["live_bytes"] == 0
+            assert all(p.numel() == 0 for p in model.parameters())
+        after = whole(job)
+        assert all(torch.equal(before[k], after[k]) for k in before)  # every byte where it was
+        worst = max(worst, train_step(job, model, optimizer, plain, plain_opt, step))  # trains while lent
+        step += 1
+        back = job.reclaim()
+        assert back["reclaimed"] == lent["lent"] and back["new_processes"] == 0
+        assert job.config["config"] == first and job.active and os.getpid() == pid
+        if round_ > 0:  # the groups of both layouts come from the cache
+            assert lent["new_groups"] == 0 and back["new_groups"] == 0, (lent["new_groups"], back["new_groups"])
+    assert worst <= 1e-5, worst
+    for name, p in plain.named_parameters():
+        if name.endswith("attn.k.bias"):  # softmax ignores it: its grad is rounding noise, which Adam scales up
+            continue
+        assert torch.allclose(job.full(name), p.detach(), rtol=1e-3, atol=1e-4), name
+
+
+def test_lend_refusals_move_nothing(world):
+    job, model, optimizer, _, _ = adopted(world)
+    size = world.size
+    for bad, text in [(0, "valid: an int from 1"), (size, "valid: an int from 1"), (True, "valid: an int")]:
+        with pytest.raises(ValueError, match=text):
+            job.lend(bad)
+    if size == 4:
+        with pytest.raises(ValueError, match="3 processes stay .* not a multiple of tp=2"):
+            job.lend(1)
+        with pytest.raises(ValueError, match="that layout has 1 ranks"):
+            job.lend(2, "tp=1")
+    with pytest.raises(ValueError, match="no process is lent"):
+        job.reclaim()
+    assert job.config["world_size"] == size and job.active
+    job.lend(size // 2)
+    with pytest.raises(ValueError, match=r"job.switch\(\) while processes .* are lent .*job.reclaim\(\) first"):
+        job.switch("tp=1")
+    with pytest.raises(ValueError, match=r"job.lend\(\) while processes"):
+        job.lend(1)
+    job.reclaim()
+    assert job.config["world_size"] == size and job.active
