@@ -124,7 +124,11 @@ SwitchStats Manager::move_state(std::unique_ptr<vps::Layout> next, int new_rank,
   layout_ = std::move(next);
   rank_layout_ = std::move(dst_layout);
   buffers_ = std::move(dst);
+  return gathered_stats(transition, plan_s, ts, t0);
+}
 
+SwitchStats gathered_stats(comm::Transport& transport, double plan_s, const exec::TransitionStats& ts,
+                           std::chrono::steady_clock::time_point t0) {
   struct Mine {
     double plan_s, engine_s, total_s;
     std::uint64_t sent, received, kept, messages, peak, src, dst;
@@ -132,7 +136,7 @@ SwitchStats Manager::move_state(std::unique_ptr<vps::Layout> next, int new_rank,
   const Mine mine{plan_s,        ts.seconds,  seconds_since(t0), ts.bytes_sent, ts.bytes_received,
                   ts.bytes_kept, ts.messages, ts.peak_bytes,     ts.src_bytes,  ts.dst_bytes};
   SwitchStats st;
-  for (const Mine& m : comm::all_gather_values(transition, mine)) {
+  for (const Mine& m : comm::all_gather_values(transport, mine)) {
     st.plan_seconds = std::max(st.plan_seconds, m.plan_s);
     st.engine_seconds = std::max(st.engine_seconds, m.engine_s);
     st.pause_seconds = std::max(st.pause_seconds, m.total_s);

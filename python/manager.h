@@ -139,6 +139,15 @@ class Manager {
   // that left (it holds nothing).
   void set_world(comm::Transport* world) { world_ = world; }
 
+  // ---- weights-only copies (python/refit.h) ----
+  // Collective over world(), which must hold the same processes as `training`'s (any order):
+  // this manager (param kind only, in its own layout) receives a copy of `training`'s current
+  // weights, planned from `training`'s layout and moved by the engine; `training` is read, never
+  // changed. The previous copy's memory goes back to the pool first. Defined in refit.cc.
+  SwitchStats receive_weights(const Manager& training);
+  // Gives every buffer back to the pool; buffer(i) is nullptr until receive_weights() (refit.cc).
+  void release_weights();
+
  private:
   void allocate_zeroed();
   void release_all();
@@ -154,6 +163,11 @@ class Manager {
   KeepAliveAllocator keep_alive_{pool_};  // the switches' allocator: the pool, minus pinned blocks
   std::vector<std::byte*> buffers_;
 };
+
+// One transition's statistics as the user sees them: this rank's `ts` and plan time, gathered
+// over `transport` (max of times, sums and maxima of bytes); pause counted from `started`.
+SwitchStats gathered_stats(comm::Transport& transport, double plan_seconds, const exec::TransitionStats& ts,
+                           std::chrono::steady_clock::time_point started);
 
 // Throws InputError when `layout`'s config needs more ranks than the job has.
 void require_world(const vps::Layout& layout, int job_size);

@@ -258,6 +258,20 @@ void bind_manager_switch(ManagerClass& cls) {
       });
 }
 
+// A weights-only copy (python/refit.cc): receive the training manager's weights, or let them go.
+void bind_manager_refit(ManagerClass& cls) {
+  cls.def("receive_weights",
+          [](Manager& self, const Manager& training) {
+            SwitchStats s;
+            {
+              py::gil_scoped_release unlocked;
+              s = self.receive_weights(training);
+            }
+            return stats_dict(s);
+          })
+      .def("release_weights", &Manager::release_weights);
+}
+
 // The current layout: its config, group colors, model, tensors and state kinds.
 void bind_manager_layout(ManagerClass& cls) {
   cls.def("config", [](const Manager& self) { return config_dict(self.layout().config(), self.rank()); })
@@ -353,6 +367,7 @@ void bind_manager(py::module_& m) {
   ManagerClass cls(m, "Manager");
   bind_manager_init(cls);
   bind_manager_switch(cls);
+  bind_manager_refit(cls);
   bind_manager_layout(cls);
   bind_manager_memory(cls);
 }

@@ -27,7 +27,7 @@ from . import _c10d, _native
 
 def lent(job) -> List[int]:
     """World ranks of the processes lent now ([] when none)."""
-    state = getattr(job, "_lent", None)
+    state = job._lent
     return list(state["ranks"]) if state else []
 
 
@@ -96,7 +96,7 @@ def reclaim(job) -> Dict[str, Any]:
     """job.reclaim(): collective; the layout from before job.lend() on the same processes (the
     lent ones get their state back, job.active True again). ValueError when nothing is lent.
     Returns the switch's statistics plus reclaimed (world ranks), new_groups, new_processes."""
-    state = getattr(job, "_lent", None)
+    state = job._lent
     if not state:
         raise ValueError("job.reclaim(): no process is lent; job.lend(n) lends some")
     job._lent = None
@@ -107,3 +107,29 @@ def reclaim(job) -> Dict[str, Any]:
         raise
     stats["reclaimed"] = list(state["ranks"])
     return stats
+
+
+class PhaseShifts:
+    """The Job's RL phase shifts (a base class of dynatrain.Job): lend, reclaim, refit."""
+
+    _lent: Optional[Dict[str, Any]] = None
+
+    @property
+    def lent(self) -> List[int]:
+        """World ranks of the processes lent now ([] when none)."""
+        return lent(self)
+
+    def lend(self, n: int, layout: Optional[str] = None) -> Dict[str, Any]:
+        """Collective: the training state leaves the layout's last n processes, which stay (lend())."""
+        return lend(self, n, layout)
+
+    def reclaim(self) -> Dict[str, Any]:
+        """Collective: the lent processes take their training state back (reclaim())."""
+        return reclaim(self)
+
+    def refit(self, layout: str, module, *, ranks: Optional[List[int]] = None, dtype=None):
+        """Collective: a weights-only copy of the current weights in `layout` on `ranks` (default:
+        the lent processes when they are as many as the layout's ranks, else the first ones),
+        `module` (another instance of the model's class) viewing it there (_refit.py)."""
+        from . import _refit
+        return _refit.refit(self, layout, module, ranks, dtype)

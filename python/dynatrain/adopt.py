@@ -66,9 +66,9 @@ def _broadcast(comm, t: torch.Tensor) -> torch.Tensor:
     return out
 
 
-class Job:
+class Job(_lend.PhaseShifts):
     """An adopted model and optimizer on a Manager. Collective calls: switch, sync_grads (also
-    run by optimizer.step), save, average; every rank calls them together."""
+    run by optimizer.step), save, average, lend, reclaim, refit; every rank calls them together."""
 
     def __init__(self, manager: Manager, model: torch.nn.Module, optimizer, described: Description,
                  spec: OptimizerSpec, notices: Optional[_notice.Notices] = None):
@@ -494,14 +494,6 @@ class Job:
         return (f"backward through a graph built before {label}: parameter '{name}' had local shape {got} there "
                 f"and has {now} now; a loss or output computed before a switch cannot be backpropagated after "
                 f"it: drop it and run the forward again")
-
-    def lend(self, n: int, layout: Optional[str] = None) -> Dict[str, Any]:
-        """Collective: the training state leaves the last n processes of the layout, which stay (_lend.py)."""
-        return _lend.lend(self, n, layout)
-
-    def reclaim(self) -> Dict[str, Any]:
-        """Collective: the lent processes take their training state back (_lend.py)."""
-        return _lend.reclaim(self)
 
     def save(self, directory) -> None:
         """Collective: a checkpoint of the whole job (Manager.save: every state kind, the step,

@@ -109,3 +109,52 @@ def test_lend_refusals_move_nothing(world):
         job.lend(1)
     job.reclaim()
     assert job.config["world_size"] == size and job.active
+
+
+def test_refit_copies_the_weights_into_an_inference_layout_on_the_lent_processes(world):
+    job, model, optimizer, plain, plain_opt = adopted(world)
+    train_step(job, model, optimizer, plain, plain_opt, 0)
+    n = world.size // 2
+    infer = "tp=2" if world.size == 4 else "tp=1"
+    tokens = batch(5, 4, DIMS["vocab"], DIMS["seq"])[:, :-1]
+    reader = GPT(**DIMS)
+    for round_ in range(2):
+        job.lend(n)
+        before = whole(job)
+        weights = job.refit(infer, GPT(**DIMS) if round_ == 0 else weights.module)
+        assert weights.ranks == job.lent == list(range(world.size - n, world.size))
+        assert weights.active == (world.rank >= world.size - n)
+        assert all(torch.equal(before[k], v) for k, v in whole(job).items())  # the training state is only read
+        for name, full in before.items():  # every byte of the copy, gathered over the copy's layout
+            assert torch.equal(weights.manager.gather(name, "param"), full), name
+        stats = weights.last_stats
+        assert stats["new_groups"] == (0 if round_ else stats["new_groups"]) and (round_ or stats["new_groups"] > 0)
+        if weights.active:  # the user's model class, tensor-parallel over the copy's tp group
+            reader.load_state_dict(before)
+            with torch.no_grad():
+                assert torch.allclose(weights.module(tokens), reader(tokens), rtol=1e-5, atol=1e-6)
+            assert all(not p.requires_grad for p in weights.module.parameters())
+        job.reclaim()
+        train_step(job, model, optimizer, plain, plain_opt, 1 + round_)
+
+
+def test_refit_onto_every_process_and_its_refusals(world):
+    job, model, optimizer, plain, plain_opt = adopted(world)
+    infer = "tp=2,dp=2" if world.size == 4 else "tp=2"
+    weights = job.refit(infer, GPT(**DIMS))
+    assert weights.ranks == list(range(world.size)) and weights.active
+    for name, full in whole(job).items():
+        assert torch.equal(weights.manager.gather(name, "param"), full), name
+    half = job.refit(infer, GPT(**DIMS), dtype=torch.bfloat16)  # moved in fp32, cast on arrival
+    views = half.manager.tensors("param")
+    for name, p in half.module.named_parameters():
+        assert p.dtype == torch.bfloat16 and torch.equal(p, views[name].to(torch.bfloat16)), name
+    with pytest.raises(ValueError, match="differ from the job's model"):
+        job.refit(infer, GPT(**dict(DIMS, ffn=64)))
+    with pytest.raises(ValueError, match="distinct world ranks"):
+        job.refit("tp=2", GPT(**DIMS), ranks=[0, 0])
+    with pytest.raises(ValueError, match="an adopted model"):
+        job.refit(infer, model)
+    weights.release()
+    assert weights.manager.pool_stats()["live_bytes"] == 0
+    assert all(p.numel() == 0 for p in weights.module.parameters())
