@@ -60,10 +60,6 @@ class Weights:
         """Whether this process holds a rank of the copy's layout (it can run the module)."""
         return self.manager.active
 
-    @property
-    def config(self) -> Dict[str, Any]:
-        return self.manager.config
-
     def group(self, name: str):
         """The copy's communicator `name` (tp, dp, ...) on this process; None outside the layout."""
         return self.manager.group(name)
