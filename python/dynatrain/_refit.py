@@ -26,6 +26,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -66,12 +67,13 @@ class Weights:
 
     def receive(self, job) -> Dict[str, Any]:
         """Collective over the job: the job's current weights into the copy, parameters rebound."""
-        m = self.manager
+        m, t0 = self.manager, time.perf_counter()
         self._unbind()
         m._drop_views("from before a refit")
         stats = m._native.receive_weights(job.manager._native)
         m._bind()
         self._bind()
+        stats["pause_seconds"] = _c10d.all_max(job.manager.comm, time.perf_counter() - t0)
         return stats
 
     def release(self) -> None:

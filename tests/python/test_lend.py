@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from mpi4py import MPI
 
 import dynatrain
 from conftest import REPO
@@ -18,6 +19,7 @@ from gpt_model import GPT, batch  # noqa: E402
 
 PLAN = {"tok": "vocab", "head": "vocab", "*.[qkv]": "column", "*.fc1": "column", "*.proj": "row", "*.fc2": "row"}
 DIMS = dict(vocab=50, hidden=16, heads=4, ffn=32, layers=2, seq=8)
+pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size not in (2, 4), reason="runs under mpirun -np 2 and 4")
 
 
 def adopted(world):
