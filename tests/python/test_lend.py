@@ -2,60 +2,22 @@
 processes and comes back in planned switches over the same processes. Every byte of every
 parameter is the same after each phase shift; training across them equals a plain
 single-process torch run within fp32 noise; the lent processes hold no state; from the second
-round on a lend or reclaim creates no process group and no process."""
+round on a lend or reclaim creates no process group and no process. job.refit(): every byte of
+the weights-only copy, the user's module's tensor-parallel forward on it, the refusals."""
 import os
-import sys
 
 import pytest
 import torch
-import torch.nn.functional as F
 from mpi4py import MPI
 
-import dynatrain
-from conftest import REPO
+from lend_common import DIMS, GPT, batch, train_step, whole
+from lend_common import adopted as adopted_on
 
-sys.path.append(str(REPO / "examples"))
-from gpt_model import GPT, batch  # noqa: E402
-
-PLAN = {"tok": "vocab", "head": "vocab", "*.[qkv]": "column", "*.fc1": "column", "*.proj": "row", "*.fc2": "row"}
-DIMS = dict(vocab=50, hidden=16, heads=4, ffn=32, layers=2, seq=8)
 pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size not in (2, 4), reason="runs under mpirun -np 2 and 4")
 
 
 def adopted(world):
-    torch.manual_seed(0)
-    model, plain = GPT(**DIMS), GPT(**DIMS)
-    plain.load_state_dict(model.state_dict())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    layout = "tp=2,dp=2" if world.size == 4 else "dp=2"
-    job = dynatrain.adopt(model, optimizer, PLAN, layout, vocab_divisible_by=8, bucket_elems=3000)
-    return job, model, optimizer, plain, torch.optim.AdamW(plain.parameters(), lr=1e-2)
-
-
-def loss_of(model, data):
-    return F.cross_entropy(model(data[:, :-1]).flatten(0, 1), data[:, 1:].flatten())
-
-
-def train_step(job, model, optimizer, plain, plain_opt, step):
-    """One step of the job (lent processes: the step's collective part only) and of the plain
-    copy on the whole batch; the relative difference of the losses (0 on a lent process)."""
-    data = batch(step, 8, DIMS["vocab"], DIMS["seq"])
-    plain_opt.zero_grad()
-    want = loss_of(plain, data)
-    want.backward()
-    plain_opt.step()
-    optimizer.zero_grad()
-    if not job.active:
-        optimizer.step()
-        return 0.0
-    loss = loss_of(model, job.local_batch(data))
-    loss.backward()
-    optimizer.step()
-    return abs(job.average(loss).item() - want.item()) / want.item()
-
-
-def whole(job):
-    return {name: job.full(name) for name, _ in job.model.named_parameters()}
+    return adopted_on(world.size)
 
 
 def test_lend_and_reclaim_move_every_byte_and_training_equals_plain_torch(world):
