@@ -70,7 +70,12 @@ Manager::Manager(std::shared_ptr<Elastic> joined, LayoutFactory layouts, const v
   DT_CHECK(rank_layout_.buffers.empty(), "a joining process holds rank ", world_->rank(), " of ", config.str());
 }
 
-Manager::~Manager() { release_all(); }
+Manager::~Manager() {
+  if (weights_owner_)
+    release_weights();  // into the training manager's pool, which holds them
+  else
+    release_all();
+}
 
 comm::Transport& Manager::world() const {
   if (world_ == nullptr) DT_INPUT_ERROR("this process left the job in its last switch; it holds no state");

@@ -113,7 +113,7 @@ class Manager {
   comm::Transport& world() const;  // InputError on a process that left the job
   const exec::PoolAllocator& pool() const { return pool_; }
   // Keeps buffer(i)'s memory out of every later switch's reuse until the token is destroyed.
-  std::shared_ptr<void> pin(std::size_t i) { return keep_alive_.pin(buffers_.at(i), buffer_bytes(i)); }
+  std::shared_ptr<void> pin(std::size_t i) { return holder().pin(buffers_.at(i), buffer_bytes(i)); }
   const KeepAliveAllocator& keep_alive() const { return keep_alive_; }
   // The allocator every transition of this manager's buffers must use (switch_to() does), so
   // that pinned buffers stay out of its reuse.
@@ -139,18 +139,22 @@ class Manager {
   // that left (it holds nothing).
   void set_world(comm::Transport* world) { world_ = world; }
 
-  // ---- weights-only copies (python/refit.h) ----
+  // ---- weights-only copies (python/refit.cc) ----
   // Collective over world(), which must hold the same processes as `training`'s (any order):
   // this manager (param kind only, in its own layout) receives a copy of `training`'s current
   // weights, planned from `training`'s layout and moved by the engine; `training` is read, never
-  // changed. The previous copy's memory goes back to the pool first. Defined in refit.cc.
-  SwitchStats receive_weights(const Manager& training);
-  // Gives every buffer back to the pool; buffer(i) is nullptr until receive_weights() (refit.cc).
+  // changed. From the first call on, this manager's buffers live in `training`'s pool (its own
+  // pool is trimmed), so a process that lent its training state builds the copy in the memory
+  // that state gave back; the previous copy's memory goes back to that pool first.
+  SwitchStats receive_weights(const std::shared_ptr<Manager>& training);
+  // Gives every buffer back to the pool that holds it; buffer(i) is nullptr until receive_weights().
   void release_weights();
 
  private:
   void allocate_zeroed();
   void release_all();
+  // The allocator of this manager's buffers: its own, or a training manager's for a weights copy.
+  KeepAliveAllocator& holder() { return weights_owner_ ? weights_owner_->keep_alive_ : keep_alive_; }
 
   std::unique_ptr<comm::Transport> first_world_;  // the constructor's (outlives elastic_, which may use it)
   std::shared_ptr<Elastic> elastic_;              // created at the first process-count change
@@ -162,6 +166,7 @@ class Manager {
   exec::PoolAllocator pool_;
   KeepAliveAllocator keep_alive_{pool_};  // the switches' allocator: the pool, minus pinned blocks
   std::vector<std::byte*> buffers_;
+  std::shared_ptr<Manager> weights_owner_;  // a weights copy's: the training manager whose pool holds buffers_
 };
 
 // One transition's statistics as the user sees them: this rank's `ts` and plan time, gathered

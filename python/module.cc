@@ -261,7 +261,7 @@ void bind_manager_switch(ManagerClass& cls) {
 // A weights-only copy (python/refit.cc): receive the training manager's weights, or let them go.
 void bind_manager_refit(ManagerClass& cls) {
   cls.def("receive_weights",
-          [](Manager& self, const Manager& training) {
+          [](Manager& self, const std::shared_ptr<Manager>& training) {
             SwitchStats s;
             {
               py::gil_scoped_release unlocked;

@@ -80,11 +80,13 @@ plan::Placement training_placement(comm::Transport& world, const Manager& traini
 
 void Manager::release_weights() {
   for (std::size_t i = 0; i < buffers_.size(); ++i)
-    if (buffers_[i]) keep_alive_.release(buffers_[i], buffer_bytes(i));  // a pinned one stays until its last view
+    if (buffers_[i]) holder().release(buffers_[i], buffer_bytes(i));  // a pinned one stays until its last view
   buffers_.assign(rank_layout_.buffers.size(), nullptr);
 }
 
-SwitchStats Manager::receive_weights(const Manager& training) {
+SwitchStats Manager::receive_weights(const std::shared_ptr<Manager>& owner) {
+  DT_CHECK(owner != nullptr && owner.get() != this, "receive_weights() needs another (training) manager");
+  const Manager& training = *owner;
   const auto t0 = Clock::now();
   comm::Transport& w = world();
   const auto& kinds = layout_->options().kinds;
@@ -105,8 +107,13 @@ SwitchStats Manager::receive_weights(const Manager& training) {
   for (const vps::LocalBuffer& b : src_layout.buffers) src.push_back(training_buffer(training, b));
   const double plan_s = seconds_since(t0);
 
-  release_weights();  // the previous copy's memory, for this one
-  BorrowedSources alloc(keep_alive_, src);
+  release_weights();  // the previous copy's memory (or the constructor's zeroed buffers), for this one
+  if (weights_owner_ != owner) {
+    DT_CHECK(weights_owner_ == nullptr, "a weights copy takes the weights of one training manager");
+    weights_owner_ = owner;  // from now on the training manager's pool holds this copy
+    pool_.trim();            // the constructor's memory goes back to the system
+  }
+  BorrowedSources alloc(holder(), src);
   std::vector<std::byte*> dst(rank_layout_.buffers.size(), nullptr);
   const exec::TransitionStats ts =
       exec::run_transition(plan, src_layout, src, rank_layout_, dst, layout_->options().elem_bytes, w, alloc, options_);

@@ -18,6 +18,8 @@ Invariants:
   * The copy's Manager runs over a communicator of every process of the job, split once per
     (layout, ranks) and ordered so that rank r of `layout` is process ranks[r]; the job's
     failure path stays on the job's world.
+  * The copy's buffers live in the training Manager's pool from the first refit on (refit.cc),
+    so `job.manager.pool_stats()` counts them there and weights.manager's own pool is empty.
   * Between refits the module's parameters view the copy; a job.refit() rebinds them (the same
     Parameter objects). weights.release() gives the copy's memory back; the module's
     parameters are empty until the next refit.
