@@ -8,7 +8,7 @@ The job: examples/gpt_model.py's GPT (fp32, AdamW: param, grad and both moments)
 tp=2,dp=2, zero=1. Each round: job.lend(2) (the state onto processes 0 and 1 at tp=2,dp=1),
 job.refit("tp=2") onto the lent processes 2 and 3, the baseline (every full weight broadcast from
 rank 0 to processes 2 and 3: the weights rank 0 holds after a gather, the gather not counted),
-job.reclaim(). The first round builds the groups and the copy's Manager and is not counted.
+weights.release(), job.reclaim(). The first round builds the groups and the copy's Manager and is not counted.
 The link rate is a 64 MiB MPI_Sendrecv between processes 0 and 2, best of 5, in the same run; a
 phase's lower bound is the most bytes any process receives in it over that rate.
 Peak memory: each process's maximum resident size (ru_maxrss: Python and torch included), and
@@ -87,8 +87,10 @@ def main():
         lent = timed(world, lambda: job.lend(2))
         held["job while lent"] = job.manager.pool_stats()["live_bytes"]
         weights = timed(world, lambda: job.refit("tp=2", generator))
-        held["copy"] = weights.manager.pool_stats()["live_bytes"]
+        held["copy"] = weights.manager._state_bytes()
+        held["pool with the copy"] = job.manager.pool_stats()["live_bytes"]
         bcast = broadcast_full(world, bcast_comm, full)
+        weights.release()  # generation done: the copy's memory back to the pool the reclaim fills
         back = timed(world, job.reclaim)
         groups.append(lent["new_groups"] + weights.last_stats["new_groups"] + back["new_groups"])
         if r == 0:
@@ -99,6 +101,8 @@ def main():
         rows["bcast"].append(bcast)
     received["bcast"] = weight_bytes
     held["job"] = job.manager.pool_stats()["live_bytes"]
+    held["reserved"] = job.manager.pool_stats()["reserved_bytes"]
+    held["budget"] = job.manager._options["mem_budget"]
     peak = world.gather((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, held), root=0)
     if world.rank == 0:
         report(a, dims, rate, rows, received, groups, peak, weight_bytes)
@@ -118,11 +122,14 @@ def report(a, dims, rate, rows, received, groups, peak, weight_bytes):
     print(f"\nrefit vs broadcast: {pause['bcast'] / pause['refit']:.2f}x faster; bytes into a receiver "
           f"{received['bcast'] / received['refit']:.2f}x fewer")
     print(f"new process groups per round: {groups} (round 0 builds them)")
-    print("\n| process | peak RSS (MB) | job state (MB) | job state while lent (MB) | copy (MB) |")
-    print("|---|---|---|---|---|")
-    for rank, (rss, held) in enumerate(peak):
-        print(f"| {rank} | {rss / 1e6:.0f} | {held['job'] / 1e6:.1f} | {held['job while lent'] / 1e6:.1f} | "
-              f"{held['copy'] / 1e6:.1f} |")
+    print("\n| process | peak RSS (MB) | job state (MB) | while lent (MB) | copy (MB) | pool live with the copy (MB) "
+          "| pool reserved at the end (MB) | max(training, copy) + budget (MB) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for rank, (rss, h) in enumerate(peak):
+        bound = max(h["job"], h["job while lent"], h["copy"]) + h["budget"]
+        print(f"| {rank} | {rss / 1e6:.0f} | {h['job'] / 1e6:.1f} | {h['job while lent'] / 1e6:.1f} | "
+              f"{h['copy'] / 1e6:.1f} | {h['pool with the copy'] / 1e6:.1f} | {h['reserved'] / 1e6:.1f} | "
+              f"{bound / 1e6:.1f} |")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
     job.lend(n)         the training state leaves n processes (they stay in the job)
     job.refit(...)      a weights-only copy in an inference layout lands on them
     generate            they sample completions with the user's own GPT, tensor-parallel
+    weights.release()   the copy's memory goes back to the pool
     job.reclaim()       they take their training state back (no new process, groups cached)
     train               one REINFORCE step of the whole job on the samples
 
@@ -80,6 +81,7 @@ def main():
             lent = job.lend(lend)
             weights = job.refit(infer, generator)
             samples = generate(weights.module, start, it) if weights.active else None
+            weights.release()  # the copy's memory goes back for the training state
             back = job.reclaim()
             samples = world.bcast(samples, root=weights.ranks[0])
             shifts = (lent["pause_seconds"], weights.last_stats["pause_seconds"], back["pause_seconds"],

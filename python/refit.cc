@@ -72,7 +72,8 @@ plan::Placement training_placement(comm::Transport& world, const Manager& traini
   std::vector<int> process_of(static_cast<std::size_t>(ranks), -1);
   for (std::size_t p = 0; p < rank_of_process.size(); ++p)
     if (rank_of_process[p] < ranks) process_of[static_cast<std::size_t>(rank_of_process[p])] = static_cast<int>(p);
-  DT_CHECK(std::count(process_of.begin(), process_of.end(), -1) == 0, "a training rank has no process in the copy's world");
+  DT_CHECK(std::count(process_of.begin(), process_of.end(), -1) == 0,
+           "a training rank has no process in the copy's world");
   return plan::Placement(std::move(process_of));
 }
 
@@ -97,7 +98,8 @@ SwitchStats Manager::receive_weights(const std::shared_ptr<Manager>& owner) {
   const int param = static_cast<int>(vps::StateKind::kParam);
   if (layout_->options().elem_bytes[param] != training.layout().options().elem_bytes[param])
     DT_INPUT_ERROR("the copy's weights have ", layout_->options().elem_bytes[param], "-byte elements, the training ",
-                   "job's ", training.layout().options().elem_bytes[param], "-byte ones: a copy keeps the training dtype");
+                   "job's ", training.layout().options().elem_bytes[param],
+                   "-byte ones: a copy keeps the training dtype");
   const vps::Layout source = layouts_(training.layout().config());
   const plan::Planner planner(source, *layout_, options_.topology, {training_placement(w, training), {}});
   const int me = w.rank();

@@ -79,7 +79,7 @@ class Weights:
         return stats
 
     def release(self) -> None:
-        """Collective over the job: the copy's memory goes back (the module's parameters empty)."""
+        """On this process, no communication: the copy's memory goes back to its pool (the module's parameters empty)."""
         self._unbind()
         self.manager._drop_views("from before weights.release()")
         self.manager._native.release_weights()  # no views until the next receive()
