@@ -53,7 +53,7 @@ class Weights:
         _native.watch_world(m._native)  # the job's lines keep naming the job's ranks
         self._params = [(name, p) for name, p in module.named_parameters()]
         module._dynatrain_weights = self
-        for name, styled, style in job._styled:
+        for name, _, style in job._styled:
             target = dict(module.named_modules())[name]
             vocab = getattr(target, "out_features", 0)
             tp.install(target, style, lambda v=vocab: (self.manager.group("tp"), v))
@@ -112,6 +112,12 @@ def _check_module(job, module: torch.nn.Module) -> None:
         raise ValueError(f"job.refit(): the module's parameters (names, shapes) differ from the job's model: {diff}")
 
 
+def _refuse_other_copy(bound, mine) -> None:
+    if bound is not None and bound is not mine:
+        raise ValueError(f"job.refit(): this module views another copy (layout {bound.layout!r}, ranks "
+                         f"{bound.ranks}, {bound.dtype}); a module serves one copy: pass another instance")
+
+
 def _ranks(job, layout: str, ranks: Optional[Sequence[int]]) -> List[int]:
     size, world = _native.world_size_of(layout), job.manager.comm.size
     if ranks is None:
@@ -140,6 +146,9 @@ def refit(job, layout: str, module: torch.nn.Module, ranks: Optional[Sequence[in
     key = (layout, tuple(chosen), id(module), dtype)
     cache = job.__dict__.setdefault("_refits", {})
     new = key not in cache
+    bound = getattr(module, "_dynatrain_weights", None)
+    together(m.comm, "job.refit(): the module", lambda: _refuse_other_copy(bound, cache.get(key)))
+    agree(m.comm, "job.refit(): a new copy or a refresh of the last one (the same module object)", new)
     with m._collective(f"job.refit({layout!r})", m._state_bytes()):
         if new:
             cache[key] = Weights(job, layout, chosen, module, dtype)  # collective; refusals on every rank

@@ -129,6 +129,8 @@ def test_refit_onto_every_process_and_its_refusals(world):
         job.refit("tp=2", GPT(**DIMS), ranks=[0, 0])
     with pytest.raises(ValueError, match="an adopted model"):
         job.refit(infer, model)
+    with pytest.raises(ValueError, match="this module views another copy"):
+        job.refit(infer, weights.module, dtype=torch.bfloat16)
     weights.release()
     assert holds(job.manager.pool_stats()["live_bytes"] - training - half.manager._state_bytes(), half)  # half stays
     assert all(p.numel() == 0 for p in weights.module.parameters())
