@@ -100,7 +100,9 @@ class Manager {
 
   // Collective: moves every state kind to `to`, rebinding buffer(i). An InputError (bad
   // config) is thrown on every rank before anything moves; the state is then unchanged.
-  SwitchStats switch_to(const vps::ParallelConfig& to);
+  // `zeroed_kinds` (bit k = StateKind k, equal on every rank): kinds not moved but zero after
+  // (exec::TransitionOptions::zeroed_kinds; grads at a step boundary).
+  SwitchStats switch_to(const vps::ParallelConfig& to, std::uint32_t zeroed_kinds = 0);
   // Throws the InputError switch_to(to) would throw before moving anything; no communication.
   void validate(const vps::ParallelConfig& to) const;
 
@@ -134,7 +136,8 @@ class Manager {
   // Times (from `started`, when the switch began: planning is the part before this call) and
   // bytes are gathered over `transition`.
   SwitchStats move_state(std::unique_ptr<vps::Layout> next, int new_rank, const plan::RankPlan& plan,
-                         comm::Transport& transition, std::chrono::steady_clock::time_point started);
+                         comm::Transport& transition, std::chrono::steady_clock::time_point started,
+                         std::uint32_t zeroed_kinds = 0);
   // The world after such a switch: its rank r holds rank r of the layout; nullptr on a process
   // that left (it holds nothing).
   void set_world(comm::Transport* world) { world_ = world; }

@@ -231,16 +231,19 @@ void bind_manager_init(ManagerClass& cls) {
 
 // Switching the layout: switch(), validate() and a timed switch for the benchmark.
 void bind_manager_switch(ManagerClass& cls) {
-  cls.def("switch",
-          [](Manager& self, const std::string& to) {
-            auto config = vps::ParallelConfig::parse(to);
-            SwitchStats s;
-            {
-              py::gil_scoped_release unlocked;
-              s = self.switch_to(config);
-            }
-            return stats_dict(s);
-          })
+  cls.def(
+         "switch",
+         [](Manager& self, const std::string& to, bool zero_grads) {
+           auto config = vps::ParallelConfig::parse(to);
+           SwitchStats s;
+           {
+             py::gil_scoped_release unlocked;
+             s = self.switch_to(config, zero_grads ? vps::kind_bit(vps::StateKind::kGrad) : 0u);
+           }
+           return stats_dict(s);
+         },
+         // zero_grads: the grads are not moved and are zero afterwards (a step boundary)
+         py::arg("to"), py::arg("zero_grads") = false)
       .def("validate",
            [](const Manager& self, const std::string& to) { self.validate(vps::ParallelConfig::parse(to)); })
       // The same switch driven from C++ alone (no Python between plan, engine and stats), timed

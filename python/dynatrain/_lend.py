@@ -5,7 +5,9 @@
                      # hold the whole state in the smaller layout
     job.reclaim()    # collective: the layout from before the lend, on the same processes
 
-Both are ordinary planned switches over the job's processes (Manager.switch(keep_processes=True)):
+Both are planned switches over the job's processes (Manager.switch(keep_processes=True)) at a
+step boundary, so they move no grads (zero_grads=True: the step's grads were consumed by
+optimizer.step(), and a switch between backward() and the step is refused):
 no process starts or ends, the world and its communicator stay, and the process groups of a
 layout the job ran before come from the Manager's cache (split once per layout), so from the
 second lend / reclaim round on a phase shift creates no group.
@@ -70,7 +72,7 @@ def _shift(job, layout: str) -> Dict[str, Any]:
     and new_processes (the change of the job's process count: 0)."""
     m = job.manager
     groups, processes = _groups_made(m), m.comm.size
-    stats = job.switch(layout, keep_processes=True)
+    stats = job.switch(layout, keep_processes=True, zero_grads=True)
     stats["new_groups"] = int(_c10d.all_max(m.comm, float(_groups_made(m) - groups)))
     stats["new_processes"] = m.comm.size - processes
     return stats

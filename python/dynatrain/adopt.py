@@ -444,11 +444,13 @@ class Job(_lend.PhaseShifts):
         return {name: [k for k in self._spec.keys if k in self.optimizer.state.get(p, {})] for name, p in self._params}
 
     # ---- switching and checkpoints ----
-    def switch(self, layout: str, vacate: Optional[List[int]] = None, *, keep_processes: bool = False) -> Dict[str, Any]:
+    def switch(self, layout: str, vacate: Optional[List[int]] = None, *, keep_processes: bool = False,
+               zero_grads: bool = False) -> Dict[str, Any]:
         """Collective: moves the whole training state to `layout` and rebinds the same parameters
         and optimizer state entries. In a process that joined the job at this step, a switch to
         the layout it joined in is a local no-op (the others ran that switch already).
-        keep_processes=True: no process starts or leaves (Manager.switch; job.lend uses it)."""
+        keep_processes=True: no process starts or leaves; zero_grads=True: the grads are not moved
+        and are zero afterwards (Manager.switch; job.lend and job.reclaim use both)."""
         m = self.manager
         if self._joined_pending:
             self._joined_pending = False
@@ -464,7 +466,7 @@ class Job(_lend.PhaseShifts):
         _habits.retire_accumulators(self._params, label)
         self._unbind()
         try:
-            stats = m.switch(layout, vacate=vacate, keep_processes=keep_processes)
+            stats = m.switch(layout, vacate=vacate, keep_processes=keep_processes, zero_grads=zero_grads)
         except ValueError:
             self._bind()  # rejected on every rank before anything moved
             raise

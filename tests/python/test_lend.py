@@ -38,11 +38,13 @@ def test_lend_and_reclaim_move_every_byte_and_training_equals_plain_torch(world)
             assert all(p.numel() == 0 for p in model.parameters())
         after = whole(job)
         assert all(torch.equal(before[k], after[k]) for k in before)  # every byte where it was
+        assert all(not bool(p.grad.any()) for p in model.parameters() if job.active)  # grads not moved: zero
         worst = max(worst, train_step(job, model, optimizer, plain, plain_opt, step))  # trains while lent
         step += 1
         back = job.reclaim()
         assert back["reclaimed"] == lent["lent"] and back["new_processes"] == 0
         assert job.config["config"] == first and job.active and os.getpid() == pid
+        assert all(not bool(p.grad.any()) for p in model.parameters())
         if round_ > 0:  # the groups of both layouts come from the cache
             assert lent["new_groups"] == 0 and back["new_groups"] == 0, (lent["new_groups"], back["new_groups"])
     assert worst <= 1e-5, worst
