@@ -70,7 +70,12 @@ Manager::Manager(std::shared_ptr<Elastic> joined, LayoutFactory layouts, const v
   DT_CHECK(rank_layout_.buffers.empty(), "a joining process holds rank ", world_->rank(), " of ", config.str());
 }
 
-Manager::~Manager() { release_all(); }
+Manager::~Manager() {
+  if (weights_owner_)
+    release_weights();  // into the training manager's pool, which holds them
+  else
+    release_all();
+}
 
 comm::Transport& Manager::world() const {
   if (world_ == nullptr) DT_INPUT_ERROR("this process left the job in its last switch; it holds no state");
@@ -99,32 +104,39 @@ void Manager::release_all() {
 
 void Manager::validate(const vps::ParallelConfig& to) const { require_world(layouts_(to), world().size()); }
 
-SwitchStats Manager::switch_to(const vps::ParallelConfig& to) {
+SwitchStats Manager::switch_to(const vps::ParallelConfig& to, std::uint32_t zeroed_kinds) {
   const auto t0 = std::chrono::steady_clock::now();
   auto next = std::make_unique<vps::Layout>(layouts_(to));
   require_world(*next, world().size());
   const plan::Planner planner(*layout_, *next, options_.topology);
   const int me = world_->rank();
   const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
-  return move_state(std::move(next), me, plan, *world_, t0);
+  return move_state(std::move(next), me, plan, *world_, t0, zeroed_kinds);
 }
 
 SwitchStats Manager::move_state(std::unique_ptr<vps::Layout> next, int new_rank, const plan::RankPlan& plan,
-                                comm::Transport& transition, std::chrono::steady_clock::time_point t0) {
+                                comm::Transport& transition, std::chrono::steady_clock::time_point t0,
+                                std::uint32_t zeroed_kinds) {
   // A process without a new rank holds nothing (a rank beyond the layout).
   const int layout_rank = new_rank >= 0 ? new_rank : next->config().world_size() + transition.rank();
   vps::RankLayout dst_layout = next->rank_layout(layout_rank);
   const double plan_s = seconds_since(t0);
 
   std::vector<std::byte*> dst(dst_layout.buffers.size(), nullptr);
+  exec::TransitionOptions options = options_;
+  options.zeroed_kinds = zeroed_kinds;
   const exec::TransitionStats ts = exec::run_transition(
-      plan, rank_layout_, buffers_, dst_layout, dst, layout_->options().elem_bytes, transition, keep_alive_, options_);
+      plan, rank_layout_, buffers_, dst_layout, dst, layout_->options().elem_bytes, transition, keep_alive_, options);
   for (std::size_t i = 0; i < dst.size(); ++i)
     DT_CHECK(dst[i] != nullptr || dst_layout.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
   layout_ = std::move(next);
   rank_layout_ = std::move(dst_layout);
   buffers_ = std::move(dst);
+  return gathered_stats(transition, plan_s, ts, t0);
+}
 
+SwitchStats gathered_stats(comm::Transport& transport, double plan_s, const exec::TransitionStats& ts,
+                           std::chrono::steady_clock::time_point t0) {
   struct Mine {
     double plan_s, engine_s, total_s;
     std::uint64_t sent, received, kept, messages, peak, src, dst;
@@ -132,7 +144,7 @@ SwitchStats Manager::move_state(std::unique_ptr<vps::Layout> next, int new_rank,
   const Mine mine{plan_s,        ts.seconds,  seconds_since(t0), ts.bytes_sent, ts.bytes_received,
                   ts.bytes_kept, ts.messages, ts.peak_bytes,     ts.src_bytes,  ts.dst_bytes};
   SwitchStats st;
-  for (const Mine& m : comm::all_gather_values(transition, mine)) {
+  for (const Mine& m : comm::all_gather_values(transport, mine)) {
     st.plan_seconds = std::max(st.plan_seconds, m.plan_s);
     st.engine_seconds = std::max(st.engine_seconds, m.engine_s);
     st.pause_seconds = std::max(st.pause_seconds, m.total_s);

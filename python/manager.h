@@ -100,7 +100,9 @@ class Manager {
 
   // Collective: moves every state kind to `to`, rebinding buffer(i). An InputError (bad
   // config) is thrown on every rank before anything moves; the state is then unchanged.
-  SwitchStats switch_to(const vps::ParallelConfig& to);
+  // `zeroed_kinds` (bit k = StateKind k, equal on every rank): kinds not moved but zero after
+  // (exec::TransitionOptions::zeroed_kinds; grads at a step boundary).
+  SwitchStats switch_to(const vps::ParallelConfig& to, std::uint32_t zeroed_kinds = 0);
   // Throws the InputError switch_to(to) would throw before moving anything; no communication.
   void validate(const vps::ParallelConfig& to) const;
 
@@ -113,7 +115,7 @@ class Manager {
   comm::Transport& world() const;  // InputError on a process that left the job
   const exec::PoolAllocator& pool() const { return pool_; }
   // Keeps buffer(i)'s memory out of every later switch's reuse until the token is destroyed.
-  std::shared_ptr<void> pin(std::size_t i) { return keep_alive_.pin(buffers_.at(i), buffer_bytes(i)); }
+  std::shared_ptr<void> pin(std::size_t i) { return holder().pin(buffers_.at(i), buffer_bytes(i)); }
   const KeepAliveAllocator& keep_alive() const { return keep_alive_; }
   // The allocator every transition of this manager's buffers must use (switch_to() does), so
   // that pinned buffers stay out of its reuse.
@@ -134,14 +136,28 @@ class Manager {
   // Times (from `started`, when the switch began: planning is the part before this call) and
   // bytes are gathered over `transition`.
   SwitchStats move_state(std::unique_ptr<vps::Layout> next, int new_rank, const plan::RankPlan& plan,
-                         comm::Transport& transition, std::chrono::steady_clock::time_point started);
+                         comm::Transport& transition, std::chrono::steady_clock::time_point started,
+                         std::uint32_t zeroed_kinds = 0);
   // The world after such a switch: its rank r holds rank r of the layout; nullptr on a process
   // that left (it holds nothing).
   void set_world(comm::Transport* world) { world_ = world; }
 
+  // ---- weights-only copies (python/refit.cc) ----
+  // Collective over world(), which must hold the same processes as `training`'s (any order):
+  // this manager (param kind only, in its own layout) receives a copy of `training`'s current
+  // weights, planned from `training`'s layout and moved by the engine; `training` is read, never
+  // changed. From the first call on, this manager's buffers live in `training`'s pool (its own
+  // pool is trimmed), so a process that lent its training state builds the copy in the memory
+  // that state gave back; the previous copy's memory goes back to that pool first.
+  SwitchStats receive_weights(const std::shared_ptr<Manager>& training);
+  // Gives every buffer back to the pool that holds it; buffer(i) is nullptr until receive_weights().
+  void release_weights();
+
  private:
   void allocate_zeroed();
   void release_all();
+  // The allocator of this manager's buffers: its own, or a training manager's for a weights copy.
+  KeepAliveAllocator& holder() { return weights_owner_ ? weights_owner_->keep_alive_ : keep_alive_; }
 
   std::unique_ptr<comm::Transport> first_world_;  // the constructor's (outlives elastic_, which may use it)
   std::shared_ptr<Elastic> elastic_;              // created at the first process-count change
@@ -153,7 +169,13 @@ class Manager {
   exec::PoolAllocator pool_;
   KeepAliveAllocator keep_alive_{pool_};  // the switches' allocator: the pool, minus pinned blocks
   std::vector<std::byte*> buffers_;
+  std::shared_ptr<Manager> weights_owner_;  // a weights copy's: the training manager whose pool holds buffers_
 };
+
+// One transition's statistics as the user sees them: this rank's `ts` and plan time, gathered
+// over `transport` (max of times, sums and maxima of bytes); pause counted from `started`.
+SwitchStats gathered_stats(comm::Transport& transport, double plan_seconds, const exec::TransitionStats& ts,
+                           std::chrono::steady_clock::time_point started);
 
 // Throws InputError when `layout`'s config needs more ranks than the job has.
 void require_world(const vps::Layout& layout, int job_size);

@@ -231,16 +231,19 @@ void bind_manager_init(ManagerClass& cls) {
 
 // Switching the layout: switch(), validate() and a timed switch for the benchmark.
 void bind_manager_switch(ManagerClass& cls) {
-  cls.def("switch",
-          [](Manager& self, const std::string& to) {
-            auto config = vps::ParallelConfig::parse(to);
-            SwitchStats s;
-            {
-              py::gil_scoped_release unlocked;
-              s = self.switch_to(config);
-            }
-            return stats_dict(s);
-          })
+  cls.def(
+         "switch",
+         [](Manager& self, const std::string& to, bool zero_grads) {
+           auto config = vps::ParallelConfig::parse(to);
+           SwitchStats s;
+           {
+             py::gil_scoped_release unlocked;
+             s = self.switch_to(config, zero_grads ? vps::kind_bit(vps::StateKind::kGrad) : 0u);
+           }
+           return stats_dict(s);
+         },
+         // zero_grads: the grads are not moved and are zero afterwards (a step boundary)
+         py::arg("to"), py::arg("zero_grads") = false)
       .def("validate",
            [](const Manager& self, const std::string& to) { self.validate(vps::ParallelConfig::parse(to)); })
       // The same switch driven from C++ alone (no Python between plan, engine and stats), timed
@@ -256,6 +259,20 @@ void bind_manager_switch(ManagerClass& cls) {
         for (double s : comm::all_gather_values(self.world(), mine)) slowest = std::max(slowest, s);
         return slowest;
       });
+}
+
+// A weights-only copy (python/refit.cc): receive the training manager's weights, or let them go.
+void bind_manager_refit(ManagerClass& cls) {
+  cls.def("receive_weights",
+          [](Manager& self, const std::shared_ptr<Manager>& training) {
+            SwitchStats s;
+            {
+              py::gil_scoped_release unlocked;
+              s = self.receive_weights(training);
+            }
+            return stats_dict(s);
+          })
+      .def("release_weights", &Manager::release_weights);
 }
 
 // The current layout: its config, group colors, model, tensors and state kinds.
@@ -353,6 +370,7 @@ void bind_manager(py::module_& m) {
   ManagerClass cls(m, "Manager");
   bind_manager_init(cls);
   bind_manager_switch(cls);
+  bind_manager_refit(cls);
   bind_manager_layout(cls);
   bind_manager_memory(cls);
 }

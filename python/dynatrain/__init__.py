@@ -232,7 +232,8 @@ class Manager:
             set(self._pending_extra.pop(name))
 
     # ---- switching ----
-    def switch(self, to_cfg: str, *, vacate: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+    def switch(self, to_cfg: str, *, vacate: Optional[Sequence[int]] = None,
+               keep_processes: bool = False, zero_grads: bool = False) -> Dict[str, Any]:
         """Collective: moves every state kind to layout `to_cfg` in memory and rebinds.
         Returns max-over-ranks times (seconds: the native switch; plan_seconds; engine_seconds;
         pause_seconds: everything including rebinding and groups) and bytes (bytes_sent,
@@ -242,18 +243,23 @@ class Manager:
         (StaleTensorError when used): re-read tensors()/buffers().
         Elastic managers: a config needing more processes than the job has grows it, fewer
         shrinks it, `vacate` names world ranks that must leave; processes that leave get Leaving
-        (exit status 0), `comm` is then the job's new communicator (docs/python.md)."""
+        (exit status 0), `comm` is then the job's new communicator (docs/python.md).
+        keep_processes=True: the processes stay, as with elastic=False (a smaller config leaves
+        ranks idle, which a later switch takes back; python/dynatrain/_lend.py). zero_grads=True
+        (a switch within the processes, at a step boundary): the grads are not moved and are zero
+        afterwards."""
         self._require_member()
         t0 = time.perf_counter()
         with self._collective(f"Manager.switch to {to_cfg!r}", self._state_bytes()):
             _agree.agree(self.comm, "switch arguments", {
-                "to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate),
+                "to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate), "keep": bool(keep_processes),
+                "zero_grads": bool(zero_grads),
                 "registered extra state": [(name, per_rank) for name, (_, _, per_rank) in self._extra.items()]})
-            if _agree.together(self.comm, f"switch to {to_cfg!r}", lambda: self._check_switch(to_cfg, vacate)):
+            if _agree.together(self.comm, f"switch to {to_cfg!r}", lambda: self._check_switch(to_cfg, vacate, keep_processes)):
                 return _elastic.switch(self, to_cfg, vacate)
             job, mine = _agree.together(self.comm, "extra state get()", self._get_extra)
             self._drop_views(f"from before switch {self._views.switches + 1} ({self._config['config']} -> {to_cfg})")
-            stats = self._native.switch(to_cfg)
+            stats = self._native.switch(to_cfg, zero_grads=bool(zero_grads))
             t1 = time.perf_counter()
             step, job = self.comm.bcast((self.step, job) if self.comm.rank == 0 else None, root=0)
             ranks = self.comm.allgather(mine)
@@ -266,13 +272,16 @@ class Manager:
         _views.warn_if_pinned(self._native.pool_stats()["deferred_bytes"])
         return stats
 
-    def _check_switch(self, to_cfg: str, vacate) -> bool:
+    def _check_switch(self, to_cfg: str, vacate, keep_processes: bool = False) -> bool:
         """Whether the switch changes the job's processes (python/dynatrain/_elastic.py, which
         refuses a vacate list on fixed processes; _c10d.py what cannot run on torch.distributed); a
         switch within them is validated here."""
-        _c10d.refuse_process_change(self, to_cfg, vacate)
-        if _elastic.changes_processes(self, to_cfg, vacate):
-            return True
+        if keep_processes and (vacate or self._prepared is not None):
+            raise ValueError("keep_processes=True keeps every process: no vacate list, no prepared process change")
+        if not keep_processes:
+            _c10d.refuse_process_change(self, to_cfg, vacate)
+            if _elastic.changes_processes(self, to_cfg, vacate):
+                return True
         self._native.validate(to_cfg)
         return False
 

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import Manager, _attention, _c10d, _clip, _habits, _notice, _recover, _sharded, tp
+from . import Manager, _attention, _c10d, _clip, _habits, _lend, _notice, _recover, _sharded, tp
 from ._agree import agree, together
 from ._describe import Description, describe
 from ._grads import GradBuffers
@@ -66,9 +66,9 @@ def _broadcast(comm, t: torch.Tensor) -> torch.Tensor:
     return out
 
 
-class Job:
+class Job(_lend.PhaseShifts):
     """An adopted model and optimizer on a Manager. Collective calls: switch, sync_grads (also
-    run by optimizer.step), save, average; every rank calls them together."""
+    run by optimizer.step), save, average, lend, reclaim, refit; every rank calls them together."""
 
     def __init__(self, manager: Manager, model: torch.nn.Module, optimizer, described: Description,
                  spec: OptimizerSpec, notices: Optional[_notice.Notices] = None):
@@ -453,16 +453,20 @@ class Job:
         return {name: [k for k in self._spec.keys if k in self.optimizer.state.get(p, {})] for name, p in self._params}
 
     # ---- switching and checkpoints ----
-    def switch(self, layout: str, vacate: Optional[List[int]] = None) -> Dict[str, Any]:
+    def switch(self, layout: str, vacate: Optional[List[int]] = None, *, keep_processes: bool = False,
+               zero_grads: bool = False) -> Dict[str, Any]:
         """Collective: moves the whole training state to `layout` and rebinds the same parameters
         and optimizer state entries. In a process that joined the job at this step, a switch to
-        the layout it joined in is a local no-op (the others ran that switch already)."""
+        the layout it joined in is a local no-op (the others ran that switch already).
+        keep_processes=True: no process starts or leaves; zero_grads=True: the grads are not moved
+        and are zero afterwards (Manager.switch; job.lend and job.reclaim use both)."""
         m = self.manager
         if self._joined_pending:
             self._joined_pending = False
             if _sizes(layout) == {k: m.config[k] for k in _DEFAULTS}:
                 return {"config": m.config["config"], "joined": True}
         self._check(layout)
+        _lend.refuse_while_lent(self, "job.switch()")
         together(m.comm, "job.switch(): no step in progress", self._refuse_unfinished_step)
         agree(m.comm, "job.switch(): the optimizer's hyperparameters (param groups)",
               hyperparameters(self.optimizer, {id(p): n for n, p in self._params}))
@@ -471,7 +475,7 @@ class Job:
         _habits.retire_accumulators(self._params, label)
         self._unbind()
         try:
-            stats = m.switch(layout) if vacate is None else m.switch(layout, vacate=vacate)
+            stats = m.switch(layout, vacate=vacate, keep_processes=keep_processes, zero_grads=zero_grads)
         except ValueError:
             self._bind()  # rejected on every rank before anything moved
             raise
