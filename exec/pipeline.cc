@@ -12,6 +12,7 @@ constexpr int kTag = 1495;
 
 // One round of one pair in flight: the chunks, where they travel from / to, the requests.
 struct Flight {
+  int peer = -1;
   const Chunk* sc = nullptr;
   const Chunk* rc = nullptr;
   std::byte* rptr = nullptr;  // staging slot of a receive that is not direct
@@ -65,6 +66,7 @@ class Pipeline {
     const int slot = static_cast<int>(posted_[c]++ % w_.depth[c]);
     const PeerWork& pw = w_.work[rd.wave].at(rd.peer);
     Flight& f = flights_[c][slot];
+    f.peer = rd.peer;
     post_send(rd.peer, pw, rd.round, f, c_.staging.send[c][slot]);
     post_recv(rd.peer, pw, rd.round, f, c_.staging.recv[c][slot]);
     if (c_.trace) trace_post(rd, f);
@@ -76,6 +78,18 @@ class Pipeline {
     for (; kept_ <= w; ++kept_) run_keeps(kept_);
   }
   void run_keeps(int w);
+  // Over a runs pair the receiver copies (cross-memory attach) only inside a wait or a test
+  // (comm/README.md), so a rank copying its keeps would hold its peer's sends in flight until
+  // the keeps end: between keeps, the rounds in flight are tested, which moves what has arrived.
+  void progress_flights() {
+    for (int c = 0; c < w_.classes; ++c)
+      for (std::size_t k = done_[c]; k < posted_[c]; ++k) {
+        Flight& f = flights_[c][k % w_.depth[c]];
+        if (!c_.direct.pair_runs(f.peer)) continue;
+        if (f.rreq) f.rreq->test();
+        if (f.sreq) f.sreq->test();
+      }
+  }
 
   // ---- one round's messages ----
   void post_recv(int peer, const PeerWork& pw, std::size_t r, Flight& f, std::byte* stage);
@@ -120,6 +134,7 @@ void Pipeline::run_keeps(int w) {
       c_.trace->keep(c_.geometry.bytes(p) - remapped);
     }
     if (!dry_) {
+      progress_flights();
       const auto t0 = Clock::now();
       run_keep(p, remaps, c_.geometry, c_.src, c_.dst, c_.alloc, c_.stats);
       c_.stats.bytes_kept += c_.geometry.bytes(p);

@@ -66,15 +66,19 @@ void TrainJob::save_if_due() {
 bool TrainJob::commit_if_due() {
   if (s_.next >= s_.schedule.size() || s_.schedule[s_.next].first != s_.step) return true;
   fault_point("switch", trainer_->world().rank());
-  // A peer that stops answering mid-switch ends the job (job/watchdog.h). Ranks the current
-  // layout leaves idle wait for the active ones: only active ranks arm.
+  // A peer that stops answering mid-switch ends the job (job/watchdog.h); a switch that keeps
+  // moving bytes (Trainer::switch_progress) is slow, not hung. Ranks the current layout leaves
+  // idle wait for the active ones: only active ranks arm.
   if (trainer_->active())
-    watchdog_.arm("the switch before step " + std::to_string(s_.step), switch_deadline_, [t = trainer_.get()] {
-      const int n = t->starting_processes();
-      return n == 0 ? std::string()
-                    : "waiting for " + std::to_string(n) +
-                          " process(es) being started for it (MPI_Comm_spawn) that never joined";
-    });
+    watchdog_.arm(
+        "the switch before step " + std::to_string(s_.step), switch_deadline_,
+        [t = trainer_.get()] {
+          const int n = t->starting_processes();
+          return n == 0 ? std::string()
+                        : "waiting for " + std::to_string(n) +
+                              " process(es) being started for it (MPI_Comm_spawn) that never joined";
+        },
+        trainer_->switch_progress());
   const bool stays = commit();
   watchdog_.disarm();
   if (!stays) return false;

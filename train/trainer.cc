@@ -104,6 +104,7 @@ void Trainer::prepare(const vps::ParallelConfig& config, std::string payload, st
 const std::string& Trainer::joined_payload() const { return impl_->edm->joined_payload(); }
 bool Trainer::preparing() const { return impl_->edm->preparing(); }
 int Trainer::starting_processes() const { return impl_->edm->starting_processes(); }
+const std::atomic<std::uint64_t>* Trainer::switch_progress() const { return &impl_->switch_progress; }
 SwitchStats Trainer::commit(std::string leader_state) { return impl_->commit(std::move(leader_state)); }
 void Trainer::set_switch_probe(std::shared_ptr<SwitchProbe> probe) { impl_->switch_probe = std::move(probe); }
 SwitchStats Trainer::switch_to(const vps::ParallelConfig& config) {

@@ -20,6 +20,7 @@
 // zero 0-3 (ZeRO-2/3 through train/zero.h), etp dividing tp, cp with seq divisible by 2*cp.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -222,6 +223,12 @@ class Trainer {
   // another process, the leader role moves there and every rank gets this in
   // SwitchStats::leader_state.
   SwitchStats commit(std::string leader_state = {});
+  // The commits' sign of life for a watchdog (job/watchdog.h): raised, as a commit goes, by
+  // every byte the engine finishes (exec::TransitionOptions::progress: each round sent or
+  // received, each keep) and by the bytes of each tensor the reference path broadcasts; it only
+  // grows. A watchdog armed with it ends a commit only after a whole deadline without progress.
+  // Safe from any thread; lives as long as the trainer.
+  const std::atomic<std::uint64_t>* switch_progress() const;
   // The probe every later commit runs (nullptr: none). Set it on every rank alike.
   void set_switch_probe(std::shared_ptr<SwitchProbe> probe);
   // prepare + commit at once.

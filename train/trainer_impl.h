@@ -15,6 +15,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <type_traits>
 #include <memory>
 #include <string>
@@ -116,6 +117,7 @@ struct Trainer::Impl {
   // early only holds the prefaulted memory longer, preparing late shows in the pause.
   int lookahead = 20;
   int lookahead_used = 0;
+  std::atomic<std::uint64_t> switch_progress{0};  // Trainer::switch_progress
   double last_step_s = 0;
   StageModel model;
   ModelComms comms;

@@ -281,6 +281,7 @@ TransferResult Trainer::Impl::run_engine(comm::Transport& tw, Arenas& next_arena
   exec::TransitionOptions to;
   to.topology.gpus_per_node = opt.gpus_per_node;
   to.keep_path = opt.keep_path;
+  to.progress = &switch_progress;
   const vps::ElemBytes eb = elem();
   exec::TransitionStats ts = exec::run_transition(ps.plan, ps.src_rl, src_ptrs, ps.dst_rl, dst_ptrs, eb, tw, alloc, to);
   out.sent = ts.bytes_sent;
@@ -315,6 +316,7 @@ TransferResult Trainer::Impl::run_gather(comm::Transport& tw, Arenas& next_arena
     for (const auto& t : layout->tensors()) {
       full[t.id] = tw.rank() == 0 ? std::move(g.tensors[t.id]) : std::vector<float>(t.numel());
       tw.broadcast(full[t.id].data(), full[t.id].size() * sizeof(float), 0);
+      switch_progress.fetch_add(full[t.id].size() * sizeof(float), std::memory_order_relaxed);
     }
     scatter_vps(*pending->dst_full, pending->dst_full_rl, kind, full, next_arenas);
   }

@@ -129,7 +129,8 @@ TEST(Train, AutoPlacementSwitchBackReusesTheReorderedWorld) {
 // engine): some kept bytes are remapped, the peak stays within its bound, and the loss tracks
 // the static run, which is packed (align_pages = false, train --no-align-pages): the padding
 // changes nothing. Remaps are forced (KeepPath::kRemap): by default they run only where this
-// machine measured them faster than a copy.
+// machine measured them faster than a copy. Each commit raises the trainer's progress counter
+// (the watchdog's sign of life) by the bytes it moved and kept.
 TEST(Train, AlignedPagesSwitchRemapsKeptTensors) {
   auto o = tiny("tiny-dense", 8, 32);
   o.keep_path = exec::KeepPath::kRemap;
@@ -139,12 +140,19 @@ TEST(Train, AlignedPagesSwitchRemapsKeptTensors) {
   o.align_pages = true;
   std::vector<double> dyn;
   std::vector<SwitchStats> sws;
+  std::mutex mu;
+  std::uint64_t progress[2] = {0, 0};  // per switch: summed over ranks
   comm::run_ranks(4, [&](comm::Transport& world) {
     set_intra_op_threads(1);
     Trainer t(o, cfg("tp=2,dp=2"), world, embedded_text());
     for (int s = 0; s < 6; ++s) {
       if (s == 2 || s == 4) {
+        const std::uint64_t before = t.switch_progress()->load();
         auto sw = t.switch_to(cfg(s == 2 ? "pp=2,dp=2" : "tp=2,dp=2"));
+        {
+          std::lock_guard lock(mu);
+          progress[s / 4] += t.switch_progress()->load() - before;
+        }
         if (world.rank() == 0) sws.push_back(sw);
       }
       auto st = t.step();
@@ -153,7 +161,12 @@ TEST(Train, AlignedPagesSwitchRemapsKeptTensors) {
     t.finish();
   });
   ASSERT_EQ(sws.size(), 2u);
-  for (const auto& sw : sws) {
+  for (std::size_t i = 0; i < sws.size(); ++i) {
+    const SwitchStats& sw = sws[i];
+    // The watchdog's sign of life rose by every byte the switch finished (sent, received, kept
+    // by a copy or a remap), and by nothing else.
+    EXPECT_EQ(progress[i], sw.bytes_sent + sw.bytes_received + sw.bytes_kept - sw.kept_zero_copy_bytes)
+        << sw.from << " -> " << sw.to;
     EXPECT_GT(sw.kept_remapped_bytes, 0u) << sw.from << " -> " << sw.to << ": no kept byte was remapped";
     EXPECT_LE(sw.kept_remapped_bytes + sw.kept_zero_copy_bytes, sw.bytes_kept);
     EXPECT_LE(sw.peak_over_bound, 1.0) << "some rank's pool peak exceeds max(source, destination) + budget";
