@@ -34,7 +34,7 @@ import time
 from datetime import timedelta
 from typing import Dict, List
 
-from . import _c10d, _elastic, _native, _watchdog
+from . import _abort, _c10d, _elastic, _native, _watchdog
 
 SETTLE_S = 1.0  # how long the decision waits for a process of another node after the last arrival
 POLL_S = 0.005
@@ -53,8 +53,10 @@ class ProcessLost(SystemExit):
 
 
 def enabled(m) -> bool:
-    """Whether a lost peer is recovered (torch.distributed, elastic, more than one process)."""
-    return m.comm is not None and _c10d.is_c10d(m.comm) and m._options["elastic"] and m.comm.size > 1
+    """Whether a lost peer is recovered (torch.distributed, elastic, more than one process, and not
+    under a launcher that ends the job when a rank fails: `dynatrain launch` without --keep-going)."""
+    return m.comm is not None and _c10d.is_c10d(m.comm) and m._options["elastic"] and m.comm.size > 1 and \
+        not _abort.launcher_ends_job()
 
 
 def announce(m) -> None:

@@ -2,6 +2,7 @@
 process is killed (test_notice.py, bench/c10d_recovery.py):
 
   lost_job.py LAYOUT STEP RANK   the process holding RANK SIGKILLs itself before step STEP
+                                 (LOST_HOW=raise: raises RuntimeError instead)
 
 Each process prints `start pid P`; the killed one `kill at T` (wall clock) just before; after
 each optimizer.step() that counted its step, every process prints `loss step S rank R of D
@@ -54,6 +55,8 @@ def main(layout, step, rank):
     recoveries = 0
     while job.step < STEPS:
         if job.step == int(step) and job.rank == int(rank) and recoveries == 0:
+            if os.environ.get("LOST_HOW") == "raise":
+                raise RuntimeError(f"failed on purpose before step {job.step}")
             say(f"kill at {time.time():.6f}")
             os.kill(os.getpid(), signal.SIGKILL)
         before = job.step

@@ -160,9 +160,20 @@ def test_notice_to_the_store_host_on_torch_distributed_ends_the_job_at_its_deadl
 LOCAL_LOSS = re.compile(r"loss step (\d+) rank (\d+) of (\d+) value (\S+) pid (\d+) config (\S+)")
 
 
-def lost(layout, rank):
+def lost(layout, rank, launch=("--keep-going",)):
     """lost_job.py: 4 processes, the one holding `rank` killed before step 3."""
-    return job(4, layout, "3", str(rank), c10d=True, script="lost_job.py", launch=("--keep-going",))
+    return job(4, layout, "3", str(rank), c10d=True, script="lost_job.py", launch=launch)
+
+
+def test_exception_on_one_rank_under_plain_launch_ends_with_its_one_line(monkeypatch):
+    monkeypatch.setenv("LOST_HOW", "raise")  # rank 2 raises before step 3; no --keep-going
+    rc, out, err = lost("tp=1,dp=4,zero=0", 2, launch=())
+    assert rc == 1, out + err
+    lines = [line for line in err.splitlines() if line.startswith("dynatrain:")]
+    assert lines == ["dynatrain: rank 2: RuntimeError: failed on purpose before step 3"], err
+    assert err.count("Traceback") == 1, err  # the failed rank's; the others were ended, silent
+    assert "recovery:" not in out and "notice:" not in out and "end pid" not in out, out
+    assert sorted(int(s) for s, *_ in LOCAL_LOSS.findall(out)) == sorted(list(range(3)) * 4), out
 
 
 def test_lost_process_on_torch_distributed_is_recovered_in_place():
