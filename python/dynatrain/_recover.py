@@ -1,8 +1,10 @@
 """A lost process recovered in place on torch.distributed (docs/python.md, "A lost process").
 
 When a process of an adopted job dies (SIGKILL, the OOM killer, a crash), its connections
-close and Gloo raises in the survivors' collective of that step. optimizer.step() catches it
-(only on torch.distributed, with processes that may change, over more than one process) and:
+close and Gloo raises in the survivors' collective of that step: in optimizer.step(), or in one
+of the package's collectives before it, kept there until the step (_interrupt.py).
+optimizer.step() catches it (only on torch.distributed, with processes that may change, over
+more than one process, and not under `dynatrain launch` without --keep-going) and:
 
   1. abandons the generation: shuts down every connection of the job's groups
      (_c10d.abandon_groups), so that a survivor waiting on another survivor gets its error too;
