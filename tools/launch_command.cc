@@ -3,12 +3,15 @@
 // LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT), lets them share this terminal's output,
 // forwards SIGINT / SIGTERM to them (each rank heads a process group of its own, which gets
 // them), and exits with the first non-zero exit code (128 + signal
-// for a rank killed by one), ending the others; 0 when every rank exited 0. A rank killed by a
-// signal it did not handle (SIGKILL, the OOM killer) says nothing itself: the launcher prints the
-// job's line naming it, and ends the others with SIGKILL (a SIGTERM would be a preemption notice
-// to an adopted Python job, docs/python.md). With --keep-going the others go on instead (an
-// adopted job on torch.distributed recovers a lost process in place): the exit code is then
-// that of the ranks still running, 0 when each of them exited 0.
+// for a rank killed by one), ending the others; 0 when every rank exited 0. The others are ended
+// with SIGKILL (a SIGTERM would be a preemption notice to an adopted Python job, docs/python.md):
+// the failed rank's line is the job's. A rank that exits non-zero prints its own (an adopted
+// job's `dynatrain: rank R: <exception>`); one killed by a signal it did not handle (SIGKILL, the
+// OOM killer) says nothing itself, so the launcher prints the line naming it. With --keep-going
+// a killed rank's others go on instead (an adopted job on torch.distributed recovers a lost
+// process in place): the exit code is then that of the ranks still running, 0 when each of them
+// exited 0. Each rank gets DYNATRAIN_LAUNCH=keep-going or =end: whether a lost peer is
+// recovered in place, or this launcher ends the job (the survivors then wait for it, silent).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -55,7 +58,7 @@ int probe_port(int port) {
 }
 
 // Child side: the torchrun variables, then exec; never returns.
-[[noreturn]] void exec_rank(int rank, int np, int port, const std::vector<std::string>& command) {
+[[noreturn]] void exec_rank(int rank, int np, int port, bool keep_going, const std::vector<std::string>& command) {
   const std::string r = std::to_string(rank), n = std::to_string(np), p = std::to_string(port);
   setenv("RANK", r.c_str(), 1);
   setenv("LOCAL_RANK", r.c_str(), 1);
@@ -63,6 +66,7 @@ int probe_port(int port) {
   setenv("LOCAL_WORLD_SIZE", n.c_str(), 1);
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   setenv("MASTER_PORT", p.c_str(), 1);
+  setenv("DYNATRAIN_LAUNCH", keep_going ? "keep-going" : "end", 1);
   std::vector<char*> argv;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -88,8 +92,8 @@ int exit_code_of(int status) {
   return 1;
 }
 
-// Waits for every rank; on the first failure (or a signal to us) ends the others: SIGTERM, then
-// SIGKILL after a grace. Returns the first non-zero exit code. `keep_going`: a rank killed by a
+// Waits for every rank; on a signal to us forwards it (SIGKILL after a grace), on the first
+// failure ends the others with SIGKILL. Returns the first non-zero exit code. `keep_going`: a rank killed by a
 // signal is reported and the others go on (its code counts for nothing).
 int supervise(std::vector<pid_t> pids, bool keep_going = false) {
   int first = 0, alive = static_cast<int>(pids.size());
@@ -129,7 +133,7 @@ int supervise(std::vector<pid_t> pids, bool keep_going = false) {
     if (code != 0 && first == 0) first = code;
     if (code != 0 && !ending) {
       if (killed) report_killed_rank(rank, done, WTERMSIG(status), false);
-      end_others(killed ? SIGKILL : SIGTERM);
+      end_others(SIGKILL);  // not SIGTERM: an adopted job reads that as a notice and goes on
       ending = true;
       deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     }
@@ -163,7 +167,7 @@ int run_launch(const LaunchArgs& args) {
       setpgid(0, 0);  // a group of its own: ending a rank ends the processes it started
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
-      exec_rank(rank, args.np, port, args.command);
+      exec_rank(rank, args.np, port, args.keep_going, args.command);
     }
     if (pid < 0) {
       for (pid_t p : pids) kill(-p, SIGTERM);

@@ -7,6 +7,11 @@ output (the traceback), then one line `dynatrain: rank R: <type>: <message>`, an
 MPI.COMM_WORLD.Abort(1), as `python -m mpi4py` does. A rank other than 0 waits a grace period
 first, so an error every rank raises alike (a disagreement) is printed by rank 0 alone.
 Opt out with DYNATRAIN_ABORT_ON_ERROR=0.
+
+Under `dynatrain launch` without --keep-going (DYNATRAIN_LAUNCH=end) the launcher ends the job
+when a rank fails; a survivor's own error from that loss (Gloo's "Connection closed by peer")
+would be a second, misleading end. Such an error waits up to LAUNCHER_WAIT_S for the launcher's
+SIGKILL, silent, and is printed only if none comes.
 """
 from __future__ import annotations
 
@@ -16,6 +21,9 @@ import time
 import traceback
 
 GRACE_SECONDS = 1.0
+LAUNCHER_WAIT_S = 10.0
+# what Gloo's errors say when the peer's process ended (its connections closed)
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
 _installed = False
 _MPI_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS")
 
@@ -33,6 +41,16 @@ def launched_with_peers() -> bool:
         except ValueError:
             pass
     return False
+
+
+def launcher_ends_job() -> bool:
+    """Whether `dynatrain launch` (without --keep-going) ends this job when one of its ranks fails."""
+    return os.environ.get("DYNATRAIN_LAUNCH") == "end"
+
+
+def peer_gone(error: BaseException) -> bool:
+    """Whether `error` is a collective's error for a peer whose process ended."""
+    return isinstance(error, RuntimeError) and any(m in str(error) for m in PEER_GONE)
 
 
 def _world():
@@ -57,7 +75,9 @@ def abort_job(line: str, exit_code: int) -> None:
 def _hook(previous):
     def hook(kind, value, tb):
         rank, _, _ = _world()
-        if rank > 0:
+        if launcher_ends_job() and peer_gone(value):
+            time.sleep(LAUNCHER_WAIT_S)  # the launcher's SIGKILL ends this process: the failed rank's is the line
+        elif rank > 0:
             time.sleep(GRACE_SECONDS)  # let rank 0 report an error that every rank raised alike
         try:
             previous(kind, value, tb)

@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from . import _native
+from . import _interrupt, _native
 
 NEEDS_MPI = ("growing the job's processes (a config of more processes than the torch.distributed world has) "
              "needs MPI: run under mpirun with an mpi4py comm")
@@ -126,6 +126,7 @@ class Comm:
         return self.size
 
     # ---- Python values ----
+    @_interrupt.guarded(lambda self, value: [value] * self.size)
     def allgather(self, value: Any) -> List[Any]:
         if self.size == 1:
             return [value]
@@ -133,6 +134,7 @@ class Comm:
         _dist().all_gather_object(out, value, group=self.group)
         return [out[t] for t in self._torch_rank]
 
+    @_interrupt.guarded(lambda self, value=None, root=0: value)
     def bcast(self, value: Any = None, root: int = 0) -> Any:
         if self.size == 1:
             return value
@@ -149,15 +151,18 @@ class Comm:
         everyone = self.allgather(value)
         return max(everyone) if op == "max" else sum(everyone[1:], everyone[0])
 
+    @_interrupt.guarded(lambda self: None)
     def Barrier(self) -> None:
         if self.size > 1:
             _dist().barrier(group=self.group)
 
     # ---- tensors (contiguous, CPU; dtypes Gloo reduces: float32) ----
+    @_interrupt.guarded(lambda self, t: None)
     def all_reduce_(self, t: torch.Tensor) -> None:
         if self.size > 1:
             _dist().all_reduce(t, group=self.group)
 
+    @_interrupt.guarded(lambda self, parts, local: None)
     def all_gather_(self, parts: List[torch.Tensor], local: torch.Tensor) -> None:
         """parts[i] = rank i's `local` (parts in this comm's rank order)."""
         if self.size == 1:
@@ -168,6 +173,7 @@ class Comm:
             by_torch[t] = parts[i]
         _dist().all_gather(by_torch, local, group=self.group)
 
+    @_interrupt.guarded(lambda self, t, root=0: None)
     def broadcast_(self, t: torch.Tensor, root: int = 0) -> None:
         if self.size > 1:
             _dist().broadcast(t, src=self.ranks[root], group=self.group)

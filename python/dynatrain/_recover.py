@@ -1,8 +1,10 @@
 """A lost process recovered in place on torch.distributed (docs/python.md, "A lost process").
 
 When a process of an adopted job dies (SIGKILL, the OOM killer, a crash), its connections
-close and Gloo raises in the survivors' collective of that step. optimizer.step() catches it
-(only on torch.distributed, with processes that may change, over more than one process) and:
+close and Gloo raises in the survivors' collective of that step: in optimizer.step(), or in one
+of the package's collectives before it, kept there until the step (_interrupt.py).
+optimizer.step() catches it (only on torch.distributed, with processes that may change, over
+more than one process, and not under `dynatrain launch` without --keep-going) and:
 
   1. abandons the generation: shuts down every connection of the job's groups
      (_c10d.abandon_groups), so that a survivor waiting on another survivor gets its error too;
@@ -34,7 +36,7 @@ import time
 from datetime import timedelta
 from typing import Dict, List
 
-from . import _c10d, _elastic, _native, _watchdog
+from . import _abort, _c10d, _elastic, _native, _watchdog
 
 SETTLE_S = 1.0  # how long the decision waits for a process of another node after the last arrival
 POLL_S = 0.005
@@ -53,8 +55,10 @@ class ProcessLost(SystemExit):
 
 
 def enabled(m) -> bool:
-    """Whether a lost peer is recovered (torch.distributed, elastic, more than one process)."""
-    return m.comm is not None and _c10d.is_c10d(m.comm) and m._options["elastic"] and m.comm.size > 1
+    """Whether a lost peer is recovered (torch.distributed, elastic, more than one process, and not
+    under a launcher that ends the job when a rank fails: `dynatrain launch` without --keep-going)."""
+    return m.comm is not None and _c10d.is_c10d(m.comm) and m._options["elastic"] and m.comm.size > 1 and \
+        not _abort.launcher_ends_job()
 
 
 def announce(m) -> None:

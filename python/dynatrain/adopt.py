@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import Manager, _attention, _c10d, _clip, _habits, _lend, _notice, _recover, _sharded, tp
+from . import Manager, _attention, _c10d, _clip, _habits, _interrupt, _lend, _notice, _recover, _sharded, tp
 from ._agree import agree, together
 from ._describe import Description, describe
 from ._grads import GradBuffers
@@ -247,6 +247,7 @@ class Job(_lend.PhaseShifts):
         _habits.warn_unregistered_scheduler(self)
         with m._collective(f"optimizer.step() at step {m.step}", m._state_bytes()):
             try:
+                _interrupt.raise_kept()  # a lost peer met since the last step (tp forward, average, ...)
                 _habits.check_step(self)  # the step's first collective
                 if not self._synced:
                     self.sync_grads()
@@ -255,7 +256,7 @@ class Job(_lend.PhaseShifts):
                 if not _recover.enabled(m):
                     raise
                 _recover.in_job(self, error)
-                return  # the step is not applied and job.step stays: the loop does it again
+                return _interrupt.arm(True)  # the step is not applied and job.step stays: the loop does it again
             if m.active:
                 self._step_on_shards()
         m.step += 1
@@ -263,6 +264,7 @@ class Job(_lend.PhaseShifts):
         self.backward_ran = False
         if self._notices is not None:
             self._notices.at_boundary(self, self._runs)
+        _interrupt.arm(_recover.enabled(m))
 
     def _runs(self, layout: str) -> bool:
         """Whether this job can train in `layout` on its processes (a notice's survivor layout)."""
@@ -588,6 +590,7 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
                        _notice.Notices(manager, notice_signal, notice_s, notice_save))
         job = bound() if joined else together(manager.comm, "adopt(): binding the model", bound)
         _recover.announce(manager)  # where each process runs, for a lost process's recovery
+        _interrupt.arm(_recover.enabled(manager))
         if not (joined or getattr(manager, "resumed", False)):
             job._load_initial()
         job._bind()

@@ -2,9 +2,10 @@
 process is killed (test_notice.py, bench/c10d_recovery.py):
 
   lost_job.py LAYOUT STEP RANK   the process holding RANK SIGKILLs itself before step STEP
+                                 (LOST_HOW=raise: raises RuntimeError instead)
 
 Each process prints `start pid P`; the killed one `kill at T` (wall clock) just before; after
-each optimizer.step() that counted its step, every process prints `loss step S rank R of D
+each optimizer.step() that counted its step, every process of tp rank 0 prints `loss step S rank R of D
 value V pid P config C` (V: its local batch's loss; the step's loss is the mean over its D
 ranks), and after one that recovered, rank 0 prints `resumed at T`. Each survivor ends with
 `end pid P gone G` (G: the start pids whose process is gone). notice_job.plain_losses() is the
@@ -54,6 +55,8 @@ def main(layout, step, rank):
     recoveries = 0
     while job.step < STEPS:
         if job.step == int(step) and job.rank == int(rank) and recoveries == 0:
+            if os.environ.get("LOST_HOW") == "raise":
+                raise RuntimeError(f"failed on purpose before step {job.step}")
             say(f"kill at {time.time():.6f}")
             os.kill(os.getpid(), signal.SIGKILL)
         before = job.step
@@ -61,8 +64,8 @@ def main(layout, step, rank):
         loss = loss_of(model, job.local_batch(batch(job.step, GLOBAL_BATCH, DIMS["vocab"], DIMS["seq"])))
         loss.backward()
         optimizer.step()
-        if job.step > before:
-            c = job.config
+        c = job.config
+        if job.step > before and c["tp_rank"] == 0:  # an interrupted step's loss means nothing
             say(f"loss step {before} rank {c['dp_rank']} of {c['dp']} value {loss.item():.9f} pid {os.getpid()} "
                   f"config {c['config']}")
         elif getattr(job, "last_recovery", None) is not None and recoveries == 0:

@@ -160,23 +160,43 @@ def test_notice_to_the_store_host_on_torch_distributed_ends_the_job_at_its_deadl
 LOCAL_LOSS = re.compile(r"loss step (\d+) rank (\d+) of (\d+) value (\S+) pid (\d+) config (\S+)")
 
 
-def lost(layout, rank):
+def lost(layout, rank, launch=("--keep-going",)):
     """lost_job.py: 4 processes, the one holding `rank` killed before step 3."""
-    return job(4, layout, "3", str(rank), c10d=True, script="lost_job.py", launch=("--keep-going",))
+    return job(4, layout, "3", str(rank), c10d=True, script="lost_job.py", launch=launch)
+
+
+def test_exception_on_one_rank_under_plain_launch_ends_with_its_one_line(monkeypatch):
+    monkeypatch.setenv("LOST_HOW", "raise")  # rank 2 raises before step 3; no --keep-going
+    rc, out, err = lost("tp=1,dp=4,zero=0", 2, launch=())
+    assert rc == 1, out + err
+    lines = [line for line in err.splitlines() if line.startswith("dynatrain:")]
+    assert lines == ["dynatrain: rank 2: RuntimeError: failed on purpose before step 3"], err
+    assert err.count("Traceback") == 1, err  # the failed rank's; the others were ended, silent
+    assert "recovery:" not in out and "notice:" not in out and "end pid" not in out, out
+    assert sorted(int(s) for s, *_ in LOCAL_LOSS.findall(out)) == sorted(list(range(3)) * 4), out
 
 
 def test_lost_process_on_torch_distributed_is_recovered_in_place():
-    rc, out, err = lost("tp=1,dp=4,zero=0", 2)
+    recovered_in_place("tp=1,dp=4,zero=0", 2, "tp=1,pp=1,dp=3,zero=0")
+
+
+def test_lost_process_seen_first_in_a_tensor_parallel_forward_is_recovered_in_place():
+    # tp=2,dp=2: rank 3's tp peer (rank 2) meets the loss in the forward's collective, not in a step
+    recovered_in_place("tp=2,dp=2,zero=0", 3, r"\S+")
+
+
+def recovered_in_place(layout, rank, into):
+    rc, out, err = lost(layout, rank)
     assert rc == 0, out + err
     steps = {}
-    for step, rank, of, value, pid, config in LOCAL_LOSS.findall(out):
-        steps.setdefault(int(step), []).append((int(rank), int(of), float(value), int(pid), config))
+    for step, dp_rank, of, value, pid, config in LOCAL_LOSS.findall(out):
+        steps.setdefault(int(step), []).append((int(dp_rank), int(of), float(value), int(pid), config))
     reference = notice_job.plain_losses()
     assert sorted(steps) == list(range(notice_job.STEPS)), out
     for step, lines in steps.items():  # every step once: one line from each of its dp ranks
         dp = lines[0][1]
         assert sorted(r for r, *_ in lines) == list(range(dp)) and {of for _, of, *_ in lines} == {dp}, (step, out)
-        assert dp == (4 if step < 3 else 3), (step, out)
+        assert step >= 3 or dp == int(layout.split("dp=")[1].split(",")[0]), (step, out)
         mean = sum(v for _, _, v, _, _ in lines) / dp
         assert abs(mean - reference[step]) <= 1e-5, (step, mean, reference[step])
     starts = [int(p) for p in START.findall(out)]
@@ -185,7 +205,7 @@ def test_lost_process_on_torch_distributed_is_recovered_in_place():
     assert len(starts) == 4 and len(killed) == 1 and sorted(ends) == sorted(set(starts) - killed), out
     for gone in ends.values():  # the survivors kept their pids; only the killed process is gone
         assert [int(g) for g in gone.split(",") if g.strip()] == sorted(killed), out
-    assert re.search(r"recovery: lost rank 2 \(global 2\) of 4; tp=1,pp=1,dp=3,zero=0 on 3 processes after a "
+    assert re.search(rf"recovery: lost rank {rank} \(global {rank}\) of 4; {into} on 3 processes after a "
                      r"\S+ s pause; step 3 again\n", out), out
     assert out.count("recovery:") == 1, out
     lines = [line for line in err.splitlines() if line.startswith("dynatrain:")]
