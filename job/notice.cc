@@ -47,8 +47,7 @@ void watch_deadline() {
       abort_job(
           "error",
           detail::concat("this process had notice (", notice_signal_name(g_settings.signal), ") ", g_settings.seconds,
-                         " s ago and has not handed its state over; the job "
-                         "ends so that it restarts from its newest checkpoint (--max-restarts)"),
+                         " s ago and has not handed its state over; ", g_settings.deadline_end),
           3);
   }
 }

@@ -25,9 +25,15 @@
 
 namespace dynatrain::job {
 
+inline constexpr const char* kCliDeadlineEnd =
+    "the job ends so that it restarts from its newest checkpoint (--max-restarts)";
+
 struct NoticeSettings {
   int signal = 0;         // the notice signal (e.g. SIGTERM); 0: notices off, the signal stops the job
   double seconds = 30.0;  // time from the notice until the process is gone
+  // The end of the deadline's line: what ending the job is for, in the words of the caller's
+  // interface (the CLI's flag, or Python's arguments).
+  std::string deadline_end = kCliDeadlineEnd;
 };
 
 // Parses a --notice-signal value: TERM, SIGTERM, USR1, SIGUSR1, USR2, SIGUSR2, HUP, SIGHUP, or

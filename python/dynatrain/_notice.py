@@ -122,7 +122,7 @@ class Notices:
             print(f"{_native.EVERY_PROCESS_NOTICED} ({sig})", flush=True)
             saved = f"saved checkpoint of step {m.step} in {self.save}" if self.save is not None else \
                 "no notice_save, nothing saved"
-            sys.stderr.write(f"dynatrain: rank 0 of {m.comm.size}: stopped by {sig} to every process: {saved}\n")
+            sys.stderr.write(f"dynatrain: error: rank 0 of {m.comm.size}: stopped by {sig} to every process: {saved}\n")
             sys.stderr.flush()
         try:  # the job ends here: mpirun's SIGTERM to processes not yet gone is no new cause
             signal.signal(self.signal, signal.SIG_IGN)

@@ -121,7 +121,7 @@ def every_process_noticed(tmp_path, c10d):
     assert_losses_match(losses(out), 4)
     assert out.count("notice: every process has notice; the job ends (SIGTERM)") == 1, out
     lines = [line for line in err.splitlines() if line.startswith("dynatrain:")]
-    assert lines == [f"dynatrain: rank 0 of 2: stopped by SIGTERM to every process: saved checkpoint of step 4 in "
+    assert lines == [f"dynatrain: error: rank 0 of 2: stopped by SIGTERM to every process: saved checkpoint of step 4 in "
                      f"{tmp_path / 'ckpt'}"], err
     assert (tmp_path / "ckpt" / "latest").exists()
 
@@ -153,4 +153,7 @@ def test_notice_to_the_store_host_on_torch_distributed_ends_the_job_at_its_deadl
     assert rc == 3, out + err
     assert re.search(r"notice: rank 0 \(pid \d+\) will be gone in 4 s \(SIGTERM\), but the process of "
                      r"torch.distributed global rank 0 hosts the store and cannot leave", out), out
-    assert err.splitlines()[0].startswith("dynatrain: error: rank 0 of 2: this process had notice (SIGTERM) 4 s ago"), err
+    first = err.splitlines()[0]
+    assert first.startswith("dynatrain: error: rank 0 of 2: this process had notice (SIGTERM) 4 s ago"), err
+    assert first.endswith("resume it from its newest checkpoint with adopt(..., resume=DIR) (notice_save=DIR or "
+                          "Manager.save writes one)") and "--max-restarts" not in first, err
