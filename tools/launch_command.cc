@@ -76,7 +76,8 @@ void report_killed_rank(int rank, pid_t pid, int sig) {
   gethostname(host, sizeof host - 1);
   const char* name = sigabbrev_np(sig);
   const bool notice = sig == SIGTERM || sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGHUP;
-  std::fprintf(stderr, "dynatrain: error: launch: rank %d (pid %d) on node %s ended by %s%s (%s); ending the other ranks\n",
+  std::fprintf(stderr,
+               "dynatrain: error: launch: rank %d (pid %d) on node %s ended by %s%s (%s); ending the other ranks\n",
                rank, static_cast<int>(pid), host, name ? "SIG" : "signal ", name ? name : std::to_string(sig).c_str(),
                notice ? "not handled: a notice during start-up, before the process could take notices?" : "killed?");
   std::fflush(stderr);
