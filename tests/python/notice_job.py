@@ -37,10 +37,10 @@ def loss_of(model, data):
     return F.cross_entropy(model(data[:, :-1]).flatten(0, 1).float(), data[:, 1:].flatten())
 
 
-def plain_losses():
+def plain_losses(steps=STEPS):
     model, optimizer = model_and_optimizer()
     out = []
-    for step in range(STEPS):
+    for step in range(steps):
         optimizer.zero_grad()
         loss = loss_of(model, batch(step, GLOBAL_BATCH, DIMS["vocab"], DIMS["seq"]))
         loss.backward()

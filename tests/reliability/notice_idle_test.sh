@@ -45,43 +45,39 @@ assert steps == list(range(60)), f"steps not each once: {steps}"
 PY
 echo "ok: a notice to an idle process -> one line, restart from the copy $took s after it, every step once"
 
-# start-up
+# The start-up cases: CASE's job (its pid $job) gets SIGTERM in the process of rank 1 as soon as it
+# exists (LIST lists the job's processes, VAR names the rank in their environment); it must end
+# with 143 before any step and print exactly one line matching WANT (of LOG and ERR).
+notice_at_start() {  # CASE LIST VAR WANT
+  local target="" p _ code out
+  for _ in $(seq 1 2000); do
+    for p in $($2 "$job" 2>/dev/null); do
+      [[ $(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n "s/^$3=//p") == 1 ]] && target=$p
+    done
+    [[ -n $target ]] && break
+    sleep 0.005
+  done
+  [[ -n $target ]] || fail "$1: no process of rank 1 appeared"
+  kill -TERM "$target"
+  wait "$job"
+  code=$?
+  grep -q "step  *0  loss" "$tmp/$1.log" && fail "$1: the job trained before the signal arrived; the test needs it in start-up"
+  ((code == 143)) || { cat "$tmp/$1.log" "$tmp/$1.err"; fail "$1: exit $code, want 143"; }
+  out=$(cat "$tmp/$1.log" "$tmp/$1.err" | grep -E '^(dynatrain|supervise):')
+  [[ $(wc -l <<<"$out") == 1 ]] && grep -Eq "${4//PID/$target}" <<<"$out" ||
+    { cat "$tmp/$1.log" "$tmp/$1.err"; fail "$1: not one line naming SIGTERM and the start-up"; }
+  echo "ok: a notice during start-up ($1) -> exit 143, one line"
+}
+children() { pgrep -P "$1"; }
+
 "$dt" train --np 2 "${common[@]}" --steps 40 --schedule "0:dp=2" >"$tmp/up.log" 2>"$tmp/up.err" &
 job=$!
-target=""
-for _ in $(seq 1 2000); do
-  for p in $(workers_of "$job" 2>/dev/null); do [[ $(world_rank "$p") == 1 ]] && target=$p; done
-  [[ -n $target ]] && break
-  sleep 0.005
-done
-[[ -n $target ]] || fail "start-up: no worker of world rank 1 appeared"
-kill -TERM "$target"
-wait "$job"
-code=$?
-grep -q "step  *0  loss" "$tmp/up.log" && fail "start-up: the job trained before the signal arrived; the test needs it in start-up"
-((code == 143)) || { cat "$tmp/up.log" "$tmp/up.err"; fail "start-up: exit $code, want 143"; }
-out=$(cat "$tmp/up.log" "$tmp/up.err" | grep -E '^(dynatrain|supervise):')
-[[ $(wc -l <<<"$out") == 1 ]] && grep -Eq "^dynatrain: error: a process of the job ended by SIGTERM before training started \(a notice during start-up, before the process could take notices\?\)" <<<"$out" ||
-  { cat "$tmp/up.log" "$tmp/up.err"; fail "start-up: not one line naming SIGTERM and the start-up"; }
-echo "ok: a notice during start-up -> exit 143, one line"
+notice_at_start up workers_of OMPI_COMM_WORLD_RANK "^dynatrain: error: a process of the job ended by SIGTERM before \
+training started \(a notice during start-up, before the process could take notices\?\)$"
 
-# start-up under `dynatrain launch`: its ranks are its children, RANK in their environment
+# under `dynatrain launch`: its ranks are its children, RANK in their environment
 "$dt" launch --np 2 -- "$dt" train --model tiny-dense --data "$data" --global-batch 12 --seq 16 --threads 1 \
   --steps 40 --schedule "0:dp=2" >"$tmp/launch.log" 2>"$tmp/launch.err" &
 job=$!
-target=""
-for _ in $(seq 1 2000); do
-  for p in $(pgrep -P "$job"); do [[ $(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^RANK=//p') == 1 ]] && target=$p; done
-  [[ -n $target ]] && break
-  sleep 0.005
-done
-[[ -n $target ]] || fail "launch: no rank 1 appeared"
-kill -TERM "$target"
-wait "$job"
-code=$?
-grep -q "step  *0  loss" "$tmp/launch.log" && fail "launch: the job trained before the signal arrived; the test needs it in start-up"
-((code == 143)) || { cat "$tmp/launch.log" "$tmp/launch.err"; fail "launch: exit $code, want 143"; }
-out=$(grep -E '^dynatrain:' "$tmp/launch.err")
-[[ $(wc -l <<<"$out") == 1 ]] && grep -Eq "^dynatrain: error: launch: rank 1 \(pid $target\) on node \S+ ended by SIGTERM \(not handled: a notice during start-up, before the process could take notices\?\); ending the other ranks$" <<<"$out" ||
-  { cat "$tmp/launch.err"; fail "launch: not one line naming rank 1, SIGTERM and the start-up"; }
-echo "ok: a notice during start-up under dynatrain launch -> exit 143, one line"
+notice_at_start launch children RANK "^dynatrain: error: launch: rank 1 \(pid PID\) on node \S+ ended by SIGTERM \
+\(not handled: a notice during start-up, before the process could take notices\?\); ending the other ranks$"
