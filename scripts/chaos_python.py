@@ -8,9 +8,10 @@ scheduler would). A notice goes to a process that may leave: never the last one 
 notice to every process) nor, on torch.distributed, the store host (global rank 0); with one
 process left the event is a kill.
 
-Checked at the end: every event injected, the last attempt exit 0, 0 steps lost (each restart
-resumes the step after the last one printed: a step's line waits for its save), every step once
-(the lines of the attempt that kept it), every loss within BOUND relative of plain single-process
+Checked at the end: every event injected, the last attempt exit 0, every restart trains first
+the step after its checkpoint's, 0 steps lost (steps printed as done before a kill and trained
+again after it: a step's line waits for its save), every step once (the lines of the attempt that
+kept it; a restart prints its checkpoint's last step again, from the checkpoint), every loss within BOUND relative of plain single-process
 torch on the same batches (layout changes reorder the fp32 reductions; BOUND 1e-4).
 Prints one markdown table row: transport, seed, steps, events, notices, kills, notices acted on,
 restarts, steps lost, the largest loss difference, wall time. Exits 1 with one "chaos: FAIL ..."
@@ -32,7 +33,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.append(os.path.join(REPO, "tests", "python"))
-DONE = re.compile(r"^done step (\d+) loss (\S+) config (\S+) processes (\d+)$")
+DONE = re.compile(r"^done step (\d+) loss (\S+) config (\S+) processes (\d+)( restored)?$")
 BOUND = 1e-4
 
 
@@ -54,7 +55,7 @@ class Attempt:
         self.log = open(os.path.join(out, "job.log"), "a")
         self.proc = subprocess.Popen(start + job, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
                                      start_new_session=True)
-        self.done, self.lines, self.left = {}, [], 0
+        self.done, self.trained, self.restored, self.left = {}, [], -1, 0  # restored: the checkpoint's step
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -65,8 +66,11 @@ class Attempt:
             m = DONE.match(line.strip())
             if m:
                 self.done[int(m.group(1))] = (float(m.group(2)), int(m.group(4)))
+                if m.group(5):
+                    self.restored = int(m.group(1))
+                else:
+                    self.trained.append(int(m.group(1)))
             self.left += line.startswith("left pid ")
-            self.lines.append(line)
 
     def workers(self):
         """(pid, rank) of the job's live worker processes: the launcher's children (mpirun's or launch's)."""
@@ -150,16 +154,17 @@ def run(args):
         if attempt.proc.wait(timeout=120) == 0:
             fail(f"the job ended with exit 0 after the kill of pid {pid}")
         attempt.reader.join(timeout=30)
-        resumed = attempt.last() + 1
+        printed = attempt.last()
         kept.update(attempt.done)
         restarts += 1
         attempt = Attempt(args, out)
-        if not wait_for(lambda: attempt.done or attempt.proc.poll() is not None, 300):
-            fail("the restarted job printed no step in 300 s")
-        first = min(attempt.done) if attempt.done else -1
-        lost += max(0, resumed - first)  # printed steps trained again (a printed step is saved: none)
-        if first > resumed:
-            fail(f"restart {restarts} resumed at step {first}: step {resumed} has no line")
+        if not wait_for(lambda: attempt.trained or attempt.proc.poll() is not None, 300):
+            fail("the restarted job trained no step in 300 s")
+        restored = attempt.restored
+        first = attempt.trained[0] if attempt.trained else args.steps  # none left to train
+        if first != restored + 1 and not (first == args.steps and attempt.proc.wait() == 0):
+            fail(f"restart {restarts} trained step {first} first; its checkpoint holds step {restored}")
+        lost += max(0, printed - restored)  # steps printed as done, trained again (a printed step is saved)
     code = attempt.proc.wait(timeout=600)
     attempt.reader.join(timeout=30)
     kept.update(attempt.done)
@@ -176,6 +181,8 @@ def run(args):
         fail(f"only {fired} of {args.events} events were injected")
     if acted != notices:
         fail(f"{notices - acted} notices were not acted on")
+    if lost:
+        fail(f"{lost} steps printed as done were trained again after a restart")
     if sorted(kept) != list(range(args.steps)):
         fail(f"steps not each once: {len(kept)} kept of {args.steps}")
     if worst[0] > BOUND:
