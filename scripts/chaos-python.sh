@@ -4,7 +4,7 @@
 # steps each; the table goes into bench/results/chaos-python.md (DT_RESULTS=0: left alone).
 # Environment: CHAOS_SEED (default 1), STEPS (120), EVENTS (12).
 # Usage: scripts/chaos-python.sh [BUILD] [OUT]
-set -u
+set -uo pipefail  # a failed run fails the pipe into grep
 BUILD=${1:-build}
 OUT=${2:-/tmp/dt-chaos-python}
 SEED=${CHAOS_SEED:-1} STEPS=${STEPS:-120} EVENTS=${EVENTS:-12}
