@@ -67,6 +67,11 @@ def test_notices_to_two_of_4_at_once_are_one_switch():
     notice_vacates_live(4, "tp=2,dp=2", [1, 3], "tp=2,pp=1,dp=1,zero=1")  # the same tp first
 
 
+def test_notice_to_an_idle_process_vacates_it_live():
+    # tp=2 on 4 processes: world ranks 2 and 3 hold no rank; rank 3 leaves, the 3 others go on
+    notice_vacates_live(4, "tp=2", [3], "tp=1,pp=1,dp=3,zero=1")
+
+
 def test_notice_on_torch_distributed_vacates_rank_1_of_4_live():
     notice_vacates_live(4, "tp=2,dp=2", [1], "tp=1,pp=1,dp=3,zero=1", c10d=True)
 
