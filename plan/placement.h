@@ -60,6 +60,10 @@ class Placement {
 // process holds which source rank); the destination side is the choice.
 struct SwitchPlacement {
   Placement src, dst;
+  // Processes of the source side that are gone (a lost process, its memory with it): they hold
+  // nothing, so every piece comes from a live holder; Planner::unheld() names the boxes none
+  // holds (planning them is then refused). Each in [0, the planner's processes); any order.
+  std::vector<int> lost;
 };
 
 // The destination placement `--placement auto` picks: each destination rank goes to the process

@@ -93,6 +93,9 @@ Planner::Planner(const vps::Layout& src, const vps::Layout& dst, Topology topolo
   if (topology_.gpus_per_node < 1) DT_INPUT_ERROR("gpus per node must be at least 1, got ", topology_.gpus_per_node);
   placement_.src.validate(src_.config().world_size(), world_size());
   placement_.dst.validate(dst_.config().world_size(), world_size());
+  for (int p : placement_.lost)
+    if (p < 0 || p >= world_size())
+      DT_INPUT_ERROR("lost process ", p, " outside the switch's processes 0..", world_size() - 1);
 }
 
 Planner::~Planner() = default;
@@ -157,7 +160,13 @@ std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst, co
   unsigned all_mask = 0;  // representative kinds
   for (int k = 0; k < vps::kNumStateKinds; ++k)
     if (classes.rep[k] == k) all_mask |= 1u << k;
-  auto collect = [&](const vps::Layout& layout, const Placement& place, std::vector<std::vector<Entry>>& entries) {
+  int processes = std::max(src.config().world_size(), placement.src.processes());
+  for (int p : placement.lost) processes = std::max(processes, p + 1);
+  std::vector<bool> gone(static_cast<std::size_t>(processes), false);
+  for (int p : placement.lost) gone[static_cast<std::size_t>(p)] = true;
+  // `holds(process)`: whether that process's boxes count (a lost source process's do not).
+  auto collect = [&](const vps::Layout& layout, const Placement& place, std::vector<std::vector<Entry>>& entries,
+                     auto&& holds) {
     const auto& c = layout.config();
     unsigned sharded = 0;
     for (int k = 0; k < vps::kNumStateKinds; ++k)
@@ -178,6 +187,7 @@ std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst, co
       }
       for (int r = stage * per_stage; r < (stage + 1) * per_stage; ++r) {
         const int process = place.process_of(r);
+        const bool held = holds(process);
         const vps::RankCoords rc = vps::rank_coords(c, r);
         auto [tmpl, fresh] = class_templates.try_emplace({rc.tp, rc.pp, rc.ep, rc.etp});
         layout.visit_buffers(
@@ -190,17 +200,18 @@ std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst, co
                 if (!wanted.empty() && !wanted[u]) continue;
                 if (is_template)
                   tmpl->second.push_back({u, segs[s].box, buf.id, s});
-                else
+                else if (held)
                   entries[u].push_back({segs[s].box, {process, buf.id, s}});
               }
             },
             fresh ? all_mask : sharded);
-        for (const Template& t : tmpl->second) entries[t.unit].push_back({t.box, {process, t.buffer, t.segment}});
+        if (held)
+          for (const Template& t : tmpl->second) entries[t.unit].push_back({t.box, {process, t.buffer, t.segment}});
       }
     }
   };
-  collect(src, placement.src, src_entries);
-  collect(dst, placement.dst, dst_entries);
+  collect(src, placement.src, src_entries, [&](int p) { return !gone[static_cast<std::size_t>(p)]; });
+  collect(dst, placement.dst, dst_entries, [](int) { return true; });
   std::vector<Unit> units(n_units);
   for (std::size_t u = 0; u < n_units; ++u) {
     if (dst_entries[u].empty()) continue;
@@ -460,6 +471,33 @@ std::vector<RankPlan> Planner::plan_all() const {
   });
   for (auto& plan : plans) sort_plan(plan);
   return plans;
+}
+
+std::vector<std::string> Planner::unheld(std::size_t limit) const {
+  const KindClasses classes(src_, dst_);
+  const auto units = build_units(src_, dst_, placement_, classes, {});
+  std::vector<std::string> out;
+  std::vector<int> candidates;
+  std::vector<Box> remaining, next;
+  for (std::size_t u = 0; u < units.size() && out.size() < limit; ++u) {
+    for (const UniqueBox& d : units[u].dst) {
+      find_source_candidates(units[u], d, candidates);
+      remaining.assign(1, d.box);
+      for (int c : candidates) {
+        next.clear();
+        for (const Box& r : remaining) subtract(r, units[u].src[c].box, next);
+        remaining.swap(next);
+      }
+      if (remaining.empty()) continue;
+      std::string kinds;  // the kinds planned alike with this one lack it alike
+      for (auto k : classes.kinds)
+        if (classes.rep[static_cast<int>(k)] == static_cast<int>(u % vps::kNumStateKinds))
+          kinds += (kinds.empty() ? "" : "/") + std::string(vps::state_kind_name(k));
+      out.push_back(src_.tensors()[u / vps::kNumStateKinds].name + " " + kinds + " " + remaining.front().str());
+      if (out.size() == limit) break;
+    }
+  }
+  return out;
 }
 
 Affinity Planner::affinity() const {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "plan/placement.h"
@@ -58,6 +59,11 @@ class Planner {
   RankPlan plan_rank(int process) const;
   // Every process's plan.
   std::vector<RankPlan> plan_all() const;
+
+  // The destination boxes no live source process holds (placement().lost hold nothing), at most
+  // `limit` of them, each as "tensor kind [lo, hi)"; empty when every box has a live holder.
+  // Where it is not empty, plan_rank and plan_all throw InvariantError: ask first.
+  std::vector<std::string> unheld(std::size_t limit = 4) const;
 
   // Bytes each destination rank shares with each process and node under the source placement
   // (the destination placement must be the identity: ranks are what is being placed).

@@ -58,7 +58,7 @@ ElasticOutcome commit(Manager& m, const edm::Prepared& p, std::string job, const
   const int me = tw.rank(), ranks = p.config.world_size();
   const int new_rank = placement.is_identity() ? (me < ranks ? me : -1) : placement.rank_of(me, ranks);
   auto next = std::make_unique<vps::Layout>(m.make_layout(p.config));
-  const plan::Planner planner(m.layout(), *next, m.options().topology, {{}, placement});
+  const plan::Planner planner(m.layout(), *next, m.options().topology, {{}, placement, {}});
   const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
   out.stats = m.move_state(std::move(next), new_rank, plan, tw, t0);
   out.world_after = p.world_after;
@@ -67,6 +67,31 @@ ElasticOutcome commit(Manager& m, const edm::Prepared& p, std::string job, const
   out.left = dm.left();
   m.set_world(out.left ? nullptr : &dm.world());
   return out;
+}
+
+// The planner of a recovery: process i of the survivors' world held rank survivors[i] of the
+// current layout; the lost ranks sit on processes numbered after them, which hold nothing.
+plan::Planner in_place_recovery_planner(const Manager& m, const vps::Layout& next, const std::vector<int>& survivors,
+                                        int world_before) {
+  const int n = static_cast<int>(survivors.size());
+  if (world_before != m.layout().config().world_size())
+    DT_INPUT_ERROR("recovery from ", world_before, " processes, but the layout ", m.layout().config().str(), " has ",
+                   m.layout().config().world_size(), " ranks");
+  if (next.config().world_size() > n)
+    DT_INPUT_ERROR("a layout of ", next.config().world_size(), " ranks cannot run on the ", n, " surviving processes");
+  std::vector<int> process_of(static_cast<std::size_t>(world_before), -1), lost;
+  for (int i = 0; i < n; ++i) {
+    const int r = survivors[static_cast<std::size_t>(i)];
+    if (r < 0 || r >= world_before || process_of[static_cast<std::size_t>(r)] >= 0)
+      DT_INPUT_ERROR("survivor rank ", r, ": valid are distinct ranks 0..", world_before - 1);
+    process_of[static_cast<std::size_t>(r)] = i;
+  }
+  for (int r = 0, ghost = n; r < world_before; ++r)
+    if (process_of[static_cast<std::size_t>(r)] < 0) {
+      lost.push_back(ghost);
+      process_of[static_cast<std::size_t>(r)] = ghost++;
+    }
+  return plan::Planner(m.layout(), next, m.options().topology, {plan::Placement(process_of), {}, lost});
 }
 
 }  // namespace
@@ -145,7 +170,7 @@ ElasticOutcome switch_in_place(Manager& m, const vps::ParallelConfig& to, const 
   comm::Transport& world = m.world();
   const plan::Placement placement(in_place_placement(to.world_size(), world.size(), vacate));
   auto next = std::make_unique<vps::Layout>(m.make_layout(to));
-  const plan::Planner planner(m.layout(), *next, m.options().topology, {{}, placement});
+  const plan::Planner planner(m.layout(), *next, m.options().topology, {{}, placement, {}});
   const int me = world.rank();
   const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
   ElasticOutcome out;
@@ -155,6 +180,27 @@ ElasticOutcome switch_in_place(Manager& m, const vps::ParallelConfig& to, const 
   out.stats = m.move_state(std::move(next), new_rank, plan, world, t0);
   out.left = new_rank < 0;
   m.set_world(nullptr);  // the old world has processes that leave: the caller gives the new one
+  return out;
+}
+
+ElasticOutcome recover_in_place(Manager& m, const vps::ParallelConfig& to, const std::vector<int>& survivors,
+                                int world_before) {
+  const auto t0 = Clock::now();
+  comm::Transport& world = m.world();
+  DT_CHECK(world.size() == static_cast<int>(survivors.size()), "the survivors' world has ", world.size(),
+           " processes, ", survivors.size(), " survivors named");
+  auto next = std::make_unique<vps::Layout>(m.make_layout(to));
+  const plan::Planner planner = in_place_recovery_planner(m, *next, survivors, world_before);
+  if (const auto lost = planner.unheld(); !lost.empty()) {
+    std::string boxes;
+    for (const auto& b : lost) boxes += (boxes.empty() ? "" : ", ") + b;
+    DT_INPUT_ERROR("no surviving process holds ", boxes, lost.size() == 4 ? " (and maybe more)" : "", " of ",
+                   m.layout().config().str(), ": the lost processes held the only copy; resume from a checkpoint");
+  }
+  ElasticOutcome out;
+  out.world_before = world_before;
+  out.world_after = to.world_size();
+  out.stats = m.move_state(std::move(next), world.rank(), planner.plan_rank(world.rank()), world, t0);
   return out;
 }
 

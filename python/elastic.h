@@ -110,6 +110,15 @@ ElasticOutcome switch_in_place(Manager& manager, const vps::ParallelConfig& to, 
 // in order (plan::place_around). InputError when the processes that stay are too few.
 std::vector<int> in_place_placement(int ranks, int world_size, const std::vector<int>& vacate);
 
+// A lost process recovered in place (torch.distributed): the manager's world is already the
+// survivors' (set_world), process i of it held rank survivors[i] of the current layout, of
+// `world_before` ranks. The state of `to` is built from what the survivors hold, the lost ranks
+// taken to hold nothing; rank r of `to` goes to process r. Collective over the survivors' world.
+// InputError on every survivor before anything moves when the lost processes held the only copy
+// of some box (naming the first few: a checkpoint is needed), or `to` needs more processes.
+ElasticOutcome recover_in_place(Manager& manager, const vps::ParallelConfig& to, const std::vector<int>& survivors,
+                                int world_before);
+
 // Why `vacate` is not a valid vacate list for a world of `world_size` ("" if it is): ranks
 // outside 0..world_size-1, or named twice.
 std::string vacate_problem(const std::vector<int>& vacate, int world_size);

@@ -107,6 +107,19 @@ void bind_in_place(py::module_& m) {
         return outcome_dict(o);
       },
       py::arg("manager"), py::arg("to"), py::arg("vacate"));
+  // A lost process recovered in place (python/elastic.h): the manager's world is the survivors'.
+  m.def(
+      "recover_in_place",
+      [](Manager& self, const std::string& to, const std::vector<int>& survivors, int world_before) {
+        const auto config = vps::ParallelConfig::parse(to);
+        ElasticOutcome o;
+        {
+          py::gil_scoped_release unlocked;
+          o = recover_in_place(self, config, survivors, world_before);
+        }
+        return outcome_dict(o);
+      },
+      py::arg("manager"), py::arg("to"), py::arg("survivors"), py::arg("world_before"));
   m.def("in_place_placement", &in_place_placement, py::arg("ranks"), py::arg("world_size"), py::arg("vacate"));
   // The manager's world from now on: a transport c10d_world() built, which `world` keeps (the
   // caller keeps `world` as long as the manager).

@@ -6,7 +6,9 @@
 // for a rank killed by one), ending the others; 0 when every rank exited 0. A rank killed by a
 // signal it did not handle (SIGKILL, the OOM killer) says nothing itself: the launcher prints the
 // job's line naming it, and ends the others with SIGKILL (a SIGTERM would be a preemption notice
-// to an adopted Python job, docs/python.md).
+// to an adopted Python job, docs/python.md). With --keep-going the others go on instead (an
+// adopted job on torch.distributed recovers a lost process in place): the exit code is then
+// that of the ranks still running, 0 when each of them exited 0.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -71,15 +73,15 @@ int probe_port(int port) {
 
 // "dynatrain: error: launch: rank 1 (pid 4242) on node h1 ended by SIGKILL (killed?); ..."; a
 // notice signal the rank did not handle ended it before its handler was installed (start-up).
-void report_killed_rank(int rank, pid_t pid, int sig) {
+void report_killed_rank(int rank, pid_t pid, int sig, bool keep_going) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const char* name = sigabbrev_np(sig);
   const bool notice = sig == SIGTERM || sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGHUP;
-  std::fprintf(stderr,
-               "dynatrain: error: launch: rank %d (pid %d) on node %s ended by %s%s (%s); ending the other ranks\n",
-               rank, static_cast<int>(pid), host, name ? "SIG" : "signal ", name ? name : std::to_string(sig).c_str(),
-               notice ? "not handled: a notice during start-up, before the process could take notices?" : "killed?");
+  std::fprintf(stderr, "dynatrain: error: launch: rank %d (pid %d) on node %s ended by %s%s (%s); %s\n", rank,
+               static_cast<int>(pid), host, name ? "SIG" : "signal ", name ? name : std::to_string(sig).c_str(),
+               notice ? "not handled: a notice during start-up, before the process could take notices?" : "killed?",
+               keep_going ? "the other ranks go on (--keep-going)" : "ending the other ranks");
   std::fflush(stderr);
 }
 
@@ -90,8 +92,9 @@ int exit_code_of(int status) {
 }
 
 // Waits for every rank; on the first failure (or a signal to us) ends the others: SIGTERM, then
-// SIGKILL after a grace. Returns the first non-zero exit code.
-int supervise(std::vector<pid_t> pids) {
+// SIGKILL after a grace. Returns the first non-zero exit code. `keep_going`: a rank killed by a
+// signal is reported and the others go on (its code counts for nothing).
+int supervise(std::vector<pid_t> pids, bool keep_going = false) {
   int first = 0, alive = static_cast<int>(pids.size());
   bool ending = false;
   auto end_others = [&](int sig) {
@@ -121,10 +124,14 @@ int supervise(std::vector<pid_t> pids) {
       }
     --alive;
     const int code = exit_code_of(status);
+    const bool killed = WIFSIGNALED(status);
+    if (killed && keep_going && !ending) {
+      report_killed_rank(rank, done, WTERMSIG(status), true);
+      continue;
+    }
     if (code != 0 && first == 0) first = code;
     if (code != 0 && !ending) {
-      const bool killed = WIFSIGNALED(status);
-      if (killed) report_killed_rank(rank, done, WTERMSIG(status));
+      if (killed) report_killed_rank(rank, done, WTERMSIG(status), false);
       end_others(killed ? SIGKILL : SIGTERM);
       ending = true;
       deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -136,6 +143,7 @@ int supervise(std::vector<pid_t> pids) {
 struct LaunchArgs {
   int np = 1;
   int port = 0;
+  bool keep_going = false;
   std::vector<std::string> command;
 };
 
@@ -168,7 +176,7 @@ int run_launch(const LaunchArgs& args) {
     setpgid(pid, pid);  // also here, so that the group exists before any kill(-pid)
     pids.push_back(pid);
   }
-  return supervise(std::move(pids));
+  return supervise(std::move(pids), args.keep_going);
 }
 
 }  // namespace
@@ -183,6 +191,9 @@ Command add_launch_command(CLI::App& app) {
   cmd->add_option("--port", args->port, "MASTER_PORT of the rendezvous on 127.0.0.1 (0: a free port)")
       ->check(whole_number_in(0, 65535, " (0: a free one)"))
       ->capture_default_str();
+  cmd->add_flag("--keep-going", args->keep_going,
+                "A rank killed by a signal is reported and the others go on (an adopted job on torch.distributed "
+                "recovers it in place, docs/python.md); the exit code is the others'");
   cmd->add_option("command", args->command, "The command and its arguments, after --");
   return [args] { return run_launch(*args); };
 }

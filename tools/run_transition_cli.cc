@@ -106,8 +106,8 @@ void RunTransition::plan_switch() {
   // The switch runs on processes 0..need-1 (the others wait): a given placement puts each
   // destination rank on its own process among them (a permutation when both layouts are as large).
   placed_.validate(dst.config().world_size(), need_);
-  fwd_planner_.emplace(src, dst, topo_, plan::SwitchPlacement{{}, placed_});
-  back_planner_.emplace(dst, src, topo_, plan::SwitchPlacement{placed_, {}});
+  fwd_planner_.emplace(src, dst, topo_, plan::SwitchPlacement{{}, placed_, {}});
+  back_planner_.emplace(dst, src, topo_, plan::SwitchPlacement{placed_, {}, {}});
   fwd_ = me_ < need_ ? fwd_planner_->plan_rank(me_) : plan::RankPlan{me_, {}, {}, {}};
   back_ = me_ < need_ ? back_planner_->plan_rank(me_) : plan::RankPlan{me_, {}, {}, {}};
   src_rl_ = fwd_planner_->src_rank_layout(me_);

@@ -135,7 +135,7 @@ void Trainer::Impl::plan_switch(const vps::ParallelConfig& current, const vps::P
     auto dst = make_layout(next, kMovedKinds);
     plan::Topology topo;
     topo.gpus_per_node = opt.gpus_per_node;
-    plan::Planner planner(*src, *dst, topo, {{}, placement});
+    plan::Planner planner(*src, *dst, topo, {{}, placement, {}});
     if (r < planner.world_size()) {
       ps->plan = planner.plan_rank(r);
       ps->src_rl = planner.src_rank_layout(r);

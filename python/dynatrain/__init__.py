@@ -30,11 +30,12 @@ from . import _abort, _agree, _c10d, _checkpoint, _elastic, _memory, _native, _n
 from ._agree import PeerError
 from ._elastic import Leaving
 from ._notice import EveryProcessNoticed
+from ._recover import ProcessLost
 from ._native import CommError, InternalError
 from ._views import StaleTensor, StaleTensorError
 
 __all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "Leaving", "CommError", "InternalError",
-           "PeerError", "StaleTensor", "StaleTensorError", "adopt", "describe", "Job", "EveryProcessNoticed"]
+           "PeerError", "StaleTensor", "StaleTensorError", "adopt", "describe", "Job", "EveryProcessNoticed", "ProcessLost"]
 
 if _abort.launched_with_peers():
     _abort.install()  # an uncaught exception on one rank ends the job (DYNATRAIN_ABORT_ON_ERROR=0: off)

@@ -22,10 +22,16 @@ the user's default group instead of MPI:
     later group's sub-groups. Growing (spawning processes) needs MPI and is refused before
     anything moves (refuse_process_change()). The store lives in the process of global rank 0,
     which therefore cannot leave.
+  * The connections of every group made here are remembered (job_sockets): a lost process's
+    recovery (_recover.py) shuts them down, so that no survivor waits on a peer that gave the
+    generation up; the user's own groups and the store's connection are left alone.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import socket
 from datetime import timedelta
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -38,6 +44,50 @@ NEEDS_MPI = ("growing the job's processes (a config of more processes than the t
 STORE_HOST = "the process of torch.distributed global rank 0 hosts the store and cannot leave"
 GROUP_TIMEOUT = timedelta(seconds=300)
 _managers = itertools.count()  # names each Manager's key space in the store (equal on every rank)
+
+
+_job_sockets: set = set()  # inodes of the sockets the groups made here opened
+
+
+def _socket_fds() -> Dict[int, int]:
+    """This process's sockets: inode -> descriptor (Linux /proc)."""
+    out = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            out[int(target[8:-1])] = int(fd)
+    return out
+
+
+@contextlib.contextmanager
+def job_sockets():
+    """Remembers the sockets opened inside (a group's connections to its peers)."""
+    before = set(_socket_fds())
+    try:
+        yield
+    finally:
+        _job_sockets.update(set(_socket_fds()) - before)
+
+
+def abandon_groups() -> int:
+    """Shuts down every connection of the groups made here (the generation is given up): a peer
+    waiting on this process in one of them gets an error at once. Returns how many."""
+    shut = 0
+    for inode, fd in _socket_fds().items():
+        if inode not in _job_sockets:
+            continue
+        try:
+            with socket.socket(fileno=os.dup(fd)) as s:
+                s.getpeername()  # OSError for a listening socket: it stays (new groups accept on it)
+                s.shutdown(socket.SHUT_RDWR)
+            shut += 1
+        except OSError:  # a listening socket, or one closed already
+            pass
+    _job_sockets.clear()
+    return shut
 
 
 def _dist():
@@ -161,7 +211,8 @@ def world() -> Comm:
     native transport c10d_transport() hands to the Manager (once)."""
     dist = _dist()
     size, rank = dist.get_world_size(), dist.get_rank()
-    group = dist.new_group(ranks=list(range(size)), backend="gloo")
+    with job_sockets():
+        group = dist.new_group(ranks=list(range(size)), backend="gloo")
     comm = Comm(group, range(size), rank)
     comm.manager_serial = next(_managers)
     return comm
@@ -206,7 +257,8 @@ def _split(comm: Comm, colors: List[Any], mine: int) -> Optional[Comm]:
             if color == mine:
                 made = raw_comm(f"{comm.raw_key}/g{comm.groups_made}", ordered, comm.ranks[comm.rank])
             continue
-        group = _dist().new_group(ranks=ordered, backend="gloo")
+        with job_sockets():
+            group = _dist().new_group(ranks=ordered, backend="gloo")
         if color == mine:
             made = Comm(group, ordered, ordered.index(comm.ranks[comm.rank]))
     return made
@@ -219,7 +271,8 @@ def raw_comm(key: str, ranks: List[int], me: int) -> Comm:
     dist = _dist()
     c10d = dist.distributed_c10d
     store = dist.PrefixStore(key + "/", c10d._get_default_store())
-    group = dist.ProcessGroupGloo(store, ranks.index(me), len(ranks), GROUP_TIMEOUT)
+    with job_sockets():
+        group = dist.ProcessGroupGloo(store, ranks.index(me), len(ranks), GROUP_TIMEOUT)
     c10d._pg_group_ranks[group] = {g: i for i, g in enumerate(ranks)}
     c10d._pg_map[group] = (dist.Backend.GLOO, store)
     comm = Comm(group, ranks, ranks.index(me))

@@ -5,7 +5,8 @@ a module style ("column", "row", "vocab" on nn.Linear / nn.Embedding) says how i
 split and which collectives its forward needs; a style on a parameter name, or Megatron's
 `tensor_model_parallel` / `partition_dim` attributes, say only how that parameter splits (its
 module then does its own communication). "replicated" and "expert" on a module reach every
-parameter below it. Precedence: parameter key, nearest styled module, Megatron attributes,
+parameter below it. "attention" (nn.MultiheadAttention) and "qkv" (a fused [q; k; v] nn.Linear)
+split by heads; their fused tensors get a logical shape of their own (_attention.py). Precedence: parameter key, nearest styled module, Megatron attributes,
 replicated. Shapes are the module's, unsharded (the module is built as for one process).
 """
 from __future__ import annotations
@@ -17,9 +18,9 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from . import tp
+from . import _attention, tp
 
-STYLES = ("column", "row", "vocab", "replicated", "expert")
+STYLES = ("column", "row", "vocab", "replicated", "expert", "attention", "qkv")
 DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 
 
@@ -29,13 +30,15 @@ class Description:
     (named as named_parameters() names them), and the modules whose forward gets collectives."""
     model: "object"                               # dynatrain.Model
     params: List[Tuple[str, nn.Parameter]]
-    styled: List[Tuple[str, nn.Module, str]]      # (module name, module, column|row|vocab)
+    styled: List[Tuple[str, nn.Module, str]]      # (module name, module, column|row|vocab|attention|qkv)
     dtype: torch.dtype
+    folds: _attention.Folds                       # fused tensors: logical <-> the module's shape
+    attrs: list                                   # (module name, module, attributes) read per tp rank
 
     def summary(self) -> list:
         """A picklable digest every rank must agree on."""
         return [(t.name, tuple(t.shape), t.split, t.dim, t.stage, t.layer, t.expert) for t in self.model.tensors] + \
-            [DTYPES[self.dtype], [(n, s) for n, _, s in self.styled]]
+            [DTYPES[self.dtype], [(n, s) for n, _, s in self.styled], [(n, a) for n, _, a in self.attrs]]
 
 
 def _matches(plan: Dict[str, str], name: str) -> Optional[Tuple[str, str]]:
@@ -57,18 +60,41 @@ def _check_plan(plan: Dict[str, str]) -> None:
 
 def _module_styles(model: nn.Module, plan: Dict[str, str], used: set) -> Dict[str, str]:
     styles = {}
-    for name, module in model.named_modules():
+    modules = dict(model.named_modules())
+    for name, module in modules.items():
         hit = _matches(plan, name) if name else None
         if hit:
             used.add(hit[0])
             tp.check_style(name, module, hit[1])
+            _attention.check(name, module, hit[1], styles)
+            _attention.refuse_inner(name, module, _parents(name, modules), hit[1])
             styles[name] = hit[1]
     return styles
+
+
+def _parents(name: str, modules: Dict[str, nn.Module]) -> List[Tuple[str, nn.Module]]:
+    """The modules above `name`, outermost first (the model itself as '')."""
+    parts = name.split(".")
+    return [(".".join(parts[:i]), modules[".".join(parts[:i])]) for i in range(len(parts))]
+
+
+def _fused_shape(name: str, p: nn.Parameter, owner: Optional[Tuple[str, str]], modules: Dict[str, nn.Module]):
+    """The logical shape of a fused q/k/v parameter under "qkv" / "attention", else None."""
+    if owner is None or owner[1] not in ("qkv", "attention"):
+        return None
+    attr = name.rsplit(".", 1)[-1]
+    if name != f"{owner[0]}.{attr}" or (owner[1] == "attention" and not attr.startswith("in_proj")):
+        return None
+    heads = _attention.head_count(owner[0], modules[owner[0]], _parents(owner[0], modules))
+    return _attention.fused_shape(name, tuple(p.shape), heads)
 
 
 def _split(name: str, p: nn.Parameter, param_style: Optional[str], owner: Optional[Tuple[str, str]]):
     """(split, dim, expert) of parameter `name` (see the module docstring for precedence)."""
     attr = name.rsplit(".", 1)[-1]
+    if param_style in ("attention", "qkv"):
+        raise ValueError(f"plan style '{param_style}' on parameter '{name}': it splits a module (its fused "
+                         f"q, k, v by heads); name the module")
     if param_style is not None:
         return tp.split_of(param_style, attr, False) + (param_style == "expert",)
     if owner is not None:
@@ -133,8 +159,9 @@ def _stages(model: nn.Module, names: List[str], pipeline: Optional[str]) -> Tupl
 
 
 def describe(model: nn.Module, plan: Dict[str, str], pipeline: Optional[str] = None, *,
-             vocab_divisible_by: int = 128) -> Description:
-    """The dynatrain.Model of `model` under `plan` (pure: reads the module, changes nothing)."""
+             vocab_divisible_by: int = 128, tp_attrs: Optional[Dict[str, List[str]]] = None) -> Description:
+    """The dynatrain.Model of `model` under `plan` (pure: reads the module, changes nothing);
+    tp_attrs: module glob -> integer attributes its forward reads per tp rank (_attention.py)."""
     from . import Model, Tensor
     if not isinstance(model, nn.Module):
         raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -150,10 +177,12 @@ def describe(model: nn.Module, plan: Dict[str, str], pipeline: Optional[str] = N
         twice = next(n for n in names if names.count(n) > 1)
         raise ValueError(f"{type(model).__name__} names two parameters '{twice}'; names must be unique")
     param_styles = {}
+    modules = dict(model.named_modules())
     for name, _ in params:
         hit = _matches(plan, name)
         if hit:
             used.add(hit[0])
+            _attention.refuse_param_style(name, hit[1], modules)
             param_styles[name] = hit[1]
     unused = [k for k in plan if k not in used]
     if unused:
@@ -166,12 +195,18 @@ def describe(model: nn.Module, plan: Dict[str, str], pipeline: Optional[str] = N
     if len(dtypes) != 1 or next(iter(dtypes)) not in DTYPES:
         raise ValueError(f"parameters must all be float32 or all bfloat16, got {sorted(map(str, dtypes))}")
     layers, stages = _stages(model, [n for n, _ in params], pipeline)
-    tensors = []
+    tensors, logical, user = [], {}, {}
     for (name, p), (stage, layer) in zip(params, stages):
-        split, dim, expert = _split(name, p, param_styles.get(name), _owner(name, styles))
+        owner = _owner(name, styles) if name not in param_styles else None
+        split, dim, expert = _split(name, p, param_styles.get(name), owner)
         if expert and p.dim() < 2:
             raise ValueError(f"expert parameter '{name}' needs dim 0 = expert index, got shape {tuple(p.shape)}")
-        tensors.append(Tensor(name, list(p.shape), split=split, dim=dim, stage=stage, layer=layer, expert=expert))
+        shape = _fused_shape(name, p, owner, modules)
+        if shape is not None:
+            logical[name], user[name] = shape, tuple(p.shape)
+        tensors.append(Tensor(name, list(shape or p.shape), split=split, dim=dim, stage=stage, layer=layer,
+                              expert=expert))
     described = Model(tensors, layers=layers, name=type(model).__name__, vocab_divisible_by=vocab_divisible_by)
-    styled = [(n, m, styles[n]) for n, m in model.named_modules() if styles.get(n) in ("column", "row", "vocab")]
-    return Description(described, params, styled, next(iter(dtypes)))
+    styled = [(n, m, styles[n]) for n, m in model.named_modules() if styles.get(n) in tp.MODULE_STYLES]
+    return Description(described, params, styled, next(iter(dtypes)), _attention.Folds(logical, user),
+                       _attention.tp_attr_targets(model, tp_attrs))

@@ -45,6 +45,17 @@ def adopted_by(model: nn.Module) -> Optional[str]:
     return next((name for name, p in model.named_parameters() if job_of(p) is not None), None)
 
 
+def refuse_adopted(model, optimizer) -> None:
+    """ValueError naming the model or optimizer when a Job already holds it."""
+    bound = next((name for name, p in model.named_parameters() if hasattr(p, "_dynatrain_job")), None)
+    if bound is not None:
+        raise ValueError(f"{type(model).__name__} is already adopted (parameter '{bound}' is bound to a dynatrain Job); "
+                         f"a model is adopted once: use its job (job.switch() changes the layout)")
+    if hasattr(optimizer, "_dynatrain_job"):
+        raise ValueError(f"this {type(optimizer).__name__} is already adopted by a dynatrain Job; an optimizer is "
+                         f"adopted once, with its model")
+
+
 # ---- the grad hooks: graphs from before a switch ----
 def _grad_hook(job_ref, name: str, p_ref):
     def hook(grad: torch.Tensor):

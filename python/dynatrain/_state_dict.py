@@ -10,7 +10,7 @@ this rank's local views (the next switch invalidates them).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import torch
 
@@ -69,7 +69,7 @@ class StateDicts:
         or the plain optimizer's) goes into the Manager's state; the param groups' options are
         taken as torch takes them. ValueError for a dict of another shape (a local one)."""
         job = self.job
-        m, opt = job.manager, job.optimizer
+        opt = job.optimizer
         groups = state_dict.get("param_groups", [])
         if len(groups) != len(opt.param_groups) or any(len(g["params"]) != len(mine["params"])
                                                         for g, mine in zip(groups, opt.param_groups)):
@@ -87,7 +87,7 @@ class StateDicts:
             if "step" in entry and job._spec.per_param_step:
                 steps.append((params[i], float(entry["step"])))
         for name, kind, value in writes:  # all checked first: a refused dict changes nothing
-            m.load(name, kind, value.detach().float())
+            job.load(name, kind, value.detach().float())
         for p, step in steps:
             opt.state[p]["step"] = torch.tensor(step)
         for mine, g in zip(opt.param_groups, groups):
@@ -103,7 +103,7 @@ class StateDicts:
         if kind is None:
             raise ValueError(f"optimizer.load_state_dict(): state '{key}' of parameter '{name}' is not one "
                              f"{job._spec.name} keeps; valid: {', '.join(job._spec.keys) or 'none'}, step")
-        shape = job.manager.global_shape(name)
+        shape = job.global_shape(name)
         if tuple(value.shape) != shape:
             raise ValueError(f"optimizer.load_state_dict(): state '{key}' of parameter '{name}' has shape "
                              f"{tuple(value.shape)}, the whole tensor's is {shape}: pass a full state dict "
@@ -117,7 +117,7 @@ class StateDicts:
         strict key checking is torch's; nothing is written unless all of it is right."""
         from torch.nn.modules.module import _IncompatibleKeys
         job = self.job
-        m, names = job.manager, self._names()
+        names = self._names()
         mine = job.model.state_dict(keep_vars=True)
         missing = [k for k in mine if k not in state_dict]
         unexpected = [k for k in state_dict if k not in mine]
@@ -129,7 +129,7 @@ class StateDicts:
             if key not in state_dict:
                 continue
             value = state_dict[key]
-            want = m.global_shape(names[id(t)]) if id(t) in names else tuple(t.shape)
+            want = job.global_shape(names[id(t)]) if id(t) in names else tuple(t.shape)
             if tuple(value.shape) != want:
                 raise ValueError(f"model.load_state_dict(): '{key}' has shape {tuple(value.shape)}, the whole "
                                  f"tensor's is {want}: pass a full state dict (job.state_dict(), or the plain "
@@ -140,7 +140,30 @@ class StateDicts:
                 if name is None:
                     t.copy_(value)
                     continue
-                m.load(name, "param", value.to(t.dtype))
+                job.load(name, "param", value.to(t.dtype))
                 if job._bf16:
-                    m.load(name, "master", value.float())
+                    job.load(name, "master", value.float())
         return _IncompatibleKeys(missing, unexpected)
+
+
+def persistent_buffers(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Module, str]]:
+    """(state_dict name, module, key) of every persistent buffer (register_buffer), once each."""
+    seen, out = set(), []
+    for prefix, module in model.named_modules():
+        for key, b in module._buffers.items():
+            if b is not None and key not in module._non_persistent_buffers_set and id(b) not in seen:
+                seen.add(id(b))
+                out.append((f"{prefix}.{key}" if prefix else key, module, key))
+    return out
+
+
+def put_buffers(model: torch.nn.Module, buffers: Dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for name, module, key in persistent_buffers(model):
+            value, mine = buffers.get(name), module._buffers[key]
+            if value is None:
+                continue
+            if value.shape == mine.shape and value.dtype == mine.dtype:
+                mine.copy_(value)
+            else:
+                module._buffers[key] = value.clone()

@@ -23,12 +23,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import Manager, _c10d, _clip, _habits, _notice, tp
+from . import Manager, _attention, _c10d, _clip, _habits, _notice, _recover, _sharded, tp
 from ._agree import agree, together
 from ._describe import Description, describe
 from ._grads import GradBuffers
 from ._optim import OptimizerSpec, hyperparameters, spec_of
-from ._state_dict import StateDicts
+from ._state_dict import StateDicts, persistent_buffers, put_buffers
 
 __all__ = ["adopt", "describe", "Job", "SUPPORTED_LAYOUT"]
 
@@ -105,6 +105,8 @@ class Job:
         for _, module, style in self._styled:
             vocab = getattr(module, "out_features", 0)  # a head's logits keep the width it was built with
             tp.install(module, style, lambda v=vocab: (self.manager.group("tp"), v))
+        self._folds, self._attrs = described.folds, described.attrs  # fused q/k/v shapes; tp_attrs
+        _attention.install_tp_attrs(self._attrs, lambda: self.manager.config["tp"])
         _habits.install_grad_hooks(self, self._params)
         _habits.install_forward_hook(self, model)
         _habits.refuse_moves(model)
@@ -174,11 +176,19 @@ class Job:
         """Collective: optimizer.state_dict() of the whole model (loads into the plain optimizer)."""
         return self.state_dicts.optimizer()
 
+    def sharded_state_dict(self) -> Dict[str, Any]:
+        """Collective: this rank's part of the job's state, as VPS boxes (_sharded.py)."""
+        return _sharded.save(self)
+
+    def load_sharded_state_dict(self, shards) -> None:
+        """Collective: every rank's sharded_state_dict() of one save, any layout or process count."""
+        _sharded.load(self, shards)
+
     # ---- gradients and the step ----
     def _bound_grads(self) -> None:
         """Puts back any grad that is not the Manager's view (zero_grad(set_to_none=True), a
         replaced p.grad): its values are copied into the view, never dropped."""
-        grads = self._grads.grads()
+        grads = self._local(self._grads.grads())
         for name, p in self._params:
             view, g = grads[name], p.grad
             if g is not None and g.data_ptr() == view.data_ptr() and g.shape == view.shape:
@@ -236,9 +246,16 @@ class Job:
         m = self.manager
         _habits.warn_unregistered_scheduler(self)
         with m._collective(f"optimizer.step() at step {m.step}", m._state_bytes()):
-            _habits.check_step(self)
-            if not self._synced:
-                self.sync_grads()
+            try:
+                _habits.check_step(self)  # the step's first collective
+                if not self._synced:
+                    self.sync_grads()
+                _recover.commit(m)  # applied by every process or by none
+            except RuntimeError as error:  # Gloo's error for a lost peer (dynatrain.CommError too)
+                if not _recover.enabled(m):
+                    raise
+                _recover.in_job(self, error)
+                return  # the step is not applied and job.step stays: the loop does it again
             if m.active:
                 self._step_on_shards()
         m.step += 1
@@ -250,7 +267,7 @@ class Job:
     def _runs(self, layout: str) -> bool:
         """Whether this job can train in `layout` on its processes (a notice's survivor layout)."""
         try:
-            check_layout(layout)
+            self._check(layout)
             self.manager._native.validate(layout)
         except ValueError:
             return False
@@ -272,8 +289,8 @@ class Job:
         sharded = self._sharded_kind()
         swap = sharded is not None or self._bf16
         if swap:
-            data = m.tensors("master" if self._bf16 else "param")
-            grads = m.tensors("grad")
+            data = self._tensors("master" if self._bf16 else "param")
+            grads = self._tensors("grad")
             for name, p in self._params:
                 d, g = data[name], grads[name]
                 if sharded is not None:
@@ -315,7 +332,7 @@ class Job:
         Manager's view, so it is switched with the rest."""
         if not self._spec.lazy:
             return
-        views = {k: self.manager.tensors(kind) for k, kind in self._spec.keys.items()}
+        views = {k: self._tensors(kind) for k, kind in self._spec.keys.items()}
         for name, p in self._params:
             state = self.optimizer.state.get(p)
             for key, view in views.items():
@@ -326,7 +343,20 @@ class Job:
                         state[key] = view[name]
         self._lazy_started = True
 
-    # ---- binding to the Manager ----
+    # ---- binding to the Manager (views in the module's shapes: fused q/k/v folded back) ----
+    def _local(self, views: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        return {name: self._folds.local(name, t) for name, t in views.items()}
+
+    def _tensors(self, kind: str) -> Dict[str, torch.Tensor]:
+        return self._local(self.manager.tensors(kind))
+
+    def load(self, name: str, kind: str, full: torch.Tensor) -> None:
+        """Manager.load of a whole tensor in the module's shape."""
+        self.manager.load(name, kind, self._folds.to_logical(name, full))
+
+    def global_shape(self, name: str) -> Tuple[int, ...]:
+        return self._folds.shape(name, self.manager.global_shape(name))
+
     def _bind_params(self) -> None:
         m = self.manager
         if not m.active:
@@ -334,7 +364,7 @@ class Job:
                 _habits.rebind_data(p, torch.empty(0, dtype=p.dtype))
                 p.grad = None
             return
-        params, grads = m.tensors("param"), self._grads.grads()
+        params, grads = self._tensors("param"), self._local(self._grads.grads())
         for name, p in self._params:
             _habits.rebind_data(p, params[name])
             p.grad = grads[name]
@@ -351,7 +381,7 @@ class Job:
         if not m.active:
             return
         started = self._lazy_started or not self._spec.lazy
-        views = {k: m.tensors(kind) for k, kind in self._spec.keys.items()}
+        views = {k: self._tensors(kind) for k, kind in self._spec.keys.items()}
         for name, p in self._params:
             if id(p) not in self._optimized:
                 continue
@@ -380,18 +410,8 @@ class Job:
             steps = {name: float(self.optimizer.state[p]["step"]) for name, p in self._params
                      if id(p) in self._optimized and "step" in self.optimizer.state.get(p, {})}
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
-        buffers = {name: module._buffers[key].detach().clone() for name, module, key in self._persistent_buffers()}
+        buffers = {name: module._buffers[key].detach().clone() for name, module, key in persistent_buffers(self.model)}
         return {"steps": steps, "lazy_started": self._lazy_started, "groups": groups, "buffers": buffers}
-
-    def _persistent_buffers(self) -> List[Tuple[str, torch.nn.Module, str]]:
-        """(state_dict name, module, key) of every persistent buffer (register_buffer), once each."""
-        seen, out = set(), []
-        for prefix, module in self.model.named_modules():
-            for key, b in module._buffers.items():
-                if b is not None and key not in module._non_persistent_buffers_set and id(b) not in seen:
-                    seen.add(id(b))
-                    out.append((f"{prefix}.{key}" if prefix else key, module, key))
-        return out
 
     def _put_groups(self, groups: List[Dict[str, Any]]) -> None:
         """Every option of every param group (lr included) from `groups` (the carried ones)."""
@@ -399,22 +419,11 @@ class Job:
             for group, options in zip(self.optimizer.param_groups, groups):
                 group.update(options)
 
-    def _put_buffers(self, buffers: Dict[str, torch.Tensor]) -> None:
-        with torch.no_grad():
-            for name, module, key in self._persistent_buffers():
-                value, mine = buffers.get(name), module._buffers[key]
-                if value is None:
-                    continue
-                if value.shape == mine.shape and value.dtype == mine.dtype:
-                    mine.copy_(value)
-                else:
-                    module._buffers[key] = value.clone()
-
     def _receive(self, value: Dict[str, Any]) -> None:
         self._lazy_started = bool(value["lazy_started"])
         self._groups = value.get("groups", [])
         self._put_groups(self._groups)
-        self._put_buffers(value.get("buffers", {}))
+        put_buffers(self.model, value.get("buffers", {}))
         names = dict(self._params)
         for name, step in value["steps"].items():
             state = self.optimizer.state[names[name]]
@@ -425,17 +434,17 @@ class Job:
 
     def _load_initial(self) -> None:
         """Rank 0's parameters (and optimizer state, when it has stepped) become every rank's."""
-        m, comm = self.manager, self.manager.comm
+        comm = self.manager.comm
         for name, p in self._params:
             full = _broadcast(comm, p)
-            m.load(name, "param", full)
+            self.load(name, "param", full)
             if self._bf16:
-                m.load(name, "master", full.float())
+                self.load(name, "master", full.float())
         carried = comm.bcast((self._carried(), self._state_keys()) if comm.rank == 0 else None, root=0)
         for name, p in self._params:
             for key in carried[1].get(name, []):
                 full = self.optimizer.state[p][key].reshape(p.shape) if comm.rank == 0 else torch.empty(p.shape)
-                m.load(name, self._spec.keys[key], _broadcast(comm, full.float()))
+                self.load(name, self._spec.keys[key], _broadcast(comm, full.float()))
         carried[0]["lazy_started"] = self._spec.lazy and any(carried[1].values())
         self._receive(carried[0])
 
@@ -453,7 +462,7 @@ class Job:
             self._joined_pending = False
             if _sizes(layout) == {k: m.config[k] for k in _DEFAULTS}:
                 return {"config": m.config["config"], "joined": True}
-        check_layout(layout)
+        self._check(layout)
         together(m.comm, "job.switch(): no step in progress", self._refuse_unfinished_step)
         agree(m.comm, "job.switch(): the optimizer's hyperparameters (param groups)",
               hyperparameters(self.optimizer, {id(p): n for n, p in self._params}))
@@ -472,6 +481,10 @@ class Job:
         self._synced = False
         self.forwards, self.first_input = 0, None
         return stats
+
+    def _check(self, layout: str) -> None:
+        check_layout(layout)
+        _attention.check_tp_attrs(self._attrs, _sizes(layout)["tp"], layout)
 
     def _refuse_unfinished_step(self) -> None:
         if self.backward_ran:
@@ -502,7 +515,7 @@ class Job:
 
     def full(self, name: str, kind: str = "param") -> torch.Tensor:
         """Collective: the whole tensor `name` of state `kind` (Manager.gather), e.g. for checks."""
-        return self.manager.gather(name, kind)
+        return self._folds.to_user(name, self.manager.gather(name, kind))
 
 
 def _manager_kwargs(resume, states: str, dtype: torch.dtype, bucket_elems: int, mem_budget: int) -> Dict[str, Any]:
@@ -514,26 +527,16 @@ def _manager_kwargs(resume, states: str, dtype: torch.dtype, bucket_elems: int, 
     return kwargs
 
 
-def _refuse_adopted(model, optimizer) -> None:
-    """ValueError naming the model or optimizer when a Job already holds it."""
-    bound = next((name for name, p in model.named_parameters() if hasattr(p, "_dynatrain_job")), None)
-    if bound is not None:
-        raise ValueError(f"{type(model).__name__} is already adopted (parameter '{bound}' is bound to a dynatrain Job); "
-                         f"a model is adopted once: use its job (job.switch() changes the layout)")
-    if hasattr(optimizer, "_dynatrain_job"):
-        raise ValueError(f"this {type(optimizer).__name__} is already adopted by a dynatrain Job; an optimizer is "
-                         f"adopted once, with its model")
-
-
-def _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by):
+def _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by, tp_attrs):
     """Describes the model and optimizer on every rank; a refusal on any rank is the same
     ValueError on every rank (no rank is left waiting in a collective)."""
     error, out = None, None
     try:
-        _refuse_adopted(model, optimizer)
-        described = describe(model, plan, pipeline, vocab_divisible_by=vocab_divisible_by)
+        _habits.refuse_adopted(model, optimizer)
+        described = describe(model, plan, pipeline, vocab_divisible_by=vocab_divisible_by, tp_attrs=tp_attrs)
         spec = spec_of(optimizer)
         check_layout(layout)
+        _attention.check_tp_attrs(described.attrs, _sizes(layout)["tp"], layout)
         hyperparameters(optimizer, {id(p): n for n, p in described.params})
         out = described, spec
     except ValueError as e:
@@ -548,10 +551,11 @@ def _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_
 def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, comm=None, *,
           pipeline: Optional[str] = None, resume=None, bucket_elems: int = 40_000_000,
           mem_budget: int = 256 << 20, vocab_divisible_by: int = 128, notice_signal: Optional[str] = "TERM",
-          notice_s: float = 30.0, notice_save=None) -> Job:
+          notice_s: float = 30.0, notice_save=None, tp_attrs: Optional[Dict[str, List[str]]] = None) -> Job:
     """Collective: trains `model` and `optimizer` (Adam, AdamW or SGD) on DynaTrain's state in
     `layout`, tensor-parallel as `plan` says (glob over module / parameter names -> column, row,
-    vocab, replicated, expert). Rank 0's parameters (and optimizer state) are the initial values,
+    vocab, replicated, expert, attention, qkv; tp_attrs: module glob -> integer attributes its
+    forward reads per tp rank, such as a head count: _attention.py). Rank 0's parameters (and optimizer state) are the initial values,
     unless `resume` names a checkpoint or this process joins a running job. comm=None: the
     torch.distributed default group when it is initialised, else MPI.COMM_WORLD. Returns the Job; the
     model and optimizer objects stay the user's and keep working after every job.switch().
@@ -559,7 +563,8 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
     boundary, notice_s seconds before it is gone; to every process, it saves into notice_save
     (when given) and ends the job (_notice.py, docs/python.md "Notices")."""
     comm = _c10d.resolve(comm)  # None: torch.distributed's default group when initialised, else MPI.COMM_WORLD
-    described, spec = _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by)
+    described, spec = _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by,
+                                            tp_attrs)
     names_of = {id(p): n for n, p in described.params}
     settings = [layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume is not None, notice_signal,
                 notice_s, notice_save is not None]
@@ -578,6 +583,7 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
             return Job(manager, model, optimizer, described, spec,
                        _notice.Notices(manager, notice_signal, notice_s, notice_save))
         job = bound() if joined else together(manager.comm, "adopt(): binding the model", bound)
+        _recover.announce(manager)  # where each process runs, for a lost process's recovery
         if not (joined or getattr(manager, "resumed", False)):
             job._load_initial()
         job._bind()

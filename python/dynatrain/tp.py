@@ -9,6 +9,8 @@ the user's own nn.Linear / nn.Embedding modules so that their forward code does 
               all-reduce. nn.Linear output head: output rows split (Megatron vocab padding),
               gathered along the last dim and the padding stripped, so the logits keep the
               user's vocab size.
+    "attention", "qkv"  nn.MultiheadAttention and fused [q; k; v] nn.Linear, split on head
+              boundaries (_attention.py).
 
 Every collective reads the tp communicator and this rank's tp coordinate from `tp_of()` when it
 runs, not when it is installed: the group changes at each switch. Tensors are on the CPU and
@@ -24,11 +26,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import _attention
 from ._c10d import is_c10d
 
 TpOf = Callable[[], Tuple[Any, int]]  # () -> (tp communicator or None, vocab size or 0)
 
-MODULE_STYLES = {"column": nn.Linear, "row": nn.Linear, "vocab": (nn.Embedding, nn.Linear)}
+MODULE_STYLES = {"column": nn.Linear, "row": nn.Linear, "vocab": (nn.Embedding, nn.Linear), "qkv": nn.Linear,
+                 "attention": nn.MultiheadAttention}
 
 
 def _sum_in_place(t: torch.Tensor, comm) -> None:
@@ -196,7 +200,8 @@ def _vocab_head_forward(self, x):
 
 
 _FORWARDS = {("column", nn.Linear): _column_forward, ("row", nn.Linear): _row_forward,
-             ("vocab", nn.Embedding): _vocab_embedding_forward, ("vocab", nn.Linear): _vocab_head_forward}
+             ("vocab", nn.Embedding): _vocab_embedding_forward, ("vocab", nn.Linear): _vocab_head_forward,
+             ("qkv", nn.Linear): _column_forward}
 
 
 def check_style(name: str, module: nn.Module, style: str) -> None:
@@ -215,8 +220,11 @@ def check_style(name: str, module: nn.Module, style: str) -> None:
 def install(module: nn.Module, style: str, tp_of: TpOf) -> None:
     """Replaces `module`'s forward with the tensor-parallel one of `style` (an instance attribute:
     the class and every other module are untouched)."""
-    kind = nn.Embedding if isinstance(module, nn.Embedding) else nn.Linear
     module._dynatrain_tp = tp_of
+    if style == "attention":
+        _attention.install_attention(module)
+        return
+    kind = nn.Embedding if isinstance(module, nn.Embedding) else nn.Linear
     module.forward = types.MethodType(_FORWARDS[(style, kind)], module)
 
 
@@ -226,7 +234,9 @@ def split_of(style: str, attr: str, on_module: bool) -> Tuple[str, int]:
     how it is split)."""
     if style == "column":
         return "dim", 0
-    if style == "row":
+    if style == "qkv" or (style == "attention" and attr.startswith("in_proj")):
+        return "dim", 1  # the logical [3, heads, head_dim, ...] (_attention.fused_shape)
+    if style == "row" or (style == "attention" and attr == "weight"):  # attention: out_proj's
         return ("replicated", 0) if attr == "bias" and on_module else ("dim", 1)
     if style == "vocab":
         return "vocab", 0

@@ -217,5 +217,41 @@ TEST(Planner, RejectsDifferentModels) {
   EXPECT_THROW(Planner(a, b), InputError);
 }
 
+// ---- a lost source process holds nothing ------------------------------------------------
+
+// Ranks 0, 1, 3 of a 4-rank layout survive on processes 0..2 (in that order); rank 2 sat on
+// the lost process 3.
+SwitchPlacement after_losing_rank_2() { return {Placement({0, 1, 3, 2}), {}, {3}}; }
+
+TEST(Planner, LostProcessSendsNothingAndTheSurvivorsCoverEverything) {
+  const auto m = vps::model_from_name("tiny-dense");
+  // Rank 2's tp half also sits on rank 0 (its dp replica); tp=1 needs both halves everywhere.
+  Layout src(m, ParallelConfig::parse("tp=2,dp=2,zero=0"), small_buckets(3000));
+  Layout dst(m, ParallelConfig::parse("tp=1,dp=3,zero=0"), small_buckets(3000));
+  Planner planner(src, dst, {}, after_losing_rank_2());
+  EXPECT_TRUE(planner.unheld().empty());
+  const auto plans = planner.plan_all();
+  ASSERT_EQ(plans.size(), 4u);
+  EXPECT_TRUE(plans[3].keep.empty() && plans[3].send.empty() && plans[3].recv.empty());
+  for (const auto& plan : plans)
+    for (const auto& [peer, pieces] : plan.recv) EXPECT_NE(peer, 3) << "process " << plan.rank;
+  EXPECT_TRUE(check_plan(src, dst, plans, after_losing_rank_2()).ok);
+  // Without the loss the lost process would have sent some of it (its share as a replica).
+  Planner whole(src, dst, {}, {Placement({0, 1, 3, 2}), {}, {}});
+  EXPECT_FALSE(whole.plan_rank(3).send.empty());
+}
+
+TEST(Planner, UnheldNamesTheLostZeroShardsAndPlanningThemIsRefused) {
+  const auto m = vps::model_from_name("tiny-dense");
+  Layout src(m, ParallelConfig::parse("tp=1,dp=4,zero=1"), small_buckets(3000));
+  Layout dst(m, ParallelConfig::parse("tp=1,dp=3,zero=1"), small_buckets(3000));
+  Planner planner(src, dst, {}, after_losing_rank_2());
+  const auto unheld = planner.unheld(3);
+  ASSERT_EQ(unheld.size(), 3u);  // limited: the lost shard spans more boxes
+  for (const auto& line : unheld) EXPECT_NE(line.find("master/exp_avg/exp_avg_sq ["), std::string::npos) << line;
+  EXPECT_THROW(planner.plan_all(), InvariantError);
+  EXPECT_THROW(Planner(src, dst, {}, {Placement({0, 1, 3, 2}), {}, {4}}), InputError);
+}
+
 }  // namespace
 }  // namespace dynatrain::plan

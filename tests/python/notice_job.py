@@ -102,13 +102,19 @@ def main(layout, mode, step, arg):
     except dynatrain.Leaving:
         print(f"left pid {os.getpid()} active {job.active}", flush=True)
         raise
+    print(f"end pid {os.getpid()} gone {gone_at_end(job, pids)}", flush=True)
+
+
+def gone_at_end(job, pids):
+    """Collective over the survivors: the start pids whose process is gone (waits up to 20 s
+    for one to go, so that a process that just left is seen gone)."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not any(gone(p) for p in pids):
         time.sleep(0.1)
     job.manager.comm.Barrier()  # every survivor is alive from here to the next barrier
     ended = [p for p in pids if gone(p)]
     job.manager.comm.Barrier()
-    print(f"end pid {os.getpid()} gone {ended}", flush=True)
+    return ended
 
 
 if __name__ == "__main__":

@@ -287,6 +287,75 @@ def test_full_state_dicts_load_into_the_plain_model_and_optimizer(world):
         assert close(want, got), (cfg, want, got)
 
 
+def plain_run(steps):
+    """Plain torch with decay groups and warmup + cosine, after `steps` steps."""
+    model = small_gpt()
+    optimizer = decay_groups(model)
+    sched = warmup_cosine(optimizer)
+    for step in range(steps):
+        optimizer.zero_grad()
+        loss_of(model, data_at(step)).backward()
+        optimizer.step()
+        sched.step()
+    return model, optimizer, sched
+
+
+def resumed_steps(job, model, optimizer, sched, steps):
+    """Continues the job and a plain run from step 3: lr and every loss equal to plain torch."""
+    plain, plain_opt, plain_sched = plain_run(3)
+    assert job.step == 3
+    for step in range(3, 3 + steps):
+        assert [g["lr"] for g in optimizer.param_groups] == [g["lr"] for g in plain_opt.param_groups], step
+        want, got = step_both(job, ((plain, plain_opt), (model, optimizer)), step)
+        plain_sched.step()
+        sched.step()
+        assert close(want, got), (job.config["config"], step, want, got)
+
+
+def scrambled(lr=1.0):
+    model = small_gpt()
+    torch.manual_seed(9)
+    for p in model.parameters():  # other values: the load must replace them
+        p.data.normal_()
+    return model, decay_groups(model, lr=lr)
+
+
+def test_a_sharded_state_dict_loads_into_another_layout_and_process_count(world, tmp_path):
+    path = world.bcast(str(tmp_path) if world.rank == 0 else None, root=0)
+    cfgs = layouts(SIZE)
+    model, optimizer = scrambled(lr=3e-3)
+    model.load_state_dict(small_gpt().state_dict())
+    job = adopt(model, optimizer, [c for c in cfgs if "zero=2" in c][-1])  # grads and moments sharded over dp
+    sched = warmup_cosine(optimizer)
+    job.register_scheduler(sched)
+    for step in range(3):
+        step_both(job, (plain_run(0)[:2], (model, optimizer)), step)  # (the plain side is discarded)
+        sched.step()
+    torch.save(job.sharded_state_dict(), f"{path}/shard-{world.rank}.pt")
+    world.Barrier()
+    shards = [torch.load(f"{path}/shard-{r}.pt") for r in range(SIZE)]
+    saved = sum(p["data"].numel() for s in shards for p in s["pieces"] if p["kind"] == "param")
+    assert saved == sum(p.numel() for p in small_gpt().parameters())  # every element once: no replica, no padding
+    model2, opt2 = scrambled()
+    job2 = adopt(model2, opt2, cfgs[-1])  # another layout (tp=SIZE, zero=0), every process
+    sched2 = warmup_cosine(opt2)
+    job2.register_scheduler(sched2)  # registered before the load: the load sets it
+    job2.load_sharded_state_dict(shards)
+    resumed_steps(job2, model2, opt2, sched2, 3)
+    with pytest.raises(ValueError, match=rf"the shards of one save of {SIZE} processes at step 3 are ranks "
+                                         rf"0..{SIZE - 1} once each; got ranks \[0, 0\]"):
+        job2.load_sharded_state_dict(shards[:1] * 2)  # rank 0's twice (any other missing)
+    if world.rank == 0:  # another process count: this process alone
+        model3, opt3 = scrambled()
+        job3 = dynatrain.adopt(model3, opt3, PLAN, "tp=1", comm=MPI.COMM_SELF, pipeline="blocks",
+                               vocab_divisible_by=DIV, bucket_elems=3000)
+        job3.load_sharded_state_dict(shards)
+        sched3 = warmup_cosine(opt3)
+        job3.register_scheduler(sched3)  # registered after the load: it gets the loaded state then
+        resumed_steps(job3, model3, opt3, sched3, 2)
+    world.Barrier()
+
+
 def test_model_load_state_dict_after_adoption_takes_the_plain_models_dict(world):
     plain = small_gpt()
     model = small_gpt()

@@ -27,13 +27,14 @@ LEFT = re.compile(r"left pid (\d+) active False")
 pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="starts its own mpirun")
 
 
-def job(np, *args, c10d=False, notice_s=30):
-    """notice_job.py under mpirun, or with c10d under `dynatrain launch` (torch.distributed, gloo)."""
+def job(np, *args, c10d=False, notice_s=30, script="notice_job.py", launch=()):
+    """notice_job.py (or `script`) under mpirun, or with c10d under `dynatrain launch [launch...]`
+    (torch.distributed, gloo)."""
     env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", PMIX_MCA_gds="hash",
                OMPI_MCA_orte_allowed_exit_without_sync="1", OMPI_MCA_orte_execute_quiet="1", NOTICE_S=str(notice_s))
-    start = [str(cli_path()), "launch", "--port", "0", "--np", str(np), "--"] if c10d else \
+    start = [str(cli_path()), "launch", "--port", "0", "--np", str(np), *launch, "--"] if c10d else \
         [shutil.which("mpirun") or "mpirun", "-np", str(np)]
-    cmd = [*start, sys.executable, str(HERE / "notice_job.py"), *args]
+    cmd = [*start, sys.executable, str(HERE / script), *args]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=env, cwd=HERE)
     return run.returncode, run.stdout, run.stderr
 
@@ -162,3 +163,59 @@ def test_notice_to_the_store_host_on_torch_distributed_ends_the_job_at_its_deadl
     assert first.startswith("dynatrain: error: rank 0 of 2: this process had notice (SIGTERM) 4 s ago"), err
     assert first.endswith("resume it from its newest checkpoint with adopt(..., resume=DIR) (notice_save=DIR or "
                           "Manager.save writes one)") and "--max-restarts" not in first, err
+
+
+LOCAL_LOSS = re.compile(r"loss step (\d+) rank (\d+) of (\d+) value (\S+) pid (\d+) config (\S+)")
+
+
+def lost(layout, rank):
+    """lost_job.py: 4 processes, the one holding `rank` killed before step 3."""
+    return job(4, layout, "3", str(rank), c10d=True, script="lost_job.py", launch=("--keep-going",))
+
+
+def test_lost_process_on_torch_distributed_is_recovered_in_place():
+    rc, out, err = lost("tp=1,dp=4,zero=0", 2)
+    assert rc == 0, out + err
+    steps = {}
+    for step, rank, of, value, pid, config in LOCAL_LOSS.findall(out):
+        steps.setdefault(int(step), []).append((int(rank), int(of), float(value), int(pid), config))
+    reference = notice_job.plain_losses()
+    assert sorted(steps) == list(range(notice_job.STEPS)), out
+    for step, lines in steps.items():  # every step once: one line from each of its dp ranks
+        dp = lines[0][1]
+        assert sorted(r for r, *_ in lines) == list(range(dp)) and {of for _, of, *_ in lines} == {dp}, (step, out)
+        assert dp == (4 if step < 3 else 3), (step, out)
+        mean = sum(v for _, _, v, _, _ in lines) / dp
+        assert abs(mean - reference[step]) <= 1e-5, (step, mean, reference[step])
+    starts = [int(p) for p in START.findall(out)]
+    killed = set(starts) - {pid for s in range(3, notice_job.STEPS) for _, _, _, pid, _ in steps[s]}
+    ends = {int(p): g for p, g in END.findall(out)}
+    assert len(starts) == 4 and len(killed) == 1 and sorted(ends) == sorted(set(starts) - killed), out
+    for gone in ends.values():  # the survivors kept their pids; only the killed process is gone
+        assert [int(g) for g in gone.split(",") if g.strip()] == sorted(killed), out
+    assert re.search(r"recovery: lost rank 2 \(global 2\) of 4; tp=1,pp=1,dp=3,zero=0 on 3 processes after a "
+                     r"\S+ s pause; step 3 again\n", out), out
+    assert out.count("recovery:") == 1, out
+    lines = [line for line in err.splitlines() if line.startswith("dynatrain:")]
+    assert len(lines) == 1 and "ended by SIGKILL (killed?); the other ranks go on (--keep-going)" in lines[0], err
+
+
+def test_lost_process_whose_state_no_survivor_holds_is_refused_with_one_line():
+    rc, out, err = lost("tp=1,dp=4,zero=1", 2)  # ZeRO-1: rank 2 held the only copy of its optimizer shard
+    assert rc == 1, out + err
+    lines = [line for line in err.splitlines() if line.startswith("dynatrain: error:") and "launch:" not in line]
+    assert len(lines) == 1, err
+    assert re.fullmatch(r"dynatrain: error: lost rank 2 \(global 2\) of 4: no surviving process holds \S+ "
+                        r"exp_avg/exp_avg_sq \[.* of tp=1,pp=1,dp=4,zero=1: the lost processes held the "
+                        r"only copy; resume from a checkpoint", lines[0]), lines[0]
+    assert "Traceback" not in err, err
+
+
+def test_lost_store_host_on_torch_distributed_ends_with_one_line():
+    rc, out, err = lost("tp=1,dp=4,zero=0", 0)  # global rank 0's process hosts the store
+    assert rc == 1, out + err
+    lines = [line for line in err.splitlines() if line.startswith("dynatrain: error:") and "launch:" not in line]
+    assert len(lines) == 1 and re.fullmatch(
+        r"dynatrain: error: the survivors could not agree through the store \(.*\): it lives in the process of "
+        r"torch.distributed global rank 0, whose loss cannot be recovered; resume from a checkpoint", lines[0]), err
+    assert "Traceback" not in err and "recovery:" not in out, out + err

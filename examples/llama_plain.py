@@ -1,0 +1,45 @@
+"""A Llama-style model trained the way LLM scripts train: AdamW with decay and no-decay groups,
+gradient clipping, warmup + cosine SequentialLR, a checkpoint (--save / --save-at, --resume)."""
+import argparse
+
+import torch
+import torch.nn.functional as F
+
+from gpt_model import batch
+from llama_model import SEQ, VOCAB, Llama, warmup_cosine
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=24, help="optimizer steps (the cosine ends there)")
+    ap.add_argument("--global-batch", type=int, default=8, help="sequences per step, over all processes")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--save", help="checkpoint file, written after --save-at steps")
+    ap.add_argument("--save-at", type=int, default=-1)
+    ap.add_argument("--resume", help="checkpoint file to resume from")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = Llama()
+    optimizer = model.configure_optimizers(weight_decay=0.1, lr=a.lr)
+    scheduler = warmup_cosine(optimizer, warmup=4, steps=a.steps, min_lr=a.lr / 10)
+    ckpt = torch.load(a.resume) if a.resume else {"step": 0}
+    for name, state in (("model", model), ("optimizer", optimizer), ("scheduler", scheduler)):
+        if name in ckpt: state.load_state_dict(ckpt[name])  # noqa: E701
+    for step in range(ckpt["step"], a.steps):
+        data = batch(step, a.global_batch, VOCAB, SEQ)
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(data[:, :-1]).flatten(0, 1), data[:, 1:].flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        print(f"step {step:3d}  loss {loss.item():.8f}  lr {scheduler.get_last_lr()[0]!r}", flush=True)
+        optimizer.step()
+        scheduler.step()
+        if step + 1 == a.save_at:
+            ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "step": step + 1}
+            torch.save(ckpt, a.save)
+
+
+if __name__ == "__main__":
+    main()

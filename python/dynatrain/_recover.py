@@ -1,0 +1,209 @@
+"""A lost process recovered in place on torch.distributed (docs/python.md, "A lost process").
+
+When a process of an adopted job dies (SIGKILL, the OOM killer, a crash), its connections
+close and Gloo raises in the survivors' collective of that step. optimizer.step() catches it
+(only on torch.distributed, with processes that may change, over more than one process) and:
+
+  1. abandons the generation: shuts down every connection of the job's groups
+     (_c10d.abandon_groups), so that a survivor waiting on another survivor gets its error too;
+  2. agrees who survived through the rendezvous store, under a key prefix of this recovery:
+     each survivor counts itself in `alive/<global rank>`; the process of global rank 0 (the store's host)
+     decides once every process has either arrived or is known gone (a pid of its own node
+     that no longer runs), or, for processes of other nodes, SETTLE_S after the last arrival;
+     the members' list is then read by every survivor (deadline: the watchdog's);
+  3. builds the survivors' groups over the store (as a shrink does, _c10d.raw_comm);
+  4. rebuilds the lost ranks' state from the replicas the survivors hold (the planner takes the
+     lost processes to hold nothing) in the layout job/survivor_layout.h picks, with one planned
+     switch (python/elastic.h, recover_in_place);
+  5. returns from optimizer.step() without the step: the interrupted step is not applied, and
+     `job.step` stays, so a loop `while job.step < steps:` does it again.
+
+The step's update is applied only after a barrier over every process (COMMIT), so a step is
+applied by every survivor or by none. A loss the job cannot recover from ends every survivor
+with one line (rank 0's) and ProcessLost: the process of global rank 0 (it hosts the store), a
+box of state no survivor holds (ZeRO shards, tensor-parallel pieces without a dp replica: a
+checkpoint is needed), or no layout for the survivors.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from datetime import timedelta
+from typing import Dict, List
+
+from . import _c10d, _elastic, _native, _watchdog
+
+SETTLE_S = 1.0  # how long the decision waits for a process of another node after the last arrival
+POLL_S = 0.005
+
+
+class ProcessLost(SystemExit):
+    """Raised by optimizer.step() on every survivor when a lost process cannot be recovered in
+    place; its one line is printed by the survivors' first rank. Exit status 1."""
+
+    def __init__(self, why: str):
+        super().__init__(1)
+        self.why = why
+
+    def __str__(self) -> str:
+        return self.why
+
+
+def enabled(m) -> bool:
+    """Whether a lost peer is recovered (torch.distributed, elastic, more than one process)."""
+    return m.comm is not None and _c10d.is_c10d(m.comm) and m._options["elastic"] and m.comm.size > 1
+
+
+def announce(m) -> None:
+    """At adoption, on every process: its node and pid in the store, for the decision."""
+    if enabled(m):
+        _store().set(f"{_prefix(m)}/pid/{m.comm.ranks[m.comm.rank]}", f"{socket.gethostname()} {os.getpid()}")
+
+
+def commit(m) -> None:
+    """The step's commit point, before the update: a barrier over every process."""
+    if enabled(m):
+        m.comm.Barrier()
+
+
+def in_job(job, error: BaseException) -> None:
+    """Job side (adopt.py's optimizer.step()): recover() with the same parameters and optimizer
+    state entries unbound before and bound again after, as job.switch() does."""
+    from . import _habits
+    before = {name: tuple(p.shape) for name, p in job._params}
+    label = f"the recovery from a lost process ({job._last_config} -> fewer processes)"
+    _habits.retire_accumulators(job._params, label)
+    job._unbind()
+    recover(job, error)
+    job._switches += 1
+    job._bind()
+    job._remember_shapes(before, label)
+    job._synced = False
+    job.backward_ran = False
+    job.forwards, job.first_input = 0, None
+
+
+def recover(job, error: BaseException) -> Dict:
+    """After `error` in a collective of optimizer.step(): the five steps above. Returns the
+    recovery's statistics (also job.last_recovery); re-raises `error` when no process was lost."""
+    m = job.manager
+    t0 = time.perf_counter()
+    _c10d.abandon_groups()
+    comm, before = m.comm, m.comm.size
+    me = comm.ranks[comm.rank]
+    members = _agree(m, me)
+    if len(members) == before:
+        raise error
+    lost = [r for r in comm.ranks if r not in members]
+    prefix = f"{_prefix(m)}/recovery{_generation(m) + 1}"
+    t1 = time.perf_counter()
+    new = _c10d.raw_comm(f"{prefix}/world", members, me)
+    new.manager_serial = f"{comm.manager_serial}-gen{_generation(m) + 1}"
+    m._generation = _generation(m) + 1
+    first = new.rank == 0
+    lost_text = ", ".join(f"rank {comm.ranks.index(r)} (global {r})" for r in lost)
+    to = _native.survivor_layout(m.config["config"], len(members), job._runs)
+    if to is None:
+        _end(first, f"lost {lost_text} of {before}: no layout of {len(members)} or fewer processes runs this model")
+    m._drop_views("from before the recovery from a lost process")
+    m.comm = new
+    m._world_keep = _c10d.native_world(new)
+    _native.use_world(m._native, m._world_keep)
+    t2 = time.perf_counter()
+    try:
+        out = _native.recover_in_place(m._native, to, [comm.ranks.index(r) for r in members], before)
+    except ValueError as e:
+        _end(first, f"lost {lost_text} of {before}: {e}")
+    _native.watch_world(m._native)
+    m._group_cache = {}
+    m._bind()
+    _elastic._ending.after_world_change()  # the abandoned groups' threads must not hold the exit
+    stats = {k: v for k, v in out.items() if k not in ("job", "mine", "left")}
+    stats.update(config=to, lost=lost, agree_seconds=_c10d.all_max(new, t1 - t0),
+                 groups_seconds=_c10d.all_max(new, t2 - t1), pause_seconds=_c10d.all_max(new, time.perf_counter() - t0))
+    if first:
+        sys.stdout.write(f"recovery: lost {lost_text} of {before}; {to} on {len(members)} processes after a "
+                         f"{stats['pause_seconds']:.3f} s pause; step {m.step} again\n")  # one write: one line
+        sys.stdout.flush()
+    job.last_recovery = stats
+    return stats
+
+
+# ---- internals ----
+def _store():
+    return _c10d._dist().distributed_c10d._get_default_store()
+
+
+def _prefix(m) -> str:
+    serial = m.comm.manager_serial
+    return f"dynatrain/manager{str(serial).split('-')[0]}"
+
+
+def _generation(m) -> int:
+    return getattr(m, "_generation", 0)
+
+
+def _deadline(m) -> float:
+    base = m._watchdog_s if m._watchdog_s is not None else _watchdog.base_seconds_or_default()
+    return base if base > 0 else _watchdog.DEFAULT_SECONDS
+
+
+def _agree(m, me: int) -> List[int]:
+    """Step 2: the surviving global ranks, in the current layout's order (every survivor alike)."""
+    prefix = f"{_prefix(m)}/recovery{_generation(m) + 1}"
+    try:
+        store = _store()
+        store.add(f"{prefix}/alive/{me}", 1)
+        if me == 0:
+            store.set(f"{prefix}/members", json.dumps(_decide(m, store, prefix)))
+        store.wait([f"{prefix}/members"], timedelta(seconds=_deadline(m)))
+        members = json.loads(store.get(f"{prefix}/members"))
+    except RuntimeError as e:  # the store is gone with its host, or the deadline passed
+        _end(me == min(r for r in m.comm.ranks if r != 0),
+             f"the survivors could not agree through the store ({str(e).splitlines()[0]}): it lives in the "
+             f"process of torch.distributed global rank 0, whose loss cannot be recovered; resume from a checkpoint")
+    if me not in members:
+        _end(True, f"global rank {me} reached the survivors' agreement after it was decided; it leaves")
+    return members
+
+
+def _decide(m, store, prefix: str) -> List[int]:
+    """On the store's host: the members once every process arrived or is known gone."""
+    where = {r: store.get(f"{_prefix(m)}/pid/{r}").decode().split() for r in m.comm.ranks}
+    here = socket.gethostname()
+    deadline = time.monotonic() + _deadline(m)
+    arrived: List[int] = []
+    last_change = time.monotonic()
+    while True:
+        now = [r for r in m.comm.ranks if store.add(f"{prefix}/alive/{r}", 0) > 0]
+        if now != arrived:
+            arrived, last_change = now, time.monotonic()
+        waiting = [r for r in m.comm.ranks if r not in arrived and not
+                   (where[r][0] == here and _gone(int(where[r][1])))]
+        remote = [r for r in waiting if where[r][0] != here]
+        if not waiting or (len(remote) == len(waiting) and time.monotonic() - last_change > SETTLE_S) or \
+                time.monotonic() > deadline:
+            return arrived
+        time.sleep(POLL_S)
+
+
+def _gone(pid: int) -> bool:
+    """Whether process `pid` of this node has ended (missing, or a zombie not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in "ZX"
+    except OSError:
+        return True
+
+
+def _end(first: bool, why: str):
+    """An unrecoverable loss: the one line (from the survivors' first rank), ProcessLost."""
+    if first:
+        sys.stderr.write(f"dynatrain: error: {why}\n")
+        sys.stderr.flush()
+    _elastic._ending.after_world_change()
+    _elastic._ending.status = 1
+    raise ProcessLost(why)
