@@ -70,10 +70,14 @@ void JobControl::refuse_left_behind(const nlohmann::json& previous, const std::s
       refuse_quietly(p.value("request", ""), why);
 }
 
-void JobControl::refuse_quietly(const std::string& id, const std::string& why) {
-  if (id.empty() || !reported_.insert(id).second) return;
-  write_answer(dir_, Answer{id, AnswerState::kRefused, -1, "", why, {}});
+void refuse_request(const std::string& dir, const std::string& id, const std::string& why) {
+  if (id.empty()) return;
+  write_answer(dir, Answer{id, AnswerState::kRefused, -1, "", why, {}});
   record_event("request_refused", {{"request", id}, {"reason", why}});
+}
+
+void JobControl::refuse_quietly(const std::string& id, const std::string& why) {
+  if (!id.empty() && reported_.insert(id).second) refuse_request(dir_, id, why);
 }
 
 void JobControl::take_over(const nlohmann::json& handed, std::int64_t step) {

@@ -28,6 +28,11 @@ using Schedule = std::vector<std::pair<std::int64_t, vps::ParallelConfig>>;
 // order), replacing the entry already at that step: how requests and notices change the schedule.
 void place_switch(Schedule& schedule, std::size_t from, std::int64_t at, const vps::ParallelConfig& config);
 
+// Answers request `id` in DIR refused, `why` its one line, and records request_refused in the
+// event log this process holds (if any); nothing for an empty id. Whoever ends a job with
+// requests left (the leader, or the supervisor between attempts) answers them through this.
+void refuse_request(const std::string& dir, const std::string& id, const std::string& why);
+
 // What deciding a request needs from the training loop at a step boundary.
 struct RequestContext {
   Schedule& schedule;                              // entries from `next` on are still to come

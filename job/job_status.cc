@@ -154,8 +154,15 @@ void release_job_dir(const std::string& dir) {
     std::remove((dir + "/job.lock").c_str());
 }
 
-StatusFile::StatusFile(std::string dir) : path_(std::move(dir) + "/status.json") {
-  status_ = {{"version", kStatusVersion}};
+bool write_status(const std::string& dir, nlohmann::json& status) {
+  const double now = unix_now();
+  status["heartbeat_unix"] = now;
+  status["updated"] = iso_time(now);
+  return write_file_atomically(dir + "/status.json", status.dump(2) + "\n", false);
+}
+
+StatusFile::StatusFile(std::string dir, nlohmann::json initial, std::function<bool()> beating)
+    : dir_(std::move(dir)), beating_(std::move(beating)), status_(std::move(initial)) {
   thread_ = std::thread([this] { heartbeat(); });
 }
 
@@ -181,14 +188,12 @@ nlohmann::json StatusFile::snapshot() const {
 
 void StatusFile::write_locked() {
   last_write_ = unix_now();
-  status_["heartbeat_unix"] = last_write_;
-  status_["updated"] = iso_time(last_write_);
-  const bool written = write_file_atomically(path_, status_.dump(2) + "\n", false);
+  const bool written = write_status(dir_, status_);
   if (!written && !write_failed_)  // said once; said again after a write that works
     std::fprintf(stderr,
-                 "dynatrain: warning: cannot write '%s' (%s); the job goes on, but `dynatrain request` takes it for "
-                 "dead once its heartbeat is %g s old\n",
-                 path_.c_str(), std::strerror(errno), stale_after_seconds());
+                 "dynatrain: warning: cannot write '%s/status.json' (%s); the job goes on, but `dynatrain request` "
+                 "takes it for dead once its heartbeat is %g s old\n",
+                 dir_.c_str(), std::strerror(errno), stale_after_seconds());
   write_failed_ = !written;
 }
 
@@ -196,7 +201,7 @@ void StatusFile::heartbeat() {
   std::unique_lock<std::mutex> g(mu_);
   while (!stop_) {
     if (stop_cv_.wait_for(g, std::chrono::duration<double>(kHeartbeatS), [this] { return stop_; })) break;
-    if (status_.value("health", "") != "ended") write_locked();
+    if (status_.value("health", "") != "ended" && (!beating_ || beating_())) write_locked();
   }
 }
 

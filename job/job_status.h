@@ -59,10 +59,17 @@ std::string hold_job_dir(const std::string& dir, bool take_over);
 // Removes DIR/job.lock when it names this process.
 void release_job_dir(const std::string& dir);
 
-// DIR/status.json, owned by the leader. A heartbeat thread rewrites it every kHeartbeatS.
+// Stamps `status` with the heartbeat (now: "heartbeat_unix", "updated") and replaces
+// DIR/status.json with it atomically; false when the write failed (errno says why).
+bool write_status(const std::string& dir, nlohmann::json& status);
+
+// DIR/status.json, owned by the leader (or by the supervisor between two attempts:
+// job/supervisor_job_dir.h). A heartbeat thread rewrites it every kHeartbeatS while the status
+// is not "ended" and `beating` (when given) returns true; destruction stops it at once.
 class StatusFile {
  public:
-  explicit StatusFile(std::string dir);
+  explicit StatusFile(std::string dir, nlohmann::json initial = {{"version", kStatusVersion}},
+                      std::function<bool()> beating = {});
   ~StatusFile();
   StatusFile(const StatusFile&) = delete;
   StatusFile& operator=(const StatusFile&) = delete;
@@ -74,7 +81,8 @@ class StatusFile {
  private:
   void write_locked();
   void heartbeat();
-  std::string path_;
+  std::string dir_;
+  std::function<bool()> beating_;
   mutable std::mutex mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -37,18 +38,32 @@ void on_notice(int sig) {
   g_notice_ns.compare_exchange_strong(none, monotonic_ns());
 }
 
-// Ends the job when this process is still in it --notice-s after its notice.
+std::mutex g_outside_mu;
+std::string g_outside;  // set_outside_layout's `why`
+
+std::string outside_layout() {
+  std::lock_guard<std::mutex> g(g_outside_mu);
+  return g_outside;
+}
+
+// Ends the job when this process is still in it --notice-s after its notice, or at once when
+// it holds no rank (it cannot be vacated).
 void watch_deadline() {
   const auto deadline_ns = static_cast<std::int64_t>(g_settings.seconds * 1e9);
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const std::int64_t t = g_notice_ns.load();
+    if (t != 0 && !g_taken.load())
+      if (const std::string why = outside_layout(); !why.empty())
+        abort_job("error",
+                  detail::concat("notice (", notice_signal_name(g_settings.signal), ") to this process, which ", why,
+                                 ": a process outside the layout cannot be vacated; ", g_settings.deadline_end),
+                  3);
     if (t != 0 && monotonic_ns() - t > deadline_ns)
       abort_job(
           "error",
           detail::concat("this process had notice (", notice_signal_name(g_settings.signal), ") ", g_settings.seconds,
-                         " s ago and has not handed its state over; the job "
-                         "ends so that it restarts from its newest checkpoint (--max-restarts)"),
+                         " s ago and has not handed its state over; ", g_settings.deadline_end),
           3);
   }
 }
@@ -89,6 +104,11 @@ void enable_notices(const NoticeSettings& settings) {
 }
 
 bool notices_enabled() { return g_settings.signal != 0; }
+
+void set_outside_layout(const std::string& why) {
+  std::lock_guard<std::mutex> g(g_outside_mu);
+  g_outside = why;
+}
 
 NoticeAgreement agree_on_notices(comm::Transport& world, double slowest_step_s) {
   struct Flag {

@@ -25,9 +25,15 @@
 
 namespace dynatrain::job {
 
+inline constexpr const char* kCliDeadlineEnd =
+    "the job ends so that it restarts from its newest checkpoint (--max-restarts)";
+
 struct NoticeSettings {
   int signal = 0;         // the notice signal (e.g. SIGTERM); 0: notices off, the signal stops the job
   double seconds = 30.0;  // time from the notice until the process is gone
+  // The end of the deadline's line: what ending the job is for, in the words of the caller's
+  // interface (the CLI's flag, or Python's arguments).
+  std::string deadline_end = kCliDeadlineEnd;
 };
 
 // Parses a --notice-signal value: TERM, SIGTERM, USR1, SIGUSR1, USR2, SIGUSR2, HUP, SIGHUP, or
@@ -65,6 +71,14 @@ int notice_lead_steps(double slowest_step_s, double notice_seconds, std::int64_t
 
 // "rank 3 (pid 4242)", "ranks 1 (pid 11), 2 (pid 12)".
 std::string describe_noticed(const std::vector<NoticedProcess>& noticed);
+
+// Why this process cannot be vacated now: "" while it holds a rank of the current layout (or is
+// being started for one), else e.g. "holds no rank of tp=1,pp=1,dp=2,zero=1 (2 of the 4
+// processes hold ranks)"; set by the training loop at its start and after every commit. A
+// process outside the layout takes part in no boundary's agreement on notices, so a notice to
+// it is refused at once (within 50 ms) with one line naming `why`, ending the job (exit 3)
+// as the deadline would (NoticeSettings::deadline_end), not at the deadline.
+void set_outside_layout(const std::string& why);
 
 // This process's notice is being acted on (its ranks are in a vacating switch): later
 // agree_on_notices calls leave it out. Its deadline still runs.

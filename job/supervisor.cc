@@ -140,6 +140,18 @@ Attempt run_job(const std::vector<std::string>& cmd) {
   return a;
 }
 
+// A worker ended by the notice signal before any step line (mpirun's 128 + signal): the signal
+// came before the worker's notice handler was installed (while the program loads), so it took
+// the signal's default action and nothing printed a line for it.
+void say_start_up_signal(const Attempt& a, int notice_signal) {
+  if (g_signal || notice_signal == 0 || a.last_step >= 0 || a.exit_code != 128 + notice_signal) return;
+  std::fprintf(stderr,
+               "dynatrain: error: a process of the job ended by %s before training started (a notice during "
+               "start-up, before the process could take notices?)\n",
+               notice_signal_name(notice_signal));
+  std::fflush(stderr);
+}
+
 // ---- the CSV: every step once, from the attempt that kept it ----
 
 struct CsvPart {
@@ -503,6 +515,7 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
     const Attempt a = run_job(cmd);
     hold.reset();
     code = a.exit_code;
+    say_start_up_signal(a, args.notice.signal);
     ended_why = detail::concat("the job ended with exit ", code);
     if (code == 0 || g_signal || s.max_restarts == 0) break;  // done, stopped, or no restarts asked for
     if (a.every_process_noticed) {                            // a scheduler took the whole job back: it ends, saved

@@ -9,26 +9,24 @@
 //     "ended" with the exit code, records job_ended and removes job.lock.
 #pragma once
 
-#include <atomic>
+#include <memory>
 #include <string>
-#include <thread>
+
+#include "job/job_status.h"
 
 namespace dynatrain::job {
 
 class SupervisorHold {
  public:
   // Holds DIR from now on ("" : nothing): job.lock names this process, status.json "restarting";
-  // a thread renews the heartbeat until the attempt's leader takes DIR or the hold is destroyed.
-  explicit SupervisorHold(std::string dir);
-  ~SupervisorHold();
+  // its heartbeat (a StatusFile's) is renewed until the attempt's leader takes DIR or the hold
+  // is destroyed.
+  explicit SupervisorHold(const std::string& dir);
   SupervisorHold(const SupervisorHold&) = delete;
   SupervisorHold& operator=(const SupervisorHold&) = delete;
 
  private:
-  void heartbeat();
-  std::string dir_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
+  std::unique_ptr<StatusFile> status_;
 };
 
 // After the last attempt failed with `exit_code` ("" dir: nothing). `why`: one line for the answers.

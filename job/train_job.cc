@@ -26,6 +26,7 @@ int train_command(const TrainArgs& args, comm::Transport& world) {
 int TrainJob::run() {
   if (!set_up()) return 0;
   enable_notices(args_.notice);
+  note_layout_for_notices();
   for (; s_.step < args_.steps; ++s_.step) {
     if (!boundary()) break;
     if (!trainer_->active()) continue;  // wait in the next prepare / commit / finish

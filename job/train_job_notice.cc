@@ -73,4 +73,13 @@ bool TrainJob::act_on_notices() {
   return true;
 }
 
+// A process outside the layout takes part in no agreement on notices: its notice is refused
+// at once (job/notice.h: set_outside_layout).
+void TrainJob::note_layout_for_notices() const {
+  const vps::ParallelConfig& c = trainer_->config();
+  set_outside_layout(trainer_->active() ? ""
+                                        : detail::concat("holds no rank of ", c.str(), " (", c.world_size(), " of the ",
+                                                         trainer_->world_size(), " processes hold ranks)"));
+}
+
 }  // namespace dynatrain::job

@@ -100,7 +100,10 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
 // After every commit (joined processes included): the leader role follows world rank 0, and
 // the leader reports the switch. Returns false when this process left the job.
 bool TrainJob::after_commit(const SwitchStats& sw) {
-  if (!trainer_->left()) note_world_after_switch(trainer_->world());  // failure lines name world ranks
+  if (!trainer_->left()) {
+    note_world_after_switch(trainer_->world());  // failure lines name world ranks
+    note_layout_for_notices();
+  }
   const bool leads = !trainer_->left() && trainer_->world().rank() == 0;
   if (!leads)
     s_.leader = false, control_.resign();

@@ -57,8 +57,9 @@ class TrainJob {
   // The loop (train_job.cc).
   bool boundary();  // the work between two steps; false: the loop ends here
   void save_if_due();
-  bool act_on_notices();  // false: every process has notice (train_job_notice.cc)
-  bool commit_if_due();   // false: this process left the job in the commit
+  bool act_on_notices();                 // false: every process has notice (train_job_notice.cc)
+  void note_layout_for_notices() const;  // whether this process holds a rank (job/notice.h)
+  bool commit_if_due();                  // false: this process left the job in the commit
   bool commit();
   train::StepStats train_step();
   int finish();

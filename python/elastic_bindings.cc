@@ -50,7 +50,9 @@ void bind_job_runtime(py::module_& m) {
   m.def("enable_notices", [](const std::string& signal, double seconds) {
     if (!(seconds > 0)) DT_INPUT_ERROR("notice_s=", seconds, ": valid: seconds > 0");
     const int sig = job::parse_notice_signal(signal);
-    job::enable_notices({sig, seconds});
+    job::enable_notices({sig, seconds,
+                         "the job ends; resume it from its newest checkpoint with adopt(..., resume=DIR) "
+                         "(notice_save=DIR or Manager.save writes one)"});
     return job::notices_enabled() ? sig : 0;
   });
   // Collective over the manager's world: [(world rank, pid)] with a notice not yet acted on.

@@ -75,13 +75,16 @@ int probe_port(int port) {
   _exit(127);
 }
 
-// "dynatrain: error: launch: rank 1 (pid 4242) on node h1 ended by SIGKILL (killed?); ..."
+// "dynatrain: error: launch: rank 1 (pid 4242) on node h1 ended by SIGKILL (killed?); ..."; a
+// notice signal the rank did not handle ended it before its handler was installed (start-up).
 void report_killed_rank(int rank, pid_t pid, int sig, bool keep_going) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const char* name = sigabbrev_np(sig);
-  std::fprintf(stderr, "dynatrain: error: launch: rank %d (pid %d) on node %s ended by %s%s (killed?); %s\n", rank,
+  const bool notice = sig == SIGTERM || sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGHUP;
+  std::fprintf(stderr, "dynatrain: error: launch: rank %d (pid %d) on node %s ended by %s%s (%s); %s\n", rank,
                static_cast<int>(pid), host, name ? "SIG" : "signal ", name ? name : std::to_string(sig).c_str(),
+               notice ? "not handled: a notice during start-up, before the process could take notices?" : "killed?",
                keep_going ? "the other ranks go on (--keep-going)" : "ending the other ranks");
   std::fflush(stderr);
 }

@@ -11,9 +11,13 @@ in the new layout. A notice to every process saves (adopt(notice_save=DIR)) and 
 rank 0 prints the job's one line, and optimizer.step() raises EveryProcessNoticed (a SystemExit
 with code 128 + signal) on every process.
 
-Limits: only with processes that may change (Manager(elastic=True)), and when every process
-holds a rank; on torch.distributed the process of global rank 0 hosts the store and cannot be
-vacated (_c10d.py) (else the notice waits for a boundary where they do, and a notice that
+A process that holds no rank (a layout of fewer ranks than processes) calls optimizer.step() at
+the same boundaries, so its notice is agreed and acted on the same way: it leaves, and the
+layout chosen for the processes that stay may give the other idle ones ranks.
+
+Limits: only with processes that may change (Manager(elastic=True)), and while no switch is
+prepared; on torch.distributed the process of global rank 0 hosts the store and cannot be
+vacated (_c10d.py) (else the notice waits for a boundary where it can be, and a notice that
 cannot be acted on within notice_s ends the job with one line, exit 3: job/notice.h's deadline).
 The switch is prepared and committed at the boundary that learns of the notice: a vacate starts
 no process, so there is nothing to hide behind a step.
@@ -69,7 +73,7 @@ class Notices:
             self.slowest_step = max(self.slowest_step, now - self._last_boundary)
         self._last_boundary = now
         m = job.manager
-        if not self.signal or m.comm is None or m._prepared is not None or m.config["world_size"] != m.comm.size:
+        if not self.signal or m.comm is None or m._prepared is not None:
             return
         base = m._watchdog_s if m._watchdog_s is not None else _watchdog.base_seconds_or_default()
         with _watchdog.WATCHDOG.guard(f"the agreement on notices after step {m.step}",
@@ -122,7 +126,7 @@ class Notices:
             print(f"{_native.EVERY_PROCESS_NOTICED} ({sig})", flush=True)
             saved = f"saved checkpoint of step {m.step} in {self.save}" if self.save is not None else \
                 "no notice_save, nothing saved"
-            sys.stderr.write(f"dynatrain: rank 0 of {m.comm.size}: stopped by {sig} to every process: {saved}\n")
+            sys.stderr.write(f"dynatrain: error: rank 0 of {m.comm.size}: stopped by {sig} to every process: {saved}\n")
             sys.stderr.flush()
         try:  # the job ends here: mpirun's SIGTERM to processes not yet gone is no new cause
             signal.signal(self.signal, signal.SIG_IGN)

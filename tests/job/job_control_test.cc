@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -17,6 +18,7 @@
 #include "job/job_request.h"
 #include "job/job_status.h"
 #include "job/schedule_tail.h"
+#include "job/supervisor_job_dir.h"
 #include "job/train_leader.h"
 
 namespace dynatrain::job {
@@ -205,6 +207,48 @@ TEST(JobStatusFile, IsReplacedWholeWithAHeartbeat) {
   }
   for (const auto& e : fs::directory_iterator(d.path))  // no temporary left behind
     EXPECT_EQ(e.path().filename().string().rfind(".status", 0), std::string::npos) << e.path();
+}
+
+// Between two attempts the supervisor holds DIR on a StatusFile: "restarting" with a beating
+// heartbeat until a leader's job.lock replaces its own, then silent; destroyed at once; at the
+// job's end every accepted request is answered refused.
+TEST(JobStatusFile, SupervisorHoldBeatsUntilALeaderTakesOver) {
+  TempDir d;
+  fs::create_directories(d.path + "/answers");
+  fs::create_directories(d.path + "/requests");
+  setenv(kSupervisorPidEnv, std::to_string(getpid()).c_str(), 1);
+  std::ofstream(d.path + "/status.json") << R"({"version":1,"step":7,"health":"running","exit_code":137,)"
+                                         << R"("pending_requests":[{"request":"r1","step":9,"to":"dp=1"}]})";
+  const auto status = [&] { return nlohmann::json::parse(slurp(d.path + "/status.json")); };
+  auto hold = std::make_unique<SupervisorHold>(d.path);
+  EXPECT_TRUE(held_by_supervisor(d.path));
+  EXPECT_EQ(status()["health"], "restarting");
+  EXPECT_EQ(status()["step"], 7);
+  EXPECT_FALSE(status().contains("exit_code"));
+  const double first = status()["heartbeat_unix"].get<double>();
+  usleep(static_cast<useconds_t>(kHeartbeatS * 1.6e6));
+  EXPECT_GT(status()["heartbeat_unix"].get<double>(), first);
+  // The attempt's leader (another pid) takes DIR: the hold writes no more.
+  std::ofstream(d.path + "/job.lock") << R"({"version":1,"pid":1,"host":")" << host_name() << R"("})";
+  usleep(static_cast<useconds_t>(kHeartbeatS * 1.2e6));  // a beat that may have started before
+  std::ofstream(d.path + "/status.json") << R"({"version":1,"health":"running","heartbeat_unix":5})";
+  usleep(static_cast<useconds_t>(kHeartbeatS * 1.6e6));
+  EXPECT_EQ(status()["heartbeat_unix"], 5);
+  const auto t0 = std::chrono::steady_clock::now();
+  hold.reset();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.05);
+  // The supervisor ends the job: the request the status still holds is answered refused, by name.
+  std::ofstream(d.path + "/status.json") << R"({"version":1,"pending_requests":[{"request":"r1"}]})";
+  hold = std::make_unique<SupervisorHold>(d.path);
+  hold.reset();
+  end_supervised_job_dir(d.path, 137, "the job ended with exit 137");
+  const auto answer = read_answer(d.path, "r1");
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ(answer->state, AnswerState::kRefused);
+  EXPECT_EQ(answer->reason, "the job ended with exit 137");
+  EXPECT_EQ(status()["health"], "ended");
+  EXPECT_FALSE(fs::exists(d.path + "/job.lock"));
+  unsetenv(kSupervisorPidEnv);
 }
 
 TEST(JobHandOvers, AreVersionedJson) {

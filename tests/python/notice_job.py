@@ -1,6 +1,7 @@
 """An adopted GPT trained under mpirun while a process gets a signal (test_notice.py):
 
-  notice_job.py LAYOUT one STEP RANKS  SIGTERM to the processes holding RANKS (1 or 1,3) before step STEP
+  notice_job.py LAYOUT one STEP RANKS  SIGTERM to the processes of world RANKS (1 or 1,3) before step STEP
+                                       (a LAYOUT of fewer ranks than processes leaves the last ones idle)
   notice_job.py LAYOUT all STEP DIR    SIGTERM to every process before step STEP (saved into DIR)
   notice_job.py LAYOUT kill STEP RANK  the process holding RANK SIGKILLs itself before step STEP
 
@@ -37,10 +38,10 @@ def loss_of(model, data):
     return F.cross_entropy(model(data[:, :-1]).flatten(0, 1).float(), data[:, 1:].flatten())
 
 
-def plain_losses():
+def plain_losses(steps=STEPS):
     model, optimizer = model_and_optimizer()
     out = []
-    for step in range(STEPS):
+    for step in range(steps):
         optimizer.zero_grad()
         loss = loss_of(model, batch(step, GLOBAL_BATCH, DIMS["vocab"], DIMS["seq"]))
         loss.backward()
@@ -61,7 +62,7 @@ def gone(pid):
 def signal_before_step(job, mode, step, target):
     if job.step != step:
         return
-    if mode == "all" or str(job.rank) in target.split(","):
+    if mode == "all" or str(job.manager.comm.rank) in target.split(","):  # world ranks: idle ones too
         os.kill(os.getpid(), signal.SIGKILL if mode == "kill" else signal.SIGTERM)
         time.sleep(0.2)  # the signal is handled before the step goes on
 
@@ -90,12 +91,13 @@ def main(layout, mode, step, arg):
         while job.step < STEPS:
             signal_before_step(job, mode, int(step), arg)
             optimizer.zero_grad()
-            loss = loss_of(model, job.local_batch(batch(job.step, GLOBAL_BATCH, DIMS["vocab"], DIMS["seq"])))
-            loss.backward()
-            mean = job.average(loss).item()
-            if job.rank == 0:
-                print(f"loss step {job.step} value {mean:.9f} pid {os.getpid()} config {job.config['config']}",
-                      flush=True)
+            if job.active:  # a process that holds no rank skips the step's compute
+                loss = loss_of(model, job.local_batch(batch(job.step, GLOBAL_BATCH, DIMS["vocab"], DIMS["seq"])))
+                loss.backward()
+                mean = job.average(loss).item()
+                if job.rank == 0:
+                    print(f"loss step {job.step} value {mean:.9f} pid {os.getpid()} config {job.config['config']}",
+                          flush=True)
             optimizer.step()
     except dynatrain.Leaving:
         print(f"left pid {os.getpid()} active {job.active}", flush=True)

@@ -68,6 +68,11 @@ def test_notices_to_two_of_4_at_once_are_one_switch():
     notice_vacates_live(4, "tp=2,dp=2", [1, 3], "tp=2,pp=1,dp=1,zero=1")  # the same tp first
 
 
+def test_notice_to_an_idle_process_vacates_it_live():
+    # tp=2 on 4 processes: world ranks 2 and 3 hold no rank; rank 3 leaves, the 3 others go on
+    notice_vacates_live(4, "tp=2", [3], "tp=1,pp=1,dp=3,zero=1")
+
+
 def test_notice_on_torch_distributed_vacates_rank_1_of_4_live():
     notice_vacates_live(4, "tp=2,dp=2", [1], "tp=1,pp=1,dp=3,zero=1", c10d=True)
 
@@ -122,7 +127,7 @@ def every_process_noticed(tmp_path, c10d):
     assert_losses_match(losses(out), 4)
     assert out.count("notice: every process has notice; the job ends (SIGTERM)") == 1, out
     lines = [line for line in err.splitlines() if line.startswith("dynatrain:")]
-    assert lines == [f"dynatrain: rank 0 of 2: stopped by SIGTERM to every process: saved checkpoint of step 4 in "
+    assert lines == [f"dynatrain: error: rank 0 of 2: stopped by SIGTERM to every process: saved checkpoint of step 4 in "
                      f"{tmp_path / 'ckpt'}"], err
     assert (tmp_path / "ckpt" / "latest").exists()
 
@@ -154,7 +159,10 @@ def test_notice_to_the_store_host_on_torch_distributed_ends_the_job_at_its_deadl
     assert rc == 3, out + err
     assert re.search(r"notice: rank 0 \(pid \d+\) will be gone in 4 s \(SIGTERM\), but the process of "
                      r"torch.distributed global rank 0 hosts the store and cannot leave", out), out
-    assert err.splitlines()[0].startswith("dynatrain: error: rank 0 of 2: this process had notice (SIGTERM) 4 s ago"), err
+    first = err.splitlines()[0]
+    assert first.startswith("dynatrain: error: rank 0 of 2: this process had notice (SIGTERM) 4 s ago"), err
+    assert first.endswith("resume it from its newest checkpoint with adopt(..., resume=DIR) (notice_save=DIR or "
+                          "Manager.save writes one)") and "--max-restarts" not in first, err
 
 
 LOCAL_LOSS = re.compile(r"loss step (\d+) rank (\d+) of (\d+) value (\S+) pid (\d+) config (\S+)")
