@@ -6,7 +6,9 @@
 
 Invariants between calls:
   * every parameter p is bound to the Manager: p.data is this rank's local shard (tensors("param")),
-    p.grad its grad (tensors("grad"); at zero=2 a job-owned buffer, _grads.py),
+    p.grad its grad (tensors("grad"); at zero>=2 a job-owned buffer, _grads.py); at zero=3 p.data
+    is this rank's 1-D shard between steps, whole only inside its module's forward and backward
+    (_zero3.py),
     optimizer.state[p] holds the Manager's moment views
     (local shape at zero=0, this rank's 1-D ZeRO shard at zero>=1). A switch rebinds the same
     Parameter objects and the same state dicts; nothing else holds Manager views across a switch.
@@ -23,7 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import Manager, _attention, _c10d, _clip, _habits, _notice, _sharded, tp
+from . import Manager, _attention, _c10d, _clip, _habits, _notice, _sharded, _zero3, tp
 from ._agree import agree, together
 from ._describe import Description, describe
 from ._grads import GradBuffers
@@ -32,7 +34,7 @@ from ._state_dict import StateDicts, persistent_buffers, put_buffers
 
 __all__ = ["adopt", "describe", "Job", "SUPPORTED_LAYOUT"]
 
-SUPPORTED_LAYOUT = "tp, dp and zero=0/1/2 in any combination (pp=1, cp=1, ep=1, etp=1)"
+SUPPORTED_LAYOUT = "tp, dp and zero=0/1/2/3 in any combination (pp=1, cp=1, ep=1, etp=1)"
 _DEFAULTS = {"tp": 1, "cp": 1, "dp": 1, "pp": 1, "ep": 1, "etp": 1, "zero": 1}
 _EXTRA = "dynatrain.adopt.optimizer"  # carried optimizer state outside the VPS
 _habits.patch_clipping()  # torch.nn.utils.clip_grad_norm_ / clip_grad_value_ on adopted parameters
@@ -54,7 +56,6 @@ def check_layout(layout: str, sizes: Optional[Dict[str, int]] = None) -> None:
     """ValueError naming `layout` when adoption cannot run it."""
     s = sizes or _sizes(layout)
     bad = [f"{k}={s[k]}" for k in ("pp", "cp", "ep", "etp") if s[k] > 1]
-    bad += [f"zero={s['zero']}"] if s["zero"] >= 3 else []
     if bad:
         raise ValueError(f"layout '{layout}': an adopted model does not run {', '.join(bad)}; valid: {SUPPORTED_LAYOUT}")
 
@@ -81,6 +82,7 @@ class Job:
         self._bf16 = described.dtype == torch.bfloat16
         self._optimized = {id(p) for g in optimizer.param_groups for p in g["params"]}
         self._grads: Optional[GradBuffers] = None
+        self._zero3: Optional[_zero3.Zero3] = None  # the current layout's, at zero=3
         self._synced = False
         self._lazy_started = False
         self._joined_pending = bool(getattr(manager, "joined", False))
@@ -109,6 +111,7 @@ class Job:
         _attention.install_tp_attrs(self._attrs, lambda: self.manager.config["tp"])
         _habits.install_grad_hooks(self, self._params)
         _habits.install_forward_hook(self, model)
+        _zero3.install(self, model, {id(p) for _, p in self._params})
         _habits.refuse_moves(model)
         optimizer.load_state_dict = types.MethodType(lambda _, sd: self.state_dicts.load_optimizer(sd), optimizer)
         model.load_state_dict = types.MethodType(lambda _, sd, strict=True: self.state_dicts.load_model(sd, strict),
@@ -197,7 +200,13 @@ class Job:
                 view.zero_()
             else:
                 view.copy_(g)
-            p.grad = view
+            self._set_grad(p, view)
+
+    def _set_grad(self, p: torch.Tensor, grad: torch.Tensor) -> None:
+        if self._zero3 is not None:
+            self._zero3.bind(p, grad)  # the whole local grad of a parameter that holds its shard
+        else:
+            p.grad = grad
 
     def sync_grads(self) -> None:
         """Collective: the Manager's grads become their mean over dp (dense buckets over dp_cp,
@@ -281,6 +290,9 @@ class Job:
         m = self.manager
         sharded = self._sharded_kind()
         swap = sharded is not None or self._bf16
+        zero3 = self._zero3 is not None
+        if zero3:
+            self._zero3.release_all()  # a parameter without a grad (frozen, unused) may still be whole
         if swap:
             data = self._tensors("master" if self._bf16 else "param")
             grads = self._tensors("grad")
@@ -288,7 +300,7 @@ class Job:
                 d, g = data[name], grads[name]
                 if sharded is not None:
                     lo, hi = m.shard_slice(name, sharded)
-                    d = d if self._bf16 else d.reshape(-1)[lo:hi]
+                    d = d if self._bf16 or zero3 else d.reshape(-1)[lo:hi]
                     g = g if self._grads.sharded else g.reshape(-1)[lo:hi]
                 p.data = d
                 p.grad = g.float() if self._bf16 else g
@@ -303,13 +315,14 @@ class Job:
         self._keep_lazy_state()
         if self._bf16:
             self._master_to_param(sharded is not None)
-        if sharded is not None:
+        if sharded is not None and not zero3:
             self._gather_shards()
 
     def _master_to_param(self, zero: bool) -> None:
+        """The updated fp32 master into the bf16 params (at zero=3 both are this rank's shards)."""
         m = self.manager
         for info, param, master in zip(m.buckets, m.buffers("param"), m.buffers("master")):
-            lo, hi = (info["shard_lo"], info["shard_hi"]) if zero else (0, param.numel())
+            lo, hi = (info["shard_lo"], info["shard_hi"]) if zero and param.numel() != master.numel() else (0, param.numel())
             param[lo:hi].copy_(master)
 
     def _gather_shards(self) -> None:
@@ -360,11 +373,13 @@ class Job:
         params, grads = self._tensors("param"), self._local(self._grads.grads())
         for name, p in self._params:
             _habits.rebind_data(p, params[name])
-            p.grad = grads[name]
+            self._set_grad(p, grads[name])
 
     def _bind(self) -> None:
         """Points every parameter, grad and optimizer state entry at the Manager's current views."""
         self._grads = GradBuffers(self.manager)
+        m = self.manager
+        self._zero3 = _zero3.Zero3(m, self._params, self._folds.local) if m.active and m.config["zero"] >= 3 else None
         self._bind_params()
         self._bind_state()
 
@@ -388,6 +403,9 @@ class Job:
     def _unbind(self) -> None:
         """Drops every reference to Manager views before they are invalidated."""
         self._grads = None
+        if self._zero3 is not None:
+            self._zero3.release_all()
+        self._zero3 = None
         for _, p in self._params:
             p.grad = None
             _habits.rebind_data(p, torch.empty(0, dtype=p.dtype))
