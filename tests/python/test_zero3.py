@@ -158,3 +158,31 @@ def test_a_parameter_read_outside_its_modules_forward_is_a_clear_error():
     job.switch(f"dp={SIZE},zero=2")
     model(data).sum().backward()
     opt.step()
+
+
+def test_a_parameter_shared_by_two_modules_is_gathered_for_each():
+    class Shared(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.emb, self.head = nn.Embedding(10, 8), nn.Linear(8, 10, bias=False)
+            self.head.weight = self.emb.weight  # tied the nn.Module way: one Parameter in both
+
+        def forward(self, x):
+            return self.head(torch.tanh(self.emb(x)))
+
+    model = Shared()
+    plain = copy.deepcopy(model)
+    opt, plain_opt = torch.optim.AdamW(model.parameters(), lr=0.01), torch.optim.AdamW(plain.parameters(), lr=0.01)
+    job = dynatrain.adopt(model, opt, {}, f"dp={SIZE},zero=3")
+    for step in range(3):
+        data = torch.randint(0, 10, (2 * SIZE, 5), generator=torch.Generator().manual_seed(step))
+        losses = []
+        for m, o, d in ((plain, plain_opt, data), (model, opt, job.local_batch(data))):
+            o.zero_grad()
+            loss = F.cross_entropy(m(d).flatten(0, 1), d.flatten())
+            loss.backward()
+            o.step()
+            losses.append(loss)
+        want, got = losses[0].item(), job.average(losses[1]).item()
+        assert close(want, got), (step, want, got)
