@@ -170,7 +170,7 @@ def _post_hook(job_ref, params):
         if torch.is_grad_enabled() and any(p.requires_grad for p in params):
             ref = weakref.ref(zero)
             for t in _tensors(output):
-                if t.requires_grad:
+                if t.requires_grad and t.grad_fn is not None:  # a leaf returned as it is would keep the hook
                     t.register_hook(_regather(ref, params))
         zero.release(params)
         return None

@@ -186,3 +186,24 @@ def test_a_parameter_shared_by_two_modules_is_gathered_for_each():
             losses.append(loss)
         want, got = losses[0].item(), job.average(losses[1]).item()
         assert close(want, got), (step, want, got)
+
+
+def test_a_graph_from_before_a_switch_out_of_zero3_is_stale_and_the_next_step_works():
+    pair = both()
+    model, optimizer = pair[1]
+    job = adopt(model, optimizer, f"dp={SIZE},zero=3")
+    held = loss_of(model, job.local_batch(data_at(0)))  # the previous step's loss, kept alive
+    held.backward(retain_graph=True)
+    optimizer.step()
+    pair[0][1].zero_grad()
+    loss_of(pair[0][0], data_at(0)).backward()
+    pair[0][1].step()
+    job.switch(f"tp={TP},dp={SIZE // TP},zero=3")
+    want, got = step_pair(job, pair, 1)
+    assert close(want, got), (want, got)
+    if TP > 1:  # local shapes changed: the old graph cannot run
+        with pytest.raises(dynatrain.StaleTensorError, match=r"backward through a graph built before job.switch 1"):
+            held.backward()
+        optimizer.zero_grad()
+    want, got = step_pair(job, pair, 2)
+    assert close(want, got), (want, got)
