@@ -325,6 +325,15 @@ void bind_manager_memory(ManagerClass& cls) {
                                          v.sharded, v.local_shape));
              return out;
            })
+      // (tensor id, expert, bucket, offset, numel) per local tensor: its elements lie at
+      // [offset, offset + numel) of the whole (unsharded) bucket, whichever kinds are sharded.
+      .def("placements",
+           [](const Manager& self) {
+             py::list out;
+             for (const vps::LocalShard& s : self.layout().local_shards(self.rank()))
+               out.append(py::make_tuple(s.tensor, s.expert_group, s.bucket, s.offset, s.numel));
+             return out;
+           })
       .def("buckets",
            [](const Manager& self) {
              py::list out;

@@ -380,6 +380,12 @@ class Manager:
             raise InternalError(f"no rank holds part of '{name}' ({kind})")
         return full
 
+    def _placement(self, name: str) -> Tuple[int, int, int, Tuple[int, ...]]:
+        """(bucket index, offset, numel, local shape) of this rank's local tensor `name`: its
+        elements lie at [offset, offset + numel) of the whole bucket buckets[bucket index], of
+        which each ZeRO-sharded kind holds [shard_lo, shard_hi) here."""
+        return self._placements[name]
+
     def pool_stats(self) -> Dict[str, int]:
         """The manager's memory pool on this rank: live_bytes, reserved_bytes, fresh_bytes;
         pinned_buffers and deferred_bytes (memory that tensors still reference, docs/python.md)."""
@@ -433,6 +439,10 @@ class Manager:
                                                              f"tensor '{name}' ({kind})")
             self._slices[kind][name] = (start, start + length)
         self._buckets = [dict(b) for b in n.buckets()]
+        index = {(b["expert"], b["bucket"]): i for i, b in enumerate(self._buckets)}
+        shapes = {self._names[v[0]]: tuple(v[7]) for v in n.views()}
+        self._placements = {self._names[t]: (index[(expert, bucket)], offset, numel, shapes[self._names[t]])
+                            for t, expert, bucket, offset, numel in n.placements()}
         self._groups = self._groups_for(self._config["config"])
 
     def _groups_for(self, config: str) -> Dict[str, Any]:

@@ -4,7 +4,8 @@ zero <= 1: the Manager's grad state is whole local tensors; autograd accumulates
 the mean is an all-reduce over dp in place. zero >= 2: the Manager keeps only this rank's ZeRO
 shard of each grad bucket, so autograd accumulates into job-owned buckets of the same layout
 (one per Manager bucket, every tensor at its offset in the param bucket) and the mean is a
-reduce-scatter from them into the Manager's shards. Either way the Manager's grad state holds
+reduce-scatter from them into the Manager's shards (zero=3 too: p.grad is the whole local
+grad while p holds its shard between steps, _zero3.py). Either way the Manager's grad state holds
 the mean after reduce(), and grads() is what each p.grad is bound to.
 """
 from __future__ import annotations
@@ -42,19 +43,12 @@ class GradBuffers:
         if not self.sharded:
             self._buckets, self._views = manager.buffers("grad"), manager.tensors("grad")
             return
-        params = manager.buffers("param")
-        self._buckets = [_lazy_zeros(b.numel(), b.dtype) for b in params]
-        for name, view in manager.tensors("param").items():
-            self._views[name] = self._at_offset(name, view, params)
-
-    def _at_offset(self, name: str, view: torch.Tensor, params: List[torch.Tensor]) -> torch.Tensor:
-        if view.numel() == 0:
-            return torch.zeros(view.shape, dtype=view.dtype)
-        for bucket, own in zip(params, self._buckets):
-            start = (view.data_ptr() - bucket.data_ptr()) // view.element_size()
-            if 0 <= start < bucket.numel():
-                return own[start:start + view.numel()].view(view.shape)
-        raise RuntimeError(f"tensor '{name}' lies in no param bucket")  # the Manager's layout broke
+        # one whole bucket each (zero=3 keeps only a shard of the param buckets), every tensor at its place
+        self._buckets = [_lazy_zeros(info["bucket_numel"], b.dtype) for info, b in zip(manager.buckets,
+                                                                                          manager.buffers("grad"))]
+        for name in manager.tensors("grad"):
+            bucket, offset, numel, shape = manager._placement(name)
+            self._views[name] = self._buckets[bucket][offset:offset + numel].view(shape)
 
     def grads(self) -> Dict[str, torch.Tensor]:
         """name -> the local-shape tensor p.grad is bound to."""

@@ -6,7 +6,9 @@
 
 Invariants between calls:
   * every parameter p is bound to the Manager: p.data is this rank's local shard (tensors("param")),
-    p.grad its grad (tensors("grad"); at zero=2 a job-owned buffer, _grads.py),
+    p.grad its grad (tensors("grad"); at zero>=2 a job-owned buffer, _grads.py); at zero=3 p.data
+    is this rank's 1-D shard between steps, whole only inside its module's forward and backward
+    (_zero3.py),
     optimizer.state[p] holds the Manager's moment views
     (local shape at zero=0, this rank's 1-D ZeRO shard at zero>=1). A switch rebinds the same
     Parameter objects and the same state dicts; nothing else holds Manager views across a switch.
@@ -23,16 +25,18 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import Manager, _attention, _c10d, _clip, _habits, _interrupt, _lend, _notice, _recover, _sharded, tp
+from . import (Manager, _attention, _c10d, _clip, _habits, _interrupt, _lend, _notice, _recover, _sharded,
+               _zero3, tp)
 from ._agree import agree, together
 from ._describe import Description, describe
 from ._grads import GradBuffers
+from ._step import ShardedStep
 from ._optim import OptimizerSpec, hyperparameters, spec_of
 from ._state_dict import StateDicts, persistent_buffers, put_buffers
 
 __all__ = ["adopt", "describe", "Job", "SUPPORTED_LAYOUT"]
 
-SUPPORTED_LAYOUT = "tp, dp and zero=0/1/2 in any combination (pp=1, cp=1, ep=1, etp=1)"
+SUPPORTED_LAYOUT = "tp, dp and zero=0/1/2/3 in any combination (pp=1, cp=1, ep=1, etp=1)"
 _DEFAULTS = {"tp": 1, "cp": 1, "dp": 1, "pp": 1, "ep": 1, "etp": 1, "zero": 1}
 _EXTRA = "dynatrain.adopt.optimizer"  # carried optimizer state outside the VPS
 _habits.patch_clipping()  # torch.nn.utils.clip_grad_norm_ / clip_grad_value_ on adopted parameters
@@ -54,7 +58,6 @@ def check_layout(layout: str, sizes: Optional[Dict[str, int]] = None) -> None:
     """ValueError naming `layout` when adoption cannot run it."""
     s = sizes or _sizes(layout)
     bad = [f"{k}={s[k]}" for k in ("pp", "cp", "ep", "etp") if s[k] > 1]
-    bad += [f"zero={s['zero']}"] if s["zero"] >= 3 else []
     if bad:
         raise ValueError(f"layout '{layout}': an adopted model does not run {', '.join(bad)}; valid: {SUPPORTED_LAYOUT}")
 
@@ -66,7 +69,7 @@ def _broadcast(comm, t: torch.Tensor) -> torch.Tensor:
     return out
 
 
-class Job(_lend.PhaseShifts):
+class Job(_lend.PhaseShifts, ShardedStep):
     """An adopted model and optimizer on a Manager. Collective calls: switch, sync_grads (also
     run by optimizer.step), save, average, lend, reclaim, refit; every rank calls them together."""
 
@@ -81,6 +84,7 @@ class Job(_lend.PhaseShifts):
         self._bf16 = described.dtype == torch.bfloat16
         self._optimized = {id(p) for g in optimizer.param_groups for p in g["params"]}
         self._grads: Optional[GradBuffers] = None
+        self._zero3: Optional[_zero3.Zero3] = None  # the current layout's, at zero=3
         self._synced = False
         self._lazy_started = False
         self._joined_pending = bool(getattr(manager, "joined", False))
@@ -109,6 +113,7 @@ class Job(_lend.PhaseShifts):
         _attention.install_tp_attrs(self._attrs, lambda: self.manager.config["tp"])
         _habits.install_grad_hooks(self, self._params)
         _habits.install_forward_hook(self, model)
+        _zero3.install(self, model, {id(p) for _, p in self._params})
         _habits.refuse_moves(model)
         optimizer.load_state_dict = types.MethodType(lambda _, sd: self.state_dicts.load_optimizer(sd), optimizer)
         model.load_state_dict = types.MethodType(lambda _, sd, strict=True: self.state_dicts.load_model(sd, strict),
@@ -197,7 +202,13 @@ class Job(_lend.PhaseShifts):
                 view.zero_()
             else:
                 view.copy_(g)
-            p.grad = view
+            self._set_grad(p, view)
+
+    def _set_grad(self, p: torch.Tensor, grad: torch.Tensor) -> None:
+        if self._zero3 is not None:
+            self._zero3.bind(p, grad)  # the whole local grad of a parameter that holds its shard
+        else:
+            p.grad = grad
 
     def sync_grads(self) -> None:
         """Collective: the Manager's grads become their mean over dp (dense buckets over dp_cp,
@@ -275,76 +286,6 @@ class Job(_lend.PhaseShifts):
             return False
         return self._global_batch is None or self._global_batch % _sizes(layout)["dp"] == 0
 
-    def _sharded_kind(self) -> Optional[str]:
-        """A Manager kind that ZeRO shards in the current layout (None: the step runs on whole
-        local tensors, every dp rank alike)."""
-        zero = self.manager.config["zero"]
-        if zero >= 2:
-            return "grad"
-        kinds = (["master"] if self._bf16 else []) + sorted(set(self._spec.keys.values()))
-        return kinds[0] if kinds and zero >= 1 else None
-
-    def _step_on_shards(self) -> None:
-        """One optimizer step on this rank's shard of every parameter: p.data / p.grad are the
-        shard (fp32 master and grad for bf16) during the step, bound again after it."""
-        m = self.manager
-        sharded = self._sharded_kind()
-        swap = sharded is not None or self._bf16
-        if swap:
-            data = self._tensors("master" if self._bf16 else "param")
-            grads = self._tensors("grad")
-            for name, p in self._params:
-                d, g = data[name], grads[name]
-                if sharded is not None:
-                    lo, hi = m.shard_slice(name, sharded)
-                    d = d if self._bf16 else d.reshape(-1)[lo:hi]
-                    g = g if self._grads.sharded else g.reshape(-1)[lo:hi]
-                p.data = d
-                p.grad = g.float() if self._bf16 else g
-        frozen = [p for _, p in self._params if not p.requires_grad]
-        for p in frozen:
-            p.grad = None  # torch's optimizers skip a parameter without a grad: no update, no weight decay
-        try:
-            self._step_fn()
-        finally:
-            if swap or frozen:
-                self._bind_params()
-        self._keep_lazy_state()
-        if self._bf16:
-            self._master_to_param(sharded is not None)
-        if sharded is not None:
-            self._gather_shards()
-
-    def _master_to_param(self, zero: bool) -> None:
-        m = self.manager
-        for info, param, master in zip(m.buckets, m.buffers("param"), m.buffers("master")):
-            lo, hi = (info["shard_lo"], info["shard_hi"]) if zero else (0, param.numel())
-            param[lo:hi].copy_(master)
-
-    def _gather_shards(self) -> None:
-        """ZeRO-1: each rank updated its shard of every bucket; all-gather the new weights."""
-        m = self.manager
-        for info, param in zip(m.buckets, m.buffers("param")):
-            group = m.group("edp" if info["expert"] else "dp_cp")
-            if group is not None and group.size > 1:
-                tp.all_gather_in_place_(param, group)
-
-    def _keep_lazy_state(self) -> None:
-        """State torch created itself in the step (SGD's first momentum buffer) moves into the
-        Manager's view, so it is switched with the rest."""
-        if not self._spec.lazy:
-            return
-        views = {k: self._tensors(kind) for k, kind in self._spec.keys.items()}
-        for name, p in self._params:
-            state = self.optimizer.state.get(p)
-            for key, view in views.items():
-                if state is not None and key in state and state[key] is not None:
-                    got = state[key]
-                    if got.data_ptr() != view[name].data_ptr():
-                        view[name].copy_(got.reshape(view[name].shape))
-                        state[key] = view[name]
-        self._lazy_started = True
-
     # ---- binding to the Manager (views in the module's shapes: fused q/k/v folded back) ----
     def _local(self, views: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         return {name: self._folds.local(name, t) for name, t in views.items()}
@@ -369,11 +310,13 @@ class Job(_lend.PhaseShifts):
         params, grads = self._tensors("param"), self._local(self._grads.grads())
         for name, p in self._params:
             _habits.rebind_data(p, params[name])
-            p.grad = grads[name]
+            self._set_grad(p, grads[name])
 
     def _bind(self) -> None:
         """Points every parameter, grad and optimizer state entry at the Manager's current views."""
         self._grads = GradBuffers(self.manager)
+        m = self.manager
+        self._zero3 = _zero3.Zero3(m, self._params, self._folds.local) if m.active and m.config["zero"] >= 3 else None
         self._bind_params()
         self._bind_state()
 
@@ -397,6 +340,9 @@ class Job(_lend.PhaseShifts):
     def _unbind(self) -> None:
         """Drops every reference to Manager views before they are invalidated."""
         self._grads = None
+        if self._zero3 is not None:
+            self._zero3.release_all()
+        self._zero3 = None
         for _, p in self._params:
             p.grad = None
             _habits.rebind_data(p, torch.empty(0, dtype=p.dtype))

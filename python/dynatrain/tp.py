@@ -95,12 +95,12 @@ def all_gather_in_place_(flat: torch.Tensor, comm) -> None:
         comm.Allgather(MPI.IN_PLACE, _raw(flat))
 
 
-def broadcast_(t: torch.Tensor, comm) -> None:
-    """Rank 0's values of contiguous `t` on every rank of `comm`, in place."""
+def broadcast_(t: torch.Tensor, comm, root: int = 0) -> None:
+    """Rank `root`'s values of contiguous `t` on every rank of `comm`, in place."""
     if is_c10d(comm):
-        comm.broadcast_(_bytes(t), root=0)
+        comm.broadcast_(_bytes(t), root=root)
     else:
-        comm.Bcast(_raw(t), root=0)
+        comm.Bcast(_raw(t), root=root)
 
 
 def _gather(comm, parts: torch.Tensor, local: torch.Tensor) -> None:

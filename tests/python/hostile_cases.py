@@ -199,7 +199,9 @@ def getter_raises():
 
 
 def silent_peer():
-    m = manager()
+    # The 2 s deadline from the switch on: the construction keeps DT_WATCHDOG_S's (test_hostile.py
+    # sets 60 s), so that processes started seconds apart on a loaded machine do not trip it there.
+    m = manager(watchdog_s=2.0)
     if WORLD.rank == 1:
         time.sleep(60)                 # never joins the switch
     m.switch(configs()[1])

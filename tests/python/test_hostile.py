@@ -81,7 +81,7 @@ def test_getter_raising_raises_on_every_rank_before_anything_moves():
 
 
 def test_silent_peer_is_caught_by_the_watchdog():
-    rc, out = run_case("silent_peer", 2, {"DT_WATCHDOG_S": "2"})
+    rc, out = run_case("silent_peer", 2, {"DT_WATCHDOG_S": "60"})  # the switch's deadline is 2 s (watchdog_s)
     assert rc == 3 and "dynatrain: rank 0: no progress for 2 s in Manager.switch to 'tp=2,dp=1'" in out, out
 
 
