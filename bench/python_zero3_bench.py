@@ -24,7 +24,7 @@ from mpi4py import MPI
 
 sys.path.append(str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 import dynatrain  # noqa: E402
-from gpt_model import GPT, batch  # noqa: E402
+from gpt_model import GPT, batch, plain_step  # noqa: E402
 
 PLAN = {"tok": "vocab", "head": "vocab", "*.[qkv]": "column", "*.fc1": "column", "*.proj": "row", "*.fc2": "row"}
 
@@ -63,10 +63,7 @@ def main():
         held, diffs, times = 0, [], []
         for _ in range(args.steps):
             data = batch(step, 8, dims["vocab"], dims["seq"])
-            plain_opt.zero_grad()
-            want = loss_of(plain, data)
-            want.backward()
-            plain_opt.step()
+            want = plain_step(plain, plain_opt, data)
             world.Barrier()
             t0 = time.perf_counter()
             opt.zero_grad()

@@ -59,3 +59,17 @@ def batch(step, size, vocab=VOCAB, seq=SEQ):
     for i in range(seq):
         tokens[:, i + 1] = succ[tokens[:, i], torch.randint(0, 2, (size,), generator=g)]
     return tokens
+
+
+def next_token_loss(model, data):
+    """Cross-entropy of each next token, the examples' and tests' loss."""
+    return F.cross_entropy(model(data[:, :-1]).flatten(0, 1), data[:, 1:].flatten())
+
+
+def plain_step(model, optimizer, data):
+    """One step of a plain (not adopted) model on the whole batch; returns its loss."""
+    optimizer.zero_grad()
+    loss = next_token_loss(model, data)
+    loss.backward()
+    optimizer.step()
+    return loss

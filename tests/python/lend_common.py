@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import dynatrain
 
 sys.path.append(str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
-from gpt_model import GPT, batch  # noqa: E402
+from gpt_model import GPT, batch, plain_step  # noqa: E402
 
 PLAN = {"tok": "vocab", "head": "vocab", "*.[qkv]": "column", "*.fc1": "column", "*.proj": "row", "*.fc2": "row"}
 DIMS = dict(vocab=50, hidden=16, heads=4, ffn=32, layers=2, seq=8)
@@ -34,10 +34,7 @@ def train_step(job, model, optimizer, plain, plain_opt, step):
     """One step of the job (lent processes: the step's collective part only) and of the plain
     copy on the whole batch; the relative difference of the losses (0 on a lent process)."""
     data = batch(step, 8, DIMS["vocab"], DIMS["seq"])
-    plain_opt.zero_grad()
-    want = loss_of(plain, data)
-    want.backward()
-    plain_opt.step()
+    want = plain_step(plain, plain_opt, data)
     optimizer.zero_grad()
     if not job.active:
         optimizer.step()
