@@ -238,7 +238,7 @@ void bind_manager_switch(ManagerClass& cls) {
            SwitchStats s;
            {
              py::gil_scoped_release unlocked;
-             s = self.switch_to(config, zero_grads ? vps::kind_bit(vps::StateKind::kGrad) : 0u);
+             s = self.switch_to(config, zero_grads ? exec::kStepBoundaryKinds : 0u);
            }
            return stats_dict(s);
          },

@@ -410,9 +410,13 @@ class Manager:
         self._flat = []
         self._tensors, self._slices, self._buffers = {}, {}, {}
 
+    def _watchdog_base(self) -> float:
+        """The watchdog's base seconds: this Manager's watchdog_s, else DT_WATCHDOG_S (0: off)."""
+        return self._watchdog_s if self._watchdog_s is not None else _watchdog.base_seconds_or_default()
+
     def _collective(self, what: str, moved_bytes: int = 0):
         """The watchdog's deadline around one collective call (python/dynatrain/_watchdog.py)."""
-        base = self._watchdog_s if self._watchdog_s is not None else _watchdog.base_seconds_or_default()
+        base = self._watchdog_base()
         return _watchdog.WATCHDOG.guard(what, base + moved_bytes / _watchdog.SLOWEST_RATE if base > 0 else 0)
 
     def _bind(self) -> None:
@@ -432,15 +436,16 @@ class Manager:
             self._buffers[kind].append(flat)
         self._tensors = {k: {} for k in self._kinds}
         self._slices = {k: {} for k in self._kinds}
+        shapes = {}
         for tensor, kind, buf, offset, length, start, sharded, shape in n.views():
             name = self._names[tensor]
+            shapes[name] = tuple(shape)
             piece = self._flat[buf][offset:offset + length]
             self._tensors[kind][name] = self._views.hand_out(piece if sharded else piece.view(shape),
                                                              f"tensor '{name}' ({kind})")
             self._slices[kind][name] = (start, start + length)
         self._buckets = [dict(b) for b in n.buckets()]
         index = {(b["expert"], b["bucket"]): i for i, b in enumerate(self._buckets)}
-        shapes = {self._names[v[0]]: tuple(v[7]) for v in n.views()}
         self._placements = {self._names[t]: (index[(expert, bucket)], offset, numel, shapes[self._names[t]])
                             for t, expert, bucket, offset, numel in n.placements()}
         self._groups = self._groups_for(self._config["config"])

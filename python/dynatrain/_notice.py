@@ -75,7 +75,7 @@ class Notices:
         m = job.manager
         if not self.signal or m.comm is None or m._prepared is not None:
             return
-        base = m._watchdog_s if m._watchdog_s is not None else _watchdog.base_seconds_or_default()
+        base = m._watchdog_base()
         with _watchdog.WATCHDOG.guard(f"the agreement on notices after step {m.step}",
                                       base + 10 * self.slowest_step if base > 0 else 0):
             noticed = _native.agree_on_notices(m._native, self.slowest_step)

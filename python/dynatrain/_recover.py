@@ -98,15 +98,16 @@ def recover(job, error: BaseException) -> Dict:
     _c10d.abandon_groups()
     comm, before = m.comm, m.comm.size
     me = comm.ranks[comm.rank]
-    members = _agree(m, me)
+    generation = _generation(m) + 1
+    prefix = f"{_prefix(m)}/recovery{generation}"
+    members = _agree(m, me, prefix)
     if len(members) == before:
         raise error
     lost = [r for r in comm.ranks if r not in members]
-    prefix = f"{_prefix(m)}/recovery{_generation(m) + 1}"
     t1 = time.perf_counter()
     new = _c10d.raw_comm(f"{prefix}/world", members, me)
-    new.manager_serial = f"{comm.manager_serial}-gen{_generation(m) + 1}"
-    m._generation = _generation(m) + 1
+    new.manager_serial = f"{comm.manager_serial}-gen{generation}"
+    m._generation = generation
     first = new.rank == 0
     lost_text = ", ".join(f"rank {comm.ranks.index(r)} (global {r})" for r in lost)
     to = _native.survivor_layout(m.config["config"], len(members), job._runs)
@@ -151,13 +152,13 @@ def _generation(m) -> int:
 
 
 def _deadline(m) -> float:
-    base = m._watchdog_s if m._watchdog_s is not None else _watchdog.base_seconds_or_default()
+    base = m._watchdog_base()
     return base if base > 0 else _watchdog.DEFAULT_SECONDS
 
 
-def _agree(m, me: int) -> List[int]:
-    """Step 2: the surviving global ranks, in the current layout's order (every survivor alike)."""
-    prefix = f"{_prefix(m)}/recovery{_generation(m) + 1}"
+def _agree(m, me: int, prefix: str) -> List[int]:
+    """Step 2: the surviving global ranks, in the current layout's order (every survivor alike),
+    agreed under the store keys `prefix` (this recovery's)."""
     try:
         store = _store()
         store.add(f"{prefix}/alive/{me}", 1)

@@ -49,15 +49,17 @@ class ShardedStep:
                 self._bind_params()
         self._keep_lazy_state()
         if self._bf16:
-            self._master_to_param(sharded is not None)
+            self._master_to_param()
         if sharded is not None and not zero3:
             self._gather_shards()
 
-    def _master_to_param(self, zero: bool) -> None:
-        """The updated fp32 master into the bf16 params (at zero=3 both are this rank's shards)."""
+    def _master_to_param(self) -> None:
+        """The updated fp32 master into the bf16 params: into this rank's shard of a bucket where
+        the master is a shard and the param whole (zero=1/2), whole where both are alike (zero=0:
+        both whole; zero=3: both this rank's shards)."""
         m = self.manager
         for info, param, master in zip(m.buckets, m.buffers("param"), m.buffers("master")):
-            lo, hi = (info["shard_lo"], info["shard_hi"]) if zero and param.numel() != master.numel() else (0, param.numel())
+            lo, hi = (info["shard_lo"], info["shard_hi"]) if param.numel() != master.numel() else (0, param.numel())
             param[lo:hi].copy_(master)
 
     def _gather_shards(self) -> None:

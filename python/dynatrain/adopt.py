@@ -62,6 +62,12 @@ def check_layout(layout: str, sizes: Optional[Dict[str, int]] = None) -> None:
         raise ValueError(f"layout '{layout}': an adopted model does not run {', '.join(bad)}; valid: {SUPPORTED_LAYOUT}")
 
 
+def _check_layout_for(layout: str, attrs) -> None:
+    """check_layout() and this model's tp_attrs (each divisible by the layout's tp)."""
+    check_layout(layout)
+    _attention.check_tp_attrs(attrs, _sizes(layout)["tp"], layout)
+
+
 def _broadcast(comm, t: torch.Tensor) -> torch.Tensor:
     """Rank 0's values of `t` on every rank (a contiguous copy; shapes agreed beforehand)."""
     out = t.detach().contiguous().clone()
@@ -435,8 +441,7 @@ class Job(_lend.PhaseShifts, ShardedStep):
         return stats
 
     def _check(self, layout: str) -> None:
-        check_layout(layout)
-        _attention.check_tp_attrs(self._attrs, _sizes(layout)["tp"], layout)
+        _check_layout_for(layout, self._attrs)
 
     def _refuse_unfinished_step(self) -> None:
         if self.backward_ran:
@@ -487,8 +492,7 @@ def _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_
         _habits.refuse_adopted(model, optimizer)
         described = describe(model, plan, pipeline, vocab_divisible_by=vocab_divisible_by, tp_attrs=tp_attrs)
         spec = spec_of(optimizer)
-        check_layout(layout)
-        _attention.check_tp_attrs(described.attrs, _sizes(layout)["tp"], layout)
+        _check_layout_for(layout, described.attrs)
         hyperparameters(optimizer, {id(p): n for n, p in described.params})
         out = described, spec
     except ValueError as e:
