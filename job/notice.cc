@@ -80,6 +80,8 @@ const char* notice_signal_name(int sig) {
   }
 }
 
+bool is_notice_signal(int sig) { return sig == SIGTERM || sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGHUP; }
+
 int parse_notice_signal(const std::string& name) {
   const std::string n = name.rfind("SIG", 0) == 0 ? name.substr(3) : name;
   if (n == "TERM") return SIGTERM;

@@ -87,6 +87,9 @@ void notice_taken();
 // The signal's name for messages ("SIGTERM").
 const char* notice_signal_name(int sig);
 
+// Whether `sig` is one of the signals --notice-signal accepts (TERM, USR1, USR2, HUP).
+bool is_notice_signal(int sig);
+
 // The leader's stdout line when every process has notice (followed by " (SIGTERM)"): the job
 // ends on purpose, and a supervisor (job/supervisor.h) does not restart it.
 constexpr const char* kEveryProcessNoticed = "notice: every process has notice; the job ends";

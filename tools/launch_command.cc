@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "job/notice.h"
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
 
@@ -81,7 +82,7 @@ void report_killed_rank(int rank, pid_t pid, int sig, bool keep_going) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const char* name = sigabbrev_np(sig);
-  const bool notice = sig == SIGTERM || sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGHUP;
+  const bool notice = job::is_notice_signal(sig);
   std::fprintf(stderr, "dynatrain: error: launch: rank %d (pid %d) on node %s ended by %s%s (%s); %s\n", rank,
                static_cast<int>(pid), host, name ? "SIG" : "signal ", name ? name : std::to_string(sig).c_str(),
                notice ? "not handled: a notice during start-up, before the process could take notices?" : "killed?",
@@ -138,7 +139,6 @@ int supervise(std::vector<pid_t> pids, bool keep_going = false) {
       if (killed) report_killed_rank(rank, done, WTERMSIG(status), false);
       end_others(SIGKILL);  // not SIGTERM: an adopted job reads that as a notice and goes on
       ending = true;
-      deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     }
   }
   return first;
