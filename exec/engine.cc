@@ -91,11 +91,16 @@ class Engine {
   // and, under kAuto, this machine's measured rates (measured once per process, and only when
   // the allocator can move pages at all); the choice goes into the stats.
   std::uint64_t choose_keep_path() {
+    stats_.huge_pages = alloc_.huge_pages();
     if (!alloc_.can_move_pages() || opt_.keep_path == KeepPath::kCopy) return UINT64_MAX;
     if (opt_.keep_path == KeepPath::kRemap) {
       stats_.keep_path = "remap";
       stats_.remap_min_bytes = kPageBytes;
       return kPageBytes;
+    }
+    if (stats_.huge_pages) {  // a remap of 4 KiB runs would split the 2 MiB pages it moves
+      stats_.keep_path = "copy (state in huge pages)";
+      return UINT64_MAX;
     }
     const MachineRates& r = machine_rates();
     stats_.warm_copy_bytes_per_s = r.warm_copy_bytes_per_s;
@@ -186,7 +191,9 @@ class Engine {
     mem_.src_size.resize(sl.buffers.size());
     src_left_.assign(sl.buffers.size(), 0);
     for (std::size_t i = 0; i < sl.buffers.size(); ++i) {
-      mem_.src_size[i] = static_cast<std::uint64_t>(sl.buffers[i].numel) * g_.elem(sl.buffers[i].kind);
+      // A zeroed kind's source buffer may be absent (a copy kept without its grads): nothing reads it.
+      const bool absent = src_[i] == nullptr && zeroed(sl.buffers[i].kind) && !opt_.dry_only;
+      mem_.src_size[i] = absent ? 0 : static_cast<std::uint64_t>(sl.buffers[i].numel) * g_.elem(sl.buffers[i].kind);
       DT_CHECK(mem_.src_size[i] == 0 || src_[i] != nullptr || opt_.dry_only, "source buffer ", i, " has no data");
       src_total_ += mem_.src_size[i];
     }

@@ -76,6 +76,9 @@ class StateAllocator : public MemoryOps {
   // sits at a new offset (page-congruent) is then moved by remapping its whole pages instead of
   // copying them (a remapped keep, exec/README.md). The default says no.
   virtual bool can_move_pages() const { return false; }
+  // True when the allocator's page-wise blocks sit in 2 MiB pages (PoolAllocator's HugePages):
+  // remapping a kept run then splits them into 4 KiB pages, so KeepPath::kAuto copies keeps.
+  virtual bool huge_pages() const { return false; }
   // Moves the live pages [from_offset, from_offset + bytes) of block `from` to
   // [to_offset, to_offset + bytes) of block `to` (offsets and bytes multiples of kPageBytes;
   // ranges that do not overlap). The target pages must not be live (reserved, never committed);
@@ -120,7 +123,9 @@ LinkOverlap parse_link_overlap(const std::string& text);
 // kRemap moves their whole pages by mremap (StateAllocator::move_pages) whatever the run's
 // length; kCopy copies them; kAuto remaps only runs at least as long as this machine's measured
 // break-even (MachineRates::min_remap_bytes: a remap measured faster than a copy), copies the
-// rest. Only allocators that can_move_pages() remap at all.
+// rest, and copies every keep when the allocator's blocks are in huge pages (a remap of 4 KiB
+// runs would split them, and the break-even was measured on 4 KiB pages). Only allocators that
+// can_move_pages() remap at all.
 enum class KeepPath : std::uint8_t { kAuto, kRemap, kCopy };
 // "auto", "remap", "copy" (the CLI's --keep-path); InputError naming the valid values otherwise.
 KeepPath parse_keep_path(const std::string& text);
@@ -235,6 +240,7 @@ struct TransitionStats {
   // warm copy, first write and remap rates it was chosen from (bytes/s; 0: not measured).
   std::string keep_path = "copy";
   std::uint64_t remap_min_bytes = 0;
+  bool huge_pages = false;  // the allocator's blocks are in huge pages (StateAllocator::huge_pages)
   double warm_copy_bytes_per_s = 0, fresh_write_bytes_per_s = 0;
   double remap_call_seconds = 0;
 };
@@ -246,7 +252,7 @@ struct TransitionStats {
 TransitionStats sequential_stats(TransitionStats first, const TransitionStats& second);
 
 // Runs `plan` (this rank's part). `src[i]` is the data of src_layout.buffers[i] (nullptr if
-// the rank holds none); every one of them is released through `alloc` before return and set to
+// the rank holds none, or for a buffer of a zeroed kind that is not kept in memory); every one of them is released through `alloc` before return and set to
 // nullptr. On return `dst[i]` holds dst_layout.buffers[i], allocated through `alloc` (nullptr
 // for buffers of zero elements); padding elements (bytes of no segment) are zero.
 // `elem_bytes` gives the element size of each state kind (vps::LayoutOptions::elem_bytes).

@@ -125,6 +125,10 @@ ResidentWay fastest_resident_way(const MachineRates& r) {
   return ResidentWay::kTouch;
 }
 
+ResidentWay fastest_small_page_way(const MachineRates& r) {
+  return r.populate_bytes_per_s > r.fresh_write_bytes_per_s ? ResidentWay::kPopulate : ResidentWay::kTouch;
+}
+
 const char* resident_way_name(ResidentWay way) {
   switch (way) {
     case ResidentWay::kHugePopulate: return "huge pages + populate";

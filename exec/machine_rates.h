@@ -44,6 +44,8 @@ ProcessUsage process_usage();
 // measured here; make_resident falls back to writing a page at a time where the kernel refuses.
 enum class ResidentWay : std::uint8_t { kTouch, kPopulate, kHugePopulate };
 ResidentWay fastest_resident_way(const MachineRates& rates);
+// The faster of kPopulate and kTouch measured here (the pool's prefault without huge pages).
+ResidentWay fastest_small_page_way(const MachineRates& rates);
 const char* resident_way_name(ResidentWay way);  // "touch", "populate", "huge pages + populate"
 void make_resident(std::byte* data, std::size_t bytes, ResidentWay way);
 // make_resident over 32 MiB pieces, starting with the fastest way measured here and leaving huge

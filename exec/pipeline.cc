@@ -81,13 +81,15 @@ class Pipeline {
   // Over a runs pair the receiver copies (cross-memory attach) only inside a wait or a test
   // (comm/README.md), so a rank copying its keeps would hold its peer's sends in flight until
   // the keeps end: between keeps, the rounds in flight are tested, which moves what has arrived.
+  // One runs test advances every posted runs request of the transport, so the walk ends at the
+  // first request not done: the requests after it were advanced by that test already. (Per
+  // peer, flights finish in posting order, as a pair's messages match in order.)
   void progress_flights() {
     for (int c = 0; c < w_.classes; ++c)
       for (std::size_t k = done_[c]; k < posted_[c]; ++k) {
         Flight& f = flights_[c][k % w_.depth[c]];
         if (!c_.direct.pair_runs(f.peer)) continue;
-        if (f.rreq) f.rreq->test();
-        if (f.sreq) f.sreq->test();
+        if ((f.rreq && !f.rreq->test()) || (f.sreq && !f.sreq->test())) return;
       }
   }
 

@@ -45,6 +45,22 @@ void remap_range(std::byte* from, std::byte* to, std::size_t bytes) {
 }
 }  // namespace
 
+HugePages parse_huge_pages(const std::string& text) {
+  if (text == "auto") return HugePages::kAuto;
+  if (text == "off") return HugePages::kOff;
+  DT_INPUT_ERROR("huge pages \"", text, "\": valid values are auto, off");
+}
+
+PoolAllocator::PoolAllocator(HugePages policy)
+    : PoolAllocator(policy, policy == HugePages::kOff ? ThpMode::kNever : thp_mode()) {}
+
+PoolAllocator::PoolAllocator(HugePages policy, ThpMode mode)
+    : huge_(policy == HugePages::kAuto && mode != ThpMode::kNever) {}
+
+std::size_t PoolAllocator::block_bytes(std::size_t bytes) const {
+  return huge_ && bytes >= kHugeMinBytes ? round_up_huge(bytes) : round_up(bytes, kPageBytes);
+}
+
 PoolAllocator::~PoolAllocator() {
   for (auto& [id, c] : chunks_) std::free(c.base);
   for (auto& [base, m] : mapped_) {
@@ -140,10 +156,17 @@ void PoolAllocator::add_spare(std::byte* p, std::size_t bytes) {
   spare_ += bytes;
 }
 
-std::size_t PoolAllocator::take_spares(std::byte* to, std::size_t bytes) {
+std::map<std::byte*, std::size_t>::iterator PoolAllocator::pick_spare(const std::byte* to, bool congruent) {
+  if (congruent)
+    for (auto it = spares_.begin(); it != spares_.end(); ++it)
+      if ((reinterpret_cast<std::uintptr_t>(it->first) - reinterpret_cast<std::uintptr_t>(to)) % kHuge == 0) return it;
+  return spares_.begin();
+}
+
+std::size_t PoolAllocator::take_spares(std::byte* to, std::size_t bytes, bool congruent) {
   std::size_t done = 0;
   while (done < bytes && !spares_.empty()) {
-    auto it = spares_.begin();
+    auto it = pick_spare(to + done, congruent);
     std::byte* from = it->first;
     const std::size_t have = it->second;
     const std::size_t n = std::min(have, bytes - done);
@@ -168,9 +191,12 @@ std::size_t PoolAllocator::take_spares(std::byte* to, std::size_t bytes) {
 
 std::byte* PoolAllocator::reserve_locked(std::size_t bytes) {
   DT_CHECK(bytes > 0, "zero-byte allocation");
-  const std::size_t n = round_up(bytes, kPageBytes);
+  const std::size_t n = block_bytes(bytes);
+  const bool huge = huge_ && bytes >= kHugeMinBytes;
   std::byte* base = map_untouched(n);
-  mapped_.emplace(base, Mapped{n, std::vector<PageState>(n / kPageBytes, kUntouched)});
+  if (huge) ::madvise(base, n, MADV_HUGEPAGE);  // a hint: a refusal only costs speed
+  mapped_.emplace(base,
+                  Mapped{n, round_up(bytes, kPageBytes), huge, std::vector<PageState>(n / kPageBytes, kUntouched)});
   return base;
 }
 
@@ -197,8 +223,12 @@ void PoolAllocator::commit_locked(std::byte* base, std::size_t offset, std::size
       ++j;
     }
     const std::size_t run = (j - i) * kPageBytes;
-    const std::size_t warm = take_spares(base + i * kPageBytes, run);
-    fresh_ += run - warm;  // the rest: empty pages, touched by their first write
+    const std::size_t warm = take_spares(base + i * kPageBytes, run, m.huge);
+    fresh_ += run - warm;        // the rest: empty pages, touched by their first write ...
+    if (m.huge && run > warm) {  // ... or made resident now, in 2 MiB pages
+      make_resident_huge(base + i * kPageBytes + warm, run - warm);
+      populated_ += run - warm;
+    }
     for (std::size_t k = i; k < j; ++k) m.pages[k] = kLive;
     mapped_live_ += run;
     live_ += run;
@@ -247,7 +277,7 @@ void PoolAllocator::commit(std::byte* base, std::size_t offset, std::size_t byte
 void PoolAllocator::decommit(std::byte* base, std::size_t offset, std::size_t bytes) {
   std::lock_guard lock(mu_);
   Mapped& m = mapped_block(base, offset, bytes);
-  DT_CHECK(bytes % kPageBytes == 0 || offset + bytes == m.bytes || offset + bytes + kPageBytes > m.bytes,
+  DT_CHECK(bytes % kPageBytes == 0 || offset + bytes == m.asked || offset + bytes + kPageBytes > m.asked,
            "decommit of a partial page");
   const std::size_t first = offset / kPageBytes, last = round_up(offset + bytes, kPageBytes) / kPageBytes;
   for (std::size_t i = first; i < last;) {
@@ -274,7 +304,7 @@ void PoolAllocator::release(std::byte* data, std::size_t bytes) {
     return;
   }
   Mapped& m = it->second;
-  DT_CHECK_EQ(m.bytes, round_up(bytes, kPageBytes));
+  DT_CHECK_EQ(m.bytes, block_bytes(bytes));
   for (std::size_t i = 0; i < m.pages.size();) {
     const PageState s = m.pages[i];
     std::size_t j = i;
@@ -295,11 +325,18 @@ void PoolAllocator::release(std::byte* data, std::size_t bytes) {
 std::size_t PoolAllocator::prefault(std::size_t bytes) {
   std::lock_guard lock(mu_);
   if (spare_ >= bytes) return 0;
+  // Whole pages, not whole 2 MiB pages: the pool never holds more than asked (the engine's peak);
+  // make_resident_huge advises only the 2 MiB pages inside, the tail stays in 4 KiB pages.
   const std::size_t n = round_up(bytes - spare_, kPageBytes);
   std::byte* p = map_untouched(n);
-  // Backed with memory now, not at the switch, by the fastest way measured on this machine
-  // (huge pages + MADV_POPULATE_WRITE is 5-20x a write a page where the kernel offers it).
-  make_resident_measured(p, n, machine_rates());
+  // Backed with memory now, not at the switch: in huge pages with the policy on (huge pages +
+  // MADV_POPULATE_WRITE is 5-20x a write a page where the kernel offers it).
+  if (huge_) {
+    make_resident_huge(p, n);
+    populated_ += n;
+  } else {  // 4 KiB pages: the faster of a populate and a write a page, never huge pages
+    make_resident(p, n, fastest_small_page_way(machine_rates()));
+  }
   add_spare(p, n);
   fresh_ += n;
   note_reserved();
@@ -358,6 +395,24 @@ std::size_t PoolAllocator::fresh_bytes() const {
 std::size_t PoolAllocator::spare_bytes() const {
   std::lock_guard l(mu_);
   return spare_;
+}
+std::size_t PoolAllocator::mapped_block_bytes() const {
+  std::lock_guard l(mu_);
+  std::size_t n = 0;
+  for (const auto& [base, m] : mapped_) n += m.bytes;
+  return n;
+}
+std::size_t PoolAllocator::huge_page_bytes() const {
+  std::vector<AddressRange> ranges;
+  {
+    std::lock_guard l(mu_);
+    for (const auto& [base, m] : mapped_) ranges.emplace_back(base, base + m.bytes);
+  }
+  return huge_page_bytes_in(ranges);
+}
+std::size_t PoolAllocator::populated_bytes() const {
+  std::lock_guard l(mu_);
+  return populated_;
 }
 
 }  // namespace dynatrain::exec

@@ -231,6 +231,7 @@ void RunTransition::gather_figures() {
   m.peak = cold.peak_bytes, m.overlapped = cold.overlapped_rounds, m.src = cold.src_bytes, m.dst = cold.dst_bytes;
   for (std::size_t k = 1; k < forward_.size(); ++k) m.warm_peak = std::max(m.warm_peak, forward_[k].peak_bytes);
   m.pool_fresh = pool_.fresh_bytes(), m.pool_reserved = pool_.peak_reserved();
+  m.mapped_bytes = pool_.mapped_block_bytes(), m.huge_bytes = pool_.huge_page_bytes();
   m.cold_phases = phases_of(cold);
   m.warm_phases = phases_of(forward_.back());
   all_ = comm::all_gather_values(world_, mine_);

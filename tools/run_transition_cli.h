@@ -40,6 +40,7 @@ struct RunTransitionArgs {
                                             // so kept runs can be remapped; --no-align-pages: packed
   bool prefault = true;                     // touch the memory the cold switch will take fresh
                                             // before it, timed apart (prepare_seconds); --no-prefault
+  bool huge_pages = true;                   // the pool's HugePages::kAuto; --no-huge-pages: kOff
   bool direct_runs = true;                  // --no-direct-runs: pack / unpack every chunk that
                                             // is not one contiguous run (exec: direct_runs)
   std::string overlap_links = "auto";       // --overlap-links auto|on|off (exec::LinkOverlap)

@@ -24,6 +24,11 @@ Command add_run_transition_command(CLI::App& app) {
                 "the elastic device manager does while training runs (reported as prepare_seconds); on "
                 "by default, --no-prefault (or --prefault=false) builds the cold switch in fresh pages")
       ->capture_default_str();
+  cmd->add_flag("--huge-pages,!--no-huge-pages", args->huge_pages,
+                "Keep the state in 2 MiB pages where the kernel's transparent huge pages are in madvise or "
+                "always mode, made resident where the pool grows (huge_pages, thp_mode, huge_page_share); "
+                "on by default, --no-huge-pages keeps 4 KiB pages")
+      ->capture_default_str();
   cmd->add_flag("--align-pages,!--no-align-pages", args->align_pages,
                 "Start every tensor on a 4 KiB page boundary in its buffers, so kept tensors that move "
                 "to a new offset are remapped instead of copied (kept_remapped_bytes); on by default, "

@@ -51,6 +51,10 @@ void RunTransition::add_machine_json(nlohmann::json& j) const {
   const exec::MachineRates& r = exec::machine_rates();
   const exec::TransitionStats& cold = forward_.front();
   j["keep_path"] = cold.keep_path;
+  j["huge_pages"] = cold.huge_pages;
+  j["thp_mode"] = exec::thp_mode_name(exec::thp_mode());
+  const std::uint64_t mapped = sum_of(&RankFigures::mapped_bytes);
+  j["huge_page_share"] = mapped > 0 ? static_cast<double>(sum_of(&RankFigures::huge_bytes)) / mapped : 0.0;
   j["remap_min_bytes"] = cold.remap_min_bytes;
   j["machine_warm_copy_gb_per_s"] = r.warm_copy_bytes_per_s / 1e9;
   j["machine_fresh_write_gb_per_s"] = r.fresh_write_bytes_per_s / 1e9;
@@ -77,11 +81,25 @@ void RunTransition::print_machine_lines() const {
                  warm["page_faults"].get<double>());
   }
   std::fprintf(out_, "; keep path %s\n", forward_.front().keep_path.c_str());
+  const std::uint64_t mapped = sum_of(&RankFigures::mapped_bytes);
+  std::fprintf(out_,
+               "  huge pages           %s (transparent huge pages: %s); %.0f %% of the state's blocks in 2 MiB pages\n",
+               forward_.front().huge_pages ? "on" : "off (--no-huge-pages or the kernel's mode)",
+               exec::thp_mode_name(exec::thp_mode()),
+               mapped > 0 ? 100.0 * static_cast<double>(sum_of(&RankFigures::huge_bytes)) / mapped : 0.0);
 }
 
 // The lower bound: the most bytes any rank must receive over the probe's rate.
 double RunTransition::lower_bound() const {
   return bw_ > 0 ? static_cast<double>(max_of(&RankFigures::received)) / bw_ : 0.0;
+}
+
+double RunTransition::keep_copy_seconds() const {
+  const double rate = exec::machine_rates().warm_copy_bytes_per_s;
+  double most = 0;
+  for (const auto& r : all_)
+    most = std::max(most, rate > 0 ? static_cast<double>(r.kept - r.kept_zero_copy - r.kept_remapped) / rate : 0.0);
+  return most;
 }
 
 bool RunTransition::peak_within_bound() const {
@@ -123,6 +141,10 @@ nlohmann::json RunTransition::figures_json() const {
   j["lower_bound_seconds"] = lower;
   j["plain_exchange_seconds"] = exchange_s_;                // the same bytes, plain messages (best of 5)
   j["plain_exchange_median_seconds"] = exchange_median_s_;  // their median (the model's link)
+  // With one core a rank, a rank's own CPU makes its cross-memory reads (the exchange) and its
+  // copied keeps one after the other: their sum is the floor there (docs/exec.md).
+  j["keep_copy_seconds"] = keep_copy_seconds();
+  j["exchange_plus_keep_copy_seconds"] = exchange_s_ + keep_copy_seconds();
   j["ratio"] = lower > 0 ? t.cold / lower : 0.0;
   j["warm_ratio"] = lower > 0 && t.warm_mean > 0 ? t.warm_mean / lower : 0.0;
   j["peak_bytes"] = max_of(&RankFigures::peak);

@@ -52,6 +52,8 @@ struct RankFigures {
   std::uint64_t peak = 0, overlapped = 0, src = 0, dst = 0;
   std::uint64_t warm_peak = 0;  // the largest peak of the warm switches (0: none)
   std::uint64_t pool_fresh = 0, pool_reserved = 0;
+  // After the last switch: the pool's mapped blocks and, of those, bytes in huge pages (smaps).
+  std::uint64_t mapped_bytes = 0, huge_bytes = 0;
   PhaseSeconds cold_phases, warm_phases;  // the cold switch's, the last one's
 };
 
@@ -94,6 +96,9 @@ class RunTransition {
   T max_of(T RankFigures::*field) const;
   std::uint64_t sum_of(std::uint64_t RankFigures::*field) const;
   nlohmann::json phases_json(PhaseSeconds RankFigures::*which) const;  // max over ranks per phase
+  // The copied keeps' seconds of the busiest rank at this machine's measured warm copy rate
+  // (kept bytes not handed over and not remapped); 0 when the rate was not measured.
+  double keep_copy_seconds() const;
   double lower_bound() const;      // the most bytes a rank receives over the probe's rate
   bool peak_within_bound() const;  // every rank's peak <= max(src, dst) + --mem-budget
 
@@ -121,7 +126,7 @@ class RunTransition {
   double switch_deadline_ = 0;
   job::Watchdog watchdog_;
   std::atomic<std::uint64_t> progress_{0};  // bytes the switches moved (the watchdog's sign of life)
-  exec::PoolAllocator pool_;
+  exec::PoolAllocator pool_{args_.huge_pages ? exec::HugePages::kAuto : exec::HugePages::kOff};
   std::vector<std::byte*> a_, b_;  // the source state, the destination state
   double bw_ = 0;                  // the point-to-point probe's bytes/s
   exec::TransitionOptions opt_;

@@ -205,6 +205,15 @@ TEST(RunTransitionCommand, VerifiesRepeatsAndWritesJson) {
   };
   for (const auto* r : {&j, &off}) {
     EXPECT_TRUE((*r)["peak_within_bound"].get<bool>()) << text;
+    // The floor with one core a rank: the plain exchange, then the copied keeps at the measured
+    // copy rate, which are there exactly when some kept byte was neither handed over nor remapped.
+    const double keep_copy = (*r)["keep_copy_seconds"].get<double>();
+    EXPECT_NEAR((*r)["exchange_plus_keep_copy_seconds"].get<double>(),
+                (*r)["plain_exchange_seconds"].get<double>() + keep_copy, 1e-9);
+    const std::uint64_t copied = (*r)["bytes_kept"].get<std::uint64_t>() -
+                                 (*r)["kept_zero_copy_bytes"].get<std::uint64_t>() -
+                                 (*r)["kept_remapped_bytes"].get<std::uint64_t>();
+    EXPECT_EQ(keep_copy > 0, copied > 0) << copied << " copied kept bytes, " << keep_copy << " s";
     EXPECT_LE((*r)["pool_peak_reserved_max"].get<std::uint64_t>(), bound(*r) + (std::uint64_t{64} << 10)) << text;
   }
 

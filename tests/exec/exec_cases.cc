@@ -278,7 +278,7 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
   const vps::RankLayout sl = src.rank_layout(me), dl = dst.rank_layout(me);
 
-  PoolAllocator pool;
+  PoolAllocator pool(c.huge_pages);
   std::vector<std::byte*> a = allocate_filled(src, sl, pool), b;
   const TransitionStats s = run_transition(plan, sl, a, dl, b, lo.elem_bytes, t, pool, case_options(c));
   check_link_classes(c, t, s);
@@ -493,6 +493,7 @@ void keep_path_case(comm::Transport& t) {
     return remapped;
   };
   TransitionStats s;
+  c.huge_pages = HugePages::kOff;  // 4 KiB pages: the measured choice below
   CASE_REQUIRE(remapped_over_ranks(KeepPath::kCopy, &s) == 0, "forced copy remapped pages");
   CASE_REQUIRE(s.keep_path == "copy", s.keep_path);
   CASE_REQUIRE(remapped_over_ranks(KeepPath::kRemap, &s) > 0, "forced remap remapped nothing");
@@ -509,6 +510,16 @@ void keep_path_case(comm::Transport& t) {
     CASE_REQUIRE(s.remap_min_bytes == rates.min_remap_bytes, s.remap_min_bytes);
     CASE_REQUIRE(s.keep_path.rfind("remap runs >= ", 0) == 0, s.keep_path);
   }
+  CASE_REQUIRE(!s.huge_pages);
+  // State in huge pages (where the kernel allows them): auto copies every keep, a forced remap
+  // still remaps (and splits the pages it moves), every destination byte verified either way.
+  c.huge_pages = HugePages::kAuto;
+  c.progress = nullptr;  // counted for the run above only
+  const bool huge = thp_mode() != ThpMode::kNever;
+  CASE_REQUIRE(remapped_over_ranks(KeepPath::kAuto, &s) == 0 || !huge, "auto remapped huge pages");
+  CASE_REQUIRE(s.huge_pages == huge, s.huge_pages);
+  CASE_REQUIRE(!huge || s.keep_path == "copy (state in huge pages)", s.keep_path);
+  CASE_REQUIRE(remapped_over_ranks(KeepPath::kRemap, &s) > 0, "forced remap remapped nothing in huge pages");
 }
 
 }  // namespace dynatrain::exec::cases

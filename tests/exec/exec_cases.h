@@ -18,6 +18,7 @@
 
 #include "comm/transport.h"
 #include "exec/engine.h"
+#include "exec/pool_allocator.h"
 #include "vps/model_spec.h"
 
 namespace dynatrain::exec::cases {
@@ -45,6 +46,8 @@ struct TransitionCase {
   // TransitionOptions::keep_path. The cases remap wherever they can, whatever this machine's
   // measured rates, so the remap path is exercised everywhere; keep_path_case covers the others.
   KeepPath keep_path = KeepPath::kRemap;
+  // The pool's huge pages (the product's default kAuto: on where the kernel's THP mode allows).
+  HugePages huge_pages = HugePages::kAuto;
   // TransitionOptions::progress; run_case checks that it rose by every byte sent, received and
   // kept by a copy or a remap.
   std::atomic<std::uint64_t>* progress = nullptr;

@@ -376,7 +376,8 @@ TEST(WaveAgreement, CutsByHandAndSharedEqualsGathered) {
 // must be the schedules a real run performs. Each process here runs the engine for real (data,
 // the pool allocator, its own all-gathered agreement) and records the trace of the dry run
 // that precedes its real run; every event must match the shared path's, and every destination
-// byte must hold the oracle's value. Page-aligned layouts, so kept runs are remapped.
+// byte must hold the oracle's value. Page-aligned layouts in 4 KiB pages (the tracer's dry
+// allocator models those; state in huge pages copies its keeps instead), so kept runs are remapped.
 TEST(Simulator, SharedAgreementTracesEqualARealRunsTraces) {
   vps::ModelSpec model = vps::model_from_name("tiny-dense");  // scaled up: 0.5-4 MiB buffers
   model.hidden = 256;
@@ -410,7 +411,7 @@ TEST(Simulator, SharedAgreementTracesEqualARealRunsTraces) {
         [&](comm::Transport& t) {
           const int me = t.rank();
           const vps::RankLayout sl = planner.src_rank_layout(me), dl = planner.dst_rank_layout(me);
-          exec::PoolAllocator pool;
+          exec::PoolAllocator pool(exec::HugePages::kOff);
           std::vector<std::byte*> a, b;
           for (const auto& buf : sl.buffers) {
             const int e = lo.elem_bytes[static_cast<int>(buf.kind)];
