@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "plan/copies.h"
 
 namespace dynatrain::plan {
 
@@ -138,11 +139,14 @@ class PlanChecker {
     return r < 0 ? vps::RankLayout{} : layout.rank_layout(r);
   }
 
-  // The source layout of a process, computed on first use.
+  // The source layout of a process, computed on first use: its rank's buffers, then those of
+  // the copies it keeps (SwitchPlacement::copies), numbered on.
   const vps::RankLayout& src_layout(int process) {
     auto it = src_layouts_.find(process);
-    if (it == src_layouts_.end()) it = src_layouts_.emplace(process, layout_of(src_, placement_.src, process)).first;
-    return it->second;
+    if (it != src_layouts_.end()) return it->second;
+    vps::RankLayout l = layout_of(src_, placement_.src, process);
+    append_copies(src_, placement_, process, l);
+    return src_layouts_.emplace(process, std::move(l)).first->second;
   }
 
   // Rule 1 for a piece process `r` keeps or receives from `expect_src`: filed under the right

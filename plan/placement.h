@@ -63,7 +63,16 @@ struct SwitchPlacement {
   // Processes of the source side that are gone (a lost process, its memory with it): they hold
   // nothing, so every piece comes from a live holder; Planner::unheld() names the boxes none
   // holds (planning them is then refused). Each in [0, the planner's processes); any order.
-  std::vector<int> lost;
+  std::vector<int> lost = {};
+  // Copies of source ranks' state kept by other processes (redundancy, docs/reliability.md):
+  // source rank `rank`'s buffers, all of them, also held by `process`, numbered there after its
+  // own rank's buffers, in the order of this list (Planner::src_rank_layout). A copy is a holder
+  // only while its rank's process is lost (and its own process is not); the rest are planned as
+  // buffers nothing reads.
+  struct Copy {
+    int rank = 0, process = 0;
+  };
+  std::vector<Copy> copies = {};
 };
 
 // The destination placement `--placement auto` picks: each destination rank goes to the process

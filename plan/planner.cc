@@ -7,6 +7,7 @@
 #include <span>
 
 #include "common/error.h"
+#include "plan/copies.h"
 
 namespace dynatrain::plan {
 
@@ -96,6 +97,10 @@ Planner::Planner(const vps::Layout& src, const vps::Layout& dst, Topology topolo
   for (int p : placement_.lost)
     if (p < 0 || p >= world_size())
       DT_INPUT_ERROR("lost process ", p, " outside the switch's processes 0..", world_size() - 1);
+  for (const auto& c : placement_.copies)
+    if (c.rank < 0 || c.rank >= src_.config().world_size() || c.process < 0 || c.process >= world_size())
+      DT_INPUT_ERROR("copy of rank ", c.rank, " on process ", c.process, ": valid are ranks 0..",
+                     src_.config().world_size() - 1, " on processes 0..", world_size() - 1);
 }
 
 Planner::~Planner() = default;
@@ -111,7 +116,9 @@ int Planner::dst_rank_of(int process) const { return placement_.dst.rank_of(proc
 
 vps::RankLayout Planner::src_rank_layout(int process) const {
   const int r = src_rank_of(process);
-  return r < 0 ? vps::RankLayout{} : src_.rank_layout(r);
+  vps::RankLayout out = r < 0 ? vps::RankLayout{} : src_.rank_layout(r);
+  append_copies(src_, placement_, process, out);
+  return out;
 }
 
 vps::RankLayout Planner::dst_rank_layout(int process) const {
@@ -147,6 +154,31 @@ struct KindClasses {
     }
   }
 };
+
+// A copy holds its rank's boxes where that rank's process is lost and the copy's is not: its
+// segments enter the source entries as held by the copy's process, at its shifted buffer ids.
+void add_copy_holders(const vps::Layout& src, const SwitchPlacement& placement, const std::vector<bool>& gone,
+                      unsigned kinds, const std::vector<bool>& wanted, std::vector<std::vector<Entry>>& entries) {
+  if (placement.copies.empty()) return;
+  const std::vector<std::uint32_t> bases = copy_bases(src, placement);
+  auto is_gone = [&](int p) { return p < static_cast<int>(gone.size()) && gone[static_cast<std::size_t>(p)]; };
+  for (std::size_t i = 0; i < placement.copies.size(); ++i) {
+    const auto& c = placement.copies[i];
+    if (!is_gone(placement.src.process_of(c.rank)) || is_gone(c.process)) continue;
+    src.visit_buffers(
+        c.rank,
+        [&](const vps::LocalBuffer& buf, const std::vector<vps::Segment>& segs) {
+          for (std::uint32_t s = 0; s < segs.size(); ++s) {
+            const std::size_t u = segs[s].tensor * vps::kNumStateKinds + static_cast<int>(buf.kind);
+            if (wanted.empty() || wanted[u]) entries[u].push_back({segs[s].box, {c.process, bases[i] + buf.id, s}});
+          }
+        },
+        kinds);
+  }
+}
+
+std::vector<Unit> index_units(const vps::Layout& src, std::vector<std::vector<Entry>>& src_entries,
+                              std::vector<std::vector<Entry>>& dst_entries);
 
 // Builds the unit index for the representative (tensor, kind) pairs selected by `wanted` (all
 // when empty). Ranks whose pipeline stage holds no wanted tensor are not laid out at all.
@@ -211,7 +243,15 @@ std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst, co
     }
   };
   collect(src, placement.src, src_entries, [&](int p) { return !gone[static_cast<std::size_t>(p)]; });
+  add_copy_holders(src, placement, gone, all_mask, wanted, src_entries);
   collect(dst, placement.dst, dst_entries, [](int) { return true; });
+  return index_units(src, src_entries, dst_entries);
+}
+
+// The units from the collected entries: distinct boxes per side, the source's interval index.
+std::vector<Unit> index_units(const vps::Layout& src, std::vector<std::vector<Entry>>& src_entries,
+                              std::vector<std::vector<Entry>>& dst_entries) {
+  const std::size_t n_units = src_entries.size();
   std::vector<Unit> units(n_units);
   for (std::size_t u = 0; u < n_units; ++u) {
     if (dst_entries[u].empty()) continue;

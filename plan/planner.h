@@ -48,7 +48,9 @@ class Planner {
   // The layout rank `process` holds before / takes after the switch, or -1 when none.
   int src_rank_of(int process) const;
   int dst_rank_of(int process) const;
-  // The RankLayout whose buffers `process` holds before / after (empty when it has no rank).
+  // The RankLayout whose buffers `process` holds before / after (empty when it has no rank);
+  // before, followed by the buffers of every copy it keeps (SwitchPlacement::copies), their ids
+  // shifted past those before them.
   vps::RankLayout src_rank_layout(int process) const;
   vps::RankLayout dst_rank_layout(int process) const;
   const vps::Layout& src() const { return src_; }

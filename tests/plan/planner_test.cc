@@ -253,5 +253,33 @@ TEST(Planner, UnheldNamesTheLostZeroShardsAndPlanningThemIsRefused) {
   EXPECT_THROW(Planner(src, dst, {}, {Placement({0, 1, 3, 2}), {}, {4}}), InputError);
 }
 
+// Two nodes of two processes; node 1 (ranks 2 and 3) lost. Processes 0 and 1 kept copies of
+// ranks 2 and 3 (edm/copy_holders.h): their ZeRO shards come from the copies, and only there.
+TEST(Planner, CopiesOfLostRanksAreSourcesAndCoverTheirShards) {
+  const auto m = vps::model_from_name("tiny-dense");
+  Layout src(m, ParallelConfig::parse("tp=1,dp=4,zero=1"), small_buckets(3000));
+  Layout dst(m, ParallelConfig::parse("tp=1,dp=2,zero=1"), small_buckets(3000));
+  SwitchPlacement lost_node{{}, {}, {2, 3}};
+  EXPECT_FALSE(Planner(src, dst, {}, lost_node).unheld().empty());  // without copies: refused
+  lost_node.copies = {{2, 0}, {3, 1}};
+  Planner planner(src, dst, {}, lost_node);
+  EXPECT_TRUE(planner.unheld().empty());
+  const auto plans = planner.plan_all();
+  EXPECT_TRUE(check_plan(src, dst, plans, lost_node).ok) << check_plan(src, dst, plans, lost_node).violation;
+  const std::size_t own = src.rank_layout(0).buffers.size();
+  EXPECT_EQ(planner.src_rank_layout(0).buffers.size(), 2 * own);  // its own, then rank 2's copy
+  std::uint64_t from_copies = 0;
+  for (int p = 0; p < 2; ++p) {
+    for (const auto& piece : plans[p].keep) from_copies += piece.src_buffer >= own;
+    for (const auto& [peer, pieces] : plans[p].send)
+      for (const auto& piece : pieces) from_copies += piece.src_buffer >= own;
+  }
+  EXPECT_GT(from_copies, 0u);
+  for (int p = 2; p < 4; ++p) EXPECT_TRUE(plans[p].keep.empty() && plans[p].send.empty() && plans[p].recv.empty());
+  // A copy whose own process is lost too holds nothing; a copy of a live rank is not a source.
+  EXPECT_FALSE(Planner(src, dst, {}, {{}, {}, {2, 3}, {{2, 3}, {3, 1}}}).unheld().empty());
+  EXPECT_THROW(Planner(src, dst, {}, {{}, {}, {2, 3}, {{4, 0}}}), InputError);
+}
+
 }  // namespace
 }  // namespace dynatrain::plan
