@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <sstream>
 #include <utility>
 
 #include "common/error.h"
 #include "common/clock.h"
 #include "edm/join_message.h"
+#include "edm/switch_decision.h"
 
 namespace dynatrain::edm {
 
@@ -85,14 +85,14 @@ void DeviceManager::wait_for_root(comm::Transport& world, Wake what) {
 }
 
 void DeviceManager::prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work,
-                            std::string payload, Place place, std::vector<int> vacate) {
+                            std::string payload, Place place, std::vector<int> vacate, bool keep) {
   DT_CHECK(!preparing(), "prepare() while another prepare is in flight");
   prepared_ = std::make_unique<Prepared>();
   error_ = nullptr;
   thread_ = std::thread([this, current, next, work = std::move(work), payload = std::move(payload),
-                         place = std::move(place), vacate = std::move(vacate)]() mutable {
+                         place = std::move(place), vacate = std::move(vacate), keep]() mutable {
     try {
-      run_prepare(current, next, std::move(work), payload, place, vacate);
+      run_prepare(current, next, std::move(work), payload, place, vacate, keep);
     } catch (...) {
       error_ = std::current_exception();
     }
@@ -101,36 +101,23 @@ void DeviceManager::prepare(const vps::ParallelConfig& current, const vps::Paral
   });
 }
 
-// Rank 0's verdict on a prepare, the same on every rank (collective over `ctl`):
-// "R<reason>" refused, "S" shrink the world, "K<note>" keep it (the note says why nobody leaves).
-std::string DeviceManager::decide_prepare(comm::Transport& ctl, int need, const std::vector<int>& vacate) const {
-  std::string decision;
-  if (ctl.rank() == 0) {
-    std::string reason, note;
-    if (need > 0)
-      reason = launcher_ ? launcher_->cannot_start(need, ctl.size())
-                         : std::string("cannot start processes: the ") + ctl.backend() + " transport has no launcher";
-    // Without a launcher nobody leaves (ranks outside the layout wait, as in a fixed job).
-    if (need < 0 && launcher_) note = launcher_->cannot_leave();
-    if (reason.empty() && !vacate.empty()) {
-      const std::string why = launcher_ ? launcher_->cannot_leave() : "the transport has no launcher";
-      if (!why.empty()) reason = "cannot vacate processes: " + why;
-    }
-    // Shrink also when vacated processes all sit beyond the layout (an identity placement:
-    // nobody else moves, the world keeps its lowest ranks and the vacated ones leave).
-    const bool shrink = (need < 0 || !vacate.empty()) && launcher_ && note.empty();
-    decision = !reason.empty() ? "R" + reason : (shrink ? "S" : "K" + note);
-  }
-  broadcast_string(ctl, decision);
-  return decision;
+// Rank 0's decision on a prepare (edm/switch_decision.h), the same on every rank (collective
+// over `ctl`): refused, shrink the world, or keep it (its `why`: why nobody leaves), and whether
+// processes a placement leaves out may leave.
+SwitchDecision DeviceManager::decide_prepare(comm::Transport& ctl, int need, const std::vector<int>& vacate,
+                                             bool keep) const {
+  std::string wire;
+  if (ctl.rank() == 0)
+    wire = serialize(decide_switch(need, ctl.size(), vacate.size(), launcher_.get(), ctl.backend(), keep));
+  broadcast_string(ctl, wire);
+  return parse_switch_decision(wire);
 }
 
 // Starts `need` processes and merges them into grown_world_ (with grown_control_), then tells
 // them the job's state, the placement and whether leftovers leave. False when the launcher
 // refuses (on every rank alike; nothing changed, Prepared::refused says why).
 bool DeviceManager::grow_world(const vps::ParallelConfig& current, const vps::ParallelConfig& next, int need,
-                               const std::string& payload, const std::vector<int>& placed,
-                               const std::string& may_leave) {
+                               const std::string& payload, SwitchDecision decision) {
   Prepared& p = *prepared_;
   const double t0 = now_s();
   starting_ = need;
@@ -147,10 +134,9 @@ bool DeviceManager::grow_world(const vps::ParallelConfig& current, const vps::Pa
   grown_control_ = grown_world_->split(0, grown_world_->rank());
   p.creations += 1;
   p.spawn_seconds = now_s() - t0;
-  // The placement and whether leftovers leave, for the new processes (they cannot compute it).
-  std::string msg_placed = may_leave + ' ';
-  for (int q : placed) msg_placed += std::to_string(q) + ' ';
-  broadcast_string(*grown_control_, msg_placed);
+  // The decision with its placement, for the new processes (they cannot compute it).
+  std::string wire = serialize(decision);
+  broadcast_string(*grown_control_, wire);
   starting_ = 0;  // the new processes have joined and know the placement
   return true;
 }
@@ -180,7 +166,8 @@ void DeviceManager::settle_identity_world(const vps::ParallelConfig& next, int n
 }
 
 void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work,
-                                const std::string& payload, const Place& place, const std::vector<int>& vacate) {
+                                const std::string& payload, const Place& place, const std::vector<int>& vacate,
+                                bool keep) {
   comm::Transport& ctl = *control_;
   if (ctl.rank() >= current.world_size())
     wait_for_root(ctl, Wake::kPrepare);
@@ -192,18 +179,16 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
   p.world_before = p.world_after = ctl.size();
   // Processes to start: what the layout lacks once the vacated ones are gone.
   const int need = next.world_size() - (ctl.size() - static_cast<int>(vacate.size()));
-  const std::string decision = decide_prepare(ctl, need, vacate);
-  if (decision[0] == 'R') {
-    p.refused = decision.substr(1);
+  SwitchDecision decision = decide_prepare(ctl, need, vacate, keep);
+  if (decision.refused()) {
+    p.refused = decision.why;
     return;
   }
-  if (decision.size() > 1) p.note = "processes outside " + next.str() + " stay, idle: " + decision.substr(1);
+  if (decision.kind == SwitchDecision::Kind::kKeep && !decision.why.empty())
+    p.note = "processes outside " + next.str() + " stay, idle: " + decision.why;
   next_ids_ = ids_;
   next_next_id_ = next_id_;
-  // Where placement orders the next world, processes it leaves out may go (rank 0 says so).
-  std::string may_leave = ctl.rank() == 0 && launcher_ && launcher_->cannot_leave().empty() ? "1" : "0";
-  broadcast_string(ctl, may_leave);
-  std::vector<int> placed = place ? place(ctl.size() + std::max(need, 0)) : std::vector<int>{};
+  const std::vector<int> placed = place ? place(ctl.size() + std::max(need, 0)) : std::vector<int>{};
   const bool identity = is_identity(placed);
   for (int v : vacate) {
     const bool placed_on_v =
@@ -211,12 +196,13 @@ void DeviceManager::run_prepare(vps::ParallelConfig current, vps::ParallelConfig
     DT_CHECK(!placed_on_v, "placement gives a rank to vacated process ", v);
   }
   // The merged world; with a placement it is reordered below.
-  if (need > 0 && !grow_world(current, next, need, payload, placed, may_leave)) return;
+  decision.placement = placed;
+  if (need > 0 && !grow_world(current, next, need, payload, decision)) return;
   if (!identity) {
     p.process_of_rank = placed;
-    reorder(next, placed, may_leave == "1");
+    reorder(next, placed, decision.may_leave);
   } else {
-    settle_identity_world(next, need, decision[0] == 'S');
+    settle_identity_world(next, need, decision.kind == SwitchDecision::Kind::kShrink);
   }
   after_grow(next, work);
 }
@@ -284,16 +270,12 @@ void DeviceManager::prepare_joined(const vps::ParallelConfig& next, Work work) {
   prepared_->world_before = prepared_->world_after = world_->size();
   next_ids_ = ids_;
   next_next_id_ = next_id_;
-  std::string msg_placed;
-  broadcast_string(*control_, msg_placed);  // "MAY_LEAVE PLACEMENT..." (no placement: identity)
-  std::istringstream in(msg_placed);
-  int may_leave = 0;
-  in >> may_leave;
-  std::vector<int> placed;
-  for (int q = 0; in >> q;) placed.push_back(q);
-  if (!is_identity(placed)) {
-    prepared_->process_of_rank = placed;
-    reorder(next, placed, may_leave == 1);
+  std::string wire;
+  broadcast_string(*control_, wire);  // the starters' decision with its placement ([]: identity)
+  const SwitchDecision decision = parse_switch_decision(wire);
+  if (!is_identity(decision.placement)) {
+    prepared_->process_of_rank = decision.placement;
+    reorder(next, decision.placement, decision.may_leave);
   } else {
     remember_world(ids_, owned_world_, control_);
   }

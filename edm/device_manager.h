@@ -33,6 +33,7 @@
 #include "comm/transport.h"
 #include "edm/communicators.h"
 #include "edm/launcher.h"
+#include "edm/switch_decision.h"
 
 namespace dynatrain::edm {
 
@@ -97,8 +98,10 @@ class DeviceManager {
   // `vacate`: world ranks that must take no rank of `next` and leave (a GPU reclaimed); as many
   // processes are started as the layout then lacks, and `place` must leave them out. Every rank
   // may be vacated, rank 0 included (a whole-job migration: the next world is all new processes).
+  // `keep`: no process leaves even where the launcher would let it (a lend: the processes
+  // outside `next` stay, idle, at the end of the world, for a later switch to take back).
   void prepare(const vps::ParallelConfig& current, const vps::ParallelConfig& next, Work work, std::string payload = {},
-               Place place = {}, std::vector<int> vacate = {});
+               Place place = {}, std::vector<int> vacate = {}, bool keep = false);
   // In a joined process, synchronously: the part of the starters' prepare after the grow (the
   // starters' placement arrives from them).
   void prepare_joined(const vps::ParallelConfig& next, Work work);
@@ -123,10 +126,10 @@ class DeviceManager {
 
  private:
   void run_prepare(vps::ParallelConfig current, vps::ParallelConfig next, Work work, const std::string& payload,
-                   const Place& place, const std::vector<int>& vacate);
-  std::string decide_prepare(comm::Transport& ctl, int need, const std::vector<int>& vacate) const;
+                   const Place& place, const std::vector<int>& vacate, bool keep);
+  SwitchDecision decide_prepare(comm::Transport& ctl, int need, const std::vector<int>& vacate, bool keep) const;
   bool grow_world(const vps::ParallelConfig& current, const vps::ParallelConfig& next, int need,
-                  const std::string& payload, const std::vector<int>& placed, const std::string& may_leave);
+                  const std::string& payload, SwitchDecision decision);
   void settle_identity_world(const vps::ParallelConfig& next, int need, bool shrink);
   void after_grow(const vps::ParallelConfig& next, Work& work);
   void reorder(const vps::ParallelConfig& next, const std::vector<int>& process_of_rank, bool may_leave);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "edm/message_fields.h"
 
 namespace dynatrain::edm {
 
@@ -12,16 +13,12 @@ namespace {
 
 using Json = nlohmann::json;
 
-// The parser gives every integer >= 0 the unsigned type.
-bool is_id(const Json& v) { return v.is_number_unsigned(); }
-bool is_string(const Json& v) { return v.is_string(); }
-bool is_ids(const Json& v) { return v.is_array() && std::all_of(v.begin(), v.end(), is_id); }
+using message::is_count;
+using message::is_counts;
+using message::is_string;
 
-// A header field that passes `ok`, or an InvariantError naming the field and what it must be.
 const Json& field(const Json& header, const char* name, bool (*ok)(const Json&), const char* what) {
-  const auto it = header.find(name);
-  DT_CHECK(it != header.end() && ok(*it), "malformed join message from rank 0: \"", name, "\" must be ", what);
-  return *it;
+  return message::field(header, "join message", name, ok, what);
 }
 
 }  // namespace
@@ -40,15 +37,15 @@ JoinMessage parse_join_message(const std::string& wire) {
   const Json header = Json::parse(wire.substr(0, end), nullptr, false);
   DT_CHECK(end < wire.size() && header.is_object(), "malformed join message from rank 0: its first line (", end,
            " bytes) is not a JSON object");
-  const auto version = field(header, "version", is_id, "an integer").get<std::uint64_t>();
+  const auto version = field(header, "version", is_count, "an integer").get<std::uint64_t>();
   if (version != kJoinMessageVersion)
     DT_INPUT_ERROR("join message version ", version, " is not supported; this process reads version ",
                    kJoinMessageVersion, " (every process of a job must run the same dynatrain)");
   JoinMessage m;
   m.current = field(header, "current", is_string, "a config string").get<std::string>();
   m.next = field(header, "next", is_string, "a config string").get<std::string>();
-  m.next_id = field(header, "next_id", is_id, "a process id (an integer >= 0)").get<ProcessId>();
-  m.ids = field(header, "ids", is_ids, "an array of process ids (integers >= 0)").get<std::vector<ProcessId>>();
+  m.next_id = field(header, "next_id", is_count, "a process id (an integer >= 0)").get<ProcessId>();
+  m.ids = field(header, "ids", is_counts, "an array of process ids (integers >= 0)").get<std::vector<ProcessId>>();
   m.payload = wire.substr(end + 1);
   return m;
 }

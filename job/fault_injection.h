@@ -12,7 +12,9 @@
 //     RANK    world rank that faults
 //     POINT   switch (a layout switch starts), step (a training step starts), prepare (the
 //             background prepare of the next switch starts, train only), notices (train with
-//             notices on: a step boundary's agreement on notices starts), join (a process
+//             notices on: a step boundary's agreement on notices starts), copied (train with
+//             --redundancy: the memory copy of a boundary is written, the step before it not yet
+//             reported), join (a process
 //             started by a grow has joined its starters' world, before the handshake that
 //             follows; RANK: its rank in that world), or a phase of a checkpoint save
 //             (ckpt/checkpoint.h, SavePhase): save-begin (before the rank file is written),

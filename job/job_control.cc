@@ -88,16 +88,20 @@ void JobControl::take_over(const nlohmann::json& handed, std::int64_t step) {
   leading_ = true;
   pending_.clear();
   for (const auto& p : handed.value("pending", nlohmann::json::array()))
-    pending_[p.at("step").get<std::int64_t>()] = Pending{p.at("id").get<std::string>(), p.at("to").get<std::string>()};
+    pending_[p.at("step").get<std::int64_t>()] =
+        Pending{p.at("id").get<std::string>(), p.at("to").get<std::string>(), p.value("shift", 0), p.value("lent", "")};
   last_switch_ = handed.value("last_switch", nlohmann::json());
+  lent_ = handed.value("lent", "");
+  lent_at_ = handed.value("lent_at", std::int64_t{-1});
   open_event_log(dir_, [this](const nlohmann::json&) { write_status(true); });
   record_event("leader_moved", {{"step", step}, {"pid", static_cast<long>(getpid())}, {"host", host_name()}});
 }
 
 nlohmann::json JobControl::hand_over() const {
   nlohmann::json pending = nlohmann::json::array();
-  for (const auto& [step, p] : pending_) pending.push_back({{"step", step}, {"id", p.id}, {"to", p.to}});
-  return {{"pending", pending}, {"last_switch", last_switch_}};
+  for (const auto& [step, p] : pending_)
+    pending.push_back({{"step", step}, {"id", p.id}, {"to", p.to}, {"shift", p.shift}, {"lent", p.lent}});
+  return {{"pending", pending}, {"last_switch", last_switch_}, {"lent", lent_}, {"lent_at", lent_at_}};
 }
 
 void JobControl::resign() {
@@ -126,12 +130,39 @@ void JobControl::take_requests(RequestContext& ctx) {
   }
 }
 
+// The layout a --lend or --reclaim request switches to (InputError: it cannot run now). A lend
+// keeps tp, pp and cp and takes dp from the processes that stay.
+vps::ParallelConfig JobControl::lend_target(const RequestContext& ctx, const JobRequest& r) const {
+  if (r.reclaim) {
+    if (lent_.empty()) DT_INPUT_ERROR("--reclaim: no process is lent; --lend N lends some");
+    return vps::ParallelConfig::parse(lent_);
+  }
+  if (!lent_.empty())
+    DT_INPUT_ERROR("--lend ", r.lend, " while processes are lent (the layout before: ", lent_, "): --reclaim first");
+  if (ctx.next < ctx.schedule.size())
+    DT_INPUT_ERROR("--lend ", r.lend, " while a switch to ", ctx.schedule[ctx.next].second.str(), " before step ",
+                   ctx.schedule[ctx.next].first, " is still to come; lend after it ran");
+  const vps::ParallelConfig& c = ctx.current;
+  const int all = c.world_size(), stay = all - r.lend, group = c.tp * c.cp * c.pp;
+  if (stay < 1)
+    DT_INPUT_ERROR("--lend ", r.lend, ": valid: 1 to ", all - 1, " (processes of ", c.str(), "; one must stay)");
+  if (stay % group)
+    DT_INPUT_ERROR("--lend ", r.lend, ": ", stay, " processes stay of the layout's ", all,
+                   ", not a multiple of tp*cp*pp=", group, " (", c.str(), "); lend a multiple of it");
+  vps::ParallelConfig next = c;
+  next.dp = stay / group;
+  return next;
+}
+
 void JobControl::answer_taken(RequestContext& ctx, const std::string& id, const JobRequest& r) {
   vps::ParallelConfig config;
+  const bool shift = r.lend > 0 || r.reclaim;
   try {
-    config = r.to.empty() ? ctx.current : vps::ParallelConfig::parse(r.to);
+    if (!shift && !lent_.empty())
+      DT_INPUT_ERROR("a switch while processes are lent (the layout before the lend: ", lent_, "): --reclaim first");
+    config = shift ? lend_target(ctx, r) : r.to.empty() ? ctx.current : vps::ParallelConfig::parse(r.to);
     ctx.check_supported(config);
-    const std::vector<int> vacate = r.vacate == kVacateAll ? std::vector<int>{} : parse_rank_list(r.vacate);
+    const std::vector<int> vacate = r.vacate == kVacateAll || shift ? std::vector<int>{} : parse_rank_list(r.vacate);
     for (int v : vacate)
       if (v >= ctx.world_size) DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 0..", ctx.world_size - 1);
   } catch (const InputError& e) {
@@ -141,22 +172,34 @@ void JobControl::answer_taken(RequestContext& ctx, const std::string& id, const 
   std::int64_t at = r.at_step >= 0 ? r.at_step : ctx.step + ctx.lookahead;
   std::int64_t earliest = ctx.step + 1;
   if (ctx.preparing) earliest = std::max(earliest, ctx.schedule[ctx.next].first + 1);
-  at = std::max(at, earliest);
+  // Never replacing an accepted lend or reclaim.
+  at = std::max({at, earliest, lent_at_ + 1});
   if (at >= ctx.steps)  // it would never run
     return refuse(id,
                   "a switch before step " + std::to_string(at) + " is at or past --steps " + std::to_string(ctx.steps),
                   ctx.current.str());
   place_switch(ctx.schedule, ctx.next, at, config);
-  if (r.vacate.empty())
+  const std::string vacate = r.lend > 0 ? kKeepProcesses : r.vacate;
+  if (vacate.empty())
     ctx.vacate_at.erase(at);
   else
-    ctx.vacate_at[at] = r.vacate;
+    ctx.vacate_at[at] = vacate;
+  if (shift) {  // what a refused lend or reclaim puts back (switch_done)
+    lent_ = r.lend > 0 ? ctx.current.str() : "";
+    lent_at_ = at;
+  }
   if (const auto old = pending_.find(at); old != pending_.end()) {
     const std::string why = "replaced by request " + id + " before it ran";
     write_answer(dir_, Answer{old->second.id, AnswerState::kSuperseded, at, old->second.to, why, {}});
     record_event("request_superseded", {{"request", old->second.id}, {"by", id}, {"step", at}});
   }
-  pending_[at] = Pending{id, config.str()};
+  pending_[at] = Pending{id, config.str(),
+                         r.lend > 0  ? 1
+                         : r.reclaim ? -1
+                                     : 0,
+                         r.lend > 0  ? ctx.current.str()
+                         : r.reclaim ? config.str()
+                                     : ""};
   std::printf("request: switch to %s before step %lld%s (request %s)\n", config.str().c_str(),
               static_cast<long long>(at), r.vacate.empty() ? "" : (", vacating ranks " + r.vacate).c_str(), id.c_str());
   write_answer(dir_, Answer{id, AnswerState::kAccepted, at, config.str(), "", {}});
@@ -182,6 +225,8 @@ void JobControl::switch_done(std::int64_t step, const nlohmann::json& record) {
   if (asked != pending_.end()) event["request"] = asked->second.id;
   record_event(refused.empty() ? "switch_committed" : "switch_refused", event);
   if (asked == pending_.end()) return;
+  if (!refused.empty() && asked->second.shift != 0)  // a refused lend lends nothing; a refused reclaim leaves them lent
+    lent_ = asked->second.shift > 0 ? "" : asked->second.lent;
   Answer a{asked->second.id,
            refused.empty() ? AnswerState::kCommitted : AnswerState::kRefused,
            step,

@@ -65,6 +65,9 @@ class JobControl {
 
   // Takes every queued request, oldest first: accepted ones go into ctx.schedule (a request
   // for a step that already has a requested switch supersedes it), the others are refused.
+  // A lend (`request --lend N`) switches to the same tp, pp and cp on N processes fewer and
+  // keeps every process (kKeepProcesses in ctx.vacate_at); a reclaim switches back to the
+  // layout from before it; other switches are refused while processes are lent.
   void take_requests(RequestContext& ctx);
   void switch_prepared(std::int64_t step, const std::string& from, const std::string& to);
   // After a commit at `step`: `record` is the switch's JSON record (job/train_job.cc). Answers
@@ -78,8 +81,11 @@ class JobControl {
  private:
   struct Pending {
     std::string id, to;
+    int shift = 0;     // 1: a lend, -1: a reclaim, 0: another switch
+    std::string lent;  // a lend or reclaim: the layout from before the lend
   };
   void answer_taken(RequestContext& ctx, const std::string& id, const struct JobRequest& r);
+  vps::ParallelConfig lend_target(const RequestContext& ctx, const struct JobRequest& r) const;
   void refuse(const std::string& id, const std::string& why, const std::string& layout);
   void refuse_quietly(const std::string& id, const std::string& why);  // answer and event, no line
   // A new job's start: what a job that ended left queued or accepted (`previous`: its status).
@@ -92,6 +98,8 @@ class JobControl {
   std::set<std::string> reported_;                    // entries that could not be removed (said once)
   std::unique_ptr<StatusFile> status_;
   nlohmann::json last_switch_;
+  std::string lent_;           // while processes are lent (or a lend is accepted): the layout before it
+  std::int64_t lent_at_ = -1;  // the step of the last accepted lend or reclaim
   std::string health_ = "running";
 };
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "common/error.h"
 #include "job/job_files.h"
@@ -53,7 +54,16 @@ nlohmann::json parse_one_line(const std::string& text, const char* what) {
 }  // namespace
 
 void check_request(const JobRequest& r) {
-  if (r.to.empty() && r.vacate != kVacateAll) DT_INPUT_ERROR("a request needs --to CONFIG (or --migrate)");
+  if (r.lend < 0) DT_INPUT_ERROR("--lend ", r.lend, ": valid: a number of processes >= 1");
+  if (r.lend > 0 || r.reclaim) {
+    const char* what = r.lend > 0 ? "--lend" : "--reclaim";
+    if (r.lend > 0 && r.reclaim) DT_INPUT_ERROR("--lend and --reclaim in one request; place one, then the other");
+    if (!r.to.empty() || !r.vacate.empty())
+      DT_INPUT_ERROR(what, " takes no --to, --vacate or --migrate (the job chooses the layout: ",
+                     r.lend > 0 ? "the same tp, pp and cp on fewer processes" : "the one from before the lend", ")");
+  } else if (r.to.empty() && r.vacate != kVacateAll) {
+    DT_INPUT_ERROR("a request needs --to CONFIG (or --migrate); or --lend N, --reclaim");
+  }
   if (!r.to.empty()) vps::ParallelConfig::parse(r.to);
   if (r.at_step < -1) DT_INPUT_ERROR("--at-step ", r.at_step, " must be a step number (>= 0)");
   if (r.vacate != kVacateAll) parse_rank_list(r.vacate);  // InputError names a bad rank
@@ -63,6 +73,8 @@ std::string request_to_json(const JobRequest& r) {
   nlohmann::json j = {{"version", kRequestVersion}, {"to", r.to}};
   if (r.at_step >= 0) j["at_step"] = r.at_step;
   if (!r.vacate.empty()) j["vacate"] = r.vacate;
+  if (r.lend > 0) j["lend"] = r.lend;
+  if (r.reclaim) j["reclaim"] = true;
   return j.dump() + "\n";
 }
 
@@ -70,18 +82,24 @@ JobRequest request_from_json(const std::string& text) {
   const auto j = parse_one_line(text, "request");
   check_version(j, "request");
   JobRequest r;
-  if (j.contains("at_step") && !j["at_step"].is_number_integer())  // 40.7 would be read as 40
-    DT_INPUT_ERROR("malformed request: \"at_step\" must be a whole step number, not ", j["at_step"].dump());
+  for (const auto& [key, what] : {std::pair{"at_step", "step number"}, std::pair{"lend", "number of processes"}})
+    if (j.contains(key) && !j[key].is_number_integer())  // 40.7 would be read as 40
+      DT_INPUT_ERROR("malformed request: \"", key, "\" must be a whole ", what, ", not ", j[key].dump());
+  if (j.contains("reclaim") && !j["reclaim"].is_boolean())
+    DT_INPUT_ERROR("malformed request: \"reclaim\" must be true or false, not ", j["reclaim"].dump());
   try {
     r.to = j.value("to", std::string());
     r.at_step = j.value("at_step", std::int64_t{-1});
     r.vacate = j.value("vacate", std::string());
+    r.lend = j.value("lend", 0);
+    r.reclaim = j.value("reclaim", false);
   } catch (const nlohmann::json::exception&) {
     DT_INPUT_ERROR("malformed request: \"to\" and \"vacate\" must be strings, \"at_step\" an integer");
   }
   for (const auto& [key, value] : j.items())
-    if (key != "version" && key != "to" && key != "at_step" && key != "vacate")
-      DT_INPUT_ERROR("malformed request: unknown field \"", key, "\"; valid: version, to, at_step, vacate");
+    if (key != "version" && key != "to" && key != "at_step" && key != "vacate" && key != "lend" && key != "reclaim")
+      DT_INPUT_ERROR("malformed request: unknown field \"", key,
+                     "\"; valid: version, to, at_step, vacate, lend, reclaim");
   check_request(r);
   return r;
 }

@@ -6,7 +6,8 @@
 // scheduler tells a job that GPUs came or went (docs/edm.md, "Driving a job from a scheduler").
 //
 // A request file is one JSON object, {"version": 1, "to": CONFIG, "at_step": S, "vacate": "1,3"}
-// ("vacate": "all" is `request --migrate`), named ID.json, ID = 19-digit Unix nanoseconds,
+// ("vacate": "all" is `request --migrate`; {"lend": N} and {"reclaim": true}, without "to", are
+// `request --lend N` and `request --reclaim`), named ID.json, ID = 19-digit Unix nanoseconds,
 // host and pid, so names sort in the order requests were placed. Written to a temporary name,
 // fsync'd and renamed: the job never reads half a request. Anything else in requests/ (another
 // name, a FIFO, a directory, malformed JSON, an unknown version) is refused with one line and
@@ -29,8 +30,12 @@ struct JobRequest {
   std::int64_t at_step = -1;  // -1: as soon as possible
   std::string vacate;         // world ranks that must hold nothing and leave ("1,3"); "" = none;
                               // kVacateAll = every process of the job (a whole-job migration)
+  int lend = 0;               // > 0: the layout's state leaves this many processes, which stay, idle
+  bool reclaim = false;       // the lent processes take the layout from before the lend back
 };
 inline constexpr const char* kVacateAll = "all";
+// In a job's vacate-by-step map: the switch keeps every process (a lend; vacates none).
+inline constexpr const char* kKeepProcesses = "keep";
 inline constexpr int kRequestVersion = 1;  // of request and answer files
 
 // "1,3" -> {1, 3}; InputError naming the bad token (ranks are non-negative integers).

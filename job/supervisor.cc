@@ -23,6 +23,7 @@
 #include "job/memory_copy.h"
 #include "job/job_status.h"
 #include "job/notice.h"
+#include "job/progress_record.h"
 #include "job/supervisor_job_dir.h"
 #include "job/survivor_layout.h"
 #include "job/train_ckpt.h"
@@ -62,9 +63,12 @@ void forward_signal(int sig) {
 
 struct Attempt {
   int exit_code = 0;
+  // From the job's progress records (job/progress_record.h), never from its human lines:
   std::int64_t last_step = -1;         // the last step rank 0 reported done (-1: none)
   int processes = 0;                   // the job's processes at that step (0: no step reported)
+  std::string layout;                  // the layout of that step ("" : no step reported)
   bool every_process_noticed = false;  // the job ended on a notice to all (job/notice.h)
+  bool bad_record = false;             // a record did not read (said once)
 };
 
 // Seconds the workers an mpirun left behind get to go after SIGKILL (a process in the kernel).
@@ -80,6 +84,31 @@ void end_orphans_of(const Attempt& a) {
   std::printf("supervise: mpirun ended with exit %d leaving %zu processes of the job running (pids %s); ended them\n",
               a.exit_code, orphans.size(), pids.c_str());
   std::fflush(stdout);
+}
+
+// One line of the job's stdout: a progress record (job/progress_record.h) is read into `a` and
+// kept out of the output; any other line passes through. A record that does not read is said
+// once on stderr and not counted.
+void pass_line(const std::string& line, Attempt& a) {
+  std::optional<ProgressRecord> r;
+  try {
+    r = parse_progress_line(line);
+  } catch (const InputError& e) {
+    if (!a.bad_record)
+      std::fprintf(stderr, "dynatrain: warning: supervise: %s; the restart accounting leaves it out\n", e.what());
+    a.bad_record = true;
+    return;
+  }
+  if (!r) {
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fflush(stdout);
+  } else if (r->event == ProgressRecord::Event::kEveryProcessNoticed) {
+    a.every_process_noticed = true;
+  } else {
+    a.last_step = r->step;
+    a.processes = r->processes;
+    a.layout = r->layout;
+  }
 }
 
 Attempt run_job(const std::vector<std::string>& cmd) {
@@ -110,26 +139,11 @@ Attempt run_job(const std::vector<std::string>& cmd) {
     const ssize_t n = read(out[0], buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    std::fwrite(buf, 1, static_cast<std::size_t>(n), stdout);
-    std::fflush(stdout);
     pending.append(buf, static_cast<std::size_t>(n));
-    for (std::size_t eol; (eol = pending.find('\n')) != std::string::npos; pending.erase(0, eol + 1)) {
-      // "step N  loss ..." (after a progress bar when rank 0 has a terminal)
-      // "step N  loss L  T tok/s  S ms  LAYOUT  P processes"
-      long long step = 0;
-      int processes = 0, matched = 0;  // characters up to "loss": the whole pattern matched
-      if (pending.compare(0, std::strlen(kEveryProcessNoticed), kEveryProcessNoticed) == 0)
-        a.every_process_noticed = true;
-      const std::size_t at = pending.find("step ");
-      if (at < eol &&
-          std::sscanf(pending.c_str() + at, "step %lld  loss%n %*f %*f tok/s %*f ms %*s %d processes", &step, &matched,
-                      &processes) >= 1 &&
-          matched > 0) {
-        a.last_step = step;
-        a.processes = processes;
-      }
-    }
+    for (std::size_t eol; (eol = pending.find('\n')) != std::string::npos; pending.erase(0, eol + 1))
+      pass_line(pending.substr(0, eol + 1), a);
   }
+  if (!pending.empty()) pass_line(pending, a);  // the last line, without its newline
   close(out[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -183,15 +197,6 @@ void assemble_csv(const std::string& out_path, const std::vector<CsvPart>& parts
   for (const auto& p : parts) fs::remove(p.path);
 }
 
-// The layout of the schedule at `step` (the last entry at or before it).
-vps::ParallelConfig layout_at(const std::string& schedule, std::int64_t step) {
-  const auto entries = parse_schedule(schedule);
-  vps::ParallelConfig c = entries.front().second;
-  for (const auto& [at, config] : entries)
-    if (at <= step) c = config;
-  return c;
-}
-
 }  // namespace
 
 vps::ParallelConfig choose_restart_layout(const train::TrainerOptions& options, const vps::ParallelConfig& previous,
@@ -236,14 +241,17 @@ void set_mpirun_environment(const TrainArgs& args, const SuperviseSettings& s) {
   // With --job a request may grow the job beyond the cores, as the schedule may.
   if (s.hostfile.empty() && s.hosts.empty() && (most > cores || !args.job.empty()))
     setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-  setenv("DT_RUN_SCHEDULE", identity_schedule(args).c_str(), 0);   // restarts keep the run's identity
-  setenv(kSupervisorPidEnv, std::to_string(getpid()).c_str(), 1);  // holds --job between attempts, owns the copy
+  setenv("DT_RUN_SCHEDULE", identity_schedule(args).c_str(), 0);      // restarts keep the run's identity
+  setenv(kSupervisorPidEnv, std::to_string(getpid()).c_str(), 1);     // holds --job between attempts, owns the copy
+  setenv(kProgressEnv, std::to_string(kProgressVersion).c_str(), 1);  // the records this supervisor reads
 }
 
 std::vector<std::string> mpirun_command(const SuperviseSettings& s, int np, const std::string& self) {
   std::vector<std::string> cmd = {s.mpirun};
   if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
   cmd.insert(cmd.end(), {"-np", std::to_string(np)});
+  // Open MPI passes only its own variables to ranks on other hosts: rank 0 may run on one.
+  cmd.insert(cmd.end(), {"-x", kProgressEnv});
   if (!s.hostfile.empty()) cmd.insert(cmd.end(), {"--hostfile", s.hostfile});
   if (!s.hosts.empty()) cmd.insert(cmd.end(), {"--host", s.hosts});
   cmd.insert(cmd.end(), {self, "train"});
@@ -387,30 +395,37 @@ std::optional<ckpt::Checkpoint> usable_copy(const std::string& copy_dir, const T
 struct Restart {
   std::int64_t from = 0;  // the step it resumes at (0: the start)
   std::int64_t lost = 0;  // steps the failed attempt trained after that
-  int had = 0;            // the processes at the time of the failure
+  // The last step done: rank 0's last record, or the step before the checkpoint's when that is
+  // newer (rank 0 prints a step's record after the copy of the boundary behind it, job/train_job.h:
+  // a loss between the two leaves the copy one record ahead, and the copy proves the step done).
+  std::int64_t last_step = -1;
+  int had = 0;  // the processes at the time of the failure
   vps::ParallelConfig layout;
 };
 
 Restart next_attempt(const TrainArgs& args, const train::TrainerOptions& o, const From& f, const Attempt& a,
                      const std::string& schedule, int np, int code) {
   Restart r;
-  // The processes of rank 0's last step line (a grown job counts its grown processes).
+  // The processes of rank 0's last step record (a grown job counts its grown processes).
   r.had = a.processes > 0 ? a.processes : np;
-  vps::ParallelConfig previous = layout_at(schedule, a.last_step < 0 ? 0 : a.last_step);
+  vps::ParallelConfig previous =
+      a.layout.empty() ? parse_schedule(schedule).front().second : vps::ParallelConfig::parse(a.layout);
   if (f.ckpt) {
     r.from = f.ckpt->step;
     previous = f.ckpt->config;
+    r.last_step = std::max(a.last_step, r.from - 1);
   } else if (!args.resume_dir.empty()) {
     r.from = ckpt::open_latest(args.resume_dir, o.model).step;
   }
-  r.lost = std::max<std::int64_t>(0, a.last_step + 1 - r.from);
+  r.last_step = std::max(r.last_step, a.last_step);
+  r.lost = std::max<std::int64_t>(0, r.last_step + 1 - r.from);
   // One process fewer after a loss; as many after a damaged checkpoint's refusal (exit 2).
   r.layout = choose_restart_layout(o, previous, std::max(1, code == 2 ? r.had : r.had - 1));
   return r;
 }
 
-void print_restart(const Restart& r, const Attempt& a, int code, int number, int max_restarts, bool from_copy) {
-  const std::string when = a.last_step < 0 ? "before its first step" : "after step " + std::to_string(a.last_step);
+void print_restart(const Restart& r, int code, int number, int max_restarts, bool from_copy) {
+  const std::string when = r.last_step < 0 ? "before its first step" : "after step " + std::to_string(r.last_step);
   std::printf(
       "supervise: the job ended with exit %d %s on %d processes; restart %d of %d from step %lld "
       "(%lld steps lost) on %d processes in %s%s\n",
@@ -422,14 +437,13 @@ void print_restart(const Restart& r, const Attempt& a, int code, int number, int
 // With --job DIR: the loss and the restart in the job's event log (job/job_events.h), written
 // between two attempts, when no job holds the log. The rank lost is not known here (-1): the
 // job's one line on stderr names it. An attempt refused its checkpoint (exit 2) lost no process.
-void record_restart(const std::string& job_dir, const Restart& r, const Attempt& a, int code, int number,
-                    bool from_copy) {
+void record_restart(const std::string& job_dir, const Restart& r, int code, int number, bool from_copy) {
   open_event_log(job_dir);
   if (code != 2)
     record_process_lost(
         -1, -1,
         detail::concat("the job ended with exit ", code, " ",
-                       a.last_step < 0 ? "before its first step" : detail::concat("after step ", a.last_step), " on ",
+                       r.last_step < 0 ? "before its first step" : detail::concat("after step ", r.last_step), " on ",
                        r.had, " processes"));
   record_recovery(r.from, r.layout.str(), r.layout.world_size(),
                   detail::concat("restart ", number, " from ", from_copy ? "the memory copy" : "the checkpoint",
@@ -551,8 +565,8 @@ int supervise(const TrainArgs& args, const SuperviseSettings& s) {
     if (f.ckpt) resume = from_copy ? copy_dir.path() : args.save_dir;
     np = r.layout.world_size();
     schedule = "0:" + r.layout.str();
-    print_restart(r, a, code, attempt + 1, s.max_restarts, from_copy);
-    if (!args.job.empty()) record_restart(args.job, r, a, code, attempt + 1, from_copy);
+    print_restart(r, code, attempt + 1, s.max_restarts, from_copy);
+    if (!args.job.empty()) record_restart(args.job, r, code, attempt + 1, from_copy);
     hold.emplace(args.job);
     if (!parts.empty()) {
       parts.back().keep_below = r.from;

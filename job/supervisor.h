@@ -5,8 +5,8 @@
 // without waiting for the rest), PMIX_MCA_gds=hash (spawned processes that never hang in
 // PMIx_Init), OMPI_MCA_orte_execute_quiet=1 (no banners after the one-line errors),
 // OMPI_MCA_rmaps_base_oversubscribe=1 when the most processes the schedule asks for (or N)
-// exceed this machine's cores, or with --job (a request may grow it), and no hosts are given, and `--allow-run-as-root` when run as
-// root. No script has to be sourced.
+// exceed this machine's cores, or with --job (a request may grow it), and no hosts are given, `-x DT_PROGRESS_RECORDS`
+// (the progress records reach rank 0 on any host) and `--allow-run-as-root` when run as root. No script has to be sourced.
 //
 // With --max-restarts K the job survives a lost process: Open MPI ends every rank of a job
 // when one of them dies, so nothing inside the job can outlive the loss. When the job fails for
@@ -26,7 +26,8 @@
 // The CSV (--csv) is assembled from the attempts: every step once, from the attempt that kept
 // it, with two more columns: `restart` (the attempt's number on its first row, else empty) and
 // `steps_lost` (steps trained by the failed attempt after its last checkpoint). Rank 0's stdout
-// passes through; the supervisor adds one line per restart. SIGINT / SIGTERM to the supervisor
+// passes through, less the progress records (job/progress_record.h) the supervisor learns each
+// attempt's last step, processes and layout from; the supervisor adds one line per restart. SIGINT / SIGTERM to the supervisor
 // go to mpirun and end the job without a restart.
 #pragma once
 

@@ -60,8 +60,9 @@ void TrainJob::save_if_due() {
   const bool save = save_point(s_.step) && s_.step != s_.joined_at, copy = copy_point(s_.step);
   if (save || copy) s_.csv.flush();  // a supervisor that restarts from it keeps the rows before it
   if (save) save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world(), s_.run, false);
-  if (copy)
-    save_memory_copy(s_.copy_dir, s_.step, *trainer_, trainer_->world(), s_.run, args_.redundancy, s_.copy_stats);
+  if (!copy) return;
+  save_memory_copy(s_.copy_dir, s_.step, *trainer_, trainer_->world(), s_.run, args_.redundancy, s_.copy_stats);
+  fault_point("copied", trainer_->world().rank());
 }
 
 bool TrainJob::commit_if_due() {

@@ -44,10 +44,17 @@ bool TrainJob::act_on_notices() {
     for (const auto& n : noticed)
       record_notice(n.rank, args_.notice.seconds, detail::concat(sig, " to pid ", n.pid, " before step ", s_.step));
   if (stay == 0) {
-    if (!args_.save_dir.empty()) save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world(), s_.run, true);
+    // This boundary's periodic save (save_if_due) holds the state already; a second save of the
+    // same step would be refused.
+    const bool saved = save_point(s_.step) && s_.step != s_.joined_at;
+    if (!args_.save_dir.empty() && !saved)
+      save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world(), s_.run, true);
     // The job's one line (as the failure path's for a stop signal), on stderr, by the leader;
-    // on stdout the notice line a supervisor reads (job/supervisor.h: no restart after it).
+    // on stdout the notice line and the record a supervisor reads (job/supervisor.h: no restart
+    // after it).
     if (s_.leader) std::printf("%s (%s)\n", kEveryProcessNoticed, sig);
+    if (s_.leader && s_.progress)
+      std::printf("%s\n", progress_line({ProgressRecord::Event::kEveryProcessNoticed, -1, 0, "", sig}).c_str());
     std::fflush(stdout);
     if (s_.leader)
       std::fprintf(stderr, "dynatrain: error: rank 0 of %d: stopped by %s to every process: %s\n",

@@ -186,8 +186,10 @@ void TrainJob::report_step(const StepStats& st) {
                 static_cast<long long>(s_.step), st.loss, st.tokens_per_s, st.seconds * 1e3, layout.c_str(),
                 trainer_->world_size());
   s_.step_line = bar + line + prep;
+  if (s_.progress)  // the supervisor's record of the step, printed with its line
+    s_.step_line += "\n" + progress_line({ProgressRecord::Event::kStep, s_.step, trainer_->world_size(), layout, ""});
   if (s_.csv.is_open()) write_csv_row(st, layout);
-  // A supervisor counts a step done by its line: with a memory copy the line waits for the copy
+  // A supervisor counts a step done by its record: with a memory copy the line waits for the copy
   // of the boundary after it, so that a loss in between never loses a step it saw done.
   if (!copy_point(s_.step + 1)) print_step_line();
 }

@@ -25,6 +25,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "job/job_control.h"
+#include "job/progress_record.h"
 #include "job/memory_copy.h"
 #include "job/train_job.h"
 #include "job/train_leader.h"
@@ -116,8 +117,9 @@ class TrainJob {
     // The job's leader (job/train_leader.h): world rank 0 of the current world; the role moves
     // with rank 0 in a commit (take_over_as_leader).
     bool leader = false;
-    bool tty = false;  // the leader's stdout is a terminal: step lines get a progress bar
-    LeaderState ls;    // the leader's state beyond the VPS state (leader only)
+    bool tty = false;       // the leader's stdout is a terminal: step lines get a progress bar
+    bool progress = false;  // a supervisor reads progress records (job/progress_record.h)
+    LeaderState ls;         // the leader's state beyond the VPS state (leader only)
     std::ofstream csv, json_out;
   } s_;
 

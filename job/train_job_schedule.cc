@@ -16,7 +16,9 @@ void TrainJob::maybe_prepare() {
       s_.step + trainer_->lookahead() < s_.schedule[s_.next].first)
     return;
   const auto& [at, config] = s_.schedule[s_.next];
-  trainer_->prepare(config, rest_of_schedule(), vacated_ranks(at));
+  const auto keep = s_.vacate_at.find(at);
+  trainer_->prepare(config, rest_of_schedule(), vacated_ranks(at),
+                    keep != s_.vacate_at.end() && keep->second == kKeepProcesses);
   fault_point("prepare", trainer_->world().rank());  // fires DELAY_MS into the background prepare
   s_.preparing = config.str();
   control_.switch_prepared(at, trainer_->config().str(), s_.preparing);
@@ -24,7 +26,7 @@ void TrainJob::maybe_prepare() {
 
 std::vector<int> TrainJob::vacated_ranks(std::int64_t at) const {
   const auto it = s_.vacate_at.find(at);
-  if (it == s_.vacate_at.end()) return {};
+  if (it == s_.vacate_at.end() || it->second == kKeepProcesses) return {};
   if (it->second != kVacateAll) return parse_rank_list(it->second);
   std::vector<int> all(static_cast<std::size_t>(trainer_->world_size()));
   for (int r = 0; r < trainer_->world_size(); ++r) all[static_cast<std::size_t>(r)] = r;

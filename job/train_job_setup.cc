@@ -72,6 +72,7 @@ bool TrainJob::set_up() {
   if (!joined) check_train_memory(o_, s_.schedule, world_);  // "needs X per rank, have Y", before allocating
   s_.leader = !joined && world_.rank() == 0;
   s_.tty = s_.leader && isatty(fileno(stdout));
+  s_.progress = progress_records_wanted();  // a bad version is refused at the start
   if (!joined) open_outputs();
   print_banner();
   // The lower bound of every switch divides by this point-to-point bandwidth, measured once.

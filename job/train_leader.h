@@ -23,8 +23,8 @@ struct LeaderState {
   std::map<std::string, Tally> per_layout;
   nlohmann::json records = nlohmann::json::array();  // one per switch so far (--json)
   double p2p_bytes_per_s = 0;                        // point-to-point bandwidth measured once at the start of the run
-  // The schedule from the current layout on (--schedule syntax, then "|STEP:R1,R2;..." for
-  // switches that vacate ranks): it holds the requests taken so far.
+  // The schedule from the current layout on, as the schedule hand-over (job/schedule_tail.h,
+  // versioned JSON): it holds the requests taken so far and the ranks switches vacate.
   std::string schedule;
   // The scheduler protocol's state (job/job_control.h: JobControl::hand_over): requests
   // accepted and not yet committed, the last switch.

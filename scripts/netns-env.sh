@@ -25,6 +25,19 @@ dtc_can_make_nodes() {
   return $ok
 }
 dtc_addr() { echo "$DTC_NET.$(($1 + 1))"; }
+# For a test: takes the lock, skips the test (exit 77, one line) where nodes cannot be made,
+# brings the nodes up (dtc_test_nodes GBIT NODES, netns-up.sh's arguments) and takes them down
+# when the test's shell exits.
+dtc_test_nodes() {
+  local dir
+  dir="$(dirname "${BASH_SOURCE[0]}")"
+  dtc_lock  # a rehearsal or bench using the namespaces finishes first
+  if ! dtc_can_make_nodes; then
+    echo "skip: cannot create network namespaces, veth pairs or tc qdiscs here"; exit 77
+  fi
+  trap "\"$dir/netns-down.sh\" >/dev/null" EXIT  # $dir expanded now: it is local
+  "$dir/netns-up.sh" "$@" || exit 1
+}
 
 # The link as MPI sees it and the files both rehearsals run on (call after netns-up.sh):
 # measures TCP throughput of one stream and one-way latency across the veth into DTC_LINK (the

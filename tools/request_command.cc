@@ -56,7 +56,8 @@ int wait_for_answer(const std::string& dir, const std::string& id, double timeou
 Command add_request_command(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
   auto req = std::make_shared<job::JobRequest>();
-  auto* cmd = app.add_subcommand("request", "Ask a running train --job DIR job to switch layout");
+  auto* cmd = app.add_subcommand("request",
+                                 "Ask a running train --job DIR job to switch layout, or to lend / reclaim processes");
   cmd->add_option("--job", *dir, "The job's directory (train --job DIR)")->required();
   auto migrate = std::make_shared<bool>(false);
   auto wait = std::make_shared<bool>(false);
@@ -67,6 +68,12 @@ Command add_request_command(CLI::App& app) {
   cmd->add_option("--vacate", req->vacate,
                   "World ranks that must hold nothing afterwards and leave, e.g. 1,3 (0 too: the "
                   "job's leader role moves); processes are started for the ranks they held");
+  cmd->add_option("--lend", req->lend,
+                  "Lend N processes: the state leaves the layout's last N (same tp, pp, cp; dp from the "
+                  "rest), which stay in the job, idle, until --reclaim")
+      ->check(whole_number_in(1, std::numeric_limits<int>::max()));
+  cmd->add_flag("--reclaim", req->reclaim,
+                "Take the lent processes back: the layout from before the lend, no process started");
   cmd->add_flag("--migrate", *migrate,
                 "Move the whole job onto new processes (vacate every process); the old ones exit");
   cmd->add_flag("--wait", *wait,
@@ -83,8 +90,11 @@ Command add_request_command(CLI::App& app) {
       require_positive_finite("--timeout", *timeout_s, 1e9);
     }
     const std::string id = job::place_request(*dir, *req);
-    std::printf("request %s: %s -> %s%s%s\n", id.c_str(), dir->c_str(),
-                req->to.empty() ? "(current layout)" : req->to.c_str(),
+    const std::string to = req->lend > 0     ? "lend " + std::to_string(req->lend) + " processes"
+                           : req->reclaim    ? std::string("reclaim the lent processes")
+                           : req->to.empty() ? std::string("(current layout)")
+                                             : req->to;
+    std::printf("request %s: %s -> %s%s%s\n", id.c_str(), dir->c_str(), to.c_str(),
                 req->at_step >= 0 ? (" at step " + std::to_string(req->at_step)).c_str() : "",
                 req->vacate.empty() ? "" : (", vacating ranks " + req->vacate).c_str());
     std::fflush(stdout);

@@ -98,8 +98,8 @@ const vps::ParallelConfig& Trainer::config() const { return impl_->cfg(); }
 const vps::Layout& Trainer::layout() const { return *impl_->layout; }
 std::int64_t Trainer::steps_done() const { return impl_->step; }
 StepStats Trainer::step() { return impl_->do_step(); }
-void Trainer::prepare(const vps::ParallelConfig& config, std::string payload, std::vector<int> vacate) {
-  impl_->prepare(config, std::move(payload), std::move(vacate));
+void Trainer::prepare(const vps::ParallelConfig& config, std::string payload, std::vector<int> vacate, bool keep) {
+  impl_->prepare(config, std::move(payload), std::move(vacate), keep);
 }
 const std::string& Trainer::joined_payload() const { return impl_->edm->joined_payload(); }
 bool Trainer::preparing() const { return impl_->edm->preparing(); }
@@ -108,7 +108,7 @@ const std::atomic<std::uint64_t>* Trainer::switch_progress() const { return &imp
 SwitchStats Trainer::commit(std::string leader_state) { return impl_->commit(std::move(leader_state)); }
 void Trainer::set_switch_probe(std::shared_ptr<SwitchProbe> probe) { impl_->switch_probe = std::move(probe); }
 SwitchStats Trainer::switch_to(const vps::ParallelConfig& config) {
-  impl_->prepare(config, {}, {});
+  impl_->prepare(config, {}, {}, false);
   return impl_->commit({});
 }
 bool Trainer::left() const { return impl_->left; }

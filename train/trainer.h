@@ -210,7 +210,10 @@ class Trainer {
   // `vacate`: world ranks that must hold nothing after the switch and leave (rank 0 too: the
   // leader role then moves, see commit()); the layout's ranks go to the others, in order, and
   // to processes started for the rest.
-  void prepare(const vps::ParallelConfig& config, std::string payload = {}, std::vector<int> vacate = {});
+  // `keep`: no process leaves; the ones outside `config` stay, idle, for a later switch
+  // (`dynatrain request --lend`, edm::DeviceManager::prepare).
+  void prepare(const vps::ParallelConfig& config, std::string payload = {}, std::vector<int> vacate = {},
+               bool keep = false);
   // In a process started by a grow: the payload of the prepare that started it.
   const std::string& joined_payload() const;
   bool preparing() const;

@@ -173,7 +173,7 @@ struct Trainer::Impl {
   void params_from_master();
 
   // ---- switch (trainer_switch.cc) ----
-  void prepare(vps::ParallelConfig next, std::string payload, std::vector<int> vacate);
+  void prepare(vps::ParallelConfig next, std::string payload, std::vector<int> vacate, bool keep);
   edm::DeviceManager::Place place(const vps::ParallelConfig& current, const vps::ParallelConfig& next,
                                   const std::vector<int>& vacate) const;
   void plan_switch(const vps::ParallelConfig& current, const vps::ParallelConfig& next, plan::Placement placement);

@@ -11,6 +11,8 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "edm/new_rank.h"
+#include "edm/vacate.h"
 #include "exec/engine.h"
 #include "train/trainer_impl.h"
 
@@ -40,6 +42,7 @@ class Allocator final : public exec::StateAllocator {
   std::size_t pagewise_min_bytes() const override { return pool_.pagewise_min_bytes(); }
   bool can_adopt() const override { return true; }
   bool can_move_pages() const override { return true; }
+  bool huge_pages() const override { return pool_.huge_pages(); }
   void move_pages(std::byte* from, std::size_t from_offset, std::byte* to, std::size_t to_offset,
                   std::size_t bytes) override {
     pool_.move_pages(from, from_offset, to, to_offset, bytes);
@@ -77,11 +80,9 @@ SwitchStats switch_header(const vps::ParallelConfig& from, const edm::Prepared& 
 }  // namespace
 
 // ---- prepare (on the EDM's thread, while steps run) ----
-void Trainer::Impl::prepare(vps::ParallelConfig next, std::string payload, std::vector<int> vacate) {
+void Trainer::Impl::prepare(vps::ParallelConfig next, std::string payload, std::vector<int> vacate, bool keep) {
   check_supported(opt, next);
-  for (int v : vacate)
-    if (v < 0 || v >= world().size())
-      DT_INPUT_ERROR("cannot vacate rank ", v, ": valid ranks are 0..", world().size() - 1);
+  if (const std::string why = edm::vacate_problem(vacate, world().size()); !why.empty()) DT_INPUT_ERROR(why);
   if (opt.switch_method != SwitchMethod::kEngine && !vacate.empty())
     DT_INPUT_ERROR("vacating processes needs the engine switch method");
   lookahead_used = lookahead;
@@ -91,14 +92,13 @@ void Trainer::Impl::prepare(vps::ParallelConfig next, std::string payload, std::
       [this, current, next](const edm::Prepared& p) {
         if (p.refused.empty()) plan_switch(current, next, plan::Placement(p.process_of_rank));
       },
-      std::move(payload), place(current, next, vacate), vacate);
+      std::move(payload), place(current, next, vacate), vacate, keep);
 }
 
 // The EDM's placement callback (runs on its thread on every rank, same answer everywhere).
 edm::DeviceManager::Place Trainer::Impl::place(const vps::ParallelConfig& current, const vps::ParallelConfig& next,
                                                const std::vector<int>& vacate) const {
-  if (!vacate.empty())
-    return [ranks = next.world_size(), vacate](int processes) { return plan::place_around(ranks, processes, vacate); };
+  if (!vacate.empty()) return edm::vacate_place(next.world_size(), vacate);
   if (opt.placement != TrainerOptions::Placement::kAuto || opt.switch_method != SwitchMethod::kEngine) return {};
   return [this, current, next](int processes) -> std::vector<int> {
     auto src = make_layout(current, kMovedKinds);
@@ -125,10 +125,10 @@ void Trainer::Impl::plan_switch(const vps::ParallelConfig& current, const vps::P
   const int r = world().rank();
   ps->next = next;
   ps->placement = placement;
-  ps->new_rank = placement.is_identity() ? r : placement.rank_of(r, next.world_size());
+  ps->new_rank = edm::new_rank_of(placement, r, next.world_size());
   ps->dst_full = make_layout(next);
   // A process without a new rank holds nothing (a rank index beyond the layout).
-  ps->dst_full_rl = ps->dst_full->rank_layout(ps->new_rank >= 0 ? ps->new_rank : next.world_size() + r);
+  ps->dst_full_rl = ps->dst_full->rank_layout(edm::held_rank_index(ps->new_rank, next.world_size(), r));
   ps->plan.rank = r;
   if (opt.switch_method == SwitchMethod::kEngine) {
     auto src = make_layout(current, kMovedKinds);

@@ -4,6 +4,7 @@
 // copy), at the shard's offset; the views are rebuilt whenever the arenas change.
 
 #include "common/error.h"
+#include "edm/new_rank.h"
 #include "train/trainer_impl.h"
 
 namespace dynatrain::train {
@@ -163,7 +164,7 @@ void Trainer::Impl::adopt(std::unique_ptr<vps::Layout> l, Arenas a, std::shared_
                           vps::RankLayout* prepared, int rank) {
   model = StageModel{};  // drop views of the old arenas first
   layout = std::move(l);
-  const int r = rank == -2 ? world().rank() : rank == -1 ? layout->config().world_size() + world().rank() : rank;
+  const int r = rank == -2 ? world().rank() : edm::held_rank_index(rank, layout->config().world_size(), world().rank());
   layout_rank = r;
   rank_layout = prepared ? std::move(*prepared) : layout->rank_layout(r);
   rc = vps::rank_coords(layout->config(), r);

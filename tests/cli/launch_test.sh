@@ -43,6 +43,15 @@ sleep 0.5
 if pgrep -f "^sleep 31$" > /dev/null; then echo "FAIL a rank's child outlived the launch"; fail=1; fi
 check "variables set" 0 "$exe" launch --np 2 --port 29577 -- sh -c \
   'test "$WORLD_SIZE" = 2 -a "$LOCAL_WORLD_SIZE" = 2 -a "$RANK" = "$LOCAL_RANK" -a "$MASTER_ADDR" = 127.0.0.1 -a "$MASTER_PORT" = 29577'
+check "variables of node 1 of 2" 0 "$exe" launch --nnodes 2 --node-rank 1 --master-addr 10.0.0.9 --np 2 -- sh -c \
+  'test "$WORLD_SIZE" = 4 -a "$LOCAL_WORLD_SIZE" = 2 -a "$RANK" = $((LOCAL_RANK + 2)) -a "$GROUP_RANK" = 1 -a "$NODE_RANK" = 1 -a "$MASTER_ADDR" = 10.0.0.9 -a "$MASTER_PORT" = 29500'
+check "every rank of a node killed" 137 "$exe" launch --keep-going --np 2 -- sh -c 'kill -KILL $$'
+check "node rank out of range" 2 "$exe" launch --nnodes 2 --node-rank 2 --master-addr h0 --np 2 -- true
+grep -q -- "--node-rank 2 is out of range for --nnodes 2; valid: 0..1" "$tmp/err" || { echo "FAIL node rank message"; cat "$tmp/err"; fail=1; }
+check "nodes without a master address" 2 "$exe" launch --nnodes 2 --np 2 -- true
+check "nodes with --port" 2 "$exe" launch --nnodes 2 --master-addr h0 --port 5 --np 2 -- true
+check "nnodes 0" 2 "$exe" launch --nnodes 0 --np 2 -- true
+check "master port 0" 2 "$exe" launch --master-port 0 --np 2 -- true
 check "np 0" 2 "$exe" launch --np 0 -- true
 check "no command" 2 "$exe" launch --np 2
 python3 -c 'import socket,time,sys; s=socket.socket(); s.bind(("127.0.0.1",0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(60)' > "$tmp/port" &

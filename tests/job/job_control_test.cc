@@ -77,6 +77,23 @@ TEST(JobRequestFile, RoundTripsAndRefusesBadInputInOneLine) {
               request_from_json(R"({"version":1,"to":"dp=2","at_step":40.7})");
             }).find("\"at_step\" must be a whole step number, not 40.7"),
             std::string::npos);
+  // Lend and reclaim: round trip; no layout of their own, one at a time, whole and positive.
+  JobRequest lend;
+  lend.lend = 2;
+  const JobRequest lent = request_from_json(request_to_json(lend));
+  EXPECT_EQ(lent.lend, 2);
+  EXPECT_TRUE(lent.to.empty() && !lent.reclaim);
+  EXPECT_TRUE(request_from_json(R"({"version":1,"reclaim":true})").reclaim);
+  EXPECT_NE(message_of([] { request_from_json(R"({"version":1,"lend":2,"to":"dp=2"})"); }).find("--lend takes no --to"),
+            std::string::npos);
+  EXPECT_NE(message_of([] { request_from_json(R"({"version":1,"lend":1,"reclaim":true})"); }).find("one request"),
+            std::string::npos);
+  EXPECT_NE(message_of([] { request_from_json(R"({"version":1,"lend":1.5})"); }).find("whole number of processes"),
+            std::string::npos);
+  EXPECT_NE(message_of([] { request_from_json(R"({"version":1,"lend":-1})"); }).find("valid: a number of processes"),
+            std::string::npos);
+  EXPECT_NE(message_of([] { request_from_json(R"({"version":1,"reclaim":1})"); }).find("true or false"),
+            std::string::npos);
 }
 
 // A fake live job: job.lock naming this process, a fresh heartbeat.
@@ -266,19 +283,31 @@ TEST(JobHandOvers, AreVersionedJson) {
 
   Schedule sched = {{0, vps::ParallelConfig::parse("dp=2")},
                     {4, vps::ParallelConfig::parse("tp=2")},
-                    {8, vps::ParallelConfig::parse("dp=1")}};
-  const std::map<std::int64_t, std::string> vacate = {{8, "1"}};
+                    {8, vps::ParallelConfig::parse("dp=1")},
+                    {9, vps::ParallelConfig::parse("dp=2")}};
+  const std::map<std::int64_t, std::string> vacate = {{4, "all"}, {8, "1,3"}, {9, "keep"}};  // keep: a lend
   const std::string wire = encode_schedule_tail(vps::ParallelConfig::parse("dp=2"), sched, 1, vacate);
+  EXPECT_EQ(nlohmann::json::parse(wire).at("vacate"), nlohmann::json::parse(R"({"4":"all","8":[1,3],"9":"keep"})"))
+      << wire;
   Schedule got;
   std::map<std::int64_t, std::string> got_vacate;
   decode_schedule_tail(wire, got, got_vacate);
-  ASSERT_EQ(got.size(), 3u);
+  ASSERT_EQ(got.size(), 4u);
   EXPECT_EQ(got[1].first, 4);
   EXPECT_EQ(got[2].second.str(), sched[2].second.str());
   EXPECT_EQ(got_vacate, vacate);
+  EXPECT_NE(
+      message_of([&] { decode_schedule_tail(R"({"version":1,"schedule":"0:dp=1","vacate":{}})", got, got_vacate); })
+          .find("schedule hand-over version 1 is not supported; this process reads version 2 (every process of "
+                "a job must run the same dynatrain)"),
+      std::string::npos);
   EXPECT_NE(message_of([&] {
-              decode_schedule_tail(R"({"version":2,"schedule":"0:dp=1","vacate":{}})", got, got_vacate);
-            }).find("schedule hand-over version 2 is not supported"),
+              decode_schedule_tail(R"({"version":2,"schedule":"0:dp=1","vacate":{"4":"1,3"}})", got, got_vacate);
+            }).find(R"("vacate" of step 4 is "1,3"; valid: "all", "keep" or an array of world ranks)"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] {
+              decode_schedule_tail(R"({"version":2,"schedule":"0:dp=1","vacate":{"4":[1,-3]}})", got, got_vacate);
+            }).find(R"("vacate" of step 4 is [1,-3])"),
             std::string::npos);
   EXPECT_NE(message_of([&] { decode_schedule_tail("0:dp=1", got, got_vacate); }).find("malformed schedule hand-over"),
             std::string::npos);
@@ -331,6 +360,35 @@ TEST(JobControlRequests, AcceptSupersedeRefuseCommit) {
   for (const char* e : {"job_started", "request_accepted", "request_superseded", "request_refused", "leader_moved",
                         "switch_committed", "job_ended"})
     EXPECT_NE(events.find(std::string("\"event\":\"") + e + "\""), std::string::npos) << e;
+}
+
+// A lend accepted by one leader and refused at its commit by the next (the hand-over carries it)
+// lends nothing: a later --lend is accepted, not refused as "while processes are lent".
+TEST(JobControlRequests, PendingLendTravelsWithTheLeaderRole) {
+  TempDir d;
+  JobControl c(d.path);
+  ASSERT_EQ(c.start({{"steps", 20}}), "");
+  Schedule sched = {{0, vps::ParallelConfig::parse("dp=4")}};
+  std::map<std::int64_t, std::string> vacate;
+  RequestContext ctx{sched, vacate, 1, 2, 20, 3, false, 4, sched[0].second, [](vps::ParallelConfig&) {}};
+  JobRequest lend;
+  lend.lend = 2;
+  const std::string first = place_request(d.path, lend);
+  c.take_requests(ctx);
+  ASSERT_EQ(read_answer(d.path, first)->state, AnswerState::kAccepted);
+  EXPECT_EQ(sched.back().second.str(), vps::ParallelConfig::parse("dp=2").str());
+  const nlohmann::json handed = c.hand_over();
+  c.resign();
+  JobControl next(d.path);
+  next.take_over(handed, 3);
+  next.switch_done(5, {{"from", "dp=4"}, {"to", "dp=2"}, {"refused", "out of memory on rank 1"}, {"pause_s", 0.0}});
+  EXPECT_EQ(read_answer(d.path, first)->state, AnswerState::kRefused);
+  sched.pop_back();  // the refused switch did not run
+  ctx.step = 6;
+  const std::string again = place_request(d.path, lend);
+  next.take_requests(ctx);
+  EXPECT_EQ(read_answer(d.path, again)->state, AnswerState::kAccepted) << read_answer(d.path, again)->reason;
+  next.end(0, 20);
 }
 
 }  // namespace

@@ -311,6 +311,9 @@ bad 1 "its process 999999999 on $(hostname) is gone" -- request --job "$tmp/dead
 mkdir -p "$tmp/stale" && printf '{"version":1,"pid":1,"host":"elsewhere.invalid","started_unix":1}\n' > "$tmp/stale/job.lock"
 bad 1 "its heartbeat is" -- request --job "$tmp/stale" --to dp=2
 bad 1 "a request needs --to CONFIG (or --migrate)" -- request --job "$tmp/job"
+bad 1 "--lend takes no --to, --vacate or --migrate" -- request --job "$tmp/job" --lend 2 --to dp=2
+bad 1 "--lend and --reclaim in one request" -- request --job "$tmp/job" --lend 1 --reclaim
+bad 1 "--lend: 0 is out of range; valid: 1..2147483647" -- request --job "$tmp/job" --lend 0
 bad 1 "--timeout 5 needs --wait" -- request --job "$tmp/job" --to dp=2 --timeout 5
 bad 1 "--timeout -1 is not valid" -- request --job "$tmp/job" --to dp=2 --wait --timeout -1
 bad 1 "--at-step: '99999999999999999999' is not a whole number" -- request --job "$tmp/job" --to dp=2 --at-step 99999999999999999999

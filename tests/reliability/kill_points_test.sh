@@ -8,7 +8,9 @@
 #  c. during that switch's commit (DT_FAULT=kill:3:switch:DELAY, DELAY inside the commit's pause,
 #     measured on the uninterrupted run's switch line).
 # Each again with the state's memory copy (--redundancy 1, job/memory_copy.h): the restart must
-# resume the copy of the last boundary before the kill, 0 steps lost.
+# resume the copy of the last boundary before the kill, 0 steps lost; and rank 0 killed between a
+# copy and its report of the step before it (DT_FAULT=kill:0:copied:0:2): the copy proves the step
+# done though no record of it came.
 # Each case checks: exit 0; the first attempt never committed the switch; exactly one supervisor
 # restart line, whose steps lost equal the last step run + 1 - the checkpoint it restarts from; the
 # assembled CSV holds every step exactly once, marks the restart with those steps lost, and every
@@ -83,6 +85,7 @@ case_ prepare "kill:2:prepare:20"
 case_ commit "kill:3:switch:$(py -c "print(max(1, round(float('$pause_ms') / 2)))")"
 case_ mid-step-copy "kill:1:step:30:6" 1
 case_ prepare-copy "kill:2:prepare:20" 1
+case_ copied "kill:0:copied:0:2" 1
 case_ commit-copy "kill:3:switch:$(py -c "print(max(1, round(float('$pause_ms') / 2)))")" 1
 ((${#failed[@]} == 0)) || fail "cases failed: ${failed[*]}"
 echo "ok: a SIGKILL mid-step, during a switch's prepare and during its commit is restarted from the last checkpoint, or from the memory copy with 0 steps lost; every step once, losses continuous"

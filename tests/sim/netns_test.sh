@@ -9,12 +9,7 @@ scripts="$(cd "$(dirname "$0")/../../scripts" && pwd)"
 export DTC_STATE
 DTC_STATE=$(mktemp -d)
 source "$scripts/netns-env.sh"
-dtc_lock  # a rehearsal or bench using the namespaces finishes first
-if ! dtc_can_make_nodes; then
-  echo "skip: cannot create network namespaces, veth pairs or tc qdiscs here"; exit 77
-fi
-trap '"$scripts/netns-down.sh" >/dev/null' EXIT
-"$scripts/netns-up.sh" 8 2 || exit 1
+dtc_test_nodes 8 2
 # Ranks 0-1 run in node 0, ranks 2-3 in node 1 (each namespace has its own hostname).
 hosts=$(timeout 60 "$scripts/netns-mpirun.sh" -np 4 hostname 2>&1 | sort | uniq -c | xargs)
 [[ $hosts == "2 dtc-node0 2 dtc-node1" ]] || { echo "FAIL: ranks ran on '$hosts', not 2 per namespace"; exit 1; }
