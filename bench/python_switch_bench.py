@@ -20,6 +20,7 @@ same switch timed in C++.
 """
 import argparse
 import json
+import resource
 import statistics
 import sys
 import tempfile
@@ -57,13 +58,59 @@ def python_switch(m, cfg, inside):
     return MPI.COMM_WORLD.allreduce(time.perf_counter() - t0, op=MPI.MAX)
 
 
-def job_switch(job, cfg, inside, rebinding):
+def p2p_rate(world, nbytes=64 << 20, iters=3):
+    """Bytes/s into one rank when every pair (r, r^1) exchanges `nbytes` both ways at once, plain
+    MPI messages between warm buffers, `iters` times after one warm-up (comm/probe.h's measure,
+    here through mpi4py): the link the lower bound divides by; the highest over ranks, 0 without a
+    partner. The buffers are numpy arrays (transparent huge pages where numpy asks for them)."""
+    import numpy as np
+    partner = world.rank ^ 1
+    send, recv = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
+    rate = 0.0
+    if partner < world.size:
+        world.Sendrecv(send, dest=partner, recvbuf=recv, source=partner)  # warm-up
+    world.Barrier()
+    if partner < world.size:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            world.Sendrecv(send, dest=partner, recvbuf=recv, source=partner)
+        rate = nbytes * iters / (time.perf_counter() - t0)
+    return world.allreduce(rate, op=MPI.MAX)
+
+
+def lower_bound_line(src, dst, rate, first, first_in, py, received):
+    """job.switch() against its lower bound (bytes into the busiest rank / `rate`): the pair's
+    first switch src -> dst, and the median and best of the timed ones that moved bytes."""
+    def ratio(seconds, into):
+        return f"{seconds:.3f} s, LB {into / rate:.3f} s, {seconds * rate / into:.2f}x" if into else "no bytes moved"
+    moved = [(p, b) for p, b in zip(py, received) if b > 0]
+    text = (f"{src} <-> {dst}: point-to-point {rate / 1e9:.2f} GB/s (same run); first {src} -> {dst}: "
+            f"{ratio(first, first_in)}; ")
+    if not moved:
+        return text + "timed switches: no bytes moved"
+    rs = sorted(p * rate / b for p, b in moved)
+    return (text + f"{len(moved)} timed switches that moved bytes: median {statistics.median(rs):.2f}x, best "
+            f"{rs[0]:.2f}x the LB ({max(b for _, b in moved) / 1e6:.0f} MB into the busiest rank, job.switch median "
+            f"{statistics.median(p for p, _ in moved):.3f} s)")
+
+
+def job_switch(job, cfg, inside, rebinding, received=None, usage=None):
     """Seconds of job.switch() (slowest rank); appends the native switch inside it to `inside`,
-    and to `rebinding` the job's own part (unbind + rebind every parameter and state entry),
-    timed again on its own right after."""
+    the bytes into the busiest rank to `received`, to `usage` what the call cost the kernel
+    (system seconds, page faults: getrusage of this process, the most over ranks), and to
+    `rebinding` the job's own part (unbind + rebind every parameter and state entry), timed
+    again on its own right after."""
     MPI.COMM_WORLD.Barrier()
+    u0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
-    inside.append(job.switch(cfg)["seconds"])
+    stats = job.switch(cfg)
+    u1 = resource.getrusage(resource.RUSAGE_SELF)
+    if usage is not None:
+        usage.append((MPI.COMM_WORLD.allreduce(u1.ru_stime - u0.ru_stime, op=MPI.MAX),
+                      MPI.COMM_WORLD.allreduce(u1.ru_minflt + u1.ru_majflt - u0.ru_minflt - u0.ru_majflt, op=MPI.MAX)))
+    inside.append(stats["seconds"])
+    if received is not None:
+        received.append(stats["max_rank_bytes_received"])
     seconds = MPI.COMM_WORLD.allreduce(time.perf_counter() - t0, op=MPI.MAX)
     t1 = time.perf_counter()
     job._unbind()
@@ -92,15 +139,28 @@ def adopted_rows(a, world):
     job = dynatrain.adopt(model, optimizer, plan, pairs[0][0], bucket_elems=4_000_000)
     rows = []
     for src, dst in pairs:
-        job.switch(src), job.switch(dst), job.switch(src)  # warm the pool: both paths then run warm
-        py, cpp, native, rebinding = [], [], [], []
+        job.switch(src)
+        rate = p2p_rate(world)
+        first, first_native, first_in = [], [], []  # the pair's first switch: the pool not yet warm for it
+        first.append(job_switch(job, dst, first_native, [], first_in))
+        job.switch(src)  # warm the pool: both paths then run warm
+        py, cpp, native, rebinding, received, usage = [], [], [], [], [], []
         for r in range(2 * a.rounds):  # switch by switch, the paths alternate; both go both ways
             if r % 2 == 0:
-                py.append(job_switch(job, dst, native, rebinding))
+                py.append(job_switch(job, dst, native, rebinding, received, usage))
                 cpp.append(reference_switch(job, src))
             else:
                 cpp.append(reference_switch(job, dst))
-                py.append(job_switch(job, src, native, rebinding))
+                py.append(job_switch(job, src, native, rebinding, received, usage))
+        if world.rank == 0 and rate > 0:
+            print(lower_bound_line(src, dst, rate, first[0], first_in[0], py, received))
+        pool = job.manager.pool_stats()  # rank 0's: the same policy on every rank
+        if world.rank == 0:
+            share = pool["huge_page_bytes"] / pool["mapped_bytes"] if pool["mapped_bytes"] else 0.0
+            print(f"{src} <-> {dst}: huge pages {'on' if pool['huge_pages'] else 'off'} (THP {pool['thp_mode']}), "
+                  f"{100 * share:.0f} % of the pool's blocks in 2 MiB pages; per job.switch() median "
+                  f"{statistics.median(u[0] for u in usage):.3f} s system time, "
+                  f"{statistics.median(u[1] for u in usage):.0f} page faults (most over ranks)")
         m = job.manager
         state = world.allreduce(sum(b.numel() * b.element_size() for k in m._kinds for b in m.buffers(k)))
         share = statistics.median(p / n - 1 for p, n in zip(py, native))

@@ -14,13 +14,15 @@ every process (job.full, the OpenRLHF / verl pattern); same seeds, so the losses
 
     mpirun -np 4 python3 examples/rl_sort.py                 # tp=2,dp=2; lends 2; generates at tp=2
     mpirun -np 4 python3 examples/rl_sort.py --mode static
+    dynatrain launch --np 4 -- python3 examples/rl_sort.py   # the same on torch.distributed (Gloo)
 """
 import argparse
+import os
 import time
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
-from mpi4py import MPI
 
 import dynatrain
 from gpt_model import GPT
@@ -28,6 +30,28 @@ from gpt_model import GPT
 PLAN = {"tok": "vocab", "head": "vocab", "*.[qkv]": "column", "*.fc1": "column", "*.proj": "row", "*.fc2": "row"}
 DIGITS, SEP = 4, 10  # a prompt is DIGITS digits and SEP; the completion is DIGITS digits
 DIMS = dict(vocab=11, hidden=32, heads=4, ffn=64, layers=2, seq=2 * DIGITS)
+
+
+class TorchWorld:
+    """The two calls the loop makes of its world (rank, bcast), on torch.distributed."""
+
+    def __init__(self):
+        dist.init_process_group("gloo")
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+
+    def bcast(self, value, root=0):
+        box = [value]
+        dist.broadcast_object_list(box, src=root)
+        return box[0]
+
+
+def world_of():
+    """Under `dynatrain launch` (MASTER_ADDR and WORLD_SIZE set, no mpirun): torch.distributed,
+    which the job then runs on; else MPI.COMM_WORLD."""
+    if "MASTER_ADDR" in os.environ and "WORLD_SIZE" in os.environ and "OMPI_COMM_WORLD_SIZE" not in os.environ:
+        return TorchWorld()
+    from mpi4py import MPI
+    return MPI.COMM_WORLD
 
 
 def prompts(it, size):
@@ -69,7 +93,7 @@ def main():
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--batch", type=int, default=32)
     a = ap.parse_args()
-    world = MPI.COMM_WORLD
+    world = world_of()
     layout, lend, infer = ("tp=2,dp=2", 2, "tp=2") if world.size == 4 else ("dp=2", 1, "tp=1")
     torch.manual_seed(0)
     model, generator = GPT(**DIMS), GPT(**DIMS)

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <set>
 #include <sstream>
 
 #include "comm/mpi/mpi_transport.h"
 #include "common/error.h"
+#include "edm/new_rank.h"
+#include "edm/survivor_placement.h"
+#include "edm/vacate.h"
 #include "plan/placement.h"
 #include "plan/planner.h"
 #include "common/clock.h"
@@ -56,7 +58,7 @@ ElasticOutcome commit(Manager& m, const edm::Prepared& p, std::string job, const
 
   const plan::Placement placement(p.process_of_rank);
   const int me = tw.rank(), ranks = p.config.world_size();
-  const int new_rank = placement.is_identity() ? (me < ranks ? me : -1) : placement.rank_of(me, ranks);
+  const int new_rank = edm::new_rank_of(placement, me, ranks);
   auto next = std::make_unique<vps::Layout>(m.make_layout(p.config));
   const plan::Planner planner(m.layout(), *next, m.options().topology, {{}, placement, {}});
   const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
@@ -72,26 +74,25 @@ ElasticOutcome commit(Manager& m, const edm::Prepared& p, std::string job, const
 // The planner of a recovery: process i of the survivors' world held rank survivors[i] of the
 // current layout; the lost ranks sit on processes numbered after them, which hold nothing.
 plan::Planner in_place_recovery_planner(const Manager& m, const vps::Layout& next, const std::vector<int>& survivors,
-                                        int world_before) {
-  const int n = static_cast<int>(survivors.size());
+                                        int world_before, std::vector<plan::SwitchPlacement::Copy> copies) {
   if (world_before != m.layout().config().world_size())
     DT_INPUT_ERROR("recovery from ", world_before, " processes, but the layout ", m.layout().config().str(), " has ",
                    m.layout().config().world_size(), " ranks");
-  if (next.config().world_size() > n)
-    DT_INPUT_ERROR("a layout of ", next.config().world_size(), " ranks cannot run on the ", n, " surviving processes");
-  std::vector<int> process_of(static_cast<std::size_t>(world_before), -1), lost;
-  for (int i = 0; i < n; ++i) {
-    const int r = survivors[static_cast<std::size_t>(i)];
-    if (r < 0 || r >= world_before || process_of[static_cast<std::size_t>(r)] >= 0)
-      DT_INPUT_ERROR("survivor rank ", r, ": valid are distinct ranks 0..", world_before - 1);
-    process_of[static_cast<std::size_t>(r)] = i;
-  }
-  for (int r = 0, ghost = n; r < world_before; ++r)
-    if (process_of[static_cast<std::size_t>(r)] < 0) {
-      lost.push_back(ghost);
-      process_of[static_cast<std::size_t>(r)] = ghost++;
-    }
-  return plan::Planner(m.layout(), next, m.options().topology, {plan::Placement(process_of), {}, lost});
+  if (next.config().world_size() > static_cast<int>(survivors.size()))
+    DT_INPUT_ERROR("a layout of ", next.config().world_size(), " ranks cannot run on the ", survivors.size(),
+                   " surviving processes");
+  edm::SurvivorPlacement s = edm::survivor_placement(survivors, world_before);
+  return plan::Planner(m.layout(), next, m.options().topology,
+                       {plan::Placement(std::move(s.process_of_rank)), {}, std::move(s.lost), std::move(copies)});
+}
+
+// The copies named for this process must be the ones it holds, in order (the plan's buffer ids).
+void check_held_copies(const Manager& m, const std::vector<plan::SwitchPlacement::Copy>& copies, int me) {
+  std::vector<int> named, held;
+  for (const auto& c : copies)
+    if (c.process == me) named.push_back(c.rank);
+  for (const auto& c : m.copies()) held.push_back(c.rank);
+  DT_CHECK(named == held, "process ", me, " is named for ", named.size(), " copies but holds ", held.size());
 }
 
 }  // namespace
@@ -111,16 +112,6 @@ std::shared_ptr<Elastic> Elastic::join(edm::MpiLaunchSettings launch) {
   return e;
 }
 
-std::string vacate_problem(const std::vector<int>& vacate, int world_size) {
-  std::set<int> seen;
-  for (int v : vacate) {
-    if (v < 0 || v >= world_size)
-      return "cannot vacate rank " + std::to_string(v) + ": valid ranks are 0.." + std::to_string(world_size - 1);
-    if (!seen.insert(v).second) return "rank " + std::to_string(v) + " is named twice in vacate";
-  }
-  return {};
-}
-
 void prepare_processes(Manager& m, const ElasticRequest& r) {
   comm::Transport& world = m.world();
   if (m.elastic() && m.elastic()->edm().preparing()) DT_INPUT_ERROR("a switch is being prepared already");
@@ -129,13 +120,9 @@ void prepare_processes(Manager& m, const ElasticRequest& r) {
   if (!m.elastic()) m.set_elastic(std::make_shared<Elastic>(world, r.launch));
   const std::string refusal = world_change_refusal(world, m.elastic()->launcher(), r);
   if (!refusal.empty()) DT_INPUT_ERROR(refusal);
-  edm::DeviceManager::Place place;
-  if (!r.vacate.empty())
-    place = [ranks = r.to.world_size(), vacate = r.vacate](int processes) {
-      return plan::place_around(ranks, processes, vacate);
-    };
   m.elastic()->edm().prepare(
-      m.layout().config(), r.to, [](const edm::Prepared&) {}, r.payload, place, r.vacate);
+      m.layout().config(), r.to, [](const edm::Prepared&) {}, r.payload, edm::vacate_place(r.to.world_size(), r.vacate),
+      r.vacate);
 }
 
 ElasticOutcome commit_processes(Manager& m, const std::string& job, const std::string& mine, Clock::time_point t0) {
@@ -156,15 +143,6 @@ ElasticOutcome switch_processes(Manager& m, const ElasticRequest& r) {
   return commit_processes(m, r.job, r.mine, t0);
 }
 
-std::vector<int> in_place_placement(int ranks, int world_size, const std::vector<int>& vacate) {
-  if (const std::string why = vacate_problem(vacate, world_size); !why.empty()) DT_INPUT_ERROR(why);
-  const int stay = world_size - static_cast<int>(vacate.size());
-  if (ranks > stay)
-    DT_INPUT_ERROR("a layout of ", ranks, " ranks needs ", ranks, " processes; ", stay, " of the world's ", world_size,
-                   " stay, and this world cannot start processes");
-  return plan::place_around(ranks, world_size, vacate);
-}
-
 ElasticOutcome switch_in_place(Manager& m, const vps::ParallelConfig& to, const std::vector<int>& vacate) {
   const auto t0 = Clock::now();
   comm::Transport& world = m.world();
@@ -176,7 +154,7 @@ ElasticOutcome switch_in_place(Manager& m, const vps::ParallelConfig& to, const 
   ElasticOutcome out;
   out.world_before = world.size();
   out.world_after = to.world_size();
-  const int new_rank = placement.rank_of(me, to.world_size());
+  const int new_rank = edm::new_rank_of(placement, me, to.world_size());
   out.stats = m.move_state(std::move(next), new_rank, plan, world, t0);
   out.left = new_rank < 0;
   m.set_world(nullptr);  // the old world has processes that leave: the caller gives the new one
@@ -184,13 +162,15 @@ ElasticOutcome switch_in_place(Manager& m, const vps::ParallelConfig& to, const 
 }
 
 ElasticOutcome recover_in_place(Manager& m, const vps::ParallelConfig& to, const std::vector<int>& survivors,
-                                int world_before) {
+                                int world_before, const std::vector<plan::SwitchPlacement::Copy>& copies) {
   const auto t0 = Clock::now();
   comm::Transport& world = m.world();
   DT_CHECK(world.size() == static_cast<int>(survivors.size()), "the survivors' world has ", world.size(),
            " processes, ", survivors.size(), " survivors named");
+  if (copies.empty()) m.drop_copies();
+  check_held_copies(m, copies, world.rank());
   auto next = std::make_unique<vps::Layout>(m.make_layout(to));
-  const plan::Planner planner = in_place_recovery_planner(m, *next, survivors, world_before);
+  const plan::Planner planner = in_place_recovery_planner(m, *next, survivors, world_before, copies);
   if (const auto lost = planner.unheld(); !lost.empty()) {
     std::string boxes;
     for (const auto& b : lost) boxes += (boxes.empty() ? "" : ", ") + b;
@@ -200,7 +180,9 @@ ElasticOutcome recover_in_place(Manager& m, const vps::ParallelConfig& to, const
   ElasticOutcome out;
   out.world_before = world_before;
   out.world_after = to.world_size();
-  out.stats = m.move_state(std::move(next), world.rank(), planner.plan_rank(world.rank()), world, t0);
+  // Copies keep no grads: with copies the grads come back zeroed (the interrupted step is done again).
+  const std::uint32_t zeroed = copies.empty() ? 0 : exec::kStepBoundaryKinds;
+  out.stats = m.move_state(std::move(next), world.rank(), planner.plan_rank(world.rank()), world, t0, zeroed, true);
   return out;
 }
 

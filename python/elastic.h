@@ -37,6 +37,8 @@
 
 #include "edm/device_manager.h"
 #include "edm/mpi_launcher.h"
+#include "edm/vacate.h"
+#include "plan/placement.h"
 #include "python/manager.h"
 
 namespace dynatrain::python {
@@ -106,21 +108,22 @@ ElasticOutcome finish_join(Manager& manager);
 // anything moves.
 ElasticOutcome switch_in_place(Manager& manager, const vps::ParallelConfig& to, const std::vector<int>& vacate);
 // The world process of each rank of a `ranks`-rank layout on `world_size` processes of which
-// `vacate` leave: rank r stays on process r unless vacated, the others take the free processes
-// in order (plan::place_around). InputError when the processes that stay are too few.
-std::vector<int> in_place_placement(int ranks, int world_size, const std::vector<int>& vacate);
+// `vacate` leave (edm/vacate.h, shared with the CLI trainer).
+using edm::in_place_placement;
 
 // A lost process recovered in place (torch.distributed): the manager's world is already the
 // survivors' (set_world), process i of it held rank survivors[i] of the current layout, of
 // `world_before` ranks. The state of `to` is built from what the survivors hold, the lost ranks
 // taken to hold nothing; rank r of `to` goes to process r. Collective over the survivors' world.
-// InputError on every survivor before anything moves when the lost processes held the only copy
-// of some box (naming the first few: a checkpoint is needed), or `to` needs more processes.
+// `copies` (rank of the layout before, survivors' world process; every survivor's, sorted by
+// rank, equal on every survivor): the copies the survivors hold (Manager::copies()), sources
+// for the lost ranks' boxes; with copies the grads are zeroed, not moved (copies keep none).
+// InputError on every survivor before anything moves when no survivor holds some box, not even
+// in a copy (naming the first few: a checkpoint is needed), or `to` needs more processes.
 ElasticOutcome recover_in_place(Manager& manager, const vps::ParallelConfig& to, const std::vector<int>& survivors,
-                                int world_before);
+                                int world_before, const std::vector<plan::SwitchPlacement::Copy>& copies = {});
 
-// Why `vacate` is not a valid vacate list for a world of `world_size` ("" if it is): ranks
-// outside 0..world_size-1, or named twice.
-std::string vacate_problem(const std::vector<int>& vacate, int world_size);
+// Why `vacate` is not a valid vacate list for a world of `world_size` (edm/vacate.h).
+using edm::vacate_problem;
 
 }  // namespace dynatrain::python

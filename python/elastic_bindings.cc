@@ -17,6 +17,8 @@
 #include "python/bindings.h"
 #include "python/c10d_bindings.h"
 #include "python/elastic.h"
+#include "python/lease_bindings.h"
+#include "edm/copy_holders.h"
 
 namespace py = pybind11;
 
@@ -92,6 +94,34 @@ void bind_job_runtime(py::module_& m) {
 }
 
 // Shrink and vacate on a world that cannot start processes (torch.distributed's).
+// Copies of other ranks' state (redundancy 2, dynatrain/_redundancy.py): who keeps whose
+// (edm/copy_holders.h) and the manager's held copies (python/manager.h).
+void bind_copies(py::module_& m) {
+  m.def("copy_holders", &edm::copy_holders, py::arg("node_of_rank"));
+  m.def("copies_kept_by", &edm::copies_kept_by, py::arg("holders"), py::arg("rank"));
+  m.def(
+      "hold_copies",
+      [](Manager& self, const std::vector<int>& ranks) {
+        py::gil_scoped_release unlocked;
+        self.hold_copies(ranks, exec::kStepBoundaryKinds);  // no grads: a recovery zeroes them
+      },
+      py::arg("manager"), py::arg("ranks"));
+  m.def("drop_copies", &Manager::drop_copies);
+  m.def("copy_bytes", &Manager::copy_bytes);
+  // Per held copy, (rank, [(BufferLease or None, kind) per buffer]), the leases pinning them.
+  m.def("copy_buffers", [](const std::shared_ptr<Manager>& self) {
+    py::list out;
+    for (std::size_t c = 0; c < self->copies().size(); ++c) {
+      py::list buffers;
+      const auto& copy = self->copies()[c];
+      for (std::size_t i = 0; i < copy.buffers.size(); ++i)
+        buffers.append(py::make_tuple(copy_lease(self, c, i), vps::state_kind_name(copy.layout.buffers[i].kind)));
+      out.append(py::make_tuple(copy.rank, buffers));
+    }
+    return out;
+  });
+}
+
 void bind_in_place(py::module_& m) {
   // A shrink or vacate over the world itself (python/elastic.h), for a world that cannot start
   // processes (torch.distributed): the switch's statistics and `left`.
@@ -110,16 +140,20 @@ void bind_in_place(py::module_& m) {
   // A lost process recovered in place (python/elastic.h): the manager's world is the survivors'.
   m.def(
       "recover_in_place",
-      [](Manager& self, const std::string& to, const std::vector<int>& survivors, int world_before) {
+      [](Manager& self, const std::string& to, const std::vector<int>& survivors, int world_before,
+         const std::vector<std::pair<int, int>>& copies) {
         const auto config = vps::ParallelConfig::parse(to);
+        std::vector<plan::SwitchPlacement::Copy> held;
+        for (const auto& [rank, process] : copies) held.push_back({rank, process});
         ElasticOutcome o;
         {
           py::gil_scoped_release unlocked;
-          o = recover_in_place(self, config, survivors, world_before);
+          o = recover_in_place(self, config, survivors, world_before, held);
         }
         return outcome_dict(o);
       },
-      py::arg("manager"), py::arg("to"), py::arg("survivors"), py::arg("world_before"));
+      py::arg("manager"), py::arg("to"), py::arg("survivors"), py::arg("world_before"),
+      py::arg("copies") = std::vector<std::pair<int, int>>{});
   m.def("in_place_placement", &in_place_placement, py::arg("ranks"), py::arg("world_size"), py::arg("vacate"));
   // The manager's world from now on: a transport c10d_world() built, which `world` keeps (the
   // caller keeps `world` as long as the manager).
@@ -134,6 +168,7 @@ void bind_in_place(py::module_& m) {
 void bind_elastic(py::module_& m) {
   bind_job_runtime(m);
   bind_in_place(m);
+  bind_copies(m);
   // A process a grow started, between join_job() and the Manager constructed over it.
   py::class_<Elastic, std::shared_ptr<Elastic>>(m, "JoinedJob")
       .def("current", &Elastic::joined_current)

@@ -40,6 +40,7 @@ class KeepAliveAllocator final : public exec::StateAllocator {
   std::size_t pagewise_min_bytes() const override { return pool_.pagewise_min_bytes(); }
   bool can_adopt() const override;
   bool can_move_pages() const override;
+  bool huge_pages() const override { return pool_.huge_pages(); }
   void move_pages(std::byte* from, std::size_t from_offset, std::byte* to, std::size_t to_offset,
                   std::size_t bytes) override {
     pool_.move_pages(from, from_offset, to, to_offset, bytes);

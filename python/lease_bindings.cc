@@ -28,4 +28,10 @@ py::object buffer_lease(const std::shared_ptr<Manager>& manager, std::size_t i) 
   return py::cast(BufferLease{manager, manager->pin(i), manager->buffer(i), manager->buffer_bytes(i)});
 }
 
+py::object copy_lease(const std::shared_ptr<Manager>& manager, std::size_t c, std::size_t i) {
+  std::byte* data = manager->copies().at(c).buffers.at(i);
+  if (!data) return py::none();
+  return py::cast(BufferLease{manager, manager->pin_copy(c, i), data, manager->copy_buffer_bytes(c, i)});
+}
+
 }  // namespace dynatrain::python

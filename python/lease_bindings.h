@@ -16,5 +16,7 @@ namespace dynatrain::python {
 void bind_leases(pybind11::module_& m);
 // A lease on buffer `i` of `manager`, or None for an empty buffer.
 pybind11::object buffer_lease(const std::shared_ptr<Manager>& manager, std::size_t i);
+// A lease on buffer `i` of the manager's held copy `c` (Manager::copies()), or None when absent.
+pybind11::object copy_lease(const std::shared_ptr<Manager>& manager, std::size_t c, std::size_t i);
 
 }  // namespace dynatrain::python

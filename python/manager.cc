@@ -71,10 +71,8 @@ Manager::Manager(std::shared_ptr<Elastic> joined, LayoutFactory layouts, const v
 }
 
 Manager::~Manager() {
-  if (weights_owner_)
-    release_weights();  // into the training manager's pool, which holds them
-  else
-    release_all();
+  drop_copies();
+  release_weights();  // into the pool that holds them (a weights copy's: the training manager's)
 }
 
 comm::Transport& Manager::world() const {
@@ -96,27 +94,42 @@ void Manager::allocate_zeroed() {
   }
 }
 
-void Manager::release_all() {
-  for (std::size_t i = 0; i < buffers_.size(); ++i)
-    if (buffers_[i]) pool_.release(buffers_[i], buffer_bytes(i));
-  buffers_.clear();
+void Manager::validate(const vps::ParallelConfig& to) const { require_world(layouts_(to), world().size()); }
+
+const Manager::CachedPlan* Manager::cached_plan(const std::string& from, const std::string& to) const {
+  for (const CachedPlan& p : plans_)
+    if (p.from == from && p.to == to) return &p;
+  return nullptr;
 }
 
-void Manager::validate(const vps::ParallelConfig& to) const { require_world(layouts_(to), world().size()); }
+const Manager::CachedPlan& Manager::keep_plan(CachedPlan plan) {
+  if (plans_.size() == kCachedPlans) plans_.erase(plans_.begin());  // the oldest
+  plans_.push_back(std::move(plan));
+  return plans_.back();
+}
 
 SwitchStats Manager::switch_to(const vps::ParallelConfig& to, std::uint32_t zeroed_kinds) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto next = std::make_unique<vps::Layout>(layouts_(to));
-  require_world(*next, world().size());
-  const plan::Planner planner(*layout_, *next, options_.topology);
-  const int me = world_->rank();
-  const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
-  return move_state(std::move(next), me, plan, *world_, t0, zeroed_kinds);
+  const int me = world().rank();
+  const std::string from = layout_->config().str(), key = to.str();
+  const CachedPlan* cached = cached_plan(from, key);
+  const bool hit = cached != nullptr;
+  if (!hit) {
+    auto next = std::make_shared<const vps::Layout>(layouts_(to));
+    require_world(*next, world_->size());
+    const plan::Planner planner(*layout_, *next, options_.topology);
+    plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
+    cached = &keep_plan({from, key, std::move(next), std::move(plan), {}});
+  }
+  SwitchStats stats =
+      move_state(std::make_unique<vps::Layout>(*cached->next), me, cached->plan, *world_, t0, zeroed_kinds);
+  stats.plan_cached = hit;
+  return stats;
 }
 
 SwitchStats Manager::move_state(std::unique_ptr<vps::Layout> next, int new_rank, const plan::RankPlan& plan,
                                 comm::Transport& transition, std::chrono::steady_clock::time_point t0,
-                                std::uint32_t zeroed_kinds) {
+                                std::uint32_t zeroed_kinds, bool from_copies) {
   // A process without a new rank holds nothing (a rank beyond the layout).
   const int layout_rank = new_rank >= 0 ? new_rank : next->config().world_size() + transition.rank();
   vps::RankLayout dst_layout = next->rank_layout(layout_rank);
@@ -125,8 +138,18 @@ SwitchStats Manager::move_state(std::unique_ptr<vps::Layout> next, int new_rank,
   std::vector<std::byte*> dst(dst_layout.buffers.size(), nullptr);
   exec::TransitionOptions options = options_;
   options.zeroed_kinds = zeroed_kinds;
+  if (!from_copies) drop_copies();
+  vps::RankLayout src_layout = rank_layout_;
+  std::vector<std::byte*> src = buffers_;
+  for (HeldCopy& c : copies_)  // after this rank's own buffers, ids numbered on (the plan's)
+    for (std::size_t i = 0; i < c.layout.buffers.size(); ++i) {
+      src_layout.buffers.push_back(c.layout.buffers[i]);
+      src_layout.buffers.back().id = static_cast<std::uint32_t>(src.size());
+      src.push_back(c.buffers[i]);
+    }
+  copies_.clear();  // the engine gives every source back to the pool
   const exec::TransitionStats ts = exec::run_transition(
-      plan, rank_layout_, buffers_, dst_layout, dst, layout_->options().elem_bytes, transition, keep_alive_, options);
+      plan, src_layout, src, dst_layout, dst, layout_->options().elem_bytes, transition, keep_alive_, options);
   for (std::size_t i = 0; i < dst.size(); ++i)
     DT_CHECK(dst[i] != nullptr || dst_layout.buffers[i].numel == 0, "engine left destination buffer ", i, " empty");
   layout_ = std::move(next);
@@ -135,16 +158,69 @@ SwitchStats Manager::move_state(std::unique_ptr<vps::Layout> next, int new_rank,
   return gathered_stats(transition, plan_s, ts, t0);
 }
 
+void Manager::hold_copies(const std::vector<int>& ranks, std::uint32_t absent_kinds) {
+  drop_copies();
+  for (int r : ranks) {
+    HeldCopy c{r, layout_->rank_layout(r), {}};
+    c.buffers.assign(c.layout.buffers.size(), nullptr);
+    copies_.push_back(std::move(c));
+    for (std::size_t i = 0; i < copies_.back().buffers.size(); ++i) {
+      const std::size_t n = copy_buffer_bytes(copies_.size() - 1, i);
+      if (n == 0 || (absent_kinds >> static_cast<int>(copies_.back().layout.buffers[i].kind) & 1u)) continue;
+      copies_.back().buffers[i] = keep_alive_.allocate(n);
+      std::memset(copies_.back().buffers[i], 0, n);
+    }
+  }
+}
+
+std::size_t Manager::copy_buffer_bytes(std::size_t c, std::size_t i) const {
+  return bytes_of(copies_.at(c).layout.buffers.at(i), layout_->options());
+}
+
+std::size_t Manager::copy_bytes() const {
+  std::size_t total = 0;
+  for (std::size_t c = 0; c < copies_.size(); ++c)
+    for (std::size_t i = 0; i < copies_[c].buffers.size(); ++i)
+      if (copies_[c].buffers[i]) total += copy_buffer_bytes(c, i);
+  return total;
+}
+
+void Manager::drop_copies() {
+  for (std::size_t c = 0; c < copies_.size(); ++c)
+    for (std::size_t i = 0; i < copies_[c].buffers.size(); ++i)
+      if (copies_[c].buffers[i]) keep_alive_.release(copies_[c].buffers[i], copy_buffer_bytes(c, i));
+  copies_.clear();
+}
+
 SwitchStats gathered_stats(comm::Transport& transport, double plan_s, const exec::TransitionStats& ts,
                            std::chrono::steady_clock::time_point t0) {
   struct Mine {
     double plan_s, engine_s, total_s;
     std::uint64_t sent, received, kept, messages, peak, src, dst;
+    std::array<double, 8> parts;
+    std::uint64_t faults, zero_copy;
   };
-  const Mine mine{plan_s,        ts.seconds,  seconds_since(t0), ts.bytes_sent, ts.bytes_received,
-                  ts.bytes_kept, ts.messages, ts.peak_bytes,     ts.src_bytes,  ts.dst_bytes};
+  const Mine mine{plan_s,
+                  ts.seconds,
+                  seconds_since(t0),
+                  ts.bytes_sent,
+                  ts.bytes_received,
+                  ts.bytes_kept,
+                  ts.messages,
+                  ts.peak_bytes,
+                  ts.src_bytes,
+                  ts.dst_bytes,
+                  {ts.agree_seconds, ts.dry_seconds, ts.alloc_seconds, ts.pack_seconds, ts.unpack_seconds,
+                   ts.keep_seconds, ts.wait_seconds, ts.system_seconds},
+                  ts.page_faults,
+                  ts.kept_zero_copy_bytes};
   SwitchStats st;
+  const std::array<double*, 8> parts{&st.agree_seconds,  &st.dry_seconds,  &st.alloc_seconds, &st.pack_seconds,
+                                     &st.unpack_seconds, &st.keep_seconds, &st.wait_seconds,  &st.system_seconds};
   for (const Mine& m : comm::all_gather_values(transport, mine)) {
+    for (std::size_t i = 0; i < parts.size(); ++i) *parts[i] = std::max(*parts[i], m.parts[i]);
+    st.page_faults = std::max(st.page_faults, m.faults);
+    st.kept_zero_copy_bytes += m.zero_copy;
     st.plan_seconds = std::max(st.plan_seconds, m.plan_s);
     st.engine_seconds = std::max(st.engine_seconds, m.engine_s);
     st.pause_seconds = std::max(st.pause_seconds, m.total_s);

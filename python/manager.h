@@ -55,6 +55,14 @@ struct SwitchStats {
   std::uint64_t messages = 0;    // summed over ranks
   std::uint64_t peak_bytes = 0;  // max over ranks, engine-accounted
   std::uint64_t max_src_bytes = 0, max_dst_bytes = 0;
+  // Where the engine's time went, each the slowest rank's (exec::TransitionStats): agreement
+  // (checks, keep planning, the collective wave agreement), dry runs, asking the allocator,
+  // pack, unpack, keeps, waiting on the link; the system time and page faults of the switch.
+  double agree_seconds = 0, dry_seconds = 0, alloc_seconds = 0, pack_seconds = 0, unpack_seconds = 0;
+  double keep_seconds = 0, wait_seconds = 0, system_seconds = 0;
+  std::uint64_t page_faults = 0;
+  std::uint64_t kept_zero_copy_bytes = 0;  // summed over ranks: keeps handed over, not copied
+  bool plan_cached = false;                // the plan came from the manager's cache (no planner run)
 };
 
 // Where a local tensor's piece lives for one state kind: `length` elements at `offset` in buffer
@@ -114,6 +122,9 @@ class Manager {
   int size() const { return world().size(); }
   comm::Transport& world() const;  // InputError on a process that left the job
   const exec::PoolAllocator& pool() const { return pool_; }
+  // Makes at least `bytes` of spare pages resident in the pool (a process about to receive a
+  // state it does not hold yet: its switch then lands in warm pages). Returns the bytes touched.
+  std::size_t prefault(std::size_t bytes) { return pool_.prefault(bytes); }
   // Keeps buffer(i)'s memory out of every later switch's reuse until the token is destroyed.
   std::shared_ptr<void> pin(std::size_t i) { return holder().pin(buffers_.at(i), buffer_bytes(i)); }
   const KeepAliveAllocator& keep_alive() const { return keep_alive_; }
@@ -133,14 +144,39 @@ class Manager {
   // Collective over `transition` (every process of both layouts; this process's rank there
   // keeps its current layout rank): moves every state kind by `plan` (this process's part, in
   // processes of `transition`) to rank `new_rank` of `next` (-1: none) and rebinds buffer(i).
+  // With `from_copies` the held copies' buffers follow this rank's own as sources (the plan's
+  // ids, plan::SwitchPlacement::copies in copies() order); without, they are dropped first.
   // Times (from `started`, when the switch began: planning is the part before this call) and
   // bytes are gathered over `transition`.
   SwitchStats move_state(std::unique_ptr<vps::Layout> next, int new_rank, const plan::RankPlan& plan,
                          comm::Transport& transition, std::chrono::steady_clock::time_point started,
-                         std::uint32_t zeroed_kinds = 0);
+                         std::uint32_t zeroed_kinds = 0, bool from_copies = false);
   // The world after such a switch: its rank r holds rank r of the layout; nullptr on a process
   // that left (it holds nothing).
-  void set_world(comm::Transport* world) { world_ = world; }
+  void set_world(comm::Transport* world) {
+    world_ = world;
+    plans_.clear();  // planned for the old world's ranks
+  }
+
+  // ---- copies of other ranks' state (redundancy: dynatrain/_redundancy.py) ----
+  // Copies this process keeps of other ranks' buffers in the current layout, for a recovery
+  // when their processes are lost (recover_in_place). copies()[c].buffers[i] is buffer i of rank
+  // copies()[c].rank, from the pool, zeroed at hold_copies(); the caller fills it. Buffers of
+  // kinds in `absent_kinds` (bit k = StateKind k) are not kept (nullptr): a recovery zeroes
+  // them. Every switch gives the copies back to the pool; only a recovery reads them.
+  struct HeldCopy {
+    int rank = 0;
+    vps::RankLayout layout;
+    std::vector<std::byte*> buffers;
+  };
+  void hold_copies(const std::vector<int>& ranks, std::uint32_t absent_kinds);  // replaces the held ones
+  const std::vector<HeldCopy>& copies() const { return copies_; }
+  std::size_t copy_bytes() const;
+  std::size_t copy_buffer_bytes(std::size_t c, std::size_t i) const;
+  std::shared_ptr<void> pin_copy(std::size_t c, std::size_t i) {
+    return keep_alive_.pin(copies_.at(c).buffers.at(i), copy_buffer_bytes(c, i));
+  }
+  void drop_copies();
 
   // ---- weights-only copies (python/refit.cc) ----
   // Collective over world(), which must hold the same processes as `training`'s (any order):
@@ -149,13 +185,14 @@ class Manager {
   // changed. From the first call on, this manager's buffers live in `training`'s pool (its own
   // pool is trimmed), so a process that lent its training state builds the copy in the memory
   // that state gave back; the previous copy's memory goes back to that pool first.
-  SwitchStats receive_weights(const std::shared_ptr<Manager>& training);
-  // Gives every buffer back to the pool that holds it; buffer(i) is nullptr until receive_weights().
+  // `members[q]`: the training world's rank of this world's process q (the copy's order).
+  SwitchStats receive_weights(const std::shared_ptr<Manager>& training, const std::vector<int>& members);
+  // Gives every buffer back to the pool that holds it (this manager's, or the training
+  // manager's for a weights copy); buffer(i) is nullptr until receive_weights().
   void release_weights();
 
  private:
   void allocate_zeroed();
-  void release_all();
   // The allocator of this manager's buffers: its own, or a training manager's for a weights copy.
   KeepAliveAllocator& holder() { return weights_owner_ ? weights_owner_->keep_alive_ : keep_alive_; }
 
@@ -169,7 +206,22 @@ class Manager {
   exec::PoolAllocator pool_;
   KeepAliveAllocator keep_alive_{pool_};  // the switches' allocator: the pool, minus pinned blocks
   std::vector<std::byte*> buffers_;
+  std::vector<HeldCopy> copies_;
   std::shared_ptr<Manager> weights_owner_;  // a weights copy's: the training manager whose pool holds buffers_
+
+  // This rank's plans of the last switches (or refits), by their source and target: while the
+  // world stays, a plan depends on nothing else, so a lend / reclaim round re-runs the same pair
+  // without the planner. `src` is the source rank layout a refit reads (empty for a switch).
+  struct CachedPlan {
+    std::string from, to;
+    std::shared_ptr<const vps::Layout> next;
+    plan::RankPlan plan;
+    vps::RankLayout src;
+  };
+  static constexpr std::size_t kCachedPlans = 4;
+  std::vector<CachedPlan> plans_;
+  const CachedPlan* cached_plan(const std::string& from, const std::string& to) const;
+  const CachedPlan& keep_plan(CachedPlan plan);
 };
 
 // One transition's statistics as the user sees them: this rank's `ts` and plan time, gathered

@@ -153,6 +153,18 @@ py::dict stats_dict(const SwitchStats& s) {
   d["peak_bytes"] = s.peak_bytes;
   d["max_src_bytes"] = s.max_src_bytes;
   d["max_dst_bytes"] = s.max_dst_bytes;
+  // the engine's parts, each the slowest rank's (SwitchStats)
+  d["agree_seconds"] = s.agree_seconds;
+  d["dry_seconds"] = s.dry_seconds;
+  d["alloc_seconds"] = s.alloc_seconds;
+  d["pack_seconds"] = s.pack_seconds;
+  d["unpack_seconds"] = s.unpack_seconds;
+  d["keep_seconds"] = s.keep_seconds;
+  d["wait_seconds"] = s.wait_seconds;
+  d["system_seconds"] = s.system_seconds;
+  d["page_faults"] = s.page_faults;
+  d["kept_zero_copy_bytes"] = s.kept_zero_copy_bytes;
+  d["plan_cached"] = s.plan_cached;
   return d;
 }
 
@@ -264,11 +276,11 @@ void bind_manager_switch(ManagerClass& cls) {
 // A weights-only copy (python/refit.cc): receive the training manager's weights, or let them go.
 void bind_manager_refit(ManagerClass& cls) {
   cls.def("receive_weights",
-          [](Manager& self, const std::shared_ptr<Manager>& training) {
+          [](Manager& self, const std::shared_ptr<Manager>& training, const std::vector<int>& members) {
             SwitchStats s;
             {
               py::gil_scoped_release unlocked;
-              s = self.receive_weights(training);
+              s = self.receive_weights(training, members);
             }
             return stats_dict(s);
           })
@@ -297,6 +309,17 @@ void bind_manager_layout(ManagerClass& cls) {
         for (auto k : self.layout().options().kinds) names.push_back(vps::state_kind_name(k));
         return names;
       });
+}
+
+// Spare pages made resident ahead (python/manager.h, Manager::prefault): a process about to receive state.
+void bind_manager_prefault(ManagerClass& cls) {
+  cls.def(
+      "prefault",
+      [](Manager& self, std::size_t bytes) {
+        py::gil_scoped_release unlocked;
+        return self.prefault(bytes);
+      },
+      py::arg("bytes"));
 }
 
 // This rank's memory: buffers, views into them, ZeRO buckets, segments and pool figures.
@@ -371,6 +394,10 @@ void bind_manager_memory(ManagerClass& cls) {
         d["fresh_bytes"] = self.pool().fresh_bytes();
         d["pinned_buffers"] = self.keep_alive().pinned_blocks();
         d["deferred_bytes"] = self.keep_alive().deferred_bytes();
+        d["huge_pages"] = self.pool().huge_pages();  // the pool's HugePages::kAuto, on where THP allows
+        d["thp_mode"] = exec::thp_mode_name(exec::thp_mode());
+        d["mapped_bytes"] = self.pool().mapped_block_bytes();
+        d["huge_page_bytes"] = self.pool().huge_page_bytes();  // of those, in 2 MiB pages (smaps)
         return d;
       });
 }
@@ -382,6 +409,7 @@ void bind_manager(py::module_& m) {
   bind_manager_refit(cls);
   bind_manager_layout(cls);
   bind_manager_memory(cls);
+  bind_manager_prefault(cls);
 }
 
 }  // namespace

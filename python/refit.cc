@@ -10,10 +10,14 @@
 //  * The source side of the plan is the training layout laid out with the copy's options
 //    (param only, the copy's element size); its param buffers are the training manager's,
 //    matched by (expert group, bucket) and checked segment by segment.
+//  * A bf16 copy of an fp32 job is cast on the sending side: each param buffer the plan reads
+//    is first cast (round to nearest even, as torch) into a bf16 buffer of the copy's pool,
+//    which the engine sends from and releases, so the link carries 2-byte elements.
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "comm/transport.h"
@@ -23,6 +27,7 @@
 #include "plan/placement.h"
 #include "plan/planner.h"
 #include "python/manager.h"
+#include "train/bf16.h"
 
 namespace dynatrain::python {
 
@@ -65,16 +70,53 @@ std::byte* training_buffer(const Manager& training, const vps::LocalBuffer& want
   return nullptr;
 }
 
-// The process (of `world`) that holds each rank of the training layout.
-plan::Placement training_placement(comm::Transport& world, const Manager& training) {
+// The process (of the copy's world) that holds each rank of the training layout: `members[q]`
+// is the training world's rank of the copy's process q (the copy's order, known to every
+// process without communication), and training rank r is held by training world rank r.
+plan::Placement training_placement(const std::vector<int>& members, int world_size, const Manager& training) {
   const int ranks = training.layout().config().world_size();
-  const std::vector<int> rank_of_process = comm::all_gather_values(world, training.world().rank());
-  std::vector<int> process_of(static_cast<std::size_t>(ranks), -1);
-  for (std::size_t p = 0; p < rank_of_process.size(); ++p)
-    if (rank_of_process[p] < ranks) process_of[static_cast<std::size_t>(rank_of_process[p])] = static_cast<int>(p);
-  DT_CHECK(std::count(process_of.begin(), process_of.end(), -1) == 0,
-           "a training rank has no process in the copy's world");
+  if (static_cast<int>(members.size()) != world_size)
+    DT_INPUT_ERROR("the copy's order names ", members.size(), " processes, its world has ", world_size);
+  std::vector<int> process_of(static_cast<std::size_t>(world_size), -1);
+  for (std::size_t q = 0; q < members.size(); ++q) {
+    const int r = members[q];
+    if (r < 0 || r >= world_size || process_of[static_cast<std::size_t>(r)] != -1)
+      DT_INPUT_ERROR("the copy's order is not a permutation of the training world's ranks 0..", world_size - 1);
+    process_of[static_cast<std::size_t>(r)] = static_cast<int>(q);
+  }
+  process_of.resize(static_cast<std::size_t>(ranks));
   return plan::Placement(std::move(process_of));
+}
+
+// Ids of the source buffers this rank's part of `plan` reads (keeps and sends).
+std::set<std::uint32_t> buffers_read(const plan::RankPlan& plan) {
+  std::set<std::uint32_t> ids;
+  for (const plan::Piece& p : plan.keep) ids.insert(p.src_buffer);
+  for (const auto& [peer, pieces] : plan.send)
+    for (const plan::Piece& p : pieces) ids.insert(p.src_buffer);
+  return ids;
+}
+
+// Replaces each fp32 source buffer the plan reads by its bf16 cast, taken from `alloc` (the
+// engine releases it there like any source it owns); the others stay borrowed (never read).
+void cast_sources_to_bf16(const plan::RankPlan& plan, const vps::RankLayout& layout, std::vector<std::byte*>& src,
+                          exec::StateAllocator& alloc) {
+  for (std::uint32_t id : buffers_read(plan)) {
+    const std::int64_t n = layout.buffers.at(id).numel;
+    if (n == 0 || src.at(id) == nullptr) continue;
+    auto* half = alloc.allocate(static_cast<std::size_t>(n) * 2);
+    train::to_bf16(reinterpret_cast<const float*>(src[id]), reinterpret_cast<std::uint16_t*>(half), n);
+    src[id] = half;
+  }
+}
+
+// The copy's element size against the training job's: equal, or a bf16 copy of an fp32 job
+// (cast by the senders). Anything else is an InputError naming both.
+bool casts_on_send(int copy_bytes, int training_bytes) {
+  if (copy_bytes == training_bytes) return false;
+  if (copy_bytes == 2 && training_bytes == 4) return true;
+  DT_INPUT_ERROR("the copy's weights have ", copy_bytes, "-byte elements, the training job's ", training_bytes,
+                 "-byte ones: a copy keeps the training dtype or narrows fp32 to bf16");
 }
 
 }  // namespace
@@ -85,7 +127,7 @@ void Manager::release_weights() {
   buffers_.assign(rank_layout_.buffers.size(), nullptr);
 }
 
-SwitchStats Manager::receive_weights(const std::shared_ptr<Manager>& owner) {
+SwitchStats Manager::receive_weights(const std::shared_ptr<Manager>& owner, const std::vector<int>& members) {
   DT_CHECK(owner != nullptr && owner.get() != this, "receive_weights() needs another (training) manager");
   const Manager& training = *owner;
   const auto t0 = Clock::now();
@@ -96,15 +138,21 @@ SwitchStats Manager::receive_weights(const std::shared_ptr<Manager>& owner) {
   if (w.size() != training.world().size())
     DT_INPUT_ERROR("the copy's world has ", w.size(), " processes, the training job's ", training.world().size());
   const int param = static_cast<int>(vps::StateKind::kParam);
-  if (layout_->options().elem_bytes[param] != training.layout().options().elem_bytes[param])
-    DT_INPUT_ERROR("the copy's weights have ", layout_->options().elem_bytes[param], "-byte elements, the training ",
-                   "job's ", training.layout().options().elem_bytes[param],
-                   "-byte ones: a copy keeps the training dtype");
-  const vps::Layout source = layouts_(training.layout().config());
-  const plan::Planner planner(source, *layout_, options_.topology, {training_placement(w, training), {}});
-  const int me = w.rank();
-  const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
-  const vps::RankLayout src_layout = planner.src_rank_layout(me);
+  const bool cast = casts_on_send(layout_->options().elem_bytes[param], training.layout().options().elem_bytes[param]);
+  std::string from = training.layout().config().str() + " on";
+  for (int r : members) from.append(" ").append(std::to_string(r));
+  const CachedPlan* cached = cached_plan(from, layout_->config().str());
+  const bool hit = cached != nullptr;
+  if (!hit) {
+    const vps::Layout source = layouts_(training.layout().config());
+    const plan::Planner planner(source, *layout_, options_.topology,
+                                {training_placement(members, w.size(), training), {}, {}});
+    const int me = w.rank();
+    plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
+    cached = &keep_plan({from, layout_->config().str(), nullptr, std::move(plan), planner.src_rank_layout(me)});
+  }
+  const plan::RankPlan& plan = cached->plan;
+  const vps::RankLayout& src_layout = cached->src;
   std::vector<std::byte*> src;
   for (const vps::LocalBuffer& b : src_layout.buffers) src.push_back(training_buffer(training, b));
   const double plan_s = seconds_since(t0);
@@ -116,13 +164,19 @@ SwitchStats Manager::receive_weights(const std::shared_ptr<Manager>& owner) {
     pool_.trim();            // the constructor's memory goes back to the system
   }
   BorrowedSources alloc(holder(), src);
+  const auto cast_started = Clock::now();
+  if (cast) cast_sources_to_bf16(plan, src_layout, src, holder());
+  const double cast_s = seconds_since(cast_started);
   std::vector<std::byte*> dst(rank_layout_.buffers.size(), nullptr);
-  const exec::TransitionStats ts =
+  exec::TransitionStats ts =
       exec::run_transition(plan, src_layout, src, rank_layout_, dst, layout_->options().elem_bytes, w, alloc, options_);
+  ts.pack_seconds += cast_s;  // the senders' cast is part of packing what they send
   for (std::size_t i = 0; i < dst.size(); ++i)
     DT_CHECK(dst[i] != nullptr || rank_layout_.buffers[i].numel == 0, "engine left weights buffer ", i, " empty");
   buffers_ = std::move(dst);
-  return gathered_stats(w, plan_s, ts, t0);
+  SwitchStats stats = gathered_stats(w, plan_s, ts, t0);
+  stats.plan_cached = hit;
+  return stats;
 }
 
 }  // namespace dynatrain::python

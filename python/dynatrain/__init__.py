@@ -21,21 +21,23 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _abort, _agree, _c10d, _checkpoint, _elastic, _memory, _native, _notice, _views, _watchdog
+from . import _abort, _agree, _c10d, _checkpoint, _elastic, _memory, _native, _notice, _redundancy, _views, _watchdog
 from ._agree import PeerError
 from ._elastic import Leaving
+from ._join import JoinError
 from ._notice import EveryProcessNoticed
 from ._recover import ProcessLost
 from ._native import CommError, InternalError
 from ._views import StaleTensor, StaleTensorError
 
 __all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "Leaving", "CommError", "InternalError",
-           "PeerError", "StaleTensor", "StaleTensorError", "adopt", "describe", "Job", "EveryProcessNoticed", "ProcessLost"]
+           "PeerError", "StaleTensor", "StaleTensorError", "adopt", "describe", "Job", "EveryProcessNoticed", "ProcessLost",
+           "JoinError"]
 
 if _abort.launched_with_peers():
     _abort.install()  # an uncaught exception on one rank ends the job (DYNATRAIN_ABORT_ON_ERROR=0: off)
@@ -113,8 +115,8 @@ class Manager:
 
     Collective: every rank of `comm` (an mpi4py communicator) constructs it with equal
     arguments, and calls switch() together. comm=None: the user's torch.distributed default
-    group when torch.distributed is initialised (processes may leave, not join: docs/python.md,
-    "On torch.distributed"), else MPI.COMM_WORLD. Ranks beyond a config's world size hold nothing in
+    group when torch.distributed is initialised (processes may leave, and join through its store:
+    docs/python.md, "On torch.distributed"), else MPI.COMM_WORLD. Ranks beyond a config's world size hold nothing in
     that config (`active` is False) and take part in switches anyway.
     resume=DIR: the state, `step` and the saved extras come from DIR's latest checkpoint
     (Manager.save), saved in any config and process count; `resumed` is then True.
@@ -129,7 +131,7 @@ class Manager:
     def __init__(self, comm, model: ModelArg, config: str, *, states: str = "all",
                  bucket_elems: int = 40_000_000, param_dtype: torch.dtype = torch.float32,
                  mem_budget: int = 256 << 20, gpus_per_node: int = 8, watchdog_s: Optional[float] = None,
-                 resume=None, elastic: bool = True):
+                 resume=None, elastic: bool = True, redundancy: Optional[int] = None):
         param_bytes = {torch.float32: 4, torch.bfloat16: 2}.get(param_dtype)
         self._options = dict(model=_model_arg(model), states=states, bucket_elems=bucket_elems, param_bytes=param_bytes,
                              mem_budget=mem_budget, gpus_per_node=gpus_per_node, elastic=bool(elastic))
@@ -142,9 +144,14 @@ class Manager:
         self._group_cache: Dict[str, Dict[str, Any]] = {}
         self._prepared: Optional[Tuple[str, List[int]]] = None  # a process-count change in flight
         self.joined = False
-        if _elastic.join(self):  # a process a grow started: its state comes from the running job
+        self._copies = None  # redundancy 2: the copies this process keeps (_redundancy.py)
+        arguments = (lambda: {k: v for k, v in _agree.manager_arguments(
+            _model_arg(model), config, states, bucket_elems, param_dtype, mem_budget, gpus_per_node,
+            watchdog_s).items() if k != "config"})
+        if _elastic.join(self, arguments):  # a process a grow started: its state comes from the running job
             if self.comm.size > 1:
                 _abort.install()
+            self._copies = _redundancy.make(self, redundancy, joined=True)  # held at the job's next refresh
             return
         comm = _c10d.resolve(comm)
         if comm.size > 1:
@@ -155,9 +162,13 @@ class Manager:
                 _model_arg(model), config, states, bucket_elems, param_dtype, mem_budget, gpus_per_node, watchdog_s))
             _agree.agree(comm, "Manager arguments", dict(args, elastic=bool(elastic)))
             self._watchdog_s = args["watchdog_s"]
+            self._arguments = {k: v for k, v in args.items() if k != "config"}  # what a joiner must pass alike
             if param_bytes is None:
                 raise ValueError(f"param_dtype {param_dtype}; valid: torch.float32, torch.bfloat16")
             self._kind_dtype = self._kind_dtypes(param_bytes)
+            level = _agree.together(comm, "redundancy", lambda: _redundancy.setting(redundancy))
+            _agree.agree(comm, "Manager(redundancy=)", level)
+            self._copies = _redundancy.make(self, level)  # ValueError on one node, on every rank, nothing built
             _memory.check(comm, self._options["model"], config, states, bucket_elems, param_bytes, mem_budget)
             self._native = _native.Manager(self._native_world(comm), self._options["model"], config, states,
                                            bucket_elems, param_bytes, mem_budget, gpus_per_node)
@@ -236,8 +247,13 @@ class Manager:
                keep_processes: bool = False, zero_grads: bool = False) -> Dict[str, Any]:
         """Collective: moves every state kind to layout `to_cfg` in memory and rebinds.
         Returns max-over-ranks times (seconds: the native switch; plan_seconds; engine_seconds;
-        pause_seconds: everything including rebinding and groups) and bytes (bytes_sent,
-        max_rank_bytes_received, bytes_kept, messages, peak_bytes, max_src_bytes, max_dst_bytes).
+        args_seconds: the agreements and checks before the native switch; rebind_seconds: the
+        carried step and extras and the new views; pause_seconds: everything) and bytes
+        (bytes_sent, max_rank_bytes_received, bytes_kept, messages, peak_bytes, max_src_bytes,
+        max_dst_bytes); the engine's parts, each the slowest rank's: agree_seconds, dry_seconds,
+        alloc_seconds, pack_seconds, unpack_seconds, keep_seconds, wait_seconds (on the link),
+        system_seconds, page_faults; plan_cached (no planner run: the plan of this layout pair
+        was kept from an earlier switch).
         The arguments are agreed first and the target validated: ValueError on every rank,
         nothing moved, views intact. Tensors handed out before a switch that moves are emptied
         (StaleTensorError when used): re-read tensors()/buffers().
@@ -251,26 +267,38 @@ class Manager:
         self._require_member()
         t0 = time.perf_counter()
         with self._collective(f"Manager.switch to {to_cfg!r}", self._state_bytes()):
-            _agree.agree(self.comm, "switch arguments", {
-                "to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate), "keep": bool(keep_processes),
-                "zero_grads": bool(zero_grads),
-                "registered extra state": [(name, per_rank) for name, (_, _, per_rank) in self._extra.items()]})
-            if _agree.together(self.comm, f"switch to {to_cfg!r}", lambda: self._check_switch(to_cfg, vacate, keep_processes)):
+            extra = _agree.agree_together(self.comm, "switch arguments", {
+                    "to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate),
+                    "keep": bool(keep_processes), "zero_grads": bool(zero_grads),
+                    "registered extra state": [(name, per_rank) for name, (_, _, per_rank) in self._extra.items()]},
+                    f"switch to {to_cfg!r}" + (" (checks, then extra state get())" if keep_processes else ""),
+                    lambda: self._check_and_get(to_cfg, vacate, keep_processes))
+            if extra is None:
                 return _elastic.switch(self, to_cfg, vacate)
-            job, mine = _agree.together(self.comm, "extra state get()", self._get_extra)
+            job, mine = extra if keep_processes else _agree.together(self.comm, "extra state get()", self._get_extra)
             self._drop_views(f"from before switch {self._views.switches + 1} ({self._config['config']} -> {to_cfg})")
+            t_native = time.perf_counter()
             stats = self._native.switch(to_cfg, zero_grads=bool(zero_grads))
             t1 = time.perf_counter()
-            step, job = self.comm.bcast((self.step, job) if self.comm.rank == 0 else None, root=0)
-            ranks = self.comm.allgather(mine)
-            self.step = step
+            everyone = self.comm.allgather((self.step, job, mine) if self.comm.rank == 0 else (None, None, mine))
+            self.step, job = everyone[0][0], everyone[0][1]
+            ranks = [m for _, _, m in everyone]
             self._bind()
-            _agree.together(self.comm, "extra state set()", lambda: self._set_extra(job, ranks))
-            stats["rebind_seconds"] = _c10d.all_max(self.comm, time.perf_counter() - t1)
-            stats["pause_seconds"] = _c10d.all_max(self.comm, time.perf_counter() - t0)
+            stats.update(_agree.together_max(
+                self.comm, "extra state set()", lambda: self._set_extra(job, ranks),
+                lambda: {"args_seconds": t_native - t0, "rebind_seconds": time.perf_counter() - t1,
+                         "pause_seconds": time.perf_counter() - t0}))
         stats["config"] = self._config["config"]
         _views.warn_if_pinned(self._native.pool_stats()["deferred_bytes"])
         return stats
+
+    def _check_and_get(self, to_cfg: str, vacate, keep_processes: bool):
+        """None when the switch changes the job's processes (_check_switch), else the extras'
+        get() (job, mine) with keep_processes, which never changes them (so the checks and the
+        getters share one collective), () without."""
+        if self._check_switch(to_cfg, vacate, keep_processes):
+            return None
+        return self._get_extra() if keep_processes else ()
 
     def _check_switch(self, to_cfg: str, vacate, keep_processes: bool = False) -> bool:
         """Whether the switch changes the job's processes (python/dynatrain/_elastic.py, which
@@ -311,6 +339,16 @@ class Manager:
         when a write fails; the previous checkpoint stays the latest in either case."""
         with self._collective("checkpoint save", self._state_bytes()):
             return _checkpoint.save(self, directory)
+
+    def refresh_copies(self) -> None:
+        """Collective (redundancy 2): the copies other nodes keep of this state become those of
+        the state now; an adopted job's optimizer.step() calls it after each update."""
+        _redundancy.refresh(self)
+
+    def redundancy_stats(self) -> Dict[str, Any]:
+        """redundancy (1 or 2), copy_bytes (this process's copies of other ranks' state),
+        copy_step (the step they hold, -1: none), copies_of (their global ranks), refresh_seconds."""
+        return self._copies.stats(self) if self._copies is not None else dict(redundancy=1, copy_bytes=0)
 
     def _state_bytes(self) -> int:
         return sum(flat.numel() * flat.element_size() for flat in self._flat)
@@ -386,9 +424,10 @@ class Manager:
         which each ZeRO-sharded kind holds [shard_lo, shard_hi) here."""
         return self._placements[name]
 
-    def pool_stats(self) -> Dict[str, int]:
+    def pool_stats(self) -> Dict[str, Any]:
         """The manager's memory pool on this rank: live_bytes, reserved_bytes, fresh_bytes;
-        pinned_buffers and deferred_bytes (memory that tensors still reference, docs/python.md)."""
+        pinned_buffers and deferred_bytes (memory that tensors still reference, docs/python.md);
+        huge_pages (state in 2 MiB pages), thp_mode, mapped_bytes and huge_page_bytes."""
         return dict(self._native.pool_stats())
 
     # ---- internals ----

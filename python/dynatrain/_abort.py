@@ -3,7 +3,7 @@ seconds, with that rank's message, instead of leaving its peers waiting in a col
 
 install() (called at `import dynatrain` under mpirun, and by every Manager on a communicator of
 more than one rank) chains sys.excepthook: an uncaught exception prints the previous hook's
-output (the traceback), then one line `dynatrain: rank R: <type>: <message>`, and calls
+output (the traceback), then one line `dynatrain: error: rank R: <type>: <message>`, and calls
 MPI.COMM_WORLD.Abort(1), as `python -m mpi4py` does. A rank other than 0 waits a grace period
 first, so an error every rank raises alike (a disagreement) is printed by rank 0 alone.
 Opt out with DYNATRAIN_ABORT_ON_ERROR=0.
@@ -19,6 +19,7 @@ import os
 import sys
 import time
 import traceback
+from typing import List
 
 GRACE_SECONDS = 1.0
 LAUNCHER_WAIT_S = 10.0
@@ -53,8 +54,14 @@ def peer_gone(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and any(m in str(error) for m in PEER_GONE)
 
 
+JOB_RANK: List[int] = []  # a process that joined a job by its store (_join.py): its global rank there
+
+
 def _world():
-    """(rank, size, COMM_WORLD) when MPI is up, else (env rank or -1, 1, None)."""
+    """(rank, size, COMM_WORLD) when MPI is up, else (env rank or -1, 1, None); in a process that
+    joined a job by its store, its rank in the job (not in its own torch.distributed world)."""
+    if JOB_RANK:
+        return JOB_RANK[0], 1, None
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
         return mpi.COMM_WORLD.rank, mpi.COMM_WORLD.size, mpi.COMM_WORLD
@@ -63,9 +70,9 @@ def _world():
 
 
 def abort_job(line: str, exit_code: int) -> None:
-    """Prints `dynatrain: rank R: <line>` on stderr and ends the whole job with `exit_code`."""
+    """Prints `dynatrain: error: rank R: <line>` on stderr and ends the whole job with `exit_code`."""
     rank, _, world = _world()
-    sys.stderr.write(f"dynatrain: rank {rank}: {line}\n")
+    sys.stderr.write(f"dynatrain: error: rank {rank}: {line}\n")
     sys.stderr.flush()
     if world is not None:
         world.Abort(exit_code)

@@ -124,7 +124,53 @@ def together(comm, what: str, fn: Callable[[], Any]) -> Any:
     except Exception as e:  # noqa: BLE001 - re-raised below, after the peers know
         error = e
     status = None if error is None else (type(error).__name__, str(error), isinstance(error, ValueError))
-    everyone = _gather(comm, what, status)
+    _raise_failed(what, error, _gather(comm, what, status))
+    return result
+
+
+def agree_together(comm, what: str, value: Any, checked: str, fn: Callable[[], Any]) -> Any:
+    """agree(comm, what, value), then together(comm, checked, fn), in one allgather: the same
+    errors on every rank (a value that differs first, then a check that failed)."""
+    try:
+        digest: Tuple[Optional[str], Optional[str]] = (_digest(value), None)
+    except Exception as e:  # noqa: BLE001 - reported on every rank below
+        digest = (None, f"{type(e).__name__}: {e}")
+    error: Optional[BaseException] = None
+    result = None
+    if digest[1] is None:
+        try:
+            result = fn()
+        except Exception as e:  # noqa: BLE001 - re-raised below, after the peers know
+            error = e
+    status = None if error is None else (type(error).__name__, str(error), isinstance(error, ValueError))
+    everyone = _gather(comm, what, (digest, status))  # tagged by `what` alone: `checked` may name unequal values
+    failed = [(r, err) for r, ((_, err), _) in enumerate(everyone) if err is not None]
+    if failed:
+        raise ValueError(f"{what}: cannot compare across ranks: " +
+                         "; ".join(f"rank {r}: {err}" for r, err in failed))
+    digests = [d for (d, _), _ in everyone]
+    if len(set(digests)) > 1:
+        raise ValueError(_mismatch_message(what, _gather(comm, what, value), digests))
+    _raise_failed(checked, error, [s for _, s in everyone])
+    return result
+
+
+def together_max(comm, what: str, fn: Callable[[], Any], measures: Callable[[], dict]) -> dict:
+    """together(comm, what, fn), then each of measures()'s values (taken after fn, the same keys on
+    every rank) as its maximum over `comm`, in one allgather."""
+    error: Optional[BaseException] = None
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - re-raised below, after the peers know
+        error = e
+    status = None if error is None else (type(error).__name__, str(error), isinstance(error, ValueError))
+    everyone = _gather(comm, what, (status, measures()))
+    _raise_failed(what, error, [s for s, _ in everyone])
+    return {k: max(m[k] for _, m in everyone) for k in everyone[0][1]}
+
+
+def _raise_failed(what: str, error: Optional[BaseException], everyone: List[Any]) -> None:
+    """together()'s ending: this rank's own exception, else one naming the first rank that failed."""
     if error is not None:
         raise error
     failed = [(r, s) for r, s in enumerate(everyone) if s is not None]
@@ -133,7 +179,6 @@ def together(comm, what: str, fn: Callable[[], Any]) -> Any:
         others = f" (and {_rank_list([r for r, _ in failed[1:]])})" if len(failed) > 1 else ""
         text = f"{what} failed on rank {rank}{others}: {name}: {message}"
         raise ValueError(text) if bad_input else PeerError(text)
-    return result
 
 
 def manager_arguments(model, config, states, bucket_elems, param_dtype, mem_budget, gpus_per_node,

@@ -19,9 +19,11 @@ the user's default group instead of MPI:
     current group, then the processes that stay get a group of their own (shrunk_world()), made
     directly over the store (a ProcessGroupGloo under a prefix of its own, not new_group, which
     every process of the default group, gone ones included, would have to call); so are every
-    later group's sub-groups. Growing (spawning processes) needs MPI and is refused before
-    anything moves (refuse_process_change()). The store lives in the process of global rank 0,
-    which therefore cannot leave.
+    later group's sub-groups. A grow joins new processes through the store (_join.py): their
+    groups are made over it the same way, job_store() being their connection to the job's
+    store. The store lives in the process of global rank 0, which therefore cannot leave.
+  * split(): the same processes in another order (a weights copy's communicator, _refit.py),
+    made over the store as well, so only they take part.
   * The connections of every group made here are remembered (job_sockets): a lost process's
     recovery (_recover.py) shuts them down, so that no survivor waits on a peer that gave the
     generation up; the user's own groups and the store's connection are left alone.
@@ -31,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import pickle
 import socket
 from datetime import timedelta
 from typing import Any, Dict, List, Optional, Sequence
@@ -39,11 +42,16 @@ import torch
 
 from . import _interrupt, _native
 
-NEEDS_MPI = ("growing the job's processes (a config of more processes than the torch.distributed world has) "
-             "needs MPI: run under mpirun with an mpi4py comm")
 STORE_HOST = "the process of torch.distributed global rank 0 hosts the store and cannot leave"
 GROUP_TIMEOUT = timedelta(seconds=300)
 _managers = itertools.count()  # names each Manager's key space in the store (equal on every rank)
+_joined_store: List[Any] = []  # in a process that joined a job by its store (_join.py): its connection to it
+
+
+def job_store():
+    """The job's store: the default group's, or in a process that joined a job (_join.py) its
+    connection to the job's (the same keys as the job's processes see)."""
+    return _joined_store[0] if _joined_store else _dist().distributed_c10d._get_default_store()
 
 
 _job_sockets: set = set()  # inodes of the sockets the groups made here opened
@@ -136,11 +144,16 @@ class Comm:
 
     @_interrupt.guarded(lambda self, value=None, root=0: value)
     def bcast(self, value: Any = None, root: int = 0) -> Any:
+        """By this comm's own rank (not torch's global rank, which differs in a joined process)."""
         if self.size == 1:
             return value
-        box = [value]
-        _dist().broadcast_object_list(box, src=self.ranks[root], group=self.group)
-        return box[0]
+        data = pickle.dumps(value) if self.rank == root else b""
+        size = torch.tensor([len(data)], dtype=torch.int64)
+        self.broadcast_(size, root)
+        box = torch.frombuffer(bytearray(data), dtype=torch.uint8) if self.rank == root else \
+            torch.empty(int(size.item()), dtype=torch.uint8)
+        self.broadcast_(box, root)
+        return value if self.rank == root else pickle.loads(box.numpy().tobytes())
 
     def gather(self, value: Any, root: int = 0) -> Optional[List[Any]]:
         everyone = self.allgather(value)
@@ -224,14 +237,15 @@ def world() -> Comm:
     return comm
 
 
-def native_world(comm: Comm, timeout_seconds: float = 300.0):
+def native_world(comm: Comm, timeout_seconds: float = 300.0, store=None):
     """Collective: the native transport over `comm`'s group (_native.C10dWorld, taken by the
-    native Manager). Its own sub-groups (none today) would use keys under dynatrain/<serial>."""
+    native Manager). Its own sub-groups (none today) would use keys under dynatrain/<serial>
+    of `store` (default: job_store())."""
     if not _native.has_c10d:
         raise ValueError("this build of dynatrain has no torch.distributed transport (comm/c10d was not built); "
                          "run under mpirun or pass an mpi4py comm=")
-    store = _dist().distributed_c10d._get_default_store()
-    return _native.c10d_world(comm.group, store, f"dynatrain/manager{comm.manager_serial}", timeout_seconds)
+    return _native.c10d_world(comm.group, store or job_store(), f"dynatrain/manager{comm.manager_serial}",
+                              timeout_seconds)
 
 
 def groups(comm: Comm, colors: Dict[str, Any], sizes: Dict[str, int], cp: int) -> Dict[str, Optional[Comm]]:
@@ -270,13 +284,14 @@ def _split(comm: Comm, colors: List[Any], mine: int) -> Optional[Comm]:
     return made
 
 
-def raw_comm(key: str, ranks: List[int], me: int) -> Comm:
+def raw_comm(key: str, ranks: List[int], me: int, store=None) -> Comm:
     """Collective over `ranks` (global ranks, in the order the new group's ranks take): a Comm
     over a Gloo group made over the default store under `key`, known to torch.distributed's
-    functions (its rank map registered as new_group would), without the other processes."""
+    functions (its rank map registered as new_group would), without the other processes.
+    `store`: a connection to the job's store other than job_store() (a thread's own)."""
     dist = _dist()
     c10d = dist.distributed_c10d
-    store = dist.PrefixStore(key + "/", c10d._get_default_store())
+    store = dist.PrefixStore(key + "/", store or job_store())
     with job_sockets():
         group = dist.ProcessGroupGloo(store, ranks.index(me), len(ranks), GROUP_TIMEOUT)
     c10d._pg_group_ranks[group] = {g: i for i, g in enumerate(ranks)}
@@ -287,23 +302,43 @@ def raw_comm(key: str, ranks: List[int], me: int) -> Comm:
     return comm
 
 
+def split(comm: Comm, key: int) -> Comm:
+    """Collective over `comm`: a Comm over the same processes ordered by `key` (MPI_Comm_split
+    with one color), its group and its own sub-groups made over the store (raw_comm), so no
+    other process of the default group takes part."""
+    keys = comm.allgather(key)
+    comm.splits = getattr(comm, "splits", 0) + 1  # equal on every rank: the calls are collective
+    ordered = [comm.ranks[r] for r in sorted(range(comm.size), key=lambda r: (keys[r], r))]
+    new = raw_comm(f"dynatrain/manager{comm.manager_serial}/split{comm.splits}", ordered, comm.ranks[comm.rank])
+    new.manager_serial = f"{comm.manager_serial}-split{comm.splits}"
+    return new
+
+
 def shrunk_world(comm: Comm, survivors: List[int], generation: int) -> Comm:
     """Collective over `survivors` (global ranks; rank r of the new layout first): the Manager's
     Comm after a shrink or vacate, its groups made over the store from now on."""
-    new = raw_comm(f"dynatrain/manager{comm.manager_serial}/gen{generation}", survivors, comm.ranks[comm.rank])
-    new.manager_serial = f"{comm.manager_serial}-gen{generation}"
+    return next_world(comm.manager_serial, survivors, comm.ranks[comm.rank], generation)
+
+
+def next_world(serial, ranks: List[int], me: int, generation: int, store=None) -> Comm:
+    """Collective over `ranks`: the Manager's Comm of generation `generation` (after a shrink,
+    vacate or grow) of the Manager of key space `serial`."""
+    new = raw_comm(f"dynatrain/manager{serial}/gen{generation}", ranks, me, store)
+    new.manager_serial = f"{serial}-gen{generation}"
     return new
 
 
 def refuse_process_change(m, to_cfg: str, vacate) -> None:
     """ValueError (before anything moves) for a switch of a Manager on torch.distributed that would
-    change its processes; none for one within them (elastic=False leaves the surplus ranks idle)."""
+    change its processes and cannot (a grow: _join.refuse); none for one within them (elastic=False
+    leaves the surplus ranks idle)."""
     if not is_c10d(m.comm):
         return
     needed = _native.world_size_of(to_cfg)
-    if needed > m.comm.size:
-        raise ValueError(f"switch to {to_cfg!r} needs {needed} processes, the torch.distributed world has "
-                         f"{m.comm.size}: {NEEDS_MPI}")
+    if needed > m.comm.size and m._options["elastic"]:
+        from . import _join
+        _join.refuse(m, to_cfg, vacate)
+        return
     if vacate and m._options["elastic"]:
         if any(isinstance(r, int) and 0 <= r < m.comm.size and m.comm.ranks[r] == 0 for r in vacate):
             raise ValueError(f"switch to {to_cfg!r} with vacate={list(vacate)}: {STORE_HOST}")

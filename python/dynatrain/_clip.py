@@ -20,8 +20,8 @@ def _names(job, parameters: Optional[List[torch.Tensor]]) -> List[str]:
     """The Manager names of `parameters` (all of the job's when None)."""
     if parameters is None:
         return [name for name, _ in job._params]
-    wanted = {id(p) for p in parameters}
-    return [name for name, p in job._params if id(p) in wanted]
+    wanted = {job._names_of.get(id(p)) for p in parameters}  # an expert's own parameter: its stacked tensor
+    return [name for name, _ in job._params if name in wanted]
 
 
 def _reduced(value: float, m, op: str) -> float:

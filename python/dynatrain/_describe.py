@@ -12,15 +12,15 @@ replicated. Shapes are the module's, unsharded (the module is built as for one p
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
-from . import _attention, tp
+from . import _attention, _experts, tp
 
-STYLES = ("column", "row", "vocab", "replicated", "expert", "attention", "qkv")
+STYLES = ("column", "row", "vocab", "replicated", "expert", "attention", "qkv", "experts")
 DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 
 
@@ -34,6 +34,14 @@ class Description:
     dtype: torch.dtype
     folds: _attention.Folds                       # fused tensors: logical <-> the module's shape
     attrs: list                                   # (module name, module, attributes) read per tp rank
+    blocks: list = field(default_factory=list)    # MoE blocks under "experts" (_experts.Block)
+    plain_groups: list = field(default_factory=list)  # the optimizer's params before experts were stacked
+
+    def names_of(self) -> Dict[int, str]:
+        """id(parameter) -> its logical name, an expert's own parameter its stacked tensor's."""
+        out = {id(p): n for n, p in self.params}
+        out.update({i: name for i, (name, _, _) in _experts.aliases(self.blocks).items()})
+        return out
 
     def summary(self) -> list:
         """A picklable digest every rank must agree on."""
@@ -95,6 +103,8 @@ def _split(name: str, p: nn.Parameter, param_style: Optional[str], owner: Option
     if param_style in ("attention", "qkv"):
         raise ValueError(f"plan style '{param_style}' on parameter '{name}': it splits a module (its fused "
                          f"q, k, v by heads); name the module")
+    if param_style == "experts":
+        raise ValueError(f"plan style 'experts' on parameter '{name}': it names an MoE block module")
     if param_style is not None:
         return tp.split_of(param_style, attr, False) + (param_style == "expert",)
     if owner is not None:
@@ -195,8 +205,17 @@ def describe(model: nn.Module, plan: Dict[str, str], pipeline: Optional[str] = N
     if len(dtypes) != 1 or next(iter(dtypes)) not in DTYPES:
         raise ValueError(f"parameters must all be float32 or all bfloat16, got {sorted(map(str, dtypes))}")
     layers, stages = _stages(model, [n for n, _ in params], pipeline)
-    tensors, logical, user = [], {}, {}
+    blocks = _experts.find(model, styles)
+    tensors, logical, user, bound = [], {}, {}, []
     for (name, p), (stage, layer) in zip(params, stages):
+        hit = _experts.entries(blocks, name, p) if name not in param_styles else None
+        if hit is not None:
+            if hit:
+                tensors.append(Tensor(hit[0], list(hit[1].shape), split=hit[2], dim=hit[3], stage=stage, layer=layer,
+                                      expert=True))
+                bound.append(hit[:2])
+            continue
+        bound.append((name, p))
         owner = _owner(name, styles) if name not in param_styles else None
         split, dim, expert = _split(name, p, param_styles.get(name), owner)
         if expert and p.dim() < 2:
@@ -208,5 +227,5 @@ def describe(model: nn.Module, plan: Dict[str, str], pipeline: Optional[str] = N
                               expert=expert))
     described = Model(tensors, layers=layers, name=type(model).__name__, vocab_divisible_by=vocab_divisible_by)
     styled = [(n, m, styles[n]) for n, m in model.named_modules() if styles.get(n) in tp.MODULE_STYLES]
-    return Description(described, params, styled, next(iter(dtypes)), _attention.Folds(logical, user),
-                       _attention.tp_attr_targets(model, tp_attrs))
+    return Description(described, bound, styled, next(iter(dtypes)), _attention.Folds(logical, user),
+                       _attention.tp_attr_targets(model, tp_attrs), blocks)

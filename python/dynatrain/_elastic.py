@@ -1,7 +1,8 @@
 """Switches that change the job's processes, and the join of a process a grow started
 (docs/python.md, "Changing the process count"; the native side is python/elastic.h).
 
-  grow     Manager.switch() to a config needing more processes than the world: world rank 0
+  grow     Manager.switch() to a config needing more processes than the world (on
+           torch.distributed: processes join by the store instead, _join.py): world rank 0
            starts the missing ones (MPI_Comm_spawn of sys.executable with this process's own
            command line, so they run the same script from the top), they merge into the world
            and receive their state in the same switch. Their first Manager(...) joins: it takes
@@ -77,8 +78,13 @@ def prepare(m, to_cfg: str, vacate: Optional[Sequence[int]]) -> None:
     processes start while the caller trains); nothing for a switch that changes none."""
     if m._prepared is not None:
         raise ValueError(f"a switch to {m._prepared[0]} is being prepared already; switch() to it first")
-    if not changes_processes(m, to_cfg, vacate) or _c10d.is_c10d(m.comm):
-        return  # on torch.distributed a shrink or vacate starts nothing: nothing to prepare
+    if not changes_processes(m, to_cfg, vacate):
+        return
+    if _c10d.is_c10d(m.comm):  # a shrink or vacate starts nothing; a grow joins processes by the store
+        if _native.world_size_of(to_cfg) > m.comm.size:
+            from . import _join
+            _join.prepare(m, to_cfg)
+        return
     ranks = _vacate_list(vacate)
     _native.elastic_prepare(m._native, to_cfg, ranks, executable(), _payload(m) if m.comm.rank == 0 else b"")
     m._prepared = (to_cfg, ranks)
@@ -91,6 +97,9 @@ def switch(m, to_cfg: str, vacate: Optional[Sequence[int]]) -> Dict[str, Any]:
     if m._prepared is not None and m._prepared != (to_cfg, ranks):
         raise ValueError(f"a switch to {m._prepared[0]} (vacate {m._prepared[1]}) is being prepared; "
                          f"switch() to it with the same arguments")
+    if _c10d.is_c10d(m.comm) and _native.world_size_of(to_cfg) > m.comm.size:
+        from . import _join
+        return _join.commit(m, to_cfg)
     if _c10d.is_c10d(m.comm):
         return switch_in_place(m, to_cfg, ranks)
     job, mine = _outgoing(m)
@@ -145,9 +154,13 @@ def switch_in_place(m, to_cfg: str, ranks: List[int]) -> Dict[str, Any]:
     return stats
 
 
-def join(m) -> bool:
+def join(m, arguments) -> bool:
     """In the first Manager of a process a grow started: joins the running job's switch and
-    fills `m` (True); False in any other process or Manager."""
+    fills `m` (True); False in any other process or Manager. `arguments`: the Manager's own
+    (_agree.manager_arguments without the config), agreed with the job's on torch.distributed."""
+    from . import _join
+    if _join.join(m, arguments):
+        return True
     ticket = _join_ticket()
     if ticket is None:
         return False

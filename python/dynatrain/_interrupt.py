@@ -36,6 +36,18 @@ def raise_kept() -> None:
         raise error
 
 
+def keep(error: RuntimeError) -> None:
+    """A lost peer met by the package's own transfer after a step (the copies' refresh,
+    _redundancy.py): kept for the next optimizer.step() as a guarded collective keeps it; raised
+    when not armed."""
+    global _error
+    if not _armed:
+        raise error
+    from . import _c10d
+    _error = _error or error
+    _c10d.abandon_groups()
+
+
 def interrupted() -> bool:
     """Whether a collective since the last optimizer.step() met a lost peer."""
     return _error is not None

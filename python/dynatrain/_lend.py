@@ -67,12 +67,17 @@ def _groups_made(m) -> int:
     return len({id(g) for groups in m._group_cache.values() for g in groups.values() if g is not None})
 
 
-def _shift(job, layout: str) -> Dict[str, Any]:
+def _shift(job, layout: str, refusing: bool = True) -> Dict[str, Any]:
     """The switch of a lend or reclaim, with what it created: new_groups (max over processes)
-    and new_processes (the change of the job's process count: 0)."""
+    and new_processes (the change of the job's process count: 0). refusing=False: the job's
+    _switch, past the refusal of a switch while processes are lent (the reclaim's own)."""
     m = job.manager
     groups, processes = _groups_made(m), m.comm.size
-    stats = job.switch(layout, keep_processes=True, zero_grads=True)
+    if refusing:
+        stats = job.switch(layout, keep_processes=True, zero_grads=True)
+    else:
+        job._check(layout)
+        stats = job._switch(layout, None, True, True)
     stats["new_groups"] = int(_c10d.all_max(m.comm, float(_groups_made(m) - groups)))
     stats["new_processes"] = m.comm.size - processes
     return stats
@@ -101,12 +106,8 @@ def reclaim(job) -> Dict[str, Any]:
     state = job._lent
     if not state:
         raise ValueError("job.reclaim(): no process is lent; job.lend(n) lends some")
+    stats = _shift(job, state["layout"], refusing=False)  # on any failure the processes stay lent
     job._lent = None
-    try:
-        stats = _shift(job, state["layout"])
-    except ValueError:
-        job._lent = state  # refused on every rank, nothing moved: still lent
-        raise
     stats["reclaimed"] = list(state["ranks"])
     return stats
 

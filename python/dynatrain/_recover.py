@@ -9,14 +9,16 @@ more than one process, and not under `dynatrain launch` without --keep-going) an
   1. abandons the generation: shuts down every connection of the job's groups
      (_c10d.abandon_groups), so that a survivor waiting on another survivor gets its error too;
   2. agrees who survived through the rendezvous store, under a key prefix of this recovery:
-     each survivor counts itself in `alive/<global rank>`; the process of global rank 0 (the store's host)
+     each survivor counts itself in `alive/<global rank>` and the processes of its own node that
+     ended in `gone/<global rank>` (_nodes.py); the process of global rank 0 (the store's host)
      decides once every process has either arrived or is known gone (a pid of its own node
-     that no longer runs), or, for processes of other nodes, SETTLE_S after the last arrival;
+     that no longer runs, or reported gone), or, for the others, SETTLE_S after the last arrival;
      the members' list is then read by every survivor (deadline: the watchdog's);
   3. builds the survivors' groups over the store (as a shrink does, _c10d.raw_comm);
   4. rebuilds the lost ranks' state from the replicas the survivors hold (the planner takes the
-     lost processes to hold nothing) in the layout job/survivor_layout.h picks, with one planned
-     switch (python/elastic.h, recover_in_place);
+     lost processes to hold nothing), and with redundancy 2 from the copies of the lost ranks'
+     state they keep (_redundancy.py), in the layout job/survivor_layout.h picks, with one
+     planned switch (python/elastic.h, recover_in_place);
   5. returns from optimizer.step() without the step: the interrupted step is not applied, and
      `job.step` stays, so a loop `while job.step < steps:` does it again.
 
@@ -24,19 +26,18 @@ The step's update is applied only after a barrier over every process (COMMIT), s
 applied by every survivor or by none. A loss the job cannot recover from ends every survivor
 with one line (rank 0's) and ProcessLost: the process of global rank 0 (it hosts the store), a
 box of state no survivor holds (ZeRO shards, tensor-parallel pieces without a dp replica: a
-checkpoint is needed), or no layout for the survivors.
+checkpoint is needed), or no layout for the survivors. When the store's node is lost (the whole
+node of global rank 0), the lowest rank but 0 of each node prints the line.
 """
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sys
 import time
 from datetime import timedelta
 from typing import Dict, List
 
-from . import _abort, _c10d, _elastic, _native, _watchdog
+from . import _abort, _c10d, _elastic, _native, _nodes, _redundancy, _watchdog
 
 SETTLE_S = 1.0  # how long the decision waits for a process of another node after the last arrival
 POLL_S = 0.005
@@ -64,13 +65,15 @@ def enabled(m) -> bool:
 def announce(m) -> None:
     """At adoption, on every process: its node and pid in the store, for the decision."""
     if enabled(m):
-        _store().set(f"{_prefix(m)}/pid/{m.comm.ranks[m.comm.rank]}", f"{socket.gethostname()} {os.getpid()}")
+        _nodes.record(_store(), _prefix(m), m.comm.ranks[m.comm.rank])
 
 
 def commit(m) -> None:
-    """The step's commit point, before the update: a barrier over every process."""
+    """The step's commit point, before the update: a barrier over every process (after which
+    every process has announced itself: the nodes are read, once per world)."""
     if enabled(m):
         m.comm.Barrier()
+        _nodes.table(_store(), _prefix(m), m.comm.ranks)
 
 
 def in_job(job, error: BaseException) -> None:
@@ -109,7 +112,7 @@ def recover(job, error: BaseException) -> Dict:
     new.manager_serial = f"{comm.manager_serial}-gen{generation}"
     m._generation = generation
     first = new.rank == 0
-    lost_text = ", ".join(f"rank {comm.ranks.index(r)} (global {r})" for r in lost)
+    lost_text = _nodes.lost_text(comm.ranks, lost, _nodes.table(_store(), _prefix(m), comm.ranks))
     to = _native.survivor_layout(m.config["config"], len(members), job._runs)
     if to is None:
         _end(first, f"lost {lost_text} of {before}: no layout of {len(members)} or fewer processes runs this model")
@@ -117,9 +120,10 @@ def recover(job, error: BaseException) -> Dict:
     m.comm = new
     m._world_keep = _c10d.native_world(new)
     _native.use_world(m._native, m._world_keep)
+    copies = _redundancy.sources(m, comm.ranks, members)  # redundancy 2: the lost ranks' copies
     t2 = time.perf_counter()
     try:
-        out = _native.recover_in_place(m._native, to, [comm.ranks.index(r) for r in members], before)
+        out = _native.recover_in_place(m._native, to, [comm.ranks.index(r) for r in members], before, copies)
     except ValueError as e:
         _end(first, f"lost {lost_text} of {before}: {e}")
     _native.watch_world(m._native)
@@ -127,7 +131,7 @@ def recover(job, error: BaseException) -> Dict:
     m._bind()
     _elastic._ending.after_world_change()  # the abandoned groups' threads must not hold the exit
     stats = {k: v for k, v in out.items() if k not in ("job", "mine", "left")}
-    stats.update(config=to, lost=lost, agree_seconds=_c10d.all_max(new, t1 - t0),
+    stats.update(config=to, lost=lost, copies=len(copies), agree_seconds=_c10d.all_max(new, t1 - t0),
                  groups_seconds=_c10d.all_max(new, t2 - t1), pause_seconds=_c10d.all_max(new, time.perf_counter() - t0))
     if first:
         sys.stdout.write(f"recovery: lost {lost_text} of {before}; {to} on {len(members)} processes after a "
@@ -139,7 +143,7 @@ def recover(job, error: BaseException) -> Dict:
 
 # ---- internals ----
 def _store():
-    return _c10d._dist().distributed_c10d._get_default_store()
+    return _c10d.job_store()
 
 
 def _prefix(m) -> str:
@@ -162,14 +166,14 @@ def _agree(m, me: int, prefix: str) -> List[int]:
     try:
         store = _store()
         store.add(f"{prefix}/alive/{me}", 1)
+        for r in _nodes.gone_here(_nodes.table(store, _prefix(m), m.comm.ranks)):
+            store.add(f"{prefix}/gone/{r}", 1)  # seen ended here: the decision need not wait for it
         if me == 0:
             store.set(f"{prefix}/members", json.dumps(_decide(m, store, prefix)))
         store.wait([f"{prefix}/members"], timedelta(seconds=_deadline(m)))
         members = json.loads(store.get(f"{prefix}/members"))
     except RuntimeError as e:  # the store is gone with its host, or the deadline passed
-        _end(me == min(r for r in m.comm.ranks if r != 0),
-             f"the survivors could not agree through the store ({str(e).splitlines()[0]}): it lives in the "
-             f"process of torch.distributed global rank 0, whose loss cannot be recovered; resume from a checkpoint")
+        _store_lost(m, me, str(e).splitlines()[0])
     if me not in members:
         _end(True, f"global rank {me} reached the survivors' agreement after it was decided; it leaves")
     return members
@@ -177,8 +181,8 @@ def _agree(m, me: int, prefix: str) -> List[int]:
 
 def _decide(m, store, prefix: str) -> List[int]:
     """On the store's host: the members once every process arrived or is known gone."""
-    where = {r: store.get(f"{_prefix(m)}/pid/{r}").decode().split() for r in m.comm.ranks}
-    here = socket.gethostname()
+    where = _nodes.table(store, _prefix(m), m.comm.ranks)
+    here = _nodes.name()
     deadline = time.monotonic() + _deadline(m)
     arrived: List[int] = []
     last_change = time.monotonic()
@@ -187,7 +191,7 @@ def _decide(m, store, prefix: str) -> List[int]:
         if now != arrived:
             arrived, last_change = now, time.monotonic()
         waiting = [r for r in m.comm.ranks if r not in arrived and not
-                   (where[r][0] == here and _gone(int(where[r][1])))]
+                   ((where[r][0] == here and _nodes.gone(where[r][1])) or store.add(f"{prefix}/gone/{r}", 0) > 0)]
         remote = [r for r in waiting if where[r][0] != here]
         if not waiting or (len(remote) == len(waiting) and time.monotonic() - last_change > SETTLE_S) or \
                 time.monotonic() > deadline:
@@ -195,13 +199,17 @@ def _decide(m, store, prefix: str) -> List[int]:
         time.sleep(POLL_S)
 
 
-def _gone(pid: int) -> bool:
-    """Whether process `pid` of this node has ended (missing, or a zombie not yet reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in "ZX"
-    except OSError:
-        return True
+def _store_lost(m, me: int, error: str):
+    """The store did not answer: global rank 0 (its host) is lost, maybe with its node. One line
+    from the lowest rank but 0 of each node (_nodes.reports), ProcessLost on all."""
+    where = _nodes.kept(_prefix(m), m.comm.ranks)
+    if where is None:  # lost before the first step's commit: no nodes known
+        first, on, at = me == min(r for r in m.comm.ranks if r != 0), "", ""
+    else:
+        first, on, at = _nodes.reports(where, me), f" on node {_nodes.name()}", f" on node {where[0][0]}" \
+            if 0 in where else ""
+    _end(first, f"the survivors{on} could not agree through the store ({error}): it lives in the process of "
+                f"torch.distributed global rank 0{at}, whose loss cannot be recovered; resume from a checkpoint")
 
 
 def _end(first: bool, why: str):

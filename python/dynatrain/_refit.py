@@ -16,15 +16,20 @@ same Manager, communicator and groups (no group created), the memory of the prev
 
 Invariants:
   * The copy's Manager runs over a communicator of every process of the job, split once per
-    (layout, ranks) and ordered so that rank r of `layout` is process ranks[r]; the job's
-    failure path stays on the job's world.
+    (layout, ranks) and ordered so that rank r of `layout` is process ranks[r] (on
+    torch.distributed a Gloo group over the store, _c10d.split, its sub-groups alike); the
+    job's failure path stays on the job's world. The copy's world rank q is the job's rank
+    _members[q], which places the training layout's ranks in the copy's world without
+    communication.
   * The copy's buffers live in the training Manager's pool from the first refit on (refit.cc),
     so `job.manager.pool_stats()` counts them there and weights.manager's own pool is empty.
   * Between refits the module's parameters view the copy; a job.refit() rebinds them (the same
     Parameter objects). weights.release() gives the copy's memory back; the module's
     parameters are empty until the next refit.
-  * dtype other than the training dtype: the weights move in the training dtype and each
-    receiver casts its shard on arrival (the module's parameters then own their memory).
+  * dtype other than the training dtype: the weights move in the narrower one. A bf16 copy of
+    an fp32 job is cast by each sender before sending (refit.cc; the module's parameters view the
+    bf16 copy); an fp32 copy of a bf16 job moves bf16 and each receiver casts its shard on
+    arrival (the module's parameters then own their memory).
 """
 from __future__ import annotations
 
@@ -43,12 +48,12 @@ class Weights:
     def __init__(self, job, layout: str, ranks: List[int], module: torch.nn.Module, dtype: torch.dtype):
         m = job.manager
         o = m._options
-        me = m.comm.rank
-        order = ranks.index(me) if me in ranks else len(ranks) + me
         self.layout, self.ranks, self.module, self.dtype = layout, list(ranks), module, dtype
-        self.comm = m.comm.Split(0, order)
+        self._members = list(ranks) + [r for r in range(m.comm.size) if r not in ranks]  # the copy's order
+        order = self._members.index(m.comm.rank)
+        self.comm = _c10d.split(m.comm, order) if _c10d.is_c10d(m.comm) else m.comm.Split(0, order)
         self.manager = Manager(self.comm, o["model"], layout, states="param", bucket_elems=o["bucket_elems"],
-                               param_dtype=m._dtype_of("param"), mem_budget=o["mem_budget"],
+                               param_dtype=_moved_dtype(m._dtype_of("param"), dtype), mem_budget=o["mem_budget"],
                                gpus_per_node=o["gpus_per_node"], elastic=False)
         _native.watch_world(m._native)  # the job's lines keep naming the job's ranks
         self._params = [(name, p) for name, p in module.named_parameters()]
@@ -72,7 +77,7 @@ class Weights:
         m, t0 = self.manager, time.perf_counter()
         self._unbind()
         m._drop_views("from before a refit")
-        stats = m._native.receive_weights(job.manager._native)
+        stats = m._native.receive_weights(job.manager._native, self._members)
         m._bind()
         self._bind()
         stats["pause_seconds"] = _c10d.all_max(job.manager.comm, time.perf_counter() - t0)
@@ -98,6 +103,13 @@ class Weights:
     def _unbind(self) -> None:
         for _, p in self._params:
             p.data = torch.empty(0, dtype=self.dtype)
+
+
+def _moved_dtype(training: torch.dtype, wanted: torch.dtype) -> torch.dtype:
+    """The dtype the copy's weights move and sit in: bf16 when either is (an fp32 job's bf16 copy
+    is cast by the senders, so the link carries half the bytes; a bf16 job's fp32 copy is cast
+    on arrival), else fp32."""
+    return torch.bfloat16 if torch.bfloat16 in (training, wanted) else torch.float32
 
 
 def _check_module(job, module: torch.nn.Module) -> None:
@@ -130,30 +142,35 @@ def _ranks(job, layout: str, ranks: Optional[Sequence[int]]) -> List[int]:
     return ranks
 
 
+def _arguments(job, layout: str, module: torch.nn.Module, ranks, dtype, cache) -> tuple:
+    """This process's checks of job.refit()'s arguments: (the ranks chosen, the copy's cache key)."""
+    _check_module(job, module)
+    chosen = _ranks(job, layout, ranks)
+    key = (layout, tuple(chosen), id(module), dtype)
+    _refuse_other_copy(getattr(module, "_dynatrain_weights", None), cache.get(key))
+    return chosen, key
+
+
 def refit(job, layout: str, module: torch.nn.Module, ranks: Optional[Sequence[int]] = None,
           dtype: Optional[torch.dtype] = None) -> Weights:
     """job.refit(): collective over the job's processes with equal arguments (module: each
     process's own instance). Returns the Weights, refreshed with the job's current weights."""
     m = job.manager
-    if m.comm is None or not hasattr(m.comm, "Split"):
-        raise ValueError("job.refit() needs a job under mpirun (an mpi4py communicator); on torch.distributed "
-                         "it is not available yet")
+    if m.comm is None:
+        raise ValueError("job.refit() on a process that left the job; it holds no state")
     dtype = dtype or m._dtype_of("param")
     if dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"job.refit(dtype={dtype}); valid: torch.float32, torch.bfloat16")
-    chosen = together(m.comm, "job.refit() arguments", lambda: (_check_module(job, module), _ranks(job, layout, ranks))[1])
-    agree(m.comm, "job.refit() arguments (layout, ranks, dtype)", [layout, chosen, str(dtype)])
-    key = (layout, tuple(chosen), id(module), dtype)
     cache = job.__dict__.setdefault("_refits", {})
+    chosen, key = together(m.comm, "job.refit() arguments", lambda: _arguments(job, layout, module, ranks, dtype, cache))
     new = key not in cache
-    bound = getattr(module, "_dynatrain_weights", None)
-    together(m.comm, "job.refit(): the module", lambda: _refuse_other_copy(bound, cache.get(key)))
-    agree(m.comm, "job.refit(): a new copy or a refresh of the last one (the same module object)", new)
+    agree(m.comm, "job.refit() arguments (layout, ranks, dtype; a new copy or a refresh of the last one: the "
+          "same module object)", [layout, chosen, str(dtype), new])
     with m._collective(f"job.refit({layout!r})", m._state_bytes()):
         if new:
             cache[key] = Weights(job, layout, chosen, module, dtype)  # collective; refusals on every rank
         weights = cache[key]
         weights.last_stats = weights.receive(job)
     made = 1 + _lend._groups_made(weights.manager) if new else 0  # the copy's communicator and its groups
-    weights.last_stats["new_groups"] = int(_c10d.all_max(m.comm, float(made)))
+    weights.last_stats["new_groups"] = int(_c10d.all_max(m.comm, float(made))) if new else 0
     return weights

@@ -13,8 +13,9 @@ the logical tensor `name` of state `kind` (grads are not saved: they are rebuilt
 backward); a box that several ranks hold (dp replicas) is in the lowest rank's shard only, so
 the shards of one save hold every element of every kind once. "extras" (rank 0's shard) holds
 the registered state outside the VPS, as a checkpoint does: param groups, per-parameter steps,
-buffers, LR schedulers registered with job.register_scheduler() (extras registered with
-per_rank=True are not included). Loading checks the whole set
+buffers, LR schedulers registered with job.register_scheduler(); an extra registered with
+per_rank=True as the list of every rank's value; values a resume loaded that are not registered
+yet, as they are). An extra whose get() fails is the same exception on every rank. Loading checks the whole set
 first (every saved rank present once, one save, the same tensors and shapes, every element of
 this rank's state covered) and writes nothing unless all of it is right; a refusal is the same
 exception on every rank.
@@ -25,7 +26,7 @@ from typing import Any, Dict, Iterable, List, Tuple
 
 import torch
 
-from ._checkpoint import _on_every_rank
+from ._checkpoint import _extras_to_save, _on_every_rank
 
 FORMAT = "dynatrain-sharded-1"
 Box = Tuple[Tuple[int, ...], Tuple[int, ...]]
@@ -54,13 +55,13 @@ def save(job) -> Dict[str, Any]:
             for box in boxes:
                 first.setdefault(box, rank)
         rank0 = m.comm.rank == 0
-        extras = {name: get() for name, (get, _, per_rank) in m._extra.items() if not per_rank} if rank0 else None
+        extras = _extras_to_save(m)  # collective; {} off rank 0
         step = m.comm.bcast(m.step if rank0 else None, root=0)
     pieces = [dict(name=n, kind=k, lo=lo, hi=hi, data=v.clone()) for n, k, lo, hi, v in mine
               if first[(n, k, lo, hi)] == m.comm.rank]
     return {"format": FORMAT, "rank": m.comm.rank, "processes": m.comm.size, "layout": m.config["config"],
             "step": step, "tensors": {n: tuple(m.global_shape(n)) for n in m.names}, "pieces": pieces,
-            "extras": extras}
+            "extras": extras if rank0 else None}
 
 
 def _checked(m, shards: List[Dict[str, Any]]) -> Dict[str, Any]:

@@ -4,7 +4,7 @@ sleeping or waiting in another collective) would leave the others waiting in MPI
     with watchdog.guard("Manager.switch to 'tp=4'", seconds):
         ...collective calls...
 
-One daemon thread per process, idle until armed. On expiry it prints `dynatrain: rank R: no
+One daemon thread per process, idle until armed. On expiry it prints `dynatrain: error: rank R: no
 progress for T s in <what>; ...` and ends the job with MPI.COMM_WORLD.Abort(3). Guards nest:
 the outermost one's deadline applies. The thread needs the GIL only at expiry; every blocking
 call it watches (mpi4py's, the native switch) releases it.
@@ -17,7 +17,6 @@ slow but working peer never trips it). watchdog_s=0 (or DT_WATCHDOG_S=0) turns i
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from typing import Optional

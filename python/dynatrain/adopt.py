@@ -25,9 +25,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import (Manager, _attention, _c10d, _clip, _habits, _interrupt, _lend, _notice, _recover, _sharded,
-               _zero3, tp)
-from ._agree import agree, together
+from . import (Manager, _attention, _c10d, _clip, _experts, _habits, _interrupt, _lend, _notice, _recover, _redundancy,
+               _sharded, _zero3, tp)
+from ._agree import agree, agree_together, together
 from ._describe import Description, describe
 from ._grads import GradBuffers
 from ._step import ShardedStep
@@ -36,7 +36,8 @@ from ._state_dict import StateDicts, persistent_buffers, put_buffers
 
 __all__ = ["adopt", "describe", "Job", "SUPPORTED_LAYOUT"]
 
-SUPPORTED_LAYOUT = "tp, dp and zero=0/1/2/3 in any combination (pp=1, cp=1, ep=1, etp=1)"
+SUPPORTED_LAYOUT = ("tp, dp and zero=0/1/2/3 in any combination, ep and etp (dividing tp) with an 'experts' "
+                    "MoE block (pp=1, cp=1)")
 _DEFAULTS = {"tp": 1, "cp": 1, "dp": 1, "pp": 1, "ep": 1, "etp": 1, "zero": 1}
 _EXTRA = "dynatrain.adopt.optimizer"  # carried optimizer state outside the VPS
 _habits.patch_clipping()  # torch.nn.utils.clip_grad_norm_ / clip_grad_value_ on adopted parameters
@@ -57,15 +58,16 @@ def _sizes(layout: str) -> Dict[str, int]:
 def check_layout(layout: str, sizes: Optional[Dict[str, int]] = None) -> None:
     """ValueError naming `layout` when adoption cannot run it."""
     s = sizes or _sizes(layout)
-    bad = [f"{k}={s[k]}" for k in ("pp", "cp", "ep", "etp") if s[k] > 1]
+    bad = [f"{k}={s[k]}" for k in ("pp", "cp") if s[k] > 1]
     if bad:
         raise ValueError(f"layout '{layout}': an adopted model does not run {', '.join(bad)}; valid: {SUPPORTED_LAYOUT}")
 
 
-def _check_layout_for(layout: str, attrs) -> None:
-    """check_layout() and this model's tp_attrs (each divisible by the layout's tp)."""
+def _check_layout_for(layout: str, attrs, blocks) -> None:
+    """check_layout(), this model's tp_attrs (each divisible by the layout's tp) and MoE blocks."""
     check_layout(layout)
     _attention.check_tp_attrs(attrs, _sizes(layout)["tp"], layout)
+    _experts.check_layout(layout, _sizes(layout), blocks)
 
 
 def _broadcast(comm, t: torch.Tensor) -> torch.Tensor:
@@ -116,6 +118,9 @@ class Job(_lend.PhaseShifts, ShardedStep):
             vocab = getattr(module, "out_features", 0)  # a head's logits keep the width it was built with
             tp.install(module, style, lambda v=vocab: (self.manager.group("tp"), v))
         self._folds, self._attrs = described.folds, described.attrs  # fused q/k/v shapes; tp_attrs
+        self._blocks, self._names_of = described.blocks, described.names_of()  # MoE blocks (_experts.py)
+        self._plain_groups = described.plain_groups  # the param groups as the plain optimizer holds them
+        _experts.install(self._blocks, self)
         _attention.install_tp_attrs(self._attrs, lambda: self.manager.config["tp"])
         _habits.install_grad_hooks(self, self._params)
         _habits.install_forward_hook(self, model)
@@ -245,8 +250,9 @@ class Job(_lend.PhaseShifts, ShardedStep):
         tp x dp ranks every element counts once: split over tp, each tp rank its own; sharded over
         dp (zero>=2; expert shards span tp too), each rank its own; else the replica on rank 0."""
         c = self.manager.config
-        if self._grads.sharded and self._expert[name]:
-            return True
+        if self._expert[name]:  # over etp x ep x edp: etp like tp, edp like dp
+            return (self._split[name] != "replicated" or c["etp_rank"] == 0) and (self._grads.sharded or
+                                                                                  c["edp_rank"] == 0)
         tp_unique = self._split[name] != "replicated"
         return (tp_unique or c["tp_rank"] == 0) and (self._grads.sharded or c["dp_rank"] == 0)
 
@@ -282,6 +288,7 @@ class Job(_lend.PhaseShifts, ShardedStep):
         if self._notices is not None:
             self._notices.at_boundary(self, self._runs)
         _interrupt.arm(_recover.enabled(m))
+        _redundancy.refresh(m)  # the copies of this step's state, held on other nodes
 
     def _runs(self, layout: str) -> bool:
         """Whether this job can train in `layout` on its processes (a notice's survivor layout)."""
@@ -421,9 +428,14 @@ class Job(_lend.PhaseShifts, ShardedStep):
                 return {"config": m.config["config"], "joined": True}
         self._check(layout)
         _lend.refuse_while_lent(self, "job.switch()")
-        together(m.comm, "job.switch(): no step in progress", self._refuse_unfinished_step)
-        agree(m.comm, "job.switch(): the optimizer's hyperparameters (param groups)",
-              hyperparameters(self.optimizer, {id(p): n for n, p in self._params}))
+        return self._switch(layout, vacate, keep_processes, zero_grads)
+
+    def _switch(self, layout: str, vacate, keep_processes: bool, zero_grads: bool) -> Dict[str, Any]:
+        """switch() past its refusals of a joining process and of lent processes (job.reclaim())."""
+        m = self.manager
+        agree_together(m.comm, "job.switch(): the optimizer's hyperparameters (param groups)",
+                       hyperparameters(self.optimizer, {id(p): n for n, p in self._params}),
+                       "job.switch(): no step in progress", self._refuse_unfinished_step)
         before = {name: tuple(p.shape) for name, p in self._params}
         label = f"job.switch {self._switches + 1} ({self._last_config} -> {layout})"
         _habits.retire_accumulators(self._params, label)
@@ -441,7 +453,7 @@ class Job(_lend.PhaseShifts, ShardedStep):
         return stats
 
     def _check(self, layout: str) -> None:
-        _check_layout_for(layout, self._attrs)
+        _check_layout_for(layout, self._attrs, self._blocks)
 
     def _refuse_unfinished_step(self) -> None:
         if self.backward_ran:
@@ -492,8 +504,9 @@ def _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_
         _habits.refuse_adopted(model, optimizer)
         described = describe(model, plan, pipeline, vocab_divisible_by=vocab_divisible_by, tp_attrs=tp_attrs)
         spec = spec_of(optimizer)
-        _check_layout_for(layout, described.attrs)
-        hyperparameters(optimizer, {id(p): n for n, p in described.params})
+        _check_layout_for(layout, described.attrs, described.blocks)
+        hyperparameters(optimizer, described.names_of())
+        _experts.optimizer_groups(optimizer, described.blocks)
         out = described, spec
     except ValueError as e:
         error = str(e)
@@ -507,7 +520,8 @@ def _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_
 def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, comm=None, *,
           pipeline: Optional[str] = None, resume=None, bucket_elems: int = 40_000_000,
           mem_budget: int = 256 << 20, vocab_divisible_by: int = 128, notice_signal: Optional[str] = "TERM",
-          notice_s: float = 30.0, notice_save=None, tp_attrs: Optional[Dict[str, List[str]]] = None) -> Job:
+          notice_s: float = 30.0, notice_save=None, tp_attrs: Optional[Dict[str, List[str]]] = None,
+          redundancy: Optional[int] = None) -> Job:
     """Collective: trains `model` and `optimizer` (Adam, AdamW or SGD) on DynaTrain's state in
     `layout`, tensor-parallel as `plan` says (glob over module / parameter names -> column, row,
     vocab, replicated, expert, attention, qkv; tp_attrs: module glob -> integer attributes its
@@ -517,11 +531,13 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
     model and optimizer objects stay the user's and keep working after every job.switch().
     notice_signal (TERM, USR1, USR2, HUP; None: off) to one process vacates it at the next step
     boundary, notice_s seconds before it is gone; to every process, it saves into notice_save
-    (when given) and ends the job (_notice.py, docs/python.md "Notices")."""
+    (when given) and ends the job (_notice.py, docs/python.md "Notices"). redundancy=2 (default:
+    DYNATRAIN_REDUNDANCY, else 1): each process also keeps a copy of a process's state on another
+    node, refreshed after every step, so a lost node is recovered in place (_redundancy.py)."""
     comm = _c10d.resolve(comm)  # None: torch.distributed's default group when initialised, else MPI.COMM_WORLD
     described, spec = _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by,
                                             tp_attrs)
-    names_of = {id(p): n for n, p in described.params}
+    names_of = described.names_of()
     settings = [layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume is not None, notice_signal,
                 notice_s, notice_save is not None]
     agree(comm, "adopt(): the model description (names, shapes, dtypes, plan splits)", described.summary())
@@ -530,6 +546,8 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
     agree(comm, "adopt(): layout, pipeline, bucket_elems, mem_budget, vocab_divisible_by, resume, notices", settings)
     kwargs = _manager_kwargs(resume, spec.states(described.dtype == torch.bfloat16), described.dtype, bucket_elems,
                              mem_budget)
+    kwargs["redundancy"] = redundancy
+    described.plain_groups = _experts.replace_in_optimizer(optimizer, described.blocks)  # stacked expert tensors
     manager = Manager(comm, described.model, layout, **kwargs)
     c = manager.config
     check_layout(c["config"], {k: c[k] for k in _DEFAULTS})  # a resumed or joined job's layout too
@@ -544,4 +562,6 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
         if not (joined or getattr(manager, "resumed", False)):
             job._load_initial()
         job._bind()
+        if not joined:  # a joined process refreshes with the others at the end of their step
+            _redundancy.refresh(manager)  # the copies of the first step's state
     return job

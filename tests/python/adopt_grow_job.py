@@ -43,6 +43,24 @@ def train(model, optimizer, data):
     return loss
 
 
+def beside_plain(job, model, optimizer, plain, plain_opt, scheduler, plain_sched, before):
+    """Trains the job and the plain copy; yields (step, lr_ok, loss_ok) for every step this process
+    trains (a joined process replays only the plain run up to the job's step). before(step), at
+    each trained step first (its switch), returns whether its own checks passed."""
+    for step in range(STEPS):
+        data = batch(step, 8, DIMS["vocab"], DIMS["seq"])
+        trains = step >= job.step
+        if trains:
+            ok = before(step)
+            lr_ok = ok and [g["lr"] for g in optimizer.param_groups] == [g["lr"] for g in plain_opt.param_groups]
+            got = job.average(train(model, optimizer, job.local_batch(data))).item()
+        want = train(plain, plain_opt, data).item()
+        plain_sched.step()
+        if trains:
+            scheduler.step()
+            yield step, lr_ok, abs(got - want) <= 1e-5 * abs(want)
+
+
 def main():
     torch.manual_seed(0)
     model = GPT(**DIMS)
@@ -53,22 +71,16 @@ def main():
     scheduler, plain_sched = warmup_cosine(optimizer), warmup_cosine(plain_opt)  # from epoch 0, as a script does
     job.register_scheduler(scheduler)  # in a joined process: the job's scheduler state and lr, now
     joined = bool(job.manager.joined)
-    for step in range(STEPS):
-        data = batch(step, 8, DIMS["vocab"], DIMS["seq"])
-        trains = step >= job.step  # a joined process replays only the plain run up to the job's step
-        if trains:
-            if step in SCHEDULE:
-                job.switch(SCHEDULE[step])  # Leaving ends the processes the shrink lets go
-            lr_ok = [g["lr"] for g in optimizer.param_groups] == [g["lr"] for g in plain_opt.param_groups]
-            lr_ok = lr_ok and model.steps_seen.item() == step  # a joined process gets the job's buffer
-            model.steps_seen += 1
-            got = job.average(train(model, optimizer, job.local_batch(data))).item()
-        want = train(plain, plain_opt, data).item()
-        plain_sched.step()
-        if trains:
-            scheduler.step()
-            print(f"step {step} rank {job.rank} of {job.manager.comm.size} joined {joined} lr_ok {lr_ok} "
-                  f"loss_ok {abs(got - want) <= 1e-5 * abs(want)}", flush=True)
+
+    def before(step: int) -> bool:
+        if step in SCHEDULE:
+            job.switch(SCHEDULE[step])  # Leaving ends the processes the shrink lets go
+        ok = model.steps_seen.item() == step  # a joined process gets the job's buffer
+        model.steps_seen += 1
+        return ok
+    for step, lr_ok, loss_ok in beside_plain(job, model, optimizer, plain, plain_opt, scheduler, plain_sched, before):
+        print(f"step {step} rank {job.rank} of {job.manager.comm.size} joined {joined} lr_ok {lr_ok} "
+              f"loss_ok {loss_ok}", flush=True)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@
               zero 0 -> 1 -> 2) beside a plain single-process copy: every step's loss within
               1e-5 relative, and every state element (params, grads, moments) equal before and
               after each switch; the bound parameters are the Manager's views.
-  refusals  what cannot run here raises ValueError on every rank before anything moves (a grow and
-            its prepare: MPI; a vacate of global rank 0, the store's host, or of a rank outside),
+  refusals  what cannot run here raises ValueError on every rank before anything moves (a grow with
+            a vacate list, and its prepare; a vacate of global rank 0, the store's host, or of a
+            rank outside; the grows themselves are test_c10d_grow.py's),
             a disagreement raises on every rank, the state stays the oracle's, elastic=False
             leaves surplus ranks idle; the job then exits 0.
   shrink    (4 processes) tp=2,dp=2 -> vacate ranks 1, 2 into tp=2 -> shrink to tp=1 -> zero=0:
@@ -144,8 +145,9 @@ def refusals(size: int) -> None:
     m = dynatrain.Manager(None, "tiny-dense", cfg, bucket_elems=70_001)
     fill_oracle(m)
     first = m.config["config"]
-    raises_everywhere("grow", lambda: m.switch(f"dp={2 * size}"), "needs MPI")
-    raises_everywhere("prepare of a grow", lambda: m.prepare(f"dp={2 * size}"), "needs MPI")
+    both = "either grows (joins processes) or vacates"
+    raises_everywhere("grow with a vacate list", lambda: m.switch(f"dp={2 * size}", vacate=[1]), both)
+    raises_everywhere("prepare of a grow with a vacate list", lambda: m.prepare(f"dp={2 * size}", vacate=[1]), both)
     raises_everywhere("vacate of the store's host", lambda: m.switch(cfg, vacate=[0]), "hosts the store and cannot leave")
     raises_everywhere("vacate of a rank outside", lambda: m.switch(cfg, vacate=[size]), f"cannot vacate rank {size}")
     mine = "tp=2" if dist.get_rank() == 0 else "dp=2"

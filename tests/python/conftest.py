@@ -3,6 +3,7 @@
 collective calls match). PYTHONPATH must reach build/python (tests/python/CMakeLists.txt sets it)."""
 import os
 import pathlib
+import subprocess
 import sys
 
 import pytest
@@ -26,6 +27,16 @@ def pytest_runtest_logreport(report):
 @pytest.fixture
 def world():
     return MPI.COMM_WORLD
+
+
+def run_example(cmd, timeout: float) -> str:
+    """stdout of an examples/ script (or an mpirun of one) that must succeed."""
+    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", PMIX_MCA_gds="hash",
+               OMPI_MCA_orte_allowed_exit_without_sync="1")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO / "examples")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "RuntimeWarning" not in done.stderr, done.stderr  # e.g. memory of a layout pinned past its switch
+    return done.stdout
 
 
 def cli_path() -> pathlib.Path:

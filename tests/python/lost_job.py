@@ -2,17 +2,23 @@
 process is killed (test_notice.py, bench/c10d_recovery.py):
 
   lost_job.py LAYOUT STEP RANK   the process holding RANK SIGKILLs itself before step STEP
-                                 (LOST_HOW=raise: raises RuntimeError instead)
+                                 (LOST_HOW=raise: raises RuntimeError instead; RANK may be a
+                                 list "2,3"; LOST_WHEN=backward: after the step's backward)
+
+LOST_NODES=N fakes N nodes of equal size (DYNATRAIN_NODE from RANK: ranks 0,1 | 2,3 for 4 on 2).
 
 Each process prints `start pid P`; the killed one `kill at T` (wall clock) just before; after
 each optimizer.step() that counted its step, every process of tp rank 0 prints `loss step S rank R of D
 value V pid P config C` (V: its local batch's loss; the step's loss is the mean over its D
 ranks), and after one that recovered, rank 0 prints `resumed at T`. Each survivor ends with
 `end pid P gone G` (G: the start pids whose process is gone). notice_job.plain_losses() is the
-uninterrupted run. LOST_DIMS (JSON) changes the model's sizes (bench/c10d_recovery.py); with
+uninterrupted run. LOST_DIMS (JSON) changes the model's sizes (bench/c10d_recovery.py), LOST_STEPS
+the steps; with
 LOST_BENCH=1 rank 0 ends with `bench ...`: the recovery's figures and, measured in the same run,
 the bare exchange of the bytes it moved over the survivors' group and a warm copy of this
-process's state (what the engine's keeps copy)."""
+process's state (what the engine's keeps copy); before it `setup state B {redundancy stats}`
+after adoption and `steps S:T ...` (wall clock after each counted step) at the end
+(bench/copy_bench.py)."""
 import json
 import os
 import signal
@@ -26,6 +32,16 @@ from notice_job import (DIMS, GLOBAL_BATCH, PLAN, STEPS, batch, gone_at_end, los
 
 
 DIMS.update(json.loads(os.environ.get("LOST_DIMS", "{}")))
+STEPS = int(os.environ.get("LOST_STEPS", STEPS))  # bench/copy_bench.py's longer runs
+if os.environ.get("LOST_NODES"):
+    _per_node = int(os.environ["WORLD_SIZE"]) // int(os.environ["LOST_NODES"])
+    os.environ["DYNATRAIN_NODE"] = f"node{int(os.environ['RANK']) // _per_node}"
+
+
+def kill_here(job, when, step, ranks, recoveries):
+    """Whether this process ends itself now (at `when`: before or backward)."""
+    return os.environ.get("LOST_WHEN", "before") == when and job.step == int(step) and \
+        job.rank in [int(r) for r in ranks.split(",")] and recoveries == 0
 
 
 def say(line):
@@ -52,9 +68,13 @@ def main(layout, step, rank):
     say(f"start pid {os.getpid()}")
     model, optimizer = model_and_optimizer()
     job = dynatrain.adopt(model, optimizer, PLAN, layout, pipeline="blocks", vocab_divisible_by=8, bucket_elems=3000)
-    recoveries = 0
+    if job.rank == 0 and job.manager.redundancy_stats()["redundancy"] == 2:
+        say(f"copies {job.manager.redundancy_stats()}")
+    if os.environ.get("LOST_BENCH") and job.rank == 0:
+        say(f"setup state {job.manager._state_bytes()} {json.dumps(job.manager.redundancy_stats())}")
+    recoveries, ends = 0, []  # ends: (step, wall seconds) after each counted step (LOST_BENCH)
     while job.step < STEPS:
-        if job.step == int(step) and job.rank == int(rank) and recoveries == 0:
+        if kill_here(job, "before", step, rank, recoveries):
             if os.environ.get("LOST_HOW") == "raise":
                 raise RuntimeError(f"failed on purpose before step {job.step}")
             say(f"kill at {time.time():.6f}")
@@ -63,8 +83,13 @@ def main(layout, step, rank):
         optimizer.zero_grad()
         loss = loss_of(model, job.local_batch(batch(job.step, GLOBAL_BATCH, DIMS["vocab"], DIMS["seq"])))
         loss.backward()
+        if kill_here(job, "backward", step, rank, recoveries):
+            say(f"kill at {time.time():.6f}")
+            os.kill(os.getpid(), signal.SIGKILL)
         optimizer.step()
         c = job.config
+        if job.step > before:
+            ends.append((before, time.perf_counter()))
         if job.step > before and c["tp_rank"] == 0:  # an interrupted step's loss means nothing
             say(f"loss step {before} rank {c['dp_rank']} of {c['dp']} value {loss.item():.9f} pid {os.getpid()} "
                   f"config {c['config']}")
@@ -83,7 +108,9 @@ def main(layout, step, rank):
         if job.rank == 0:
             say(f"bench state {job.manager._state_bytes()} pause {r['pause_seconds']:.4f} agree "
                   f"{r['agree_seconds']:.4f} groups {r['groups_seconds']:.4f} engine {r['engine_seconds']:.4f} "
-                  f"received {r['max_rank_bytes_received']} bare {bare:.4f} copy {copy:.4f}")
+                  f"received {r['max_rank_bytes_received']} bare {bare:.4f} copy {copy:.4f} copies {r['copies']}")
+    if os.environ.get("LOST_BENCH") and job.rank == 0:
+        say("steps " + " ".join(f"{s}:{t:.4f}" for s, t in ends))
     say(f"end pid {os.getpid()} gone {gone_at_end(job, pids)}")
 
 

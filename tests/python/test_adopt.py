@@ -131,10 +131,12 @@ def test_adopt_refuses_optimizers_and_layouts(world):
         adopt(model, torch.optim.RMSprop(model.parameters()), "tp=1")
     with pytest.raises(ValueError, match=r"torch.optim.Adam\(amsgrad=True\) is not supported"):
         adopt(model, torch.optim.Adam(model.parameters(), amsgrad=True), "tp=1")
-    for layout, bad in (("pp=2", "pp=2"), ("tp=1,cp=2", "cp=2"), ("ep=2", "ep=2")):
+    for layout, bad in (("pp=2", "pp=2"), ("tp=1,cp=2", "cp=2")):
         with pytest.raises(ValueError, match=f"layout '{layout}': an adopted model does not run {bad}; "
                                              "valid: tp, dp and zero=0/1/2/3"):
             adopt(model, torch.optim.AdamW(model.parameters()), layout)
+    with pytest.raises(ValueError, match="layout 'ep=2': ep=2, etp=1 need an MoE block under the plan style 'experts'"):
+        adopt(model, torch.optim.AdamW(model.parameters()), "ep=2")
     with pytest.raises(ValueError, match="tp=3"):  # the Manager's own check, on every rank
         adopt(model, torch.optim.AdamW(model.parameters()), "tp=3")
     other = small_gpt()

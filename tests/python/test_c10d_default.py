@@ -1,7 +1,7 @@
 """Which communicator a Manager takes (one process; the multi-process jobs on torch.distributed
 are c10d_job.py under `dynatrain launch`): with torch.distributed initialised, comm=None is its
-default group and an explicit mpi4py comm still wins; the processes of a torch.distributed
-Manager are fixed."""
+default group and an explicit mpi4py comm still wins; a grow there needs the job's store to be a
+TCPStore (processes join through it: test_c10d_grow.py)."""
 import pytest
 import torch.distributed as dist
 from mpi4py import MPI
@@ -37,10 +37,11 @@ def test_comm_none_is_the_default_group_and_an_explicit_comm_wins(torch_world):
         dynatrain.Manager(other, "tiny-dense", "tp=1")
 
 
-def test_a_switch_needing_more_processes_says_it_needs_mpi(torch_world):
+def test_a_switch_needing_more_processes_needs_a_tcp_store(torch_world):
     m = dynatrain.Manager(None, "tiny-dense", "tp=1", bucket_elems=70_001)
     fill_oracle(m)
-    with pytest.raises(ValueError, match="needs 2 processes, the torch.distributed world has 1: .*needs MPI"):
+    with pytest.raises(ValueError, match="needs 2 processes, the torch.distributed world has 1: joining processes "
+                                         "needs the TCPStore .* this job's store is FileStore"):
         m.switch("dp=2")
     with pytest.raises(ValueError, match=r"vacate=\[0\]: the process of torch.distributed global rank 0 hosts the store"):
         m.switch("tp=1", vacate=[0])

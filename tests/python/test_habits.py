@@ -328,6 +328,7 @@ def test_a_sharded_state_dict_loads_into_another_layout_and_process_count(world,
     job = adopt(model, optimizer, [c for c in cfgs if "zero=2" in c][-1])  # grads and moments sharded over dp
     sched = warmup_cosine(optimizer)
     job.register_scheduler(sched)
+    job.register("seen", lambda: 10 + world.rank, lambda v: None, per_rank=True)  # every rank's value, saved
     for step in range(3):
         step_both(job, (plain_run(0)[:2], (model, optimizer)), step)  # (the plain side is discarded)
         sched.step()
@@ -340,7 +341,10 @@ def test_a_sharded_state_dict_loads_into_another_layout_and_process_count(world,
     job2 = adopt(model2, opt2, cfgs[-1])  # another layout (tp=SIZE, zero=0), every process
     sched2 = warmup_cosine(opt2)
     job2.register_scheduler(sched2)  # registered before the load: the load sets it
+    seen = []
+    job2.register("seen", lambda: None, seen.append, per_rank=True)
     job2.load_sharded_state_dict(shards)
+    assert seen == [[10 + r for r in range(SIZE)]]
     resumed_steps(job2, model2, opt2, sched2, 3)
     with pytest.raises(ValueError, match=rf"the shards of one save of {SIZE} processes at step 3 are ranks "
                                          rf"0..{SIZE - 1} once each; got ranks \[0, 0\]"):

@@ -67,7 +67,7 @@ def test_models_that_differ_raise_on_every_rank():
 
 def test_exception_in_the_loop_on_one_rank_ends_the_job():
     rc, out = run_case("error_in_loop")
-    assert rc == 1 and "dynatrain: rank 1: RuntimeError: boom in the training loop" in out, out
+    assert rc == 1 and "dynatrain: error: rank 1: RuntimeError: boom in the training loop" in out, out
     assert "Traceback" in out
 
 
@@ -82,7 +82,7 @@ def test_getter_raising_raises_on_every_rank_before_anything_moves():
 
 def test_silent_peer_is_caught_by_the_watchdog():
     rc, out = run_case("silent_peer", 2, {"DT_WATCHDOG_S": "60"})  # the switch's deadline is 2 s (watchdog_s)
-    assert rc == 3 and "dynatrain: rank 0: no progress for 2 s in Manager.switch to 'tp=2,dp=1'" in out, out
+    assert rc == 3 and "dynatrain: error: rank 0: no progress for 2 s in Manager.switch to 'tp=2,dp=1'" in out, out
 
 
 # ---- in-process ----

@@ -10,7 +10,7 @@ import pytest
 import torch
 from mpi4py import MPI
 
-from lend_common import DIMS, GPT, batch, train_step, whole
+from lend_common import DIMS, GPT, batch, loss_of, train_step, whole
 from lend_common import adopted as adopted_on
 
 pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size not in (2, 4), reason="runs under mpirun -np 2 and 4")
@@ -73,8 +73,14 @@ def test_lend_refusals_move_nothing(world):
         job.switch("tp=1")
     with pytest.raises(ValueError, match=r"job.lend\(\) while processes"):
         job.lend(1)
+    if job.active:  # a reclaim refused between backward() and the step leaves the processes lent
+        loss_of(model, job.local_batch(batch(0, 8, DIMS["vocab"], DIMS["seq"]))).backward()
+    with pytest.raises(ValueError, match=r"between backward\(\) and optimizer.step\(\)"):
+        job.reclaim()
+    assert job.lent == list(range(size - size // 2, size)) and job.config["world_size"] == size - size // 2
+    optimizer.step()
     job.reclaim()
-    assert job.config["world_size"] == size and job.active
+    assert job.config["world_size"] == size and job.active and job.lent == []
 
 
 def holds(extra, weights):
@@ -88,11 +94,11 @@ def test_refit_copies_the_weights_into_an_inference_layout_on_the_lent_processes
     n = world.size // 2
     infer = "tp=2" if world.size == 4 else "tp=1"
     tokens = batch(5, 4, DIMS["vocab"], DIMS["seq"])[:, :-1]
-    reader = GPT(**DIMS)
+    reader, module = GPT(**DIMS), GPT(**DIMS)
     for round_ in range(2):
         job.lend(n)
         before = whole(job)
-        weights = job.refit(infer, GPT(**DIMS) if round_ == 0 else weights.module)
+        weights = job.refit(infer, module)  # round 1: the same module, a refresh of the copy
         assert weights.ranks == job.lent == list(range(world.size - n, world.size))
         assert weights.active == (world.rank >= world.size - n)
         assert all(torch.equal(before[k], v) for k, v in whole(job).items())  # the training state is only read
@@ -108,8 +114,27 @@ def test_refit_copies_the_weights_into_an_inference_layout_on_the_lent_processes
             with torch.no_grad():
                 assert torch.allclose(weights.module(tokens), reader(tokens), rtol=1e-5, atol=1e-6)
             assert all(not p.requires_grad for p in weights.module.parameters())
+        if round_ == 0:  # a bf16 copy onto the lent processes: cast by the senders, bf16 on the link
+            half = job.refit(infer, GPT(**DIMS), dtype=torch.bfloat16)
+            assert_bf16_copy(half, before, stats)
+            half.release()
         job.reclaim()
         train_step(job, model, optimizer, plain, plain_opt, 1 + round_)
+
+
+def assert_bf16_copy(half, full, fp32_stats, moved="max_rank_bytes_received"):
+    """A bf16 copy of the fp32 weights `full`: every element is its fp32 value cast to bf16 (round to
+    nearest even, as torch), the module's parameters view the copy, half the fp32 copy's bytes
+    `moved` (received, or kept where every process holds its part already)."""
+    for name, value in full.items():
+        assert torch.equal(half.manager.gather(name, "param"), value.to(torch.bfloat16)), name
+    views = half.manager.tensors("param") if half.active else {}
+    for name, p in half.module.named_parameters():
+        assert p.dtype == torch.bfloat16, name
+        if half.active:
+            assert p.data_ptr() == views[name].data_ptr(), name  # no cast on arrival: the copy itself
+    got, fp32 = half.last_stats[moved], fp32_stats[moved]
+    assert 2 * got == fp32 > 0, (got, fp32)
 
 
 def test_refit_onto_every_process_and_its_refusals(world):
@@ -121,10 +146,8 @@ def test_refit_onto_every_process_and_its_refusals(world):
     assert holds(job.manager.pool_stats()["live_bytes"] - training - weights.manager._state_bytes(), weights)
     for name, full in whole(job).items():
         assert torch.equal(weights.manager.gather(name, "param"), full), name
-    half = job.refit(infer, GPT(**DIMS), dtype=torch.bfloat16)  # moved in fp32, cast on arrival
-    views = half.manager.tensors("param")
-    for name, p in half.module.named_parameters():
-        assert p.dtype == torch.bfloat16 and torch.equal(p, views[name].to(torch.bfloat16)), name
+    half = job.refit(infer, GPT(**DIMS), dtype=torch.bfloat16)  # each process casts its own part
+    assert_bf16_copy(half, whole(job), weights.last_stats, "bytes_kept")
     with pytest.raises(ValueError, match="differ from the job's model"):
         job.refit(infer, GPT(**dict(DIMS, ffn=64)))
     with pytest.raises(ValueError, match="distinct world ranks"):

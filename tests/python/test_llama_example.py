@@ -1,10 +1,9 @@
 """examples/llama_adopted.py (a Llama-style model with AdamW decay / no-decay groups, clipping,
 warmup + cosine SequentialLR and a checkpoint, adopted) against examples/llama_plain.py (the same
-script in one plain process): dp -> tp -> zero=2 -> grown to 4 processes (tp=2,dp=2) -> shrunk to
-2 -> saved, then resumed from that checkpoint on 4 processes in another layout. Every loss within
+script in one plain process): dp -> tp -> zero=2 -> zero=3 -> grown to 4 processes (tp=2,dp=2,zero=3)
+-> shrunk to 2 -> saved, then resumed from that checkpoint on 4 processes in another layout (zero=3). Every loss within
 1e-5 of plain torch and the learning rate equal at every step; the two scripts differ by the lines
 docs/python.md counts."""
-import os
 import re
 import shutil
 import subprocess
@@ -13,7 +12,7 @@ import sys
 import pytest
 from mpi4py import MPI
 
-from conftest import REPO
+from conftest import REPO, run_example
 
 EXAMPLES = REPO / "examples"
 STEP = re.compile(r"^step +(\d+) +loss (\S+) +lr (\S+)$", re.M)
@@ -21,11 +20,7 @@ pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="starts its own 
 
 
 def run(cmd):
-    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", PMIX_MCA_gds="hash",
-               OMPI_MCA_orte_allowed_exit_without_sync="1")
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=EXAMPLES)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return {int(s): (float(loss), lr) for s, loss, lr in STEP.findall(done.stdout)}
+    return {int(s): (float(loss), lr) for s, loss, lr in STEP.findall(run_example(cmd, 240))}
 
 
 def mpirun(np, *args):
@@ -37,8 +32,8 @@ def test_adopted_llama_through_switches_a_grow_a_shrink_and_a_resume_equals_plai
     plain = run([sys.executable, "llama_plain.py", "--steps", "12"])
     ckpt = str(tmp_path / "llama.pt")
     first = mpirun(2, "--save", ckpt, "--save-at", "9", "--schedule",
-                   "0:dp=2,zero=0;2:tp=2;4:dp=2,zero=2;5:tp=2,dp=2;7:dp=2")  # 5: grown to 4, 7: shrunk to 2
-    resumed = mpirun(4, "--resume", ckpt, "--schedule", "0:tp=2,dp=2;10:dp=4,zero=2")
+                   "0:dp=2,zero=0;2:tp=2;3:dp=2,zero=2;4:dp=2,zero=3;5:tp=2,dp=2,zero=3;7:dp=2")  # 5: grown, 7: shrunk
+    resumed = mpirun(4, "--resume", ckpt, "--schedule", "0:tp=2,dp=2,zero=3;10:dp=4,zero=2")
     assert sorted(plain) == sorted(first) == list(range(12)) and sorted(resumed) == list(range(9, 12))
     for got in (first, resumed):
         for step, (loss, lr) in got.items():

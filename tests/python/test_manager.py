@@ -4,10 +4,10 @@ fixed set of processes (elastic=False: smaller layouts leave ranks idle; pytest 
 script a grow starts, so process-count changes are in test_elastic.py)."""
 import pytest
 import torch
-from mpi4py import MPI
+from mpi4py import MPI  # noqa: F401  (MPI is initialised before dynatrain)
 
 import dynatrain
-from conftest import box_indices, fill_oracle, oracle_mismatches
+from conftest import fill_oracle, oracle_mismatches
 
 # Layouts visited in order; those needing more ranks than the job has are skipped.
 SCHEDULES = {

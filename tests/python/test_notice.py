@@ -178,7 +178,7 @@ def test_exception_on_one_rank_under_plain_launch_ends_with_its_one_line(monkeyp
     rc, out, err = lost("tp=1,dp=4,zero=0", 2, launch=())
     assert rc == 1, out + err
     lines = [line for line in err.splitlines() if line.startswith("dynatrain:")]
-    assert lines == ["dynatrain: rank 2: RuntimeError: failed on purpose before step 3"], err
+    assert lines == ["dynatrain: error: rank 2: RuntimeError: failed on purpose before step 3"], err
     assert err.count("Traceback") == 1, err  # the failed rank's; the others were ended, silent
     assert "recovery:" not in out and "notice:" not in out and "end pid" not in out, out
     assert sorted(int(s) for s, *_ in LOCAL_LOSS.findall(out)) == sorted(list(range(3)) * 4), out
@@ -213,8 +213,9 @@ def recovered_in_place(layout, rank, into):
     assert len(starts) == 4 and len(killed) == 1 and sorted(ends) == sorted(set(starts) - killed), out
     for gone in ends.values():  # the survivors kept their pids; only the killed process is gone
         assert [int(g) for g in gone.split(",") if g.strip()] == sorted(killed), out
-    assert re.search(rf"recovery: lost rank {rank} \(global {rank}\) of 4; {into} on 3 processes after a "
-                     r"\S+ s pause; step 3 again\n", out), out
+    node = re.escape(os.uname().nodename)  # one machine: a process of its node, not the whole node
+    assert re.search(rf"recovery: lost rank {rank} \(global {rank}\) on node {node} of 4; {into} on 3 processes "
+                     r"after a \S+ s pause; step 3 again\n", out), out
     assert out.count("recovery:") == 1, out
     lines = [line for line in err.splitlines() if line.startswith("dynatrain:")]
     assert len(lines) == 1 and "ended by SIGKILL (killed?); the other ranks go on (--keep-going)" in lines[0], err
@@ -225,7 +226,7 @@ def test_lost_process_whose_state_no_survivor_holds_is_refused_with_one_line():
     assert rc == 1, out + err
     lines = [line for line in err.splitlines() if line.startswith("dynatrain: error:") and "launch:" not in line]
     assert len(lines) == 1, err
-    assert re.fullmatch(r"dynatrain: error: lost rank 2 \(global 2\) of 4: no surviving process holds \S+ "
+    assert re.fullmatch(r"dynatrain: error: lost rank 2 \(global 2\) on node \S+ of 4: no surviving process holds \S+ "
                         r"exp_avg/exp_avg_sq \[.* of tp=1,pp=1,dp=4,zero=1: the lost processes held the "
                         r"only copy; resume from a checkpoint", lines[0]), lines[0]
     assert "Traceback" not in err, err
@@ -236,6 +237,7 @@ def test_lost_store_host_on_torch_distributed_ends_with_one_line():
     assert rc == 1, out + err
     lines = [line for line in err.splitlines() if line.startswith("dynatrain: error:") and "launch:" not in line]
     assert len(lines) == 1 and re.fullmatch(
-        r"dynatrain: error: the survivors could not agree through the store \(.*\): it lives in the process of "
-        r"torch.distributed global rank 0, whose loss cannot be recovered; resume from a checkpoint", lines[0]), err
+        r"dynatrain: error: the survivors on node \S+ could not agree through the store \(.*\): it lives in the "
+        r"process of torch.distributed global rank 0 on node \S+, whose loss cannot be recovered; resume from a "
+        r"checkpoint", lines[0]), err
     assert "Traceback" not in err and "recovery:" not in out, out + err

@@ -13,7 +13,7 @@ from mpi4py import MPI
 
 import dynatrain
 from test_adopt import DIMS, adopt, batch, small_gpt
-from test_attention import EncoderLM, ENCODER_PLAN, lm_loss, tokens, train_both, with_adamw
+from test_attention import EncoderLM, ENCODER_PLAN, train_both, with_adamw
 
 SIZE = MPI.COMM_WORLD.size
 TP = 2 if SIZE % 2 == 0 else 1
