@@ -1,7 +1,7 @@
 """Redundancy 2 on torch.distributed: what the copy on the other node costs per step and what a
 lost node's recovery from it takes (results: bench/results/redundancy-python.md).
 
-    PYTHONPATH=build/python python3 bench/copy_bench.py [--dims JSON] [--steps N]
+    PYTHONPATH=build/python python3 bench/copy_bench.py [--dims JSON] [--steps N] [--runs R]
 
 Runs tests/python/lost_job.py under `dynatrain launch --keep-going --np 4`, DYNATRAIN_NODE
 faking two nodes of two (LOST_NODES=2), layout tp=1,dp=4,zero=1, three times:
@@ -13,6 +13,8 @@ faking two nodes of two (LOST_NODES=2), layout tp=1,dp=4,zero=1, three times:
            and, measured in the same run over the survivors' group, the bare exchange of those
            bytes; the bound is the survivors' group build + that exchange (c10d_recovery.py's)
 Step time: the median of rank 0's intervals between counted steps, the first two left out.
+With --runs R the off / on pair runs R times, alternating, one row each (the machine's noise
+between runs is as large as the copy's cost on a loaded machine).
 """
 import argparse
 import json
@@ -57,20 +59,22 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dims", default=json.dumps(DIMS))
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=1)
     a = parser.parse_args()
     dims = json.loads(a.dims)
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {LAYOUT}, dims {dims}")
-    off = run(dims, 1, False, a.steps)
-    on = run(dims, 2, False, a.steps)
-    lost = run(dims, 2, True, a.steps)
-    copy = on["stats"]
     print("| state bytes / process | copy bytes / process | step s, no copy | step s, copy | added s (x) | "
           "refresh s | refresh GB/s |")
-    print("|---|---|---|---|---|---|---|")
-    added = on["step_s"] - off["step_s"]
-    print(f"| {off['state']} | {copy['copy_bytes']} | {off['step_s']:.3f} | {on['step_s']:.3f} | {added:+.3f} "
-          f"({on['step_s'] / off['step_s']:.2f}x) | {copy['refresh_seconds']:.3f} | "
-          f"{copy['copy_bytes'] / max(copy['refresh_seconds'], 1e-9) / 1e9:.2f} |")
+    print("|---|---|---|---|---|---|---|", flush=True)
+    for _ in range(a.runs):
+        off = run(dims, 1, False, a.steps)
+        on = run(dims, 2, False, a.steps)
+        copy = on["stats"]
+        added = on["step_s"] - off["step_s"]
+        print(f"| {off['state']} | {copy['copy_bytes']} | {off['step_s']:.3f} | {on['step_s']:.3f} | {added:+.3f} "
+              f"({on['step_s'] / off['step_s']:.2f}x) | {copy['refresh_seconds']:.3f} | "
+              f"{copy['copy_bytes'] / max(copy['refresh_seconds'], 1e-9) / 1e9:.2f} |", flush=True)
+    lost = run(dims, 2, True, a.steps)
     bound = lost["groups"] + lost["bare"]
     print()
     print("| copies used | kill -> resumed s | pause s | agree s | groups s | move s | received bytes | "

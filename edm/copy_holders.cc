@@ -1,6 +1,8 @@
 #include "edm/copy_holders.h"
 
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #include "common/error.h"
 
@@ -36,6 +38,47 @@ std::vector<int> copies_kept_by(const std::vector<int>& holders, int rank) {
   for (int r = 0; r < static_cast<int>(holders.size()); ++r)
     if (holders[static_cast<std::size_t>(r)] == rank) out.push_back(r);
   return out;
+}
+
+namespace {
+
+// Per state kind, the (tensor, box) of every segment of `rank`'s buffers of that kind, in order.
+using KindSegments = std::array<std::vector<std::pair<std::uint32_t, vps::Box>>, vps::kNumStateKinds>;
+
+KindSegments segments_by_kind(const vps::Layout& layout, int rank) {
+  KindSegments out;
+  layout.visit_buffers(rank, [&](const vps::LocalBuffer& buf, const std::vector<vps::Segment>& segs) {
+    auto& list = out[static_cast<std::size_t>(buf.kind)];
+    for (const auto& s : segs) list.emplace_back(s.tensor, s.box);
+  });
+  return out;
+}
+
+}  // namespace
+
+std::uint32_t kinds_held_on_other_nodes(const vps::Layout& layout, int rank,
+                                        const std::vector<std::string>& node_of_rank) {
+  const int world = layout.config().world_size();
+  if (static_cast<int>(node_of_rank.size()) < world || rank < 0 || rank >= world)
+    DT_INPUT_ERROR("kinds held on other nodes: rank ", rank, " with nodes named for ", node_of_rank.size(),
+                   " ranks; valid: a rank in 0..", world - 1, " and a node for each of the ", world, " ranks");
+  const KindSegments mine = segments_by_kind(layout, rank);
+  std::uint32_t pending = 0;  // kinds `rank` holds something of, not yet found elsewhere
+  for (const auto kind : layout.options().kinds)
+    if (!mine[static_cast<std::size_t>(kind)].empty()) pending |= vps::kind_bit(kind);
+  std::uint32_t found = 0;
+  for (int q = 0; q < world && pending != 0; ++q) {
+    if (node_of_rank[static_cast<std::size_t>(q)] == node_of_rank[static_cast<std::size_t>(rank)]) continue;
+    const KindSegments theirs = segments_by_kind(layout, q);
+    for (const auto kind : layout.options().kinds) {
+      const auto k = static_cast<std::size_t>(kind);
+      if ((pending & vps::kind_bit(kind)) && theirs[k] == mine[k]) {
+        found |= vps::kind_bit(kind);
+        pending &= ~vps::kind_bit(kind);
+      }
+    }
+  }
+  return found;
 }
 
 }  // namespace dynatrain::edm

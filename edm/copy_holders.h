@@ -7,8 +7,11 @@
 // a lost node's ranks are copied by the next node's, which survive unless it is lost too.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "vps/layout.h"
 
 namespace dynatrain::edm {
 
@@ -18,5 +21,13 @@ std::vector<int> copy_holders(const std::vector<std::string>& node_of_rank);
 
 // The ranks whose copies `rank` keeps (ascending): every r with holders[r] == rank.
 std::vector<int> copies_kept_by(const std::vector<int>& holders, int rank);
+
+// The state kinds (bit k = StateKind k) of which `rank` of `layout` holds nothing that a rank
+// on another node does not hold too: for each such kind some rank on a node other than
+// node_of_rank[rank] has the same segments (tensor and box, in order; a dp replica). A lost
+// node's ranks get those kinds from the survivors, so a copy need not keep them. InputError
+// when node_of_rank does not name a node for each of the layout's ranks.
+std::uint32_t kinds_held_on_other_nodes(const vps::Layout& layout, int rank,
+                                        const std::vector<std::string>& node_of_rank);
 
 }  // namespace dynatrain::edm

@@ -191,10 +191,10 @@ class Engine {
     mem_.src_size.resize(sl.buffers.size());
     src_left_.assign(sl.buffers.size(), 0);
     for (std::size_t i = 0; i < sl.buffers.size(); ++i) {
-      // A zeroed kind's source buffer may be absent (a copy kept without its grads): nothing reads it.
-      const bool absent = src_[i] == nullptr && zeroed(sl.buffers[i].kind) && !opt_.dry_only;
+      // A source buffer may be absent (a copy kept without its grads, or without the kinds a
+      // replica holds) when the plan reads nothing of it: count_plan() checks that.
+      const bool absent = src_[i] == nullptr && !opt_.dry_only;
       mem_.src_size[i] = absent ? 0 : static_cast<std::uint64_t>(sl.buffers[i].numel) * g_.elem(sl.buffers[i].kind);
-      DT_CHECK(mem_.src_size[i] == 0 || src_[i] != nullptr || opt_.dry_only, "source buffer ", i, " has no data");
       src_total_ += mem_.src_size[i];
     }
     mem_.dst_size.resize(dl.buffers.size());
@@ -237,6 +237,9 @@ class Engine {
     }
     for (std::size_t j = 0; j < g_.dst.buffers.size(); ++j)
       if (zeroed(g_.dst.buffers[j].kind)) stats_.zeroed_bytes += mem_.dst_size[j];
+    for (std::size_t i = 0; i < src_left_.size(); ++i)
+      DT_CHECK(src_left_[i] == 0 || src_[i] != nullptr || opt_.dry_only, "source buffer ", i,
+               " has no data but the plan reads ", src_left_[i], " bytes of it");
   }
 
   // Fan-out: the same (tensor, kind, box) sent to several peers, and the bytes of it the

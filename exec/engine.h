@@ -252,7 +252,8 @@ struct TransitionStats {
 TransitionStats sequential_stats(TransitionStats first, const TransitionStats& second);
 
 // Runs `plan` (this rank's part). `src[i]` is the data of src_layout.buffers[i] (nullptr if
-// the rank holds none, or for a buffer of a zeroed kind that is not kept in memory); every one of them is released through `alloc` before return and set to
+// the rank holds none, or for a buffer the plan reads nothing of: a zeroed kind's, or a kind a
+// copy does not keep); every one of them is released through `alloc` before return and set to
 // nullptr. On return `dst[i]` holds dst_layout.buffers[i], allocated through `alloc` (nullptr
 // for buffers of zero elements); padding elements (bytes of no segment) are zero.
 // `elem_bytes` gives the element size of each state kind (vps::LayoutOptions::elem_bytes).

@@ -68,9 +68,13 @@ struct SwitchPlacement {
   // source rank `rank`'s buffers, all of them, also held by `process`, numbered there after its
   // own rank's buffers, in the order of this list (Planner::src_rank_layout). A copy is a holder
   // only while its rank's process is lost (and its own process is not); the rest are planned as
-  // buffers nothing reads.
+  // buffers nothing reads. `absent_kinds` (bit k = StateKind k): kinds whose buffers the copy
+  // does not keep (their ids stay, no memory behind them). Kinds planned together (the same
+  // element size and sharding, one plan for all) are no source where every one of them is
+  // absent; where only some are, the absent ones must be kinds the switch zeroes.
   struct Copy {
     int rank = 0, process = 0;
+    std::uint32_t absent_kinds = 0;
   };
   std::vector<Copy> copies = {};
 };

@@ -155,10 +155,22 @@ struct KindClasses {
   }
 };
 
+// The representative kinds (of `kinds`) a copy is a source for: those with a kind of their class
+// that the copy keeps (SwitchPlacement::Copy::absent_kinds).
+unsigned copy_source_kinds(const KindClasses& classes, unsigned kinds, std::uint32_t absent_kinds) {
+  unsigned kept = 0;
+  for (const vps::StateKind kind : classes.kinds) {
+    const int k = static_cast<int>(kind);
+    if (!(absent_kinds >> k & 1u)) kept |= 1u << classes.rep[k];
+  }
+  return kinds & kept;
+}
+
 // A copy holds its rank's boxes where that rank's process is lost and the copy's is not: its
 // segments enter the source entries as held by the copy's process, at its shifted buffer ids.
 void add_copy_holders(const vps::Layout& src, const SwitchPlacement& placement, const std::vector<bool>& gone,
-                      unsigned kinds, const std::vector<bool>& wanted, std::vector<std::vector<Entry>>& entries) {
+                      const KindClasses& classes, unsigned kinds, const std::vector<bool>& wanted,
+                      std::vector<std::vector<Entry>>& entries) {
   if (placement.copies.empty()) return;
   const std::vector<std::uint32_t> bases = copy_bases(src, placement);
   auto is_gone = [&](int p) { return p < static_cast<int>(gone.size()) && gone[static_cast<std::size_t>(p)]; };
@@ -173,7 +185,7 @@ void add_copy_holders(const vps::Layout& src, const SwitchPlacement& placement, 
             if (wanted.empty() || wanted[u]) entries[u].push_back({segs[s].box, {c.process, bases[i] + buf.id, s}});
           }
         },
-        kinds);
+        copy_source_kinds(classes, kinds, c.absent_kinds));
   }
 }
 
@@ -243,7 +255,7 @@ std::vector<Unit> build_units(const vps::Layout& src, const vps::Layout& dst, co
     }
   };
   collect(src, placement.src, src_entries, [&](int p) { return !gone[static_cast<std::size_t>(p)]; });
-  add_copy_holders(src, placement, gone, all_mask, wanted, src_entries);
+  add_copy_holders(src, placement, gone, classes, all_mask, wanted, src_entries);
   collect(dst, placement.dst, dst_entries, [](int) { return true; });
   return index_units(src, src_entries, dst_entries);
 }

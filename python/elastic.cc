@@ -86,13 +86,15 @@ plan::Planner in_place_recovery_planner(const Manager& m, const vps::Layout& nex
                        {plan::Placement(std::move(s.process_of_rank)), {}, std::move(s.lost), std::move(copies)});
 }
 
-// The copies named for this process must be the ones it holds, in order (the plan's buffer ids).
+// The copies named for this process must be the ones it holds, in order (the plan's buffer ids),
+// without the kinds it does not keep.
 void check_held_copies(const Manager& m, const std::vector<plan::SwitchPlacement::Copy>& copies, int me) {
-  std::vector<int> named, held;
+  std::vector<std::pair<int, std::uint32_t>> named, held;
   for (const auto& c : copies)
-    if (c.process == me) named.push_back(c.rank);
-  for (const auto& c : m.copies()) held.push_back(c.rank);
-  DT_CHECK(named == held, "process ", me, " is named for ", named.size(), " copies but holds ", held.size());
+    if (c.process == me) named.emplace_back(c.rank, c.absent_kinds);
+  for (const auto& c : m.copies()) held.emplace_back(c.rank, c.absent_kinds);
+  DT_CHECK(named == held, "process ", me, " is named for ", named.size(), " copies but holds ", held.size(),
+           " (or holds other kinds of them)");
 }
 
 }  // namespace

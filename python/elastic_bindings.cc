@@ -8,6 +8,11 @@
 
 #include <mpi.h>
 
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "comm/mpi/mpi_transport.h"
 #include "common/error.h"
 #include "job/mpi_world.h"
@@ -93,19 +98,47 @@ void bind_job_runtime(py::module_& m) {
   m.attr("DEFAULT_WATCHDOG_SECONDS") = job::kDefaultWatchdogSeconds;
 }
 
-// Shrink and vacate on a world that cannot start processes (torch.distributed's).
+// Kind masks (bit k = StateKind k) as Python sees them: lists of kind names.
+std::vector<std::string> kind_names(std::uint32_t mask) {
+  std::vector<std::string> out;
+  for (int k = 0; k < vps::kNumStateKinds; ++k)
+    if (mask >> k & 1u) out.emplace_back(vps::state_kind_name(static_cast<vps::StateKind>(k)));
+  return out;
+}
+
+std::uint32_t kind_mask(const std::vector<std::string>& names) {
+  std::uint32_t mask = 0;
+  for (const auto& name : names)
+    for (const auto kind : vps::parse_state_kinds(name)) mask |= vps::kind_bit(kind);
+  return mask;
+}
+
+std::uint32_t copy_absent_mask(const Manager& m, int rank, const std::vector<std::string>& nodes) {
+  return exec::kStepBoundaryKinds | edm::kinds_held_on_other_nodes(m.layout(), rank, nodes);
+}
+
 // Copies of other ranks' state (redundancy 2, dynatrain/_redundancy.py): who keeps whose
 // (edm/copy_holders.h) and the manager's held copies (python/manager.h).
 void bind_copies(py::module_& m) {
   m.def("copy_holders", &edm::copy_holders, py::arg("node_of_rank"));
   m.def("copies_kept_by", &edm::copies_kept_by, py::arg("holders"), py::arg("rank"));
+  // The kinds a copy of `rank` does not keep: no grads (a recovery zeroes them), nor the kinds
+  // a rank on another node holds the same of (edm::kinds_held_on_other_nodes: a dp replica).
+  m.def(
+      "copy_absent_kinds",
+      [](const Manager& self, int rank, const std::vector<std::string>& nodes) {
+        return kind_names(copy_absent_mask(self, rank, nodes));
+      },
+      py::arg("manager"), py::arg("rank"), py::arg("node_of_rank"));
   m.def(
       "hold_copies",
-      [](Manager& self, const std::vector<int>& ranks) {
+      [](Manager& self, const std::vector<int>& ranks, const std::vector<std::string>& nodes) {
         py::gil_scoped_release unlocked;
-        self.hold_copies(ranks, exec::kStepBoundaryKinds);  // no grads: a recovery zeroes them
+        std::vector<std::uint32_t> absent;
+        for (int r : ranks) absent.push_back(copy_absent_mask(self, r, nodes));
+        self.hold_copies(ranks, absent);
       },
-      py::arg("manager"), py::arg("ranks"));
+      py::arg("manager"), py::arg("ranks"), py::arg("node_of_rank"));
   m.def("drop_copies", &Manager::drop_copies);
   m.def("copy_bytes", &Manager::copy_bytes);
   // Per held copy, (rank, [(BufferLease or None, kind) per buffer]), the leases pinning them.
@@ -122,6 +155,7 @@ void bind_copies(py::module_& m) {
   });
 }
 
+// Shrink and vacate on a world that cannot start processes (torch.distributed's).
 void bind_in_place(py::module_& m) {
   // A shrink or vacate over the world itself (python/elastic.h), for a world that cannot start
   // processes (torch.distributed): the switch's statistics and `left`.
@@ -141,10 +175,10 @@ void bind_in_place(py::module_& m) {
   m.def(
       "recover_in_place",
       [](Manager& self, const std::string& to, const std::vector<int>& survivors, int world_before,
-         const std::vector<std::pair<int, int>>& copies) {
+         const std::vector<std::tuple<int, int, std::vector<std::string>>>& copies) {
         const auto config = vps::ParallelConfig::parse(to);
         std::vector<plan::SwitchPlacement::Copy> held;
-        for (const auto& [rank, process] : copies) held.push_back({rank, process});
+        for (const auto& [rank, process, absent] : copies) held.push_back({rank, process, kind_mask(absent)});
         ElasticOutcome o;
         {
           py::gil_scoped_release unlocked;
@@ -153,7 +187,7 @@ void bind_in_place(py::module_& m) {
         return outcome_dict(o);
       },
       py::arg("manager"), py::arg("to"), py::arg("survivors"), py::arg("world_before"),
-      py::arg("copies") = std::vector<std::pair<int, int>>{});
+      py::arg("copies") = std::vector<std::tuple<int, int, std::vector<std::string>>>{});
   m.def("in_place_placement", &in_place_placement, py::arg("ranks"), py::arg("world_size"), py::arg("vacate"));
   // The manager's world from now on: a transport c10d_world() built, which `world` keeps (the
   // caller keeps `world` as long as the manager).

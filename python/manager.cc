@@ -158,15 +158,18 @@ SwitchStats Manager::move_state(std::unique_ptr<vps::Layout> next, int new_rank,
   return gathered_stats(transition, plan_s, ts, t0);
 }
 
-void Manager::hold_copies(const std::vector<int>& ranks, std::uint32_t absent_kinds) {
+void Manager::hold_copies(const std::vector<int>& ranks, const std::vector<std::uint32_t>& absent_kinds) {
+  DT_CHECK(absent_kinds.size() == ranks.size(), absent_kinds.size(), " absent-kind masks for ", ranks.size(),
+           " copies");
   drop_copies();
-  for (int r : ranks) {
-    HeldCopy c{r, layout_->rank_layout(r), {}};
+  for (std::size_t j = 0; j < ranks.size(); ++j) {
+    const std::uint32_t absent = absent_kinds[j];
+    HeldCopy c{ranks[j], absent, layout_->rank_layout(ranks[j]), {}};
     c.buffers.assign(c.layout.buffers.size(), nullptr);
     copies_.push_back(std::move(c));
     for (std::size_t i = 0; i < copies_.back().buffers.size(); ++i) {
       const std::size_t n = copy_buffer_bytes(copies_.size() - 1, i);
-      if (n == 0 || (absent_kinds >> static_cast<int>(copies_.back().layout.buffers[i].kind) & 1u)) continue;
+      if (n == 0 || (absent >> static_cast<int>(copies_.back().layout.buffers[i].kind) & 1u)) continue;
       copies_.back().buffers[i] = keep_alive_.allocate(n);
       std::memset(copies_.back().buffers[i], 0, n);
     }

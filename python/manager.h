@@ -162,14 +162,17 @@ class Manager {
   // Copies this process keeps of other ranks' buffers in the current layout, for a recovery
   // when their processes are lost (recover_in_place). copies()[c].buffers[i] is buffer i of rank
   // copies()[c].rank, from the pool, zeroed at hold_copies(); the caller fills it. Buffers of
-  // kinds in `absent_kinds` (bit k = StateKind k) are not kept (nullptr): a recovery zeroes
-  // them. Every switch gives the copies back to the pool; only a recovery reads them.
+  // kinds in `absent_kinds[c]` (bit k = StateKind k) are not kept (nullptr): a recovery zeroes
+  // them or reads them from a replica (plan::SwitchPlacement::Copy). Every switch gives the
+  // copies back to the pool; only a recovery reads them.
   struct HeldCopy {
     int rank = 0;
+    std::uint32_t absent_kinds = 0;
     vps::RankLayout layout;
     std::vector<std::byte*> buffers;
   };
-  void hold_copies(const std::vector<int>& ranks, std::uint32_t absent_kinds);  // replaces the held ones
+  // Replaces the held copies; `absent_kinds` has one mask per rank.
+  void hold_copies(const std::vector<int>& ranks, const std::vector<std::uint32_t>& absent_kinds);
   const std::vector<HeldCopy>& copies() const { return copies_; }
   std::size_t copy_bytes() const;
   std::size_t copy_buffer_bytes(std::size_t c, std::size_t i) const;

@@ -3,8 +3,10 @@
 
   who       edm/copy_holders.h over every process's node (DYNATRAIN_NODE, else the hostname):
             node k's ranks are copied by node k+1's (cyclically), at the same position
-  what      every buffer of the copied rank except its grads (param, master, exp_avg,
-            exp_avg_sq): native memory from the Manager's pool (python/manager.h, hold_copies)
+  what      every buffer of the copied rank except its grads and the kinds a rank on another
+            node holds the same of (a dp replica: at dp across nodes the params are not
+            copied, only the ZeRO shards): native memory from the Manager's pool
+            (python/manager.h, hold_copies; edm::kinds_held_on_other_nodes)
   when      refresh(), at the end of every optimizer.step() and at adoption: every process
             sends its buffers to its copy's holder and receives the copies it keeps (Gloo
             isend / irecv over the job's group), then the copies are of step `step`
@@ -59,6 +61,7 @@ class Copies:
         self.holders: List[int] = []  # holders[r]: the rank keeping rank r's copy
         self.kept: List[int] = []  # the ranks whose copies this process keeps
         self.ranks: List[int] = []  # the comm's global ranks the holders speak of
+        self.nodes: List[str] = []  # the node of each of them
         self.sends: List[Tuple[int, int, torch.Tensor]] = []  # (global rank, tag, bytes)
         self.recvs: List[Tuple[int, int, torch.Tensor]] = []
         self.refresh_seconds = 0.0
@@ -66,19 +69,21 @@ class Copies:
             self._place(m)  # ValueError on one node, before anything is held
 
     def _place(self, m) -> None:
-        nodes = m.comm.allgather(node_name())
-        self.holders = list(_native.copy_holders(nodes))
+        self.nodes = list(m.comm.allgather(node_name()))
+        self.holders = list(_native.copy_holders(self.nodes))
         self.ranks = list(m.comm.ranks)
         self.kept = list(_native.copies_kept_by(self.holders, m.comm.rank))
 
     def _hold(self, m) -> None:
         """The copies of the current layout, zeroed, and the views this process sends and fills."""
         self._place(m)
-        _native.hold_copies(m._native, self.kept)
+        _native.hold_copies(m._native, self.kept, self.nodes)
         self.step = -1
         holder = self.ranks[self.holders[m.comm.rank]]
+        absent = set(_native.copy_absent_kinds(m._native, m.comm.rank, self.nodes))  # what the holder keeps not
         self.sends = [(holder, i, m._views.hand_out(torch.frombuffer(lease, dtype=torch.uint8), "own buffer sent"))
-                      for i, (lease, kind, _, _) in enumerate(m._native.buffers()) if lease is not None and kind != "grad"]
+                      for i, (lease, kind, _, _) in enumerate(m._native.buffers())
+                      if lease is not None and kind not in absent]
         self.recvs = [(self.ranks[rank], i, m._views.hand_out(torch.frombuffer(lease, dtype=torch.uint8), "copy"))
                       for rank, buffers in _native.copy_buffers(m._native)
                       for i, (lease, _) in enumerate(buffers) if lease is not None]
@@ -143,16 +148,18 @@ def refresh(m) -> None:
         _interrupt.keep(error)
 
 
-def sources(m, ranks_before: List[int], members: List[int]) -> List[Tuple[int, int]]:
-    """In a recovery, on the survivors' comm (collective): (rank before, survivor process) of
-    every copy the survivors keep, sorted by rank, when every survivor's copies hold the state at
-    m.step; else [] (recover_in_place then drops them)."""
+def sources(m, ranks_before: List[int], members: List[int]) -> List[Tuple[int, int, List[str]]]:
+    """In a recovery, on the survivors' comm (collective): (rank before, survivor process, the
+    kinds the copy does not keep) of every copy the survivors keep, sorted by rank, when every
+    survivor's copies hold the state at m.step; else [] (recover_in_place then drops them).
+    Called before the switch: m's layout is still the one the copies were held in."""
     copies = getattr(m, "_copies", None)
     if copies is None:  # redundancy 1, alike on every process (agreed at construction)
         return []
     complete = copies is not None and copies.on and copies.step == m.step and copies.ranks == ranks_before
     if _c10d.all_max(m.comm, 0.0 if complete else 1.0) > 0:
         return []
-    out = [(r, members.index(ranks_before[h])) for r, h in enumerate(copies.holders) if ranks_before[h] in members]
+    out = [(r, members.index(ranks_before[h]), list(_native.copy_absent_kinds(m._native, r, copies.nodes)))
+           for r, h in enumerate(copies.holders) if ranks_before[h] in members]
     copies.step = -1  # the recovery consumes them
     return out

@@ -78,5 +78,32 @@ TEST(CopyHolders, EachRankIsCopiedOnTheNextNode) {
             "else the hostname): no other node can keep a copy");
 }
 
+// What a copy need not keep: the kinds a rank on another node holds the same of.
+TEST(CopyHolders, KindsHeldOnOtherNodesAreTheReplicatedOnes) {
+  using vps::StateKind;
+  const auto model = vps::model_from_name("tiny-dense");
+  const std::vector<std::string> two_nodes = {"a", "a", "b", "b"};
+  const std::uint32_t unsharded = vps::kind_bit(StateKind::kParam) | vps::kind_bit(StateKind::kGrad);
+  // dp=4, ZeRO-1: params and grads replicated on both nodes; master and moments sharded.
+  const vps::Layout dp4(model, vps::ParallelConfig::parse("tp=1,dp=4,zero=1"));
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(kinds_held_on_other_nodes(dp4, r, two_nodes), unsharded) << r;
+  // dp=4, ZeRO-0: every kind replicated.
+  const vps::Layout dp4z0(model, vps::ParallelConfig::parse("tp=1,dp=4,zero=0"));
+  std::uint32_t every = 0;
+  for (const auto kind : dp4z0.options().kinds) every |= vps::kind_bit(kind);
+  EXPECT_EQ(kinds_held_on_other_nodes(dp4z0, 3, two_nodes), every);
+  // tp=2 on each node, dp=2 across them: rank 2's replica is rank 0 on the other node.
+  const vps::Layout tp2dp2(model, vps::ParallelConfig::parse("tp=2,dp=2,zero=1"));
+  EXPECT_EQ(kinds_held_on_other_nodes(tp2dp2, 2, two_nodes), unsharded);
+  // ... but with both replicas of a tp piece on one node, nothing is held elsewhere.
+  EXPECT_EQ(kinds_held_on_other_nodes(tp2dp2, 2, {"a", "b", "a", "b"}), 0u);
+  // tp=4 across both nodes: no replica at all.
+  const vps::Layout tp4(model, vps::ParallelConfig::parse("tp=4,dp=1,zero=1"));
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(kinds_held_on_other_nodes(tp4, r, two_nodes), 0u) << r;
+  EXPECT_EQ(input_error([&] { kinds_held_on_other_nodes(tp4, 4, two_nodes); }),
+            "kinds held on other nodes: rank 4 with nodes named for 4 ranks; valid: a rank in 0..3 and a node for "
+            "each of the 4 ranks");
+}
+
 }  // namespace
 }  // namespace dynatrain::edm

@@ -124,6 +124,11 @@ TEST(InprocTransitionFixed, StridedSlicesReceivedWithoutUnpack) {
       2, [](comm::Transport& t) { cases::strided_direct_case(t); }, test_options());
 }
 
+TEST(InprocTransitionFixed, AbsentSourcesThePlanDoesNotReadAreAccepted) {
+  comm::run_ranks(
+      4, [](comm::Transport& t) { cases::absent_source_case(t); }, test_options());
+}
+
 TEST(InprocTransitionFixed, MessageCountsPerRank) {
   comm::run_ranks(
       4, [](comm::Transport& t) { cases::message_count_case(t); }, test_options());

@@ -434,6 +434,63 @@ void zero_copy_keep_case(comm::Transport& t) {
   CASE_REQUIRE(handed > 0 && handed < kept, handed, " of ", kept);
 }
 
+void absent_source_case(comm::Transport& t) {
+  TransitionCase c;  // for the failure messages
+  c.kind = "absent";
+  c.model = "tiny-dense";
+  c.from = "dp=4,zero=1";
+  c.to = "dp=2,zero=1";
+  CASE_REQUIRE(t.size() == 4);
+  const vps::ModelSpec model = vps::model_from_name("tiny-dense");
+  const vps::LayoutOptions lo;
+  const vps::Layout src(model, vps::ParallelConfig::parse("dp=4,zero=1"), lo);
+  const vps::Layout dst(model, vps::ParallelConfig::parse("dp=2,zero=1"), lo);
+  const plan::SwitchPlacement placement{{}, {}, {}, {{2, 0}, {3, 1}}};
+  const plan::Planner planner(src, dst, {}, placement);
+  const int me = t.rank();
+  const plan::RankPlan plan = planner.plan_rank(me);
+  const vps::RankLayout own = src.rank_layout(me), sl = planner.src_rank_layout(me), dl = dst.rank_layout(me);
+  CASE_REQUIRE(sl.buffers.size() == (me < 2 ? 2 : 1) * own.buffers.size(), sl.buffers.size());
+  PoolAllocator pool;
+  TransitionOptions opt;
+  opt.mem_budget = 512 << 10;
+
+  // A source the plan reads, absent: refused on every rank before any message.
+  std::vector<std::byte*> a = allocate_filled(src, own, pool), b;
+  a.resize(sl.buffers.size(), nullptr);
+  std::size_t moment = 0;
+  while (own.buffers[moment].kind != vps::StateKind::kExpAvg) ++moment;
+  auto bytes = [&](std::size_t i) {
+    return static_cast<std::size_t>(own.buffers[i].numel) * lo.elem_bytes[static_cast<int>(own.buffers[i].kind)];
+  };
+  pool.release(a[moment], bytes(moment));
+  a[moment] = nullptr;
+  std::string refused;
+  try {
+    run_transition(plan, sl, a, dl, b, lo.elem_bytes, t, pool, opt);
+  } catch (const InvariantError& e) {
+    refused = e.what();
+  }
+  CASE_REQUIRE(
+      refused.find("source buffer " + std::to_string(moment) + " has no data but the plan reads") != std::string::npos,
+      "refusal: '", refused, "'");
+  for (std::size_t i = 0; i < own.buffers.size(); ++i)
+    if (a[i] != nullptr) pool.release(a[i], bytes(i));
+  t.barrier();
+
+  // The copies' buffers absent, nothing reads them: every destination byte arrives.
+  a = allocate_filled(src, own, pool);
+  a.resize(sl.buffers.size(), nullptr);
+  b.clear();
+  run_transition(plan, sl, a, dl, b, lo.elem_bytes, t, pool, opt);
+  std::string first;
+  CASE_REQUIRE(verify_state(dst, dl, b, &first) == 0, first);
+  for (auto* p : a) CASE_REQUIRE(p == nullptr);
+  release_all(dst, dl, b, pool);
+  CASE_REQUIRE(pool.live_bytes() == 0, pool.live_bytes());
+  t.barrier();
+}
+
 namespace {
 // 4 ranks of mid-dense, one 40M-element bucket a kind, 8 MiB budget, page-aligned tensors.
 TransitionCase mid_dense_aligned_case(const std::string& kind) {

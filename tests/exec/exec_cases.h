@@ -113,4 +113,11 @@ void strided_direct_case(comm::Transport& t);
 // with a deeper pipeline (5 rounds in flight).
 void link_overlap_case(comm::Transport& t);
 
+// Absent sources on exactly 4 ranks: tiny-dense dp=4,zero=1 -> dp=2,zero=1 where processes 0 and
+// 1 also hold copies of ranks 2 and 3 (plan::SwitchPlacement::copies; those ranks are alive, so
+// the plan reads nothing of the copies): the copies' buffers are passed as nullptr and every
+// destination byte arrives. A source the plan reads (each rank's first exp_avg shard) passed as
+// nullptr is refused on every rank, naming the buffer, before anything moves.
+void absent_source_case(comm::Transport& t);
+
 }  // namespace dynatrain::exec::cases

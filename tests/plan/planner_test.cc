@@ -281,5 +281,37 @@ TEST(Planner, CopiesOfLostRanksAreSourcesAndCoverTheirShards) {
   EXPECT_THROW(Planner(src, dst, {}, {{}, {}, {2, 3}, {{4, 0}}}), InputError);
 }
 
+// The same loss with copies that keep no params and grads (replicated on the surviving node):
+// the params come from the survivors' replicas, only the shards from the copies. A copy that
+// keeps none of the shards' kinds leaves them unheld.
+TEST(Planner, CopiesWithoutAKindAreNoSourceOfIt) {
+  const auto m = vps::model_from_name("tiny-dense");
+  Layout src(m, ParallelConfig::parse("tp=1,dp=4,zero=1"), small_buckets(3000));
+  Layout dst(m, ParallelConfig::parse("tp=1,dp=2,zero=1"), small_buckets(3000));
+  const std::uint32_t no_params = vps::kind_bit(vps::StateKind::kParam) | vps::kind_bit(vps::StateKind::kGrad);
+  SwitchPlacement lost_node{{}, {}, {2, 3}, {{2, 0, no_params}, {3, 1, no_params}}};
+  Planner planner(src, dst, {}, lost_node);
+  EXPECT_TRUE(planner.unheld().empty());
+  const auto plans = planner.plan_all();
+  EXPECT_TRUE(check_plan(src, dst, plans, lost_node).ok) << check_plan(src, dst, plans, lost_node).violation;
+  const std::size_t own = src.rank_layout(0).buffers.size();
+  std::uint64_t shards_from_copies = 0;
+  auto count = [&](const Piece& piece) {
+    if (piece.src_buffer < own) return;
+    EXPECT_TRUE(vps::kind_bit(piece.kind) & ~no_params)
+        << "a " << vps::state_kind_name(piece.kind) << " piece read from a copy that does not keep it";
+    ++shards_from_copies;
+  };
+  for (int p = 0; p < 2; ++p) {
+    for (const auto& piece : plans[p].keep) count(piece);
+    for (const auto& [peer, pieces] : plans[p].send)
+      for (const auto& piece : pieces) count(piece);
+  }
+  EXPECT_GT(shards_from_copies, 0u);
+  std::uint32_t every_kind = 0;
+  for (const auto kind : src.options().kinds) every_kind |= vps::kind_bit(kind);
+  EXPECT_FALSE(Planner(src, dst, {}, {{}, {}, {2, 3}, {{2, 0, every_kind}, {3, 1, every_kind}}}).unheld().empty());
+}
+
 }  // namespace
 }  // namespace dynatrain::plan
