@@ -291,6 +291,13 @@ void bind_manager_refit(ManagerClass& cls) {
 void bind_manager_layout(ManagerClass& cls) {
   cls.def("config", [](const Manager& self) { return config_dict(self.layout().config(), self.rank()); })
       .def("group_colors", [](const Manager& self) { return group_colors(self.layout().config(), self.rank()); })
+      // Every rank's colors, computed here (a pure function of the config): no gather needed.
+      .def("all_group_colors",
+           [](const Manager& self) {
+             py::list out;
+             for (int r = 0; r < self.size(); ++r) out.append(group_colors(self.layout().config(), r));
+             return out;
+           })
       .def("model_name", [](const Manager& self) { return self.layout().model().name; })
       .def("tensor_names",
            [](const Manager& self) {

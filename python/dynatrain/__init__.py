@@ -499,7 +499,10 @@ class Manager:
             sizes = {"tp": c["tp"], "cp": c["cp"], "dp": c["dp"], "dp_cp": c["dp"] * c["cp"], "pp": c["pp"],
                      "ep": c["ep"], "etp": c["etp"], "edp": c["edp"]}
             if _c10d.is_c10d(self.comm):  # torch.distributed.new_group, not MPI_Comm_split
-                self._group_cache[config] = _c10d.groups(self.comm, self._native.group_colors(), sizes, c["cp"])
+                everyone = self._native.all_group_colors()  # the layout's rank r is the comm's rank r
+                if everyone[self.comm.rank] != self._native.group_colors():
+                    raise InternalError(f"rank {self.comm.rank} of the comm holds another layout rank")
+                self._group_cache[config] = _c10d.groups(self.comm, everyone, sizes, c["cp"])
                 return self._group_cache[config]
             from mpi4py import MPI
             groups = {}

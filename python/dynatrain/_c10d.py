@@ -248,13 +248,14 @@ def native_world(comm: Comm, timeout_seconds: float = 300.0, store=None):
                               timeout_seconds)
 
 
-def groups(comm: Comm, colors: Dict[str, Any], sizes: Dict[str, int], cp: int) -> Dict[str, Optional[Comm]]:
-    """A config's named sub-groups (Manager._groups_for on torch.distributed): every rank's colors
-    are gathered, then each group is made with new_group on every rank in one order; None where
-    this rank is outside the config. Members are ordered by key, as MPI_Comm_split orders them."""
-    everyone = comm.allgather(colors)
+def groups(comm: Comm, everyone: List[Dict[str, Any]], sizes: Dict[str, int], cp: int) -> Dict[str, Optional[Comm]]:
+    """A config's named sub-groups (Manager._groups_for on torch.distributed) from every rank's
+    colors (`everyone[r]`: rank r's, a pure function of the config, computed alike on every rank):
+    each group is made with new_group on every rank in one order (none where it is the whole comm
+    in its order: _whole); None where this rank is outside the config. Members are ordered by key,
+    as MPI_Comm_split orders them."""
     out: Dict[str, Optional[Comm]] = {}
-    for name, (color, key) in colors.items():
+    for name, (color, key) in everyone[comm.rank].items():
         if name == "dp_cp" and cp == 1:
             out[name] = out["dp"]
         elif sizes[name] == 1:
@@ -269,6 +270,8 @@ def _split(comm: Comm, colors: List[Any], mine: int) -> Optional[Comm]:
     for rank, (color, key) in enumerate(colors):
         if color >= 0:
             members.setdefault(color, []).append((key, rank))
+    if len(members) == 1 and [r for _, r in sorted(next(iter(members.values())))] == list(range(comm.size)):
+        return _whole(comm)  # every rank, in comm's order: comm's own group (no group to build)
     made = None
     for color in sorted(members):  # every rank makes every group, in the same order
         ordered = [comm.ranks[r] for _, r in sorted(members[color])]
@@ -282,6 +285,15 @@ def _split(comm: Comm, colors: List[Any], mine: int) -> Optional[Comm]:
         if color == mine:
             made = Comm(group, ordered, ordered.index(comm.ranks[comm.rank]))
     return made
+
+
+def _whole(comm: Comm) -> Comm:
+    """A sub-group holding every rank of `comm` in its order: a Comm over comm's own Gloo group
+    (the package's collectives run on one thread, in one order on every rank, so they may share
+    it, as the native transport does)."""
+    whole = Comm(comm.group, comm.ranks, comm.rank)
+    whole._torch_rank, whole.raw_key = list(comm._torch_rank), comm.raw_key
+    return whole
 
 
 def raw_comm(key: str, ranks: List[int], me: int, store=None) -> Comm:

@@ -131,8 +131,9 @@ def recover(job, error: BaseException) -> Dict:
     m._bind()
     _elastic._ending.after_world_change()  # the abandoned groups' threads must not hold the exit
     stats = {k: v for k, v in out.items() if k not in ("job", "mine", "left")}
-    stats.update(config=to, lost=lost, copies=len(copies), agree_seconds=_c10d.all_max(new, t1 - t0),
-                 groups_seconds=_c10d.all_max(new, t2 - t1), pause_seconds=_c10d.all_max(new, time.perf_counter() - t0))
+    parts = new.allgather((t1 - t0, t2 - t1, time.perf_counter() - t0))  # one collective for the figures
+    stats.update(config=to, lost=lost, copies=len(copies), agree_seconds=max(p[0] for p in parts),
+                 groups_seconds=max(p[1] for p in parts), pause_seconds=max(p[2] for p in parts))
     if first:
         sys.stdout.write(f"recovery: lost {lost_text} of {before}; {to} on {len(members)} processes after a "
                          f"{stats['pause_seconds']:.3f} s pause; step {m.step} again\n")  # one write: one line
