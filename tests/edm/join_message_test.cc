@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "testing/error_message.h"
 #include "edm/join_message.h"
 
 namespace dynatrain::edm {
@@ -20,12 +21,7 @@ JoinMessage sample() {
 // The message of the error `parse_join_message(wire)` throws as E; empty if it throws nothing.
 template <class E>
 std::string refusal(const std::string& wire) {
-  try {
-    parse_join_message(wire);
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_message<E>([&] { parse_join_message(wire); });
 }
 
 TEST(JoinMessage, RoundTripsEveryFieldAndAnyPayload) {

@@ -6,18 +6,14 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "testing/error_message.h"
 
 namespace dynatrain::edm {
 namespace {
 
 template <typename E>
 std::string refusal(const std::string& wire) {
-  try {
-    parse_switch_decision(wire);
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_message<E>([&] { parse_switch_decision(wire); });
 }
 
 TEST(SwitchDecision, EveryKindRoundTrips) {

@@ -7,18 +7,12 @@
 #include "edm/new_rank.h"
 #include "edm/survivor_placement.h"
 #include "edm/vacate.h"
+#include "testing/error_message.h"
 
 namespace dynatrain::edm {
 namespace {
 
-std::string input_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string input_error(const std::function<void()>& f) { return testing::error_message<InputError>(f); }
 
 TEST(Vacate, ListsOutsideTheWorldOrNamedTwiceAreRefused) {
   EXPECT_EQ(vacate_problem({}, 4), "");

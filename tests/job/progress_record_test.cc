@@ -8,17 +8,13 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "testing/error_message.h"
 
 namespace dynatrain::job {
 namespace {
 
 std::string refusal(const std::string& line) {
-  try {
-    parse_progress_line(line);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_message<InputError>([&] { parse_progress_line(line); });
 }
 
 TEST(ProgressRecord, StepRoundTripsAfterAProgressBar) {
