@@ -156,7 +156,7 @@ def sources(m, ranks_before: List[int], members: List[int]) -> List[Tuple[int, i
     copies = getattr(m, "_copies", None)
     if copies is None:  # redundancy 1, alike on every process (agreed at construction)
         return []
-    complete = copies is not None and copies.on and copies.step == m.step and copies.ranks == ranks_before
+    complete = copies.on and copies.step == m.step and copies.ranks == ranks_before
     if _c10d.all_max(m.comm, 0.0 if complete else 1.0) > 0:
         return []
     out = [(r, members.index(ranks_before[h]), list(_native.copy_absent_kinds(m._native, r, copies.nodes)))
