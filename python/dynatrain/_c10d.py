@@ -27,9 +27,16 @@ the user's default group instead of MPI:
   * The connections of every group made here are remembered (job_sockets): a lost process's
     recovery (_recover.py) shuts them down, so that no survivor waits on a peer that gave the
     generation up; the user's own groups and the store's connection are left alone.
+  * Every tensor a Comm hands to Gloo stays referenced from Python until two later collectives
+    (_handed): a Gloo worker thread drops its reference to an operation's tensors only after
+    the caller saw it complete, and a worker that drops the last reference of a tensor Python
+    made must take the GIL, which at interpreter exit ends the process with SIGABRT
+    ("terminate called without an active exception"). Hence also allgather() pickles by
+    itself instead of all_gather_object(), whose tensors it could not hold.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import os
@@ -46,6 +53,7 @@ STORE_HOST = "the process of torch.distributed global rank 0 hosts the store and
 GROUP_TIMEOUT = timedelta(seconds=300)
 _managers = itertools.count()  # names each Manager's key space in the store (equal on every rank)
 _joined_store: List[Any] = []  # in a process that joined a job by its store (_join.py): its connection to it
+_handed: collections.deque = collections.deque(maxlen=2)  # the tensors of the last collectives (see above)
 
 
 def job_store():
@@ -138,9 +146,20 @@ class Comm:
     def allgather(self, value: Any) -> List[Any]:
         if self.size == 1:
             return [value]
-        out: List[Any] = [None] * self.size
-        _dist().all_gather_object(out, value, group=self.group)
-        return [out[t] for t in self._torch_rank]
+        data = pickle.dumps(value)
+        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size)]
+        self._all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64))
+        longest = max(int(s.item()) for s in sizes)
+        mine = torch.zeros(longest, dtype=torch.uint8)
+        mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        boxes = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.size)]
+        self._all_gather(boxes, mine)
+        return [pickle.loads(boxes[t][:int(sizes[t].item())].numpy().tobytes()) for t in self._torch_rank]
+
+    def _all_gather(self, by_torch: List[torch.Tensor], local: torch.Tensor) -> None:
+        """all_gather in torch's group-rank order, its tensors held (see the module's notes)."""
+        _handed.append((by_torch, local))
+        _dist().all_gather(by_torch, local, group=self.group)
 
     @_interrupt.guarded(lambda self, value=None, root=0: value)
     def bcast(self, value: Any = None, root: int = 0) -> Any:
@@ -173,6 +192,7 @@ class Comm:
     @_interrupt.guarded(lambda self, t: None)
     def all_reduce_(self, t: torch.Tensor) -> None:
         if self.size > 1:
+            _handed.append(t)
             _dist().all_reduce(t, group=self.group)
 
     @_interrupt.guarded(lambda self, parts, local: None)
@@ -181,14 +201,15 @@ class Comm:
         if self.size == 1:
             parts[0].copy_(local)
             return
-        by_torch: List[Optional[torch.Tensor]] = [None] * self.size
+        by_torch: List[torch.Tensor] = list(parts)
         for i, t in enumerate(self._torch_rank):
             by_torch[t] = parts[i]
-        _dist().all_gather(by_torch, local, group=self.group)
+        self._all_gather(by_torch, local)
 
     @_interrupt.guarded(lambda self, t, root=0: None)
     def broadcast_(self, t: torch.Tensor, root: int = 0) -> None:
         if self.size > 1:
+            _handed.append(t)
             _dist().broadcast(t, src=self.ranks[root], group=self.group)
 
 
