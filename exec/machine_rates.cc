@@ -1,13 +1,26 @@
 #include "exec/machine_rates.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <ctime>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <mutex>
 #include <new>
+#include <sstream>
+#include <string>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/error.h"
@@ -164,10 +177,98 @@ ProcessUsage process_usage() {
           static_cast<std::uint64_t>(u.ru_minflt) + static_cast<std::uint64_t>(u.ru_majflt)};
 }
 
+namespace {
+
+// The shared measurement (machine_rates.h): one file a user, in tmpfs, naming what it is valid
+// for on its first line; rewritten under an exclusive flock by the process that measures.
+constexpr int kSharedFormat = 1;
+constexpr double kSharedMaxAgeSeconds = 3600;
+constexpr double kSharedLockWaitSeconds = 10;  // a holder stopped or slow: measure alone after this
+
+std::string first_line_of(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// What a measurement is valid for: this boot of this machine and its huge-page setting.
+std::string shared_key() {
+  return "dynatrain-machine-rates " + std::to_string(kSharedFormat) + " " +
+         first_line_of("/proc/sys/kernel/random/boot_id") + " " +
+         first_line_of("/sys/kernel/mm/transparent_hugepage/enabled");
+}
+
+std::string shared_path() {
+  const char* dir = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  return std::string(dir) + "/dynatrain-machine-rates-" + std::to_string(::getuid());
+}
+
+bool read_shared(int fd, const std::string& key, MachineRates& r) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size > 4096) return false;
+  const double age = static_cast<double>(::time(nullptr) - st.st_mtime);
+  if (age > kSharedMaxAgeSeconds) return false;
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  if (::pread(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) return false;
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line) || line != key) return false;
+  return static_cast<bool>(in >> r.warm_copy_bytes_per_s >> r.fresh_write_bytes_per_s >> r.populate_bytes_per_s >>
+                           r.huge_populate_bytes_per_s >> r.remap_call_seconds >> r.remap_byte_seconds >>
+                           r.min_remap_bytes >> r.measure_seconds);
+}
+
+void write_shared(int fd, const std::string& key, const MachineRates& r) {
+  std::ostringstream out;
+  out.precision(17);
+  out << key << "\n"
+      << r.warm_copy_bytes_per_s << " " << r.fresh_write_bytes_per_s << " " << r.populate_bytes_per_s << " "
+      << r.huge_populate_bytes_per_s << " " << r.remap_call_seconds << " " << r.remap_byte_seconds << " "
+      << r.min_remap_bytes << " " << r.measure_seconds << "\n";
+  const std::string text = out.str();
+  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, text.data(), text.size(), 0);  // best effort: a cache
+}
+
+bool lock_within(int fd, double seconds) {
+  const auto t0 = Clock::now();
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK || seconds_since(t0) > seconds) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+}  // namespace
+
+MachineRates shared_machine_rates(const std::string& path, const std::function<MachineRates()>& measure) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return measure();
+  if (!lock_within(fd, kSharedLockWaitSeconds)) {
+    ::close(fd);
+    return measure();
+  }
+  MachineRates r;
+  const std::string key = shared_key();
+  if (read_shared(fd, key, r)) {
+    r.shared = true;
+  } else {
+    r = measure();
+    write_shared(fd, key, r);
+  }
+  ::close(fd);  // releases the lock
+  return r;
+}
+
 const MachineRates& machine_rates() {
   static std::once_flag once;
   static MachineRates rates;
-  std::call_once(once, [] { rates = measure_machine_rates(32 << 20); });
+  std::call_once(once, [] {
+    const auto measure = [] { return measure_machine_rates(32 << 20); };
+    const char* mode = std::getenv("DT_MACHINE_RATES");
+    rates =
+        mode != nullptr && std::string(mode) == "measure" ? measure() : shared_machine_rates(shared_path(), measure);
+  });
   return rates;
 }
 

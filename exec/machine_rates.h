@@ -1,6 +1,7 @@
-// MachineRates: what this machine does with state memory, measured once per process (cheaply:
-// 32 MiB of each way, about 0.1 s), so the engine chooses its paths by measurement instead of by
-// what was fast on another machine. On some virtual machines a page's first write, a page
+// MachineRates: what this machine does with state memory, measured once per machine and boot
+// (32 MiB of each way: 0.1 s on a machine whose fresh pages are fast, 0.6-1.5 s where they are
+// not), so the engine chooses its paths by measurement instead of by what was fast on another
+// machine. On some virtual machines a page's first write, a page
 // remap or a cross-memory read is 10-20x slower than on others (exec/README.md, "Measured path
 // choice"); a copy between warm buffers runs at memory speed everywhere.
 //
@@ -15,6 +16,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 
 namespace dynatrain::exec {
 
@@ -27,6 +30,7 @@ struct MachineRates {
   double remap_byte_seconds = 0;         // cost per byte moved beyond that
   std::uint64_t min_remap_bytes = UINT64_MAX;
   double measure_seconds = 0;  // what the measurement took
+  bool shared = false;         // read from this machine's shared measurement (machine_rates())
 };
 
 // What the process has cost the kernel so far (getrusage, all its threads): system time and page
@@ -54,8 +58,20 @@ void make_resident(std::byte* data, std::size_t bytes, ResidentWay way);
 // Returns the way of the last piece.
 ResidentWay make_resident_measured(std::byte* data, std::size_t bytes, const MachineRates& rates);
 
-// The rates of this process's machine: measured on the first call (thread-safe), then cached.
+// The rates of this process's machine, on the first call (thread-safe), then kept. Shared by the
+// processes of one user on the machine: the first to call measures, under an exclusive lock on
+// /dev/shm/dynatrain-machine-rates-UID (/tmp without /dev/shm), and writes the rates there with
+// the boot id and the transparent-huge-page setting they were measured under; the others wait
+// for the lock and read them, while under an hour old (an older or other key: measured again).
+// Processes starting together so measure once instead of each other's contention. A lock held
+// for more than 10 s (its holder stopped), a file that cannot be opened, or
+// DT_MACHINE_RATES=measure: this process measures for itself.
 const MachineRates& machine_rates();
+
+// machine_rates()'s sharing over the file at `path`: the rates found there (shared = true) when
+// the file names this boot and huge-page setting and is under an hour old, else `measure()`'s,
+// written there. Measures without the file when it cannot be opened or locked within 10 s.
+MachineRates shared_machine_rates(const std::string& path, const std::function<MachineRates()>& measure);
 
 // One measurement over buffers of `bytes` (a multiple of 2 MiB, at least 4 MiB; InputError
 // otherwise); not cached.

@@ -14,9 +14,10 @@ namespace dynatrain::exec {
 
 // Collective: every rank exchanges with each peer of the XOR order (the engine's) as many bytes
 // as it sends to / receives from it (`send_bytes[q]`, `recv_bytes[q]`), as plain messages of at
-// most `chunk` bytes, two in flight, from and into warm buffers. Returns the slowest rank's
-// seconds (equal on every rank).
-double measure_plain_exchange(comm::Transport& world, const std::vector<std::uint64_t>& send_bytes,
-                              const std::vector<std::uint64_t>& recv_bytes, std::size_t chunk);
+// most `chunk` bytes, two in flight, from and into buffers written before the first run (sized
+// to the longest message, not to `chunk`). Returns each of `runs` runs' seconds, the slowest
+// rank's of each (equal on every rank).
+std::vector<double> measure_plain_exchange(comm::Transport& world, const std::vector<std::uint64_t>& send_bytes,
+                                           const std::vector<std::uint64_t>& recv_bytes, std::size_t chunk, int runs);
 
 }  // namespace dynatrain::exec

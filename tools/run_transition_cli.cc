@@ -151,7 +151,7 @@ void RunTransition::agree_deadline() {
 void RunTransition::prepare_state() {
   a_ = testing::allocate_filled(*src_layout_, src_rl_, pool_);
   exec::machine_rates();  // measured once per process, before any switch is timed
-  bw_ = comm::measure_p2p_bandwidth(world_, std::size_t{64} << 20);
+  bw_ = comm::measure_p2p_bandwidth(world_, probe_bytes());
   opt_.mem_budget = args_.mem_budget;
   opt_.topology = topo_;
   if (args_.at_step_boundary) opt_.zeroed_kinds = kStepBoundaryKinds;
@@ -165,6 +165,18 @@ void RunTransition::prepare_state() {
   const auto t0 = std::chrono::steady_clock::now();
   mine_.prefaulted = prefault_for_switch(fwd_, src_rl_, a_, dst_rl_, lo_.elem_bytes, world_, pool_, opt_);
   mine_.prepare_s = seconds_since(t0);
+}
+
+// The point-to-point probe's message: as many bytes as the busiest rank receives in the switch,
+// within [1 MiB, 64 MiB] (a probe at the switch's own scale; no 64 MiB of fresh pages for a
+// switch of kilobytes). Equal on every rank.
+std::size_t RunTransition::probe_bytes() {
+  std::uint64_t received = 0;
+  for (const auto& [q, v] : fwd_.recv)
+    for (const auto& p : v) received += p.box.numel() * lo_.elem_bytes[static_cast<int>(p.kind)];
+  const auto all = comm::all_gather_values(world_, received);
+  constexpr std::uint64_t kMin = 1 << 20, kMax = 64 << 20;
+  return static_cast<std::size_t>(std::clamp(*std::max_element(all.begin(), all.end()), kMin, kMax));
 }
 
 // K forward switches; from the second on, the state is switched back first. --verify checks
@@ -269,8 +281,7 @@ void RunTransition::measure_plain_exchange() {
   const std::size_t chunk = static_cast<std::size_t>(std::max<std::uint64_t>(forward_.front().chunk_bytes, 4096));
   // Five times: the bare exchange is the fastest (the floor), the model's link is calibrated on
   // the median, as the warm switch it predicts is a median.
-  std::vector<double> exchanges;
-  for (int i = 0; i < 5; ++i) exchanges.push_back(exec::measure_plain_exchange(world_, to_peer, from_peer, chunk));
+  auto exchanges = exec::measure_plain_exchange(world_, to_peer, from_peer, chunk, 5);
   std::sort(exchanges.begin(), exchanges.end());
   exchange_s_ = exchanges.front(), exchange_median_s_ = exchanges[2];
   if (!args_.json.empty()) predicted_ = predict_switch(world_, *fwd_planner_, eb, opt_, {chunk, exchange_median_s_});

@@ -63,15 +63,17 @@ void RunTransition::add_machine_json(nlohmann::json& j) const {
   j["machine_remap_call_us"] = r.remap_call_seconds * 1e6;
   j["machine_remap_gb_per_s"] = r.remap_byte_seconds > 0 ? 1e-9 / r.remap_byte_seconds : 0.0;
   j["machine_measure_seconds"] = r.measure_seconds;
+  j["machine_rates_shared"] = r.shared;
 }
 
 void RunTransition::print_machine_lines() const {
   const exec::MachineRates& r = exec::machine_rates();
   std::fprintf(out_,
                "  machine              copy %.2f GB/s warm, first write %.2f GB/s fresh (%.2f populated, %.2f huge "
-               "pages); remap %.1f us a call\n",
+               "pages); remap %.1f us a call (%s)\n",
                r.warm_copy_bytes_per_s / 1e9, r.fresh_write_bytes_per_s / 1e9, r.populate_bytes_per_s / 1e9,
-               r.huge_populate_bytes_per_s / 1e9, r.remap_call_seconds * 1e6);
+               r.huge_populate_bytes_per_s / 1e9, r.remap_call_seconds * 1e6,
+               r.shared ? "this machine's shared measurement" : "measured by this process");
   const nlohmann::json cold = phases_json(&RankFigures::cold_phases);
   std::fprintf(out_, "  kernel (max/rank)    cold: %.3f s system, %.0f page faults",
                cold["system_seconds"].get<double>(), cold["page_faults"].get<double>());

@@ -74,6 +74,7 @@ class RunTransition {
   void plan_switch();
   void agree_deadline();
   void prepare_state();
+  std::size_t probe_bytes();  // collective
   // The rounds.
   void run_rounds();
   bool verify(const char* when);

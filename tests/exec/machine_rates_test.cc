@@ -1,10 +1,13 @@
 // The machine's measured memory rates (exec/machine_rates.h) and the break-even they give for
 // remapping a kept run instead of copying it.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
@@ -33,7 +36,47 @@ TEST(MachineRates, MeasuredOnceAndConsistent) {
   EXPECT_GT(r.fresh_write_bytes_per_s, 0);
   EXPECT_GE(r.remap_call_seconds, 0);
   EXPECT_EQ(r.min_remap_bytes, remap_break_even(r.remap_call_seconds, r.remap_byte_seconds, r.warm_copy_bytes_per_s));
-  EXPECT_GT(r.measure_seconds, 0);
+  EXPECT_GT(r.measure_seconds, 0);  // its own or the shared one's
+}
+
+// The rates one process measured are what the next reads from the shared file; a file that
+// names another boot or setting, or holds garbage, is measured again and rewritten.
+TEST(MachineRates, SharedFileIsMeasuredOnceThenRead) {
+  const std::string path = ::testing::TempDir() + "machine-rates-shared-" + std::to_string(::getpid());
+  std::remove(path.c_str());
+  int measured = 0;
+  const auto measure = [&] {
+    MachineRates r;
+    r.warm_copy_bytes_per_s = 1e10 + measured, r.fresh_write_bytes_per_s = 0.25e9, r.populate_bytes_per_s = 0.5e9;
+    r.huge_populate_bytes_per_s = 7e9, r.remap_call_seconds = 3.5e-5, r.remap_byte_seconds = 1.25e-11;
+    r.min_remap_bytes = 1269760, r.measure_seconds = 0.5;
+    ++measured;
+    return r;
+  };
+  const MachineRates first = shared_machine_rates(path, measure);
+  const MachineRates second = shared_machine_rates(path, measure);
+  EXPECT_EQ(measured, 1);
+  EXPECT_FALSE(first.shared);
+  EXPECT_TRUE(second.shared);
+  EXPECT_EQ(second.warm_copy_bytes_per_s, first.warm_copy_bytes_per_s);
+  EXPECT_EQ(second.remap_byte_seconds, first.remap_byte_seconds);
+  EXPECT_EQ(second.min_remap_bytes, first.min_remap_bytes);
+  for (const char* stale :
+       {"dynatrain-machine-rates 1 another-boot always [madvise] never\n1 2 3 4 5 6 7 8\n", "garbage"}) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(stale, f);
+    std::fclose(f);
+    const MachineRates again = shared_machine_rates(path, measure);
+    EXPECT_FALSE(again.shared) << stale;
+    EXPECT_EQ(again.warm_copy_bytes_per_s, 1e10 + measured - 1) << stale;
+  }
+  EXPECT_EQ(measured, 3);
+  EXPECT_TRUE(shared_machine_rates(path, measure).shared);  // rewritten by the last measurement
+  std::remove(path.c_str());
+  // A path that cannot be opened: measured, not shared.
+  EXPECT_FALSE(shared_machine_rates("/nonexistent-dir/rates", measure).shared);
+  EXPECT_EQ(measured, 4);
 }
 
 TEST(MachineRates, RefusesSizesItCannotMeasure) {
