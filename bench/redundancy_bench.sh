@@ -22,7 +22,7 @@ STEPS=${STEPS:-10} KILL_AT=${KILL_AT:-6} SAVE_EVERY=${SAVE_EVERY:-4}
 HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$OUT" && mkdir -p "$OUT"
 BIN="$OUT/dynatrain"
-cp "$BUILD/dynatrain" "$BIN"
+cp "$BUILD/dynatrain" "$BUILD/dynatrain-torch" "$OUT/"  # the front and the trainer it hands train to
 source "$HERE/../scripts/mpi-env.sh"
 source "$HERE/results.sh"
 py() { PYENV_VERSION=system python3 "$@"; }

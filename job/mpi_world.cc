@@ -33,9 +33,6 @@ EnvWorldFactory g_env_world = nullptr;
 
 bool started_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_RANK") != nullptr; }
 
-// True when the environment names a rank of a world started without mpirun.
-bool env_names_world() { return !started_by_mpirun() && std::getenv("RANK") && std::getenv("WORLD_SIZE"); }
-
 // Grace before a rank other than 0 reports: rank 0, failing alike, reports first.
 constexpr auto kNonRootGrace = std::chrono::milliseconds(1000);
 // Before MPI starts, every rank finds a flag error alike and rank 0 prints it: the others wait
@@ -197,7 +194,7 @@ std::int64_t this_host_id() {
 }
 
 bool is_nonzero_mpi_rank() {
-  if (env_names_world()) {  // a RANK that names no rank of WORLD_SIZE is not one: it says why at once
+  if (environment_names_world()) {  // a RANK that names no rank of WORLD_SIZE is not one: it says why at once
     char *end_rank = nullptr, *end_size = nullptr;
     const long rank = std::strtol(std::getenv("RANK"), &end_rank, 10);
     const long size = std::strtol(std::getenv("WORLD_SIZE"), &end_size, 10);
@@ -206,6 +203,8 @@ bool is_nonzero_mpi_rank() {
   const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
   return rank && std::strcmp(rank, "0") != 0;
 }
+
+bool environment_names_world() { return !started_by_mpirun() && std::getenv("RANK") && std::getenv("WORLD_SIZE"); }
 
 void set_env_world_factory(EnvWorldFactory factory) { g_env_world = factory; }
 
@@ -303,7 +302,7 @@ int run_on_env_world(comm::Transport& world, const std::function<int(comm::Trans
 }  // namespace
 
 int run_on_mpi_world(const std::function<int(comm::Transport&)>& body) {
-  if (g_env_world && env_names_world())
+  if (g_env_world && environment_names_world())
     if (auto world = g_env_world()) {
       const int code = run_on_env_world(*world, body);
       std::fflush(stdout);

@@ -39,6 +39,8 @@ int run_on_mpi_world(const std::function<int(comm::Transport&)>& body);
 // grace) and ends this process with the same exit codes (the launcher ends the others).
 using EnvWorldFactory = std::unique_ptr<comm::Transport> (*)();
 void set_env_world_factory(EnvWorldFactory factory);
+// Whether the environment names a rank of a world started without mpirun (RANK, WORLD_SIZE).
+bool environment_names_world();
 
 // Collective over `world`, the job's world after a switch that changed its processes (a grow,
 // a shrink): the failure path's lines name ranks of that world and watch its processes (a

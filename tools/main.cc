@@ -1,4 +1,6 @@
 // dynatrain: plan, execute and train through parallel-layout switches. See docs/cli.md.
+// Built twice (tools/torch_binary.h): `dynatrain`, without libtorch, which hands `train` and
+// c10d worlds to `dynatrain-torch` (DT_TORCH_BINARY), which has every command.
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -11,10 +13,22 @@
 #ifdef DT_HAVE_C10D
 #include "comm/c10d/c10d_transport.h"
 #endif
+#ifdef DT_TORCH_BINARY
+#include <sys/prctl.h>
+#else
+#include "tools/torch_binary.h"
+#endif
 
 int main(int argc, char** argv) {
 #ifdef DT_HAVE_C10D
   dynatrain::job::set_env_world_factory(&dynatrain::comm::c10d_world_from_env);  // RANK, WORLD_SIZE, ...
+#endif
+#ifdef DT_TORCH_BINARY
+  ::prctl(PR_SET_NAME, "dynatrain");  // the process's name stays the command's (pgrep -x dynatrain, top, ps)
+#else
+  if (dynatrain::tools::needs_torch_binary(argc, argv))
+    if (const std::string torch = dynatrain::tools::torch_binary_path(); !torch.empty())
+      return dynatrain::tools::run_in_torch_binary(torch, argv);
 #endif
   CLI::App app{"DynaTrain: switch the parallel layout of a training job in memory"};
   app.require_subcommand(1);

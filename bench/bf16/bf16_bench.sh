@@ -13,7 +13,7 @@ OUT=${2:-bench-out/bf16}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 BIN="$OUT/dynatrain"
-cp "$BUILD/dynatrain" "$BIN"
+cp "$BUILD/dynatrain" "$BUILD/dynatrain-torch" "$OUT/"  # the front and the trainer it hands train to
 source "$HERE/../../scripts/mpi-env.sh"
 source "$HERE/../results.sh"
 results_begin bf16 text "$0 $*"

@@ -25,7 +25,7 @@ OUT=${2:-bench-out/edm}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 BIN="$OUT/dynatrain"  # a copy: spawned processes run this file even if the build changes it
-cp "$BUILD/dynatrain" "$BIN"
+cp "$BUILD/dynatrain" "$BUILD/dynatrain-torch" "$OUT/"  # the front and the trainer it hands train to
 source "$HERE/../../scripts/mpi-env.sh"
 source "$HERE/../results.sh"
 results_begin edm-gb-scale text "$0 $*"
