@@ -16,31 +16,28 @@ def main():
     ap.add_argument("--steps", type=int, default=24, help="optimizer steps (the cosine ends there)")
     ap.add_argument("--global-batch", type=int, default=8, help="sequences per step, over all processes")
     ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--schedule", default="0:dp=2,zero=0;6:tp=2;12:dp=2,zero=2", help="step:layout;...")
+    ap.add_argument("--schedule", type=dynatrain.parse_schedule, default="0:dp=2,zero=0;6:tp=2;12:dp=2,zero=2")
     ap.add_argument("--save", help="checkpoint file, written after --save-at steps")
     ap.add_argument("--save-at", type=int, default=-1)
     ap.add_argument("--resume", help="checkpoint file to resume from")
     a = ap.parse_args()
-    schedule = dict((int(s), layout) for s, layout in (item.split(":", 1) for item in a.schedule.split(";")))
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = Llama()
     optimizer = model.configure_optimizers(weight_decay=0.1, lr=a.lr)
-    job = dynatrain.adopt(model, optimizer, PLAN, schedule.pop(min(schedule)))
     scheduler = warmup_cosine(optimizer, warmup=4, steps=a.steps, min_lr=a.lr / 10)
-    job.register_scheduler(scheduler)
+    job = dynatrain.adopt(model, optimizer, PLAN, a.schedule.pop(min(a.schedule)), scheduler=scheduler)
     ckpt = torch.load(a.resume) if a.resume else {"step": job.step}
     for name, state in (("model", model), ("optimizer", optimizer), ("scheduler", scheduler)):
         if name in ckpt: state.load_state_dict(ckpt[name])  # noqa: E701
     for step in range(ckpt["step"], a.steps):
-        if step in schedule: job.switch(schedule[step])  # noqa: E701
+        if step in a.schedule: job.switch(a.schedule[step])  # noqa: E701
         data = job.local_batch(batch(step, a.global_batch, VOCAB, SEQ))
         optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(data[:, :-1]).flatten(0, 1), data[:, 1:].flatten())
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        loss = job.average(loss)
-        if job.rank == 0: print(f"step {step:3d}  loss {loss.item():.8f}  lr {scheduler.get_last_lr()[0]!r}", flush=True)  # noqa
+        job.print(f"step {step:3d}  loss {job.average(loss).item():.8f}  lr {scheduler.get_last_lr()[0]!r}", flush=True)
         optimizer.step()
         scheduler.step()
         if step + 1 == a.save_at:

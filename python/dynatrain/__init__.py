@@ -32,12 +32,13 @@ from ._elastic import Leaving
 from ._join import JoinError
 from ._notice import EveryProcessNoticed
 from ._recover import ProcessLost
+from ._schedule import ScheduleError, parse_schedule
 from ._native import CommError, InternalError
 from ._views import StaleTensor, StaleTensorError
 
 __all__ = ["plan", "check", "presets", "Tensor", "Model", "Manager", "Leaving", "CommError", "InternalError",
            "PeerError", "StaleTensor", "StaleTensorError", "adopt", "describe", "Job", "EveryProcessNoticed", "ProcessLost",
-           "JoinError"]
+           "JoinError", "parse_schedule", "ScheduleError"]
 
 if _abort.launched_with_peers():
     _abort.install()  # an uncaught exception on one rank ends the job (DYNATRAIN_ABORT_ON_ERROR=0: off)

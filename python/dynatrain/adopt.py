@@ -166,6 +166,12 @@ class Job(_lend.PhaseShifts, ShardedStep):
         with self.manager._collective("job.average()"):
             return torch.tensor(dp.allreduce(x) / dp.size if dp is not None else x)
 
+    def print(self, *args, **kwargs) -> None:
+        """print() on the job's rank 0 only (not collective: arguments that are, such as
+        job.average(loss), are evaluated on every rank before the call)."""
+        if self.rank == 0:
+            print(*args, **kwargs)
+
     def register(self, name, get, set, *, per_rank: bool = False) -> None:
         """Extra state carried by switches and checkpoints (Manager.register)."""
         self.manager.register(name, get, set, per_rank=per_rank)
@@ -521,7 +527,7 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
           pipeline: Optional[str] = None, resume=None, bucket_elems: int = 40_000_000,
           mem_budget: int = 256 << 20, vocab_divisible_by: int = 128, notice_signal: Optional[str] = "TERM",
           notice_s: float = 30.0, notice_save=None, tp_attrs: Optional[Dict[str, List[str]]] = None,
-          redundancy: Optional[int] = None) -> Job:
+          redundancy: Optional[int] = None, scheduler=None) -> Job:
     """Collective: trains `model` and `optimizer` (Adam, AdamW or SGD) on DynaTrain's state in
     `layout`, tensor-parallel as `plan` says (glob over module / parameter names -> column, row,
     vocab, replicated, expert, attention, qkv; tp_attrs: module glob -> integer attributes its
@@ -533,7 +539,13 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
     boundary, notice_s seconds before it is gone; to every process, it saves into notice_save
     (when given) and ends the job (_notice.py, docs/python.md "Notices"). redundancy=2 (default:
     DYNATRAIN_REDUNDANCY, else 1): each process also keeps a copy of a process's state on another
-    node, refreshed after every step, so a lost node is recovered in place (_redundancy.py)."""
+    node, refreshed after every step, so a lost node is recovered in place (_redundancy.py).
+    scheduler: an LR scheduler of `optimizer` (or a list of them), made job state as
+    Job.register_scheduler() makes it (named lr_scheduler, lr_scheduler_1, ...)."""
+    schedulers = scheduler if isinstance(scheduler, (list, tuple)) else [] if scheduler is None else [scheduler]
+    for s in schedulers:  # refused before anything is built
+        if getattr(s, "optimizer", None) is not optimizer:
+            raise ValueError(f"adopt(scheduler=...): {type(s).__name__} does not schedule this optimizer")
     comm = _c10d.resolve(comm)  # None: torch.distributed's default group when initialised, else MPI.COMM_WORLD
     described, spec = _described_everywhere(comm, model, optimizer, plan, layout, pipeline, vocab_divisible_by,
                                             tp_attrs)
@@ -562,6 +574,8 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
         if not (joined or getattr(manager, "resumed", False)):
             job._load_initial()
         job._bind()
+        for i, s in enumerate(schedulers):
+            job.register_scheduler(s, "lr_scheduler" + (f"_{i}" if i else ""))
         if not joined:  # a joined process refreshes with the others at the end of their step
             _redundancy.refresh(manager)  # the copies of the first step's state
     return job

@@ -2,6 +2,7 @@
 a graph held across a switch, param groups and LR schedulers as job state, torch's clipping,
 buffers, frozen parameters, full state dicts, and the misuses that must be clear errors on every
 rank (a switch inside a step, a skipped step, adopting twice, model.to(), idle ranks)."""
+import argparse
 import copy
 import math
 import warnings
@@ -85,15 +86,21 @@ def warmup_cosine(optimizer):
     return torch.optim.lr_scheduler.SequentialLR(optimizer, [warm, cos], milestones=[2])
 
 
-def test_param_groups_and_a_registered_scheduler_survive_a_resume_in_another_layout(world, tmp_path):
+@pytest.mark.parametrize("how", ["register", "adopt"])  # job.register_scheduler() or adopt(scheduler=)
+def test_param_groups_and_a_registered_scheduler_survive_a_resume_in_another_layout(world, tmp_path, how):
     path = world.bcast(str(tmp_path) if world.rank == 0 else None, root=0)
     cfgs = layouts(SIZE)
     model = small_gpt()
     plain = copy.deepcopy(model)
     plain_opt, optimizer = decay_groups(plain), decay_groups(model)
-    job = adopt(model, optimizer, cfgs[0])
-    plain_sched, sched = warmup_cosine(plain_opt), warmup_cosine(optimizer)
-    job.register_scheduler(sched)
+    plain_sched = warmup_cosine(plain_opt)
+    if how == "adopt":
+        sched = warmup_cosine(optimizer)
+        job = adopt(model, optimizer, cfgs[0], scheduler=sched)
+    else:
+        job = adopt(model, optimizer, cfgs[0])
+        sched = warmup_cosine(optimizer)
+        job.register_scheduler(sched)
     for step in range(3):
         want, got = step_both(job, ((plain, plain_opt), (model, optimizer)), step)
         plain_sched.step()
@@ -107,9 +114,13 @@ def test_param_groups_and_a_registered_scheduler_survive_a_resume_in_another_lay
     for p in resumed.parameters():  # other values: the checkpoint must replace them
         p.data.normal_()
     opt2 = decay_groups(resumed, lr=1.0)
-    job2 = adopt(resumed, opt2, cfgs[-1], resume=path)
-    sched2 = warmup_cosine(opt2)  # built as a restarted script builds it: from epoch 0
-    job2.register_scheduler(sched2)
+    if how == "adopt":
+        sched2 = warmup_cosine(opt2)  # built as a restarted script builds it: from epoch 0
+        job2 = adopt(resumed, opt2, cfgs[-1], resume=path, scheduler=[sched2])
+    else:
+        job2 = adopt(resumed, opt2, cfgs[-1], resume=path)
+        sched2 = warmup_cosine(opt2)
+        job2.register_scheduler(sched2)
     for step in range(3, 7):
         assert [g["lr"] for g in opt2.param_groups] == [g["lr"] for g in plain_opt.param_groups], step
         assert opt2.param_groups[1]["weight_decay"] == 0.01
@@ -448,3 +459,32 @@ def test_a_forgotten_local_batch_warns(world):
     job = adopt(model, optimizer, f"dp={SIZE},zero=0")
     assert forgotten_warnings(job, model, optimizer, job.local_batch(data_at(0))) == []
     assert len(forgotten_warnings(job, model, optimizer, data_at(1))) == 1  # the whole batch on every dp rank
+
+
+def test_a_scheduler_of_another_optimizer_is_refused_by_adopt(world):
+    model = small_gpt()
+    other = decay_groups(small_gpt())
+    with pytest.raises(ValueError, match="does not schedule this optimizer"):
+        adopt(model, decay_groups(model), layouts(SIZE)[0], scheduler=warmup_cosine(other))
+
+
+def test_job_print_prints_on_rank_zero_only(world, capsys):
+    model = small_gpt()
+    job = adopt(model, decay_groups(model), layouts(SIZE)[0])
+    job.print("from", "rank", world.rank, sep="-")
+    assert capsys.readouterr().out == ("from-rank-0\n" if world.rank == 0 else "")
+
+
+def test_parse_schedule_orders_steps_and_names_a_bad_entry(capsys):
+    assert dynatrain.parse_schedule("6:tp=2; 0:dp=2,zero=0") == {0: "dp=2,zero=0", 6: "tp=2"}
+    assert list(dynatrain.parse_schedule("6:tp=2;0:dp=2")) == [0, 6]
+    for bad, match in [("0:dp=2;tp=2", "'tp=2': want STEP:LAYOUT"), ("0:dp=2;0:tp=2", "step 0 is given twice"),
+                       ("-1:dp=2", "want STEP:LAYOUT"), ("0:tp=0", "'0:tp=0': "), ("", "want STEP:LAYOUT")]:
+        with pytest.raises(dynatrain.ScheduleError, match=match):
+            dynatrain.parse_schedule(bad)
+    assert issubclass(dynatrain.ScheduleError, ValueError)
+    ap = argparse.ArgumentParser(prog="train.py")
+    ap.add_argument("--schedule", type=dynatrain.parse_schedule)
+    with pytest.raises(SystemExit):
+        ap.parse_args(["--schedule", "0:dp=2;x:tp=2"])
+    assert "--schedule: schedule entry 'x:tp=2': want STEP:LAYOUT" in capsys.readouterr().err
