@@ -51,12 +51,14 @@ struct TrainArgs {
   // How processes are started and ended (nullptr: the job keeps its processes; layouts must
   // fit the world). `dynatrain train` uses the MPI launcher with --hostfile / --host.
   std::shared_ptr<edm::Launcher> launcher;
-  // Optional knobs (flags suggested: --lr, --seed, --micro-batches, --switch-method, --threads).
+  // Optional knobs (flags suggested: --lr, --seed, --micro-batches, --switch-method, --threads,
+  // --bucket-elems).
   double lr = 3e-3;
   std::uint64_t seed = 1234;
   int micro_batches = 0;                 // 0: auto
   std::string switch_method;             // "engine" | "gather" | "" (engine when built)
   int threads = 0;                       // torch intra-op threads per rank; 0: cores / local ranks
+  std::int64_t bucket_elems = 32768;     // --bucket-elems: ZeRO bucket size (TrainerOptions::bucket_elems)
   NoticeSettings notice{SIGTERM, 30.0};  // --notice-signal, --notice-s (job/notice.h)
   // Checkpoints (job/train_ckpt.h): --save DIR every --save-every steps and after the last
   // step; --resume DIR continues from DIR's latest checkpoint in the schedule's layout

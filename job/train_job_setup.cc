@@ -111,6 +111,7 @@ void TrainJob::build_options() {
   o_.lr = args_.lr;
   o_.seed = args_.seed;
   o_.micro_batches = args_.micro_batches;
+  o_.bucket_elems = args_.bucket_elems;
   o_.launcher = args_.launcher;
   o_.lookahead = args_.lookahead;
   o_.align_pages = args_.align_pages;

@@ -103,6 +103,11 @@ Command add_train_command(CLI::App& app) {
       ->check(whole_number_in(0, 1 << 20, " (0: auto)"))
       ->capture_default_str();
   cmd->add_option("--switch-method", args->switch_method, "engine (default) or gather");
+  cmd->add_option("--bucket-elems", args->bucket_elems,
+                  "ZeRO bucket size in elements: the flat buffers a zero>0 layout shards (Megatron's default is "
+                  "40M; small buckets mean many small buffers, in 4 KiB pages, which switches move slower)")
+      ->check(whole_number_in(std::int64_t{1}, std::int64_t{1} << 40))
+      ->capture_default_str();
   cmd->add_option("--threads", args->threads, "Torch threads per rank (0: cores / local ranks)")
       ->check(whole_number_in(0, 4096, " (0: cores / local ranks)"))
       ->capture_default_str();
