@@ -151,9 +151,32 @@ void PoolAllocator::release_small(std::byte* data, std::size_t bytes) {
 
 // ---- mapped blocks ----
 
+const PoolAllocator::Mapped* PoolAllocator::owner_of(const std::byte* p) const {
+  auto it = mapped_.upper_bound(const_cast<std::byte*>(p));
+  if (it == mapped_.begin()) return nullptr;
+  --it;
+  return p < it->first + it->second.bytes ? &it->second : nullptr;
+}
+
+// A run next to a spare run of the same block (or of no block) joins it: a block given back in
+// pieces is one run again, so its whole 2 MiB pages can be moved whole (take_huge_unit).
 void PoolAllocator::add_spare(std::byte* p, std::size_t bytes) {
-  spares_.emplace(p, bytes);
   spare_ += bytes;
+  const Mapped* owner = owner_of(p);
+  auto next = spares_.find(p + bytes);
+  if (next != spares_.end() && owner_of(next->first) == owner) {
+    bytes += next->second;
+    spares_.erase(next);
+  }
+  auto after = spares_.upper_bound(p);
+  if (after != spares_.begin()) {
+    auto prev = std::prev(after);
+    if (prev->first + prev->second == p && owner_of(prev->first) == owner) {
+      prev->second += bytes;
+      return;
+    }
+  }
+  spares_.emplace(p, bytes);
 }
 
 std::map<std::byte*, std::size_t>::iterator PoolAllocator::pick_spare(const std::byte* to, bool congruent) {
@@ -173,20 +196,64 @@ std::size_t PoolAllocator::take_spares(std::byte* to, std::size_t bytes, bool co
     DT_CHECK(from + n <= to || to + bytes <= from, "commit over pages that are spare in place");
     spares_.erase(it);
     if (have > n) spares_.emplace(from + n, have - n);
-    remap_range(from, to + done, n);
-    // The empty range left behind: part of a live block (kMoved), else nobody's.
-    auto owner = mapped_.upper_bound(from);
-    if (owner != mapped_.begin() && std::prev(owner)->first + std::prev(owner)->second.bytes >= from + n) {
-      --owner;
-      const std::size_t first = static_cast<std::size_t>(from - owner->first) / kPageBytes;
-      for (std::size_t k = first; k < first + n / kPageBytes; ++k) owner->second.pages[k] = kMoved;
-    } else {
-      ::munmap(from, n);
-    }
-    spare_ -= n;
+    move_spare(from, to + done, n);
     done += n;
   }
   return done;
+}
+
+// Moves [from, from + n) of a spare run (already out of spares_) to `to`.
+void PoolAllocator::move_spare(std::byte* from, std::byte* to, std::size_t n) {
+  remap_range(from, to, n);
+  // The empty range left behind: part of a live block (kMoved), else nobody's.
+  auto owner = mapped_.upper_bound(from);
+  if (owner != mapped_.begin() && std::prev(owner)->first + std::prev(owner)->second.bytes >= from + n) {
+    --owner;
+    const std::size_t first = static_cast<std::size_t>(from - owner->first) / kPageBytes;
+    for (std::size_t k = first; k < first + n / kPageBytes; ++k) owner->second.pages[k] = kMoved;
+  } else {
+    ::munmap(from, n);
+  }
+  spare_ -= n;
+}
+
+bool PoolAllocator::take_huge_unit(std::byte* to) {
+  for (auto it = spares_.begin(); it != spares_.end(); ++it) {
+    std::byte* p = it->first;
+    const std::size_t n = it->second;
+    auto* unit = reinterpret_cast<std::byte*>(round_up(reinterpret_cast<std::uintptr_t>(p), kHuge));
+    if (unit + kHuge > p + n || (unit <= to && to < unit + kHuge)) continue;
+    spares_.erase(it);
+    if (unit > p) spares_.emplace(p, static_cast<std::size_t>(unit - p));
+    if (unit + kHuge < p + n) spares_.emplace(unit + kHuge, static_cast<std::size_t>(p + n - unit - kHuge));
+    move_spare(unit, to, kHuge);
+    return true;
+  }
+  return false;
+}
+
+void PoolAllocator::commit_huge(std::byte* to, std::size_t bytes) {
+  std::byte* const end = to + bytes;
+  std::byte* fresh = to;  // [fresh, at): fresh pages not yet made resident
+  auto flush = [&](std::byte* upto) {
+    if (upto > fresh) make_resident_huge(fresh, static_cast<std::size_t>(upto - fresh));
+    fresh_ += static_cast<std::size_t>(upto - fresh);
+    populated_ += static_cast<std::size_t>(upto - fresh);
+  };
+  for (std::byte* at = to; at < end;) {
+    auto* next = reinterpret_cast<std::byte*>(round_up(reinterpret_cast<std::uintptr_t>(at) + 1, kHuge));
+    next = std::min(next, end);
+    const auto n = static_cast<std::size_t>(next - at);
+    // A whole 2 MiB page from a whole spare one; a part of one (a commit's ends: never a huge page
+    // whole) from spare pages congruent with it, as far as they go.
+    const std::size_t warm = n == kHuge ? (take_huge_unit(at) ? n : 0) : take_spares(at, n, true);
+    if (warm > 0) {
+      flush(at);
+      fresh = at + warm;
+    }
+    at = next;
+  }
+  flush(end);
 }
 
 std::byte* PoolAllocator::reserve_locked(std::size_t bytes) {
@@ -223,11 +290,10 @@ void PoolAllocator::commit_locked(std::byte* base, std::size_t offset, std::size
       ++j;
     }
     const std::size_t run = (j - i) * kPageBytes;
-    const std::size_t warm = take_spares(base + i * kPageBytes, run, m.huge);
-    fresh_ += run - warm;        // the rest: empty pages, touched by their first write ...
-    if (m.huge && run > warm) {  // ... or made resident now, in 2 MiB pages
-      make_resident_huge(base + i * kPageBytes + warm, run - warm);
-      populated_ += run - warm;
+    if (m.huge) {
+      commit_huge(base + i * kPageBytes, run);  // whole 2 MiB pages moved whole, the rest resident now
+    } else {
+      fresh_ += run - take_spares(base + i * kPageBytes, run, false);  // the rest: touched by a first write
     }
     for (std::size_t k = i; k < j; ++k) m.pages[k] = kLive;
     mapped_live_ += run;

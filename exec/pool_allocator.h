@@ -146,6 +146,16 @@ class PoolAllocator final : public StateAllocator {
   // 2 MiB (so mremap moves whole 2 MiB page-table entries), else (or when none is) the lowest.
   std::map<std::byte*, std::size_t>::iterator pick_spare(const std::byte* to, bool congruent);
   void add_spare(std::byte* p, std::size_t bytes);
+  // Moves [from, from + n), out of spares_ already, to `to`; marks or unmaps what it leaves.
+  void move_spare(std::byte* from, std::byte* to, std::size_t n);
+  // A huge block's pages: every whole 2 MiB page of [to, to + bytes) from a spare run that holds
+  // a whole 2 MiB-aligned page (moved as one page-table entry: it stays a huge page), the parts
+  // of one at the ends from congruent spare pages, the rest fresh and made resident in huge
+  // pages. Spare runs taken in pieces at other offsets would have each of their huge pages split
+  // into 4 KiB pages for good (measured: bench/results/huge-page-decay.md).
+  void commit_huge(std::byte* to, std::size_t bytes);
+  bool take_huge_unit(std::byte* to);
+  const Mapped* owner_of(const std::byte* p) const;  // the mapped block holding p, if any
   void note_reserved();
 
   const bool huge_;
