@@ -53,6 +53,26 @@ CLI::Option* add_recovery_flags(CLI::App* cmd, job::TrainArgs& args, job::Superv
       ->check(whole_number_in(1, 131072));
 }
 
+// The optional knobs: --lr, --seed, --micro-batches, --switch-method, --bucket-elems, --threads.
+void add_knobs(CLI::App* cmd, job::TrainArgs& args) {
+  cmd->add_option("--lr", args.lr, "Adam learning rate")->check(positive_number_up_to(1e3))->capture_default_str();
+  cmd->add_option("--seed", args.seed, "Seed for weights and data order")
+      ->check(whole_number_in(std::uint64_t{0}, std::numeric_limits<std::uint64_t>::max()))
+      ->capture_default_str();
+  cmd->add_option("--micro-batches", args.micro_batches, "Pipeline micro-batches (0: auto)")
+      ->check(whole_number_in(0, 1 << 20, " (0: auto)"))
+      ->capture_default_str();
+  cmd->add_option("--switch-method", args.switch_method, "engine (default) or gather");
+  cmd->add_option("--bucket-elems", args.bucket_elems,
+                  "ZeRO bucket size in elements: the flat buffers a zero>0 layout shards (Megatron's default is "
+                  "40M; small buckets mean many small buffers, in 4 KiB pages, which switches move slower)")
+      ->check(whole_number_in(std::int64_t{1}, std::int64_t{1} << 40))
+      ->capture_default_str();
+  cmd->add_option("--threads", args.threads, "Torch threads per rank (0: cores / local ranks)")
+      ->check(whole_number_in(0, 4096, " (0: cores / local ranks)"))
+      ->capture_default_str();
+}
+
 }  // namespace
 
 Command add_train_command(CLI::App& app) {
@@ -95,22 +115,7 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--hostfile", launch->hostfile, "MPI hostfile for processes started by a grow")
       ->check(CLI::ExistingFile);
   cmd->add_option("--host", launch->hosts, "Hosts for processes started by a grow (h1,h2,...)");
-  cmd->add_option("--lr", args->lr, "Adam learning rate")->check(positive_number_up_to(1e3))->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Seed for weights and data order")
-      ->check(whole_number_in(std::uint64_t{0}, std::numeric_limits<std::uint64_t>::max()))
-      ->capture_default_str();
-  cmd->add_option("--micro-batches", args->micro_batches, "Pipeline micro-batches (0: auto)")
-      ->check(whole_number_in(0, 1 << 20, " (0: auto)"))
-      ->capture_default_str();
-  cmd->add_option("--switch-method", args->switch_method, "engine (default) or gather");
-  cmd->add_option("--bucket-elems", args->bucket_elems,
-                  "ZeRO bucket size in elements: the flat buffers a zero>0 layout shards (Megatron's default is "
-                  "40M; small buckets mean many small buffers, in 4 KiB pages, which switches move slower)")
-      ->check(whole_number_in(std::int64_t{1}, std::int64_t{1} << 40))
-      ->capture_default_str();
-  cmd->add_option("--threads", args->threads, "Torch threads per rank (0: cores / local ranks)")
-      ->check(whole_number_in(0, 4096, " (0: cores / local ranks)"))
-      ->capture_default_str();
+  add_knobs(cmd, *args);
   auto notice_signal = std::make_shared<std::string>("TERM");
   auto* np_flag = add_recovery_flags(cmd, *args, *supervise_settings, *notice_signal);
   return [args, launch, supervise_settings, np_flag, notice_signal] {
