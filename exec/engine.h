@@ -43,6 +43,10 @@ namespace dynatrain::exec {
 // The unit of page-wise memory (StateAllocator::commit / decommit).
 inline constexpr std::size_t kPageBytes = 4096;
 
+// Under memory budget `mem_budget` the engine handles buffers page by page from this size on
+// (where the allocator supports it: StateAllocator::pagewise_min_bytes), whole below it.
+inline constexpr std::size_t pagewise_threshold(std::size_t mem_budget) { return mem_budget / 16 + 1; }
+
 // Where state buffers come from and go back to. Every call is accounted by the implementation.
 // It is also how the engine copies and zeroes them (MemoryOps: host memcpy / memset by default).
 class StateAllocator : public MemoryOps {

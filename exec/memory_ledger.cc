@@ -17,7 +17,7 @@ void choose_pagewise(BufferMemory& mem, const plan::RankPlan& plan, const PieceG
   std::size_t granule = 64 << 10;
   while (granule * 2 <= mem_budget / 32 && granule < (2u << 20)) granule *= 2;
   mem.granule = granule;
-  const std::uint64_t min_bytes = std::max<std::uint64_t>(mem_budget / 16 + 1, alloc_pagewise_min);
+  const std::uint64_t min_bytes = std::max<std::uint64_t>(pagewise_threshold(mem_budget), alloc_pagewise_min);
   const std::size_t ns = mem.src_size.size(), nd = mem.dst_size.size();
   mem.src_pagewise.assign(ns, 0);
   mem.dst_pagewise.assign(nd, 0);

@@ -11,39 +11,10 @@
 
 #include "common/error.h"
 #include "exec/machine_rates.h"
+#include "exec/page_mapping.h"
 
 namespace dynatrain::exec {
-namespace {
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-constexpr std::size_t kHuge = 2 << 20;  // mappings start 2 MiB-aligned: mremap then moves
-                                        // whole page-table pages where it can
-
-// Address space for `bytes` (a multiple of pages), 2 MiB-aligned, no page touched.
-std::byte* map_untouched(std::size_t bytes) {
-  const std::size_t span = bytes + kHuge;
-  void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  auto* base = static_cast<std::byte*>(p);
-  auto* aligned = reinterpret_cast<std::byte*>(round_up(reinterpret_cast<std::uintptr_t>(base), kHuge));
-  if (aligned > base) ::munmap(base, static_cast<std::size_t>(aligned - base));
-  std::byte* end = aligned + bytes;
-  if (base + span > end) ::munmap(end, static_cast<std::size_t>(base + span - end));
-  return aligned;
-}
-
-// Moves the pages [from, from + bytes) to [to, to + bytes) (replacing what was there). The old
-// range stays mapped, empty (MREMAP_DONTUNMAP), so no other mapping can take its addresses
-// while its block lives. mremap moves within one kernel mapping only; a run that spans several
-// is moved in halves.
-void remap_range(std::byte* from, std::byte* to, std::size_t bytes) {
-  void* r = ::mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to);
-  if (r != MAP_FAILED) return;
-  DT_CHECK(errno == EFAULT && bytes > kPageBytes, "mremap of ", bytes, " bytes failed: ", std::strerror(errno));
-  const std::size_t half = round_up(bytes / 2, kPageBytes);
-  remap_range(from, to, half);
-  remap_range(from + half, to + half, bytes - half);
-}
-}  // namespace
+using namespace detail;  // NOLINT(google-build-using-namespace): the pool's own page helpers
 
 HugePages parse_huge_pages(const std::string& text) {
   if (text == "auto") return HugePages::kAuto;
@@ -51,18 +22,21 @@ HugePages parse_huge_pages(const std::string& text) {
   DT_INPUT_ERROR("huge pages \"", text, "\": valid values are auto, off");
 }
 
-PoolAllocator::PoolAllocator(HugePages policy)
-    : PoolAllocator(policy, policy == HugePages::kOff ? ThpMode::kNever : thp_mode()) {}
+PoolAllocator::PoolAllocator(HugePages policy, const TransitionOptions& engine)
+    : PoolAllocator(policy, policy == HugePages::kOff ? ThpMode::kNever : thp_mode(), engine) {}
 
-PoolAllocator::PoolAllocator(HugePages policy, ThpMode mode)
-    : huge_(policy == HugePages::kAuto && mode != ThpMode::kNever) {}
+PoolAllocator::PoolAllocator(HugePages policy, ThpMode mode, const TransitionOptions& engine)
+    : huge_(policy == HugePages::kAuto && mode != ThpMode::kNever),
+      carve_below_(huge_ && engine.keep_path != KeepPath::kRemap
+                       ? std::min(kHugeMinBytes, pagewise_threshold(engine.mem_budget))
+                       : kMappedBytes) {}
 
 std::size_t PoolAllocator::block_bytes(std::size_t bytes) const {
   return huge_ && bytes >= kHugeMinBytes ? round_up_huge(bytes) : round_up(bytes, kPageBytes);
 }
 
 PoolAllocator::~PoolAllocator() {
-  for (auto& [id, c] : chunks_) std::free(c.base);
+  for (auto& [id, c] : chunks_) c.slab ? static_cast<void>(::munmap(c.base, c.size)) : std::free(c.base);
   for (auto& [base, m] : mapped_) {
     for (std::size_t i = 0; i < m.pages.size();) {
       std::size_t j = i;
@@ -75,78 +49,7 @@ PoolAllocator::~PoolAllocator() {
 }
 
 void PoolAllocator::note_reserved() {
-  peak_reserved_ = std::max(peak_reserved_, small_reserved_ + mapped_live_ + spare_);
-}
-
-// ---- small blocks ----
-
-void PoolAllocator::insert_free(std::byte* p, Range r) {
-  // Merge with the following and preceding free ranges of the same chunk.
-  auto next = free_.lower_bound(p);
-  if (next != free_.end() && next->first == p + r.size && next->second.chunk == r.chunk) {
-    r.size += next->second.size;
-    erase_free(next);
-  }
-  auto it = free_.lower_bound(p);
-  if (it != free_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->first + prev->second.size == p && prev->second.chunk == r.chunk) {
-      p = prev->first;
-      r.size += prev->second.size;
-      erase_free(prev);
-    }
-  }
-  free_.emplace(p, r);
-  by_size_.emplace(r.size, p);
-}
-
-void PoolAllocator::erase_free(std::map<std::byte*, Range>::iterator it) {
-  auto [lo, hi] = by_size_.equal_range(it->second.size);
-  for (auto s = lo; s != hi; ++s)
-    if (s->second == it->first) {
-      by_size_.erase(s);
-      break;
-    }
-  free_.erase(it);
-}
-
-std::byte* PoolAllocator::allocate_small(std::size_t bytes) {
-  const std::size_t n = round_up(bytes, kAlign);
-  std::byte* p = nullptr;
-  Range r;
-  if (auto fit = by_size_.lower_bound(n); fit != by_size_.end()) {
-    p = fit->second;
-    auto it = free_.find(p);
-    r = it->second;
-    erase_free(it);
-    if (r.size > n) insert_free(p + n, Range{r.size - n, r.chunk});
-    r.size = n;
-  } else {
-    p = static_cast<std::byte*>(std::aligned_alloc(kAlign, n));
-    if (!p) throw std::bad_alloc();
-    const std::uint32_t id = next_chunk_++;
-    chunks_[id] = Chunk{p, n, 0};
-    r = Range{n, id};
-    small_reserved_ += n;
-    fresh_ += n;
-    note_reserved();
-  }
-  used_.emplace(p, r);
-  chunks_[r.chunk].live += n;
-  live_ += n;
-  peak_live_ = std::max(peak_live_, live_);
-  return p;
-}
-
-void PoolAllocator::release_small(std::byte* data, std::size_t bytes) {
-  auto it = used_.find(data);
-  DT_CHECK(it != used_.end(), "release of a pointer this pool did not hand out");
-  const Range r = it->second;
-  DT_CHECK_EQ(r.size, round_up(bytes, kAlign));
-  used_.erase(it);
-  chunks_[r.chunk].live -= r.size;
-  live_ -= r.size;
-  insert_free(data, r);
+  peak_reserved_ = std::max(peak_reserved_, small_reserved_ + mapped_live_ + idle_ + spare_);
 }
 
 // ---- mapped blocks ----
@@ -244,9 +147,9 @@ void PoolAllocator::commit_huge(std::byte* to, std::size_t bytes) {
     auto* next = reinterpret_cast<std::byte*>(round_up(reinterpret_cast<std::uintptr_t>(at) + 1, kHuge));
     next = std::min(next, end);
     const auto n = static_cast<std::size_t>(next - at);
-    // A whole 2 MiB page from a whole spare one; a part of one (a commit's ends: never a huge page
-    // whole) from spare pages congruent with it, as far as they go.
-    const std::size_t warm = n == kHuge ? (take_huge_unit(at) ? n : 0) : take_spares(at, n, true);
+    // A whole 2 MiB page from a whole spare one, else from a slab's idle one; a part of one (a
+    // commit's ends: never a huge page whole) from spare pages congruent with it, as far as they go.
+    const std::size_t warm = n == kHuge ? (take_huge_unit(at) || take_slab_unit(at) ? n : 0) : take_spares(at, n, true);
     if (warm > 0) {
       flush(at);
       fresh = at + warm;
@@ -278,36 +181,105 @@ PoolAllocator::Mapped& PoolAllocator::mapped_block(std::byte* base, std::size_t 
 void PoolAllocator::commit_locked(std::byte* base, std::size_t offset, std::size_t bytes) {
   Mapped& m = mapped_block(base, offset, bytes);
   const std::size_t first = offset / kPageBytes, last = round_up(offset + bytes, kPageBytes) / kPageBytes;
-  std::size_t i = first;
-  while (i < last) {
-    if (m.pages[i] == kLive) {
-      ++i;
-      continue;
-    }
-    std::size_t j = i;  // [i, j): a run of pages to make live
-    while (j < last && m.pages[j] != kLive) {
-      DT_CHECK(m.pages[j] != kSpare, "commit of a page given back by decommit");
-      ++j;
-    }
-    const std::size_t run = (j - i) * kPageBytes;
-    if (m.huge) {
-      commit_huge(base + i * kPageBytes, run);  // whole 2 MiB pages moved whole, the rest resident now
-    } else {
+  if (m.huge) {
+    commit_units(m, base, first, last);
+  } else {
+    for (std::size_t i = first; i < last;) {
+      if (m.pages[i] == kLive) {
+        ++i;
+        continue;
+      }
+      std::size_t j = i;  // [i, j): a run of pages to make live
+      while (j < last && m.pages[j] != kLive) {
+        DT_CHECK(m.pages[j] != kSpare, "commit of a page given back by decommit");
+        ++j;
+      }
+      const std::size_t run = (j - i) * kPageBytes;
       fresh_ += run - take_spares(base + i * kPageBytes, run, false);  // the rest: touched by a first write
+      for (std::size_t k = i; k < j; ++k) m.pages[k] = kLive;
+      mapped_live_ += run;
+      live_ += run;
+      i = j;
     }
-    for (std::size_t k = i; k < j; ++k) m.pages[k] = kLive;
-    mapped_live_ += run;
-    live_ += run;
-    i = j;
   }
   peak_live_ = std::max(peak_live_, live_);
   note_reserved();
 }
 
+// Each 2 MiB page that holds no resident page is made resident whole (commit_huge: a spare or
+// idle slab 2 MiB page, else fresh in huge pages), its pages outside [first, last) idle. In a
+// resident one, idle pages become live, and pages moved away (move_pages) get spare or fresh
+// 4 KiB pages.
+void PoolAllocator::commit_units(Mapped& m, std::byte* base, std::size_t first, std::size_t last) {
+  constexpr std::size_t kUnitPages = kHuge / kPageBytes;
+  auto resident = [&](std::size_t k) { return m.pages[k] == kLive || m.pages[k] == kIdle; };
+  std::size_t made_live = 0;
+  for (std::size_t ua = first / kUnitPages * kUnitPages; ua < last; ua += kUnitPages) {
+    const std::size_t ub = ua + kUnitPages, a = std::max(first, ua), b = std::min(last, ub);
+    for (std::size_t k = a; k < b; ++k) DT_CHECK(m.pages[k] != kSpare, "commit of a page given back by decommit");
+    bool empty = true;
+    for (std::size_t k = ua; k < ub && empty; ++k) empty = m.pages[k] == kUntouched || m.pages[k] == kMoved;
+    if (empty) {
+      commit_huge(base + ua * kPageBytes, kHuge);
+      for (std::size_t k = ua; k < ub; ++k) m.pages[k] = k >= a && k < b ? kLive : kIdle;
+      idle_ += (kUnitPages - (b - a)) * kPageBytes;
+      made_live += b - a;
+      continue;
+    }
+    for (std::size_t k = a; k < b;) {
+      if (m.pages[k] == kLive) {
+        ++k;
+      } else if (m.pages[k] == kIdle) {
+        m.pages[k++] = kLive;
+        idle_ -= kPageBytes;
+        ++made_live;
+      } else {
+        std::size_t j = k;
+        while (j < b && !resident(j)) ++j;
+        const std::size_t run = (j - k) * kPageBytes;
+        fresh_ += run - take_spares(base + k * kPageBytes, run, true);
+        for (; k < j; ++k) m.pages[k] = kLive;
+        made_live += run / kPageBytes;
+      }
+    }
+  }
+  mapped_live_ += made_live * kPageBytes;
+  live_ += made_live * kPageBytes;
+}
+
+// Live pages of [first, last) become idle; a 2 MiB page left with no live page becomes spare
+// pages (a whole 2 MiB page unless pages of it were moved away).
+void PoolAllocator::decommit_units(Mapped& m, std::byte* base, std::size_t first, std::size_t last) {
+  constexpr std::size_t kUnitPages = kHuge / kPageBytes;
+  std::size_t given = 0;
+  for (std::size_t k = first; k < last; ++k)
+    if (m.pages[k] == kLive) m.pages[k] = kIdle, ++given;
+  mapped_live_ -= given * kPageBytes;
+  live_ -= given * kPageBytes;
+  idle_ += given * kPageBytes;
+  for (std::size_t ua = first / kUnitPages * kUnitPages; ua < last; ua += kUnitPages) {
+    const std::size_t ub = ua + kUnitPages;
+    if (std::any_of(m.pages.begin() + static_cast<std::ptrdiff_t>(ua),
+                    m.pages.begin() + static_cast<std::ptrdiff_t>(ub), [](PageState st) { return st == kLive; }))
+      continue;
+    for (std::size_t k = ua; k < ub;) {
+      if (m.pages[k] != kIdle) {
+        ++k;
+        continue;
+      }
+      std::size_t j = k;
+      while (j < ub && m.pages[j] == kIdle) m.pages[j++] = kSpare;
+      add_spare(base + k * kPageBytes, (j - k) * kPageBytes);
+      idle_ -= (j - k) * kPageBytes;
+      k = j;
+    }
+  }
+}
+
 std::byte* PoolAllocator::allocate(std::size_t bytes) {
   DT_CHECK(bytes > 0, "zero-byte allocation");
   std::lock_guard lock(mu_);
-  if (bytes < kMappedBytes) return allocate_small(bytes);
+  if (bytes < kMappedBytes || bytes < carve_below_) return allocate_small(bytes);
   std::byte* p = reserve_locked(bytes);
   commit_locked(p, 0, bytes);
   return p;
@@ -324,9 +296,11 @@ void PoolAllocator::move_pages(std::byte* from, std::size_t from_offset, std::by
   const std::size_t fa = from_offset / kPageBytes, fb = to_offset / kPageBytes, n = bytes / kPageBytes;
   for (std::size_t k = 0; k < n; ++k) {
     DT_CHECK(a.pages[fa + k] == kLive, "move of a page that is not live");
-    DT_CHECK(b.pages[fb + k] == kUntouched || b.pages[fb + k] == kMoved, "move onto a page that is in use");
+    DT_CHECK(b.pages[fb + k] == kUntouched || b.pages[fb + k] == kMoved || b.pages[fb + k] == kIdle,
+             "move onto a page that is in use");
   }
-  remap_range(from + from_offset, to + to_offset, bytes);
+  remap_range(from + from_offset, to + to_offset, bytes);  // an idle target page is replaced (freed)
+  for (std::size_t k = 0; k < n; ++k) idle_ -= b.pages[fb + k] == kIdle ? kPageBytes : 0;
   for (std::size_t k = 0; k < n; ++k) a.pages[fa + k] = kMoved, b.pages[fb + k] = kLive;
 }
 
@@ -346,6 +320,10 @@ void PoolAllocator::decommit(std::byte* base, std::size_t offset, std::size_t by
   DT_CHECK(bytes % kPageBytes == 0 || offset + bytes == m.asked || offset + bytes + kPageBytes > m.asked,
            "decommit of a partial page");
   const std::size_t first = offset / kPageBytes, last = round_up(offset + bytes, kPageBytes) / kPageBytes;
+  if (m.huge) {
+    decommit_units(m, base, first, last);
+    return;
+  }
   for (std::size_t i = first; i < last;) {
     if (m.pages[i] != kLive) {
       ++i;
@@ -376,10 +354,10 @@ void PoolAllocator::release(std::byte* data, std::size_t bytes) {
     std::size_t j = i;
     while (j < m.pages.size() && m.pages[j] == s) ++j;
     const std::size_t run = (j - i) * kPageBytes;
-    if (s == kLive) {
+    if (s == kLive || s == kIdle) {
       add_spare(data + i * kPageBytes, run);
-      mapped_live_ -= run;
-      live_ -= run;
+      (s == kLive ? mapped_live_ : idle_) -= run;
+      live_ -= s == kLive ? run : 0;
     } else if (s != kSpare) {  // untouched or moved away: empty address space
       ::munmap(data + i * kPageBytes, run);
     }
@@ -390,10 +368,11 @@ void PoolAllocator::release(std::byte* data, std::size_t bytes) {
 
 std::size_t PoolAllocator::prefault(std::size_t bytes) {
   std::lock_guard lock(mu_);
-  if (spare_ >= bytes) return 0;
+  const std::size_t warm = spare_ + idle_slab_bytes();  // what a commit takes before fresh pages
+  if (warm >= bytes) return 0;
   // Whole pages, not whole 2 MiB pages: the pool never holds more than asked (the engine's peak);
   // make_resident_huge advises only the 2 MiB pages inside, the tail stays in 4 KiB pages.
-  const std::size_t n = round_up(bytes - spare_, kPageBytes);
+  const std::size_t n = round_up(bytes - warm, kPageBytes);
   std::byte* p = map_untouched(n);
   // Backed with memory now, not at the switch: in huge pages with the policy on (huge pages +
   // MADV_POPULATE_WRITE is 5-20x a write a page where the kernel offers it).
@@ -417,10 +396,7 @@ std::size_t PoolAllocator::trim() {
       auto f = free_.find(it->second.base);
       DT_CHECK(f != free_.end() && f->second.size == it->second.size, "pool chunk bookkeeping");
       erase_free(f);
-      std::free(it->second.base);
-      freed += it->second.size;
-      small_reserved_ -= it->second.size;
-      it = chunks_.erase(it);
+      freed += free_chunk(it++, false);
     } else {
       ++it;
     }
@@ -435,7 +411,7 @@ std::size_t PoolAllocator::trim() {
 void PoolAllocator::reset_peaks() {
   std::lock_guard lock(mu_);
   peak_live_ = live_;
-  peak_reserved_ = small_reserved_ + mapped_live_ + spare_;
+  peak_reserved_ = small_reserved_ + mapped_live_ + idle_ + spare_;
 }
 
 std::size_t PoolAllocator::live_bytes() const {
@@ -448,7 +424,7 @@ std::size_t PoolAllocator::peak_live() const {
 }
 std::size_t PoolAllocator::reserved_bytes() const {
   std::lock_guard l(mu_);
-  return small_reserved_ + mapped_live_ + spare_;
+  return small_reserved_ + mapped_live_ + idle_ + spare_;
 }
 std::size_t PoolAllocator::peak_reserved() const {
   std::lock_guard l(mu_);
@@ -466,6 +442,8 @@ std::size_t PoolAllocator::mapped_block_bytes() const {
   std::lock_guard l(mu_);
   std::size_t n = 0;
   for (const auto& [base, m] : mapped_) n += m.bytes;
+  for (const auto& [id, c] : chunks_)
+    n += static_cast<std::size_t>(std::count(c.resident.begin(), c.resident.end(), true)) * kHuge;
   return n;
 }
 std::size_t PoolAllocator::huge_page_bytes() const {
@@ -473,6 +451,8 @@ std::size_t PoolAllocator::huge_page_bytes() const {
   {
     std::lock_guard l(mu_);
     for (const auto& [base, m] : mapped_) ranges.emplace_back(base, base + m.bytes);
+    for (const auto& [id, c] : chunks_)
+      if (c.slab) ranges.emplace_back(c.base, c.base + c.size);
   }
   return huge_page_bytes_in(ranges);
 }

@@ -206,7 +206,7 @@ class Manager {
   exec::TransitionOptions options_;
   std::unique_ptr<vps::Layout> layout_;
   vps::RankLayout rank_layout_;
-  exec::PoolAllocator pool_;
+  exec::PoolAllocator pool_{exec::HugePages::kAuto, options_};  // after options_
   KeepAliveAllocator keep_alive_{pool_};  // the switches' allocator: the pool, minus pinned blocks
   std::vector<std::byte*> buffers_;
   std::vector<HeldCopy> copies_;

@@ -58,6 +58,13 @@ int run_transition_command(const RunTransitionArgs& args, comm::Transport& world
   return command.run();
 }
 
+exec::TransitionOptions pool_options(const RunTransitionArgs& args) {
+  exec::TransitionOptions o;
+  o.mem_budget = static_cast<std::size_t>(args.mem_budget);
+  o.keep_path = exec::parse_keep_path(args.keep_path);
+  return o;
+}
+
 RunTransition::RunTransition(const RunTransitionArgs& args, comm::Transport& world, std::FILE* out)
     : args_(args), world_(world), out_(out), me_(world.rank()), root_(world.rank() == 0) {}
 

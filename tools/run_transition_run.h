@@ -63,6 +63,9 @@ struct RoundSeconds {
   double forward = 0, back = 0, stage1 = 0;
 };
 
+// The engine options that shape the run's pool (PoolAllocator: the budget and keep path).
+exec::TransitionOptions pool_options(const RunTransitionArgs& args);
+
 class RunTransition {
  public:
   RunTransition(const RunTransitionArgs& args, comm::Transport& world, std::FILE* out);
@@ -127,7 +130,7 @@ class RunTransition {
   double switch_deadline_ = 0;
   job::Watchdog watchdog_;
   std::atomic<std::uint64_t> progress_{0};  // bytes the switches moved (the watchdog's sign of life)
-  exec::PoolAllocator pool_{args_.huge_pages ? exec::HugePages::kAuto : exec::HugePages::kOff};
+  exec::PoolAllocator pool_{args_.huge_pages ? exec::HugePages::kAuto : exec::HugePages::kOff, pool_options(args_)};
   std::vector<std::byte*> a_, b_;  // the source state, the destination state
   double bw_ = 0;                  // the point-to-point probe's bytes/s
   exec::TransitionOptions opt_;

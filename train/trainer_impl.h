@@ -80,6 +80,9 @@ struct TransferResult {
   std::size_t budget = 0;               // the engine's memory budget (0 on the gather path)
 };
 
+// The engine options of this trainer's switches (the topology and keep path; the default budget).
+exec::TransitionOptions engine_options(const TrainerOptions& opt);
+
 struct Trainer::Impl {
   TrainerOptions opt;
   std::unique_ptr<edm::DeviceManager> edm;
@@ -92,7 +95,7 @@ struct Trainer::Impl {
   vps::RankCoords rc;
   // Every state block comes from this pool (declared before the arenas: it outlives them), so
   // a switch builds the destination in the memory the source gives back as it drains.
-  exec::PoolAllocator pool;
+  exec::PoolAllocator pool{exec::HugePages::kAuto, engine_options(opt)};
   Arenas arenas;
   // ZeRO-2/3: full-bucket working copies of the sharded param / grad buffers (zero.h).
   ZeroWork zero_work;

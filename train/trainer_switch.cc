@@ -79,6 +79,13 @@ SwitchStats switch_header(const vps::ParallelConfig& from, const edm::Prepared& 
 
 }  // namespace
 
+exec::TransitionOptions engine_options(const TrainerOptions& opt) {
+  exec::TransitionOptions to;
+  to.topology.gpus_per_node = opt.gpus_per_node;
+  to.keep_path = opt.keep_path;
+  return to;
+}
+
 // ---- prepare (on the EDM's thread, while steps run) ----
 void Trainer::Impl::prepare(vps::ParallelConfig next, std::string payload, std::vector<int> vacate, bool keep) {
   check_supported(opt, next);
@@ -278,9 +285,7 @@ TransferResult Trainer::Impl::run_engine(comm::Transport& tw, Arenas& next_arena
   std::vector<std::byte*> src_ptrs, dst_ptrs(ps.dst_rl.buffers.size(), nullptr);
   for (const auto& b : ps.src_rl.buffers) src_ptrs.push_back(arenas.take(b));
   Allocator alloc(pool, next_arenas);
-  exec::TransitionOptions to;
-  to.topology.gpus_per_node = opt.gpus_per_node;
-  to.keep_path = opt.keep_path;
+  exec::TransitionOptions to = engine_options(opt);
   to.progress = &switch_progress;
   const vps::ElemBytes eb = elem();
   exec::TransitionStats ts = exec::run_transition(ps.plan, ps.src_rl, src_ptrs, ps.dst_rl, dst_ptrs, eb, tw, alloc, to);

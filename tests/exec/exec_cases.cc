@@ -278,7 +278,7 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   const plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
   const vps::RankLayout sl = src.rank_layout(me), dl = dst.rank_layout(me);
 
-  PoolAllocator pool(c.huge_pages);
+  PoolAllocator pool(c.huge_pages, case_options(c));
   std::vector<std::byte*> a = allocate_filled(src, sl, pool), b;
   const TransitionStats s = run_transition(plan, sl, a, dl, b, lo.elem_bytes, t, pool, case_options(c));
   check_link_classes(c, t, s);
@@ -451,9 +451,9 @@ void absent_source_case(comm::Transport& t) {
   const plan::RankPlan plan = planner.plan_rank(me);
   const vps::RankLayout own = src.rank_layout(me), sl = planner.src_rank_layout(me), dl = dst.rank_layout(me);
   CASE_REQUIRE(sl.buffers.size() == (me < 2 ? 2 : 1) * own.buffers.size(), sl.buffers.size());
-  PoolAllocator pool;
   TransitionOptions opt;
   opt.mem_budget = 512 << 10;
+  PoolAllocator pool(HugePages::kAuto, opt);
 
   // A source the plan reads, absent: refused on every rank before any message.
   std::vector<std::byte*> a = allocate_filled(src, own, pool), b;

@@ -51,17 +51,25 @@ TEST(HugePages, BlocksAre2MiBAlignedAndRoundedOnlyWithThePolicyOn) {
   EXPECT_FALSE(off.huge_pages());
   const std::size_t big = PoolAllocator::kHugeMinBytes + 5000;
   EXPECT_EQ(on.block_bytes(big), round_up_huge(big));
-  EXPECT_EQ(on.block_bytes(100 << 10), std::size_t{100} << 10);  // small mapped blocks: 4 KiB pages
+  EXPECT_EQ(on.block_bytes(100 << 10), std::size_t{100} << 10);  // reserve() below 4 MiB: 4 KiB pages
   EXPECT_EQ(never.block_bytes(big), (big + kPageBytes - 1) / kPageBytes * kPageBytes);
   std::byte* p = on.allocate(big);
   std::byte* q = on.reserve(big);
   EXPECT_TRUE(aligned_huge(p) && aligned_huge(q));
   EXPECT_EQ(on.mapped_block_bytes(), 2 * round_up_huge(big));
   EXPECT_EQ(on.live_bytes(), (big + kPageBytes - 1) / kPageBytes * kPageBytes);  // accounted as asked
-  EXPECT_EQ(on.populated_bytes(), on.live_bytes());  // the fresh pages made resident at allocation
+  // Whole 2 MiB pages made resident at allocation; the pages past the size asked are idle:
+  // held (reserved), not live.
+  EXPECT_EQ(on.populated_bytes(), round_up_huge(big));
+  EXPECT_EQ(on.reserved_bytes(), round_up_huge(big));
   std::memset(p, 7, big);
   on.commit(q, 0, big);  // up to the asked size's last page; a partial last page may be given back
-  on.decommit(q, 0, big);
+  EXPECT_EQ(on.reserved_bytes(), 2 * round_up_huge(big));
+  on.decommit(q, 0, kHugePageBytes + kPageBytes);  // a 2 MiB page still partly live stays whole
+  EXPECT_EQ(on.spare_bytes(), kHugePageBytes);
+  EXPECT_EQ(on.live_bytes(), 2 * ((big + kPageBytes - 1) / kPageBytes * kPageBytes) - kHugePageBytes - kPageBytes);
+  on.decommit(q, kHugePageBytes, big - kHugePageBytes);
+  EXPECT_EQ(on.spare_bytes(), round_up_huge(big)) << "given back as whole 2 MiB pages";
   EXPECT_THROW(on.release(p, kHugePageBytes), InvariantError);  // not the size asked for
   on.release(p, big);
   on.release(q, big);
@@ -177,12 +185,85 @@ TEST(HugePages, PoolMovesTheSameBytesWithAndWithoutHugePages) {
   const std::size_t huge = switch_and_back(on);
   EXPECT_GT(on.populated_bytes(), 0u);
   EXPECT_EQ(off.populated_bytes(), 0u);
-  EXPECT_EQ(on.fresh_bytes(), off.fresh_bytes());
+  // The same memory but for rounding: a huge block holds whole 2 MiB pages.
+  EXPECT_GE(on.fresh_bytes(), off.fresh_bytes());
+  EXPECT_LE(on.fresh_bytes(), off.fresh_bytes() + 5 * kHugePageBytes);
   // Where the kernel grants 2 MiB pages (THP madvise or always), the state lies in them, still
   // after three switches: each whole 2 MiB page of the 16 + 25 MiB is moved whole, none split.
   if (thp_mode() != ThpMode::kNever) {
     EXPECT_GE(huge, std::size_t{36} << 20) << "the state's huge pages were split by the switches";
   }
+}
+
+// Blocks of 64 KiB - 4 MiB (small ZeRO buckets) with huge pages: carved out of a few slabs of
+// 2 MiB pages (not page-wise), rounded to 64 bytes; an emptied slab's pages serve the next
+// "switch" warm; every byte a function of its global index.
+TEST(HugePages, SmallBlocksAreCarvedOutOfSlabsThatRecycleWarm) {
+  PoolAllocator on(HugePages::kAuto, ThpMode::kMadvise);
+  EXPECT_EQ(on.pagewise_min_bytes(), PoolAllocator::kHugeMinBytes);
+  EXPECT_EQ(PoolAllocator(HugePages::kOff).pagewise_min_bytes(), PoolAllocator::kMappedBytes);
+  // Only what the engine handles whole anyway is carved: below budget / 16 for a small budget,
+  // nothing where keeps are to be remapped.
+  TransitionOptions small_budget, remap;
+  small_budget.mem_budget = 4 << 20;
+  remap.keep_path = KeepPath::kRemap;
+  EXPECT_EQ(PoolAllocator(HugePages::kAuto, ThpMode::kMadvise, small_budget).carve_below(),
+            pagewise_threshold(4 << 20));
+  EXPECT_EQ(PoolAllocator(HugePages::kAuto, ThpMode::kMadvise, remap).pagewise_min_bytes(),
+            PoolAllocator::kMappedBytes);
+  auto value = [](std::size_t i) { return static_cast<std::byte>((i * 2654435761u) >> 11); };
+  auto build = [&](std::size_t count, std::size_t bytes) {
+    std::vector<std::byte*> bs;
+    for (std::size_t k = 0; k < count; ++k) {
+      bs.push_back(on.allocate(bytes));
+      for (std::size_t i = 0; i < bytes; ++i) bs.back()[i] = value(k * bytes + i);
+    }
+    return bs;
+  };
+  auto check_and_release = [&](const std::vector<std::byte*>& bs, std::size_t bytes, std::size_t first = 0) {
+    std::size_t bad = 0;
+    for (std::size_t k = 0; k < bs.size(); ++k) {
+      for (std::size_t i = 0; i < bytes; ++i) bad += bs[k][i] != value((first + k) * bytes + i);
+      on.release(bs[k], bytes);
+    }
+    return bad;
+  };
+  const std::size_t a = 128 << 10, b = (96 << 10) + 200;  // 160 x 128 KiB = 20 MiB; 213 x ~96 KiB
+  std::vector<std::byte*> state = build(160, a);
+  EXPECT_EQ(on.live_bytes(), 160 * a);
+  EXPECT_EQ(on.fresh_bytes() % kHugePageBytes, 0u) << "slabs are whole 2 MiB pages";
+  // Resident only where blocks lie: whole 2 MiB pages, at most one beyond what is asked.
+  EXPECT_LE(on.mapped_block_bytes(), 160 * a + kHugePageBytes);
+  if (thp_mode() != ThpMode::kNever) {
+    EXPECT_GE(on.huge_page_bytes(), 160 * a * 3 / 4) << "small blocks not in 2 MiB pages";
+  }
+  EXPECT_THROW(on.decommit(state[0], 0, kPageBytes), InvariantError) << "a carved block is not page-wise";
+  on.prefault(on.mapped_block_bytes() + kHugePageBytes);  // headroom for the larger state, as before a switch
+  const std::size_t fresh = on.fresh_bytes();
+  for (int round = 0; round < 3; ++round) {  // build the new state, then give the old one back
+    const bool to_b = round % 2 == 0;
+    std::vector<std::byte*> next = build(to_b ? 213 : 160, to_b ? b : a);
+    EXPECT_EQ(check_and_release(state, to_b ? a : b), 0u) << "round " << round;
+    state = std::move(next);
+  }
+  EXPECT_EQ(on.fresh_bytes(), fresh) << "switches between warm slabs took fresh memory";
+  // Idle 2 MiB pages of a slab serve a page-wise block: the first half of the blocks given back
+  // (about 10 MiB, whole 2 MiB pages among them), an 8 MiB block takes no fresh memory.
+  const std::size_t half = state.size() / 2;
+  EXPECT_EQ(check_and_release({state.begin(), state.begin() + half}, b), 0u);
+  state.erase(state.begin(), state.begin() + half);
+  const std::size_t before = on.fresh_bytes(), big = 8 << 20;
+  std::byte* block = on.allocate(big);
+  std::memset(block, 7, big);
+  EXPECT_EQ(on.fresh_bytes(), before) << "an idle slab page was not taken";
+  on.release(block, big);
+  EXPECT_EQ(check_and_release(state, b, half), 0u);
+  EXPECT_EQ(on.live_bytes(), 0u);
+  EXPECT_EQ(on.mapped_block_bytes(), 0u) << "an empty slab gives its pages back";
+  const std::size_t spare = on.spare_bytes();
+  EXPECT_EQ(on.reserved_bytes(), spare);
+  EXPECT_EQ(on.trim(), spare);
+  EXPECT_EQ(on.reserved_bytes(), 0u);
 }
 
 }  // namespace

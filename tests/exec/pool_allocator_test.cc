@@ -45,7 +45,7 @@ TEST(PoolAllocator, ReusesReleasedMemoryBestFitAndMerges) {
 // place (no fresh memory), the live pages of a block keep their contents throughout, and the
 // accounting follows every step. Random commit / decommit / release against a model.
 TEST(PoolAllocator, PageWiseBlocksRecycleSparePagesAndKeepContents) {
-  PoolAllocator pool;
+  PoolAllocator pool(HugePages::kOff);  // 4 KiB pages: blocks from 64 KiB on are page-wise
   std::mt19937 rng(7);
   struct Block {
     std::byte* p;
@@ -111,7 +111,7 @@ TEST(PoolAllocator, PageWiseBlocksRecycleSparePagesAndKeepContents) {
 // move_pages: live pages of one block become the pages of another (no copy, no fresh memory),
 // the source pages are gone as after decommit, and every misuse is refused.
 TEST(PoolAllocator, MovePagesMovesLivePagesWithoutCopy) {
-  PoolAllocator pool;
+  PoolAllocator pool(HugePages::kOff);  // 4 KiB pages: blocks from 64 KiB on are page-wise
   const std::size_t n = 16 * kPageBytes;
   std::byte* a = pool.allocate(n);
   for (std::size_t i = 0; i < 16; ++i) std::memset(a + i * kPageBytes, static_cast<int>(i + 1), kPageBytes);
