@@ -3,8 +3,9 @@
 # measured on the engine alone (run-transition of bench/edm/llama-133m.json, tp=2,dp=2 ->
 # pp=2,dp=2 at zero=1, 4 processes, grads zero at the step boundary as in the trainer):
 #   1. bucket size: the trainer's default ZeRO bucket (32768 elements) makes the zero=1 state
-#      thousands of flat buffers below the pool's 4 MiB huge-page threshold, so most of it sits
-#      in 4 KiB pages; Megatron's 40M elements keeps it in 2 MiB pages;
+#      thousands of flat buffers of 128 KiB (the pool carves them out of slabs of 2 MiB pages;
+#      before, each was a mapping of its own in 4 KiB pages); Megatron's 40M elements makes
+#      large buffers in 2 MiB pages of their own;
 #   2. decay over repeated switches: each switch's commit moves spare pages into the new
 #      buffers with mremap, which splits 2 MiB pages whose runs are not moved whole, so the
 #      state's share in huge pages falls and its mappings multiply switch after switch.
@@ -65,11 +66,13 @@ for bucket in 32768 40000000; do
     --json "$OUT/train-$bucket.json" > "$OUT/train-$bucket.log" 2>&1 || { tail -20 "$OUT/train-$bucket.log"; exit 1; }
   python3 - "$OUT/train-$bucket.json" "$bucket" <<'PY'
 import json, sys
-print(f"trainer, bucket {int(sys.argv[2]):,} elements: switch before step / pause s / bare exchange s / ratio / keep, wait s")
+print(f"trainer, bucket {int(sys.argv[2]):,} elements: switch before step / pause s / bare exchange s / ratio / "
+      "run-start lower bound s / ratio / keep, wait s")
 for s in json.load(open(sys.argv[1]))["switches"]:
     ph = s["commit_phases_s"]
+    lb = s["lower_bound_run_start_s"]
     print(f"  {s['step']:2d}  {s['pause_s']:.3f}  {s['exchange_s']:.3f}  {s['pause_s'] / s['exchange_s']:5.1f}x"
-          f"  {ph['engine_keep']:.3f}, {ph['engine_wait']:.3f}")
+          f"  {lb:.3f}  {s['pause_s'] / lb:5.2f}x  {ph['engine_keep']:.3f}, {ph['engine_wait']:.3f}")
 PY
 done
 uptime
