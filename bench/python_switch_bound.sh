@@ -10,7 +10,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../scripts/mpi-env.sh"
 source "$HERE/results.sh"
 results_begin python-switch-bound text "$0 $*"
-PYTHONPATH="$BUILD/python" mpirun -np 2 python3 "$HERE/python_switch_bench.py" --adopted --hidden 1024 --blocks 4 \
+PYENV_VERSION=system PYTHONPATH="$BUILD/python" mpirun -np 2 -x PYENV_VERSION python3 "$HERE/python_switch_bench.py" --adopted --hidden 1024 --blocks 4 \
   --rounds 7 --adopted-pairs "tp=2>dp=2;dp=2,zero=0>tp=2;tp=2>dp=2,zero=2"
 uptime
 results_end
