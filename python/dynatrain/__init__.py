@@ -290,7 +290,7 @@ class Manager:
                 lambda: {"args_seconds": t_native - t0, "rebind_seconds": time.perf_counter() - t1,
                          "pause_seconds": time.perf_counter() - t0}))
         stats["config"] = self._config["config"]
-        _views.warn_if_pinned(self._native.pool_stats()["deferred_bytes"])
+        _views.warn_if_pinned(self._native.deferred_bytes())
         return stats
 
     def _check_and_get(self, to_cfg: str, vacate, keep_processes: bool):
