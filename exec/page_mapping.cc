@@ -28,7 +28,8 @@ void remap_range(std::byte* from, std::byte* to, std::size_t bytes) {
   void* r = ::mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to);
   if (r != MAP_FAILED) return;
   DT_CHECK(errno == EFAULT && bytes > kPageBytes, "mremap of ", bytes, " bytes failed: ", std::strerror(errno));
-  const std::size_t half = round_up(bytes / 2, kPageBytes);
+  // Halves on a 2 MiB boundary where the run is whole 2 MiB pages: a cut inside one would split it.
+  const std::size_t half = round_up(bytes / 2, bytes % kHuge == 0 && bytes > kHuge ? kHuge : kPageBytes);
   remap_range(from, to, half);
   remap_range(from + half, to + half, bytes - half);
 }

@@ -62,7 +62,7 @@ const PoolAllocator::Mapped* PoolAllocator::owner_of(const std::byte* p) const {
 }
 
 // A run next to a spare run of the same block (or of no block) joins it: a block given back in
-// pieces is one run again, so its whole 2 MiB pages can be moved whole (take_huge_unit).
+// pieces is one run again, so its whole 2 MiB pages can be moved whole (take_huge_units).
 void PoolAllocator::add_spare(std::byte* p, std::size_t bytes) {
   spare_ += bytes;
   const Mapped* owner = owner_of(p);
@@ -120,19 +120,22 @@ void PoolAllocator::move_spare(std::byte* from, std::byte* to, std::size_t n) {
   spare_ -= n;
 }
 
-bool PoolAllocator::take_huge_unit(std::byte* to) {
+std::size_t PoolAllocator::take_huge_units(std::byte* to, std::size_t units) {
+  std::byte* const to_end = to + units * kHuge;
   for (auto it = spares_.begin(); it != spares_.end(); ++it) {
     std::byte* p = it->first;
     const std::size_t n = it->second;
     auto* unit = reinterpret_cast<std::byte*>(round_up(reinterpret_cast<std::uintptr_t>(p), kHuge));
-    if (unit + kHuge > p + n || (unit <= to && to < unit + kHuge)) continue;
+    if (unit + kHuge > p + n || (p < to_end && to < p + n)) continue;  // no whole page, or in the target
+    const std::size_t take = std::min(units, static_cast<std::size_t>(p + n - unit) / kHuge);
+    std::byte* const taken_end = unit + take * kHuge;
     spares_.erase(it);
     if (unit > p) spares_.emplace(p, static_cast<std::size_t>(unit - p));
-    if (unit + kHuge < p + n) spares_.emplace(unit + kHuge, static_cast<std::size_t>(p + n - unit - kHuge));
-    move_spare(unit, to, kHuge);
-    return true;
+    if (taken_end < p + n) spares_.emplace(taken_end, static_cast<std::size_t>(p + n - taken_end));
+    move_spare(unit, to, take * kHuge);  // one mremap: one TLB flush for all of them
+    return take;
   }
-  return false;
+  return 0;
 }
 
 void PoolAllocator::commit_huge(std::byte* to, std::size_t bytes) {
@@ -147,14 +150,22 @@ void PoolAllocator::commit_huge(std::byte* to, std::size_t bytes) {
     auto* next = reinterpret_cast<std::byte*>(round_up(reinterpret_cast<std::uintptr_t>(at) + 1, kHuge));
     next = std::min(next, end);
     const auto n = static_cast<std::size_t>(next - at);
-    // A whole 2 MiB page from a whole spare one, else from a slab's idle one; a part of one (a
-    // commit's ends: never a huge page whole) from spare pages congruent with it, as far as they go.
-    const std::size_t warm = n == kHuge ? (take_huge_unit(at) || take_slab_unit(at) ? n : 0) : take_spares(at, n, true);
+    // Whole 2 MiB pages from whole spare ones (as many at once as one spare run holds), else
+    // from a slab's idle one; a part of one (a commit's ends: never a huge page whole) from spare
+    // pages congruent with it, as far as they go.
+    std::size_t warm = 0;
+    if (n == kHuge) {
+      const auto units = static_cast<std::size_t>(end - at) / kHuge;
+      warm = take_huge_units(at, units) * kHuge;
+      if (warm == 0 && take_slab_unit(at)) warm = kHuge;
+    } else {
+      warm = take_spares(at, n, true);
+    }
     if (warm > 0) {
       flush(at);
       fresh = at + warm;
     }
-    at = next;
+    at = n == kHuge ? at + std::max(warm, kHuge) : next;
   }
   flush(end);
 }
@@ -212,39 +223,55 @@ void PoolAllocator::commit_locked(std::byte* base, std::size_t offset, std::size
 // 4 KiB pages.
 void PoolAllocator::commit_units(Mapped& m, std::byte* base, std::size_t first, std::size_t last) {
   constexpr std::size_t kUnitPages = kHuge / kPageBytes;
-  auto resident = [&](std::size_t k) { return m.pages[k] == kLive || m.pages[k] == kIdle; };
+  auto empty = [&](std::size_t ua) {
+    for (std::size_t k = ua; k < ua + kUnitPages; ++k)
+      if (m.pages[k] != kUntouched && m.pages[k] != kMoved) return false;
+    return true;
+  };
+  for (std::size_t k = first; k < last; ++k) DT_CHECK(m.pages[k] != kSpare, "commit of a page given back by decommit");
   std::size_t made_live = 0;
-  for (std::size_t ua = first / kUnitPages * kUnitPages; ua < last; ua += kUnitPages) {
-    const std::size_t ub = ua + kUnitPages, a = std::max(first, ua), b = std::min(last, ub);
-    for (std::size_t k = a; k < b; ++k) DT_CHECK(m.pages[k] != kSpare, "commit of a page given back by decommit");
-    bool empty = true;
-    for (std::size_t k = ua; k < ub && empty; ++k) empty = m.pages[k] == kUntouched || m.pages[k] == kMoved;
-    if (empty) {
-      commit_huge(base + ua * kPageBytes, kHuge);
-      for (std::size_t k = ua; k < ub; ++k) m.pages[k] = k >= a && k < b ? kLive : kIdle;
-      idle_ += (kUnitPages - (b - a)) * kPageBytes;
-      made_live += b - a;
+  for (std::size_t ua = first / kUnitPages * kUnitPages; ua < last;) {
+    if (empty(ua)) {  // a stretch of empty 2 MiB pages: made resident at once
+      std::size_t ub = ua + kUnitPages;
+      while (ub < last && empty(ub)) ub += kUnitPages;
+      commit_huge(base + ua * kPageBytes, (ub - ua) * kPageBytes);
+      for (std::size_t k = ua; k < ub; ++k) {
+        const bool asked = k >= first && k < last;
+        m.pages[k] = asked ? kLive : kIdle;
+        made_live += asked ? 1 : 0;
+        idle_ += asked ? 0 : kPageBytes;
+      }
+      ua = ub;
       continue;
     }
-    for (std::size_t k = a; k < b;) {
-      if (m.pages[k] == kLive) {
-        ++k;
-      } else if (m.pages[k] == kIdle) {
-        m.pages[k++] = kLive;
-        idle_ -= kPageBytes;
-        ++made_live;
-      } else {
-        std::size_t j = k;
-        while (j < b && !resident(j)) ++j;
-        const std::size_t run = (j - k) * kPageBytes;
-        fresh_ += run - take_spares(base + k * kPageBytes, run, true);
-        for (; k < j; ++k) m.pages[k] = kLive;
-        made_live += run / kPageBytes;
-      }
-    }
+    made_live += fill_resident_unit(m, base, std::max(first, ua), std::min(last, ua + kUnitPages));
+    ua += kUnitPages;
   }
   mapped_live_ += made_live * kPageBytes;
   live_ += made_live * kPageBytes;
+}
+
+// Pages [a, b) of one resident 2 MiB page: idle ones become live, ones moved away (move_pages)
+// get spare or fresh 4 KiB pages. Returns the pages made live.
+std::size_t PoolAllocator::fill_resident_unit(Mapped& m, std::byte* base, std::size_t a, std::size_t b) {
+  std::size_t made_live = 0;
+  for (std::size_t k = a; k < b;) {
+    if (m.pages[k] == kLive) {
+      ++k;
+    } else if (m.pages[k] == kIdle) {
+      m.pages[k++] = kLive;
+      idle_ -= kPageBytes;
+      ++made_live;
+    } else {
+      std::size_t j = k;
+      while (j < b && m.pages[j] != kLive && m.pages[j] != kIdle) ++j;
+      const std::size_t run = (j - k) * kPageBytes;
+      fresh_ += run - take_spares(base + k * kPageBytes, run, true);
+      for (; k < j; ++k) m.pages[k] = kLive;
+      made_live += run / kPageBytes;
+    }
+  }
+  return made_live;
 }
 
 // Live pages of [first, last) become idle; a 2 MiB page left with no live page becomes spare

@@ -187,6 +187,7 @@ class PoolAllocator final : public StateAllocator {
   // commit / decommit of pages [first, last) of a huge block, 2 MiB page by 2 MiB page.
   void commit_units(Mapped& m, std::byte* base, std::size_t first, std::size_t last);
   void decommit_units(Mapped& m, std::byte* base, std::size_t first, std::size_t last);
+  std::size_t fill_resident_unit(Mapped& m, std::byte* base, std::size_t a, std::size_t b);
   // Fills [to, to + bytes) with spare pages (mremap); returns the bytes filled (less when the
   // spare pages run out).
   std::size_t take_spares(std::byte* to, std::size_t bytes, bool congruent);
@@ -202,7 +203,9 @@ class PoolAllocator final : public StateAllocator {
   // pages. Spare runs taken in pieces at other offsets would have each of their huge pages split
   // into 4 KiB pages for good (measured: bench/results/huge-page-decay.md).
   void commit_huge(std::byte* to, std::size_t bytes);
-  bool take_huge_unit(std::byte* to);
+  // Moves up to `units` whole 2 MiB pages of one spare run to [to, ...) in one mremap; returns
+  // how many (0 when no spare run outside the target holds a whole 2 MiB page).
+  std::size_t take_huge_units(std::byte* to, std::size_t units);
   const Mapped* owner_of(const std::byte* p) const;  // the mapped block holding p, if any
   void note_reserved();
 
