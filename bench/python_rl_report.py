@@ -13,7 +13,7 @@ def _machine(load) -> str:
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     loaded = max(load) > 0.5 * cores
     state = (f"**loaded**: load average {load[0]:.1f} at the start, {load[1]:.1f} at the end on {cores} cores "
-             f"(other work ran at the same time), so the seconds are noisy; the ratios to the same-run bounds are "
+             f"(the benchmark's own processes and whatever else ran), so the seconds are noisy; the ratios to the same-run bounds are "
              f"the figures to read" if loaded else f"quiet: load average {load[0]:.1f} -> {load[1]:.1f}")
     return f"Machine: {cores} cores, {mem:.0f} GiB, Open MPI over shared memory, no GPU; {state}."
 
