@@ -384,16 +384,19 @@ void bind_manager_memory(ManagerClass& cls) {
            })
       // (tensor id, kind, buffer, offset, lo, hi) per segment: box [lo, hi) of the tensor stored
       // dense row-major at `offset` elements into the buffer (for content checks and gathers).
-      .def("segments",
-           [](const Manager& self) {
-             py::list out;
-             for (const auto& b : self.rank_layout().buffers)
-               for (const auto& s : b.segments)
-                 out.append(py::make_tuple(s.tensor, vps::state_kind_name(b.kind), b.id, s.offset,
-                                           std::vector<std::int64_t>(s.box.lo.begin(), s.box.lo.begin() + s.box.ndim),
-                                           std::vector<std::int64_t>(s.box.hi.begin(), s.box.hi.begin() + s.box.ndim)));
-             return out;
-           })
+      .def("segments", [](const Manager& self) {
+        py::list out;
+        for (const auto& b : self.rank_layout().buffers)
+          for (const auto& s : b.segments)
+            out.append(py::make_tuple(s.tensor, vps::state_kind_name(b.kind), b.id, s.offset,
+                                      std::vector<std::int64_t>(s.box.lo.begin(), s.box.lo.begin() + s.box.ndim),
+                                      std::vector<std::int64_t>(s.box.hi.begin(), s.box.hi.begin() + s.box.ndim)));
+        return out;
+      });
+}
+
+void bind_manager_pool(ManagerClass& cls) {
+  cls
       // What pool_stats() reports as deferred_bytes, without reading /proc/self/smaps (the
       // huge-page figure there costs about 12 ms a call): checked after every switch.
       .def("deferred_bytes", [](const Manager& self) { return self.keep_alive().deferred_bytes(); })
@@ -419,6 +422,7 @@ void bind_manager(py::module_& m) {
   bind_manager_refit(cls);
   bind_manager_layout(cls);
   bind_manager_memory(cls);
+  bind_manager_pool(cls);
   bind_manager_prefault(cls);
 }
 
