@@ -4,10 +4,12 @@
 
 #include <cstddef>
 
+#include "exec/huge_pages.h"
+
 namespace dynatrain::exec::detail {
 
-constexpr std::size_t kHuge = std::size_t{2} << 20;  // mappings start 2 MiB-aligned: mremap then
-                                                     // moves whole page-table pages where it can
+constexpr std::size_t kHuge = kHugePageBytes;  // mappings start 2 MiB-aligned: mremap then moves
+                                               // whole page-table pages where it can
 inline std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
 // Address space for `bytes` (a multiple of pages), 2 MiB-aligned, no page touched. Throws

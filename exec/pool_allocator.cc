@@ -48,9 +48,7 @@ PoolAllocator::~PoolAllocator() {
   for (auto& [p, n] : spares_) ::munmap(p, n);
 }
 
-void PoolAllocator::note_reserved() {
-  peak_reserved_ = std::max(peak_reserved_, small_reserved_ + mapped_live_ + idle_ + spare_);
-}
+void PoolAllocator::note_reserved() { peak_reserved_ = std::max(peak_reserved_, reserved_locked()); }
 
 // ---- mapped blocks ----
 
@@ -306,7 +304,7 @@ void PoolAllocator::decommit_units(Mapped& m, std::byte* base, std::size_t first
 std::byte* PoolAllocator::allocate(std::size_t bytes) {
   DT_CHECK(bytes > 0, "zero-byte allocation");
   std::lock_guard lock(mu_);
-  if (bytes < kMappedBytes || bytes < carve_below_) return allocate_small(bytes);
+  if (bytes < pagewise_min_bytes()) return allocate_small(bytes);  // heap or slab blocks
   std::byte* p = reserve_locked(bytes);
   commit_locked(p, 0, bytes);
   return p;
@@ -438,7 +436,7 @@ std::size_t PoolAllocator::trim() {
 void PoolAllocator::reset_peaks() {
   std::lock_guard lock(mu_);
   peak_live_ = live_;
-  peak_reserved_ = small_reserved_ + mapped_live_ + idle_ + spare_;
+  peak_reserved_ = reserved_locked();
 }
 
 std::size_t PoolAllocator::live_bytes() const {
@@ -451,7 +449,7 @@ std::size_t PoolAllocator::peak_live() const {
 }
 std::size_t PoolAllocator::reserved_bytes() const {
   std::lock_guard l(mu_);
-  return small_reserved_ + mapped_live_ + idle_ + spare_;
+  return reserved_locked();
 }
 std::size_t PoolAllocator::peak_reserved() const {
   std::lock_guard l(mu_);

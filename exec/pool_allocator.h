@@ -172,10 +172,14 @@ class PoolAllocator final : public StateAllocator {
   std::uint32_t new_chunk(std::size_t bytes);
   // Makes the 2 MiB pages of slab `c` under [p, p + bytes) resident.
   void make_slab_resident(Chunk& c, std::byte* p, std::size_t bytes);
-  // Moves a resident 2 MiB page of a slab that holds no block to `to` (2 MiB-aligned, outside
-  // every slab page considered); false when no slab has one.
+  // Calls fn(chunk, u) for each idle slab 2 MiB page (resident, wholly inside a free range: it
+  // holds no block) until fn returns true; returns whether one did.
+  template <typename Fn>
+  bool each_idle_slab_unit(Fn&& fn);
+  // Moves an idle slab 2 MiB page to `to` (2 MiB-aligned, outside every idle page); false when
+  // no slab has one.
   bool take_slab_unit(std::byte* to);
-  std::size_t idle_slab_bytes() const;  // resident slab 2 MiB pages that hold no block
+  std::size_t idle_slab_bytes();  // the idle slab 2 MiB pages' bytes
   void release_small(std::byte* data, std::size_t bytes);
   // Frees chunk `it` (no live block; its one free range already erased): a slab's resident pages
   // become spare pages (or are unmapped without `keep_pages`), heap memory goes back to the heap.
@@ -208,6 +212,7 @@ class PoolAllocator final : public StateAllocator {
   std::size_t take_huge_units(std::byte* to, std::size_t units);
   const Mapped* owner_of(const std::byte* p) const;  // the mapped block holding p, if any
   void note_reserved();
+  std::size_t reserved_locked() const { return small_reserved_ + mapped_live_ + idle_ + spare_; }
 
   const bool huge_;
   const std::size_t carve_below_;  // blocks below it are small blocks

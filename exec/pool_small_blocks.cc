@@ -102,22 +102,37 @@ void PoolAllocator::make_slab_resident(Chunk& c, std::byte* p, std::size_t bytes
   note_reserved();
 }
 
-bool PoolAllocator::take_slab_unit(std::byte* to) {
+template <typename Fn>
+bool PoolAllocator::each_idle_slab_unit(Fn&& fn) {
   for (auto it = by_size_.lower_bound(kHuge); it != by_size_.end(); ++it) {
     std::byte* const p = it->second;
-    Chunk& c = chunks_[free_.at(p).chunk];
+    Chunk& c = chunks_.at(free_.at(p).chunk);
     if (!c.slab) continue;
     for (auto* unit = reinterpret_cast<std::byte*>(round_up(reinterpret_cast<std::uintptr_t>(p), kHuge));
          unit + kHuge <= p + it->first; unit += kHuge) {
       const auto u = static_cast<std::size_t>(unit - c.base) / kHuge;
-      if (!c.resident[u]) continue;
-      remap_range(unit, to, kHuge);  // one page-table entry; the slab keeps the empty address space
-      c.resident[u] = false;
-      small_reserved_ -= kHuge;
-      return true;
+      if (c.resident[u] && fn(c, u)) return true;
     }
   }
   return false;
+}
+
+bool PoolAllocator::take_slab_unit(std::byte* to) {
+  return each_idle_slab_unit([&](Chunk& c, std::size_t u) {
+    remap_range(c.base + u * kHuge, to, kHuge);  // one page-table entry; the slab keeps the empty address space
+    c.resident[u] = false;
+    small_reserved_ -= kHuge;
+    return true;
+  });
+}
+
+std::size_t PoolAllocator::idle_slab_bytes() {
+  std::size_t n = 0;
+  each_idle_slab_unit([&](Chunk&, std::size_t) {
+    n += kHuge;
+    return false;
+  });
+  return n;
 }
 
 std::size_t PoolAllocator::free_chunk(std::map<std::uint32_t, Chunk>::iterator it, bool keep_pages) {
@@ -162,20 +177,6 @@ void PoolAllocator::release_small(std::byte* data, std::size_t bytes) {
     erase_free(whole);
     free_chunk(chunk, true);
   }
-}
-
-std::size_t PoolAllocator::idle_slab_bytes() const {
-  std::size_t n = 0;
-  for (auto it = by_size_.lower_bound(kHuge); it != by_size_.end(); ++it) {
-    const Chunk& c = chunks_.at(free_.at(it->second).chunk);
-    if (!c.slab) continue;
-    const auto from =
-        (reinterpret_cast<std::uintptr_t>(it->second) - reinterpret_cast<std::uintptr_t>(c.base) + kHuge - 1) / kHuge;
-    const auto to =
-        (reinterpret_cast<std::uintptr_t>(it->second) + it->first - reinterpret_cast<std::uintptr_t>(c.base)) / kHuge;
-    for (std::size_t u = from; u < to; ++u) n += c.resident[u] ? kHuge : 0;
-  }
-  return n;
 }
 
 }  // namespace dynatrain::exec
