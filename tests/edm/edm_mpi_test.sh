@@ -34,11 +34,13 @@ mpirun -np 2 "$BIN" "${COMMON[@]}" --schedule "$SCHED" \
 pid=$!
 count_processes "$pid" "$OUT/ps.txt"
 wait "$pid" || { cat "$OUT/elastic.log"; fail "elastic run exited with $?"; }
-# Process counts in order, repeats collapsed; they must pass through 2 4 6 3 1 (a shrink may show
-# the leavers going one by one).
+# Process counts in order, repeats collapsed; they must pass through 2 4 6 3 and then fall below 3
+# (a shrink may show the leavers going one by one). The last phase (1 process, four tiny steps)
+# can end between two samples on a loaded machine; the CSV's world column below proves it ran on 1.
 seen=$(awk '$1 != last && $1 > 0 { printf "%s ", $1; last = $1 }' "$OUT/ps.txt")
 echo "process counts seen: $seen"
-echo " $seen" | grep -Eq ' 2 (.* )?4 (.* )?6 (.* )?3 (.* )?1 $' || fail "process counts '$seen' do not go 2, 4, 6, 3, 1"
+echo " $seen" | grep -Eq ' 2 (.* )?4 (.* )?6 (.* )?3 (.* )?[12] $' ||
+  fail "process counts '$seen' do not go 2, 4, 6, 3, then 1 (or 2 as the last leaver goes)"
 awk -F, 'NR > 1 { want = $1 < 4 ? 2 : $1 < 8 ? 4 : $1 < 12 ? 6 : $1 < 16 ? 3 : 1
                   if ($11 != want) { print "step " $1 ": world " $11 ", want " want; bad = 1 } }
          END { exit bad }' "$OUT/elastic.csv" || fail "CSV world column"

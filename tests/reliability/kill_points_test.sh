@@ -5,8 +5,9 @@
 # switch's prepare and commit are there to hit:
 #  a. mid-step: rank 1 is killed 30 ms into step 6 (DT_FAULT=kill:1:step:30:6);
 #  b. during the background prepare of the switch before step 10 (DT_FAULT=kill:2:prepare:20);
-#  c. during that switch's commit (DT_FAULT=kill:3:switch:DELAY, DELAY inside the commit's pause,
-#     measured on the uninterrupted run's switch line).
+#  c. during that switch's commit: rank 3 dies as the commit begins (DT_FAULT=kill:3:switch:0) while
+#     its peers enter the commit's exchange and wait on it. (A kill timed to land inside the pause
+#     raced the commit itself: its pause is 3-6 ms on a loaded 2-core machine.)
 # Each again with the state's memory copy (--redundancy 1, job/memory_copy.h): the restart must
 # resume the copy of the last boundary before the kill, 0 steps lost; and rank 0 killed between a
 # copy and its report of the step before it (DT_FAULT=kill:0:copied:0:2): the copy proves the step
@@ -24,8 +25,7 @@ py() { PYENV_VERSION=system python3 "$@"; }
 
 timeout 300 "$mpiexec" -np 4 "$dt" train "${common[@]}" --schedule "$schedule" --csv "$tmp/cont.csv" \
   >"$tmp/cont.log" 2>&1 || { cat "$tmp/cont.log"; fail "uninterrupted run"; }
-pause_ms=$(sed -n 's/^switch before step 10: .* pause \([0-9.]*\) ms.*/\1/p' "$tmp/cont.log")
-[[ -n $pause_ms ]] || { cat "$tmp/cont.log"; fail "no switch line with a pause in the uninterrupted run"; }
+grep -q "^switch before step 10: " "$tmp/cont.log" || { cat "$tmp/cont.log"; fail "no switch line in the uninterrupted run"; }
 
 # case NAME FAULT: runs the supervised job with that fault and checks it; a failed check is
 # recorded in $failed (every case runs) and reported at the end.
@@ -81,11 +81,10 @@ PY
 
 case_ mid-step "kill:1:step:30:6"
 case_ prepare "kill:2:prepare:20"
-# Half the uninterrupted commit's pause (at least 1 ms): inside the commit's exchange.
-case_ commit "kill:3:switch:$(py -c "print(max(1, round(float('$pause_ms') / 2)))")"
+case_ commit "kill:3:switch:0"
 case_ mid-step-copy "kill:1:step:30:6" 1
 case_ prepare-copy "kill:2:prepare:20" 1
 case_ copied "kill:0:copied:0:2" 1
-case_ commit-copy "kill:3:switch:$(py -c "print(max(1, round(float('$pause_ms') / 2)))")" 1
+case_ commit-copy "kill:3:switch:0" 1
 ((${#failed[@]} == 0)) || fail "cases failed: ${failed[*]}"
 echo "ok: a SIGKILL mid-step, during a switch's prepare and during its commit is restarted from the last checkpoint, or from the memory copy with 0 steps lost; every step once, losses continuous"
