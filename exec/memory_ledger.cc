@@ -211,17 +211,27 @@ void MemoryLedger::commit_range(std::uint32_t b, std::uint64_t lo, std::uint64_t
   if (lo < hi) alloc_.commit(dst_[b], lo, hi - lo);
 }
 
-void MemoryLedger::commit_dst(std::uint32_t b, std::size_t gi) {
-  if (committed_[b][gi]) return;
-  committed_[b][gi] = 1;
-  const std::uint64_t n = mem_.granule_size(mem_.dst_size[b], gi);
-  grow(n);
-  if (trace_) trace_->fresh(n);
-  if (dry_) return;
-  const auto t0 = Clock::now();
-  commit_range(b, gi * mem_.granule, gi * mem_.granule + n);
-  zero_padding(b, gi * mem_.granule, gi * mem_.granule + n);
-  stats_.alloc_seconds += seconds_since(t0);
+void MemoryLedger::commit_dst(std::uint32_t b, std::size_t first, std::size_t last) {
+  auto& committed = committed_[b];
+  for (std::size_t gi = first; gi < last;) {
+    if (committed[gi]) {
+      ++gi;
+      continue;
+    }
+    const std::size_t from = gi;
+    for (; gi < last && !committed[gi]; ++gi) {  // accounted granule by granule, as the dry run
+      committed[gi] = 1;
+      const std::uint64_t n = mem_.granule_size(mem_.dst_size[b], gi);
+      grow(n);
+      if (trace_) trace_->fresh(n);
+    }
+    if (dry_) continue;
+    const auto t0 = Clock::now();
+    const std::uint64_t lo = from * mem_.granule, hi = std::min<std::uint64_t>(gi * mem_.granule, mem_.dst_size[b]);
+    commit_range(b, lo, hi);
+    zero_padding(b, lo, hi);
+    stats_.alloc_seconds += seconds_since(t0);
+  }
 }
 
 void MemoryLedger::touch(const plan::Piece& p, std::int64_t begin, std::int64_t end) {
@@ -229,7 +239,7 @@ void MemoryLedger::touch(const plan::Piece& p, std::int64_t begin, std::int64_t 
   ensure_dst(b);
   if (!mem_.dst_pagewise[b]) return;
   g_.for_each_byte_run(p, begin, end, false, [&](std::uint64_t at, std::uint64_t n) {
-    mem_.for_each_granule(at, n, [&](std::size_t gi, std::uint64_t) { commit_dst(b, gi); });
+    if (n > 0) commit_dst(b, at / mem_.granule, (at + n - 1) / mem_.granule + 1);
   });
 }
 
@@ -241,7 +251,7 @@ void MemoryLedger::check_sources_drained() const {
 void MemoryLedger::materialise_destinations(std::uint32_t zeroed_kinds) {
   for (std::uint32_t b = 0; b < mem_.dst_size.size(); ++b) {
     ensure_dst(b);
-    for (std::size_t gi = 0; gi < committed_[b].size(); ++gi) commit_dst(b, gi);
+    commit_dst(b, 0, committed_[b].size());
     const bool zeroed = (zeroed_kinds >> static_cast<int>(g_.dst.buffers[b].kind)) & 1u;
     if (!dry_ && mem_.dst_size[b] > 0 && zeroed) {
       const auto t0 = Clock::now();

@@ -104,7 +104,10 @@ class MemoryLedger {
   void release_src(std::uint32_t b);
   void decommit_src(std::uint32_t b, std::size_t gi);
   void ensure_dst(std::uint32_t b);
-  void commit_dst(std::uint32_t b, std::size_t gi);
+  // Commits the granules [first, last) of page-wise destination buffer b not committed yet; each
+  // stretch of consecutive ones is one allocator call (a pool moves its spare 2 MiB pages in with
+  // as few mremaps as its spare runs allow, not one a granule). Accounted granule by granule.
+  void commit_dst(std::uint32_t b, std::size_t first, std::size_t last);
   void commit_range(std::uint32_t b, std::uint64_t lo, std::uint64_t hi);
   void zero_padding(std::uint32_t b, std::uint64_t lo, std::uint64_t hi);
 
