@@ -110,9 +110,9 @@ w("  `mpirun -np 2 dynatrain run-transition --model bench/models/gqa-2gb/config.
 w(f"- Machine: {cores} cores ({cpu}), {mem}, Linux {kernel}, Open MPI over shared memory, no GPU.")
 w(f"- Date: {started}; code: {commit}; {reps} repetitions, the three variants interleaved in each.")
 if shared:
-    w(f"- **The machine was shared**: other engineers' builds and tests ran beside it (load average "
-      f"{load0} before, {load1} after, on {cores} cores), so absolute times and each run's bandwidth probe "
-      "move from run to run; every ratio is against the lower bound measured in its own run.")
+    w(f"- **Load above the core count** (load average {load0} before, {load1} after, on {cores} cores; the "
+      "benchmark's own processes count in it, and whatever else ran), so absolute times and each run's "
+      "bandwidth probe move from run to run; every ratio is against the lower bound measured in its own run.")
 else:
     w(f"- Load average {load0} before, {load1} after, on {cores} cores.")
 w("- Cold = the first switch; warm = mean of the next three (each after switching back). LB = the lower bound "
@@ -146,6 +146,11 @@ w(f"Goals for the defaults: cold <= 2.5x LB, {goal(d, 'cold_r', 2.5)}; warm <= 1
   f"4 KiB pages: cold {med([f['cold_r'] for f in s4]):.2f}x, warm {med([f['warm_r'] for f in s4]):.2f}x LB, "
   f"{med([f['warm_x'] for f in s4]):.2f}x the exchange; opted out: cold {med([f['cold_r'] for f in o]):.2f}x, "
   f"warm {med([f['warm_r'] for f in o]):.2f}x LB (medians).")
+w("")
+rng = lambda xs: f"{min(xs):.3f}-{max(xs):.3f} s ({max(xs) / min(xs):.2f}x apart)"
+w(f"Spread of the defaults over the runs: the warm switch {rng([f['warm'] for f in d])}, the lower bound "
+  f"{rng([f['lb'] for f in d])}, the plain exchange {rng([f['exch'] for f in d])}: where the link's own rate moves "
+  "more than the switch, the ratios follow the link probe.")
 w("")
 w(f"The floor with kept bytes copied (one core a rank: the plain exchange, then the kept bytes at the "
   f"machine's measured warm copy rate, `exchange_plus_keep_copy_seconds`; keeps in huge pages are copied, "
