@@ -85,6 +85,7 @@ def write(rows, load, runs, large):
     head = ("| lost | model | layout | state bytes / process | kill -> resumed s | pause s | agree s | groups s | move s | "
             "received bytes | bare exchange s | bound s | pause / bound | resumed / bound |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     text = f"""# A whole node lost on torch.distributed (two nodes in network namespaces)
 
 An adopted GPT on torch.distributed (Gloo) on 2 nodes x 2 processes, started by `dynatrain launch
@@ -99,8 +100,8 @@ survivors' pids, and the line naming the node.
 flock /tmp/dt-bench.lock env PYTHONPATH=build/python python3 bench/lost_node_bench.py {runs}{' --large' if large else ''}
 ```
 
-Machine: 2 cores, 24 GiB, **loaded**: shared with other engineers' builds and tests (load
-average {load[0]:.1f} at the start, {load[1]:.1f} at the end); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.
+Machine: {os.cpu_count()} cores, {mem_gib:.0f} GiB; load average {load[0]:.1f} at the start, {load[1]:.1f} at the end
+(the benchmark's own processes count in it, and whatever else ran); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.
 
 {head}{chr(10).join(rows)}
 
