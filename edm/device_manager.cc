@@ -107,8 +107,7 @@ void DeviceManager::prepare(const vps::ParallelConfig& current, const vps::Paral
 SwitchDecision DeviceManager::decide_prepare(comm::Transport& ctl, int need, const std::vector<int>& vacate,
                                              bool keep) const {
   std::string wire;
-  if (ctl.rank() == 0)
-    wire = serialize(decide_switch(need, ctl.size(), vacate.size(), launcher_.get(), ctl.backend(), keep));
+  if (ctl.rank() == 0) wire = serialize(decide_switch(need, ctl.size(), vacate, launcher_.get(), ctl.backend(), keep));
   broadcast_string(ctl, wire);
   return parse_switch_decision(wire);
 }

@@ -1,6 +1,7 @@
 // How the elastic device manager starts and ends processes. One interface, one backend a
-// transport: mpi_launcher.h (MPI dynamic processes). Transports without one (in-process ranks)
-// cannot grow; shrinking needs no launcher (the world is split and the leavers stop).
+// transport: mpi_launcher.h (MPI dynamic processes), store_launcher.h (a world from the
+// environment, over c10d: processes leave, none start). Transports without one (in-process
+// ranks) cannot grow; shrinking needs no launcher (the world is split and the leavers stop).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,12 @@ class Launcher {
 
   // Whether leave() can end this process while the job goes on; if not, why (one line).
   virtual std::string cannot_leave() const = 0;
+  // Whether process `process` (a rank of the current world) may be vacated: leave while the job
+  // goes on; if not, why (one line). Asked on world rank 0 for each process a switch vacates.
+  virtual std::string cannot_vacate(int process) const {
+    (void)process;
+    return cannot_leave();
+  }
   // Ends this process at once with exit status 0, without waiting for the rest of the job
   // (MPI), or returns (in-process ranks: the rank's thread then returns). Call it after the
   // trainer and its transports are destroyed.

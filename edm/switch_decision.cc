@@ -25,8 +25,9 @@ const Json& field(const Json& j, const char* name, bool (*ok)(const Json&), cons
 
 }  // namespace
 
-SwitchDecision decide_switch(int need, int alive, std::size_t vacated, const Launcher* launcher,
+SwitchDecision decide_switch(int need, int alive, const std::vector<int>& vacate, const Launcher* launcher,
                              const std::string& backend, bool keep) {
+  const std::size_t vacated = vacate.size();
   SwitchDecision d;
   std::string reason, note;
   if (need > 0)
@@ -36,7 +37,8 @@ SwitchDecision decide_switch(int need, int alive, std::size_t vacated, const Lau
   if (need < 0 && launcher) note = keep ? "lent (kept for a later switch)" : launcher->cannot_leave();
   if (keep && vacated > 0) reason = "a switch that keeps its processes vacates none";
   if (reason.empty() && vacated > 0) {
-    const std::string why = launcher ? launcher->cannot_leave() : "the transport has no launcher";
+    std::string why = launcher ? std::string() : "the transport has no launcher";
+    for (std::size_t i = 0; why.empty() && i < vacated; ++i) why = launcher->cannot_vacate(vacate[i]);
     if (!why.empty()) reason = "cannot vacate processes: " + why;
   }
   // Shrink also when vacated processes all sit beyond the layout (an identity placement:

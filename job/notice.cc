@@ -22,6 +22,7 @@ namespace {
 // Written by the signal handler: lock-free atomics are async-signal-safe.
 std::atomic<std::int64_t> g_notice_ns{0};  // CLOCK_MONOTONIC time of the first notice; 0: none
 std::atomic<bool> g_taken{false};          // the job is acting on this process's notice
+std::atomic<bool> g_refused{false};        // ... and the switch that was to vacate it was refused
 static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 NoticeSettings g_settings;
 
@@ -117,13 +118,16 @@ NoticeAgreement agree_on_notices(comm::Transport& world, double slowest_step_s) 
     std::int32_t noticed, pid;
     double slowest_step_s;
   };
-  const Flag mine{g_notice_ns.load() != 0 && !g_taken.load() ? 1 : 0, static_cast<std::int32_t>(getpid()),
-                  slowest_step_s};
+  // 0: no notice or one being acted on; 1: a notice to act on; 2: one whose vacate was refused.
+  const bool noticed = g_notice_ns.load() != 0;
+  const std::int32_t state = !noticed ? 0 : !g_taken.load() ? 1 : g_refused.load() ? 2 : 0;
+  const Flag mine{state, static_cast<std::int32_t>(getpid()), slowest_step_s};
   const auto all = comm::all_gather_values(world, mine);
   NoticeAgreement agreed;
   for (int r = 0; r < world.size(); ++r) {
     const Flag& f = all[static_cast<std::size_t>(r)];
-    if (f.noticed != 0) agreed.noticed.push_back({r, f.pid});
+    if (f.noticed == 1) agreed.noticed.push_back({r, f.pid});
+    if (f.noticed == 2) ++agreed.refused;
     agreed.slowest_step_s = std::max(agreed.slowest_step_s, f.slowest_step_s);
   }
   return agreed;
@@ -141,5 +145,9 @@ std::string describe_noticed(const std::vector<NoticedProcess>& noticed) {
 }
 
 void notice_taken() { g_taken.store(true); }
+
+void notice_refused() {
+  if (g_notice_ns.load() != 0) g_refused.store(true);
+}
 
 }  // namespace dynatrain::job

@@ -55,6 +55,10 @@ struct NoticedProcess {
 struct NoticeAgreement {
   std::vector<NoticedProcess> noticed;  // by increasing world rank
   double slowest_step_s = 0;            // the largest of every rank's slowest step
+  // Processes whose notice was acted on by a vacating switch that was refused (notice_refused):
+  // they stay until their deadline, and count among those that will go when the others get
+  // notice too (then every process has notice).
+  int refused = 0;
 };
 
 // Collective over `world`: the processes with a notice not yet acted on, and the slowest step
@@ -83,6 +87,10 @@ void set_outside_layout(const std::string& why);
 // This process's notice is being acted on (its ranks are in a vacating switch): later
 // agree_on_notices calls leave it out. Its deadline still runs.
 void notice_taken();
+// The vacating switch that took this process's notice was refused (e.g. on torch.distributed,
+// world rank 0 hosts the store and cannot leave): it is not vacated again, its deadline still
+// runs, and later agreements count it in NoticeAgreement::refused. No effect without a notice.
+void notice_refused();
 
 // The signal's name for messages ("SIGTERM").
 const char* notice_signal_name(int sig);

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -98,7 +99,11 @@ bool TrainJob::commit() {
     s_.ls.control = control_.hand_over();
     handed = s_.ls.serialize();
   }
+  const std::vector<int> vacated = vacated_ranks(s_.schedule[s_.next].first);
+  const int me = trainer_->world().rank();
   s_.switched = trainer_->commit(std::move(handed));
+  // A refused switch changed nothing: this process still has the world rank it was vacated by.
+  if (!s_.switched->refused.empty() && std::find(vacated.begin(), vacated.end(), me) != vacated.end()) notice_refused();
   s_.preparing.clear();
   ++s_.next;
   return after_commit(*s_.switched);

@@ -38,12 +38,14 @@ bool TrainJob::act_on_notices() {
   if (noticed.empty()) return true;
   for (const auto& n : noticed)
     if (n.rank == trainer_->world().rank()) notice_taken();
+  // Processes whose vacate was refused stay in the layout, but they will go too.
   const int stay = trainer_->world_size() - static_cast<int>(noticed.size());
+  const bool every_process = stay == agreed.refused;
   const char* sig = notice_signal_name(args_.notice.signal);
   if (s_.leader)
     for (const auto& n : noticed)
       record_notice(n.rank, args_.notice.seconds, detail::concat(sig, " to pid ", n.pid, " before step ", s_.step));
-  if (stay == 0) {
+  if (every_process) {
     // This boundary's periodic save (save_if_due) holds the state already; a second save of the
     // same step would be refused.
     const bool saved = save_point(s_.step) && s_.step != s_.joined_at;

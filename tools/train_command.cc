@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "edm/mpi_launcher.h"
+#include "edm/store_launcher.h"
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
 #include "job/mpi_world.h"
@@ -136,7 +137,8 @@ Command add_train_command(CLI::App& app) {
     if (const char* exe = std::getenv("DT_EDM_EXECUTABLE")) launch->executable = exe;
     args->launcher = edm::make_mpi_launcher(*launch);
     return job::run_on_mpi_world([&](comm::Transport& world) {
-      if (std::string(world.backend()) != "mpi") args->launcher = nullptr;  // grows start processes by MPI
+      // A world from the environment (c10d): processes leave it, none start (edm/store_launcher.h).
+      if (std::string(world.backend()) != "mpi") args->launcher = edm::make_store_launcher();
       return job::train_command(*args, world);
     });
   };

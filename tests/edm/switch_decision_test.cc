@@ -2,6 +2,7 @@
 // version is refused as input naming it; a malformed field is refused naming the field; the
 // decision from what the launcher can do (the "cannot vacate" check among them).
 #include "edm/switch_decision.h"
+#include "edm/store_launcher.h"
 
 #include <gtest/gtest.h>
 
@@ -66,35 +67,51 @@ struct FakeLauncher final : Launcher {
 
 TEST(SwitchDecision, DecidedFromWhatTheLauncherCanDo) {
   FakeLauncher free;
-  EXPECT_EQ(decide_switch(2, 2, 0, &free, "mpi").kind, SwitchDecision::Kind::kKeep);  // a grow
-  EXPECT_EQ(decide_switch(-1, 4, 0, &free, "mpi").kind, SwitchDecision::Kind::kShrink);
-  EXPECT_EQ(decide_switch(0, 4, 1, &free, "mpi").kind, SwitchDecision::Kind::kShrink);  // a vacate
-  EXPECT_TRUE(decide_switch(0, 4, 1, &free, "mpi").may_leave);
+  EXPECT_EQ(decide_switch(2, 2, {}, &free, "mpi").kind, SwitchDecision::Kind::kKeep);  // a grow
+  EXPECT_EQ(decide_switch(-1, 4, {}, &free, "mpi").kind, SwitchDecision::Kind::kShrink);
+  EXPECT_EQ(decide_switch(0, 4, {1}, &free, "mpi").kind, SwitchDecision::Kind::kShrink);  // a vacate
+  EXPECT_TRUE(decide_switch(0, 4, {1}, &free, "mpi").may_leave);
 
   FakeLauncher stuck;
   stuck.start_refusal = "cannot start 2 processes: no free slot";
   stuck.leave_refusal = "OMPI_MCA_orte_allowed_exit_without_sync is not 1";
-  const SwitchDecision grow = decide_switch(2, 2, 0, &stuck, "mpi");
+  const SwitchDecision grow = decide_switch(2, 2, {}, &stuck, "mpi");
   EXPECT_TRUE(grow.refused());
   EXPECT_EQ(grow.why, "cannot start 2 processes: no free slot");
-  const SwitchDecision shrink = decide_switch(-1, 4, 0, &stuck, "mpi");  // nobody may leave: they stay, idle
+  const SwitchDecision shrink = decide_switch(-1, 4, {}, &stuck, "mpi");  // nobody may leave: they stay, idle
   EXPECT_EQ(shrink.kind, SwitchDecision::Kind::kKeep);
   EXPECT_EQ(shrink.why, stuck.leave_refusal);
   EXPECT_FALSE(shrink.may_leave);
-  const SwitchDecision vacate = decide_switch(0, 4, 1, &stuck, "mpi");  // the "cannot vacate" check
+  const SwitchDecision vacate = decide_switch(0, 4, {1}, &stuck, "mpi");  // the "cannot vacate" check
   EXPECT_TRUE(vacate.refused());
   EXPECT_EQ(vacate.why, "cannot vacate processes: OMPI_MCA_orte_allowed_exit_without_sync is not 1");
 
-  EXPECT_EQ(decide_switch(1, 2, 0, nullptr, "inproc").why,
+  EXPECT_EQ(decide_switch(1, 2, {}, nullptr, "inproc").why,
             "cannot start processes: the inproc transport has no launcher");
-  EXPECT_EQ(decide_switch(0, 2, 1, nullptr, "inproc").why, "cannot vacate processes: the transport has no launcher");
-  EXPECT_EQ(decide_switch(-1, 2, 0, nullptr, "inproc").kind, SwitchDecision::Kind::kKeep);  // no launcher: all stay
+  EXPECT_EQ(decide_switch(0, 2, {1}, nullptr, "inproc").why, "cannot vacate processes: the transport has no launcher");
+  EXPECT_EQ(decide_switch(-1, 2, {}, nullptr, "inproc").kind, SwitchDecision::Kind::kKeep);  // no launcher: all stay
 
-  const SwitchDecision lend = decide_switch(-2, 4, 0, &free, "mpi", /*keep=*/true);  // they stay, idle, lent
+  const SwitchDecision lend = decide_switch(-2, 4, {}, &free, "mpi", /*keep=*/true);  // they stay, idle, lent
   EXPECT_EQ(lend.kind, SwitchDecision::Kind::kKeep);
   EXPECT_EQ(lend.why, "lent (kept for a later switch)");
   EXPECT_FALSE(lend.may_leave);
-  EXPECT_EQ(decide_switch(0, 4, 1, &free, "mpi", true).why, "a switch that keeps its processes vacates none");
+  EXPECT_EQ(decide_switch(0, 4, {1}, &free, "mpi", true).why, "a switch that keeps its processes vacates none");
+}
+
+// A world from the environment (c10d): processes leave, none start, and world rank 0, the
+// store's host, is never vacated.
+TEST(SwitchDecision, StoreLauncherShrinksButNeverVacatesTheStoreHost) {
+  const std::unique_ptr<Launcher> store = make_store_launcher();
+  EXPECT_EQ(decide_switch(-2, 4, {}, store.get(), "c10d").kind, SwitchDecision::Kind::kShrink);
+  EXPECT_TRUE(decide_switch(-2, 4, {}, store.get(), "c10d").may_leave);
+  EXPECT_EQ(decide_switch(0, 4, {1, 3}, store.get(), "c10d").kind, SwitchDecision::Kind::kShrink);
+  const SwitchDecision host = decide_switch(0, 4, {3, 0}, store.get(), "c10d");
+  EXPECT_TRUE(host.refused());
+  EXPECT_NE(host.why.find("cannot vacate processes: world rank 0 hosts the torch.distributed store"), std::string::npos)
+      << host.why;
+  const SwitchDecision grow = decide_switch(2, 2, {}, store.get(), "c10d");
+  EXPECT_TRUE(grow.refused());
+  EXPECT_EQ(grow.why.rfind("cannot start 2 process(es): a job started from the environment", 0), 0u) << grow.why;
 }
 
 }  // namespace

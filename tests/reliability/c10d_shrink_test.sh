@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# `dynatrain train` on torch.distributed (a c10d world started by `dynatrain launch`, as torchrun
+# would): processes leave it as under MPI (edm/store_launcher.h). tiny-dense, 4 processes in
+# tp=2,dp=2, 16 steps; each case against the uninterrupted c10d run:
+#  1. a schedule that shrinks to dp=2 before step 6: the job goes on in 2 processes, the 2 left
+#     out end with exit 0 and the launcher with 0;
+#  2. notice to rank 3 during step 5 (DT_FAULT=notice): vacated into dp=3 live;
+#  3. notice to ranks 1 and 2 at once, from outside (kill -TERM of their pids): one switch
+#     vacates both, the job goes on in 2 processes, the two others keep their pids;
+#  4. notice to rank 0, the store's host: the vacating switch is refused with one line naming
+#     why, training goes on until the notice's deadline (--notice-s 3), then one line, exit 3;
+#  5. notice to every process: saved, one line, exit 143; the same when rank 0's notice was
+#     refused first and the other process gets one later;
+#  6. a schedule that grows 2 -> 4: the switch is refused by name, training goes on in 2.
+# Each run-through case checks every step in the CSV exactly once, the process count from the
+# step it changes, and every loss within fp32 reduction noise of the uninterrupted run's.
+# Usage: c10d_shrink_test.sh DYNATRAIN
+source "$(dirname "$0")/script_prelude.sh"
+trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
+py() { PYENV_VERSION=system python3 "$@"; }
+common=(--model tiny-dense --data "$data" --global-batch 12 --seq 16 --threads 1)
+steps=16  # the next run()'s --steps
+
+run() {  # NAME NP SCHEDULE [ENV... --] [TRAIN FLAGS...]: the job in the background, its pid in $job
+  local name=$1 np=$2 schedule=$3 env=()
+  shift 3
+  if [[ " $* " == *" -- "* ]]; then
+    while [[ $1 != -- ]]; do env+=("$1"); shift; done
+    shift
+  fi
+  env "${env[@]}" DT_RENDEZVOUS_S=60 timeout 300 "$dt" launch --np "$np" --port 0 -- "$dt" train "${common[@]}" \
+    --steps "$steps" --schedule "$schedule" --csv "$tmp/$name.csv" "$@" >"$tmp/$name.log" 2>"$tmp/$name.err" &
+  job=$!
+}
+finish() {  # NAME EXPECTED_EXIT
+  wait "$job"
+  local code=$?
+  ((code == $2)) || { cat "$tmp/$1.log" "$tmp/$1.err"; fail "$1: exit $code, expected $2"; }
+}
+pid_of_rank() {  # CSV_NAME RANK: the pid of the process started with that RANK for the job writing CSV_NAME
+  local p
+  for p in $(pgrep -f -- "--csv $tmp/$1.csv"); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" &&
+       [[ $(cat "/proc/$p/comm") == dynatrain ]]; then echo "$p"; return; fi
+  done
+}
+wait_for_step() {  # NAME STEP: until the job's leader has printed that step's line
+  for _ in $(seq 600); do
+    grep -Eq "step +$2  loss" "$tmp/$1.log" 2>/dev/null && return
+    sleep 0.1
+  done
+  fail "$1: step $2 never written"
+}
+# check_csv NAME WORLD_SIZES: WORLD_SIZES is "STEP:N,STEP:N": from STEP on the job has N processes.
+check_csv() {
+  py - "$tmp/cont.csv" "$tmp/$1.csv" "$2" <<'PY'
+import csv, sys
+cont = {int(r["step"]): float(r["loss"]) for r in csv.DictReader(open(sys.argv[1]))}
+rows = list(csv.DictReader(open(sys.argv[2])))
+steps = [int(r["step"]) for r in rows]
+assert steps == list(range(16)), f"steps {steps}"
+changes = [tuple(map(int, c.split(":"))) for c in sys.argv[3].split(",")]
+for r in rows:
+    s = int(r["step"])
+    want = [n for at, n in changes if at <= s][-1]
+    assert int(r["world"]) == want, f"step {s}: {r['world']} processes, expected {want}"
+    rel = abs(float(r["loss"]) - cont[s]) / cont[s]
+    assert rel < 1e-4, f"step {s}: loss {r['loss']} vs uninterrupted {cont[s]} (rel {rel:.2e})"
+print(f"  {sys.argv[2].split('/')[-1]}: steps 0-15 once, processes {sys.argv[3]}, losses track the uninterrupted run")
+PY
+  (($? == 0)) || { grep -Ev "step +[0-9]+  loss" "$tmp/$1.log" "$tmp/$1.err"; fail "$1: CSV"; }
+}
+
+run cont 4 "0:tp=2,dp=2"
+finish cont 0
+
+echo "1. a schedule that shrinks 4 -> 2"
+run shrink 4 "0:tp=2,dp=2;6:dp=2"
+finish shrink 0
+grep -q "^switch before step 6: tp=2,pp=1,dp=2,zero=1 -> tp=1,pp=1,dp=2,zero=1  processes 4 -> 2 " "$tmp/shrink.log" ||
+  { cat "$tmp/shrink.log" "$tmp/shrink.err"; fail "shrink: no switch to 2 processes"; }
+check_csv shrink "0:4,6:2"
+
+echo "2. notice to rank 3 during step 5"
+run one 4 "0:tp=2,dp=2" DT_FAULT=notice:3:step:0:5 DT_FAULT_STAMP="$tmp/one.stamp" --
+finish one 0
+grep -q "^notice: rank 3 (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 7$" "$tmp/one.log" ||
+  { cat "$tmp/one.log" "$tmp/one.err"; fail "one: no notice line"; }
+check_csv one "0:4,7:3"
+
+echo "3. notice to ranks 1 and 2 at once, from outside"
+run two 4 "0:tp=2,dp=2"
+wait_for_step two 4
+p0=$(pid_of_rank two 0) p1=$(pid_of_rank two 1) p2=$(pid_of_rank two 2) p3=$(pid_of_rank two 3)
+[[ -n $p0 && -n $p1 && -n $p2 && -n $p3 ]] || fail "two: pids of the 4 ranks not found"
+kill -TERM "$p1" "$p2"
+wait_for_step two 15
+[[ -d /proc/$p0 && -d /proc/$p3 ]] || fail "two: a process that had no notice is gone"
+finish two 0
+grep -q "^notice: ranks 1 (pid $p1), 2 (pid $p2) will be gone in 30 s (SIGTERM): vacating them into .* before step [0-9]*$" "$tmp/two.log" ||
+  { cat "$tmp/two.log" "$tmp/two.err"; fail "two: no notice line for both"; }
+at=$(sed -n 's/^notice: ranks 1 .* before step \([0-9]*\)$/\1/p' "$tmp/two.log")
+check_csv two "0:4,$at:2"
+
+echo "4. notice to rank 0, the store's host"
+steps=100000
+run host 4 "0:tp=2,dp=2" DT_FAULT=notice:0:step:0:3 DT_FAULT_STAMP="$tmp/host.stamp" -- --notice-s 3
+finish host 3
+grep -q "refused: cannot vacate processes: world rank 0 hosts the torch.distributed store" "$tmp/host.log" ||
+  { cat "$tmp/host.log" "$tmp/host.err"; fail "host: no refusal naming the store"; }
+(($(grep -c "^dynatrain:" "$tmp/host.err") == 1)) &&
+  grep -q "^dynatrain: error: rank 0 of 4: this process had notice (SIGTERM) 3 s ago and has not handed its state over" "$tmp/host.err" ||
+  { cat "$tmp/host.err"; fail "host: not one line naming the deadline"; }
+
+echo "5. notice to every process"
+run all 2 "0:tp=2" --save "$tmp/all.ck" --save-every 100000
+wait_for_step all 3
+kill -TERM "$(pid_of_rank all 0)" "$(pid_of_rank all 1)"
+finish all 143
+grep -Eq "^dynatrain: error: rank 0 of [12]: stopped by SIGTERM to every process: saved checkpoint of step [0-9]+$" "$tmp/all.err" ||
+  { cat "$tmp/all.log" "$tmp/all.err"; fail "all: no line for the whole job's notice"; }
+ls "$tmp/all.ck"/step-* >/dev/null 2>&1 || fail "all: no checkpoint saved"
+
+echo "5b. notice to rank 0 (refused), then to the other process: every process has notice"
+run hostall 2 "0:tp=2" DT_FAULT=notice:0:step:0:3 DT_FAULT_STAMP="$tmp/hostall.stamp" -- --notice-s 60
+for _ in $(seq 600); do grep -q "refused: cannot vacate processes" "$tmp/hostall.log" && break; sleep 0.1; done
+p1=$(pid_of_rank hostall 1)
+[[ -n $p1 ]] || fail "hostall: pid of rank 1 not found"
+kill -TERM "$p1"
+finish hostall 143
+grep -Eq "^dynatrain: error: rank 0 of 2: stopped by SIGTERM to every process: no --save, nothing saved$" "$tmp/hostall.err" ||
+  { cat "$tmp/hostall.log" "$tmp/hostall.err"; fail "hostall: no line for the whole job's notice"; }
+
+echo "6. a schedule that grows 2 -> 4"
+steps=16
+run grow 2 "0:dp=2;6:tp=2,dp=2"
+finish grow 0
+grep -q "^switch before step 6: tp=1,pp=1,dp=2,zero=1 -> tp=2,pp=1,dp=2,zero=1 refused: cannot start 2 process(es): a job started from the environment (torch.distributed" "$tmp/grow.log" ||
+  { cat "$tmp/grow.log" "$tmp/grow.err"; fail "grow: no refusal by name"; }
+(($(grep -Ec "step +[0-9]+  loss .*  2 processes" "$tmp/grow.log") == 16)) || fail "grow: not 16 steps on 2 processes"
+echo "ok: on torch.distributed the CLI trainer shrinks and vacates noticed processes live (no step lost); the store's host and grows are refused by name"
