@@ -36,22 +36,8 @@ timeout 300 "$dt" train --np 4 --mpirun "$mpiexec" "${common[@]}" --steps 24 --s
 
 # check_csv NAME WORLD_SIZES: WORLD_SIZES is "STEP:N,STEP:N": from STEP on the job has N processes.
 check_csv() {
-  py - "$tmp/cont.csv" "$tmp/$1.csv" "$2" <<'PY'
-import csv, sys
-cont = {int(r["step"]): float(r["loss"]) for r in csv.DictReader(open(sys.argv[1]))}
-rows = list(csv.DictReader(open(sys.argv[2])))
-steps = [int(r["step"]) for r in rows]
-assert steps == list(range(24)), f"steps {steps}"
-changes = [tuple(map(int, c.split(":"))) for c in sys.argv[3].split(",")]
-for r in rows:
-    s = int(r["step"])
-    want = [n for at, n in changes if at <= s][-1]
-    assert int(r["world"]) == want, f"step {s}: {r['world']} processes, expected {want}"
-    rel = abs(float(r["loss"]) - cont[s]) / cont[s]
-    assert rel < 1e-4, f"step {s}: loss {r['loss']} vs uninterrupted {cont[s]} (rel {rel:.2e})"
-print(f"  {sys.argv[2].split('/')[-1]}: steps 0-23 once, processes {sys.argv[3]}, losses track the uninterrupted run")
-PY
-  (($? == 0)) || { grep -Ev "step +[0-9]+  loss" "$tmp/$1.log" "$tmp/$1.err"; fail "$1: CSV"; }
+  py "$(dirname "$0")/tracks_run.py" "$tmp/cont.csv" "$tmp/$1.csv" 24 "$2" ||
+    { grep -Ev "step +[0-9]+  loss" "$tmp/$1.log" "$tmp/$1.err"; fail "$1: CSV"; }
 }
 
 run() {  # NAME NP SCHEDULE [ENV...]: runs the job in the background, its pid in $job
