@@ -14,18 +14,18 @@
 
 namespace dynatrain::job {
 
-// At a boundary where every process of the world is in the layout and no switch is being
-// prepared (else at a later one), every rank learns the processes with notice and schedules a
-// switch into the layout the restart rule picks for the processes that stay, vacating the
-// noticed ones: before the next step, prepared behind this one, or before this very step when
+// At a boundary where every process of the world is in the layout (else at a later one), and
+// no switch is being prepared (else after it: commit_pending_sooner), every rank learns the
+// processes with notice and schedules a switch into the layout the restart rule picks for the
+// processes that stay, vacating the noticed ones: before the next step, prepared behind this one, or before this very step when
 // the deadline has no room for a step (notice_lead_steps). Every rank computes the same entry
 // from the same agreed list and slowest step.
 // Returns false when every process has notice: the state is saved (with --save) and the loop
 // ends with s_.notice_exit = 128 + signal.
 bool TrainJob::act_on_notices() {
-  // A process that joined in this boundary's commit skips it: the others agreed before that commit.
-  if (!notices_enabled() || s_.step == s_.joined_at || trainer_->preparing() ||
-      trainer_->config().world_size() != trainer_->world_size())
+  // A process that joined in this boundary's commit skips it: the others agreed before that
+  // commit. Idle processes (outside the layout) meet in no boundary.
+  if (!notices_enabled() || s_.step == s_.joined_at || trainer_->config().world_size() != trainer_->world_size())
     return true;
   // A peer stopped here would hold every rank in this all-gather: watched as a step is.
   fault_point("notices", trainer_->world().rank());
@@ -36,6 +36,10 @@ bool TrainJob::act_on_notices() {
   watchdog_.disarm();
   const std::vector<NoticedProcess>& noticed = agreed.noticed;
   if (noticed.empty()) return true;
+  if (trainer_->preparing()) {  // acted on after that switch, which may have to come sooner
+    commit_pending_sooner(agreed);
+    return true;
+  }
   for (const auto& n : noticed)
     if (n.rank == trainer_->world().rank()) notice_taken();
   // Processes whose vacate was refused stay in the layout, but they will go too.
@@ -80,6 +84,30 @@ bool TrainJob::act_on_notices() {
                 to.str().c_str(), static_cast<long long>(at));
   std::fflush(stdout);
   return true;
+}
+
+// A notice found while a switch is prepared is acted on at the first boundary after that
+// switch commits. When waiting for its step would take more than half the notice's seconds
+// (a switch prepared far ahead: --lookahead, or the automatic one), that switch commits at
+// this boundary instead; the notice stays untaken, so the next boundary acts on it. Every rank
+// decides alike (the same agreement and schedule).
+void TrainJob::commit_pending_sooner(const NoticeAgreement& agreed) {
+  auto& [at, config] = s_.schedule[s_.next];
+  const double wait_s = static_cast<double>(at - s_.step) * agreed.slowest_step_s;
+  if (at == s_.step || wait_s <= args_.notice.seconds / 2) return;
+  if (s_.leader)
+    std::printf(
+        "notice: %s has notice while the switch to %s planned before step %lld is prepared: committing "
+        "it now, before step %lld (%.0f s of steps away), and acting on the notice after it\n",
+        describe_noticed(agreed.noticed).c_str(), config.str().c_str(), static_cast<long long>(at),
+        static_cast<long long>(s_.step), wait_s);
+  std::fflush(stdout);
+  if (const auto v = s_.vacate_at.find(at); v != s_.vacate_at.end()) {
+    const std::string vacate = v->second;
+    s_.vacate_at.erase(v);
+    s_.vacate_at[s_.step] = vacate;
+  }
+  at = s_.step;
 }
 
 // A process outside the layout takes part in no agreement on notices: its notice is refused

@@ -27,6 +27,7 @@
 #include "job/job_control.h"
 #include "job/progress_record.h"
 #include "job/memory_copy.h"
+#include "job/notice.h"
 #include "job/train_job.h"
 #include "job/train_leader.h"
 #include "job/watchdog.h"
@@ -58,9 +59,10 @@ class TrainJob {
   // The loop (train_job.cc).
   bool boundary();  // the work between two steps; false: the loop ends here
   void save_if_due();
-  bool act_on_notices();                 // false: every process has notice (train_job_notice.cc)
-  void note_layout_for_notices() const;  // whether this process holds a rank (job/notice.h)
-  bool commit_if_due();                  // false: this process left the job in the commit
+  bool act_on_notices();                                      // false: every process has notice (train_job_notice.cc)
+  void commit_pending_sooner(const NoticeAgreement& agreed);  // a notice during a prepare
+  void note_layout_for_notices() const;                       // whether this process holds a rank (job/notice.h)
+  bool commit_if_due();                                       // false: this process left the job in the commit
   bool commit();
   train::StepStats train_step();
   int finish();

@@ -78,7 +78,8 @@ echo "3. notice to ranks 1 and 2 at once, from outside"
 run two 4 "0:tp=2,dp=2"
 wait_for_step two 4
 p0=$(pid_of_rank two 0) p1=$(pid_of_rank two 1) p2=$(pid_of_rank two 2) p3=$(pid_of_rank two 3)
-[[ -n $p0 && -n $p1 && -n $p2 && -n $p3 ]] || fail "two: pids of the 4 ranks not found"
+[[ -n $p0 && -n $p1 && -n $p2 && -n $p3 ]] ||
+  { pgrep -af -- "--csv $tmp/two.csv"; cat "$tmp/two.log" "$tmp/two.err"; fail "two: pids of the 4 ranks not found ($p0, $p1, $p2, $p3)"; }
 kill -TERM "$p1" "$p2"
 wait_for_step two 15
 [[ -d /proc/$p0 && -d /proc/$p3 ]] || fail "two: a process that had no notice is gone"

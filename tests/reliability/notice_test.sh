@@ -11,6 +11,8 @@
 #  4. notice during a switch's background prepare (the schedule switches to dp=4 before step
 #     10, placement auto may renumber the process): acted on at the boundary after that switch
 #     has committed (step 11), committed after step 11;
+#  4b. notice while a switch is prepared far ahead (--lookahead 21, 20 steps of 0.3 s away
+#     against a 4 s notice): that switch commits at the next boundary, the notice after it;
 #  5. notice to a process that a grow (2 -> 4 before step 6) started, in its fifth step (step 10;
 #     DT_FAULT counts the points a process reached);
 #  6. notice to every process (2 processes): the job saves a checkpoint and ends with 143;
@@ -35,8 +37,8 @@ timeout 300 "$dt" train --np 4 --mpirun "$mpiexec" "${common[@]}" --steps 24 --s
   >"$tmp/cont.log" 2>&1 || { cat "$tmp/cont.log"; fail "uninterrupted run"; }
 
 # check_csv NAME WORLD_SIZES: WORLD_SIZES is "STEP:N,STEP:N": from STEP on the job has N processes.
-check_csv() {
-  py "$(dirname "$0")/tracks_run.py" "$tmp/cont.csv" "$tmp/$1.csv" 24 "$2" ||
+check_csv() {  # NAME WORLD_SIZES [UNINTERRUPTED_NAME]
+  py "$(dirname "$0")/tracks_run.py" "$tmp/${3:-cont}.csv" "$tmp/$1.csv" 24 "$2" ||
     { grep -Ev "step +[0-9]+  loss" "$tmp/$1.log" "$tmp/$1.err"; fail "$1: CSV"; }
 }
 
@@ -104,6 +106,27 @@ grep -q "^switch before step 10: tp=2,pp=1,dp=2,zero=1 -> tp=1,pp=1,dp=4,zero=1 
 grep -q "^notice: rank [0-9] (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 12$" "$tmp/during.log" ||
   { cat "$tmp/during.log"; fail "during: notice not acted on after the switch"; }
 check_csv during "0:4,12:3"
+
+echo "4b. notice while a switch is prepared far ahead"
+# Steps of about 0.3 s: the switch to dp=4, prepared from step 2, is 20 steps (6 s) away, more
+# than half the 4 s notice, so it commits at the next boundary and the notice is acted on after.
+small=("${common[@]}")
+common=(--model tiny-dense --global-batch 48 --seq 64 --threads 1)
+timeout 300 "$dt" train --np 4 --mpirun "$mpiexec" "${common[@]}" --notice-s 4 --steps 24 --schedule "0:tp=2,dp=2" \
+  --csv "$tmp/cont_big.csv" >"$tmp/cont_big.log" 2>&1 || { cat "$tmp/cont_big.log"; fail "uninterrupted run (4b)"; }
+run_args=(--notice-s 4 --lookahead 21)
+run ahead 4 "0:tp=2,dp=2;23:dp=4" DT_FAULT=notice:2:step:0:2 DT_FAULT_STAMP="$tmp/ahead.stamp"
+run_args=()
+common=("${small[@]}")
+finish ahead 0
+grep -q "^notice: rank 2 (pid [0-9]*) has notice while the switch to tp=1,pp=1,dp=4,zero=1 planned before step 23 is prepared: committing it now, before step 3 " "$tmp/ahead.log" ||
+  { cat "$tmp/ahead.log"; fail "ahead: the prepared switch did not come sooner"; }
+grep -q "^switch before step 3: tp=2,pp=1,dp=2,zero=1 -> tp=1,pp=1,dp=4,zero=1 " "$tmp/ahead.log" ||
+  { cat "$tmp/ahead.log"; fail "ahead: no switch before step 3"; }
+grep -Eq "^notice: rank [0-9] \(pid [0-9]*\) will be gone in 4 s \(SIGTERM\): vacating it into tp=1,pp=1,dp=3,zero=1 before step [45]$" "$tmp/ahead.log" ||
+  { cat "$tmp/ahead.log"; fail "ahead: notice not acted on after the switch"; }
+at=$(sed -n 's/^notice: rank .* before step \([0-9]*\)$/\1/p' "$tmp/ahead.log")
+check_csv ahead "0:4,$at:3" cont_big
 
 echo "5. notice to a process a grow started"
 run grown 2 "0:dp=2;6:tp=2,dp=2" DT_FAULT=notice:3:step:0:4 DT_FAULT_STAMP="$tmp/grown.stamp"
