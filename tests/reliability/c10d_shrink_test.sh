@@ -37,12 +37,15 @@ finish() {  # NAME EXPECTED_EXIT
   local code=$?
   ((code == $2)) || { cat "$tmp/$1.log" "$tmp/$1.err"; fail "$1: exit $code, expected $2"; }
 }
-pid_of_rank() {  # CSV_NAME RANK: the pid of the process started with that RANK for the job writing CSV_NAME
-  local p
+pids_by_rank() {  # CSV_NAME: "RANK PID" of each process started with a RANK for the job writing CSV_NAME
+  local p r
   for p in $(pgrep -f -- "--csv $tmp/$1.csv"); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" &&
-       [[ $(cat "/proc/$p/comm") == dynatrain ]]; then echo "$p"; return; fi
+    r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^RANK=//p')
+    [[ -n $r && $(cat "/proc/$p/comm" 2>/dev/null) == dynatrain ]] && echo "$r $p"
   done
+}
+pid_of_rank() {  # CSV_NAME RANK: the pid of the process started with that RANK
+  pids_by_rank "$1" | awk -v r="$2" '$1 == r { print $2 }'
 }
 wait_for_step() {  # NAME STEP: until the job's leader has printed that step's line
   for _ in $(seq 600); do
@@ -76,10 +79,11 @@ check_csv one "0:4,7:3"
 
 echo "3. notice to ranks 1 and 2 at once, from outside"
 run two 4 "0:tp=2,dp=2"
-wait_for_step two 4
-p0=$(pid_of_rank two 0) p1=$(pid_of_rank two 1) p2=$(pid_of_rank two 2) p3=$(pid_of_rank two 3)
-[[ -n $p0 && -n $p1 && -n $p2 && -n $p3 ]] ||
-  { pgrep -af -- "--csv $tmp/two.csv"; cat "$tmp/two.log" "$tmp/two.err"; fail "two: pids of the 4 ranks not found ($p0, $p1, $p2, $p3)"; }
+wait_for_step two 2
+ranks=$(pids_by_rank two)  # one pass: the job must not end before the notices
+p0=$(awk '$1 == 0 { print $2 }' <<<"$ranks") p1=$(awk '$1 == 1 { print $2 }' <<<"$ranks")
+p2=$(awk '$1 == 2 { print $2 }' <<<"$ranks") p3=$(awk '$1 == 3 { print $2 }' <<<"$ranks")
+[[ -n $p0 && -n $p1 && -n $p2 && -n $p3 ]] || { echo "$ranks"; fail "two: pids of the 4 ranks not found"; }
 kill -TERM "$p1" "$p2"
 wait_for_step two 15
 [[ -d /proc/$p0 && -d /proc/$p3 ]] || fail "two: a process that had no notice is gone"
