@@ -27,6 +27,9 @@ namespace dynatrain::job {
 
 inline constexpr const char* kCliDeadlineEnd =
     "the job ends so that it restarts from its newest checkpoint (--max-restarts)";
+// The same for a job started from the environment (torch.distributed), which no supervisor restarts.
+inline constexpr const char* kEnvWorldDeadlineEnd =
+    "the job ends; start it again from its newest checkpoint (--resume DIR of its --save)";
 
 struct NoticeSettings {
   int signal = 0;         // the notice signal (e.g. SIGTERM); 0: notices off, the signal stops the job

@@ -133,6 +133,7 @@ Command add_train_command(CLI::App& app) {
     }
     // Notices from the start: a process a grow spawns can get one before it has joined (while
     // in MPI_Init), and must then be vacated, not end the job (job/notice.h).
+    if (job::environment_names_world()) args->notice.deadline_end = job::kEnvWorldDeadlineEnd;
     job::enable_notices(args->notice);
     if (const char* exe = std::getenv("DT_EDM_EXECUTABLE")) launch->executable = exe;
     args->launcher = edm::make_mpi_launcher(*launch);

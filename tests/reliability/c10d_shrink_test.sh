@@ -100,7 +100,7 @@ finish host 3
 grep -q "refused: cannot vacate processes: world rank 0 hosts the torch.distributed store" "$tmp/host.log" ||
   { cat "$tmp/host.log" "$tmp/host.err"; fail "host: no refusal naming the store"; }
 (($(grep -c "^dynatrain:" "$tmp/host.err") == 1)) &&
-  grep -q "^dynatrain: error: rank 0 of 4: this process had notice (SIGTERM) 3 s ago and has not handed its state over" "$tmp/host.err" ||
+  grep -q "^dynatrain: error: rank 0 of 4: this process had notice (SIGTERM) 3 s ago and has not handed its state over; the job ends; start it again from its newest checkpoint" "$tmp/host.err" ||
   { cat "$tmp/host.err"; fail "host: not one line naming the deadline"; }
 
 echo "5. notice to every process"
