@@ -36,10 +36,10 @@ struct SwitchDecision {
 // `alive` ones and vacates the processes `vacate` (ranks of the current world), from what
 // `launcher` (nullptr: none, a transport of kind `backend` that cannot start or end processes)
 // can do. Refused: processes cannot be started ("cannot start processes: ..."), or a vacated
-// one cannot leave ("cannot vacate processes: ...", the launcher's cannot_vacate). Shrink: fewer processes or a vacate, when they may leave. Keep otherwise,
-// with why the processes left out stay, idle (the launcher's cannot_leave). `keep` (a lend):
-// every process stays, idle outside the layout, and may not leave; a vacate is refused. No
-// placement.
+// one cannot leave ("cannot vacate processes: ...", the launcher's cannot_vacate). Shrink:
+// fewer processes or a vacate, when they may leave. Keep otherwise, with why the processes
+// left out stay, idle (the launcher's cannot_leave). `keep` (a lend): every process stays, idle
+// outside the layout, and may not leave; a vacate is refused. No placement.
 SwitchDecision decide_switch(int need, int alive, const std::vector<int>& vacate, const Launcher* launcher,
                              const std::string& backend, bool keep = false);
 

@@ -212,6 +212,14 @@ void JobControl::switch_prepared(std::int64_t step, const std::string& from, con
   record_event("switch_prepared", {{"step", step}, {"from", from}, {"to", to}});
 }
 
+void JobControl::switch_moved(std::int64_t from, std::int64_t to) {
+  if (auto asked = pending_.extract(from)) {
+    asked.key() = to;
+    pending_.insert(std::move(asked));
+  }
+  if (lent_at_ == from) lent_at_ = to;
+}
+
 void JobControl::switch_done(std::int64_t step, const nlohmann::json& record) {
   if (!leading_) return;
   health_ = "running";

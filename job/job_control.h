@@ -70,6 +70,9 @@ class JobControl {
   // layout from before it; other switches are refused while processes are lent.
   void take_requests(RequestContext& ctx);
   void switch_prepared(std::int64_t step, const std::string& from, const std::string& to);
+  // The switch planned before step `from` commits before step `to` instead (a notice that cannot
+  // wait for it): the request that asked for it is answered at `to`.
+  void switch_moved(std::int64_t from, std::int64_t to);
   // After a commit at `step`: `record` is the switch's JSON record (job/train_job.cc). Answers
   // the request that asked for it (committed, or refused when the switch was).
   void switch_done(std::int64_t step, const nlohmann::json& record);

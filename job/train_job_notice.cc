@@ -17,9 +17,9 @@ namespace dynatrain::job {
 // At a boundary where every process of the world is in the layout (else at a later one), and
 // no switch is being prepared (else after it: commit_pending_sooner), every rank learns the
 // processes with notice and schedules a switch into the layout the restart rule picks for the
-// processes that stay, vacating the noticed ones: before the next step, prepared behind this one, or before this very step when
-// the deadline has no room for a step (notice_lead_steps). Every rank computes the same entry
-// from the same agreed list and slowest step.
+// processes that stay, vacating the noticed ones: before the next step, prepared behind this
+// one, or before this very step when the deadline has no room for a step (notice_lead_steps).
+// Every rank computes the same entry from the same agreed list and slowest step.
 // Returns false when every process has notice: the state is saved (with --save) and the loop
 // ends with s_.notice_exit = 128 + signal.
 bool TrainJob::act_on_notices() {
@@ -102,11 +102,11 @@ void TrainJob::commit_pending_sooner(const NoticeAgreement& agreed) {
         describe_noticed(agreed.noticed).c_str(), config.str().c_str(), static_cast<long long>(at),
         static_cast<long long>(s_.step), wait_s);
   std::fflush(stdout);
-  if (const auto v = s_.vacate_at.find(at); v != s_.vacate_at.end()) {
-    const std::string vacate = v->second;
-    s_.vacate_at.erase(v);
-    s_.vacate_at[s_.step] = vacate;
+  if (auto vacate = s_.vacate_at.extract(at)) {
+    vacate.key() = s_.step;
+    s_.vacate_at.insert(std::move(vacate));
   }
+  control_.switch_moved(at, s_.step);
   at = s_.step;
 }
 
