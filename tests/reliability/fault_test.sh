@@ -54,11 +54,13 @@ fault() {
   # Open MPI may add one line of its own when a peer dies or stops in the middle of a message:
   # its shared-memory transport ("[host:pid] Read -1, expected N, errno = 3"), its event
   # library ("[warn] Epoll MOD(1) on fd N failed. ...") or, between a job and the processes it
-  # spawned, its TCP transport ("[host][[job,1],1][.../btl_tcp.c:559:...] recv(18) failed:
-  # Connection reset by peer (104)"). It prints them directly, below any setting. They are
-  # counted apart, not as ours.
+  # spawned, its TCP transport, one or two lines tagged with its source file
+  # ("[host][[job,1],1][.../btl_tcp.c:559:...] recv(18) failed: Connection reset by peer (104)",
+  # "[...][.../btl_tcp_frag.c:135:...] mca_btl_tcp_frag_send: writev failed: ...",
+  # "[...][.../btl_tcp_endpoint.c:1065:...] invalid connection state (2)"). It prints them
+  # directly, below any setting. They are counted apart, not as ours.
   local ompi='^\[[^]]*\] Read -1, expected [0-9]+, errno = 3$|^\[warn\] Epoll [A-Z]+\([0-9]+\) on fd [0-9]+ failed\.'
-  ompi+='|^\[[^]]*\]\[\[[0-9]+,[0-9]+\],[0-9]+\]\[[^]]*btl_tcp[^]]*\] [a-z_]+\([0-9]+\) failed: Connection reset by peer \(104\)$'
+  ompi+='|^\[[^]]*\]\[\[[0-9]+,[0-9]+\],[0-9]+\]\[[^]]*btl_tcp[^]]*\] '
   lines=$(grep -vcE "$ompi" "$tmp/err")
   vader=$((vader + $(grep -cE "$ompi" "$tmp/err")))
   sleep 0.5
