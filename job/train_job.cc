@@ -29,10 +29,11 @@ int TrainJob::run() {
   enable_notices(args_.notice);
   note_layout_for_notices();
   for (; s_.step < args_.steps; ++s_.step) {
-    if (!boundary()) break;
+    if (!boundary_or_recover()) break;
     if (!trainer_->active()) continue;  // wait in the next prepare / commit / finish
-    const StepStats st = train_step();
-    if (s_.leader) report_step(st);
+    std::optional<StepStats> st = step_or_recover();
+    while (!st && trainer_->active()) st = step_or_recover();  // after a recovery: the step again
+    if (st && s_.leader) report_step(*st);
   }
   return finish();
 }

@@ -25,6 +25,7 @@
 
 #include "comm/transport.h"
 #include "edm/launcher.h"
+#include "job/lost_peer.h"
 #include "job/notice.h"
 #include "vps/parallel_config.h"
 
@@ -51,6 +52,9 @@ struct TrainArgs {
   // How processes are started and ended (nullptr: the job keeps its processes; layouts must
   // fit the world). `dynatrain train` uses the MPI launcher with --hostfile / --host.
   std::shared_ptr<edm::Launcher> launcher;
+  // A lost process recovered in place by the survivors (job/lost_peer.h): set for a job on
+  // torch.distributed whose launcher lets the survivors go on; nullptr: a lost process ends it.
+  std::shared_ptr<LostPeerSupport> lost_peer;
   // Optional knobs (flags suggested: --lr, --seed, --micro-batches, --switch-method, --threads,
   // --bucket-elems).
   double lr = 3e-3;

@@ -66,6 +66,14 @@ class TrainJob {
   bool commit();
   train::StepStats train_step();
   int finish();
+  // A lost process (job/lost_peer.h, train_job_recover.cc) met in a step or a boundary: the
+  // step, or nullopt after a recovery in place (the step is to be done again).
+  std::optional<train::StepStats> step_or_recover();
+  bool boundary_or_recover();  // boundary(), done again after a recovery
+  void announce_if_new_world();
+  void recover_from_loss(const CommError& error);
+  std::vector<ProcessPlace> known_places(int size);
+  [[noreturn]] void end_after_loss(bool first, const std::string& why);
 
   // The schedule (train_job_schedule.cc).
   void maybe_prepare();
@@ -128,6 +136,12 @@ class TrainJob {
   // Members are destroyed in reverse order: the watchdog before the trainer it watches, the
   // trainer before the files in s_ (as the steps left them).
   std::unique_ptr<train::Trainer> trainer_;
+  struct LostPeerState {                    // with args_.lost_peer
+    std::unique_ptr<comm::KeyStore> store;  // the rendezvous store, on a connection of the job's own
+    int announced_size = 0;                 // processes of the world this process last announced in
+    int worlds = 0;                         // worlds announced so far (the key of the newest)
+    int recoveries = 0;
+  } lost_;
   JobControl control_{args_.job};  // the scheduler protocol (--job DIR), on the leader
   Watchdog watchdog_;
   double switch_deadline_ = 0;  // seconds a switch may take before the watchdog ends the job

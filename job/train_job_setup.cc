@@ -113,6 +113,7 @@ void TrainJob::build_options() {
   o_.micro_batches = args_.micro_batches;
   o_.bucket_elems = args_.bucket_elems;
   o_.launcher = args_.launcher;
+  o_.commit_barrier = args_.lost_peer != nullptr;  // a lost process is recovered: no half-applied step
   o_.lookahead = args_.lookahead;
   o_.align_pages = args_.align_pages;
   o_.bf16 = args_.bf16;
@@ -229,6 +230,8 @@ void TrainJob::start_trainer(std::unique_ptr<comm::Transport> joined_world, std:
   switch_deadline_ = switch_timeout_seconds(16 * static_cast<std::uint64_t>(model_parameters(o_.model)));
   s_.next = first_layout;
   s_.step = s_.first_step;
+  if (args_.lost_peer && world_.size() > 1)
+    lost_.store = args_.lost_peer->store(world_);  // before any loss: the store's host may be lost later
 }
 
 }  // namespace dynatrain::job

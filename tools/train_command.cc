@@ -4,16 +4,43 @@
 
 #include "edm/mpi_launcher.h"
 #include "edm/store_launcher.h"
+#ifdef DT_HAVE_C10D
+#include "comm/c10d/c10d_recovery.h"
+#endif
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
 #include "job/mpi_world.h"
 #include "job/notice.h"
 #include "job/supervisor.h"
 #include "job/train_job.h"
+#include "job/watchdog.h"
 
 namespace dynatrain::tools {
 
 namespace {
+
+// On torch.distributed, where the launcher lets the survivors go on (torchrun, a scheduler,
+// `dynatrain launch --keep-going`; not plain `dynatrain launch`, which ends every rank when one
+// fails): a lost process is recovered in place (job/lost_peer.h). nullptr elsewhere.
+std::shared_ptr<job::LostPeerSupport> lost_peer_support(const comm::Transport& world) {
+#ifdef DT_HAVE_C10D
+  const char* launch = std::getenv("DYNATRAIN_LAUNCH");
+  if (!comm::is_c10d_world(world) || (launch != nullptr && std::string(launch) == "end")) return nullptr;
+  auto s = std::make_shared<job::LostPeerSupport>();
+  s->abandon = [] { return comm::abandon_c10d_groups(); };
+  s->store = [](const comm::Transport& w) {
+    return comm::c10d_key_store(w,
+                                std::chrono::milliseconds(static_cast<std::int64_t>(job::watchdog_seconds() * 1000)));
+  };
+  s->members_world = [](const comm::Transport& w, const std::string& key, const std::vector<int>& members) {
+    return comm::c10d_members_world(w, key, members);
+  };
+  return s;
+#else
+  (void)world;
+  return nullptr;
+#endif
+}
 
 // Checkpoints, notices and restarts: --save, --save-every, --resume, --notice-signal (into
 // `notice_signal`), --notice-s, --max-restarts, --mpirun and --np (returned: whether it was given
@@ -140,6 +167,7 @@ Command add_train_command(CLI::App& app) {
     return job::run_on_mpi_world([&](comm::Transport& world) {
       // A world from the environment (c10d): processes leave it, none start (edm/store_launcher.h).
       if (std::string(world.backend()) != "mpi") args->launcher = edm::make_store_launcher();
+      args->lost_peer = lost_peer_support(world);
       return job::train_command(*args, world);
     });
   };

@@ -83,6 +83,10 @@ struct TrainerOptions {
   // reduced in fp32; Adam on the fp32 master (its own state kind, sharded like the moments),
   // after which the bf16 params are rounded from it (vps::bf16_param_elem_bytes).
   bool bf16 = false;
+  // Every step's update waits for a barrier of the layout's ranks after the step's last
+  // collective (at ZeRO 0 the gradients of every bucket are reduced first), so a process lost
+  // during a step leaves every survivor's state as it was before it (recover() below).
+  bool commit_barrier = false;
   // State kinds a resume will load right after construction (a checkpoint's kinds, and param
   // where the resume rebuilds it from master: params_from_master): the per-element weight init
   // of these kinds is skipped (they are only zeroed), since the load overwrites every element
@@ -237,6 +241,22 @@ class Trainer {
   // prepare + commit at once.
   SwitchStats switch_to(const vps::ParallelConfig& config);
   // After a commit that removed this process from the job: call nothing but the destructor.
+  // A lost process recovered in place (job/lost_peer.h): `survivors` (the surviving processes'
+  // world, rank i the i-th survivor in the old world's order; collective over it) replaces the
+  // world, and the state of the current layout, which every process of the old world held a
+  // rank of, moves into layout `to` (at most survivors' size ranks) from what the survivors
+  // hold. The step and data cursor stay: the interrupted step is done again. InputError naming
+  // the boxes when the lost processes held the only copy of some (ZeRO shards, tp or pp pieces
+  // without a dp replica), or when the survivors are not at one step (the loss came as a step's
+  // update was applied by some of them). Returns this process's seconds and bytes received.
+  struct Recovery {
+    double seconds = 0;
+    std::uint64_t received = 0;
+  };
+  Recovery recover(std::unique_ptr<comm::Transport> survivors, const vps::ParallelConfig& to);
+  // False from the start of a commit's (or a recovery's) transfer until its new layout is
+  // adopted: an error in between leaves the state in neither layout whole, so no recovery.
+  bool state_intact() const;
   bool left() const;
   int world_size() const;    // processes in the job now
   comm::Transport& world();  // the job's world now (changes at commits that grow or shrink it)

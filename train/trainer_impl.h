@@ -86,6 +86,7 @@ exec::TransitionOptions engine_options(const TrainerOptions& opt);
 struct Trainer::Impl {
   TrainerOptions opt;
   std::unique_ptr<edm::DeviceManager> edm;
+  std::unique_ptr<comm::Transport> own_world;  // the survivors' world after a recovery (edm's world)
   std::string text;
   DataCursor cursor;
   std::int64_t step = 0;
@@ -114,6 +115,7 @@ struct Trainer::Impl {
   bool left = false;
   int layout_rank = 0;       // this process's rank in the current layout (>= its size: none)
   bool grads_stale = false;  // gradient buffers hold garbage since the last commit (until zeroed)
+  bool moving = false;       // a commit's transfer began and its new layout is not adopted yet
   // Agreed at every commit (rank 0's choice). Before the first prepare has been measured: 20
   // steps, a constant so that every rank prepares at the same step. Starting processes can take
   // seconds on a loaded machine (2.3 s, 14 steps of the demo's 160 ms, in one run); preparing
@@ -171,7 +173,9 @@ struct Trainer::Impl {
   void gather_params();
   void adam(float* master, float* m, float* v, const float* g, std::int64_t n) const;
   void optimizer_step();
-  void step_bucket(const vps::LocalBuffer& pb, std::vector<float>& scratch, std::vector<std::uint16_t>& scratch16);
+  void step_bucket(const vps::LocalBuffer& pb, std::vector<float>& scratch, std::vector<std::uint16_t>& scratch16,
+                   bool reduced);
+  void reduce_full_grad(const vps::LocalBuffer& pb);
   void param_from_master(const vps::LocalBuffer& pb, std::vector<std::uint16_t>& scratch16);
   void params_from_master();
 

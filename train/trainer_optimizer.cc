@@ -62,13 +62,29 @@ void Trainer::Impl::adam(float* master, float* m, float* v, const float* g, std:
 void Trainer::Impl::optimizer_step() {
   std::vector<float> scratch;
   std::vector<std::uint16_t> scratch16;
+  bool reduced = false;
+  if (opt.commit_barrier) {  // every collective of the step, then the barrier, then the update
+    if (cfg().zero == 0) {
+      for (const auto& pb : rank_layout.buffers)
+        if (pb.kind == StateKind::kParam) reduce_full_grad(pb);
+      reduced = true;
+    }
+    active_g->barrier();
+  }
   for (const auto& pb : rank_layout.buffers)
-    if (pb.kind == StateKind::kParam) step_bucket(pb, scratch, scratch16);
+    if (pb.kind == StateKind::kParam) step_bucket(pb, scratch, scratch16, reduced);
+}
+
+// ZeRO 0: the bucket's gradient summed over its dp group, in place.
+void Trainer::Impl::reduce_full_grad(const vps::LocalBuffer& pb) {
+  const auto& gb = buffer(StateKind::kGrad, pb.expert_group, pb.bucket);
+  comm::Transport* group = shard_group(pb.expert_group);
+  if (group->size() > 1) group->all_reduce_sum(zero_work.full(StateKind::kGrad, gb, arenas), pb.numel);
 }
 
 // The optimizer step of the bucket whose param buffer is `pb` (see optimizer_step).
 void Trainer::Impl::step_bucket(const vps::LocalBuffer& pb, std::vector<float>& scratch,
-                                std::vector<std::uint16_t>& scratch16) {
+                                std::vector<std::uint16_t>& scratch16, bool reduced) {
   const auto& gb = buffer(StateKind::kGrad, pb.expert_group, pb.bucket);
   const auto& mb = buffer(StateKind::kMaster, pb.expert_group, pb.bucket);
   const auto& ab = buffer(StateKind::kExpAvg, pb.expert_group, pb.bucket);
@@ -80,7 +96,7 @@ void Trainer::Impl::step_bucket(const vps::LocalBuffer& pb, std::vector<float>& 
   float* v = arenas.data(sb);
   if (cfg().zero == 0) {
     DT_CHECK_EQ(mb.numel, pb.numel);
-    if (group->size() > 1) group->all_reduce_sum(grad, pb.numel);
+    if (!reduced && group->size() > 1) group->all_reduce_sum(grad, pb.numel);
     adam(master, m, v, grad, pb.numel);
   } else {
     const std::int64_t shard = mb.numel;

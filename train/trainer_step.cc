@@ -202,8 +202,8 @@ StepStats Trainer::Impl::do_step() {
   gather_params();
   float loss = static_cast<float>(run_microbatches(nullptr));
   reduce_tp_partial_grads();
+  active_g->all_reduce_sum(&loss, 1);  // before the update: see TrainerOptions::commit_barrier
   optimizer_step();
-  active_g->all_reduce_sum(&loss, 1);
   StepStats st;
   st.step = step;
   st.loss = loss;

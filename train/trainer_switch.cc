@@ -244,6 +244,7 @@ void Trainer::Impl::carry_progress(comm::Transport& tw, const edm::Prepared& p, 
 // not move: the old ones go back first, the new ones are made last.
 void Trainer::Impl::move_state(comm::Transport& tw, const edm::Prepared& p, CommitFigures& mine, SwitchStats& st) {
   const std::size_t src_bytes = state_bytes(rank_layout, elem()), dst_bytes = state_bytes(pending->dst_full_rl, elem());
+  moving = true;  // until adopt(): the state is in neither layout whole (Trainer::state_intact)
   pool.reset_peaks();
   const std::size_t fresh_before = pool.fresh_bytes();
   for (const auto& b : rank_layout.buffers)
@@ -263,6 +264,7 @@ void Trainer::Impl::move_state(comm::Transport& tw, const edm::Prepared& p, Comm
   mine.plan_s = pending->plan_s;
   mine.prefaulted = pending->prefaulted;
   adopt(std::move(pending->dst_full), std::move(next_arenas), p.comms, &pending->dst_full_rl, pending->new_rank);
+  moving = false;
   ph.views = seconds_since(tg0);
   mine.peak = pool.peak_live();
   mine.bound = std::max(src_bytes, dst_bytes) + tr.budget;

@@ -115,6 +115,7 @@ class C10dTransport final : public Transport {
                   const std::vector<std::size_t>& send_offsets, void* recv, const std::vector<std::size_t>& recv_counts,
                   const std::vector<std::size_t>& recv_offsets) override;
   std::unique_ptr<Transport> split(int color, int key) override;
+  C10dParts parts() const { return {store_, options_, rank_}; }
 
  private:
   void check_peer_tag(int peer, int tag, const char* what) const {
@@ -212,7 +213,13 @@ c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(c10::intrusive_ptr<c10d::Store
     gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
   else
     gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  const GroupSockets record;  // its connections, for abandon_c10d_groups()
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, gloo);
+}
+
+C10dParts c10d_parts(const Transport& t) {
+  const auto* c = dynamic_cast<const C10dTransport*>(&t);
+  return c ? c->parts() : C10dParts{};
 }
 
 std::unique_ptr<Transport> process_group_transport(c10::intrusive_ptr<c10d::ProcessGroup> group,

@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <memory>
+#include <set>
 #include <string>
 
 #include "comm/c10d/c10d_transport.h"
@@ -23,5 +24,26 @@ std::unique_ptr<Transport> process_group_transport(c10::intrusive_ptr<c10d::Proc
 // A Gloo process group of `rank` of `size` over `store` (rendezvous through it).
 c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                                   const C10dOptions& options);
+
+// The parts of a transport of this backend: `store` is null when `t` is another backend's.
+struct C10dParts {
+  c10::intrusive_ptr<c10d::Store> store;
+  C10dOptions options;
+  int rank = 0;
+};
+C10dParts c10d_parts(const Transport& t);
+
+// While alive, records the sockets this process opens as the connections of a Gloo group
+// (c10d_recovery.h, abandon_c10d_groups): made around every group's construction.
+class GroupSockets {
+ public:
+  GroupSockets();
+  ~GroupSockets();
+  GroupSockets(const GroupSockets&) = delete;
+  GroupSockets& operator=(const GroupSockets&) = delete;
+
+ private:
+  std::set<unsigned long> before_;  // socket inodes open when the group's construction began
+};
 
 }  // namespace dynatrain::comm

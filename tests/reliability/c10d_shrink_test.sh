@@ -16,49 +16,7 @@
 # step it changes, and every loss within fp32 reduction noise of the uninterrupted run's.
 # Usage: c10d_shrink_test.sh DYNATRAIN
 source "$(dirname "$0")/script_prelude.sh"
-trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
-py() { PYENV_VERSION=system python3 "$@"; }
-common=(--model tiny-dense --data "$data" --global-batch 12 --seq 16 --threads 1)
-steps=16  # the next run()'s --steps
-
-run() {  # NAME NP SCHEDULE [ENV... --] [TRAIN FLAGS...]: the job in the background, its pid in $job
-  local name=$1 np=$2 schedule=$3 env=()
-  shift 3
-  if [[ " $* " == *" -- "* ]]; then
-    while [[ $1 != -- ]]; do env+=("$1"); shift; done
-    shift
-  fi
-  env "${env[@]}" DT_RENDEZVOUS_S=60 timeout 300 "$dt" launch --np "$np" --port 0 -- "$dt" train "${common[@]}" \
-    --steps "$steps" --schedule "$schedule" --csv "$tmp/$name.csv" "$@" >"$tmp/$name.log" 2>"$tmp/$name.err" &
-  job=$!
-}
-finish() {  # NAME EXPECTED_EXIT
-  wait "$job"
-  local code=$?
-  ((code == $2)) || { cat "$tmp/$1.log" "$tmp/$1.err"; fail "$1: exit $code, expected $2"; }
-}
-pids_by_rank() {  # CSV_NAME: "RANK PID" of each process started with a RANK for the job writing CSV_NAME
-  local p r
-  for p in $(pgrep -f -- "--csv $tmp/$1.csv"); do
-    r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^RANK=//p')
-    [[ -n $r && $(cat "/proc/$p/comm" 2>/dev/null) == dynatrain ]] && echo "$r $p"
-  done
-}
-pid_of_rank() {  # CSV_NAME RANK: the pid of the process started with that RANK
-  pids_by_rank "$1" | awk -v r="$2" '$1 == r { print $2 }'
-}
-wait_for_step() {  # NAME STEP: until the job's leader has printed that step's line
-  for _ in $(seq 600); do
-    grep -Eq "step +$2  loss" "$tmp/$1.log" 2>/dev/null && return
-    sleep 0.1
-  done
-  fail "$1: step $2 never written"
-}
-# check_csv NAME WORLD_SIZES: WORLD_SIZES is "STEP:N,STEP:N": from STEP on the job has N processes.
-check_csv() {
-  py "$(dirname "$0")/tracks_run.py" "$tmp/cont.csv" "$tmp/$1.csv" 16 "$2" ||
-    { grep -Ev "step +[0-9]+  loss" "$tmp/$1.log" "$tmp/$1.err"; fail "$1: CSV"; }
-}
+source "$(dirname "$0")/c10d_job.sh"
 
 run cont 4 "0:tp=2,dp=2"
 finish cont 0

@@ -1,0 +1,130 @@
+#include "job/lost_peer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+
+namespace dynatrain::job {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kPoll = std::chrono::milliseconds(5);
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::max(0.0, seconds) * 1000));
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+  return out;
+}
+
+std::vector<int> parse_ranks(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoi(item));
+  return out;
+}
+
+// On world rank 0: the members once every process arrived or is known gone (see agree_survivors).
+std::vector<int> decide(comm::KeyStore& store, const std::string& prefix, const std::vector<ProcessPlace>& places,
+                        const AgreeSettings& settings) {
+  const int size = static_cast<int>(places.size());
+  const std::string here = node_name();
+  const auto start = Clock::now();
+  auto last_change = start;
+  std::vector<int> arrived;
+  while (true) {
+    std::vector<int> now;
+    for (int r = 0; r < size; ++r)
+      if (store.add(prefix + "/alive/" + std::to_string(r), 0) > 0) now.push_back(r);
+    if (now != arrived) arrived = now, last_change = Clock::now();
+    int waiting = 0, waiting_here = 0;
+    for (int r = 0; r < size; ++r) {
+      if (std::find(arrived.begin(), arrived.end(), r) != arrived.end()) continue;
+      const bool local = places[static_cast<std::size_t>(r)].node == here;
+      if ((local && process_gone(places[static_cast<std::size_t>(r)].pid)) ||
+          store.add(prefix + "/gone/" + std::to_string(r), 0) > 0)
+        continue;
+      ++waiting;
+      waiting_here += local ? 1 : 0;
+    }
+    if (waiting == 0 || (waiting_here == 0 && seconds_since(last_change) > settings.settle_s) ||
+        seconds_since(start) > settings.deadline_s)
+      return arrived;
+    std::this_thread::sleep_for(kPoll);
+  }
+}
+
+}  // namespace
+
+std::string node_name() {
+  if (const char* node = std::getenv("DYNATRAIN_NODE"); node != nullptr && *node != '\0') return node;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+bool process_gone(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return true;
+  const auto paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return true;
+  const char state = stat[paren + 2];
+  return state == 'Z' || state == 'X';
+}
+
+void announce_place(comm::KeyStore& store, const std::string& prefix, int rank) {
+  store.set(prefix + "/place/" + std::to_string(rank), node_name() + " " + std::to_string(getpid()));
+}
+
+std::vector<ProcessPlace> read_places(comm::KeyStore& store, const std::string& prefix, int size, double timeout_s) {
+  std::vector<ProcessPlace> out(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    const std::string text = store.get(prefix + "/place/" + std::to_string(r), millis(timeout_s));
+    const auto space = text.rfind(' ');
+    DT_CHECK(space != std::string::npos, "place of rank ", r, " is '", text, "'");
+    out[static_cast<std::size_t>(r)] = {text.substr(0, space), std::stol(text.substr(space + 1))};
+  }
+  return out;
+}
+
+std::vector<int> agree_survivors(comm::KeyStore& store, const std::string& prefix,
+                                 const std::vector<ProcessPlace>& places, int rank, const AgreeSettings& settings) {
+  store.add(prefix + "/alive/" + std::to_string(rank), 1);
+  const std::string here = node_name();
+  for (std::size_t r = 0; r < places.size(); ++r)  // seen ended here: the decision need not wait for it
+    if (places[r].node == here && process_gone(places[r].pid)) store.add(prefix + "/gone/" + std::to_string(r), 1);
+  if (rank == 0) store.set(prefix + "/members", join_ranks(decide(store, prefix, places, settings)));
+  std::vector<int> members = parse_ranks(store.get(prefix + "/members", millis(settings.deadline_s)));
+  if (std::find(members.begin(), members.end(), rank) == members.end())
+    throw CommError(::dynatrain::detail::concat("world rank ", rank,
+                                                " reached the survivors' agreement after it was "
+                                                "decided without it (",
+                                                join_ranks(members), ")"));
+  return members;
+}
+
+std::string lost_text(const std::vector<ProcessPlace>& places, const std::vector<int>& survivors) {
+  std::string out;
+  for (std::size_t r = 0; r < places.size(); ++r) {
+    if (std::find(survivors.begin(), survivors.end(), static_cast<int>(r)) != survivors.end()) continue;
+    out += (out.empty() ? "" : ", ") +
+           ::dynatrain::detail::concat("rank ", r, " (pid ", places[r].pid, ") on node ", places[r].node);
+  }
+  return out;
+}
+
+}  // namespace dynatrain::job

@@ -1,0 +1,73 @@
+// A process of `dynatrain train` on torch.distributed lost (SIGKILL, the OOM killer, a crash),
+// recovered in place with no process restarted (docs/reliability.md, "A lost process on
+// torch.distributed"). Torch-free: the transport's part comes in LostPeerSupport.
+//
+// The protocol, on every survivor, after a step's collective failed (train/trainer.h: every
+// step's update waits for a barrier after its last collective, so an interrupted step is
+// applied by no survivor):
+//   1. give the generation's groups up (LostPeerSupport::abandon), so that a survivor waiting
+//      on another survivor gets its error too;
+//   2. agree who survived through the rendezvous store (agree_survivors): world rank 0, the
+//      store's host, decides once every process has arrived or is known gone;
+//   3. build the survivors' world over the store (LostPeerSupport::members_world);
+//   4. rebuild the lost ranks' state from the replicas the survivors hold, in a layout for the
+//      survivors (train::Trainer::recover), and do the interrupted step again.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/key_store.h"
+#include "comm/transport.h"
+
+namespace dynatrain::job {
+
+// What the transport gives a recovery (comm/c10d/c10d_recovery.h for c10d).
+struct LostPeerSupport {
+  std::function<int()> abandon;  // shuts the current groups' connections
+  std::function<std::unique_ptr<comm::KeyStore>(const comm::Transport& world)> store;
+  // Collective over `members` (ranks of `world`, ascending): their world, built under `key`.
+  std::function<std::unique_ptr<comm::Transport>(const comm::Transport& world, const std::string& key,
+                                                 const std::vector<int>& members)>
+      members_world;
+};
+
+// Where a process runs: its node (DYNATRAIN_NODE, else the hostname) and pid.
+struct ProcessPlace {
+  std::string node;
+  long pid = 0;
+};
+
+// This process's node name: DYNATRAIN_NODE when set, else the hostname.
+std::string node_name();
+
+// Whether process `pid` of this node has ended (missing, or a zombie not reaped yet).
+bool process_gone(long pid);
+
+// Every process of a world publishes its place under `prefix` (once per world: after the start
+// and after every change of its processes); read_places waits up to `timeout_s` for all.
+void announce_place(comm::KeyStore& store, const std::string& prefix, int rank);
+std::vector<ProcessPlace> read_places(comm::KeyStore& store, const std::string& prefix, int size, double timeout_s);
+
+struct AgreeSettings {
+  double deadline_s = 60;  // how long anyone waits for the decision (the watchdog's)
+  double settle_s = 1.0;   // how long the decision waits, after the last arrival, for a process of
+                           // another node (no survivor there can see it end)
+};
+
+// Step 2 above, called by every survivor of a world of `places.size()` processes with its own
+// `rank`, under `prefix` (this recovery's own keys): the surviving ranks, ascending, the same on
+// every survivor. World rank 0 decides: a rank counts when it arrived; it is lost when its
+// process is gone on rank 0's node or reported gone by a survivor of its node, or when it is on
+// another node and nothing arrived for settle_s; past deadline_s, whoever arrived. CommError
+// when the store does not answer (its host, world rank 0, is lost) or a survivor reaches the
+// agreement after it was decided without it.
+std::vector<int> agree_survivors(comm::KeyStore& store, const std::string& prefix,
+                                 const std::vector<ProcessPlace>& places, int rank, const AgreeSettings& settings);
+
+// "rank 2 (pid 4242) on node h1" for each lost rank, joined with ", ".
+std::string lost_text(const std::vector<ProcessPlace>& places, const std::vector<int>& survivors);
+
+}  // namespace dynatrain::job

@@ -1,0 +1,141 @@
+// A lost process of `dynatrain train` on torch.distributed, recovered in place by the
+// survivors (the protocol: job/lost_peer.h). A loss is met as a CommError from a collective of
+// a step or of the boundary before it (a save, the agreement on notices, a request, a switch's
+// prepare or commit); the interrupted step, or the whole boundary, is done again. Not
+// recovered: a loss during a commit's transfer (the state is whole in neither layout) or while
+// processes are idle outside the layout. Every survivor keeps its pid.
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "job/mpi_world.h"
+#include "job/supervisor.h"
+#include "job/train_job_run.h"
+
+namespace dynatrain::job {
+using train::StepStats;
+
+std::optional<StepStats> TrainJob::step_or_recover() {
+  if (!lost_.store) return train_step();
+  announce_if_new_world();
+  try {
+    return train_step();
+  } catch (const CommError& e) {
+    watchdog_.disarm();
+    recover_from_loss(e);
+    return std::nullopt;
+  }
+}
+
+// Each world's processes publish their node and pid once (the decision of a recovery tells a
+// process that ended on its node from one that is only slow). Worlds on torch.distributed only
+// shrink, so a new process count is a new world.
+bool TrainJob::boundary_or_recover() {
+  while (true) {
+    if (!lost_.store) return boundary();
+    announce_if_new_world();
+    try {
+      return boundary();
+    } catch (const CommError& e) {  // a save, the notices' agreement, a request, a prepare, a commit
+      watchdog_.disarm();
+      recover_from_loss(e);
+    }
+  }
+}
+
+void TrainJob::announce_if_new_world() {
+  if (lost_.announced_size == trainer_->world_size()) return;
+  lost_.announced_size = trainer_->world_size();
+  ++lost_.worlds;
+  announce_place(*lost_.store, "dynatrain/train/world" + std::to_string(lost_.worlds), trainer_->world().rank());
+}
+
+// The places announced in the current world; a process that never announced is taken to be on
+// another node (the decision then waits the settle time for it).
+std::vector<ProcessPlace> TrainJob::known_places(int size) {
+  const std::string prefix = "dynatrain/train/world" + std::to_string(lost_.worlds);
+  std::vector<ProcessPlace> places(static_cast<std::size_t>(size), ProcessPlace{"(unknown)", 0});
+  for (int r = 0; r < size; ++r)
+    if (lost_.store->has(prefix + "/place/" + std::to_string(r)))
+      places[static_cast<std::size_t>(r)] = read_places(*lost_.store, prefix, r + 1, 1.0).back();
+  return places;
+}
+
+void TrainJob::recover_from_loss(const CommError& error) {
+  const auto t0 = Clock::now();
+  comm::Transport& old = trainer_->world();
+  const int before = old.size(), me = old.rank();
+  const std::string from = trainer_->config().str();
+  // Processes outside the layout (idle) wait elsewhere than in a step, and a commit's transfer
+  // leaves the state whole in neither layout: not recovered.
+  if (trainer_->config().world_size() != before || !trainer_->state_intact()) throw error;
+  args_.lost_peer->abandon();
+  const std::string key = "train/recovery" + std::to_string(++lost_.recoveries);
+  std::vector<ProcessPlace> places;
+  std::vector<int> members;
+  try {
+    places = known_places(before);
+    members = agree_survivors(*lost_.store, "dynatrain/" + key, places, me, {watchdog_seconds(), 1.0});
+  } catch (const CommError& e) {  // the store is gone with its host, world rank 0
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));
+    const std::string here = node_name();
+    int reporter = -1;  // the lowest rank but 0 on this node whose process runs
+    for (int r = 1; r < before && reporter < 0; ++r)
+      if (places.size() > static_cast<std::size_t>(r) && places[r].node == here && !process_gone(places[r].pid))
+        reporter = r;
+    end_after_loss(reporter == me || (places.empty() && me == 1),
+                   detail::concat("the survivors on node ", here,
+                                  " could not agree through the torch.distributed "
+                                  "store (",
+                                  why,
+                                  "): it lives in the process of world rank 0, whose loss cannot be "
+                                  "recovered; start the job again from its newest checkpoint (--resume DIR of its "
+                                  "--save)"));
+  }
+  if (static_cast<int>(members.size()) == before) throw error;  // nobody lost: the error stands
+  const bool first = me == members.front();
+  const std::string lost = lost_text(places, members) + " of " + std::to_string(before);
+  vps::ParallelConfig to;
+  try {
+    to = choose_restart_layout(o_, trainer_->config(), static_cast<int>(members.size()));
+  } catch (const InputError& e) {
+    end_after_loss(first, detail::concat("lost ", lost, ": ", e.what()));
+  }
+  train::Trainer::Recovery r;
+  try {
+    r = trainer_->recover(args_.lost_peer->members_world(old, key + "/world", members), to);
+  } catch (const InputError& e) {
+    end_after_loss(first, detail::concat("lost ", lost, ": ", e.what()));
+  }
+  comm::Transport& now = trainer_->world();
+  note_world_after_switch(now);  // failure lines name the new world's ranks
+  note_layout_for_notices();
+  s_.preparing.clear();  // a switch being prepared met the loss: the next boundary prepares it again
+  // The figures, max over the survivors: the pause (loss met -> state rebuilt) and its rebuild.
+  const std::array<double, 2> mine = {seconds_since(t0), r.seconds};
+  double pause = 0, rebuild = 0;
+  for (const auto& f : comm::all_gather_values(now, mine))
+    pause = std::max(pause, f[0]), rebuild = std::max(rebuild, f[1]);
+  if (s_.leader)
+    std::printf(
+        "recovery: lost %s; %s -> %s on %d processes after a %.3f s pause (%.3f s of it rebuilding the state); "
+        "step %lld again\n",
+        lost.c_str(), from.c_str(), to.str().c_str(), now.size(), pause, rebuild, static_cast<long long>(s_.step));
+  std::fflush(stdout);
+}
+
+// A loss the survivors cannot recover from: one line (from `first`), every survivor ends, exit 1.
+void TrainJob::end_after_loss(bool first, const std::string& why) {
+  if (s_.csv.is_open()) s_.csv.flush();
+  if (first) std::fprintf(stderr, "dynatrain: error: %s\n", why.c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(1);
+}
+
+}  // namespace dynatrain::job
