@@ -77,9 +77,11 @@ void TrainJob::recover_from_loss(const CommError& error) {
   const std::string key = "train/recovery" + std::to_string(++lost_.recoveries);
   std::vector<ProcessPlace> places;
   std::vector<int> members;
+  double agree_s = 0, world_s = 0;
   try {
     places = known_places(before);
     members = agree_survivors(*lost_.store, "dynatrain/" + key, places, me, {watchdog_seconds(), 1.0});
+    agree_s = seconds_since(t0);
   } catch (const CommError& e) {  // the store is gone with its host, world rank 0
     std::string why = e.what();
     why = why.substr(0, why.find('\n'));
@@ -107,8 +109,11 @@ void TrainJob::recover_from_loss(const CommError& error) {
     end_after_loss(first, detail::concat("lost ", lost, ": ", e.what()));
   }
   train::Trainer::Recovery r;
+  const auto tw = Clock::now();
   try {
-    r = trainer_->recover(args_.lost_peer->members_world(old, key + "/world", members), to);
+    auto world = args_.lost_peer->members_world(old, key + "/world", members);
+    world_s = seconds_since(tw);
+    r = trainer_->recover(std::move(world), to);
   } catch (const InputError& e) {
     end_after_loss(first, detail::concat("lost ", lost, ": ", e.what()));
   }
@@ -116,17 +121,13 @@ void TrainJob::recover_from_loss(const CommError& error) {
   note_world_after_switch(now);  // failure lines name the new world's ranks
   note_layout_for_notices();
   s_.preparing.clear();  // a switch being prepared met the loss: the next boundary prepares it again
-  // The figures, max over the survivors: the pause (loss met -> state rebuilt) and its rebuild.
-  const std::array<double, 2> mine = {seconds_since(t0), r.seconds};
-  double pause = 0, rebuild = 0;
+  // The figures, max over the survivors: the pause (loss met -> state rebuilt), the agreement,
+  // the survivors' world.
+  const std::array<double, 3> mine = {seconds_since(t0) - r.probe_s, agree_s, world_s};
+  std::array<double, 3> most = {0, 0, 0};
   for (const auto& f : comm::all_gather_values(now, mine))
-    pause = std::max(pause, f[0]), rebuild = std::max(rebuild, f[1]);
-  if (s_.leader)
-    std::printf(
-        "recovery: lost %s; %s -> %s on %d processes after a %.3f s pause (%.3f s of it rebuilding the state); "
-        "step %lld again\n",
-        lost.c_str(), from.c_str(), to.str().c_str(), now.size(), pause, rebuild, static_cast<long long>(s_.step));
-  std::fflush(stdout);
+    for (std::size_t i = 0; i < most.size(); ++i) most[i] = std::max(most[i], f[i]);
+  if (s_.leader) report_recovery(lost, r, {most[0], most[1], most[2]});
 }
 
 // A loss the survivors cannot recover from: one line (from `first`), every survivor ends, exit 1.

@@ -97,6 +97,35 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
 
 }  // namespace
 
+// The leader's line of a recovery in place (train_job_recover.cc) and its JSON record: a switch's
+// record with the recovery's own figures. Its bound: the survivors' groups built (their world
+// and the layout's) plus the bare exchange of the rebuilt bytes (the probe's, with --json); the
+// memory the rebuild adds to a process (made resident in the pause: no prepare ran ahead) is
+// reported beside it, as the machine's fresh memory sets its own floor.
+void TrainJob::report_recovery(const std::string& lost, const Trainer::Recovery& r, const RecoveryTimes& t) {
+  const SwitchStats& sw = r.stats;
+  const double groups = t.world_s + r.groups_s, bound = groups + sw.exchange_s;
+  std::printf(
+      "recovery: lost %s; %s -> %s on %d processes after a %.3f s pause (agree %.3f s, groups %.3f s, "
+      "memory %.3f s for %s, move %.3f s, %s received); step %lld again\n",
+      lost.c_str(), sw.from.c_str(), sw.to.c_str(), sw.world_after, t.pause_s, t.agree_s, groups, r.prefault_s,
+      format_bytes(static_cast<double>(sw.prefaulted_bytes)).c_str(), sw.total_s,
+      format_bytes(static_cast<double>(sw.max_bytes_received)).c_str(), static_cast<long long>(s_.step));
+  nlohmann::json j = switch_record(s_.step, sw, s_.ls.p2p_bytes_per_s);
+  j["recovery"] = {{"lost", lost},
+                   {"pause_s", t.pause_s},
+                   {"agree_s", t.agree_s},
+                   {"world_s", t.world_s},
+                   {"groups_s", r.groups_s},
+                   {"memory_s", r.prefault_s},
+                   {"memory_bytes", sw.prefaulted_bytes},
+                   {"move_s", sw.total_s},
+                   {"bound_s", bound},
+                   {"pause_over_bound", bound > 0 ? t.pause_s / bound : 0.0}};
+  s_.ls.records.push_back(j);
+  std::fflush(stdout);
+}
+
 // After every commit (joined processes included): the leader role follows world rank 0, and
 // the leader reports the switch. Returns false when this process left the job.
 bool TrainJob::after_commit(const SwitchStats& sw) {
@@ -221,7 +250,12 @@ void TrainJob::print_summary() {
   for (const auto& [layout, t] : s_.ls.per_layout)
     if (t.steps > 0) std::printf("  %-28s %9.0f tok/s over %d steps\n", layout.c_str(), t.tokens / t.seconds, t.steps);
   for (const auto& r : s_.ls.records)
-    if (r["refused"].get<std::string>().empty())
+    if (r.contains("recovery"))
+      std::printf("  recovery %s -> %s (%d -> %d processes, lost %s): pause %.2f ms\n",
+                  r["from"].get<std::string>().c_str(), r["to"].get<std::string>().c_str(),
+                  r["world_before"].get<int>(), r["world_after"].get<int>(),
+                  r["recovery"]["lost"].get<std::string>().c_str(), r["recovery"]["pause_s"].get<double>() * 1e3);
+    else if (r["refused"].get<std::string>().empty())
       std::printf("  switch %s -> %s (%d -> %d processes): pause %.2f ms, prepare %.2f ms, hidden %.0f%%\n",
                   r["from"].get<std::string>().c_str(), r["to"].get<std::string>().c_str(),
                   r["world_before"].get<int>(), r["world_after"].get<int>(), r["pause_s"].get<double>() * 1e3,

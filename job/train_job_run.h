@@ -74,6 +74,10 @@ class TrainJob {
   void recover_from_loss(const CommError& error);
   std::vector<ProcessPlace> known_places(int size);
   [[noreturn]] void end_after_loss(bool first, const std::string& why);
+  struct RecoveryTimes {
+    double pause_s, agree_s, world_s;  // max over the survivors
+  };
+  void report_recovery(const std::string& lost, const train::Trainer::Recovery& r, const RecoveryTimes& t);
 
   // The schedule (train_job_schedule.cc).
   void maybe_prepare();

@@ -248,10 +248,13 @@ class Trainer {
   // hold. The step and data cursor stay: the interrupted step is done again. InputError naming
   // the boxes when the lost processes held the only copy of some (ZeRO shards, tp or pp pieces
   // without a dp replica), or when the survivors are not at one step (the loss came as a step's
-  // update was applied by some of them). Returns this process's seconds and bytes received.
+  // update was applied by some of them). Returns the move's figures as a switch's (max over the
+  // survivors; the probe's too, when one is set), the seconds spent building the survivors'
+  // groups of `to` and making the memory the rebuild adds resident (max over them), and this
+  // process's seconds in the probe (outside the pause, as for a switch).
   struct Recovery {
-    double seconds = 0;
-    std::uint64_t received = 0;
+    SwitchStats stats;
+    double groups_s = 0, prefault_s = 0, probe_s = 0;
   };
   Recovery recover(std::unique_ptr<comm::Transport> survivors, const vps::ParallelConfig& to);
   // False from the start of a commit's (or a recovery's) transfer until its new layout is

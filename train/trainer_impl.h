@@ -184,6 +184,13 @@ struct Trainer::Impl {
   edm::DeviceManager::Place place(const vps::ParallelConfig& current, const vps::ParallelConfig& next,
                                   const std::vector<int>& vacate) const;
   void plan_switch(const vps::ParallelConfig& current, const vps::ParallelConfig& next, plan::Placement placement);
+  std::size_t prefault_for(const PendingSwitch& ps);
+
+  // ---- recovery from a lost process (trainer_recover.cc) ----
+  std::shared_ptr<const edm::Communicators> take_survivors_world(std::unique_ptr<comm::Transport> w,
+                                                                 const vps::ParallelConfig& next);
+  std::unique_ptr<PendingSwitch> plan_recovery(const vps::ParallelConfig& from, const vps::ParallelConfig& next,
+                                               const std::vector<int>& held);
   int choose_lookahead(double prepare_s) const;
   SwitchStats commit(std::string leader_state);
   void carry_progress(comm::Transport& tw, const edm::Prepared& p, std::string& leader_state, SwitchStats& st);

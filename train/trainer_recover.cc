@@ -35,7 +35,67 @@ std::string joined(const std::vector<std::string>& boxes) {
   return out;
 }
 
+// Which rank of the current layout each survivor holds (process i of the survivors' world);
+// InputError unless every survivor is at this process's step.
+std::vector<int> held_ranks(comm::Transport& survivors, int layout_rank, std::int64_t step) {
+  const auto all = comm::all_gather_values(survivors, std::array<std::int64_t, 2>{layout_rank, step});
+  std::vector<int> held;
+  for (const auto& [rank, at] : all) {
+    held.push_back(static_cast<int>(rank));
+    if (at != step)
+      DT_INPUT_ERROR("the loss came as step ", std::min(at, step), "'s update was applied: some survivors ",
+                     "applied it and others did not, so no state is whole; resume from a checkpoint");
+  }
+  return held;
+}
+
 }  // namespace
+
+// The broken generation is set aside (Abandoned) and the survivors' world takes its place, with
+// an EDM of its own; returns the groups of layout `next` there.
+std::shared_ptr<const edm::Communicators> Trainer::Impl::take_survivors_world(std::unique_ptr<comm::Transport> w,
+                                                                              const vps::ParallelConfig& next) {
+  if (edm->preparing()) {  // its collectives met the loss: only its thread is joined
+    try {
+      edm->wait_prepared();
+    } catch (const std::exception&) {
+    }
+  }
+  pending.reset();
+  model = StageModel{};
+  abandoned().groups.push_back(groups);
+  abandoned().edms.push_back(std::move(edm));
+  if (own_world) abandoned().worlds.push_back(std::move(own_world));
+  own_world = std::move(w);
+  edm = std::make_unique<edm::DeviceManager>(*own_world, opt.launcher);
+  return edm->cache().get(edm->control(), edm->ids(), next);
+}
+
+// The planned switch from what the survivors hold (`held`: the old layout's rank of each
+// survivor) into `next`, for this process; InputError naming the boxes no survivor holds.
+std::unique_ptr<PendingSwitch> Trainer::Impl::plan_recovery(const vps::ParallelConfig& from,
+                                                            const vps::ParallelConfig& next,
+                                                            const std::vector<int>& held) {
+  const int me = world().rank();
+  edm::SurvivorPlacement where = edm::survivor_placement(held, from.world_size());
+  auto src = make_layout(from, kMovedKinds), dst = make_layout(next, kMovedKinds);
+  plan::Topology topo;
+  topo.gpus_per_node = opt.gpus_per_node;
+  const plan::Planner planner(*src, *dst, topo,
+                              {plan::Placement(std::move(where.process_of_rank)), {}, std::move(where.lost)});
+  if (const auto lost = planner.unheld(); !lost.empty())
+    DT_INPUT_ERROR("no surviving process holds ", joined(lost), lost.size() == 4 ? " (and maybe more)" : "", " of ",
+                   from.str(), ": the lost processes held the only copy; resume from a checkpoint");
+  auto ps = std::make_unique<PendingSwitch>();
+  ps->next = next;
+  ps->new_rank = edm::new_rank_of(ps->placement, me, next.world_size());
+  ps->dst_full = make_layout(next);
+  ps->dst_full_rl = ps->dst_full->rank_layout(edm::held_rank_index(ps->new_rank, next.world_size(), me));
+  ps->plan = planner.plan_rank(me);
+  ps->src_rl = planner.src_rank_layout(me);
+  ps->dst_rl = planner.dst_rank_layout(me);
+  return ps;
+}
 
 Trainer::Recovery Trainer::recover(std::unique_ptr<comm::Transport> survivors, const vps::ParallelConfig& to) {
   Impl& im = *impl_;
@@ -45,63 +105,40 @@ Trainer::Recovery Trainer::recover(std::unique_ptr<comm::Transport> survivors, c
   vps::ParallelConfig next = to;
   check_supported(im.opt, next);
   DT_CHECK(next.world_size() <= survivors->size(), "layout ", next.str(), " for ", survivors->size(), " survivors");
-  // Which rank of the current layout each survivor holds (process i of the survivors' world),
-  // and the step each is at.
-  const auto all = comm::all_gather_values(*survivors, std::array<std::int64_t, 2>{im.layout_rank, im.step});
-  std::vector<int> held;
-  for (const auto& [rank, step] : all) {
-    held.push_back(static_cast<int>(rank));
-    if (step != im.step)
-      DT_INPUT_ERROR("the loss came as step ", std::min(step, im.step), "'s update was applied: some survivors ",
-                     "applied it and others did not, so no state is whole; resume from a checkpoint");
-  }
-
-  if (im.edm->preparing()) {  // its collectives met the loss: only its thread is joined
-    try {
-      im.edm->wait_prepared();
-    } catch (const std::exception&) {
-    }
-  }
-  im.pending.reset();
-  im.model = StageModel{};
-  abandoned().groups.push_back(im.groups);
-  abandoned().edms.push_back(std::move(im.edm));
-  if (im.own_world) abandoned().worlds.push_back(std::move(im.own_world));
-  im.own_world = std::move(survivors);
-  im.edm = std::make_unique<edm::DeviceManager>(*im.own_world, im.opt.launcher);
-  comm::Transport& w = im.world();
-  const int me = w.rank();
-
-  edm::SurvivorPlacement where = edm::survivor_placement(held, from.world_size());
-  auto src = im.make_layout(from, kMovedKinds), dst = im.make_layout(next, kMovedKinds);
-  plan::Topology topo;
-  topo.gpus_per_node = im.opt.gpus_per_node;
-  const plan::Planner planner(*src, *dst, topo,
-                              {plan::Placement(std::move(where.process_of_rank)), {}, std::move(where.lost)});
-  if (const auto lost = planner.unheld(); !lost.empty())
-    DT_INPUT_ERROR("no surviving process holds ", joined(lost), lost.size() == 4 ? " (and maybe more)" : "", " of ",
-                   from.str(), ": the lost processes held the only copy; resume from a checkpoint");
-
-  auto ps = std::make_unique<PendingSwitch>();
-  ps->next = next;
-  ps->new_rank = edm::new_rank_of(ps->placement, me, next.world_size());
-  ps->dst_full = im.make_layout(next);
-  ps->dst_full_rl = ps->dst_full->rank_layout(edm::held_rank_index(ps->new_rank, next.world_size(), me));
-  ps->plan = planner.plan_rank(me);
-  ps->src_rl = planner.src_rank_layout(me);
-  ps->dst_rl = planner.dst_rank_layout(me);
-  im.pending = std::move(ps);
-
+  const std::vector<int> held = held_ranks(*survivors, im.layout_rank, im.step);
   edm::Prepared p;
   p.config = next;
   p.world_before = from.world_size();
-  p.world_after = w.size();
-  p.comms = im.edm->cache().get(im.edm->control(), im.edm->ids(), next);
+  p.world_after = survivors->size();
+  p.comms = im.take_survivors_world(std::move(survivors), next);
+  std::array<double, 3> mine_s = {seconds_since(t0), 0, 0};  // groups, prefault, probe
+  im.pending = im.plan_recovery(from, next, held);
+  // No prepare ran ahead: the memory the rebuild needs beyond what the source gives back is made
+  // resident now, in huge pages where the pool can, rather than faulted in during the move.
+  const auto tf = Clock::now();
+  im.pending->prefaulted = im.prefault_for(*im.pending);
+  mine_s[1] = seconds_since(tf);
+  Recovery out;
+  SwitchStats& st = out.stats;
+  st.from = from.str();
+  st.to = next.str();
+  st.method = SwitchMethod::kEngine;
+  st.world_before = from.world_size();
+  st.world_after = im.world().size();
   CommitFigures mine;
-  SwitchStats st;
-  im.move_state(w, p, mine, st);  // state_intact() false until it adopts `next`
+  const auto tm = Clock::now();
+  im.move_state(im.world(), p, mine, st);  // state_intact() false until it adopts `next`
+  mine.total_s = seconds_since(tm);
+  mine.plan_s = seconds_since(t0) - mine_s[0] - mine_s[1] - mine.total_s;  // placement and planner
+  mine.start = std::chrono::duration<double>(tm.time_since_epoch()).count();
+  const auto tp = Clock::now();
+  im.report_commit(im.world(), p, mine, st);
+  mine_s[2] = seconds_since(tp);
   im.pending.reset();
-  return {seconds_since(t0), mine.received};
+  for (const auto& f : comm::all_gather_values(im.world(), mine_s))
+    out.groups_s = std::max(out.groups_s, f[0]), out.prefault_s = std::max(out.prefault_s, f[1]);
+  out.probe_s = mine_s[2];
+  return out;
 }
 
 bool Trainer::state_intact() const { return !impl_->moving; }

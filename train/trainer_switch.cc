@@ -152,19 +152,23 @@ void Trainer::Impl::plan_switch(const vps::ParallelConfig& current, const vps::P
       ps->dst_rl = dst->rank_layout(r);
     }
   }
-  // The memory the commit needs beyond what the source gives back, touched now so that the
-  // commit never faults fresh pages: max(0, destination - source) + staging (the budget, or
-  // less when this rank moves less).
+  ps->prefaulted = prefault_for(*ps);
+  ps->plan_s = seconds_since(t0);
+  pending = std::move(ps);
+}
+
+// The memory a commit of `ps` needs beyond what the source gives back, made resident now so that
+// the commit never faults fresh pages: max(0, destination - source) + staging (the budget, or
+// less when this rank moves less). Returns the bytes made resident.
+std::size_t Trainer::Impl::prefault_for(const PendingSwitch& ps) {
   std::uint64_t moved = 0;
-  for (const auto* side : {&ps->plan.send, &ps->plan.recv})
+  for (const auto* side : {&ps.plan.send, &ps.plan.recv})
     for (const auto& [peer, pieces] : *side)
       for (const auto& piece : pieces)
         moved += static_cast<std::uint64_t>(piece.box.numel()) * elem()[static_cast<int>(piece.kind)];
-  const std::size_t src = state_bytes(rank_layout, elem()), dst = state_bytes(ps->dst_full_rl, elem());
+  const std::size_t src = state_bytes(rank_layout, elem()), dst = state_bytes(ps.dst_full_rl, elem());
   const std::size_t staging = std::min<std::size_t>(exec::TransitionOptions{}.mem_budget, moved);
-  ps->prefaulted = pool.prefault((dst > src ? dst - src : 0) + staging);
-  ps->plan_s = seconds_since(t0);
-  pending = std::move(ps);
+  return pool.prefault((dst > src ? dst - src : 0) + staging);
 }
 
 // Rank 0's choice, agreed in the commit: enough steps for the last prepare, with a 50 %
