@@ -90,10 +90,12 @@ void announce_place(comm::KeyStore& store, const std::string& prefix, int rank) 
   store.set(prefix + "/place/" + std::to_string(rank), node_name() + " " + std::to_string(getpid()));
 }
 
-std::vector<ProcessPlace> read_places(comm::KeyStore& store, const std::string& prefix, int size, double timeout_s) {
-  std::vector<ProcessPlace> out(static_cast<std::size_t>(size));
+std::vector<ProcessPlace> announced_places(comm::KeyStore& store, const std::string& prefix, int size) {
+  std::vector<ProcessPlace> out(static_cast<std::size_t>(size), ProcessPlace{"(unknown)", 0});
   for (int r = 0; r < size; ++r) {
-    const std::string text = store.get(prefix + "/place/" + std::to_string(r), millis(timeout_s));
+    const std::string key = prefix + "/place/" + std::to_string(r);
+    if (!store.has(key)) continue;
+    const std::string text = store.get(key, std::chrono::seconds(10));  // set: answered at once
     const auto space = text.rfind(' ');
     DT_CHECK(space != std::string::npos, "place of rank ", r, " is '", text, "'");
     out[static_cast<std::size_t>(r)] = {text.substr(0, space), std::stol(text.substr(space + 1))};

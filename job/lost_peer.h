@@ -47,9 +47,10 @@ std::string node_name();
 bool process_gone(long pid);
 
 // Every process of a world publishes its place under `prefix` (once per world: after the start
-// and after every change of its processes); read_places waits up to `timeout_s` for all.
+// and after every change of its processes); announced_places reads them without waiting: a
+// process that never announced is on node "(unknown)" (another node, to the decision).
 void announce_place(comm::KeyStore& store, const std::string& prefix, int rank);
-std::vector<ProcessPlace> read_places(comm::KeyStore& store, const std::string& prefix, int size, double timeout_s);
+std::vector<ProcessPlace> announced_places(comm::KeyStore& store, const std::string& prefix, int size);
 
 struct AgreeSettings {
   double deadline_s = 60;  // how long anyone waits for the decision (the watchdog's)

@@ -54,17 +54,6 @@ void TrainJob::announce_if_new_world() {
   announce_place(*lost_.store, "dynatrain/train/world" + std::to_string(lost_.worlds), trainer_->world().rank());
 }
 
-// The places announced in the current world; a process that never announced is taken to be on
-// another node (the decision then waits the settle time for it).
-std::vector<ProcessPlace> TrainJob::known_places(int size) {
-  const std::string prefix = "dynatrain/train/world" + std::to_string(lost_.worlds);
-  std::vector<ProcessPlace> places(static_cast<std::size_t>(size), ProcessPlace{"(unknown)", 0});
-  for (int r = 0; r < size; ++r)
-    if (lost_.store->has(prefix + "/place/" + std::to_string(r)))
-      places[static_cast<std::size_t>(r)] = read_places(*lost_.store, prefix, r + 1, 1.0).back();
-  return places;
-}
-
 void TrainJob::recover_from_loss(const CommError& error) {
   const auto t0 = Clock::now();
   comm::Transport& old = trainer_->world();
@@ -79,7 +68,7 @@ void TrainJob::recover_from_loss(const CommError& error) {
   std::vector<int> members;
   double agree_s = 0, world_s = 0;
   try {
-    places = known_places(before);
+    places = announced_places(*lost_.store, "dynatrain/train/world" + std::to_string(lost_.worlds), before);
     members = agree_survivors(*lost_.store, "dynatrain/" + key, places, me, {watchdog_seconds(), 1.0});
     agree_s = seconds_since(t0);
   } catch (const CommError& e) {  // the store is gone with its host, world rank 0

@@ -72,7 +72,6 @@ class TrainJob {
   bool boundary_or_recover();  // boundary(), done again after a recovery
   void announce_if_new_world();
   void recover_from_loss(const CommError& error);
-  std::vector<ProcessPlace> known_places(int size);
   [[noreturn]] void end_after_loss(bool first, const std::string& why);
   struct RecoveryTimes {
     double pause_s, agree_s, world_s;  // max over the survivors

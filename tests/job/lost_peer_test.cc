@@ -1,6 +1,7 @@
 // The survivors' agreement of a lost process (job/lost_peer.h) over an in-process key store, one
 // thread per survivor: who is lost at once (gone on this node), who after the settle time (on
-// another node), nobody when everyone arrives, and a survivor that comes after the decision.
+// another node), nobody when everyone arrives, a survivor that comes after the decision, and the
+// places processes announce.
 #include "job/lost_peer.h"
 
 #include <gtest/gtest.h>
@@ -138,6 +139,17 @@ TEST_F(AgreeSurvivors, ASurvivorAfterTheDecisionIsToldItWasLeftOut) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST_F(AgreeSurvivors, PlacesNotAnnouncedAreUnknownWithoutWaiting) {
+  MemoryStore store;
+  announce_place(store, "w1", 0);
+  announce_place(store, "w1", 2);
+  const auto places = announced_places(store, "w1", 3);
+  EXPECT_EQ(places[0].node, "n1");
+  EXPECT_EQ(places[0].pid, static_cast<long>(getpid()));
+  EXPECT_EQ(places[1].node, "(unknown)");
+  EXPECT_EQ(places[2].pid, static_cast<long>(getpid()));
 }
 
 TEST_F(AgreeSurvivors, NoDecisionWithinTheDeadlineIsACommError) {
