@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/error.h"
@@ -31,9 +33,6 @@ std::optional<StepStats> TrainJob::step_or_recover() {
   }
 }
 
-// Each world's processes publish their node and pid once (the decision of a recovery tells a
-// process that ended on its node from one that is only slow). Worlds on torch.distributed only
-// shrink, so a new process count is a new world.
 bool TrainJob::boundary_or_recover() {
   while (true) {
     if (!lost_.store) return boundary();
@@ -47,18 +46,28 @@ bool TrainJob::boundary_or_recover() {
   }
 }
 
+// Each world's processes publish their node and pid once (the decision of a recovery tells a
+// process that ended on its node from one that is only slow), and each process keeps the table
+// once all have (the survivors of a lost store name their node's reporter from it). Worlds on
+// torch.distributed only shrink, so a new process count is a new world.
 void TrainJob::announce_if_new_world() {
-  if (lost_.announced_size == trainer_->world_size()) return;
-  lost_.announced_size = trainer_->world_size();
-  ++lost_.worlds;
-  announce_place(*lost_.store, "dynatrain/train/world" + std::to_string(lost_.worlds), trainer_->world().rank());
+  const std::string prefix = "dynatrain/train/world" + std::to_string(lost_.worlds);
+  if (lost_.announced_size != trainer_->world_size()) {
+    lost_.announced_size = trainer_->world_size();
+    ++lost_.worlds;
+    lost_.places.clear();
+    announce_place(*lost_.store, "dynatrain/train/world" + std::to_string(lost_.worlds), trainer_->world().rank());
+    return;
+  }
+  const bool known = !lost_.places.empty() && std::none_of(lost_.places.begin(), lost_.places.end(),
+                                                           [](const ProcessPlace& p) { return p.pid == 0; });
+  if (!known) lost_.places = announced_places(*lost_.store, prefix, trainer_->world_size());
 }
 
 void TrainJob::recover_from_loss(const CommError& error) {
   const auto t0 = Clock::now();
   comm::Transport& old = trainer_->world();
   const int before = old.size(), me = old.rank();
-  const std::string from = trainer_->config().str();
   // Processes outside the layout (idle) wait elsewhere than in a step, and a commit's transfer
   // leaves the state whole in neither layout: not recovered.
   if (trainer_->config().world_size() != before || !trainer_->state_intact()) throw error;
@@ -68,25 +77,14 @@ void TrainJob::recover_from_loss(const CommError& error) {
   std::vector<int> members;
   double agree_s = 0, world_s = 0;
   try {
-    places = announced_places(*lost_.store, "dynatrain/train/world" + std::to_string(lost_.worlds), before);
+    places = lost_.places;  // the table kept; a process that never announced: read it again
+    if (places.size() != static_cast<std::size_t>(before) ||
+        std::any_of(places.begin(), places.end(), [](const ProcessPlace& p) { return p.pid == 0; }))
+      places = announced_places(*lost_.store, "dynatrain/train/world" + std::to_string(lost_.worlds), before);
     members = agree_survivors(*lost_.store, "dynatrain/" + key, places, me, {watchdog_seconds(), 1.0});
     agree_s = seconds_since(t0);
   } catch (const CommError& e) {  // the store is gone with its host, world rank 0
-    std::string why = e.what();
-    why = why.substr(0, why.find('\n'));
-    const std::string here = node_name();
-    int reporter = -1;  // the lowest rank but 0 on this node whose process runs
-    for (int r = 1; r < before && reporter < 0; ++r)
-      if (places.size() > static_cast<std::size_t>(r) && places[r].node == here && !process_gone(places[r].pid))
-        reporter = r;
-    end_after_loss(reporter == me || (places.empty() && me == 1),
-                   detail::concat("the survivors on node ", here,
-                                  " could not agree through the torch.distributed "
-                                  "store (",
-                                  why,
-                                  "): it lives in the process of world rank 0, whose loss cannot be "
-                                  "recovered; start the job again from its newest checkpoint (--resume DIR of its "
-                                  "--save)"));
+    end_store_lost(lost_.places, me, e);
   }
   if (static_cast<int>(members.size()) == before) throw error;  // nobody lost: the error stands
   const bool first = me == members.front();
@@ -117,6 +115,32 @@ void TrainJob::recover_from_loss(const CommError& error) {
   for (const auto& f : comm::all_gather_values(now, mine))
     for (std::size_t i = 0; i < most.size(); ++i) most[i] = std::max(most[i], f[i]);
   if (s_.leader) report_recovery(lost, r, {most[0], most[1], most[2]});
+}
+
+// The store did not answer: its host, world rank 0, is lost (maybe with its node). One line from
+// the lowest rank but 0 of each node whose process runs (rank 1 when no places are known); that
+// process ends last on its node (up to 10 s), so that none of its node ever finds it gone and
+// prints the line too.
+void TrainJob::end_store_lost(const std::vector<ProcessPlace>& places, int me, const CommError& error) {
+  std::string why = error.what();
+  why = why.substr(0, why.find('\n'));
+  const std::string here = node_name();
+  auto on_this_node = [&](std::size_t r) { return r > 0 && places[r].node == here; };
+  int reporter = places.empty() ? 1 : -1;
+  for (std::size_t r = 1; r < places.size() && reporter < 0; ++r)
+    if (on_this_node(r) && !process_gone(places[r].pid)) reporter = static_cast<int>(r);
+  if (reporter != me) end_after_loss(false, "");
+  std::fprintf(stderr,
+               "dynatrain: error: the survivors on node %s could not agree through the torch.distributed store "
+               "(%s): it lives in the process of world rank 0, whose loss cannot be recovered; start the job again "
+               "from its newest checkpoint (--resume DIR of its --save)\n",
+               here.c_str(), why.c_str());
+  std::fflush(stderr);
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  for (std::size_t r = 0; r < places.size() && Clock::now() < until; ++r)
+    while (on_this_node(r) && static_cast<int>(r) != me && !process_gone(places[r].pid) && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  end_after_loss(false, "");
 }
 
 // A loss the survivors cannot recover from: one line (from `first`), every survivor ends, exit 1.

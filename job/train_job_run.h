@@ -72,6 +72,7 @@ class TrainJob {
   bool boundary_or_recover();  // boundary(), done again after a recovery
   void announce_if_new_world();
   void recover_from_loss(const CommError& error);
+  [[noreturn]] void end_store_lost(const std::vector<ProcessPlace>& places, int me, const CommError& error);
   [[noreturn]] void end_after_loss(bool first, const std::string& why);
   struct RecoveryTimes {
     double pause_s, agree_s, world_s;  // max over the survivors
@@ -143,6 +144,7 @@ class TrainJob {
     std::unique_ptr<comm::KeyStore> store;  // the rendezvous store, on a connection of the job's own
     int announced_size = 0;                 // processes of the world this process last announced in
     int worlds = 0;                         // worlds announced so far (the key of the newest)
+    std::vector<ProcessPlace> places;       // the newest world's, read once every process announced
     int recoveries = 0;
   } lost_;
   JobControl control_{args_.job};  // the scheduler protocol (--job DIR), on the leader

@@ -117,6 +117,7 @@ Trainer::Recovery Trainer::recover(std::unique_ptr<comm::Transport> survivors, c
   // resident now, in huge pages where the pool can, rather than faulted in during the move.
   const auto tf = Clock::now();
   im.pending->prefaulted = im.prefault_for(*im.pending);
+  im.world().barrier();  // the move starts together: waiting for the slowest survivor's memory is memory
   mine_s[1] = seconds_since(tf);
   Recovery out;
   SwitchStats& st = out.stats;

@@ -11,8 +11,9 @@
 #     whole replica: no prepare ran ahead); the machine's rate for fresh memory is measured at
 #     the end of the same run;
 #   bound: the groups plus the bare exchange of the rebuilt bytes over the survivors' world, as
-#     `--json`'s probe measures it right after (the same run); pause / bound, and the same
-#     without the memory.
+#     `--json`'s probe measures it right after (the same run); pause / bound, the same without
+#     the memory, and without the memory and the agreement (whose time is mostly the wait for
+#     the slowest survivor to leave its interrupted compute).
 # Cases: the demo's model (tiny-dense, the demo's batch), dp=4 (every survivor holds a whole
 # replica: nothing moves) and tp=2,dp=2 (the lost rank's tp peer rebuilds from the other pair);
 # and GB scale, the llama-style 133M model in tp=2,dp=2 (1.6 GB of fp32 master and moments a
@@ -49,14 +50,14 @@ net = r['pause_s'] - r['memory_s']
 print(f"| {name} | {rec['from']} -> {rec['to']} | {resumed - killed:.3f} | {r['pause_s']:.3f} | {r['agree_s']:.3f} | "
       f"{r['world_s'] + r['groups_s']:.3f} | {r['memory_s']:.3f} ({r['memory_bytes'] / 1e9:.2f} GB) | "
       f"{r['move_s']:.3f} | {rec['max_bytes_received'] / 1e6:.1f} | {rec['exchange_s']:.4f} | {r['bound_s']:.3f} | "
-      f"{r['pause_over_bound']:.1f}x | {net / r['bound_s']:.1f}x |")
+      f"{r['pause_over_bound']:.1f}x | {net / r['bound_s']:.1f}x | {(net - r['agree_s']) / r['bound_s']:.1f}x |")
 PY
 }
 
 echo "Load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| case | recovery | kill -> resumed s | pause s | agree s | groups s | memory s | move s | MB received (busiest) | bare exchange s | bound s | pause / bound | (pause - memory) / bound |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| case | recovery | kill -> resumed s | pause s | agree s | groups s | memory s | move s | MB received (busiest) | bare exchange s | bound s | pause / bound | (pause - memory) / bound | (pause - memory - agree) / bound |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for n in $(seq "$REPEAT"); do
   run_case demo-dp "$n" tiny-dense "0:dp=4,zero=0" kill:2:step:30:5 24 64 8
   run_case demo-tp "$n" tiny-dense "0:tp=2,dp=2,zero=0" kill:3:step:30:5 24 64 8
