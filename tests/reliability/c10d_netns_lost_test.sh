@@ -37,9 +37,14 @@ ended() {  # NAME NODE EXPECTED_EXIT
   local code=$?
   ((code == $3)) || { cat "$tmp/$1".*.log "$tmp/$1".*.err; fail "$1: node $2 exit $code, expected $3"; }
 }
-kill_node() {  # every process of the namespace of node R, its launcher too
+# lose_node NAME PORT R: the job on both nodes; once node 0 printed step 4's line, every
+# process of node R's namespace, its launcher too, SIGKILLed; returns once node R's launch ended
+lose_node() {
   local p
-  for p in $(ip netns pids "$(dtc_ns "$1")"); do kill -KILL "$p" 2>/dev/null; done
+  on_nodes "$1" "$2"
+  for _ in $(seq 600); do grep -Eq "step +4  loss" "$tmp/$1.0.log" 2>/dev/null && break; sleep 0.05; done
+  for p in $(ip netns pids "$(dtc_ns "$3")"); do kill -KILL "$p" 2>/dev/null; done
+  { wait "${node_pid[$3]}"; } 2>/dev/null
 }
 recovery_line() {  # NAME PATTERN: node 0's recovery line matches; prints its step
   local line
@@ -59,19 +64,13 @@ at=$(recovery_line one "rank 3 \(pid [0-9]+\) on node dtc-node1")
 check_csv one "0:4,$at:3"
 
 echo "b. node 1 lost whole"
-on_nodes node 29712
-for _ in $(seq 600); do grep -Eq "step +4  loss" "$tmp/node.0.log" 2>/dev/null && break; sleep 0.05; done
-kill_node 1
+lose_node node 29712 1
 ended node 0 0
-{ wait "${node_pid[1]}"; } 2>/dev/null
 at=$(recovery_line node "rank 2 \(pid [0-9]+\) on node dtc-node1, rank 3 \(pid [0-9]+\) on node dtc-node1")
 check_csv node "0:4,$at:2"
 
 echo "c. node 0, the store's host, lost"
-on_nodes store 29713
-for _ in $(seq 600); do grep -Eq "step +4  loss" "$tmp/store.0.log" 2>/dev/null && break; sleep 0.05; done
-kill_node 0
-{ wait "${node_pid[0]}"; } 2>/dev/null
+lose_node store 29713 0
 ended store 1 1
 (($(grep -c "^dynatrain: error: the survivors" "$tmp/store.1.err") == 1)) &&
   grep -Eq "^dynatrain: error: the survivors on node dtc-node1 could not agree through the torch.distributed store \(.*\): it lives in the process of world rank 0, whose loss cannot be recovered; start the job again from its newest checkpoint \(--resume DIR of its --save\)$" "$tmp/store.1.err" ||
