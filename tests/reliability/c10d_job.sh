@@ -1,8 +1,8 @@
 # Sourced by the reliability scripts that run `dynatrain train` on torch.distributed under
 # `dynatrain launch` (after script_prelude.sh): run a job in the background, wait for it, find
-# its processes by rank, and check its CSV against an uninterrupted run's (tracks_run.py).
+# its processes by rank, check a line of its output, and check its CSV against an
+# uninterrupted run's (tracks_run.py).
 trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
-py() { PYENV_VERSION=system python3 "$@"; }
 common=(--model tiny-dense --data "$data" --global-batch 12 --seq 16 --threads 1)
 steps=16  # the next run()'s --steps
 
@@ -18,11 +18,6 @@ run() {  # NAME NP SCHEDULE [ENV... --] [TRAIN FLAGS...]: the job in the backgro
     --steps "$steps" --schedule "$schedule" --csv "$tmp/$name.csv" "$@" >"$tmp/$name.log" 2>"$tmp/$name.err" &
   job=$!
 }
-finish() {  # NAME EXPECTED_EXIT
-  wait "$job"
-  local code=$?
-  ((code == $2)) || { cat "$tmp/$1.log" "$tmp/$1.err"; fail "$1: exit $code, expected $2"; }
-}
 pids_by_rank() {  # CSV_NAME: "RANK PID" of each process started with a RANK for the job writing CSV_NAME
   local p r
   for p in $(pgrep -f -- "--csv $tmp/$1.csv"); do
@@ -33,12 +28,10 @@ pids_by_rank() {  # CSV_NAME: "RANK PID" of each process started with a RANK for
 pid_of_rank() {  # CSV_NAME RANK: the pid of the process started with that RANK
   pids_by_rank "$1" | awk -v r="$2" '$1 == r { print $2 }'
 }
-wait_for_step() {  # NAME STEP: until the job's leader has printed that step's line
-  for _ in $(seq 600); do
-    grep -Eq "step +$2  loss" "$tmp/$1.log" 2>/dev/null && return
-    sleep 0.1
-  done
-  fail "$1: step $2 never written"
+# expect_line NAME PATTERN WHAT: NAME's stdout has a line matching PATTERN (grep's basic regular
+# expression), else its output is shown and the test fails with "NAME: WHAT".
+expect_line() {
+  grep -q -- "$2" "$tmp/$1.log" || { cat "$tmp/$1.log" "$tmp/$1.err"; fail "$1: $3"; }
 }
 # check_csv NAME WORLD_SIZES [CONT]: NAME's CSV against CONT's (default: cont), $steps steps;
 # WORLD_SIZES is "STEP:N,STEP:N": from STEP on the job has N processes.

@@ -70,8 +70,7 @@ echo "4. a switch prepared ahead when the loss comes"
 run ahead 4 "0:dp=4,zero=0;8:tp=2,zero=0" DT_FAULT=kill:2:step:30:5 DT_FAULT_STAMP="$tmp/ahead.stamp" --
 finish ahead 0
 at=$(recovered ahead 2 4)
-grep -q "^switch before step 8: tp=1,pp=1,dp=3,zero=0 -> tp=2,pp=1,dp=1,zero=0  processes 3 -> 2 " "$tmp/ahead.log" ||
-  { cat "$tmp/ahead.log" "$tmp/ahead.err"; fail "ahead: the scheduled switch did not follow the recovery"; }
+expect_line ahead "^switch before step 8: tp=1,pp=1,dp=3,zero=0 -> tp=2,pp=1,dp=1,zero=0  processes 3 -> 2 " "the scheduled switch did not follow the recovery"
 check_csv ahead "0:4,$at:3,8:2"
 
 echo "5. tp=2,pp=2: no replica of the lost rank's state"

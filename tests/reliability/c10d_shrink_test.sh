@@ -24,15 +24,13 @@ finish cont 0
 echo "1. a schedule that shrinks 4 -> 2"
 run shrink 4 "0:tp=2,dp=2;6:dp=2"
 finish shrink 0
-grep -q "^switch before step 6: tp=2,pp=1,dp=2,zero=1 -> tp=1,pp=1,dp=2,zero=1  processes 4 -> 2 " "$tmp/shrink.log" ||
-  { cat "$tmp/shrink.log" "$tmp/shrink.err"; fail "shrink: no switch to 2 processes"; }
+expect_line shrink "^switch before step 6: tp=2,pp=1,dp=2,zero=1 -> tp=1,pp=1,dp=2,zero=1  processes 4 -> 2 " "no switch to 2 processes"
 check_csv shrink "0:4,6:2"
 
 echo "2. notice to rank 3 during step 5"
 run one 4 "0:tp=2,dp=2" DT_FAULT=notice:3:step:0:5 DT_FAULT_STAMP="$tmp/one.stamp" --
 finish one 0
-grep -q "^notice: rank 3 (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 7$" "$tmp/one.log" ||
-  { cat "$tmp/one.log" "$tmp/one.err"; fail "one: no notice line"; }
+expect_line one "^notice: rank 3 (pid [0-9]*) will be gone in 30 s (SIGTERM): vacating it into tp=1,pp=1,dp=3,zero=1 before step 7$" "no notice line"
 check_csv one "0:4,7:3"
 
 echo "3. notice to ranks 1 and 2 at once, from outside"
@@ -46,8 +44,7 @@ kill -TERM "$p1" "$p2"
 wait_for_step two 15
 [[ -d /proc/$p0 && -d /proc/$p3 ]] || fail "two: a process that had no notice is gone"
 finish two 0
-grep -q "^notice: ranks 1 (pid $p1), 2 (pid $p2) will be gone in 30 s (SIGTERM): vacating them into .* before step [0-9]*$" "$tmp/two.log" ||
-  { cat "$tmp/two.log" "$tmp/two.err"; fail "two: no notice line for both"; }
+expect_line two "^notice: ranks 1 (pid $p1), 2 (pid $p2) will be gone in 30 s (SIGTERM): vacating them into .* before step [0-9]*$" "no notice line for both"
 at=$(sed -n 's/^notice: ranks 1 .* before step \([0-9]*\)$/\1/p' "$tmp/two.log")
 check_csv two "0:4,$at:2"
 
@@ -55,8 +52,7 @@ echo "4. notice to rank 0, the store's host"
 steps=100000
 run host 4 "0:tp=2,dp=2" DT_FAULT=notice:0:step:0:3 DT_FAULT_STAMP="$tmp/host.stamp" -- --notice-s 3
 finish host 3
-grep -q "refused: cannot vacate processes: world rank 0 hosts the torch.distributed store" "$tmp/host.log" ||
-  { cat "$tmp/host.log" "$tmp/host.err"; fail "host: no refusal naming the store"; }
+expect_line host "refused: cannot vacate processes: world rank 0 hosts the torch.distributed store" "no refusal naming the store"
 (($(grep -c "^dynatrain:" "$tmp/host.err") == 1)) &&
   grep -q "^dynatrain: error: rank 0 of 4: this process had notice (SIGTERM) 3 s ago and has not handed its state over; the job ends; start it again from its newest checkpoint" "$tmp/host.err" ||
   { cat "$tmp/host.err"; fail "host: not one line naming the deadline"; }
@@ -84,7 +80,6 @@ echo "6. a schedule that grows 2 -> 4"
 steps=16
 run grow 2 "0:dp=2;6:tp=2,dp=2"
 finish grow 0
-grep -q "^switch before step 6: tp=1,pp=1,dp=2,zero=1 -> tp=2,pp=1,dp=2,zero=1 refused: cannot start 2 process(es): a job started from the environment (torch.distributed" "$tmp/grow.log" ||
-  { cat "$tmp/grow.log" "$tmp/grow.err"; fail "grow: no refusal by name"; }
+expect_line grow "^switch before step 6: tp=1,pp=1,dp=2,zero=1 -> tp=2,pp=1,dp=2,zero=1 refused: cannot start 2 process(es): a job started from the environment (torch.distributed" "no refusal by name"
 (($(grep -Ec "step +[0-9]+  loss .*  2 processes" "$tmp/grow.log") == 16)) || fail "grow: not 16 steps on 2 processes"
 echo "ok: on torch.distributed the CLI trainer shrinks and vacates noticed processes live (no step lost); the store's host and grows are refused by name"

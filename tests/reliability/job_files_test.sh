@@ -21,7 +21,6 @@
 # Usage: job_files_test.sh DYNATRAIN MPIEXEC
 source "$(dirname "$0")/script_prelude.sh"
 trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-py() { PYENV_VERSION=system python3 "$@"; }
 common=(--model tiny-dense --data "$data" --global-batch 12 --seq 16 --threads 1)
 export DT_MEMORY_COPY_ROOT="$tmp/shm"
 mkdir -p "$DT_MEMORY_COPY_ROOT"

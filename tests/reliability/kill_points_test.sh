@@ -21,7 +21,6 @@ source "$(dirname "$0")/script_prelude.sh"  # $dt, $mpiexec, $here, $tmp, $data,
 common=(--model tiny-dense --data "$data" --global-batch 12 --seq 16 --threads 1 --steps 14 --lookahead 3)
 schedule="0:tp=2,dp=2;10:dp=4"
 failed=()
-py() { PYENV_VERSION=system python3 "$@"; }
 
 timeout 300 "$mpiexec" -np 4 "$dt" train "${common[@]}" --schedule "$schedule" --csv "$tmp/cont.csv" \
   >"$tmp/cont.log" 2>&1 || { cat "$tmp/cont.log"; fail "uninterrupted run"; }

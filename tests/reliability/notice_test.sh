@@ -21,17 +21,11 @@
 # count drops as it must, every loss within fp32 reduction noise of the uninterrupted run's
 # (another dp split), and one "notice:" line naming the ranks.
 # Usage: notice_test.sh DYNATRAIN MPIEXEC
-set -u
-dt="$1"
-mpiexec="${2:-mpirun}"
-tmp=$(mktemp -d)
+source "$(dirname "$0")/script_prelude.sh"
 trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
-ulimit -c 0
 common=(--model tiny-dense --global-batch 12 --seq 16 --threads 1)
 steps=24      # the next run()'s --steps (the notices to every process need a job that outlasts them)
 run_args=()   # more train flags for the next run()
-fail() { echo "FAIL: $*"; exit 1; }
-py() { PYENV_VERSION=system python3 "$@"; }
 
 timeout 300 "$dt" train --np 4 --mpirun "$mpiexec" "${common[@]}" --steps 24 --schedule "0:tp=2,dp=2" --csv "$tmp/cont.csv" \
   >"$tmp/cont.log" 2>&1 || { cat "$tmp/cont.log"; fail "uninterrupted run"; }
@@ -50,24 +44,12 @@ run() {  # NAME NP SCHEDULE [ENV...]: runs the job in the background, its pid in
     --csv "$tmp/$name.csv" --save "$tmp/$name.ck" --save-every 100 >"$tmp/$name.log" 2>"$tmp/$name.err" &
   job=$!
 }
-finish() {  # NAME EXPECTED_EXIT
-  wait "$job"
-  local code=$?
-  ((code == $2)) || { cat "$tmp/$1.log" "$tmp/$1.err"; fail "$1: exit $code, expected $2"; }
-}
 pid_of_rank() {  # CSV_NAME RANK: the pid of that world rank of the job writing CSV_NAME
   local p
   for p in $(pgrep -f -- "--csv $tmp/$1.csv"); do
     if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" &&
        [[ $(cat "/proc/$p/comm") == dynatrain ]]; then echo "$p"; return; fi
   done
-}
-wait_for_step() {  # NAME STEP: until the job's leader has printed that step's line
-  for _ in $(seq 600); do
-    grep -Eq "step +$2  loss" "$tmp/$1.log" 2>/dev/null && return
-    sleep 0.1
-  done
-  fail "$1: step $2 never written"
 }
 
 echo "1. notice to rank 3 during step 8"
