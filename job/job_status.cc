@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "job/job_files.h"
+#include "job/mpi_world.h"
 
 namespace dynatrain::job {
 
@@ -33,20 +34,9 @@ std::optional<nlohmann::json> read_json(const std::string& path) {
   return j;
 }
 
-// 'Z' for a process that has exited and is not yet reaped (/proc/PID/stat's third field), else
-// another state letter or '?' when unreadable.
-char process_state(long pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::size_t close = stat.rfind(')');  // the command name in parentheses may hold spaces
-  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
-}
-
 // A running process: a zombie has exited (a job's leader stays one for a moment after mpirun
 // has returned, until it is reaped), so it holds nothing.
-bool pid_exists(long pid) {
-  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) && process_state(pid) != 'Z';
-}
+bool pid_exists(long pid) { return pid > 0 && !process_gone(pid); }
 
 // The leader job.lock (or status.json) names runs, or runs on another host (not known here).
 bool leader_runs(const std::string& dir) {

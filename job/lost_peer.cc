@@ -5,11 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "common/error.h"
+#include "job/job_files.h"
+#include "job/job_request.h"
+#include "job/mpi_world.h"
 
 namespace dynatrain::job {
 
@@ -27,13 +28,6 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 std::string join_ranks(const std::vector<int>& ranks) {
   std::string out;
   for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
-  return out;
-}
-
-std::vector<int> parse_ranks(const std::string& text) {
-  std::vector<int> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoi(item));
   return out;
 }
 
@@ -71,19 +65,7 @@ std::vector<int> decide(comm::KeyStore& store, const std::string& prefix, const 
 
 std::string node_name() {
   if (const char* node = std::getenv("DYNATRAIN_NODE"); node != nullptr && *node != '\0') return node;
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return host;
-}
-
-bool process_gone(long pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return true;
-  const auto paren = stat.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return true;
-  const char state = stat[paren + 2];
-  return state == 'Z' || state == 'X';
+  return host_name();
 }
 
 void announce_place(comm::KeyStore& store, const std::string& prefix, int rank) {
@@ -110,7 +92,7 @@ std::vector<int> agree_survivors(comm::KeyStore& store, const std::string& prefi
   for (std::size_t r = 0; r < places.size(); ++r)  // seen ended here: the decision need not wait for it
     if (places[r].node == here && process_gone(places[r].pid)) store.add(prefix + "/gone/" + std::to_string(r), 1);
   if (rank == 0) store.set(prefix + "/members", join_ranks(decide(store, prefix, places, settings)));
-  std::vector<int> members = parse_ranks(store.get(prefix + "/members", millis(settings.deadline_s)));
+  std::vector<int> members = parse_rank_list(store.get(prefix + "/members", millis(settings.deadline_s)));
   if (std::find(members.begin(), members.end(), rank) == members.end())
     throw CommError(::dynatrain::detail::concat("world rank ", rank,
                                                 " reached the survivors' agreement after it was "

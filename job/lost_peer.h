@@ -43,9 +43,6 @@ struct ProcessPlace {
 // This process's node name: DYNATRAIN_NODE when set, else the hostname.
 std::string node_name();
 
-// Whether process `pid` of this node has ended (missing, or a zombie not reaped yet).
-bool process_gone(long pid);
-
 // Every process of a world publishes its place under `prefix` (once per world: after the start
 // and after every change of its processes); announced_places reads them without waiting: a
 // process that never announced is on node "(unknown)" (another node, to the decision).

@@ -70,8 +70,18 @@ char* append_str(char* p, const char* end, const char* s) {
   return p;
 }
 
-// Async-signal-safe: a process is gone when /proc/<pid> is missing or a zombie.
-bool process_gone(int pid) {
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+  }
+}
+
+}  // namespace
+
+bool process_gone(long pid) {
   char path[64], *p = append_str(path, path + 40, "/proc/");
   p = append_int(p, path + 56, pid);
   append_str(p, path + 63, "/stat")[0] = '\0';
@@ -87,17 +97,6 @@ bool process_gone(int pid) {
     if (buf[i] == ')') paren = buf + i;
   return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
 }
-
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGHUP: return "SIGHUP";
-    default: return "a signal";
-  }
-}
-
-}  // namespace
 
 void stop_on_signal(int sig) {
   // Peers are looked up before the claim: until some rank claims, no handler has exited, so the

@@ -42,6 +42,10 @@ void set_env_world_factory(EnvWorldFactory factory);
 // Whether the environment names a rank of a world started without mpirun (RANK, WORLD_SIZE).
 bool environment_names_world();
 
+// Whether process `pid` of this node has ended: /proc/PID missing, or a zombie or dead process
+// not reaped yet (it holds nothing). Async-signal-safe (the failure path calls it in a handler).
+bool process_gone(long pid);
+
 // Collective over `world`, the job's world after a switch that changed its processes (a grow,
 // a shrink): the failure path's lines name ranks of that world and watch its processes (a
 // process started by a grow otherwise knows only the processes started with it). On a world

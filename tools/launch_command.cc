@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "job/lost_peer.h"
 #include "job/notice.h"
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
@@ -100,14 +101,11 @@ struct World {
 // notice signal the rank did not handle ended it before its handler was installed (start-up).
 // The node is DYNATRAIN_NODE when set (as the Python module names it), else the hostname.
 void report_killed_rank(int rank, pid_t pid, int sig, bool keep_going) {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  if (const char* node = std::getenv("DYNATRAIN_NODE"); node != nullptr && *node != '\0')
-    std::snprintf(host, sizeof host, "%s", node);
+  const std::string host = job::node_name();
   const char* name = sigabbrev_np(sig);
   const bool notice = job::is_notice_signal(sig);
   std::fprintf(stderr, "dynatrain: error: launch: rank %d (pid %d) on node %s ended by %s%s (%s); %s\n", rank,
-               static_cast<int>(pid), host, name ? "SIG" : "signal ", name ? name : std::to_string(sig).c_str(),
+               static_cast<int>(pid), host.c_str(), name ? "SIG" : "signal ", name ? name : std::to_string(sig).c_str(),
                notice ? "not handled: a notice during start-up, before the process could take notices?" : "killed?",
                keep_going ? "the other ranks go on (--keep-going)" : "ending the other ranks");
   std::fflush(stderr);

@@ -184,6 +184,8 @@ struct Trainer::Impl {
   edm::DeviceManager::Place place(const vps::ParallelConfig& current, const vps::ParallelConfig& next,
                                   const std::vector<int>& vacate) const;
   void plan_switch(const vps::ParallelConfig& current, const vps::ParallelConfig& next, plan::Placement placement);
+  std::unique_ptr<PendingSwitch> new_pending(const vps::ParallelConfig& next, plan::Placement placement, int r) const;
+  static void take_plan(PendingSwitch& ps, const plan::Planner& planner, int r);
   std::size_t prefault_for(const PendingSwitch& ps);
 
   // ---- recovery from a lost process (trainer_recover.cc) ----

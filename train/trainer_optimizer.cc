@@ -96,7 +96,7 @@ void Trainer::Impl::step_bucket(const vps::LocalBuffer& pb, std::vector<float>& 
   float* v = arenas.data(sb);
   if (cfg().zero == 0) {
     DT_CHECK_EQ(mb.numel, pb.numel);
-    if (!reduced && group->size() > 1) group->all_reduce_sum(grad, pb.numel);
+    if (!reduced) reduce_full_grad(pb);
     adam(master, m, v, grad, pb.numel);
   } else {
     const std::int64_t shard = mb.numel;

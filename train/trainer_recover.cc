@@ -8,7 +8,6 @@
 
 #include "common/clock.h"
 #include "common/error.h"
-#include "edm/new_rank.h"
 #include "edm/survivor_placement.h"
 #include "train/trainer_impl.h"
 
@@ -86,14 +85,8 @@ std::unique_ptr<PendingSwitch> Trainer::Impl::plan_recovery(const vps::ParallelC
   if (const auto lost = planner.unheld(); !lost.empty())
     DT_INPUT_ERROR("no surviving process holds ", joined(lost), lost.size() == 4 ? " (and maybe more)" : "", " of ",
                    from.str(), ": the lost processes held the only copy; resume from a checkpoint");
-  auto ps = std::make_unique<PendingSwitch>();
-  ps->next = next;
-  ps->new_rank = edm::new_rank_of(ps->placement, me, next.world_size());
-  ps->dst_full = make_layout(next);
-  ps->dst_full_rl = ps->dst_full->rank_layout(edm::held_rank_index(ps->new_rank, next.world_size(), me));
-  ps->plan = planner.plan_rank(me);
-  ps->src_rl = planner.src_rank_layout(me);
-  ps->dst_rl = planner.dst_rank_layout(me);
+  auto ps = new_pending(next, plan::Placement{}, me);  // rank r of `next` on survivor r
+  take_plan(*ps, planner, me);
   return ps;
 }
 

@@ -126,17 +126,10 @@ edm::DeviceManager::Place Trainer::Impl::place(const vps::ParallelConfig& curren
 void Trainer::Impl::plan_switch(const vps::ParallelConfig& current, const vps::ParallelConfig& next,
                                 plan::Placement placement) {
   const auto t0 = Clock::now();
-  auto ps = std::make_unique<PendingSwitch>();
   // This process's rank in the transition world: in the current world, a process keeps its
   // index in the world a grow merges; the new layout's ranks sit where `placement` says.
   const int r = world().rank();
-  ps->next = next;
-  ps->placement = placement;
-  ps->new_rank = edm::new_rank_of(placement, r, next.world_size());
-  ps->dst_full = make_layout(next);
-  // A process without a new rank holds nothing (a rank index beyond the layout).
-  ps->dst_full_rl = ps->dst_full->rank_layout(edm::held_rank_index(ps->new_rank, next.world_size(), r));
-  ps->plan.rank = r;
+  auto ps = new_pending(next, placement, r);
   if (opt.switch_method == SwitchMethod::kEngine) {
     auto src = make_layout(current, kMovedKinds);
     auto dst = make_layout(next, kMovedKinds);
@@ -144,9 +137,7 @@ void Trainer::Impl::plan_switch(const vps::ParallelConfig& current, const vps::P
     topo.gpus_per_node = opt.gpus_per_node;
     plan::Planner planner(*src, *dst, topo, {{}, placement, {}});
     if (r < planner.world_size()) {
-      ps->plan = planner.plan_rank(r);
-      ps->src_rl = planner.src_rank_layout(r);
-      ps->dst_rl = planner.dst_rank_layout(r);
+      take_plan(*ps, planner, r);
     } else {
       ps->src_rl = src->rank_layout(r);
       ps->dst_rl = dst->rank_layout(r);
@@ -155,6 +146,28 @@ void Trainer::Impl::plan_switch(const vps::ParallelConfig& current, const vps::P
   ps->prefaulted = prefault_for(*ps);
   ps->plan_s = seconds_since(t0);
   pending = std::move(ps);
+}
+
+// A switch into `next` with `placement` as process `r` of the transition world will see it, with
+// no plan yet (plan.rank only).
+std::unique_ptr<PendingSwitch> Trainer::Impl::new_pending(const vps::ParallelConfig& next, plan::Placement placement,
+                                                          int r) const {
+  auto ps = std::make_unique<PendingSwitch>();
+  ps->next = next;
+  ps->placement = std::move(placement);
+  ps->new_rank = edm::new_rank_of(ps->placement, r, next.world_size());
+  ps->dst_full = make_layout(next);
+  // A process without a new rank holds nothing (a rank index beyond the layout).
+  ps->dst_full_rl = ps->dst_full->rank_layout(edm::held_rank_index(ps->new_rank, next.world_size(), r));
+  ps->plan.rank = r;
+  return ps;
+}
+
+// Process r's part of `planner`'s plan (r within the planner's processes).
+void Trainer::Impl::take_plan(PendingSwitch& ps, const plan::Planner& planner, int r) {
+  ps.plan = planner.plan_rank(r);
+  ps.src_rl = planner.src_rank_layout(r);
+  ps.dst_rl = planner.dst_rank_layout(r);
 }
 
 // The memory a commit of `ps` needs beyond what the source gives back, made resident now so that
