@@ -51,17 +51,26 @@ bool TrainJob::boundary_or_recover() {
 // once all have (the survivors of a lost store name their node's reporter from it). Worlds on
 // torch.distributed only shrink, so a new process count is a new world.
 void TrainJob::announce_if_new_world() {
-  const std::string prefix = "dynatrain/train/world" + std::to_string(lost_.worlds);
-  if (lost_.announced_size != trainer_->world_size()) {
-    lost_.announced_size = trainer_->world_size();
-    ++lost_.worlds;
-    lost_.places.clear();
-    announce_place(*lost_.store, "dynatrain/train/world" + std::to_string(lost_.worlds), trainer_->world().rank());
+  if (lost_.announced_size == trainer_->world_size()) {
+    known_places();
     return;
   }
-  const bool known = !lost_.places.empty() && std::none_of(lost_.places.begin(), lost_.places.end(),
-                                                           [](const ProcessPlace& p) { return p.pid == 0; });
-  if (!known) lost_.places = announced_places(*lost_.store, prefix, trainer_->world_size());
+  lost_.announced_size = trainer_->world_size();
+  ++lost_.worlds;
+  lost_.places.clear();
+  announce_place(*lost_.store, "dynatrain/train/world" + std::to_string(lost_.worlds), trainer_->world().rank());
+}
+
+// The newest world's places: the table kept, read again from the store while a process of the
+// world has not announced (pid 0).
+const std::vector<ProcessPlace>& TrainJob::known_places() {
+  const bool complete =
+      lost_.places.size() == static_cast<std::size_t>(trainer_->world_size()) &&
+      std::none_of(lost_.places.begin(), lost_.places.end(), [](const ProcessPlace& p) { return p.pid == 0; });
+  if (!complete)
+    lost_.places =
+        announced_places(*lost_.store, "dynatrain/train/world" + std::to_string(lost_.worlds), trainer_->world_size());
+  return lost_.places;
 }
 
 void TrainJob::recover_from_loss(const CommError& error) {
@@ -77,10 +86,7 @@ void TrainJob::recover_from_loss(const CommError& error) {
   std::vector<int> members;
   double agree_s = 0, world_s = 0;
   try {
-    places = lost_.places;  // the table kept; a process that never announced: read it again
-    if (places.size() != static_cast<std::size_t>(before) ||
-        std::any_of(places.begin(), places.end(), [](const ProcessPlace& p) { return p.pid == 0; }))
-      places = announced_places(*lost_.store, "dynatrain/train/world" + std::to_string(lost_.worlds), before);
+    places = known_places();
     members = agree_survivors(*lost_.store, "dynatrain/" + key, places, me, {watchdog_seconds(), 1.0});
     agree_s = seconds_since(t0);
   } catch (const CommError& e) {  // the store is gone with its host, world rank 0
@@ -118,28 +124,32 @@ void TrainJob::recover_from_loss(const CommError& error) {
 }
 
 // The store did not answer: its host, world rank 0, is lost (maybe with its node). One line from
-// the lowest rank but 0 of each node whose process runs (rank 1 when no places are known); that
-// process ends last on its node (up to 10 s), so that none of its node ever finds it gone and
-// prints the line too.
+// the lowest rank but 0 of each node whose process runs (rank 1 when no places are known). The
+// others of its node end only once it has: a launcher that ends every rank when one exits
+// non-zero (`dynatrain launch`, torchrun) would otherwise end it before its line. It stays 1 s
+// after its line, so a survivor still in its step meets the loss while it runs (and stays
+// silent).
 void TrainJob::end_store_lost(const std::vector<ProcessPlace>& places, int me, const CommError& error) {
   std::string why = error.what();
   why = why.substr(0, why.find('\n'));
   const std::string here = node_name();
-  auto on_this_node = [&](std::size_t r) { return r > 0 && places[r].node == here; };
   int reporter = places.empty() ? 1 : -1;
   for (std::size_t r = 1; r < places.size() && reporter < 0; ++r)
-    if (on_this_node(r) && !process_gone(places[r].pid)) reporter = static_cast<int>(r);
-  if (reporter != me) end_after_loss(false, "");
+    if (places[r].node == here && !process_gone(places[r].pid)) reporter = static_cast<int>(r);
+  if (reporter != me) {
+    const long pid = reporter > 0 && static_cast<std::size_t>(reporter) < places.size() ? places[reporter].pid : 0;
+    const auto until = Clock::now() + std::chrono::duration<double>(watchdog_seconds());
+    while (pid > 0 && !process_gone(pid) && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    end_after_loss(false, "");
+  }
   std::fprintf(stderr,
                "dynatrain: error: the survivors on node %s could not agree through the torch.distributed store "
                "(%s): it lives in the process of world rank 0, whose loss cannot be recovered; start the job again "
                "from its newest checkpoint (--resume DIR of its --save)\n",
                here.c_str(), why.c_str());
   std::fflush(stderr);
-  const auto until = Clock::now() + std::chrono::seconds(10);
-  for (std::size_t r = 0; r < places.size() && Clock::now() < until; ++r)
-    while (on_this_node(r) && static_cast<int>(r) != me && !process_gone(places[r].pid) && Clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
   end_after_loss(false, "");
 }
 

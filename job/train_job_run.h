@@ -71,6 +71,7 @@ class TrainJob {
   std::optional<train::StepStats> step_or_recover();
   bool boundary_or_recover();  // boundary(), done again after a recovery
   void announce_if_new_world();
+  const std::vector<ProcessPlace>& known_places();
   void recover_from_loss(const CommError& error);
   [[noreturn]] void end_store_lost(const std::vector<ProcessPlace>& places, int me, const CommError& error);
   [[noreturn]] void end_after_loss(bool first, const std::string& why);
