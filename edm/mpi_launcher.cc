@@ -10,12 +10,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <thread>
 #include <vector>
 
 #include "comm/mpi/mpi_transport.h"
 #include "common/error.h"
+#include "edm/own_command.h"
 
 namespace dynatrain::edm {
 namespace {
@@ -26,28 +26,6 @@ void check_mpi(int rc, const char* what) {
   int len = 0;
   MPI_Error_string(rc, msg, &len);
   throw CommError(std::string(what) + ": " + std::string(msg, len));
-}
-
-// This process's arguments after argv[0], as the kernel recorded them.
-std::vector<std::string> own_arguments() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::string> args;
-  std::size_t start = 0;
-  for (std::size_t i = 0; i < all.size(); ++i)
-    if (all[i] == '\0') {
-      args.push_back(all.substr(start, i - start));
-      start = i + 1;
-    }
-  if (!args.empty()) args.erase(args.begin());
-  return args;
-}
-
-std::string self_executable() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return {};
-  return std::string(buf, static_cast<std::size_t>(n));
 }
 
 // The host names of an Open MPI host list ("h1,h2:4" -> h1, h2).

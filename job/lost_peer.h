@@ -28,6 +28,8 @@ namespace dynatrain::job {
 struct LostPeerSupport {
   std::function<int()> abandon;  // shuts the current groups' connections
   std::function<std::unique_ptr<comm::KeyStore>(const comm::Transport& world)> store;
+  // The store keys of `world`: the same on each of its members, unique to it.
+  std::function<std::string(const comm::Transport& world)> world_keys;
   // Collective over `members` (ranks of `world`, ascending): their world, built under `key`.
   std::function<std::unique_ptr<comm::Transport>(const comm::Transport& world, const std::string& key,
                                                  const std::vector<int>& members)>

@@ -48,17 +48,18 @@ bool TrainJob::boundary_or_recover() {
 
 // Each world's processes publish their node and pid once (the decision of a recovery tells a
 // process that ended on its node from one that is only slow), and each process keeps the table
-// once all have (the survivors of a lost store name their node's reporter from it). Worlds on
-// torch.distributed only shrink, so a new process count is a new world.
+// once all have (the survivors of a lost store name their node's reporter from it). The keys
+// are the world's own (LostPeerSupport::world_keys: the same on its members, processes that
+// joined it included, and new with every change of processes).
 void TrainJob::announce_if_new_world() {
-  if (lost_.announced_size == trainer_->world_size()) {
+  const std::string keys = "train/" + args_.lost_peer->world_keys(trainer_->world());
+  if (keys == lost_.world) {
     known_places();
     return;
   }
-  lost_.announced_size = trainer_->world_size();
-  ++lost_.worlds;
+  lost_.world = keys;
   lost_.places.clear();
-  announce_place(*lost_.store, "dynatrain/train/world" + std::to_string(lost_.worlds), trainer_->world().rank());
+  announce_place(*lost_.store, "dynatrain/" + keys + "/places", trainer_->world().rank());
 }
 
 // The newest world's places: the table kept, read again from the store while a process of the
@@ -68,8 +69,7 @@ const std::vector<ProcessPlace>& TrainJob::known_places() {
       lost_.places.size() == static_cast<std::size_t>(trainer_->world_size()) &&
       std::none_of(lost_.places.begin(), lost_.places.end(), [](const ProcessPlace& p) { return p.pid == 0; });
   if (!complete)
-    lost_.places =
-        announced_places(*lost_.store, "dynatrain/train/world" + std::to_string(lost_.worlds), trainer_->world_size());
+    lost_.places = announced_places(*lost_.store, "dynatrain/" + lost_.world + "/places", trainer_->world_size());
   return lost_.places;
 }
 
@@ -81,7 +81,8 @@ void TrainJob::recover_from_loss(const CommError& error) {
   // leaves the state whole in neither layout: not recovered.
   if (trainer_->config().world_size() != before || !trainer_->state_intact()) throw error;
   args_.lost_peer->abandon();
-  const std::string key = "train/recovery" + std::to_string(++lost_.recoveries);
+  const std::string key =
+      lost_.world + "/recovery";  // a world is recovered from once: its successor has keys of its own
   std::vector<ProcessPlace> places;
   std::vector<int> members;
   double agree_s = 0, world_s = 0;

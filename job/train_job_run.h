@@ -143,10 +143,8 @@ class TrainJob {
   std::unique_ptr<train::Trainer> trainer_;
   struct LostPeerState {                    // with args_.lost_peer
     std::unique_ptr<comm::KeyStore> store;  // the rendezvous store, on a connection of the job's own
-    int announced_size = 0;                 // processes of the world this process last announced in
-    int worlds = 0;                         // worlds announced so far (the key of the newest)
-    std::vector<ProcessPlace> places;       // the newest world's, read once every process announced
-    int recoveries = 0;
+    std::string world;                      // keys of the world this process last announced in
+    std::vector<ProcessPlace> places;       // that world's, read once every process announced
   } lost_;
   JobControl control_{args_.job};  // the scheduler protocol (--job DIR), on the leader
   Watchdog watchdog_;

@@ -230,8 +230,8 @@ void TrainJob::start_trainer(std::unique_ptr<comm::Transport> joined_world, std:
   switch_deadline_ = switch_timeout_seconds(16 * static_cast<std::uint64_t>(model_parameters(o_.model)));
   s_.next = first_layout;
   s_.step = s_.first_step;
-  if (args_.lost_peer && world_.size() > 1)
-    lost_.store = args_.lost_peer->store(world_);  // before any loss: the store's host may be lost later
+  if (args_.lost_peer)  // before any loss: the store's host may be lost later (a joiner's: the job's store)
+    lost_.store = args_.lost_peer->store(trainer_->world());
 }
 
 }  // namespace dynatrain::job

@@ -5,8 +5,10 @@
 #include "edm/mpi_launcher.h"
 #include "edm/store_launcher.h"
 #ifdef DT_HAVE_C10D
+#include "comm/c10d/c10d_membership.h"
 #include "comm/c10d/c10d_recovery.h"
 #endif
+#include "edm/own_command.h"
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
 #include "job/mpi_world.h"
@@ -32,12 +34,47 @@ std::shared_ptr<job::LostPeerSupport> lost_peer_support(const comm::Transport& w
     return comm::c10d_key_store(w,
                                 std::chrono::milliseconds(static_cast<std::int64_t>(job::watchdog_seconds() * 1000)));
   };
+  s->world_keys = [](const comm::Transport& w) { return comm::c10d_world_name(w); };
   s->members_world = [](const comm::Transport& w, const std::string& key, const std::vector<int>& members) {
     return comm::c10d_members_world(w, key, members);
   };
   return s;
 #else
   (void)world;
+  return nullptr;
+#endif
+}
+
+// DT_RENDEZVOUS_S (c10d_world_from_env refused a malformed one before), default 300 s.
+std::chrono::milliseconds rendezvous_time() {
+  const char* v = std::getenv("DT_RENDEZVOUS_S");
+  const int seconds = v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 300;
+  return std::chrono::seconds(seconds);
+}
+
+// On torch.distributed: processes join the job through its rendezvous store (a grow,
+// edm/store_launcher.h). Every process of the job and every joiner must run the same arguments
+// under the same lost-process rule (a recovery adds a barrier to each step).
+std::shared_ptr<const edm::StoreMembership> store_membership(bool recovers) {
+#ifdef DT_HAVE_C10D
+  auto m = std::make_shared<edm::StoreMembership>();
+  const auto wait = rendezvous_time();
+  m->rendezvous = wait;
+  m->job_store = [wait](const comm::Transport& w) { return comm::c10d_key_store(w, wait); };
+  m->address = [](const comm::Transport& w) { return comm::c10d_store_address(w); };
+  m->grown_world = [](const comm::Transport& w, const std::string& key, int size) {
+    return comm::c10d_grown_world(w, key, size);
+  };
+  m->connect = [wait](const std::string& address) { return comm::c10d_connect_store(address, wait); };
+  m->joined_world = [wait](const std::string& address, const std::string& key, int rank, int size) {
+    return comm::c10d_joined_world(address, key, rank, size, wait);
+  };
+  for (const std::string& a : edm::own_arguments()) m->command += (m->command.empty() ? "" : " ") + a;
+  m->command += recovers ? " (a lost process recovered in place: dynatrain launch --keep-going, torchrun)"
+                         : " (a lost process ends the job: dynatrain launch without --keep-going)";
+  return m;
+#else
+  (void)recovers;
   return nullptr;
 #endif
 }
@@ -165,9 +202,17 @@ Command add_train_command(CLI::App& app) {
     if (const char* exe = std::getenv("DT_EDM_EXECUTABLE")) launch->executable = exe;
     args->launcher = edm::make_mpi_launcher(*launch);
     return job::run_on_mpi_world([&](comm::Transport& world) {
-      // A world from the environment (c10d): processes leave it, none start (edm/store_launcher.h).
-      if (std::string(world.backend()) != "mpi") args->launcher = edm::make_store_launcher();
+      // A world from the environment (c10d): processes leave it and join it through its store
+      // (edm/store_launcher.h).
       args->lost_peer = lost_peer_support(world);
+      if (std::string(world.backend()) != "mpi")
+        args->launcher = edm::make_store_launcher(store_membership(args->lost_peer != nullptr));
+      else if (const char* join = std::getenv("DYNATRAIN_JOIN"); join != nullptr && *join != '\0')
+        DT_INPUT_ERROR("DYNATRAIN_JOIN=", join,
+                       " joins a job on torch.distributed, which needs the joining processes "
+                       "started as a world of their own (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): start them with "
+                       "`dynatrain launch --join ",
+                       join, " --np K -- dynatrain train ...`");
       return job::train_command(*args, world);
     });
   };

@@ -18,19 +18,10 @@ mkdir -p "$OUT"
 BIN="$BUILD/dynatrain"
 source "$HERE/../../scripts/mpi-env.sh"
 source "$HERE/../results.sh"
+source "$HERE/switch_report.sh"
 results_begin c10d-vacate text "$0 $*"
 TRAIN=(train --model "$HERE/llama-133m.json" --global-batch 4 --seq 32 --threads 1 --steps 5
   --schedule "0:tp=2,dp=2" --notice-s 60)
-report() {  # NAME: each switch's line and its floors from the JSON
-  grep -E '^(notice|switch)' "$OUT/$1.log"
-  awk -F': ' '/"[a-z_0-9]+": [-0-9."]/ {
-      k = $1; gsub(/[" ]/, "", k); val = $2; gsub(/[",]/, "", val); sub(/ +$/, "", val); v[k] = val }
-    /^    }/ { printf "   before step %d: pause %.3f s, bare exchange of its bytes %.3f s (pause / exchange %.2f), one-link bound %.3f s (%.2f GB/s, %s; pause / bound %.2f), %d MB in at the busiest rank\n",
-                 v["step"], v["pause_s"], v["exchange_s"], (v["exchange_s"] > 0 ? v["pause_s"] / v["exchange_s"] : 0),
-                 v["lower_bound_s"], v["link_bytes_per_s"] / 1e9, v["link_path"],
-                 (v["lower_bound_s"] > 0 ? v["pause_s"] / v["lower_bound_s"] : 0), v["max_bytes_received"] / 1e6 }' \
-    "$OUT/$1.json"
-}
 uptime
 for transport in c10d mpi; do
   if [[ $transport == c10d ]]; then
@@ -45,7 +36,7 @@ for transport in c10d mpi; do
     "${launcher[@]}" "${TRAIN[@]}" --json "$OUT/$transport.json" >"$OUT/$transport.log" 2>&1 ||
     { tail -20 "$OUT/$transport.log"; exit 1; }
   rm -f "$OUT/$transport.stamp"
-  report "$transport"
+  switch_report "$OUT/$transport.log" "$OUT/$transport.json"
   grep -oE 'step +4 .*' "$OUT/$transport.log" | sed 's/^/   last step: /'
 done
 uptime

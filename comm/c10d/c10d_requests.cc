@@ -17,14 +17,15 @@ at::Tensor byte_tensor(const void* data, std::size_t bytes) {
 }  // namespace
 
 void rethrow_as_comm_error(int rank, const std::string& what) {
+  const std::string who = rank < 0 ? "c10d joining process" : detail::concat("c10d rank ", rank);
   try {
     throw;
   } catch (const CommError&) {
     throw;
   } catch (const c10::Error& e) {
-    throw CommError(detail::concat("c10d rank ", rank, ": ", what, ": ", e.what_without_backtrace()));
+    throw CommError(detail::concat(who, ": ", what, ": ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    throw CommError(detail::concat("c10d rank ", rank, ": ", what, ": ", e.what()));
+    throw CommError(detail::concat(who, ": ", what, ": ", e.what()));
   }
 }
 

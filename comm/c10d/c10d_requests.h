@@ -34,7 +34,8 @@ inline int payload_slot(int tag) { return 2 * tag + 1; }
 
 // Waits for `work`; a c10d/Gloo failure becomes CommError "c10d rank R: <what>: <Gloo's line>".
 void wait_work(const Work& work, int rank, const std::string& what);
-// Rethrows the current exception as CommError with that prefix (CommError passes unchanged).
+// Rethrows the current exception as CommError with that prefix (CommError passes unchanged);
+// rank -1: a process joining a job, with no rank yet ("c10d joining process: ...").
 [[noreturn]] void rethrow_as_comm_error(int rank, const std::string& what);
 
 // A request that can only block: test() hands the blocking wait to a helper thread (the

@@ -115,7 +115,7 @@ class C10dTransport final : public Transport {
                   const std::vector<std::size_t>& send_offsets, void* recv, const std::vector<std::size_t>& recv_counts,
                   const std::vector<std::size_t>& recv_offsets) override;
   std::unique_ptr<Transport> split(int color, int key) override;
-  C10dParts parts() const { return {store_, options_, rank_}; }
+  C10dParts parts() const { return {store_, options_, rank_, prefix_}; }
 
  private:
   void check_peer_tag(int peer, int tag, const char* what) const {

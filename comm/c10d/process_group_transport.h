@@ -30,6 +30,7 @@ struct C10dParts {
   c10::intrusive_ptr<c10d::Store> store;
   C10dOptions options;
   int rank = 0;
+  std::string prefix;  // the store keys of its group: the same on every member, unique to it
 };
 C10dParts c10d_parts(const Transport& t);
 

@@ -98,8 +98,8 @@ TEST(SwitchDecision, DecidedFromWhatTheLauncherCanDo) {
   EXPECT_EQ(decide_switch(0, 4, {1}, &free, "mpi", true).why, "a switch that keeps its processes vacates none");
 }
 
-// A world from the environment (c10d): processes leave, none start, and world rank 0, the
-// store's host, is never vacated.
+// A world from the environment (c10d): processes leave, and world rank 0, the store's host, is
+// never vacated; without a store that processes outside the job reach, none start.
 TEST(SwitchDecision, StoreLauncherShrinksButNeverVacatesTheStoreHost) {
   const std::unique_ptr<Launcher> store = make_store_launcher();
   EXPECT_EQ(decide_switch(-2, 4, {}, store.get(), "c10d").kind, SwitchDecision::Kind::kShrink);
@@ -111,7 +111,10 @@ TEST(SwitchDecision, StoreLauncherShrinksButNeverVacatesTheStoreHost) {
       << host.why;
   const SwitchDecision grow = decide_switch(2, 2, {}, store.get(), "c10d");
   EXPECT_TRUE(grow.refused());
-  EXPECT_EQ(grow.why.rfind("cannot start 2 process(es): a job started from the environment", 0), 0u) << grow.why;
+  EXPECT_EQ(grow.why.rfind("cannot start 2 process(es): this job's torch.distributed store cannot be reached", 0), 0u)
+      << grow.why;
+  const std::unique_ptr<Launcher> reachable = make_store_launcher(std::make_shared<StoreMembership>());
+  EXPECT_FALSE(decide_switch(2, 2, {}, reachable.get(), "c10d").refused());
 }
 
 }  // namespace

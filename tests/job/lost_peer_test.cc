@@ -9,50 +9,18 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
-#include <map>
-#include <mutex>
 #include <thread>
 
 #include "common/error.h"
+#include "testing/memory_store.h"
 
 namespace dynatrain::job {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-class MemoryStore final : public comm::KeyStore {
- public:
-  std::int64_t add(const std::string& key, std::int64_t delta) override {
-    std::lock_guard lock(mu_);
-    auto& v = values_[key];
-    const std::int64_t sum = (v.empty() ? 0 : std::stoll(v)) + delta;
-    v = std::to_string(sum);
-    changed_.notify_all();
-    return sum;
-  }
-  void set(const std::string& key, const std::string& value) override {
-    std::lock_guard lock(mu_);
-    values_[key] = value;
-    changed_.notify_all();
-  }
-  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
-    std::unique_lock lock(mu_);
-    if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; }))
-      throw CommError("store get " + key + ": timed out");
-    return values_[key];
-  }
-  bool has(const std::string& key) override {
-    std::lock_guard lock(mu_);
-    return values_.count(key) > 0;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> values_;
-};
+using testing::MemoryStore;
 
 // A pid that no process has any more: a child that ended and was reaped.
 long ended_pid() {

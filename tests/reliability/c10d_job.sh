@@ -14,7 +14,7 @@ run() {  # NAME NP SCHEDULE [ENV... --] [TRAIN FLAGS...]: the job in the backgro
     while [[ $1 != -- ]]; do env+=("$1"); shift; done
     shift
   fi
-  env "${env[@]}" DT_RENDEZVOUS_S=60 timeout 300 "$dt" launch --np "$np" --port 0 "${launch_flags[@]}" -- "$dt" train "${common[@]}" \
+  env DT_RENDEZVOUS_S=60 "${env[@]}" timeout 300 "$dt" launch --np "$np" --port 0 "${launch_flags[@]}" -- "$dt" train "${common[@]}" \
     --steps "$steps" --schedule "$schedule" --csv "$tmp/$name.csv" "$@" >"$tmp/$name.log" 2>"$tmp/$name.err" &
   job=$!
 }
