@@ -82,8 +82,8 @@ std::vector<std::string> environment_with(const std::vector<std::pair<std::strin
 
 // Starts `count` processes of this program with its arguments, joining the store at `address`
 // (a world of their own among them). Throws LaunchRefused naming why nothing was started.
-std::vector<pid_t> start_joiners(int count, const std::string& address) {
-  const std::string exe = self_executable();
+std::vector<pid_t> start_joiners(int count, const std::string& address, const std::string& executable) {
+  const std::string exe = executable.empty() ? self_executable() : executable;
   const int port = free_port();
   if (exe.empty() || port == 0) throw LaunchRefused(refusal_head(count) + "no executable or no free port on this host");
   std::vector<std::string> args = own_arguments();
@@ -165,6 +165,7 @@ class StoreLauncher final : public Launcher {
  private:
   std::string decide(comm::KeyStore& store, const std::string& key, int count, int size, const std::string& address);
   std::string first_ended(const std::vector<pid_t>& pids, int arrived, int count);
+  std::unique_ptr<comm::Transport> join_through(comm::KeyStore& store, const std::string& address);
 
   std::shared_ptr<const StoreMembership> m_;
   std::vector<pid_t> started_;  // by this process, over the job's life
@@ -181,7 +182,7 @@ std::string StoreLauncher::decide(comm::KeyStore& store, const std::string& key,
   std::vector<pid_t> pids;
   std::string verdict;
   try {
-    if (external == nullptr || std::string(external) != "1") pids = start_joiners(count, address);
+    if (external == nullptr || std::string(external) != "1") pids = start_joiners(count, address, m_->executable);
   } catch (const LaunchRefused& e) {
     verdict = e.what();
   }
@@ -229,31 +230,39 @@ std::unique_ptr<comm::Transport> StoreLauncher::join() {
   if (where == nullptr || *where == '\0') return nullptr;
   const std::string address = where;
   if (!m_) throw JoinRefused("DYNATRAIN_JOIN=" + address + ": this process's own world cannot reach a store");
-  const std::string seconds = seconds_text(m_->rendezvous);
   std::unique_ptr<comm::KeyStore> store;
   try {
     store = m_->connect(address);
   } catch (const CommError& e) {
-    throw JoinRefused(detail::concat("no job's store answered at ", address, " (DYNATRAIN_JOIN) within ", seconds,
-                                     " (DT_RENDEZVOUS_S): ", e.what()));
+    throw JoinRefused(detail::concat("no job's store answered at ", address, " (DYNATRAIN_JOIN) within ",
+                                     seconds_text(m_->rendezvous), " (DT_RENDEZVOUS_S): ", e.what()));
   }
+  try {
+    return join_through(*store, address);
+  } catch (const CommError& e) {  // the store's host (the job's world rank 0) gone, or the grown world's group
+    throw JoinRefused(detail::concat("joining the job at ", address, " failed: ", e.what()));
+  }
+}
+
+// The joining side of the grow offered at `store` (JoinRefused naming why it cannot join).
+std::unique_ptr<comm::Transport> StoreLauncher::join_through(comm::KeyStore& store, const std::string& address) {
   std::string key;
   const auto deadline = Clock::now() + m_->rendezvous;
-  while ((key = store->has(kOffer) ? store->get(kOffer, kPoll) : "").empty()) {
+  while ((key = store.has(kOffer) ? store.get(kOffer, kPoll) : "").empty()) {
     if (Clock::now() > deadline)
       throw JoinRefused(detail::concat("the job's store at ", address, " (DYNATRAIN_JOIN) offered no grow within ",
-                                       seconds,
+                                       seconds_text(m_->rendezvous),
                                        " (DT_RENDEZVOUS_S): the job must prepare a switch to more "
                                        "processes (a --schedule entry or a request) with DT_JOIN_EXTERNAL=1"));
     std::this_thread::sleep_for(kPoll);
   }
-  const Offer offer = parse_offer(store->get(key + "/offer", m_->rendezvous));
-  const int slot = static_cast<int>(store->add(key + "/arrived", 1)) - 1;
+  const Offer offer = parse_offer(store.get(key + "/offer", m_->rendezvous));
+  const int slot = static_cast<int>(store.add(key + "/arrived", 1)) - 1;
   if (slot >= offer.count)
     throw JoinRefused(detail::concat("the job at ", address, " grows by ", offer.count,
                                      " process(es), which had all joined; this one is one too many"));
-  store->set(key + "/command/" + std::to_string(slot), m_->command);
-  const std::string verdict = store->get(key + "/verdict", m_->rendezvous + kVerdictMargin);
+  store.set(key + "/command/" + std::to_string(slot), m_->command);
+  const std::string verdict = store.get(key + "/verdict", m_->rendezvous + kVerdictMargin);
   if (verdict != kGo) throw JoinRefused("the job at " + address + " called its grow off: " + verdict);
   return m_->joined_world(address, key + "/world", offer.size + slot, offer.size + offer.count);
 }

@@ -62,6 +62,8 @@ struct StoreMembership {
   // program's name, and anything else the processes must share, e.g. whether a lost process is
   // recovered), compared as text.
   std::string command;
+  // What world rank 0 starts for a grow, with this process's arguments (empty: this program).
+  std::string executable;
   // How long a grow waits for its joiners, and a joiner for an offer and a verdict.
   std::chrono::milliseconds rendezvous{std::chrono::minutes(5)};
 };

@@ -55,11 +55,12 @@ std::chrono::milliseconds rendezvous_time() {
 // On torch.distributed: processes join the job through its rendezvous store (a grow,
 // edm/store_launcher.h). Every process of the job and every joiner must run the same arguments
 // under the same lost-process rule (a recovery adds a barrier to each step).
-std::shared_ptr<const edm::StoreMembership> store_membership(bool recovers) {
+std::shared_ptr<const edm::StoreMembership> store_membership(bool recovers, const std::string& executable) {
 #ifdef DT_HAVE_C10D
   auto m = std::make_shared<edm::StoreMembership>();
   const auto wait = rendezvous_time();
   m->rendezvous = wait;
+  m->executable = executable;
   m->job_store = [wait](const comm::Transport& w) { return comm::c10d_key_store(w, wait); };
   m->address = [](const comm::Transport& w) { return comm::c10d_store_address(w); };
   m->grown_world = [](const comm::Transport& w, const std::string& key, int size) {
@@ -75,6 +76,7 @@ std::shared_ptr<const edm::StoreMembership> store_membership(bool recovers) {
   return m;
 #else
   (void)recovers;
+  (void)executable;
   return nullptr;
 #endif
 }
@@ -206,7 +208,7 @@ Command add_train_command(CLI::App& app) {
       // (edm/store_launcher.h).
       args->lost_peer = lost_peer_support(world);
       if (std::string(world.backend()) != "mpi")
-        args->launcher = edm::make_store_launcher(store_membership(args->lost_peer != nullptr));
+        args->launcher = edm::make_store_launcher(store_membership(args->lost_peer != nullptr, launch->executable));
       else if (const char* join = std::getenv("DYNATRAIN_JOIN"); join != nullptr && *join != '\0')
         DT_INPUT_ERROR("DYNATRAIN_JOIN=", join,
                        " joins a job on torch.distributed, which needs the joining processes "

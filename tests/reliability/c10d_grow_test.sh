@@ -9,7 +9,8 @@
 #     HOST:PORT --np 2 -- <the job's command>`, started while the job trains;
 #  3. a joiner with another command (--lr): the grow is refused by name, the job goes on in 2
 #     processes, the joiners end with one line each;
-#  4. nobody joins within DT_RENDEZVOUS_S (DT_JOIN_EXTERNAL=1): refused by name, goes on in 2;
+#  4. nobody joins within DT_RENDEZVOUS_S (DT_JOIN_EXTERNAL=1), or the processes rank 0 starts
+#     end first (DT_EDM_EXECUTABLE=/bin/false): refused by name, goes on in 2;
 #  5. with --keep-going, a joined process (rank 3) SIGKILLed 4 steps after the grow: recovered
 #     in place on the 3 others (the recovery's keys are the grown world's, shared with joiners).
 # Each run-through case checks every step in the CSV exactly once, the process count from the
@@ -92,6 +93,12 @@ run alone 2 "0:dp=2;6:tp=2,dp=2" DT_JOIN_EXTERNAL=1 DT_RENDEZVOUS_S=3 --
 finish alone 0
 expect_line alone "refused: cannot start 2 process(es): 0 of the 2 joining process(es) came to the job's store at .* within 3 s (DT_RENDEZVOUS_S); with DT_JOIN_EXTERNAL=1 start them with \`dynatrain launch --join " "no refusal naming the wait"
 (($(grep -Ec "step +[0-9]+  loss .*  2 processes" "$tmp/alone.log") == 16)) || fail "alone: not 16 steps on 2 processes"
+
+echo "4b. the processes rank 0 starts end before they join (DT_EDM_EXECUTABLE=/bin/false)"
+run ended 2 "0:dp=2;6:tp=2,dp=2" DT_EDM_EXECUTABLE=/bin/false --
+finish ended 0
+expect_line ended "refused: cannot start 2 process(es): process [0-9]*, started to join the job, ended with status 1 (0 of 2 joined); training continues in" "no refusal naming the ended process"
+(($(grep -Ec "step +[0-9]+  loss .*  2 processes" "$tmp/ended.log") == 16)) || fail "ended: not 16 steps on 2 processes"
 
 echo "5. a joined process lost after the grow (--keep-going)"
 launch_flags=(--keep-going)

@@ -13,12 +13,7 @@
 # Usage: c10d_netns_lost_test.sh DYNATRAIN
 source "$(dirname "$0")/script_prelude.sh"
 source "$(dirname "$0")/c10d_job.sh"
-scripts="$(cd "$here/../../scripts" && pwd)"
-export DTC_STATE="$tmp/dtc"
-mkdir -p "$DTC_STATE"
-source "$scripts/netns-env.sh"
-dtc_test_nodes 8 2
-trap '"$scripts/netns-down.sh" >/dev/null; rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
+source "$(dirname "$0")/c10d_netns.sh"
 
 # on_nodes NAME PORT [ENV...]: the job on both nodes, node R's launch in the background
 # (its pid in node_pid[R]); rank 0 (node 0) writes NAME.csv and NAME.log
