@@ -275,8 +275,12 @@ void abort_job(const char* kind, const std::string& message, int exit_code) {
 namespace {
 
 // The failure path of a world from the environment: one line per failing rank (rank 0 first),
-// then _exit, so no destructor waits on peers that may be gone.
+// then _exit, so no destructor waits on peers that may be gone. SIGPIPE is ignored: Gloo writes
+// to its peers' sockets, and a write to a peer that is gone (a lost process, a survivor that
+// shut an abandoned group's connections) must fail as an error the recovery handles, not kill
+// this process.
 int run_on_env_world(comm::Transport& world, const std::function<int(comm::Transport&)>& body) {
+  signal(SIGPIPE, SIG_IGN);
   g_job.rank = world.rank();
   g_job.size = world.size();
   auto fail = [&](const char* kind, const std::string& message, int code) {

@@ -32,7 +32,8 @@ int TrainJob::run() {
     if (!boundary_or_recover()) break;
     if (!trainer_->active()) continue;  // wait in the next prepare / commit / finish
     std::optional<StepStats> st = step_or_recover();
-    while (!st && trainer_->active()) st = step_or_recover();  // after a recovery: the step again
+    while (!st && trainer_->active() && !s_.ended) st = step_or_recover();  // after a recovery: the step again
+    if (s_.ended) break;
     if (st && s_.leader) report_step(*st);
   }
   return finish();
@@ -59,9 +60,13 @@ bool TrainJob::boundary() {
 }
 
 void TrainJob::save_if_due() {
-  const bool save = save_point(s_.step) && s_.step != s_.joined_at, copy = copy_point(s_.step);
+  // (A boundary done again after a recovery does not save a step whose save completed.)
+  const bool save = save_point(s_.step) && s_.step != s_.joined_at && s_.saved != s_.step, copy = copy_point(s_.step);
   if (save || copy) s_.csv.flush();  // a supervisor that restarts from it keeps the rows before it
-  if (save) save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world(), s_.run, false);
+  if (save) {
+    save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world(), s_.run, false);
+    s_.saved = s_.step;
+  }
   if (!copy) return;
   save_memory_copy(s_.copy_dir, s_.step, *trainer_, trainer_->world(), s_.run, args_.redundancy, s_.copy_stats);
   fault_point("copied", trainer_->world().rank());

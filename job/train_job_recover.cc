@@ -28,7 +28,10 @@ std::optional<StepStats> TrainJob::step_or_recover() {
     return train_step();
   } catch (const CommError& e) {
     watchdog_.disarm();
-    recover_from_loss(e);
+    recover_from_loss(e, false);
+    // A survivor met the loss in the boundary (a peer's collective there completed for this
+    // process, not for it): every survivor does the boundary again, then the step.
+    if (lost_.boundary_again && !boundary_or_recover()) s_.ended = true;
     return std::nullopt;
   }
 }
@@ -41,7 +44,7 @@ bool TrainJob::boundary_or_recover() {
       return boundary();
     } catch (const CommError& e) {  // a save, the notices' agreement, a request, a prepare, a commit
       watchdog_.disarm();
-      recover_from_loss(e);
+      recover_from_loss(e, true);
     }
   }
 }
@@ -73,7 +76,7 @@ const std::vector<ProcessPlace>& TrainJob::known_places() {
   return lost_.places;
 }
 
-void TrainJob::recover_from_loss(const CommError& error) {
+void TrainJob::recover_from_loss(const CommError& error, bool in_boundary) {
   const auto t0 = Clock::now();
   comm::Transport& old = trainer_->world();
   const int before = old.size(), me = old.rank();
@@ -90,6 +93,8 @@ void TrainJob::recover_from_loss(const CommError& error) {
     places = known_places();
     members = agree_survivors(*lost_.store, "dynatrain/" + key, places, me, {watchdog_seconds(), 1.0});
     agree_s = seconds_since(t0);
+  } catch (const LeftOutOfAgreement& e) {  // too late: the others went on without this process
+    end_after_loss(true, detail::concat(e.what(), "; it leaves"));
   } catch (const CommError& e) {  // the store is gone with its host, world rank 0
     end_store_lost(lost_.places, me, e);
   }
@@ -116,11 +121,16 @@ void TrainJob::recover_from_loss(const CommError& error) {
   note_layout_for_notices();
   s_.preparing.clear();  // a switch being prepared met the loss: the next boundary prepares it again
   // The figures, max over the survivors: the pause (loss met -> state rebuilt), the agreement,
-  // the survivors' world.
-  const std::array<double, 3> mine = {seconds_since(t0) - r.probe_s, agree_s, world_s};
-  std::array<double, 3> most = {0, 0, 0};
+  // the survivors' world; whether any survivor met the loss in the boundary, and whether this
+  // step's save completed (world rank 0 commits it last: its word counts for every survivor).
+  const bool saved = me == 0 && s_.saved == s_.step;
+  const std::array<double, 5> mine = {seconds_since(t0) - r.probe_s, agree_s, world_s, in_boundary ? 1.0 : 0.0,
+                                      saved ? 1.0 : 0.0};
+  std::array<double, 5> most = {0, 0, 0, 0, 0};
   for (const auto& f : comm::all_gather_values(now, mine))
     for (std::size_t i = 0; i < most.size(); ++i) most[i] = std::max(most[i], f[i]);
+  lost_.boundary_again = most[3] > 0;
+  s_.saved = most[4] > 0 ? s_.step : -1;
   if (s_.leader) report_recovery(lost, r, {most[0], most[1], most[2]});
 }
 

@@ -72,7 +72,8 @@ class TrainJob {
   bool boundary_or_recover();  // boundary(), done again after a recovery
   void announce_if_new_world();
   const std::vector<ProcessPlace>& known_places();
-  void recover_from_loss(const CommError& error);
+  // `in_boundary`: the loss was met in the boundary before the step (else in the step).
+  void recover_from_loss(const CommError& error, bool in_boundary);
   [[noreturn]] void end_store_lost(const std::vector<ProcessPlace>& places, int me, const CommError& error);
   [[noreturn]] void end_after_loss(bool first, const std::string& why);
   struct RecoveryTimes {
@@ -114,6 +115,8 @@ class TrainJob {
     std::int64_t step = 0;           // the step the loop is at
     std::int64_t first_step = 0;     // 0, or the checkpoint's step with --resume
     std::int64_t joined_at = -1;     // a joined process: the step of its first commit (saved already)
+    bool ended = false;              // a boundary done again after a recovery ended the loop
+    std::int64_t saved = -1;         // the step whose checkpoint save this process saw complete
     bool resumed_elsewhere = false;  // --resume and --save name different directories
     std::string copy_dir;            // --redundancy: the memory copy's directory (job/memory_copy.h)
     bool resumed_from_copy = false;  // --resume names copy_dir: it holds the first step already
@@ -144,6 +147,7 @@ class TrainJob {
   struct LostPeerState {                    // with args_.lost_peer
     std::unique_ptr<comm::KeyStore> store;  // the rendezvous store, on a connection of the job's own
     std::string world;                      // keys of the world this process last announced in
+    bool boundary_again = false;            // the last recovery: a survivor met the loss in the boundary
     std::vector<ProcessPlace> places;       // that world's, read once every process announced
   } lost_;
   JobControl control_{args_.job};  // the scheduler protocol (--job DIR), on the leader

@@ -4,8 +4,10 @@
 # (job/lost_peer.h): no process restarted, the interrupted step done again. tiny-dense, 4
 # processes, 16 steps, ZeRO 0 (every state replicated over dp); each case against the
 # uninterrupted run of its first layout:
-#  1. dp=4: rank 2 SIGKILLs itself 30 ms into step 5: one recovery line, dp=3 from step 5, the
-#     3 survivors keep their pids;
+#  1. dp=4: rank 2 SIGKILLs itself 30 ms into step 5: one recovery line, dp=3 from step 5 (or 6,
+#     when step 5 took less: the loss is then met in the boundary, or by some survivors in the
+#     boundary and by others in step 6, and each does the boundary again), the 3 survivors keep
+#     their pids;
 #  2. tp=2,dp=2: rank 3 killed the same (its tp peer meets the loss in the forward's collective);
 #  3. dp=4: rank 2 killed as in 1, then the process of rank 3 killed from outside: two
 #     recoveries (4 -> 3 -> 2 processes);
@@ -49,8 +51,9 @@ finish one 0
 [[ $(grep -v "^2 " <<<"$before") == "$after" && $(wc -l <<<"$after") == 3 ]] ||
   fail "one: survivors' pids changed: before '$before', after '$after'"
 at=$(recovered one 2 4)
-((at == 5)) || fail "one: recovered before step $at, not 5"
-check_csv one "0:4,5:3"
+# 30 ms into step 5: in the step, or past a step shorter than that, in the boundary before step 6
+((at == 5 || at == 6)) || fail "one: recovered before step $at, not 5 or 6"
+check_csv one "0:4,$at:3"
 
 echo "2. tp=2,dp=2: rank 3 killed during step 5"
 run tp 4 "0:tp=2,dp=2,zero=0" DT_FAULT=kill:3:step:30:5 DT_FAULT_STAMP="$tmp/tp.stamp" --
