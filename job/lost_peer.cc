@@ -94,10 +94,10 @@ std::vector<int> agree_survivors(comm::KeyStore& store, const std::string& prefi
   if (rank == 0) store.set(prefix + "/members", join_ranks(decide(store, prefix, places, settings)));
   std::vector<int> members = parse_rank_list(store.get(prefix + "/members", millis(settings.deadline_s)));
   if (std::find(members.begin(), members.end(), rank) == members.end())
-    throw CommError(::dynatrain::detail::concat("world rank ", rank,
-                                                " reached the survivors' agreement after it was "
-                                                "decided without it (",
-                                                join_ranks(members), ")"));
+    throw LeftOutOfAgreement(::dynatrain::detail::concat("world rank ", rank,
+                                                         " reached the survivors' agreement after it was "
+                                                         "decided without it (",
+                                                         join_ranks(members), ")"));
   return members;
 }
 

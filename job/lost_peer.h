@@ -21,6 +21,7 @@
 
 #include "comm/key_store.h"
 #include "comm/transport.h"
+#include "common/error.h"
 
 namespace dynatrain::job {
 
@@ -51,6 +52,12 @@ std::string node_name();
 void announce_place(comm::KeyStore& store, const std::string& prefix, int rank);
 std::vector<ProcessPlace> announced_places(comm::KeyStore& store, const std::string& prefix, int size);
 
+// A survivor that reached the agreement after it was decided without it: it must leave.
+class LeftOutOfAgreement : public CommError {
+ public:
+  using CommError::CommError;
+};
+
 struct AgreeSettings {
   double deadline_s = 60;  // how long anyone waits for the decision (the watchdog's)
   double settle_s = 1.0;   // how long the decision waits, after the last arrival, for a process of
@@ -62,8 +69,10 @@ struct AgreeSettings {
 // every survivor. World rank 0 decides: a rank counts when it arrived; it is lost when its
 // process is gone on rank 0's node or reported gone by a survivor of its node, or when it is on
 // another node and nothing arrived for settle_s; past deadline_s, whoever arrived. CommError
-// when the store does not answer (its host, world rank 0, is lost) or a survivor reaches the
-// agreement after it was decided without it.
+// when the store does not answer (its host, world rank 0, is lost); LeftOutOfAgreement when
+// this survivor reaches the agreement after it was decided without it. The one protocol of
+// both recoveries: `dynatrain train`'s (train_job_recover.cc) and the Python module's
+// (python/dynatrain/_recover.py, through its binding).
 std::vector<int> agree_survivors(comm::KeyStore& store, const std::string& prefix,
                                  const std::vector<ProcessPlace>& places, int rank, const AgreeSettings& settings);
 

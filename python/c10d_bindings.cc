@@ -17,11 +17,15 @@
 
 #include "common/error.h"
 
+#include <pybind11/stl.h>
+
 #if DT_PYTHON_C10D
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "comm/c10d/c10d_membership.h"
 #include "comm/c10d/process_group_transport.h"
+#include "job/lost_peer.h"
 #endif
 
 namespace py = pybind11;
@@ -64,6 +68,35 @@ PendingWorld c10d_world(const py::handle& group, const py::handle& store, const 
   py::gil_scoped_release unlocked;  // collective: the transport learns every rank's host
   return PendingWorld{comm::process_group_transport(std::move(pg), std::move(st), prefix, options)};
 }
+
+// A connection of this process's own to the job's store, made while the store's host runs (a
+// recovery must learn at once, not at a connect's timeout, that the host is gone).
+struct StoreConnection {
+  std::unique_ptr<comm::KeyStore> store;
+};
+
+StoreConnection connect_store(const std::string& address, double timeout_seconds) {
+  py::gil_scoped_release unlocked;
+  return {
+      comm::c10d_connect_store(address, std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1000)))};
+}
+
+// The survivors' agreement after a lost process (job/lost_peer.h, the protocol `dynatrain
+// train` runs too): the surviving indices of `places` ((node, pid) per process; index 0, the
+// store's host, decides), or None when this process reached it after it was decided without it.
+// The store gone: dynatrain.CommError.
+std::optional<std::vector<int>> agree_survivors(StoreConnection& connection, const std::string& prefix,
+                                                const std::vector<std::pair<std::string, long>>& places, int index,
+                                                double deadline_s, double settle_s) {
+  std::vector<job::ProcessPlace> where;
+  for (const auto& [node, pid] : places) where.push_back({node, pid});
+  py::gil_scoped_release unlocked;
+  try {
+    return job::agree_survivors(*connection.store, prefix, where, index, {deadline_s, settle_s});
+  } catch (const job::LeftOutOfAgreement&) {
+    return std::nullopt;
+  }
+}
 #endif
 
 }  // namespace
@@ -75,6 +108,10 @@ void bind_c10d(py::module_& m) {
   // Collective over `group`: its transport (point to point on slots of its own, collectives on
   // the group's), splitting sub-groups over `store` under keys starting with `prefix`.
   m.def("c10d_world", &c10d_world, py::arg("group"), py::arg("store"), py::arg("prefix"), py::arg("timeout_seconds"));
+  py::class_<StoreConnection>(m, "StoreConnection");
+  m.def("connect_store", &connect_store, py::arg("address"), py::arg("timeout_seconds"));
+  m.def("agree_survivors", &agree_survivors, py::arg("connection"), py::arg("prefix"), py::arg("places"),
+        py::arg("index"), py::arg("deadline_s"), py::arg("settle_s"));
 #else
   m.attr("has_c10d") = false;
   m.def("c10d_world", [](const py::handle&, const py::handle&, const std::string&, double) -> PendingWorld {

@@ -62,6 +62,15 @@ def job_store():
     return _joined_store[0] if _joined_store else _dist().distributed_c10d._get_default_store()
 
 
+def tcp_store(store):
+    """The TCPStore under the job's store (processes outside the job reach it by its address),
+    None for another kind (a FileStore, a HashStore)."""
+    dist = _dist()
+    if isinstance(store, dist.PrefixStore) and isinstance(store.underlying_store, dist.TCPStore):
+        return store.underlying_store
+    return None
+
+
 _job_sockets: set = set()  # inodes of the sockets the groups made here opened
 
 

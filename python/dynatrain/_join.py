@@ -75,19 +75,12 @@ def command() -> List[str]:
     return list(getattr(sys, "orig_argv", [sys.executable] + sys.argv)[1:])
 
 
-def _tcp_of(store):
-    dist = _c10d._dist()
-    if isinstance(store, dist.PrefixStore) and isinstance(store.underlying_store, dist.TCPStore):
-        return store.underlying_store
-    return None
-
-
 def refuse(m, to_cfg: str, vacate) -> None:
     """ValueError (before anything moves) for a grow this job cannot run on torch.distributed."""
     if vacate:
         raise ValueError(f"switch to {to_cfg!r} with vacate={list(vacate)}: on torch.distributed a switch either "
                          f"grows (joins processes) or vacates; do one after the other")
-    if _tcp_of(_c10d.job_store()) is None:
+    if _c10d.tcp_store(_c10d.job_store()) is None:
         raise ValueError(f"switch to {to_cfg!r} needs {_native.world_size_of(to_cfg)} processes, the torch.distributed "
                          f"world has {m.comm.size}: joining processes needs the TCPStore that init_process_group "
                          f"makes for env:// or tcp:// (torchrun, dynatrain launch); this job's store is "
@@ -119,7 +112,7 @@ class Grow:
         self.key = f"dynatrain/manager{self.serial}/grow{self.generation}"
         self.ranks = comm.ranks + [max(comm.ranks) + 1 + i for i in range(self.count)]
         self.me = comm.ranks[comm.rank]
-        tcp = _tcp_of(_c10d.job_store())
+        tcp = _c10d.tcp_store(_c10d.job_store())
         self.where = (tcp.host, tcp.port)
         self.started = time.perf_counter()
         self.ready_at: Optional[float] = None

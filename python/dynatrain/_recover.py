@@ -8,11 +8,12 @@ more than one process, and not under `dynatrain launch` without --keep-going) an
 
   1. abandons the generation: shuts down every connection of the job's groups
      (_c10d.abandon_groups), so that a survivor waiting on another survivor gets its error too;
-  2. agrees who survived through the rendezvous store, under a key prefix of this recovery:
-     each survivor counts itself in `alive/<global rank>` and the processes of its own node that
-     ended in `gone/<global rank>` (_nodes.py); the process of global rank 0 (the store's host)
-     decides once every process has either arrived or is known gone (a pid of its own node
-     that no longer runs, or reported gone), or, for the others, SETTLE_S after the last arrival;
+  2. agrees who survived through the rendezvous store, under a key prefix of this recovery, by
+     the protocol `dynatrain train` runs too (job/lost_peer.h, agree_survivors, through the
+     binding; on a connection to the store made at adoption): each survivor counts itself
+     arrived and reports the processes of its own node that ended (_nodes.py: node and pid of
+     every process); the process of global rank 0 (the store's host) decides once every process
+     has either arrived or is known gone, or, for the others, SETTLE_S after the last arrival;
      the members' list is then read by every survivor (deadline: the watchdog's);
   3. builds the survivors' groups over the store (as a shrink does, _c10d.raw_comm);
   4. rebuilds the lost ranks' state from the replicas the survivors hold (the planner takes the
@@ -31,16 +32,14 @@ node of global rank 0), the lowest rank but 0 of each node prints the line.
 """
 from __future__ import annotations
 
-import json
 import sys
 import time
-from datetime import timedelta
 from typing import Dict, List
 
 from . import _abort, _c10d, _elastic, _native, _nodes, _redundancy, _watchdog
 
 SETTLE_S = 1.0  # how long the decision waits for a process of another node after the last arrival
-POLL_S = 0.005
+_connection: List = []  # this process's own connection to the job's store (_native.connect_store)
 
 
 class ProcessLost(SystemExit):
@@ -59,13 +58,16 @@ def enabled(m) -> bool:
     """Whether a lost peer is recovered (torch.distributed, elastic, more than one process, and not
     under a launcher that ends the job when a rank fails: `dynatrain launch` without --keep-going)."""
     return m.comm is not None and _c10d.is_c10d(m.comm) and m._options["elastic"] and m.comm.size > 1 and \
-        not _abort.launcher_ends_job()
+        not _abort.launcher_ends_job() and _c10d.tcp_store(_store()) is not None
 
 
 def announce(m) -> None:
     """At adoption, on every process: its node and pid in the store, for the decision."""
     if enabled(m):
         _nodes.record(_store(), _prefix(m), m.comm.ranks[m.comm.rank])
+        if not _connection:  # while the store's host runs: a recovery learns at once when it is gone
+            tcp = _c10d.tcp_store(_store())
+            _connection.append(_native.connect_store(f"{tcp.host}:{tcp.port}", _deadline(m)))
 
 
 def commit(m) -> None:
@@ -163,41 +165,18 @@ def _deadline(m) -> float:
 
 def _agree(m, me: int, prefix: str) -> List[int]:
     """Step 2: the surviving global ranks, in the current layout's order (every survivor alike),
-    agreed under the store keys `prefix` (this recovery's)."""
+    agreed under the store keys `prefix` (this recovery's); global rank 0 decides."""
+    ranks = m.comm.ranks
+    order = sorted(ranks, key=lambda r: r != 0)  # global rank 0 first: the store's host decides
     try:
-        store = _store()
-        store.add(f"{prefix}/alive/{me}", 1)
-        for r in _nodes.gone_here(_nodes.table(store, _prefix(m), m.comm.ranks)):
-            store.add(f"{prefix}/gone/{r}", 1)  # seen ended here: the decision need not wait for it
-        if me == 0:
-            store.set(f"{prefix}/members", json.dumps(_decide(m, store, prefix)))
-        store.wait([f"{prefix}/members"], timedelta(seconds=_deadline(m)))
-        members = json.loads(store.get(f"{prefix}/members"))
+        where = _nodes.table(_store(), _prefix(m), ranks)
+        got = _native.agree_survivors(_connection[0], prefix, [where[r] for r in order], order.index(me),
+                                      _deadline(m), SETTLE_S)
     except RuntimeError as e:  # the store is gone with its host, or the deadline passed
         _store_lost(m, me, str(e).splitlines()[0])
-    if me not in members:
+    if got is None:
         _end(True, f"global rank {me} reached the survivors' agreement after it was decided; it leaves")
-    return members
-
-
-def _decide(m, store, prefix: str) -> List[int]:
-    """On the store's host: the members once every process arrived or is known gone."""
-    where = _nodes.table(store, _prefix(m), m.comm.ranks)
-    here = _nodes.name()
-    deadline = time.monotonic() + _deadline(m)
-    arrived: List[int] = []
-    last_change = time.monotonic()
-    while True:
-        now = [r for r in m.comm.ranks if store.add(f"{prefix}/alive/{r}", 0) > 0]
-        if now != arrived:
-            arrived, last_change = now, time.monotonic()
-        waiting = [r for r in m.comm.ranks if r not in arrived and not
-                   ((where[r][0] == here and _nodes.gone(where[r][1])) or store.add(f"{prefix}/gone/{r}", 0) > 0)]
-        remote = [r for r in waiting if where[r][0] != here]
-        if not waiting or (len(remote) == len(waiting) and time.monotonic() - last_change > SETTLE_S) or \
-                time.monotonic() > deadline:
-            return arrived
-        time.sleep(POLL_S)
+    return sorted((order[i] for i in got), key=ranks.index)
 
 
 def _store_lost(m, me: int, error: str):
