@@ -70,8 +70,15 @@ void terminate_with_parent(pid_t parent) {
   }
 }
 
-std::vector<pid_t> end_attempt_orphans(double deadline_s) {
-  const auto t0 = Clock::now();
+std::vector<pid_t> end_attempt_orphans(double deadline_s, double grace_s) {
+  auto t0 = Clock::now();
+  while (seconds_since(t0) < grace_s) {  // signaled by mpirun as it ended: let them finish exiting
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    if (children_of(getpid()).empty()) return {};
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  t0 = Clock::now();
   std::vector<pid_t> ended;
   for (;;) {
     while (waitpid(-1, nullptr, WNOHANG) > 0) {  // reap what has exited (zombies are children too)

@@ -22,10 +22,11 @@ void become_subreaper();
 // with one line when it already has.
 void terminate_with_parent(pid_t parent);
 
-// After the attempt's mpirun has been reaped: SIGKILLs and reaps every child of this process
-// left (workers orphaned by mpirun's death, and their children in turn), waiting at most
-// `deadline_s` for them to go. Returns their pids (empty: none was left). Throws CommError
-// naming the pids still running at the deadline (a process stuck in the kernel).
-std::vector<pid_t> end_attempt_orphans(double deadline_s);
+// After the attempt's mpirun has been reaped: reaps every child of this process that ends
+// within `grace_s` (workers mpirun signaled as it ended, still exiting), then SIGKILLs and reaps
+// those left (workers orphaned by mpirun's death, and their children in turn), waiting at most
+// `deadline_s` for them to go. Returns the pids it had to kill (empty: none was left). Throws
+// CommError naming the pids still running at the deadline (a process stuck in the kernel).
+std::vector<pid_t> end_attempt_orphans(double deadline_s, double grace_s = 1.0);
 
 }  // namespace dynatrain::job
