@@ -12,7 +12,10 @@
 #  4. nobody joins within DT_RENDEZVOUS_S (DT_JOIN_EXTERNAL=1), or the processes rank 0 starts
 #     end first (DT_EDM_EXECUTABLE=/bin/false): refused by name, goes on in 2;
 #  5. with --keep-going, a joined process (rank 3) SIGKILLed 4 steps after the grow: recovered
-#     in place on the 3 others (the recovery's keys are the grown world's, shared with joiners).
+#     in place on the 3 others (the recovery's keys are the grown world's, shared with joiners);
+#  6. a scheduler's requests (`train --job DIR`, `dynatrain request --to ... --wait`): a grow to
+#     tp=2,dp=2 on 4 processes, then back to dp=2 on 2, each committed at the step it names;
+#     400 steps, against the run whose schedule has the same switches at the same steps.
 # Each run-through case checks every step in the CSV exactly once, the process count from the
 # step it changes, and every loss within fp32 reduction noise of the uninterrupted run's.
 # Usage: c10d_grow_test.sh DYNATRAIN
@@ -110,4 +113,20 @@ at=$(sed -n "s/^recovery: lost rank 3 .*; step \([0-9]*\) again$/\1/p" "$tmp/los
 run cont_dp 4 "0:dp=4,zero=0"
 finish cont_dp 0
 check_csv lost "0:2,6:4,$at:3" cont_dp
-echo "ok: on torch.distributed the CLI trainer grows through the job's store (joiners started by the job or by dynatrain launch --join), refuses a grow that cannot happen by name, and recovers a joined process lost later"
+echo "6. a scheduler's requests (--job DIR): grow 2 -> 4, then back to 2"
+launch_flags=()
+steps=400
+mkdir "$tmp/job"
+run req 2 "0:dp=2" -- --job "$tmp/job"
+wait_for_step req 20
+"$dt" request --job "$tmp/job" --to tp=2,dp=2 --wait --timeout 120 >"$tmp/req.grow" 2>&1 ||
+  { cat "$tmp/req.grow" "$tmp/req.log" "$tmp/req.err"; fail "req: the grow request was not committed"; }
+"$dt" request --job "$tmp/job" --to dp=2 --wait --timeout 120 >"$tmp/req.shrink" 2>&1 ||
+  { cat "$tmp/req.shrink" "$tmp/req.err"; fail "req: the shrink request was not committed"; }
+finish req 0
+up=$(sed -n 's/.*: committed before step \([0-9]*\) .*/\1/p' "$tmp/req.grow")
+down=$(sed -n 's/.*: committed before step \([0-9]*\) .*/\1/p' "$tmp/req.shrink")
+run sched 2 "0:dp=2;$up:tp=2,dp=2;$down:dp=2"  # the same switches from the schedule: the same losses
+finish sched 0
+check_csv req "0:2,$up:4,$down:2" sched
+echo "ok: on torch.distributed the CLI trainer grows through the job's store (joiners started by the job or by dynatrain launch --join), refuses a grow that cannot happen by name, recovers a joined process lost later, and grows on a scheduler's request"
