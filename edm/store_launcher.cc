@@ -143,7 +143,11 @@ class StoreLauncher final : public Launcher {
     if (world.rank() == 0) store->set(key + "/verdict", decide(*store, key, count, world.size(), m_->address(world)));
     const std::string verdict = store->get(key + "/verdict", m_->rendezvous + kVerdictMargin);
     if (verdict != kGo) throw LaunchRefused(refusal_head(count) + verdict);
-    return m_->grown_world(world, key + "/world", world.size() + count);
+    try {
+      return m_->grown_world(world, key + "/world", world.size() + count);
+    } catch (const CommError& e) {  // a joiner gone before its group: no process connects, so all refuse alike
+      throw LaunchRefused(refusal_head(count) + "the grown world's group could not be built: " + e.what());
+    }
   }
 
   std::unique_ptr<comm::Transport> join() override;

@@ -14,8 +14,9 @@
 //          joiner's command differs, DT_RENDEZVOUS_S passed) and sets the verdict; every process
 //          of the job reads it from the store (LaunchRefused on all alike). On `go` the job's
 //          processes (ranks 0..n-1) and the joiners (n + slot) build the grown world over the
-//          store under `<key>/world`. All of it runs on the device manager's thread, behind
-//          training steps.
+//          store under `<key>/world` (a joiner gone before it connects fails that build on
+//          every process: LaunchRefused alike, after the group's timeout). All of it runs on
+//          the device manager's thread, behind training steps.
 //   join   in a process with DYNATRAIN_JOIN set: connects to that store, waits for an offer,
 //          takes the next slot, publishes its command and waits for the verdict; on `go` it
 //          builds its side of the grown world (JoinRefused otherwise, naming why).

@@ -27,6 +27,7 @@ struct Grow {
   int job_size = 2, count = 2, joiners = 2;
   std::string joiner_command = "train --steps 8";
   std::chrono::milliseconds rendezvous = 5s;
+  bool build_fails = false;  // the grown world's group cannot be built (a joiner gone before it)
 
   std::vector<std::string> job_got, joiner_got;
 
@@ -40,10 +41,12 @@ struct Grow {
       m->job_store = [store](const comm::Transport&) { return std::make_unique<StoreConnection>(store); };
       m->connect = [store](const std::string&) { return std::make_unique<StoreConnection>(store); };
       m->address = [](const comm::Transport&) { return std::string("127.0.0.1:1"); };
-      m->grown_world = [&grown](const comm::Transport& w, const std::string&, int) {
+      m->grown_world = [&](const comm::Transport& w, const std::string&, int) {
+        if (build_fails) throw CommError("connect timed out");
         return grown.transport(w.rank()).split(0, w.rank());
       };
-      m->joined_world = [&grown](const std::string&, const std::string&, int rank, int) {
+      m->joined_world = [&](const std::string&, const std::string&, int rank, int) {
+        if (build_fails) throw CommError("connect timed out");
         return grown.transport(rank).split(0, rank);
       };
       m->command = command;
@@ -119,6 +122,16 @@ TEST(StoreLauncher, TooFewJoinersWithinTheRendezvousRefuseTheGrowByName) {
               0u)
         << got;
   EXPECT_EQ(g.joiner_got[0].rfind("the job at 127.0.0.1:1 called its grow off: 1 of the 2", 0), 0u) << g.joiner_got[0];
+}
+
+TEST(StoreLauncher, AGrownWorldThatCannotBeBuiltIsRefusedOnEveryProcess) {
+  Grow g;
+  g.build_fails = true;
+  g.run();
+  for (const std::string& got : g.job_got)
+    EXPECT_EQ(got, "cannot start 2 process(es): the grown world's group could not be built: connect timed out");
+  for (const std::string& got : g.joiner_got)
+    EXPECT_EQ(got, "joining the job at 127.0.0.1:1 failed: connect timed out");
 }
 
 // What a lone joiner of the store `store` is told (DYNATRAIN_JOIN set while it asks).
