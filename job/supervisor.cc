@@ -63,6 +63,7 @@ void forward_signal(int sig) {
 
 struct Attempt {
   int exit_code = 0;
+  bool mpirun_killed = false;  // mpirun itself ended by a signal (it could not end its workers)
   // From the job's progress records (job/progress_record.h), never from its human lines:
   std::int64_t last_step = -1;         // the last step rank 0 reported done (-1: none)
   int processes = 0;                   // the job's processes at that step (0: no step reported)
@@ -75,9 +76,10 @@ struct Attempt {
 constexpr double kOrphansDeadlineS = 30;
 
 // Workers left running by an mpirun that died first are ended before anything reads the
-// attempt's files: they would go on writing the memory copy, --save and the CSV.
+// attempt's files: they would go on writing the memory copy, --save and the CSV. An mpirun that
+// exited by itself signaled its workers first: those still exiting get a second to go.
 void end_orphans_of(const Attempt& a) {
-  const std::vector<pid_t> orphans = end_attempt_orphans(kOrphansDeadlineS);
+  const std::vector<pid_t> orphans = end_attempt_orphans(kOrphansDeadlineS, a.mpirun_killed ? 0.0 : 1.0);
   if (orphans.empty()) return;
   std::string pids;
   for (pid_t p : orphans) pids += (pids.empty() ? "" : " ") + std::to_string(p);
@@ -150,6 +152,7 @@ Attempt run_job(const std::vector<std::string>& cmd) {
   }
   g_child = 0;
   a.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  a.mpirun_killed = WIFSIGNALED(status);
   end_orphans_of(a);
   return a;
 }

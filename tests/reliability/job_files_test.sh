@@ -123,7 +123,10 @@ echo "ok 3: a request accepted before a lost process -> carried over the restart
 mkdir -p "$tmp/job4"
 "$mpiexec" -np 2 "$dt" train "${common[@]}" --steps 4000 --schedule "0:dp=2" --job "$tmp/job4" >"$tmp/killed.log" 2>&1 &
 wait_for '"health": "running"' "$tmp/job4/status.json"
-kill -KILL "$(lock_pid "$tmp/job4")"
+leader=$(lock_pid "$tmp/job4")
+kill -KILL "$leader"
+# SIGKILL takes a moment on a large process: the request comes once it is dead (a zombie or gone)
+for _ in $(seq 500); do [[ $(awk '{print $3}' "/proc/$leader/stat" 2>/dev/null) =~ ^(Z|X|)$ ]] && break; sleep 0.01; done
 timeout 60 "$dt" request --job "$tmp/job4" --to tp=2 >"$tmp/late.out" 2>&1
 code=$?
 ((code == 2)) && grep -q "no live job holds '$tmp/job4': .*gone" "$tmp/late.out" ||
