@@ -11,7 +11,7 @@
 #     processes, the joiners end with one line each;
 #  4. nobody joins within DT_RENDEZVOUS_S (DT_JOIN_EXTERNAL=1), or the processes rank 0 starts
 #     end first (DT_EDM_EXECUTABLE=/bin/false): refused by name, goes on in 2;
-#  5. with --keep-going, a joined process (rank 3) SIGKILLed 4 steps after the grow: recovered
+#  5. with --keep-going, a joined process (rank 3) SIGKILLs itself as its 4th step starts: recovered
 #     in place on the 3 others (the recovery's keys are the grown world's, shared with joiners);
 #  6. a scheduler's requests (`train --job DIR`, `dynatrain request --to ... --wait`): a grow to
 #     tp=2,dp=2 on 4 processes, then back to dp=2 on 2, each committed at the step it names;
@@ -105,7 +105,7 @@ expect_line ended "refused: cannot start 2 process(es): process [0-9]*, started 
 
 echo "5. a joined process lost after the grow (--keep-going)"
 launch_flags=(--keep-going)
-run lost 2 "0:dp=2,zero=0;6:dp=4,zero=0" DT_FAULT=kill:3:step:30:3 DT_FAULT_STAMP="$tmp/lost.stamp" --
+run lost 2 "0:dp=2,zero=0;6:dp=4,zero=0" DT_FAULT=kill:3:step:0:3 DT_FAULT_STAMP="$tmp/lost.stamp" --
 finish lost 0
 expect_line lost "^switch before step 6: .* processes 2 -> 4 " "no grow to 4 processes"
 expect_line lost "^recovery: lost rank 3 (pid [0-9]*) on node [^ ]* of 4; .* on 3 processes after a [0-9.]* s pause .*; step [0-9]* again$" "no recovery of rank 3"

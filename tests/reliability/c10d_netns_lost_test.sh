@@ -3,7 +3,7 @@
 # scripts/netns-launch.sh: `dynatrain launch --nnodes 2 --node-rank R --np 2 --keep-going` on
 # each): a lost process and a lost node recovered in place (job/lost_peer.h). tiny-dense,
 # dp=4,zero=0, 16 steps, against the uninterrupted run on one node:
-#  a. the process of rank 3 (node 1) SIGKILLs itself during step 5: recovered into dp=3;
+#  a. the process of rank 3 (node 1) SIGKILLs itself as step 5 starts: recovered into dp=3;
 #  b. every process of node 1, its launcher too, SIGKILLed from here after step 4's line: one
 #     recovery naming both ranks of dtc-node1, into dp=2 on node 0 (the decision waits the 1 s
 #     settle time: no survivor on node 1 can report its processes gone);
@@ -52,7 +52,7 @@ run cont 4 "0:dp=4,zero=0"
 finish cont 0
 
 echo "a. rank 3 of node 1 lost"
-on_nodes one 29711 DT_FAULT=kill:3:step:30:5 DT_FAULT_STAMP="$tmp/one.stamp"
+on_nodes one 29711 DT_FAULT=kill:3:step:0:5 DT_FAULT_STAMP="$tmp/one.stamp"
 ended one 0 0
 ended one 1 0
 at=$(recovery_line one "rank 3 \(pid [0-9]+\) on node dtc-node1")
