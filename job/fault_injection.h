@@ -2,15 +2,21 @@
 // switch or a phase of a checkpoint save on purpose (tests/reliability/fault_test.sh). Inert
 // unless DT_FAULT is set.
 //
-//   DT_FAULT=ACTION:RANK:POINT:DELAY_MS[:SKIP]     e.g. kill:1:switch:50   stop:2:step:0
+//   DT_FAULT=ACTION:RANK:POINT:DELAY_MS[:SKIP][,ACTION:RANK:...]   e.g. kill:1:switch:50   stop:2:step:0
+//     (several faults, comma-separated: each process fires the first that names its rank and point)
 //     ACTION  kill (SIGKILL), lose (SIGKILL after removing the files this process wrote into
 //             the state's memory copy, job/memory_copy.h: its node lost with it), stop (SIGSTOP: alive but silent, for the watchdog), notice
 //             (SIGTERM to this process alone: a preemption notice, job/notice.h), throw (a
 //             std::runtime_error on this rank only, at once: the other ranks are left waiting)
 //             or nan (fault_point returns true: at POINT step, the step's loss reads NaN; at a
-//             save phase, the rank's write fails as on a full disk, job/train_ckpt.h)
+//             save phase, the rank's write fails as on a full disk, job/train_ckpt.h), or miss
+//             (a CommError on this rank at once, as from a collective that met a lost peer: at
+//             POINT barrier, with another process killed there, a barrier that completed on
+//             some survivors and not on this one)
 //     RANK    world rank that faults
-//     POINT   switch (a layout switch starts), step (a training step starts), prepare (the
+//     POINT   switch (a layout switch starts), step (a training step starts), barrier (a
+//             step's commit barrier completed, its update not applied: train on
+//             torch.distributed with lost processes recovered, ZeRO 0), prepare (the
 //             background prepare of the next switch starts, train only), notices (train with
 //             notices on: a step boundary's agreement on notices starts), copied (train with
 //             --redundancy: the memory copy of a boundary is written, the step before it not yet

@@ -5,8 +5,10 @@
 // The protocol, on every survivor, after a step's collective failed (train/trainer.h: every
 // step's update waits for a barrier after its last collective, so an interrupted step is
 // applied by no survivor):
-//   1. give the generation's groups up (LostPeerSupport::abandon), so that a survivor waiting
-//      on another survivor gets its error too;
+//   1. raise the world's loss mark in the store, so that a survivor computing apart from the lost
+//      process stops its step at the next layer (job/loss_watch.h), and give the generation's
+//      groups up (LostPeerSupport::abandon), so that a survivor waiting on another survivor
+//      gets its error too;
 //   2. agree who survived through the rendezvous store (agree_survivors): world rank 0, the
 //      store's host, decides once every process has arrived or is known gone;
 //   3. build the survivors' world over the store (LostPeerSupport::members_world);

@@ -1,7 +1,8 @@
 // A lost process of `dynatrain train` on torch.distributed, recovered in place by the
 // survivors (the protocol: job/lost_peer.h). A loss is met as a CommError from a collective of
 // a step or of the boundary before it (a save, the agreement on notices, a request, a switch's
-// prepare or commit); the interrupted step, or the whole boundary, is done again. Not
+// prepare or commit), or as train::StepInterrupted in a step's compute once another survivor
+// met it (job/loss_watch.h); the interrupted step, or the whole boundary, is done again. Not
 // recovered: a loss during a commit's transfer (the state is whole in neither layout) or while
 // processes are idle outside the layout. Every survivor keeps its pid.
 #include <unistd.h>
@@ -30,7 +31,8 @@ std::optional<StepStats> TrainJob::step_or_recover() {
     watchdog_.disarm();
     recover_from_loss(e, false);
     // A survivor met the loss in the boundary (a peer's collective there completed for this
-    // process, not for it): every survivor does the boundary again, then the step.
+    // process, not for it), or completed the step after the others: every survivor does the
+    // boundary again (this process, having completed the step, the one after it), then the step.
     if (lost_.boundary_again && !boundary_or_recover()) s_.ended = true;
     return std::nullopt;
   }
@@ -44,7 +46,8 @@ bool TrainJob::boundary_or_recover() {
       return boundary();
     } catch (const CommError& e) {  // a save, the notices' agreement, a request, a prepare, a commit
       watchdog_.disarm();
-      recover_from_loss(e, true);
+      const bool completed = recover_from_loss(e, true);
+      DT_CHECK(!completed, "a step's update completed after a loss met in the boundary");
     }
   }
 }
@@ -62,6 +65,7 @@ void TrainJob::announce_if_new_world() {
   }
   lost_.world = keys;
   lost_.places.clear();
+  lost_.watch->watch(loss_mark_key(keys));
   announce_place(*lost_.store, "dynatrain/" + keys + "/places", trainer_->world().rank());
 }
 
@@ -76,7 +80,24 @@ const std::vector<ProcessPlace>& TrainJob::known_places() {
   return lost_.places;
 }
 
-void TrainJob::recover_from_loss(const CommError& error, bool in_boundary) {
+// A loss met in a step's commit barrier (the lost process died in it): the barrier completed
+// on some survivors, who applied the update and went on, and not on others, who had done every
+// collective of the step too (they were in the barrier). Those apply it now, so that every
+// survivor holds the state after the step; the leader among them reports it. Returns whether
+// this process did.
+bool TrainJob::complete_step_others_applied(comm::Transport& survivors) {
+  const std::int64_t done = trainer_->steps_done();
+  std::int64_t most = done;
+  for (const auto& [steps] : comm::all_gather_values(survivors, std::array<std::int64_t, 1>{done}))
+    most = std::max(most, steps);
+  if (most == done || !trainer_->update_ready()) return false;  // (not ready: Trainer::recover refuses)
+  const StepStats st = trainer_->apply_ready_update();
+  if (s_.leader) report_step(st);
+  ++s_.step;
+  return true;
+}
+
+bool TrainJob::recover_from_loss(const CommError& error, bool in_boundary) {
   const auto t0 = Clock::now();
   comm::Transport& old = trainer_->world();
   const int before = old.size(), me = old.rank();
@@ -90,6 +111,7 @@ void TrainJob::recover_from_loss(const CommError& error, bool in_boundary) {
   std::vector<int> members;
   double agree_s = 0, world_s = 0;
   try {
+    raise_loss_mark(*lost_.store, loss_mark_key(lost_.world));  // the survivors still computing stop
     places = known_places();
     members = agree_survivors(*lost_.store, "dynatrain/" + key, places, me, {watchdog_seconds(), 1.0});
     agree_s = seconds_since(t0);
@@ -109,9 +131,11 @@ void TrainJob::recover_from_loss(const CommError& error, bool in_boundary) {
   }
   train::Trainer::Recovery r;
   const auto tw = Clock::now();
+  bool completed = false;
   try {
     auto world = args_.lost_peer->members_world(old, key + "/world", members);
     world_s = seconds_since(tw);
+    completed = complete_step_others_applied(*world);
     r = trainer_->recover(std::move(world), to);
   } catch (const InputError& e) {
     end_after_loss(first, detail::concat("lost ", lost, ": ", e.what()));
@@ -122,16 +146,26 @@ void TrainJob::recover_from_loss(const CommError& error, bool in_boundary) {
   s_.preparing.clear();  // a switch being prepared met the loss: the next boundary prepares it again
   // The figures, max over the survivors: the pause (loss met -> state rebuilt), the agreement,
   // the survivors' world; whether any survivor met the loss in the boundary, and whether this
-  // step's save completed (world rank 0 commits it last: its word counts for every survivor).
+  // step's save completed (world rank 0 commits it last: its word counts for every survivor);
+  // how many survivors the loss's mark stopped mid-step, and how many completed the step's
+  // update after the others (sums). A survivor that completed the step goes on to the boundary
+  // after it, which the others (who met the loss there or in the step after it) do again.
   const bool saved = me == 0 && s_.saved == s_.step;
-  const std::array<double, 5> mine = {seconds_since(t0) - r.probe_s, agree_s, world_s, in_boundary ? 1.0 : 0.0,
-                                      saved ? 1.0 : 0.0};
-  std::array<double, 5> most = {0, 0, 0, 0, 0};
-  for (const auto& f : comm::all_gather_values(now, mine))
-    for (std::size_t i = 0; i < most.size(); ++i) most[i] = std::max(most[i], f[i]);
-  lost_.boundary_again = most[3] > 0;
+  const bool stopped = dynamic_cast<const train::StepInterrupted*>(&error) != nullptr;
+  const std::array<double, 7> mine = {seconds_since(t0) - r.probe_s, agree_s,           world_s,
+                                      in_boundary ? 1.0 : 0.0,       saved ? 1.0 : 0.0, stopped ? 1.0 : 0.0,
+                                      completed ? 1.0 : 0.0};
+  std::array<double, 7> most = {0, 0, 0, 0, 0, 0, 0};
+  for (const auto& f : comm::all_gather_values(now, mine)) {
+    for (std::size_t i = 0; i < 5; ++i) most[i] = std::max(most[i], f[i]);
+    most[5] += f[5];
+    most[6] += f[6];
+  }
+  lost_.boundary_again = most[3] > 0 || most[6] > 0;
   s_.saved = most[4] > 0 ? s_.step : -1;
-  if (s_.leader) report_recovery(lost, r, {most[0], most[1], most[2]});
+  if (s_.leader)
+    report_recovery(lost, r, {most[0], most[1], most[2], static_cast<int>(most[5]), static_cast<int>(most[6])});
+  return completed;
 }
 
 // The store did not answer: its host, world rank 0, is lost (maybe with its node). One line from

@@ -105,16 +105,26 @@ nlohmann::json switch_record(std::int64_t step, const SwitchStats& s, double p2p
 void TrainJob::report_recovery(const std::string& lost, const Trainer::Recovery& r, const RecoveryTimes& t) {
   const SwitchStats& sw = r.stats;
   const double groups = t.world_s + r.groups_s, bound = groups + sw.exchange_s;
+  const std::string stopped =
+      t.stopped > 0 ? detail::concat(", ", t.stopped, t.stopped == 1 ? " survivor" : " survivors", " stopped mid-step")
+                    : "";
+  const std::string completed =
+      t.completed > 0 ? detail::concat("; step ", s_.step - 1, "'s update completed on ", t.completed,
+                                       t.completed == 1 ? " survivor" : " survivors", " whose barrier met the loss")
+                      : "";
   std::printf(
-      "recovery: lost %s; %s -> %s on %d processes after a %.3f s pause (agree %.3f s, groups %.3f s, "
-      "memory %.3f s for %s, move %.3f s, %s received); step %lld again\n",
-      lost.c_str(), sw.from.c_str(), sw.to.c_str(), sw.world_after, t.pause_s, t.agree_s, groups, r.prefault_s,
-      format_bytes(static_cast<double>(sw.prefaulted_bytes)).c_str(), sw.total_s,
-      format_bytes(static_cast<double>(sw.max_bytes_received)).c_str(), static_cast<long long>(s_.step));
+      "recovery: lost %s; %s -> %s on %d processes after a %.3f s pause (agree %.3f s%s, groups %.3f s, "
+      "memory %.3f s for %s, move %.3f s, %s received)%s; step %lld again\n",
+      lost.c_str(), sw.from.c_str(), sw.to.c_str(), sw.world_after, t.pause_s, t.agree_s, stopped.c_str(), groups,
+      r.prefault_s, format_bytes(static_cast<double>(sw.prefaulted_bytes)).c_str(), sw.total_s,
+      format_bytes(static_cast<double>(sw.max_bytes_received)).c_str(), completed.c_str(),
+      static_cast<long long>(s_.step));
   nlohmann::json j = switch_record(s_.step, sw, s_.ls.p2p_bytes_per_s);
   j["recovery"] = {{"lost", lost},
                    {"pause_s", t.pause_s},
                    {"agree_s", t.agree_s},
+                   {"stopped_mid_step", t.stopped},
+                   {"completed_step", t.completed},
                    {"world_s", t.world_s},
                    {"groups_s", r.groups_s},
                    {"memory_s", r.prefault_s},

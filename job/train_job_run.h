@@ -12,6 +12,7 @@
 // leave waiting; only the leader (world rank 0 of the current world) writes the files.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <fstream>
 #include <map>
@@ -25,6 +26,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "job/job_control.h"
+#include "job/loss_watch.h"
 #include "job/progress_record.h"
 #include "job/memory_copy.h"
 #include "job/notice.h"
@@ -73,11 +75,15 @@ class TrainJob {
   void announce_if_new_world();
   const std::vector<ProcessPlace>& known_places();
   // `in_boundary`: the loss was met in the boundary before the step (else in the step).
-  void recover_from_loss(const CommError& error, bool in_boundary);
+  // Returns whether this process completed the interrupted step's update after the others.
+  bool recover_from_loss(const CommError& error, bool in_boundary);
+  bool complete_step_others_applied(comm::Transport& survivors);
   [[noreturn]] void end_store_lost(const std::vector<ProcessPlace>& places, int me, const CommError& error);
   [[noreturn]] void end_after_loss(bool first, const std::string& why);
   struct RecoveryTimes {
     double pause_s, agree_s, world_s;  // max over the survivors
+    int stopped = 0;                   // survivors whose step the loss's mark stopped (job/loss_watch.h)
+    int completed = 0;                 // survivors that completed the step's update after the others
   };
   void report_recovery(const std::string& lost, const train::Trainer::Recovery& r, const RecoveryTimes& t);
 
@@ -149,6 +155,8 @@ class TrainJob {
     std::string world;                      // keys of the world this process last announced in
     bool boundary_again = false;            // the last recovery: a survivor met the loss in the boundary
     std::vector<ProcessPlace> places;       // that world's, read once every process announced
+    std::atomic<bool> interrupt{false};     // the trainer's (TrainerOptions::interrupt), raised by:
+    std::unique_ptr<LossWatch> watch;       // the watcher of the world's loss mark (destroyed first)
   } lost_;
   JobControl control_{args_.job};  // the scheduler protocol (--job DIR), on the leader
   Watchdog watchdog_;

@@ -114,6 +114,10 @@ void TrainJob::build_options() {
   o_.bucket_elems = args_.bucket_elems;
   o_.launcher = args_.launcher;
   o_.commit_barrier = args_.lost_peer != nullptr;  // a lost process is recovered: no half-applied step
+  if (args_.lost_peer) {
+    o_.interrupt = &lost_.interrupt;  // its survivors stop computing when one meets it
+    o_.after_commit_barrier = [this] { fault_point("barrier", trainer_->world().rank()); };
+  }
   o_.lookahead = args_.lookahead;
   o_.align_pages = args_.align_pages;
   o_.bf16 = args_.bf16;
@@ -230,8 +234,10 @@ void TrainJob::start_trainer(std::unique_ptr<comm::Transport> joined_world, std:
   switch_deadline_ = switch_timeout_seconds(16 * static_cast<std::uint64_t>(model_parameters(o_.model)));
   s_.next = first_layout;
   s_.step = s_.first_step;
-  if (args_.lost_peer)  // before any loss: the store's host may be lost later (a joiner's: the job's store)
+  if (args_.lost_peer) {  // before any loss: the store's host may be lost later (a joiner's: the job's store)
     lost_.store = args_.lost_peer->store(trainer_->world());
+    lost_.watch = std::make_unique<LossWatch>(args_.lost_peer->store(trainer_->world()), lost_.interrupt);
+  }
 }
 
 }  // namespace dynatrain::job

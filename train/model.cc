@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "train/context_parallel.h"
+#include "train/interrupt.h"
 
 namespace dynatrain::train {
 
@@ -397,6 +398,23 @@ Tensor embed_forward(const StageModel& m, const ModelComms& c, const Tensor& tok
   return reduce_from_tp(e, c);
 }
 
+// Throws StepInterrupted when c.interrupt is raised, here and when the backward reaches x.
+Tensor interruption_point(const Tensor& x, const ModelComms& c) {
+  const std::atomic<bool>* flag = c.interrupt;
+  if (flag == nullptr) return x;
+  auto check = [flag] {
+    if (flag->load(std::memory_order_relaxed))
+      throw StepInterrupted("step abandoned: another process met a lost peer (job/loss_watch.h)");
+  };
+  check();
+  if (x.requires_grad())
+    x.register_hook([check](const Tensor& grad) {
+      check();
+      return grad;
+    });
+  return x;
+}
+
 Tensor layers_forward(const StageModel& m, const ModelComms& c, Tensor x) {
   const std::int64_t s = x.size(1), d = m.spec.head_dim;
   auto [cos, sin] = rope_tables(c, s, d);  // [s, d/2]
@@ -409,6 +427,7 @@ Tensor layers_forward(const StageModel& m, const ModelComms& c, Tensor x) {
     mask = torch::tensor(keys, torch::kLong).unsqueeze(0) > local_positions(c, s).to(torch::kLong).unsqueeze(1);
   }
   for (const auto& w : m.layers) {
+    x = interruption_point(x, c);
     x = x + attention(w, m.spec, c, x, cos, sin, mask);
     x = x + (w.router.defined() ? moe_mlp(w, m.spec, c, x) : dense_mlp(w, c, x));
   }

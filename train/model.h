@@ -26,6 +26,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <vector>
 
 #include "comm/transport.h"
@@ -43,6 +44,9 @@ struct ModelComms {
   int tp_size = 1, tp_rank = 0;
   int ep_size = 1, ep_rank = 0;
   int etp_size = 1;
+  // When raised, the forward and backward throw StepInterrupted at the next layer
+  // (TrainerOptions::interrupt).
+  const std::atomic<bool>* interrupt = nullptr;
 };
 
 struct LayerWeights {

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "comm/transport.h"
 #include "edm/launcher.h"
 #include "exec/engine.h"
+#include "train/interrupt.h"
 #include "train/state.h"
 #include "vps/layout.h"
 #include "vps/model_spec.h"
@@ -87,6 +89,12 @@ struct TrainerOptions {
   // collective (at ZeRO 0 the gradients of every bucket are reduced first), so a process lost
   // during a step leaves every survivor's state as it was before it (recover() below).
   bool commit_barrier = false;
+  // Test hook: called after a step's commit barrier, before its update (fault injection).
+  std::function<void()> after_commit_barrier;
+  // Raised by another thread to abandon the step in progress (a peer was lost: job/loss_watch.h):
+  // its forward and backward throw StepInterrupted (train/interrupt.h) at the next layer, before
+  // any update.
+  const std::atomic<bool>* interrupt = nullptr;
   // State kinds a resume will load right after construction (a checkpoint's kinds, and param
   // where the resume rebuilds it from master: params_from_master): the per-element weight init
   // of these kinds is skipped (they are only zeroed), since the load overwrites every element
@@ -247,8 +255,8 @@ class Trainer {
   // rank of, moves into layout `to` (at most survivors' size ranks) from what the survivors
   // hold. The step and data cursor stay: the interrupted step is done again. InputError naming
   // the boxes when the lost processes held the only copy of some (ZeRO shards, tp or pp pieces
-  // without a dp replica), or when the survivors are not at one step (the loss came as a step's
-  // update was applied by some of them). Returns the move's figures as a switch's (max over the
+  // without a dp replica), or when the survivors are not at one step (some applied a step's
+  // update that others cannot: apply_ready_update first, where they can). Returns the move's figures as a switch's (max over the
   // survivors; the probe's too, when one is set), the seconds spent building the survivors'
   // groups of `to` and making the memory the rebuild adds resident (max over them), and this
   // process's seconds in the probe (outside the pause, as for a switch).
@@ -257,6 +265,12 @@ class Trainer {
     double groups_s = 0, prefault_s = 0, probe_s = 0;
   };
   Recovery recover(std::unique_ptr<comm::Transport> survivors, const vps::ParallelConfig& to);
+  // A lost process met in a step's commit barrier (TrainerOptions::commit_barrier, ZeRO 0): the
+  // barrier may have completed on other survivors, who applied the update. update_ready():
+  // whether this process did every collective of its last step and only the update is left;
+  // apply_ready_update() applies it as the barrier's end would have, and counts the step.
+  bool update_ready() const;
+  StepStats apply_ready_update();
   // False from the start of a commit's (or a recovery's) transfer until its new layout is
   // adopted: an error in between leaves the state in neither layout whole, so no recovery.
   bool state_intact() const;

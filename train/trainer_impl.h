@@ -18,9 +18,11 @@
 #include <atomic>
 #include <type_traits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "edm/device_manager.h"
 #include "exec/pool_allocator.h"
 #include "plan/placement.h"
@@ -124,6 +126,13 @@ struct Trainer::Impl {
   int lookahead_used = 0;
   std::atomic<std::uint64_t> switch_progress{0};  // Trainer::switch_progress
   double last_step_s = 0;
+  // Set while a step's every collective is done and only its update is left (commit barrier,
+  // ZeRO 0: from before the barrier to the update's end): what apply_ready_update needs.
+  struct ReadyUpdate {
+    float loss = 0;
+    Clock::time_point t0;
+  };
+  std::optional<ReadyUpdate> ready_update;
   StageModel model;
   ModelComms comms;
   std::vector<std::int64_t> stage_offsets;
@@ -172,7 +181,9 @@ struct Trainer::Impl {
   void zero_grads();
   void gather_params();
   void adam(float* master, float* m, float* v, const float* g, std::int64_t n) const;
-  void optimizer_step();
+  void optimizer_step(float loss, Clock::time_point t0);
+  void apply_update(bool reduced);
+  StepStats step_done(float loss, Clock::time_point t0);
   void step_bucket(const vps::LocalBuffer& pb, std::vector<float>& scratch, std::vector<std::uint16_t>& scratch16,
                    bool reduced);
   void reduce_full_grad(const vps::LocalBuffer& pb);

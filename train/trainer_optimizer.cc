@@ -59,20 +59,31 @@ void Trainer::Impl::adam(float* master, float* m, float* v, const float* g, std:
 //           forward gathers, gather_params()).
 // "params = master" is a copy in fp32 and a rounding to bf16 with --bf16 (at ZeRO-1/2 the
 // rounded shard is what the all-gather moves: half the bytes).
-void Trainer::Impl::optimizer_step() {
-  std::vector<float> scratch;
-  std::vector<std::uint16_t> scratch16;
+// With the commit barrier at ZeRO 0 the update is local: once the barrier is entered it is
+// ready (ready_update), and a process whose barrier met a lost peer that others' barriers did
+// not can still apply it (Trainer::apply_ready_update).
+void Trainer::Impl::optimizer_step(float loss, Clock::time_point t0) {
   bool reduced = false;
   if (opt.commit_barrier) {  // every collective of the step, then the barrier, then the update
     if (cfg().zero == 0) {
       for (const auto& pb : rank_layout.buffers)
         if (pb.kind == StateKind::kParam) reduce_full_grad(pb);
       reduced = true;
+      ready_update = ReadyUpdate{loss, t0};
     }
     active_g->barrier();
+    if (opt.after_commit_barrier) opt.after_commit_barrier();
   }
+  apply_update(reduced);
+}
+
+// Adam on every bucket (`reduced`: the full gradients are summed over dp already).
+void Trainer::Impl::apply_update(bool reduced) {
+  std::vector<float> scratch;
+  std::vector<std::uint16_t> scratch16;
   for (const auto& pb : rank_layout.buffers)
     if (pb.kind == StateKind::kParam) step_bucket(pb, scratch, scratch16, reduced);
+  ready_update.reset();
 }
 
 // ZeRO 0: the bucket's gradient summed over its dp group, in place.

@@ -2,7 +2,8 @@
 // replaces the broken one, and one planned switch rebuilds the current layout's state in the
 // survivors' layout from what they hold (the lost processes hold nothing:
 // plan::SwitchPlacement::lost). Invariant: the step and the data cursor do not change (the
-// interrupted step was applied by no survivor: TrainerOptions::commit_barrier).
+// interrupted step was applied by every survivor or by none: TrainerOptions::commit_barrier,
+// and apply_ready_update for a survivor whose barrier alone met the loss).
 #include <algorithm>
 #include <array>
 
@@ -98,6 +99,7 @@ Trainer::Recovery Trainer::recover(std::unique_ptr<comm::Transport> survivors, c
   vps::ParallelConfig next = to;
   check_supported(im.opt, next);
   DT_CHECK(next.world_size() <= survivors->size(), "layout ", next.str(), " for ", survivors->size(), " survivors");
+  im.ready_update.reset();  // the survivors agreed on the step: its update is applied or not
   const std::vector<int> held = held_ranks(*survivors, im.layout_rank, im.step);
   edm::Prepared p;
   p.config = next;
@@ -136,5 +138,15 @@ Trainer::Recovery Trainer::recover(std::unique_ptr<comm::Transport> survivors, c
 }
 
 bool Trainer::state_intact() const { return !impl_->moving; }
+
+bool Trainer::update_ready() const { return impl_->ready_update.has_value(); }
+
+StepStats Trainer::apply_ready_update() {
+  Impl& im = *impl_;
+  DT_CHECK(im.ready_update.has_value(), "apply_ready_update() without a step whose update is ready");
+  const Impl::ReadyUpdate u = *im.ready_update;
+  im.apply_update(true);
+  return im.step_done(u.loss, u.t0);
+}
 
 }  // namespace dynatrain::train

@@ -198,12 +198,18 @@ void Trainer::Impl::reduce_tp_partial_grads() {
 StepStats Trainer::Impl::do_step() {
   DT_CHECK(rc.active, "step() called on rank ", world().rank(), " outside layout ", cfg().str());
   const auto t0 = Clock::now();
+  ready_update.reset();  // (one a loss left behind: the step is done again)
   zero_grads();
   gather_params();
   float loss = static_cast<float>(run_microbatches(nullptr));
   reduce_tp_partial_grads();
   active_g->all_reduce_sum(&loss, 1);  // before the update: see TrainerOptions::commit_barrier
-  optimizer_step();
+  optimizer_step(loss, t0);
+  return step_done(loss, t0);
+}
+
+// The step counted: its figures, the data cursor and the step counter moved on.
+StepStats Trainer::Impl::step_done(float loss, Clock::time_point t0) {
   StepStats st;
   st.step = step;
   st.loss = loss;

@@ -97,6 +97,7 @@ void Trainer::Impl::use_model_groups() {
   comms.cp = c.cp > 1 ? cp_g : nullptr;
   comms.cp_size = c.cp;
   comms.cp_rank = rc.cp;
+  comms.interrupt = opt.interrupt;
 }
 
 const vps::LocalBuffer& Trainer::Impl::buffer(StateKind kind, bool expert, std::int32_t bucket) const {

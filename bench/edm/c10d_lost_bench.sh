@@ -5,7 +5,8 @@
 #   kill -> resumed: the stamp the killed process wrote just before its SIGKILL to the moment
 #     the recovery line reached the launcher's stdout (the survivors then do the step again);
 #   pause: each survivor's error (the collective that met the loss) to its state rebuilt, the
-#     largest; with its parts: agree (through the store), groups (the survivors' world and the
+#     largest; with its parts: agree (through the store; stopped mid-step: the survivors whose
+#     compute the loss's mark stopped, job/loss_watch.h), groups (the survivors' world and the
 #     new layout's groups), move (the planned switch from the replicas);
 #   memory: making resident the memory the rebuild adds to a survivor (from a tp shard to a
 #     whole replica: no prepare ran ahead); the machine's rate for fresh memory is measured at
@@ -48,6 +49,7 @@ rec = next(r for r in json.load(open(base + ".json"))["switches"] if "recovery" 
 r = rec["recovery"]
 net = r['pause_s'] - r['memory_s']
 print(f"| {name} | {rec['from']} -> {rec['to']} | {resumed - killed:.3f} | {r['pause_s']:.3f} | {r['agree_s']:.3f} | "
+      f"{r.get('stopped_mid_step', 0)} | "
       f"{r['world_s'] + r['groups_s']:.3f} | {r['memory_s']:.3f} ({r['memory_bytes'] / 1e9:.2f} GB) | "
       f"{r['move_s']:.3f} | {rec['max_bytes_received'] / 1e6:.1f} | {rec['exchange_s']:.4f} | {r['bound_s']:.3f} | "
       f"{r['pause_over_bound']:.1f}x | {net / r['bound_s']:.1f}x | {(net - r['agree_s']) / r['bound_s']:.1f}x |")
@@ -56,8 +58,8 @@ PY
 
 echo "Load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| case | recovery | kill -> resumed s | pause s | agree s | groups s | memory s | move s | MB received (busiest) | bare exchange s | bound s | pause / bound | (pause - memory) / bound | (pause - memory - agree) / bound |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| case | recovery | kill -> resumed s | pause s | agree s | stopped mid-step | groups s | memory s | move s | MB received (busiest) | bare exchange s | bound s | pause / bound | (pause - memory) / bound | (pause - memory - agree) / bound |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for n in $(seq "$REPEAT"); do
   run_case demo-dp "$n" tiny-dense "0:dp=4,zero=0" kill:2:step:30:5 24 64 8
   run_case demo-tp "$n" tiny-dense "0:tp=2,dp=2,zero=0" kill:3:step:30:5 24 64 8

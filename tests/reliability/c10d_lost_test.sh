@@ -5,14 +5,19 @@
 # processes, 16 steps, ZeRO 0 (every state replicated over dp); each case against the
 # uninterrupted run of its first layout:
 #  1. dp=4: rank 2 SIGKILLs itself as step 5 starts (DT_FAULT delay 0: the others meet the loss
-#     in step 5's collectives; a delay into the step could land, on a fast machine, between the
-#     step's commit barrier and its update, which is refused by design: docs/reliability.md):
-#     one recovery line, dp=3 from step 5, the 3 survivors keep their pids;
+#     in step 5's collectives): one recovery line, dp=3 from step 5, the 3 survivors keep their
+#     pids;
 #  2. tp=2,dp=2: rank 3 killed the same (its tp peer meets the loss in the forward's collective);
+#  2b. the same with steps of about a second: ranks 0 and 1, which share no group with rank 3
+#     until the step's gradient reduction, stop their compute at the next layer once rank 2
+#     raised the loss's mark (job/loss_watch.h), and the recovery line counts them;
 #  3. dp=4: rank 2 killed as in 1, then the process of rank 3 killed from outside: two
 #     recoveries (4 -> 3 -> 2 processes);
 #  4. a switch prepared ahead (dp=4 -> tp=2 before step 8) when the loss comes: prepared again
 #     in the survivors' world and committed at its step;
+#  4b. rank 2 lost once step 4's commit barrier completed on it, while the barrier of rank 1 (then
+#     of rank 0, the leader) met the loss instead: the others applied step 4, and that survivor
+#     completes it in the recovery (no survivor behind the others);
 #  5. tp=2,pp=2 (no replica of a rank's state): refused with one line naming the boxes, exit 1;
 #  6. the store's host (world rank 0) lost: one line naming the store, exit 1;
 #  7. under `dynatrain launch` without --keep-going the launcher ends the job as before (137).
@@ -60,6 +65,19 @@ finish tp 0
 at=$(recovered tp 3 4)
 check_csv tp "0:4,$at:3" cont_tp
 
+echo "2b. tp=2,dp=2, steps of about a second: the pair apart from the lost rank stops mid-step"
+small=("${common[@]}") small_steps=$steps
+common=(--model tiny-dense --data "$data" --global-batch 48 --seq 128 --threads 1)
+steps=4
+run cont_long 4 "0:tp=2,dp=2,zero=0"
+finish cont_long 0
+run long 4 "0:tp=2,dp=2,zero=0" DT_FAULT=kill:3:step:0:2 DT_FAULT_STAMP="$tmp/long.stamp" --
+finish long 0
+at=$(recovered long 3 4)
+expect_line long "^recovery: .*(agree [0-9.]* s, [12] survivors\\? stopped mid-step, " "ranks 0 and 1 computed their step to its end"
+check_csv long "0:4,$at:3" cont_long
+common=("${small[@]}") steps=$small_steps
+
 echo "3. two losses: rank 2 during step 5, then the process of rank 3 from outside"
 run two 4 "0:dp=4,zero=0" DT_FAULT=kill:2:step:0:5 DT_FAULT_STAMP="$tmp/two.stamp" --
 wait_for_step two 7
@@ -74,6 +92,19 @@ finish ahead 0
 at=$(recovered ahead 2 4)
 expect_line ahead "^switch before step 8: tp=1,pp=1,dp=3,zero=0 -> tp=2,pp=1,dp=1,zero=0  processes 3 -> 2 " "the scheduled switch did not follow the recovery"
 check_csv ahead "0:4,$at:3,8:2"
+
+echo "4b. a loss in a step's commit barrier that completed on some survivors only"
+# Rank 2 dies once step 4's barrier has completed on it; rank R's barrier reports the loss
+# instead of completing (DT_FAULT miss), as when the lost process died midway through the
+# barrier's messages: the others applied step 4, R completes it in the recovery.
+for R in 1 0; do  # R = 0: the leader, which then reports step 4 itself
+  run "split$R" 4 "0:dp=4,zero=0" DT_FAULT="kill:2:barrier:0:4,miss:$R:barrier:0:4" DT_FAULT_STAMP="$tmp/split$R.stamp" --
+  finish "split$R" 0
+  at=$(recovered "split$R" 2 4)
+  ((at == 5)) || fail "split$R: recovered before step $at, not 5"
+  expect_line "split$R" "; step 4's update completed on 1 survivor whose barrier met the loss; step 5 again$" "no line for the step completed"
+  check_csv "split$R" "0:4,5:3"
+done
 
 echo "5. tp=2,pp=2: no replica of the lost rank's state"
 run alone 4 "0:tp=2,pp=2,zero=0" DT_FAULT=kill:1:step:0:5 DT_FAULT_STAMP="$tmp/alone.stamp" --
