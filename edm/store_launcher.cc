@@ -1,10 +1,7 @@
 #include "edm/store_launcher.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/port.h"
 #include "edm/own_command.h"
 
 extern char** environ;
@@ -50,22 +48,6 @@ Offer parse_offer(const std::string& text) {
   return o;
 }
 
-// A free TCP port on 127.0.0.1 (the joiners' own world meets there), 0 when none.
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
-
 // This environment with `set` replacing (or adding) its variables.
 std::vector<std::string> environment_with(const std::vector<std::pair<std::string, std::string>>& set) {
   std::vector<std::string> out;
@@ -84,8 +66,8 @@ std::vector<std::string> environment_with(const std::vector<std::pair<std::strin
 // (a world of their own among them). Throws LaunchRefused naming why nothing was started.
 std::vector<pid_t> start_joiners(int count, const std::string& address, const std::string& executable) {
   const std::string exe = executable.empty() ? self_executable() : executable;
-  const int port = free_port();
-  if (exe.empty() || port == 0) throw LaunchRefused(refusal_head(count) + "no executable or no free port on this host");
+  const int port = probe_port(0);  // on 127.0.0.1: the joiners' own world meets there
+  if (exe.empty() || port <= 0) throw LaunchRefused(refusal_head(count) + "no executable or no free port on this host");
   std::vector<std::string> args = own_arguments();
   args.insert(args.begin(), exe);
   std::vector<char*> argv;

@@ -18,10 +18,7 @@
 // With --nnodes M --node-rank R --master-addr HOST one launcher runs on each of M nodes: node R's
 // N processes are global ranks R*N .. R*N+N-1 of M*N, meeting at HOST:--master-port (node 0's
 // rank 0 hosts the store there).
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +31,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/port.h"
 #include "job/lost_peer.h"
 #include "job/notice.h"
 #include "tools/commands.h"
@@ -45,26 +43,6 @@ namespace {
 
 volatile sig_atomic_t g_stop_signal = 0;
 void on_stop(int sig) { g_stop_signal = sig; }
-
-// Binds 127.0.0.1:port (every address with `any`; 0: any free port) and returns the port, or -1
-// with errno set.
-int probe_port(int port, bool any = false) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(any ? INADDR_ANY : INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  socklen_t len = sizeof addr;
-  int got = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    got = ntohs(addr.sin_port);
-  const int saved = errno;
-  close(fd);
-  errno = saved;
-  return got;
-}
 
 // What one launcher's processes are: ranks first_rank .. first_rank + np - 1 of world, on node
 // node_rank, meeting at addr:port.
