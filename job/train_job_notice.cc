@@ -68,6 +68,9 @@ bool TrainJob::act_on_notices() {
                    args_.save_dir.empty() ? "no --save, nothing saved"
                                           : detail::concat("saved checkpoint of step ", s_.step).c_str());
     std::fflush(stderr);
+    // The others end only once the leader's lines are out: mpirun ends every process as soon as
+    // one exits non-zero, and would cut the leader's lines on a loaded machine.
+    trainer_->world().barrier();
     s_.notice_exit = 128 + args_.notice.signal;
     return false;
   }
