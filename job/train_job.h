@@ -73,6 +73,9 @@ struct TrainArgs {
   // --redundancy R (job/memory_copy.h): 0, or copies of the state kept in shared memory at every
   // step boundary for the supervisor's restart: 1 (this node's), 2 (and a buddy's of each rank).
   int redundancy = 0;
+  // --recovery-reserve: with lost processes recovered in place (lost_peer), each process keeps
+  // resident the memory a recovery from one more loss would add to it (job/train_job_recover.cc).
+  bool recovery_reserve = false;
 };
 
 // Parses a --schedule string; throws InputError naming the bad entry.

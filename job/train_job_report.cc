@@ -142,6 +142,7 @@ bool TrainJob::after_commit(const SwitchStats& sw) {
   if (!trainer_->left()) {
     note_world_after_switch(trainer_->world());  // failure lines name world ranks
     note_layout_for_notices();
+    reserve_for_recovery();
   }
   const bool leads = !trainer_->left() && trainer_->world().rank() == 0;
   if (!leads)

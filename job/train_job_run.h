@@ -78,6 +78,7 @@ class TrainJob {
   // Returns whether this process completed the interrupted step's update after the others.
   bool recover_from_loss(const CommError& error, bool in_boundary);
   bool complete_step_others_applied(comm::Transport& survivors);
+  void reserve_for_recovery();
   [[noreturn]] void end_store_lost(const std::vector<ProcessPlace>& places, int me, const CommError& error);
   [[noreturn]] void end_after_loss(bool first, const std::string& why);
   struct RecoveryTimes {
@@ -155,6 +156,7 @@ class TrainJob {
     std::string world;                      // keys of the world this process last announced in
     bool boundary_again = false;            // the last recovery: a survivor met the loss in the boundary
     std::vector<ProcessPlace> places;       // that world's, read once every process announced
+    bool reserved_once = false;             // --recovery-reserve made its first reserve
     std::atomic<bool> interrupt{false};     // the trainer's (TrainerOptions::interrupt), raised by:
     std::unique_ptr<LossWatch> watch;       // the watcher of the world's loss mark (destroyed first)
   } lost_;

@@ -47,6 +47,11 @@ int default_threads() {
 // Every check that can refuse the run comes before the first file is opened or the first
 // collective runs, raised alike on every rank.
 bool TrainJob::set_up() {
+  if (args_.recovery_reserve && !args_.lost_peer)
+    throw InputError(
+        "--recovery-reserve keeps memory for recovering a lost process in place, which needs a job on "
+        "torch.distributed whose launcher lets the survivors go on (dynatrain launch --keep-going, torchrun); "
+        "this job ends when a process is lost");
   build_options();
   load_schedule();
   // This machine's memory rates (the keep path's choice, exec/machine_rates.h) are measured
@@ -238,6 +243,7 @@ void TrainJob::start_trainer(std::unique_ptr<comm::Transport> joined_world, std:
     lost_.store = args_.lost_peer->store(trainer_->world());
     lost_.watch = std::make_unique<LossWatch>(args_.lost_peer->store(trainer_->world()), lost_.interrupt);
   }
+  reserve_for_recovery();
 }
 
 }  // namespace dynatrain::job

@@ -271,6 +271,11 @@ class Trainer {
   // apply_ready_update() applies it as the barrier's end would have, and counts the step.
   bool update_ready() const;
   StepStats apply_ready_update();
+  // Makes resident, and keeps in the pool for the next switch or recovery, the memory a move of
+  // the state into `next` could add to this process: max(0, the largest rank's state there - this
+  // rank's state now) + the engine's staging (its budget, or both states' bytes if less). Returns the bytes made resident now (0
+  // when the pool held them already). Local; no collective.
+  std::size_t reserve_for(const vps::ParallelConfig& next);
   // False from the start of a commit's (or a recovery's) transfer until its new layout is
   // adopted: an error in between leaves the state in neither layout whole, so no recovery.
   bool state_intact() const;

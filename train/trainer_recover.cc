@@ -141,6 +141,17 @@ bool Trainer::state_intact() const { return !impl_->moving; }
 
 bool Trainer::update_ready() const { return impl_->ready_update.has_value(); }
 
+std::size_t Trainer::reserve_for(const vps::ParallelConfig& next) {
+  Impl& im = *impl_;
+  const auto dst = im.make_layout(next);
+  std::size_t most = 0;
+  for (int r = 0; r < next.world_size(); ++r) most = std::max(most, state_bytes(dst->rank_layout(r), im.elem()));
+  const std::size_t src = state_bytes(im.rank_layout, im.elem());
+  // (prefault_for's staging: the budget, or the bytes the move sends and receives if fewer)
+  const std::size_t staging = std::min<std::size_t>(exec::TransitionOptions{}.mem_budget, most + src);
+  return im.pool.prefault((most > src ? most - src : 0) + staging);
+}
+
 StepStats Trainer::apply_ready_update() {
   Impl& im = *impl_;
   DT_CHECK(im.ready_update.has_value(), "apply_ready_update() without a step whose update is ready");

@@ -18,7 +18,8 @@
 # Cases: the demo's model (tiny-dense, the demo's batch), dp=4 (every survivor holds a whole
 # replica: nothing moves) and tp=2,dp=2 (the lost rank's tp peer rebuilds from the other pair);
 # and GB scale, the llama-style 133M model in tp=2,dp=2 (1.6 GB of fp32 master and moments a
-# replica): the survivors in dp=3 each receive the half of the model they lacked.
+# replica): the survivors in dp=3 each receive the half of the model they lacked; and the same
+# with --recovery-reserve (the memory the rebuild adds kept resident from the start).
 # Run under `flock /tmp/dt-bench.lock` on a shared machine.
 # Usage: bench/edm/c10d_lost_bench.sh [BUILD_DIR] [OUT_DIR] [REPEAT]
 #        (refreshes bench/results/c10d-lost-cli.md)
@@ -32,12 +33,12 @@ BIN="$BUILD/dynatrain"
 source "$HERE/../results.sh"
 results_begin c10d-lost-cli markdown "$0 $*"
 
-run_case() {  # NAME RUN MODEL SCHEDULE KILL BATCH SEQ STEPS: one run, one table row
-  local name=$1 n=$2 model=$3 schedule=$4 kill=$5 batch=$6 seq=$7 steps=$8 base="$OUT/$1-$2"
+run_case() {  # NAME RUN MODEL SCHEDULE KILL BATCH SEQ STEPS [TRAIN FLAG]: one run, one table row
+  local name=$1 n=$2 model=$3 schedule=$4 kill=$5 batch=$6 seq=$7 steps=$8 base="$OUT/$1-$2" extra=("${@:9}")
   rm -f "$base.stamp"
   DT_FAULT=$kill DT_FAULT_STAMP="$base.stamp" "$BIN" launch --np 4 --port 0 --keep-going -- "$BIN" train \
     --model "$model" --global-batch "$batch" --seq "$seq" --steps "$steps" --threads 1 --schedule "$schedule" \
-    --json "$base.json" 2>"$base.err" |
+    --json "$base.json" "${extra[@]}" 2>"$base.err" |
     while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done >"$base.log"
   grep -q " recovery: " "$base.log" || { cat "$base.log" "$base.err"; echo "$name: no recovery"; exit 1; }
   python3 - "$name" "$base" <<'PY'
@@ -66,6 +67,9 @@ for n in $(seq "$REPEAT"); do
 done
 for n in $(seq "$REPEAT"); do
   run_case 133M-tp "$n" "$HERE/llama-133m.json" "0:tp=2,dp=2,zero=0" kill:3:step:30:2 12 32 4
+done
+for n in $(seq "$REPEAT"); do
+  run_case 133M-tp-reserve "$n" "$HERE/llama-133m.json" "0:tp=2,dp=2,zero=0" kill:3:step:30:2 12 32 4 --recovery-reserve
 done
 echo
 # The machine's floor for the memory a rebuild adds: 512 MiB never touched by this process made

@@ -252,6 +252,7 @@ if [[ $with_train == 1 ]]; then
   bad 1 "--max-restarts needs --np N" -- "${D[@]}" --steps 2 --max-restarts 1 --save "$tmp/sv"
   bad 1 "--np: 0 is out of range" -- "${D[@]}" --steps 2 --max-restarts 1 --np 0 --save "$tmp/sv"
   bad 1 "--max-restarts needs --save DIR" -- "${D[@]}" --steps 2 --max-restarts 1 --np 2
+  bad 1 "--recovery-reserve keeps memory for recovering a lost process in place" -- "${D[@]}" --steps 2 --recovery-reserve
   bad 1 "cannot run '/nonexistent/mpirun'" -- "${D[@]}" --steps 2 --max-restarts 1 --np 2 --save "$tmp/sv" --mpirun /nonexistent/mpirun
   bad 2 "--np starts mpirun itself: run \`dynatrain train --np 2 ...\` without mpirun in front" -- "${D[@]}" --steps 2 --max-restarts 1 --np 2 --save "$tmp/sv"
   bad 2 "--np starts mpirun itself" -- "${D[@]}" --steps 2 --np 2

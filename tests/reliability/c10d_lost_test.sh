@@ -8,6 +8,8 @@
 #     in step 5's collectives): one recovery line, dp=3 from step 5, the 3 survivors keep their
 #     pids;
 #  2. tp=2,dp=2: rank 3 killed the same (its tp peer meets the loss in the forward's collective);
+#  2c. the same with --recovery-reserve: the memory the rebuild adds was made resident at the
+#     start (one line), the recovery makes none ("memory ... for 0 B");
 #  2b. the same with steps of about a second: ranks 0 and 1, which share no group with rank 3
 #     until the step's gradient reduction, stop their compute at the next layer once rank 2
 #     raised the loss's mark (job/loss_watch.h), and the recovery line counts them;
@@ -64,6 +66,14 @@ run tp 4 "0:tp=2,dp=2,zero=0" DT_FAULT=kill:3:step:0:5 DT_FAULT_STAMP="$tmp/tp.s
 finish tp 0
 at=$(recovered tp 3 4)
 check_csv tp "0:4,$at:3" cont_tp
+
+echo "2c. --recovery-reserve: the rebuild takes memory kept resident, none fresh"
+run reserve 4 "0:tp=2,dp=2,zero=0" DT_FAULT=kill:3:step:0:5 DT_FAULT_STAMP="$tmp/reserve.stamp" -- --recovery-reserve
+finish reserve 0
+expect_line reserve "^recovery reserve: .* made resident in [0-9.]* s on rank 0 for a loss into tp=1,pp=1,dp=3,zero=0$" "no reserve line"
+expect_line reserve "^recovery: lost rank 3 .*, memory [0-9.]* s for 0 B, " "the recovery made fresh memory resident"
+at=$(recovered reserve 3 4)
+check_csv reserve "0:4,$at:3" cont_tp
 
 echo "2b. tp=2,dp=2, steps of about a second: the pair apart from the lost rank stops mid-step"
 small=("${common[@]}") small_steps=$steps
