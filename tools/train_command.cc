@@ -113,9 +113,9 @@ CLI::Option* add_recovery_flags(CLI::App* cmd, job::TrainArgs& args, job::Superv
       ->check(whole_number_in(0, 2))
       ->capture_default_str();
   cmd->add_flag("--recovery-reserve", args.recovery_reserve,
-               "On torch.distributed with lost processes recovered in place (dynatrain launch --keep-going): "
-               "each process keeps resident the memory a recovery from one more loss would add to it, so the "
-               "recovery does not wait for fresh memory (it costs that memory for the whole job)");
+                "On torch.distributed with lost processes recovered in place (dynatrain launch --keep-going): "
+                "each process keeps resident the memory a recovery from one more loss would add to it, so the "
+                "recovery does not wait for fresh memory (it costs that memory for the whole job)");
   cmd->add_option("--mpirun", supervise.mpirun, "With --np: the mpirun to start the job with")->capture_default_str();
   return cmd
       ->add_option("--np", supervise.np,
