@@ -198,6 +198,10 @@ struct Trainer::Impl {
   std::unique_ptr<PendingSwitch> new_pending(const vps::ParallelConfig& next, plan::Placement placement, int r) const;
   static void take_plan(PendingSwitch& ps, const plan::Planner& planner, int r);
   std::size_t prefault_for(const PendingSwitch& ps);
+  // The memory a move from `src` to `dst` bytes of this rank's state needs beyond what the
+  // source gives back: the growth, plus the engine's staging (its budget, or the bytes the move
+  // sends and receives if fewer).
+  static std::size_t memory_beyond_source(std::size_t src, std::size_t dst, std::uint64_t moved);
 
   // ---- recovery from a lost process (trainer_recover.cc) ----
   std::shared_ptr<const edm::Communicators> take_survivors_world(std::unique_ptr<comm::Transport> w,

@@ -147,9 +147,8 @@ std::size_t Trainer::reserve_for(const vps::ParallelConfig& next) {
   std::size_t most = 0;
   for (int r = 0; r < next.world_size(); ++r) most = std::max(most, state_bytes(dst->rank_layout(r), im.elem()));
   const std::size_t src = state_bytes(im.rank_layout, im.elem());
-  // (prefault_for's staging: the budget, or the bytes the move sends and receives if fewer)
-  const std::size_t staging = std::min<std::size_t>(exec::TransitionOptions{}.mem_budget, most + src);
-  return im.pool.prefault((most > src ? most - src : 0) + staging);
+  // The most a move could take: into the largest rank, sending at most all of this one's state.
+  return im.pool.prefault(Impl::memory_beyond_source(src, most, most + src));
 }
 
 StepStats Trainer::apply_ready_update() {

@@ -170,9 +170,13 @@ void Trainer::Impl::take_plan(PendingSwitch& ps, const plan::Planner& planner, i
   ps.dst_rl = planner.dst_rank_layout(r);
 }
 
-// The memory a commit of `ps` needs beyond what the source gives back, made resident now so that
-// the commit never faults fresh pages: max(0, destination - source) + staging (the budget, or
-// less when this rank moves less). Returns the bytes made resident.
+std::size_t Trainer::Impl::memory_beyond_source(std::size_t src, std::size_t dst, std::uint64_t moved) {
+  const std::size_t staging = std::min<std::uint64_t>(exec::TransitionOptions{}.mem_budget, moved);
+  return (dst > src ? dst - src : 0) + staging;
+}
+
+// The memory a commit of `ps` needs beyond what the source gives back (memory_beyond_source),
+// made resident now so that the commit never faults fresh pages. Returns the bytes made resident.
 std::size_t Trainer::Impl::prefault_for(const PendingSwitch& ps) {
   std::uint64_t moved = 0;
   for (const auto* side : {&ps.plan.send, &ps.plan.recv})
@@ -180,8 +184,7 @@ std::size_t Trainer::Impl::prefault_for(const PendingSwitch& ps) {
       for (const auto& piece : pieces)
         moved += static_cast<std::uint64_t>(piece.box.numel()) * elem()[static_cast<int>(piece.kind)];
   const std::size_t src = state_bytes(rank_layout, elem()), dst = state_bytes(ps.dst_full_rl, elem());
-  const std::size_t staging = std::min<std::size_t>(exec::TransitionOptions{}.mem_budget, moved);
-  return pool.prefault((dst > src ? dst - src : 0) + staging);
+  return pool.prefault(memory_beyond_source(src, dst, moved));
 }
 
 // Rank 0's choice, agreed in the commit: enough steps for the last prepare, with a 50 %
