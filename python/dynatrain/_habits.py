@@ -20,6 +20,7 @@ Invariant: every adopted nn.Parameter carries `_dynatrain_job`, a weak reference
 from __future__ import annotations
 
 import atexit
+import copy
 import hashlib
 import warnings
 import weakref
@@ -299,3 +300,26 @@ def warn_unregistered_scheduler(job) -> None:
         warn_once(job, "scheduler", "an LR scheduler steps this optimizer but is not registered: a process a grow "
                                     "starts, or a resume, would restart it from epoch 0; call "
                                     "job.register_scheduler(scheduler)")
+
+
+def hold_schedules(job) -> None:
+    """After an optimizer.step() that did not count its step (a lost process interrupted it: not
+    applied, job.step unchanged, the loop does it again): the registered schedulers' state and
+    the param groups' settings as they stand, put back by restore_schedules() at the next
+    optimizer.step(), so that `optimizer.step(); scheduler.step()` moves the schedule once per
+    applied step, as in a run that lost nothing."""
+    job._held_schedules = (copy.deepcopy([s.state_dict() for s in job._schedulers]),
+                           [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"}
+                            for g in job.optimizer.param_groups]) if job._schedulers else None
+
+
+def restore_schedules(job) -> None:
+    """At the start of optimizer.step(): undoes a scheduler.step() taken after a step that did
+    not count (hold_schedules)."""
+    held, job._held_schedules = getattr(job, "_held_schedules", None), None
+    if held is None:
+        return
+    for scheduler, state in zip(job._schedulers, held[0]):
+        scheduler.load_state_dict(state)
+    for group, settings in zip(job.optimizer.param_groups, held[1]):
+        group.update(settings)

@@ -24,7 +24,8 @@ more than one process, and not under `dynatrain launch` without --keep-going) an
      `job.step` stays, so a loop `while job.step < steps:` does it again.
 
 The step's update is applied only after a barrier over every process (COMMIT), so a step is
-applied by every survivor or by none. A loss the job cannot recover from ends every survivor
+applied by every survivor or by none: a loss inside the barrier that let some survivors pass it
+has the others complete the step in the recovery (_complete_split_step). A loss the job cannot recover from ends every survivor
 with one line (rank 0's) and ProcessLost: the process of global rank 0 (it hosts the store), a
 box of state no survivor holds (ZeRO shards, tensor-parallel pieces without a dp replica: a
 checkpoint is needed), or no layout for the survivors. When the store's node is lost (the whole
@@ -78,28 +79,43 @@ def commit(m) -> None:
         _nodes.table(_store(), _prefix(m), m.comm.ranks)
 
 
-def in_job(job, error: BaseException) -> None:
+def in_job(job, error: BaseException) -> bool:
     """Job side (adopt.py's optimizer.step()): recover() with the same parameters and optimizer
-    state entries unbound before and bound again after, as job.switch() does."""
+    state entries unbound before the move and bound again after, as job.switch() does. Returns
+    whether this process's step was completed in the recovery (its commit met the loss after
+    other survivors had passed it and applied the step)."""
     from . import _habits
+    t0 = time.perf_counter()
+    world = _survivors(job, error)
+    completed = _complete_split_step(job, world)  # with the old layout's views still bound
     before = {name: tuple(p.shape) for name, p in job._params}
     label = f"the recovery from a lost process ({job._last_config} -> fewer processes)"
     _habits.retire_accumulators(job._params, label)
     job._unbind()
-    recover(job, error)
+    recover(job, world, t0)
     job._switches += 1
     job._bind()
     job._remember_shapes(before, label)
     job._synced = False
     job.backward_ran = False
     job.forwards, job.first_input = 0, None
+    return completed
 
 
-def recover(job, error: BaseException) -> Dict:
-    """After `error` in a collective of optimizer.step(): the five steps above. Returns the
-    recovery's statistics (also job.last_recovery); re-raises `error` when no process was lost."""
+class _World:
+    """Steps 1-3 of a recovery, done: who survived and their own world (the old one still m.comm)."""
+
+    def __init__(self, comm, new, members: List[int], lost: List[int], lost_text: str, generation: int, t1: float):
+        self.comm, self.new, self.members, self.lost, self.lost_text = comm, new, members, lost, lost_text
+        self.generation, self.t1 = generation, t1
+        self.first = new.rank == 0
+        self.completed = 0  # survivors that applied their step in the recovery (_complete_split_step)
+
+
+def _survivors(job, error: BaseException) -> _World:
+    """Steps 1-3: abandon the generation, agree who survived, build their world. Re-raises `error`
+    when no process was lost."""
     m = job.manager
-    t0 = time.perf_counter()
     _c10d.abandon_groups()
     comm, before = m.comm, m.comm.size
     me = comm.ranks[comm.rank]
@@ -112,12 +128,53 @@ def recover(job, error: BaseException) -> Dict:
     t1 = time.perf_counter()
     new = _c10d.raw_comm(f"{prefix}/world", members, me)
     new.manager_serial = f"{comm.manager_serial}-gen{generation}"
-    m._generation = generation
-    first = new.rank == 0
     lost_text = _nodes.lost_text(comm.ranks, lost, _nodes.table(_store(), _prefix(m), comm.ranks))
+    return _World(comm, new, members, lost, lost_text, generation, t1)
+
+
+def _complete_split_step(job, world: _World) -> bool:
+    """A loss met inside a step's commit barrier can leave it passed on some survivors (they
+    applied the step and met the loss in the next one) and not on others. Passing Gloo's
+    barrier means every process entered it, so those others did every collective of the step
+    ("ready"): where the update is local (no ZeRO shard), they apply it now and every survivor
+    goes on from the same step (job.step counted on). Any other mix of steps ends the job with
+    one line. Returns whether this process completed its step (world.completed: how many did)."""
+    m = job.manager
+    local = job._sharded_kind() is None
+    seen = world.new.allgather((m.step, getattr(job, "_stage", "done"), local))
+    steps = sorted({step for step, _, _ in seen})
+    behind = [stage for step, stage, _ in seen if step == steps[0]]
+    partial = [step for step, stage, _ in seen if stage == "update"]
+    head = f"lost {world.lost_text} of {world.comm.size}"
+    if partial:
+        _end(world.first, f"{head} while step {partial[0]}'s update gathered its ZeRO shards: the survivors applied "
+                          f"their shards of it and the lost processes' are gone; resume from a checkpoint")
+    if len(steps) == 1:
+        return False
+    if len(steps) > 2 or steps[1] != steps[0] + 1 or any(s != "ready" for s in behind) or \
+            not all(ok for _, _, ok in seen):
+        _end(world.first, f"{head}: the survivors stand at steps {', '.join(map(str, steps))} (step {steps[0]} "
+                          f"applied by some and not by others, and its update cannot be completed here: "
+                          f"{'ZeRO shards' if not all(ok for _, _, ok in seen) else 'not every collective done'}); "
+                          f"resume from a checkpoint")
+    world.completed = len(behind)
+    if m.step != steps[0]:
+        return False
+    job.complete_ready_update()
+    m.step += 1
+    return True
+
+
+def recover(job, world: _World, t0: float) -> Dict:
+    """Steps 4-5, on the survivors' world: the layout for them, the planned switch, the line.
+    Returns the recovery's statistics (also job.last_recovery)."""
+    m = job.manager
+    comm, new, members, first = world.comm, world.new, world.members, world.first
+    before = comm.size
+    m._generation = world.generation
     to = _native.survivor_layout(m.config["config"], len(members), job._runs)
     if to is None:
-        _end(first, f"lost {lost_text} of {before}: no layout of {len(members)} or fewer processes runs this model")
+        _end(first, f"lost {world.lost_text} of {before}: no layout of {len(members)} or fewer processes runs this model")
     m._drop_views("from before the recovery from a lost process")
     m.comm = new
     m._world_keep = _c10d.native_world(new)
@@ -127,18 +184,21 @@ def recover(job, error: BaseException) -> Dict:
     try:
         out = _native.recover_in_place(m._native, to, [comm.ranks.index(r) for r in members], before, copies)
     except ValueError as e:
-        _end(first, f"lost {lost_text} of {before}: {e}")
+        _end(first, f"lost {world.lost_text} of {before}: {e}")
     _native.watch_world(m._native)
     m._group_cache = {}
     m._bind()
     _elastic._ending.after_world_change()  # the abandoned groups' threads must not hold the exit
     stats = {k: v for k, v in out.items() if k not in ("job", "mine", "left")}
-    parts = new.allgather((t1 - t0, t2 - t1, time.perf_counter() - t0))  # one collective for the figures
-    stats.update(config=to, lost=lost, copies=len(copies), agree_seconds=max(p[0] for p in parts),
-                 groups_seconds=max(p[1] for p in parts), pause_seconds=max(p[2] for p in parts))
+    parts = new.allgather((world.t1 - t0, t2 - world.t1, time.perf_counter() - t0))  # one collective for the figures
+    stats.update(config=to, lost=world.lost, copies=len(copies), completed_step=world.completed,
+                 agree_seconds=max(p[0] for p in parts), groups_seconds=max(p[1] for p in parts),
+                 pause_seconds=max(p[2] for p in parts))
     if first:
-        sys.stdout.write(f"recovery: lost {lost_text} of {before}; {to} on {len(members)} processes after a "
-                         f"{stats['pause_seconds']:.3f} s pause; step {m.step} again\n")  # one write: one line
+        done = f"step {m.step - 1}'s update completed on {world.completed} survivor" \
+               f"{'s' if world.completed != 1 else ''} whose barrier met the loss; " if world.completed else ""
+        sys.stdout.write(f"recovery: lost {world.lost_text} of {before}; {to} on {len(members)} processes after a "
+                         f"{stats['pause_seconds']:.3f} s pause; {done}step {m.step} again\n")  # one write: one line
         sys.stdout.flush()
     job.last_recovery = stats
     return stats

@@ -19,6 +19,13 @@ class ShardedStep:
         kinds = (["master"] if self._bf16 else []) + sorted(set(self._spec.keys.values()))
         return kinds[0] if kinds and zero >= 1 else None
 
+    def complete_ready_update(self) -> None:
+        """In a recovery (_recover.py): the update of a step whose every collective this process
+        did and whose commit met the loss, applied because other survivors applied it. Local:
+        only where the update needs no collective (no ZeRO shards gathered)."""
+        if self.manager.active:
+            self._step_on_shards()
+
     def _step_on_shards(self) -> None:
         """One optimizer step on this rank's shard of every parameter: p.data / p.grad are the
         shard (fp32 master and grad for bf16) during the step, bound again after it."""

@@ -94,6 +94,8 @@ class Job(_lend.PhaseShifts, ShardedStep):
         self._grads: Optional[GradBuffers] = None
         self._zero3: Optional[_zero3.Zero3] = None  # the current layout's, at zero=3
         self._synced = False
+        self._stage = "done"  # how far the current optimizer.step() got (_recover.py reads it after a loss)
+        self._held_schedules = None  # the schedules as they stood after a step that did not count (_habits)
         self._lazy_started = False
         self._joined_pending = bool(getattr(manager, "joined", False))
         self._step_fn = optimizer.step
@@ -274,27 +276,44 @@ class Job(_lend.PhaseShifts, ShardedStep):
             raise ValueError("optimizer.step(closure) is not supported on an adopted optimizer; call it without")
         m = self.manager
         _habits.warn_unregistered_scheduler(self)
+        _habits.restore_schedules(self)  # a scheduler.step() after a step that did not count is undone
         with m._collective(f"optimizer.step() at step {m.step}", m._state_bytes()):
+            self._stage = "collectives"
             try:
                 _interrupt.raise_kept()  # a lost peer met since the last step (tp forward, average, ...)
                 _habits.check_step(self)  # the step's first collective
                 if not self._synced:
                     self.sync_grads()
+                self._stage = "ready"  # every collective of the step done: the update waits on the commit only
                 _recover.commit(m)  # applied by every process or by none
+                self._stage = "update"
+                if m.active:
+                    self._step_on_shards()
             except RuntimeError as error:  # Gloo's error for a lost peer (dynatrain.CommError too)
                 if not _recover.enabled(m):
                     raise
-                _recover.in_job(self, error)
+                if _recover.in_job(self, error):  # the step completed in the recovery (others had applied it)
+                    return self._step_done(counted=True)
+                _habits.hold_schedules(self)
                 return _interrupt.arm(True)  # the step is not applied and job.step stays: the loop does it again
-            if m.active:
-                self._step_on_shards()
-        m.step += 1
+        self._step_done()
+        if self._notices is not None:
+            try:
+                self._notices.at_boundary(self, self._runs)
+            except RuntimeError as error:  # a lost peer: met again by the next step, which recovers
+                _interrupt.keep(error)
+        _redundancy.refresh(m)  # the copies of this step's state, held on other nodes
+
+    def _step_done(self, counted: bool = False) -> None:
+        """The step counted (job.step on, unless `counted` already), the next step armed against a
+        lost peer."""
+        m = self.manager
+        if not counted:
+            m.step += 1
+        self._stage = "done"
         self._synced = False
         self.backward_ran = False
-        if self._notices is not None:
-            self._notices.at_boundary(self, self._runs)
         _interrupt.arm(_recover.enabled(m))
-        _redundancy.refresh(m)  # the copies of this step's state, held on other nodes
 
     def _runs(self, layout: str) -> bool:
         """Whether this job can train in `layout` on its processes (a notice's survivor layout)."""

@@ -3,8 +3,13 @@ process is killed (test_notice.py, bench/c10d_recovery.py):
 
   lost_job.py LAYOUT STEP RANK   the process holding RANK SIGKILLs itself before step STEP
                                  (LOST_HOW=raise: raises RuntimeError instead; RANK may be a
-                                 list "2,3"; LOST_WHEN=backward: after the step's backward)
+                                 list "2,3"; LOST_WHEN=backward: after the step's backward;
+                                 LOST_WHEN=barrier: after the step's commit barrier, before its
+                                 update, and the processes holding LOST_MISS (a list) raise a
+                                 RuntimeError there, as a barrier that met the loss does)
 
+LOST_SCHED=1 registers notice_job.decaying_lr and steps it after each optimizer.step() (the
+reference: notice_job.plain_losses(scheduled=True)).
 LOST_NODES=N fakes N nodes of equal size (DYNATRAIN_NODE from RANK: ranks 0,1 | 2,3 for 4 on 2).
 
 Each process prints `start pid P`; the killed one `kill at T` (wall clock) just before; after
@@ -27,8 +32,8 @@ import time
 
 import torch
 
-from notice_job import (DIMS, GLOBAL_BATCH, PLAN, STEPS, batch, gone_at_end, loss_of, model_and_optimizer,
-                        start_pids)
+from notice_job import (DIMS, GLOBAL_BATCH, PLAN, STEPS, batch, decaying_lr, gone_at_end, loss_of,
+                        model_and_optimizer, start_pids)
 
 
 DIMS.update(json.loads(os.environ.get("LOST_DIMS", "{}")))
@@ -42,6 +47,24 @@ def kill_here(job, when, step, ranks, recoveries):
     """Whether this process ends itself now (at `when`: before or backward)."""
     return os.environ.get("LOST_WHEN", "before") == when and job.step == int(step) and \
         job.rank in [int(r) for r in ranks.split(",")] and recoveries == 0
+
+
+def fail_in_commit(job, step, ranks):
+    """LOST_WHEN=barrier: wraps the commit barrier (dynatrain._recover.commit) of step `step`."""
+    from dynatrain import _recover
+    plain = _recover.commit
+    misses = [int(r) for r in os.environ.get("LOST_MISS", "").split(",") if r]
+
+    def commit(m):
+        plain(m)
+        if job.step != int(step) or getattr(job, "last_recovery", None) is not None:
+            return
+        if job.rank in [int(r) for r in ranks.split(",")]:
+            say(f"kill at {time.time():.6f}")
+            os.kill(os.getpid(), signal.SIGKILL)
+        if job.rank in misses:
+            raise RuntimeError(f"the commit barrier of step {job.step} met the loss (on purpose)")
+    _recover.commit = commit
 
 
 def say(line):
@@ -72,6 +95,12 @@ def main(layout, step, rank):
         say(f"copies {job.manager.redundancy_stats()}")
     if os.environ.get("LOST_BENCH") and job.rank == 0:
         say(f"setup state {job.manager._state_bytes()} {json.dumps(job.manager.redundancy_stats())}")
+    scheduler = None
+    if os.environ.get("LOST_SCHED"):
+        scheduler = decaying_lr(optimizer)
+        job.register_scheduler(scheduler)
+    if os.environ.get("LOST_WHEN") == "barrier":
+        fail_in_commit(job, step, rank)
     recoveries, ends = 0, []  # ends: (step, wall seconds) after each counted step (LOST_BENCH)
     while job.step < STEPS:
         if kill_here(job, "before", step, rank, recoveries):
@@ -86,8 +115,10 @@ def main(layout, step, rank):
         if kill_here(job, "backward", step, rank, recoveries):
             say(f"kill at {time.time():.6f}")
             os.kill(os.getpid(), signal.SIGKILL)
+        c = job.config  # the layout the step's loss was computed in
         optimizer.step()
-        c = job.config
+        if scheduler is not None:
+            scheduler.step()  # registered: a step a loss interrupted leaves it where it was
         if job.step > before:
             ends.append((before, time.perf_counter()))
         if job.step > before and c["tp_rank"] == 0:  # an interrupted step's loss means nothing

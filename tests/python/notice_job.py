@@ -38,14 +38,22 @@ def loss_of(model, data):
     return F.cross_entropy(model(data[:, :-1]).flatten(0, 1).float(), data[:, 1:].flatten())
 
 
-def plain_losses(steps=STEPS):
+def decaying_lr(optimizer):
+    """An LR schedule whose every step shows in the losses (lost_job.py's LOST_SCHED=1)."""
+    return torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
+
+
+def plain_losses(steps=STEPS, scheduled=False):
     model, optimizer = model_and_optimizer()
+    scheduler = decaying_lr(optimizer) if scheduled else None
     out = []
     for step in range(steps):
         optimizer.zero_grad()
         loss = loss_of(model, batch(step, GLOBAL_BATCH, DIMS["vocab"], DIMS["seq"]))
         loss.backward()
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         out.append(loss.item())
     return out
 

@@ -221,6 +221,54 @@ def recovered_in_place(layout, rank, into):
     assert len(lines) == 1 and "ended by SIGKILL (killed?); the other ranks go on (--keep-going)" in lines[0], err
 
 
+def assert_ends_with_one_line(lost_args, pattern):
+    """lost(*lost_args) ends with exit 1 and one error line (the launcher's aside) matching pattern."""
+    rc, out, err = lost(*lost_args)
+    assert rc == 1, out + err
+    lines = [line for line in err.splitlines() if line.startswith("dynatrain: error:") and "launch:" not in line]
+    assert len(lines) == 1 and re.fullmatch(pattern, lines[0]), err
+    assert "Traceback" not in err and "recovery:" not in out, out + err
+
+
+@pytest.mark.parametrize("missed", ["1", "0,3"])
+def test_loss_inside_a_commit_barrier_completes_the_step_where_the_barrier_failed(monkeypatch, missed):
+    # Rank 2 dies after step 3's commit barrier; on the ranks `missed` the barrier met the loss
+    # (they raise there), the others passed it, applied step 3 and meet the loss in step 4. The
+    # missed ones apply step 3 in the recovery (rank 0, the line's writer, among them in the
+    # second case); every survivor does step 4 again; a registered LR schedule stays in step.
+    for name, value in (("LOST_WHEN", "barrier"), ("LOST_MISS", missed), ("LOST_SCHED", "1")):
+        monkeypatch.setenv(name, value)
+    rc, out, err = lost("tp=1,dp=4,zero=0", 2)
+    assert rc == 0, out + err
+    steps = {}
+    for step, dp_rank, of, value, pid, config in LOCAL_LOSS.findall(out):
+        steps.setdefault(int(step), []).append((int(dp_rank), int(of), float(value)))
+    assert sorted(steps) == list(range(notice_job.STEPS)), out
+    reference = notice_job.plain_losses(scheduled=True)
+    for step, lines in steps.items():
+        ranks, of = sorted(r for r, _, _ in lines), {of for _, of, _ in lines}
+        if step == 3:  # computed at dp=4; rank 2 died before its line
+            assert ranks == [0, 1, 3] and of == {4}, (step, out)
+            continue
+        assert ranks == list(range(4 if step < 3 else 3)) and of == {len(ranks)}, (step, out)
+        mean = sum(v for _, _, v in lines) / len(ranks)
+        assert abs(mean - reference[step]) <= 1e-5, (step, mean, reference[step])
+    n = len(missed.split(","))
+    assert re.search(r"recovery: lost rank 2 \(global 2\) on node \S+ of 4; tp=1,pp=1,dp=3,zero=0 on 3 processes after "
+                     rf"a \S+ s pause; step 3's update completed on {n} survivors? whose barrier met the loss; step 4 "
+                     r"again\n", out), out
+    assert out.count("recovery:") == 1, out
+
+
+def test_loss_inside_a_zero_update_is_refused_with_one_line(monkeypatch):
+    # zero=1: after step 3's barrier the survivors update their shards and meet the loss in the
+    # shards' gather; the lost rank's shard of that update is gone.
+    monkeypatch.setenv("LOST_WHEN", "barrier")
+    assert_ends_with_one_line(("tp=1,dp=4,zero=1", 2), r"dynatrain: error: lost rank 2 \(global 2\) on node \S+ of 4 "
+                              r"while step 3's update gathered its ZeRO shards: the survivors applied their shards of "
+                              r"it and the lost processes' are gone; resume from a checkpoint")
+
+
 def test_lost_process_whose_state_no_survivor_holds_is_refused_with_one_line():
     rc, out, err = lost("tp=1,dp=4,zero=1", 2)  # ZeRO-1: rank 2 held the only copy of its optimizer shard
     assert rc == 1, out + err
@@ -233,11 +281,7 @@ def test_lost_process_whose_state_no_survivor_holds_is_refused_with_one_line():
 
 
 def test_lost_store_host_on_torch_distributed_ends_with_one_line():
-    rc, out, err = lost("tp=1,dp=4,zero=0", 0)  # global rank 0's process hosts the store
-    assert rc == 1, out + err
-    lines = [line for line in err.splitlines() if line.startswith("dynatrain: error:") and "launch:" not in line]
-    assert len(lines) == 1 and re.fullmatch(
-        r"dynatrain: error: the survivors on node \S+ could not agree through the store \(.*\): it lives in the "
-        r"process of torch.distributed global rank 0 on node \S+, whose loss cannot be recovered; resume from a "
-        r"checkpoint", lines[0]), err
-    assert "Traceback" not in err and "recovery:" not in out, out + err
+    assert_ends_with_one_line(  # global rank 0's process hosts the store
+        ("tp=1,dp=4,zero=0", 0), r"dynatrain: error: the survivors on node \S+ could not agree through the store "
+        r"\(.*\): it lives in the process of torch.distributed global rank 0 on node \S+, whose loss cannot be "
+        r"recovered; resume from a checkpoint")
