@@ -302,6 +302,21 @@ def warn_unregistered_scheduler(job) -> None:
                                     "job.register_scheduler(scheduler)")
 
 
+def scheduler_state(job, scheduler):
+    """(get, put) of a registered scheduler as job state: a switch or a save carries the schedule
+    of the applied steps; where it is loaded the carried param groups (lr included) are put back
+    after it."""
+    def get():
+        restore_schedules(job)
+        return scheduler.state_dict()
+
+    def put(value) -> None:
+        job._held_schedules = None  # the carried state is the one to go on from
+        scheduler.load_state_dict(value)
+        job._put_groups(job._groups)
+    return get, put
+
+
 def hold_schedules(job) -> None:
     """After an optimizer.step() that did not count its step (a lost process interrupted it: not
     applied, job.step unchanged, the loop does it again): the registered schedulers' state and
@@ -314,8 +329,8 @@ def hold_schedules(job) -> None:
 
 
 def restore_schedules(job) -> None:
-    """At the start of optimizer.step(): undoes a scheduler.step() taken after a step that did
-    not count (hold_schedules)."""
+    """At the start of optimizer.step(), and before a switch or a save reads a registered
+    scheduler: undoes a scheduler.step() taken after a step that did not count (hold_schedules)."""
     held, job._held_schedules = getattr(job, "_held_schedules", None), None
     if held is None:
         return

@@ -185,11 +185,8 @@ class Job(_lend.PhaseShifts, ShardedStep):
         if getattr(scheduler, "optimizer", None) is not self.optimizer:
             raise ValueError(f"register_scheduler: {type(scheduler).__name__} does not schedule this job's optimizer")
 
-        def put(value) -> None:
-            scheduler.load_state_dict(value)
-            self._put_groups(self._groups)
         self._schedulers.append(scheduler)
-        self.register(name, scheduler.state_dict, put)
+        self.register(name, *_habits.scheduler_state(self, scheduler))
 
     # ---- the full state, as PyTorch lays it out (collective; _state_dict.py) ----
     def state_dict(self) -> Dict[str, torch.Tensor]:
@@ -505,6 +502,7 @@ class Job(_lend.PhaseShifts, ShardedStep):
         the carried optimizer state and every registered extra)."""
         if not hasattr(self.manager, "save"):
             raise NotImplementedError("this build's dynatrain.Manager has no save(); checkpoints need it")
+        _habits.restore_schedules(self)  # on every rank: the saved schedule is the applied steps'
         self.manager.save(directory)
 
     def full(self, name: str, kind: str = "param") -> torch.Tensor:

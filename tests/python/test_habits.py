@@ -130,6 +130,34 @@ def test_param_groups_and_a_registered_scheduler_survive_a_resume_in_another_lay
         assert close(want, got), (step, want, got)
 
 
+@pytest.mark.parametrize("then", ["step", "save"])
+def test_a_scheduler_step_after_a_step_that_did_not_count_is_undone(world, tmp_path, then):
+    # A lost process's recovery returns from optimizer.step() without the step (_recover.py) and
+    # holds the schedules as they stand; the loop's scheduler.step() after it is undone before
+    # the next update and before a switch or a save reads the scheduler.
+    from dynatrain import _habits
+    path = world.bcast(str(tmp_path) if world.rank == 0 else None, root=0)
+    model = small_gpt()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    job = adopt(model, optimizer, layouts(SIZE)[0], scheduler=sched)
+    optimizer.step()
+    sched.step()
+    _habits.hold_schedules(job)  # as a recovered optimizer.step() leaves it
+    sched.step()  # the loop's habit after every optimizer.step()
+    assert optimizer.param_groups[0]["lr"] == 0.25 and sched.last_epoch == 2
+    if then == "step":
+        optimizer.step()  # the step done again: at the lr of the applied steps
+        assert optimizer.param_groups[0]["lr"] == 0.5 and sched.last_epoch == 1
+        sched.step()
+        assert optimizer.param_groups[0]["lr"] == 0.25 and sched.last_epoch == 2
+    else:
+        job.save(path)  # reads the registered scheduler: the undone step is not saved
+        assert optimizer.param_groups[0]["lr"] == 0.5 and sched.last_epoch == 1
+        optimizer.step()  # nothing held any more: the lr stays
+        assert optimizer.param_groups[0]["lr"] == 0.5
+
+
 @needs_peers
 def test_hyperparameters_that_differ_between_ranks_are_refused_at_adopt_and_at_a_switch(world):
     model = small_gpt()
