@@ -47,6 +47,7 @@ int TrainJob::run() {
 bool TrainJob::boundary() {
   s_.switched.reset();
   save_if_due();
+  refresh_remote_copies();
   if (s_.leader) print_step_line();  // the step before it, now that its copy is made
   if (!act_on_notices()) return false;
   maybe_prepare();
@@ -68,7 +69,7 @@ void TrainJob::save_if_due() {
     s_.saved = s_.step;
   }
   if (!copy) return;
-  save_memory_copy(s_.copy_dir, s_.step, *trainer_, trainer_->world(), s_.run, args_.redundancy, s_.copy_stats);
+  save_memory_copy(s_.copy_dir, s_.step, *trainer_, trainer_->world(), s_.run, memory_copy_redundancy(), s_.copy_stats);
   fault_point("copied", trainer_->world().rank());
 }
 

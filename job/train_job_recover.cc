@@ -170,6 +170,45 @@ bool TrainJob::recover_from_loss(const CommError& error, bool in_boundary) {
   return completed;
 }
 
+// --redundancy 2: the state at this boundary also kept by a process on another node
+// (Trainer::refresh_copies; who keeps whose: edm/copy_holders.h over the processes' nodes), so
+// that the survivors of a lost node rebuild its ranks' state from memory. In a new world every
+// process first announces its node. Every process on one node: refused at the first boundary;
+// after a recovery left them there, the copies stop (the leader says so once). Not while
+// processes are idle outside the layout.
+void TrainJob::refresh_remote_copies() {
+  if (!args_.lost_peer || args_.redundancy != 2 || lost_.copies_stopped || !trainer_->active() ||
+      trainer_->world_size() != trainer_->config().world_size() || s_.step >= args_.steps)
+    return;
+  announce_if_new_world();
+  if (lost_.copies_world != lost_.world) {
+    trainer_->world().barrier();  // every process of this world announced its node
+    lost_.copies_world = lost_.world;
+  }
+  std::vector<std::string> nodes;
+  for (const ProcessPlace& p : known_places()) nodes.push_back(p.node);
+  const auto t0 = Clock::now();
+  try {
+    trainer_->refresh_copies(nodes);
+  } catch (const InputError& e) {  // every process on one node: no other node to keep a copy on
+    if (!lost_.copies_held)
+      throw InputError(detail::concat("--redundancy 2 keeps each process's state in the memory of a process on ",
+                                      "another node, but every process of the job is on node ", nodes.front(),
+                                      " (DYNATRAIN_NODE, else the host name); valid on one node: --redundancy 0"));
+    lost_.copies_stopped = true;
+    if (s_.leader)
+      std::printf("redundancy 2: every process is on node %s now: no copy is kept (a loss of this node ends the job)\n",
+                  nodes.front().c_str());
+    return;
+  }
+  const double took = seconds_since(t0);
+  lost_.copies_held = true;
+  lost_.copy_bytes = trainer_->copy_bytes();
+  lost_.refresh_s += took;
+  lost_.refresh_max_s = std::max(lost_.refresh_max_s, took);
+  ++lost_.refreshes;
+}
+
 // --recovery-reserve: the memory a recovery from one more lost process would add here (from
 // this layout into the one job/survivor_layout.h picks for one process fewer), made resident
 // now and kept in the trainer's pool, so that the recovery takes warm pages instead of waiting

@@ -278,6 +278,12 @@ void TrainJob::print_summary() {
         args_.redundancy, c.copies, format_bytes(static_cast<double>(c.file_bytes)).c_str(),
         args_.redundancy >= 2 ? " and as much in buddy copies" : "", c.first_seconds[0], c.first_seconds[1],
         c.copies > 2 ? c.warm_seconds / (c.copies - 2) : 0.0, c.warm_max_seconds);
+  if (lost_.refreshes > 0)
+    std::printf(
+        "  copies on another node (--redundancy 2): %s kept on rank 0, refreshed %d times, %.3f s on average, "
+        "at most %.3f s\n",
+        format_bytes(static_cast<double>(lost_.copy_bytes)).c_str(), lost_.refreshes, lost_.refresh_s / lost_.refreshes,
+        lost_.refresh_max_s);
   if (s_.json_out.is_open()) {
     s_.json_out << nlohmann::json{{"switches", s_.ls.records}}.dump(2) << '\n';
     check_written(s_.json_out, "JSON", args_.json);

@@ -98,6 +98,10 @@ class TrainJob {
   bool outside_needed() const;
   bool save_point(std::int64_t s) const;
   bool copy_point(std::int64_t s) const;
+  // --redundancy for the supervisor's memory copy (job/memory_copy.h): 0 on torch.distributed,
+  // where --redundancy 2 keeps copies on another node instead (refresh_remote_copies).
+  int memory_copy_redundancy() const { return args_.lost_peer ? 0 : args_.redundancy; }
+  void refresh_remote_copies();
   bool save_due(std::int64_t s) const;
   bool sync_job();
   void end_job();
@@ -157,8 +161,15 @@ class TrainJob {
     bool boundary_again = false;            // the last recovery: a survivor met the loss in the boundary
     std::vector<ProcessPlace> places;       // that world's, read once every process announced
     bool reserved_once = false;             // --recovery-reserve made its first reserve
-    std::atomic<bool> interrupt{false};     // the trainer's (TrainerOptions::interrupt), raised by:
-    std::unique_ptr<LossWatch> watch;       // the watcher of the world's loss mark (destroyed first)
+    // --redundancy 2 (refresh_remote_copies): the world whose nodes the copies were held over,
+    // whether any were held, whether they stopped (every process on one node), their figures.
+    std::string copies_world;
+    bool copies_held = false, copies_stopped = false;
+    std::size_t copy_bytes = 0;
+    int refreshes = 0;
+    double refresh_s = 0, refresh_max_s = 0;
+    std::atomic<bool> interrupt{false};  // the trainer's (TrainerOptions::interrupt), raised by:
+    std::unique_ptr<LossWatch> watch;    // the watcher of the world's loss mark (destroyed first)
   } lost_;
   JobControl control_{args_.job};  // the scheduler protocol (--job DIR), on the leader
   Watchdog watchdog_;

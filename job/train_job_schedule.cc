@@ -75,7 +75,7 @@ bool TrainJob::save_point(std::int64_t s) const {
 // The memory copy: at every boundary between two steps, except the one resumed from it and a
 // joined process's first (its starters copied that step before it joined).
 bool TrainJob::copy_point(std::int64_t s) const {
-  return args_.redundancy > 0 && s > 0 && s < args_.steps && s != s_.joined_at &&
+  return memory_copy_redundancy() > 0 && s > 0 && s < args_.steps && s != s_.joined_at &&
          !(s == s_.first_step && s_.resumed_from_copy);
 }
 

@@ -52,6 +52,11 @@ bool TrainJob::set_up() {
         "--recovery-reserve keeps memory for recovering a lost process in place, which needs a job on "
         "torch.distributed whose launcher lets the survivors go on (dynatrain launch --keep-going, torchrun); "
         "this job ends when a process is lost");
+  if (args_.lost_peer && args_.redundancy == 1)
+    throw InputError(
+        "--redundancy 1 keeps a copy for a restart on this node; a job on torch.distributed recovers a lost "
+        "process in place: valid are 0 (the replicas the survivors hold) and 2 (also a copy of each process's "
+        "state kept by a process on another node)");
   build_options();
   load_schedule();
   // This machine's memory rates (the keep path's choice, exec/machine_rates.h) are measured
@@ -72,7 +77,7 @@ bool TrainJob::set_up() {
     comm::broadcast_string(world_, refused);
     if (!refused.empty()) throw InputError(refused);
   }
-  if (args_.redundancy > 0 && !joined)
+  if (memory_copy_redundancy() > 0 && !joined)
     if (std::string why = memory_copy_problem(args_.redundancy, world_); !why.empty()) throw InputError(why);
   if (!joined) check_train_memory(o_, s_.schedule, world_);  // "needs X per rank, have Y", before allocating
   s_.leader = !joined && world_.rank() == 0;
@@ -89,12 +94,12 @@ bool TrainJob::set_up() {
   // Periodic saves; none at the step just resumed from, unless saving into another directory
   // (that first save is then the resumed state itself).
   s_.resumed_elsewhere = resume && !args_.save_dir.empty() && !same_directory(args_.save_dir, args_.resume_dir);
-  if (args_.redundancy > 0) {
+  if (memory_copy_redundancy() > 0) {
     s_.copy_dir = memory_copy_dir();
     s_.resumed_from_copy = resume && !s_.copy_dir.empty() && same_directory(args_.resume_dir, s_.copy_dir);
   }
   start_trainer(std::move(joined_world), std::move(text), resume);
-  if (args_.redundancy > 0 && !joined)  // before the first step: room for the copies
+  if (memory_copy_redundancy() > 0 && !joined)  // before the first step: room for the copies
     if (std::string why = memory_copy_room_problem(args_.redundancy, copied_state_bytes(trainer_->layout()));
         !why.empty())
       throw InputError(why);

@@ -109,7 +109,8 @@ CLI::Option* add_recovery_flags(CLI::App* cmd, job::TrainArgs& args, job::Superv
   cmd->add_option("--redundancy", args.redundancy,
                   "With --max-restarts: copies of the state kept in shared memory at every step, so that a "
                   "restart loses no step: 1 (this node's), 2 (also each rank's buddy's: a lost node's state "
-                  "too; job/memory_copy.h); 0: restart from --save")
+                  "too; job/memory_copy.h); 0: restart from --save. On torch.distributed with lost processes "
+                  "recovered in place: 2 keeps each process's state in the memory of a process on another node")
       ->check(whole_number_in(0, 2))
       ->capture_default_str();
   cmd->add_flag("--recovery-reserve", args.recovery_reserve,

@@ -8,6 +8,8 @@
 //   trainer_switch.cc     a switch: prepare (placement, plan, prefault) and commit
 //   trainer_report.cc     a commit's figures from every rank folded into SwitchStats
 //   trainer_probe.cc      forward_backward(): gradients and logits without an update
+//   trainer_recover.cc    recover(): a lost process's state rebuilt from what survivors hold
+//   trainer_copies.cc     redundancy 2: copies of other ranks' state, a recovery's sources
 //
 // Invariants of Impl: the module views (model) always view the current arenas, or are empty
 // while a commit replaces the arenas; groups are non-null exactly on ranks of the current
@@ -57,6 +59,9 @@ struct PendingSwitch {
   std::size_t prefaulted = 0;     // bytes the prepare touched in the pool
   std::uint64_t chunk_bytes = 0;  // the engine's chunk in the commit (exchange probe)
   double plan_s = 0;
+  // src_rl's first own_sources buffers are this process's arenas; the rest are the copies it
+  // keeps (Impl::copies, in order), sources of a recovery (plan::SwitchPlacement::copies).
+  std::size_t own_sources = 0;
 };
 
 // One rank's figures of a commit, gathered from every rank in one collective.
@@ -133,6 +138,23 @@ struct Trainer::Impl {
     Clock::time_point t0;
   };
   std::optional<ReadyUpdate> ready_update;
+  // Redundancy 2 (trainer_copies.cc): the moved kinds of other ranks of the current layout,
+  // kept here (pool blocks; null for a kind the copy leaves out) and refreshed after each step;
+  // a recovery gives them to the engine as sources, any other commit releases them.
+  struct HeldCopy {
+    int rank = 0;
+    std::uint32_t absent = 0;  // bit k: StateKind k not kept (a rank on another node holds it)
+    vps::RankLayout layout;
+    std::vector<std::byte*> buffers;
+  };
+  struct Copies {
+    std::vector<HeldCopy> held;         // ascending rank
+    std::vector<int> holders;           // [layout rank]: the layout rank keeping its copy
+    std::vector<std::uint32_t> absent;  // [layout rank]: the kinds its copy leaves out
+    std::vector<int> process_of_rank;   // [layout rank]: its process in the world
+    std::int64_t step = -1;             // the step whose state every held copy has (-1: none complete)
+    bool on = false;                    // held for the current layout
+  } copies;
   StageModel model;
   ModelComms comms;
   std::vector<std::int64_t> stage_offsets;
@@ -207,7 +229,12 @@ struct Trainer::Impl {
   std::shared_ptr<const edm::Communicators> take_survivors_world(std::unique_ptr<comm::Transport> w,
                                                                  const vps::ParallelConfig& next);
   std::unique_ptr<PendingSwitch> plan_recovery(const vps::ParallelConfig& from, const vps::ParallelConfig& next,
-                                               const std::vector<int>& held);
+                                               const std::vector<int>& held, bool with_copies);
+
+  // ---- redundancy 2 (trainer_copies.cc) ----
+  void hold_copies(const std::vector<std::string>& node_of_process);
+  void release_copies();
+  std::vector<plan::SwitchPlacement::Copy> copy_sources(const std::vector<int>& held) const;
   int choose_lookahead(double prepare_s) const;
   SwitchStats commit(std::string leader_state);
   void carry_progress(comm::Transport& tw, const edm::Prepared& p, std::string& leader_state, SwitchStats& st);

@@ -35,18 +35,23 @@ std::string joined(const std::vector<std::string>& boxes) {
   return out;
 }
 
-// Which rank of the current layout each survivor holds (process i of the survivors' world);
-// InputError unless every survivor is at this process's step.
-std::vector<int> held_ranks(comm::Transport& survivors, int layout_rank, std::int64_t step) {
-  const auto all = comm::all_gather_values(survivors, std::array<std::int64_t, 2>{layout_rank, step});
+// Which rank of the current layout each survivor holds (process i of the survivors' world), and
+// whether every survivor's copies (redundancy 2) are of the step they stand at; InputError
+// unless every survivor is at this process's step.
+std::pair<std::vector<int>, bool> held_ranks(comm::Transport& survivors, int layout_rank, std::int64_t step,
+                                             bool copies_current) {
+  const auto all =
+      comm::all_gather_values(survivors, std::array<std::int64_t, 3>{layout_rank, step, copies_current ? 1 : 0});
   std::vector<int> held;
-  for (const auto& [rank, at] : all) {
+  bool copies = true;
+  for (const auto& [rank, at, current] : all) {
     held.push_back(static_cast<int>(rank));
+    copies = copies && current != 0;
     if (at != step)
       DT_INPUT_ERROR("the loss came as step ", std::min(at, step), "'s update was applied: some survivors ",
                      "applied it and others did not, so no state is whole; resume from a checkpoint");
   }
-  return held;
+  return {held, copies};
 }
 
 }  // namespace
@@ -73,21 +78,31 @@ std::shared_ptr<const edm::Communicators> Trainer::Impl::take_survivors_world(st
 
 // The planned switch from what the survivors hold (`held`: the old layout's rank of each
 // survivor) into `next`, for this process; InputError naming the boxes no survivor holds.
+// With copies (redundancy 2, every survivor's of this step): those whose holders survived are
+// sources too; else they are released before the move.
 std::unique_ptr<PendingSwitch> Trainer::Impl::plan_recovery(const vps::ParallelConfig& from,
                                                             const vps::ParallelConfig& next,
-                                                            const std::vector<int>& held) {
+                                                            const std::vector<int>& held, bool with_copies) {
   const int me = world().rank();
   edm::SurvivorPlacement where = edm::survivor_placement(held, from.world_size());
   auto src = make_layout(from, kMovedKinds), dst = make_layout(next, kMovedKinds);
   plan::Topology topo;
   topo.gpus_per_node = opt.gpus_per_node;
+  std::vector<plan::SwitchPlacement::Copy> sources;
+  if (with_copies && opt.switch_method == SwitchMethod::kEngine) sources = copy_sources(held);
+  if (sources.empty()) release_copies();
   const plan::Planner planner(*src, *dst, topo,
-                              {plan::Placement(std::move(where.process_of_rank)), {}, std::move(where.lost)});
+                              {plan::Placement(std::move(where.process_of_rank)), {}, std::move(where.lost), sources});
   if (const auto lost = planner.unheld(); !lost.empty())
     DT_INPUT_ERROR("no surviving process holds ", joined(lost), lost.size() == 4 ? " (and maybe more)" : "", " of ",
                    from.str(), ": the lost processes held the only copy; resume from a checkpoint");
   auto ps = new_pending(next, plan::Placement{}, me);  // rank r of `next` on survivor r
   take_plan(*ps, planner, me);
+  ps->own_sources = src->rank_layout(held[static_cast<std::size_t>(me)]).buffers.size();
+  std::size_t copied = 0;
+  for (const auto& c : sources) copied += c.process == me ? 1 : 0;
+  DT_CHECK(copied == copies.held.size(), "process ", me, " is named for ", copied, " copies but holds ",
+           copies.held.size());
   return ps;
 }
 
@@ -100,14 +115,15 @@ Trainer::Recovery Trainer::recover(std::unique_ptr<comm::Transport> survivors, c
   check_supported(im.opt, next);
   DT_CHECK(next.world_size() <= survivors->size(), "layout ", next.str(), " for ", survivors->size(), " survivors");
   im.ready_update.reset();  // the survivors agreed on the step: its update is applied or not
-  const std::vector<int> held = held_ranks(*survivors, im.layout_rank, im.step);
+  const auto [held, copies_current] =
+      held_ranks(*survivors, im.layout_rank, im.step, im.copies.on && im.copies.step == im.step);
   edm::Prepared p;
   p.config = next;
   p.world_before = from.world_size();
   p.world_after = survivors->size();
   p.comms = im.take_survivors_world(std::move(survivors), next);
   std::array<double, 3> mine_s = {seconds_since(t0), 0, 0};  // groups, prefault, probe
-  im.pending = im.plan_recovery(from, next, held);
+  im.pending = im.plan_recovery(from, next, held, copies_current);
   // No prepare ran ahead: the memory the rebuild needs beyond what the source gives back is made
   // resident now, in huge pages where the pool can, rather than faulted in during the move.
   const auto tf = Clock::now();

@@ -168,6 +168,7 @@ void Trainer::Impl::take_plan(PendingSwitch& ps, const plan::Planner& planner, i
   ps.plan = planner.plan_rank(r);
   ps.src_rl = planner.src_rank_layout(r);
   ps.dst_rl = planner.dst_rank_layout(r);
+  ps.own_sources = ps.src_rl.buffers.size();  // (a recovery from copies counts its own: plan_recovery)
 }
 
 std::size_t Trainer::Impl::memory_beyond_source(std::size_t src, std::size_t dst, std::uint64_t moved) {
@@ -265,6 +266,7 @@ void Trainer::Impl::carry_progress(comm::Transport& tw, const edm::Prepared& p, 
 void Trainer::Impl::move_state(comm::Transport& tw, const edm::Prepared& p, CommitFigures& mine, SwitchStats& st) {
   const std::size_t src_bytes = state_bytes(rank_layout, elem()), dst_bytes = state_bytes(pending->dst_full_rl, elem());
   moving = true;  // until adopt(): the state is in neither layout whole (Trainer::state_intact)
+  if (pending->own_sources == pending->src_rl.buffers.size()) release_copies();  // not sources: of the old layout
   pool.reset_peaks();
   const std::size_t fresh_before = pool.fresh_bytes();
   for (const auto& b : rank_layout.buffers)
@@ -305,7 +307,11 @@ TransferResult Trainer::Impl::run_engine(comm::Transport& tw, Arenas& next_arena
   TransferResult out;
   const auto tt0 = Clock::now();
   std::vector<std::byte*> src_ptrs, dst_ptrs(ps.dst_rl.buffers.size(), nullptr);
-  for (const auto& b : ps.src_rl.buffers) src_ptrs.push_back(arenas.take(b));
+  for (std::size_t i = 0; i < ps.own_sources; ++i) src_ptrs.push_back(arenas.take(ps.src_rl.buffers[i]));
+  for (HeldCopy& c : copies.held)  // a recovery's copies, after this rank's own buffers (plan_recovery)
+    src_ptrs.insert(src_ptrs.end(), c.buffers.begin(), c.buffers.end());
+  DT_CHECK_EQ(src_ptrs.size(), ps.src_rl.buffers.size());
+  copies = Copies{};  // the engine gives every source back to the pool
   Allocator alloc(pool, next_arenas);
   exec::TransitionOptions to = engine_options(opt);
   to.progress = &switch_progress;

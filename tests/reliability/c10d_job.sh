@@ -7,6 +7,7 @@ common=(--model tiny-dense --data "$data" --global-batch 12 --seq 16 --threads 1
 steps=16  # the next run()'s --steps
 
 launch_flags=()  # flags of `dynatrain launch` for the next run() (e.g. --keep-going)
+train_prefix=()  # a command the next run() starts `dynatrain train` through (e.g. one setting DYNATRAIN_NODE)
 run() {  # NAME NP SCHEDULE [ENV... --] [TRAIN FLAGS...]: the job in the background, its pid in $job
   local name=$1 np=$2 schedule=$3 env=()
   shift 3
@@ -14,7 +15,7 @@ run() {  # NAME NP SCHEDULE [ENV... --] [TRAIN FLAGS...]: the job in the backgro
     while [[ $1 != -- ]]; do env+=("$1"); shift; done
     shift
   fi
-  env DT_RENDEZVOUS_S=60 "${env[@]}" timeout 300 "$dt" launch --np "$np" --port 0 "${launch_flags[@]}" -- "$dt" train "${common[@]}" \
+  env DT_RENDEZVOUS_S=60 "${env[@]}" timeout 300 "$dt" launch --np "$np" --port 0 "${launch_flags[@]}" -- "${train_prefix[@]}" "$dt" train "${common[@]}" \
     --steps "$steps" --schedule "$schedule" --csv "$tmp/$name.csv" "$@" >"$tmp/$name.log" 2>"$tmp/$name.err" &
   job=$!
 }

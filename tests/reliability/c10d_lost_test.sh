@@ -22,7 +22,12 @@
 #     completes it in the recovery (no survivor behind the others);
 #  5. tp=2,pp=2 (no replica of a rank's state): refused with one line naming the boxes, exit 1;
 #  6. the store's host (world rank 0) lost: one line naming the store, exit 1;
-#  7. under `dynatrain launch` without --keep-going the launcher ends the job as before (137).
+#  7. under `dynatrain launch` without --keep-going the launcher ends the job as before (137);
+#  8. --redundancy 2 on two nodes (DYNATRAIN_NODE node0 for ranks 0-1, node1 for 2-3), dp=4,
+#     zero=1: node 1's two processes killed in step 5, whose optimizer shards no survivor
+#     holds: rebuilt from the copies node 0 keeps (dp=2 from step 5; the copies then stop, one
+#     line); without it the same loss is refused naming the boxes; on one node --redundancy 2,
+#     and --redundancy 1 on torch.distributed, are refused with one line.
 # Each run-through case checks every step in the CSV exactly once, the process count from the
 # step it changes, and every loss within fp32 reduction noise of the uninterrupted run's.
 # Usage: c10d_lost_test.sh DYNATRAIN
@@ -133,4 +138,25 @@ finish ended 137
 grep -q "^dynatrain: error: launch: rank 2 (pid [0-9]*) on node .* ended by SIGKILL (killed?); ending the other ranks$" "$tmp/ended.err" ||
   { cat "$tmp/ended.err"; fail "ended: no launcher line"; }
 ! grep -q "^recovery:" "$tmp/ended.log" || fail "ended: recovered under a launcher that ends the job"
+echo "8. --redundancy 2: a lost node's ZeRO shards rebuilt from the copies on the other node"
+launch_flags=(--keep-going)
+run cont_z1 4 "0:dp=4,zero=1"
+finish cont_z1 0
+train_prefix=(sh -c 'DYNATRAIN_NODE=node$((RANK / 2)) exec "$0" "$@"')
+run copies 4 "0:dp=4,zero=1" DT_FAULT=kill:2:step:0:5,kill:3:step:0:5 -- --redundancy 2
+finish copies 0
+expect_line copies "^recovery: lost rank 2 (pid [0-9]*) on node node1, rank 3 (pid [0-9]*) on node node1 of 4; .* on 2 processes after a .*; step 5 again$" "no recovery line naming node 1's two ranks"
+expect_line copies "^redundancy 2: every process is on node node0 now: no copy is kept (a loss of this node ends the job)$" "no line for the copies stopping"
+expect_line copies "^  copies on another node (--redundancy 2): .* kept on rank 0, refreshed 6 times" "no copies in the summary"
+check_csv copies "0:4,5:2" cont_z1
+run nocopies 4 "0:dp=4,zero=1" DT_FAULT=kill:2:step:0:5,kill:3:step:0:5 --
+finish nocopies 1
+one_line nocopies "^dynatrain: error: lost rank 2 \(pid [0-9]+\) on node node1, rank 3 \(pid [0-9]+\) on node node1 of 4: no surviving process holds .*exp_avg.* the lost processes held the only copy; resume from a checkpoint$"
+train_prefix=()
+run onenode 4 "0:dp=4,zero=1" -- --redundancy 2
+finish onenode 2
+one_line onenode "^dynatrain: error: rank 0 of 4: --redundancy 2 keeps each process's state in the memory of a process on another node, but every process of the job is on node [^ ]+ \(DYNATRAIN_NODE, else the host name\); valid on one node: --redundancy 0$"
+run one_copy 4 "0:dp=4,zero=1" -- --redundancy 1
+finish one_copy 2
+one_line one_copy "^dynatrain: error: rank 0 of 4: --redundancy 1 keeps a copy for a restart on this node; a job on torch.distributed recovers a lost process in place: valid are 0 .* and 2 .*$"
 echo "ok: on torch.distributed the CLI trainer recovers a lost process in place (same pids, no step lost or repeated); unrecoverable losses end with one line"
