@@ -138,6 +138,10 @@ struct Trainer::Impl {
     Clock::time_point t0;
   };
   std::optional<ReadyUpdate> ready_update;
+  // Set from the commit barrier to the update's end where the update has collectives (ZeRO 1-3:
+  // the gradients' reduce-scatter and the params' all-gather per bucket): a loss met there left
+  // some buckets updated on the survivors and the lost ranks' share of the update nowhere.
+  bool updating = false;
   // Redundancy 2 (trainer_copies.cc): the moved kinds of other ranks of the current layout,
   // kept here (pool blocks; null for a kind the copy leaves out) and refreshed after each step;
   // a recovery gives them to the engine as sources, any other commit releases them.

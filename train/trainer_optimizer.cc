@@ -73,8 +73,10 @@ void Trainer::Impl::optimizer_step(float loss, Clock::time_point t0) {
     }
     active_g->barrier();
     if (opt.after_commit_barrier) opt.after_commit_barrier();
+    updating = !reduced;
   }
   apply_update(reduced);
+  updating = false;
 }
 
 // Adam on every bucket (`reduced`: the full gradients are summed over dp already).

@@ -37,19 +37,23 @@ std::string joined(const std::vector<std::string>& boxes) {
 
 // Which rank of the current layout each survivor holds (process i of the survivors' world), and
 // whether every survivor's copies (redundancy 2) are of the step they stand at; InputError
-// unless every survivor is at this process's step.
+// unless every survivor is at this process's step and none was inside an update's collectives.
 std::pair<std::vector<int>, bool> held_ranks(comm::Transport& survivors, int layout_rank, std::int64_t step,
-                                             bool copies_current) {
-  const auto all =
-      comm::all_gather_values(survivors, std::array<std::int64_t, 3>{layout_rank, step, copies_current ? 1 : 0});
+                                             bool copies_current, bool updating) {
+  const auto all = comm::all_gather_values(
+      survivors, std::array<std::int64_t, 4>{layout_rank, step, copies_current ? 1 : 0, updating ? 1 : 0});
   std::vector<int> held;
   bool copies = true;
-  for (const auto& [rank, at, current] : all) {
+  for (const auto& [rank, at, current, in_update] : all) {
     held.push_back(static_cast<int>(rank));
     copies = copies && current != 0;
     if (at != step)
       DT_INPUT_ERROR("the loss came as step ", std::min(at, step), "'s update was applied: some survivors ",
                      "applied it and others did not, so no state is whole; resume from a checkpoint");
+    if (in_update != 0)
+      DT_INPUT_ERROR("the loss came during step ", step, "'s update, whose ZeRO shards were being exchanged: ",
+                     "the survivors applied their part of it and the lost processes' part is gone, so no state ",
+                     "is whole; resume from a checkpoint");
   }
   return {held, copies};
 }
@@ -116,7 +120,7 @@ Trainer::Recovery Trainer::recover(std::unique_ptr<comm::Transport> survivors, c
   DT_CHECK(next.world_size() <= survivors->size(), "layout ", next.str(), " for ", survivors->size(), " survivors");
   im.ready_update.reset();  // the survivors agreed on the step: its update is applied or not
   const auto [held, copies_current] =
-      held_ranks(*survivors, im.layout_rank, im.step, im.copies.on && im.copies.step == im.step);
+      held_ranks(*survivors, im.layout_rank, im.step, im.copies.on && im.copies.step == im.step, im.updating);
   edm::Prepared p;
   p.config = next;
   p.world_before = from.world_size();

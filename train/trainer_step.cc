@@ -199,6 +199,7 @@ StepStats Trainer::Impl::do_step() {
   DT_CHECK(rc.active, "step() called on rank ", world().rank(), " outside layout ", cfg().str());
   const auto t0 = Clock::now();
   ready_update.reset();  // (one a loss left behind: the step is done again)
+  updating = false;
   zero_grads();
   gather_params();
   float loss = static_cast<float>(run_microbatches(nullptr));

@@ -26,8 +26,9 @@
 #  8. --redundancy 2 on two nodes (DYNATRAIN_NODE node0 for ranks 0-1, node1 for 2-3), dp=4,
 #     zero=1: node 1's two processes killed in step 5, whose optimizer shards no survivor
 #     holds: rebuilt from the copies node 0 keeps (dp=2 from step 5; the copies then stop, one
-#     line); without it the same loss is refused naming the boxes; on one node --redundancy 2,
-#     and --redundancy 1 on torch.distributed, are refused with one line.
+#     line); without it the same loss is refused naming the boxes; the same loss after step 4's
+#     commit barrier (inside the update, whose ZeRO shards are exchanged) is refused with one
+#     line; on one node --redundancy 2, and --redundancy 1 on torch.distributed, are refused.
 # Each run-through case checks every step in the CSV exactly once, the process count from the
 # step it changes, and every loss within fp32 reduction noise of the uninterrupted run's.
 # Usage: c10d_lost_test.sh DYNATRAIN
@@ -152,6 +153,9 @@ check_csv copies "0:4,5:2" cont_z1
 run nocopies 4 "0:dp=4,zero=1" DT_FAULT=kill:2:step:0:5,kill:3:step:0:5 --
 finish nocopies 1
 one_line nocopies "^dynatrain: error: lost rank 2 \(pid [0-9]+\) on node node1, rank 3 \(pid [0-9]+\) on node node1 of 4: no surviving process holds .*exp_avg.* the lost processes held the only copy; resume from a checkpoint$"
+run inupdate 4 "0:dp=4,zero=1" DT_FAULT=kill:2:barrier:0:4,kill:3:barrier:0:4 -- --redundancy 2
+finish inupdate 1
+one_line inupdate "^dynatrain: error: lost rank 2 \(pid [0-9]+\) on node node1, rank 3 \(pid [0-9]+\) on node node1 of 4: the loss came during step 4's update, whose ZeRO shards were being exchanged: the survivors applied their part of it and the lost processes' part is gone, so no state is whole; resume from a checkpoint$"
 train_prefix=()
 run onenode 4 "0:dp=4,zero=1" -- --redundancy 2
 finish onenode 2
