@@ -271,11 +271,10 @@ class Trainer {
   // process: InputError when all share one node), then every rank sends its moved kinds (less
   // those a rank on another node holds too) to its copy's holder and receives the copies it
   // keeps. A recovery after it uses the copies whose holders survived when every survivor's are
-  // of the step it stands at. Returns the bytes this process sent and received.
-  std::uint64_t refresh_copies(const std::vector<std::string>& node_of_process);
-  // The bytes of the copies this process keeps; stop_copies() releases them.
+  // of the step it stands at.
+  void refresh_copies(const std::vector<std::string>& node_of_process);
+  // The bytes of the copies this process keeps.
   std::size_t copy_bytes() const;
-  void stop_copies();
   // A lost process met in a step's commit barrier (TrainerOptions::commit_barrier, ZeRO 0): the
   // barrier may have completed on other survivors, who applied the update. update_ready():
   // whether this process did every collective of its last step and only the update is left;

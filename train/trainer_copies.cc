@@ -43,11 +43,12 @@ void Trainer::Impl::hold_copies(const std::vector<std::string>& node_of_process)
     DT_CHECK(proc >= 0, "a rank of ", cfg().str(), " is held by no process");
     node_of_rank.push_back(node_of_process[static_cast<std::size_t>(proc)]);
   }
-  copies.holders = edm::copy_holders(node_of_rank);  // InputError: every rank on one node
+  std::vector<int> holders = edm::copy_holders(node_of_rank);  // InputError: every rank on one node
   const auto moved = make_layout(cfg(), kMovedKinds);
+  copies.own = moved->rank_layout(layout_rank);
   copies.absent.clear();
   for (int r = 0; r < ranks; ++r) copies.absent.push_back(edm::kinds_held_on_other_nodes(*moved, r, node_of_rank));
-  for (int r : edm::copies_kept_by(copies.holders, layout_rank)) {
+  for (int r : edm::copies_kept_by(holders, layout_rank)) {
     HeldCopy c{r, copies.absent[static_cast<std::size_t>(r)], moved->rank_layout(r), {}};
     for (const auto& b : c.layout.buffers) {
       std::byte* block = nullptr;
@@ -59,7 +60,7 @@ void Trainer::Impl::hold_copies(const std::vector<std::string>& node_of_process)
     }
     copies.held.push_back(std::move(c));
   }
-  copies.on = true;
+  copies.holders = std::move(holders);  // (last: copies.on())
 }
 
 void Trainer::Impl::release_copies() {
@@ -81,33 +82,26 @@ std::vector<plan::SwitchPlacement::Copy> Trainer::Impl::copy_sources(const std::
   return out;
 }
 
-std::uint64_t Trainer::refresh_copies(const std::vector<std::string>& node_of_process) {
+void Trainer::refresh_copies(const std::vector<std::string>& node_of_process) {
   Impl& im = *impl_;
   DT_CHECK(im.layout_rank < im.cfg().world_size() && im.world().size() == im.cfg().world_size(),
            "refresh_copies() with processes outside the layout");
-  if (!im.copies.on) im.hold_copies(node_of_process);
+  if (!im.copies.on()) im.hold_copies(node_of_process);
   im.copies.step = -1;  // until every message of this refresh arrived
   comm::Transport& w = im.world();
   std::vector<std::unique_ptr<comm::Request>> pending;
-  std::uint64_t bytes = 0;
   for (Impl::HeldCopy& c : im.copies.held)
     for (std::size_t i = 0; i < c.buffers.size(); ++i)
-      if (c.buffers[i] != nullptr) {
-        const std::size_t n = im.arenas.block_bytes(c.layout.buffers[i]);
-        pending.push_back(
-            w.irecv(c.buffers[i], n, im.copies.process_of_rank[static_cast<std::size_t>(c.rank)], kTagCopy));
-        bytes += n;
-      }
+      if (c.buffers[i] != nullptr)
+        pending.push_back(w.irecv(c.buffers[i], im.arenas.block_bytes(c.layout.buffers[i]),
+                                  im.copies.process_of_rank[static_cast<std::size_t>(c.rank)], kTagCopy));
   const auto me = static_cast<std::size_t>(im.layout_rank);
   const int holder = im.copies.process_of_rank[static_cast<std::size_t>(im.copies.holders[me])];
-  for (const auto& b : im.make_layout(im.cfg(), kMovedKinds)->rank_layout(im.layout_rank).buffers)
-    if (kept(b, im.copies.absent[me])) {
+  for (const auto& b : im.copies.own.buffers)
+    if (kept(b, im.copies.absent[me]))
       pending.push_back(w.isend(im.arenas.bytes(b), im.arenas.block_bytes(b), holder, kTagCopy));
-      bytes += im.arenas.block_bytes(b);
-    }
   for (auto& r : pending) r->wait();
   im.copies.step = im.step;
-  return bytes;
 }
 
 std::size_t Trainer::copy_bytes() const {
@@ -117,7 +111,5 @@ std::size_t Trainer::copy_bytes() const {
       if (c.buffers[i] != nullptr) total += impl_->arenas.block_bytes(c.layout.buffers[i]);
   return total;
 }
-
-void Trainer::stop_copies() { impl_->release_copies(); }
 
 }  // namespace dynatrain::train

@@ -152,12 +152,13 @@ struct Trainer::Impl {
     std::vector<std::byte*> buffers;
   };
   struct Copies {
-    std::vector<HeldCopy> held;         // ascending rank
-    std::vector<int> holders;           // [layout rank]: the layout rank keeping its copy
-    std::vector<std::uint32_t> absent;  // [layout rank]: the kinds its copy leaves out
-    std::vector<int> process_of_rank;   // [layout rank]: its process in the world
-    std::int64_t step = -1;             // the step whose state every held copy has (-1: none complete)
-    bool on = false;                    // held for the current layout
+    std::vector<HeldCopy> held;                   // ascending rank
+    std::vector<int> holders;                     // [layout rank]: the layout rank keeping its copy (empty: none held)
+    std::vector<std::uint32_t> absent;            // [layout rank]: the kinds its copy leaves out
+    std::vector<int> process_of_rank;             // [layout rank]: its process in the world
+    vps::RankLayout own;                          // this rank's moved kinds, the buffers it sends
+    std::int64_t step = -1;                       // the step whose state every held copy has (-1: none complete)
+    bool on() const { return !holders.empty(); }  // held for the current layout
   } copies;
   StageModel model;
   ModelComms comms;

@@ -120,7 +120,7 @@ Trainer::Recovery Trainer::recover(std::unique_ptr<comm::Transport> survivors, c
   DT_CHECK(next.world_size() <= survivors->size(), "layout ", next.str(), " for ", survivors->size(), " survivors");
   im.ready_update.reset();  // the survivors agreed on the step: its update is applied or not
   const auto [held, copies_current] =
-      held_ranks(*survivors, im.layout_rank, im.step, im.copies.on && im.copies.step == im.step, im.updating);
+      held_ranks(*survivors, im.layout_rank, im.step, im.copies.on() && im.copies.step == im.step, im.updating);
   edm::Prepared p;
   p.config = next;
   p.world_before = from.world_size();
