@@ -331,7 +331,7 @@ def hold_schedules(job) -> None:
 def restore_schedules(job) -> None:
     """At the start of optimizer.step(), and before a switch or a save reads a registered
     scheduler: undoes a scheduler.step() taken after a step that did not count (hold_schedules)."""
-    held, job._held_schedules = getattr(job, "_held_schedules", None), None
+    held, job._held_schedules = job._held_schedules, None
     if held is None:
         return
     for scheduler, state in zip(job._schedulers, held[0]):

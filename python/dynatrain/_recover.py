@@ -140,23 +140,21 @@ def _complete_split_step(job, world: _World) -> bool:
     goes on from the same step (job.step counted on). Any other mix of steps ends the job with
     one line. Returns whether this process completed its step (world.completed: how many did)."""
     m = job.manager
-    local = job._sharded_kind() is None
-    seen = world.new.allgather((m.step, getattr(job, "_stage", "done"), local))
-    steps = sorted({step for step, _, _ in seen})
-    behind = [stage for step, stage, _ in seen if step == steps[0]]
-    partial = [step for step, stage, _ in seen if stage == "update"]
+    seen = world.new.allgather((m.step, job._stage))
+    steps = sorted({step for step, _ in seen})
+    behind = [stage for step, stage in seen if step == steps[0]]
+    partial = [step for step, stage in seen if stage == "update"]
     head = f"lost {world.lost_text} of {world.comm.size}"
     if partial:
         _end(world.first, f"{head} while step {partial[0]}'s update gathered its ZeRO shards: the survivors applied "
                           f"their shards of it and the lost processes' are gone; resume from a checkpoint")
     if len(steps) == 1:
         return False
-    if len(steps) > 2 or steps[1] != steps[0] + 1 or any(s != "ready" for s in behind) or \
-            not all(ok for _, _, ok in seen):
+    local = job._sharded_kind() is None  # the layout's, alike on every survivor
+    if len(steps) > 2 or steps[1] != steps[0] + 1 or any(s != "ready" for s in behind) or not local:
         _end(world.first, f"{head}: the survivors stand at steps {', '.join(map(str, steps))} (step {steps[0]} "
                           f"applied by some and not by others, and its update cannot be completed here: "
-                          f"{'ZeRO shards' if not all(ok for _, _, ok in seen) else 'not every collective done'}); "
-                          f"resume from a checkpoint")
+                          f"{'ZeRO shards' if not local else 'not every collective done'}); resume from a checkpoint")
     world.completed = len(behind)
     if m.step != steps[0]:
         return False
