@@ -7,15 +7,22 @@
 // mark in the rendezvous store (raise_loss_mark); on every process a thread polls that mark on
 // a connection of its own and raises a flag the trainer reads between layers
 // (train::TrainerOptions::interrupt), which then abandons its step with train::StepInterrupted.
+// Sooner still: under `dynatrain launch --keep-going` the launcher reports a killed process to
+// the others of its node through a pipe (job/sibling_loss.h); the watch reads it at every look,
+// and when the pid is one of the watched world's processes on this node (their places' store
+// keys, given with the world) it raises the world's mark itself: every survivor, on every node,
+// stops within a look of the kill, before any of them met the loss in a collective.
 //
 //   std::atomic<bool> interrupt{false};       // outlives the watch
 //   options.interrupt = &interrupt;
 //   LossWatch watch(support.store(world), interrupt);  // a store connection of its own
-//   watch.watch(loss_mark_key(world_keys));   // at the start and after every change of world
+//   watch.watch(loss_mark_key(world_keys), place_keys);  // at the start and after every change of world
 //   ... a collective fails: raise_loss_mark(store, loss_mark_key(world_keys)); recover ...
 //
 // Invariant: the flag is raised only by the mark of the world being watched: watch() lowers it
-// and a poll of the world before cannot raise it again. Torch-free.
+// and a poll of the world before cannot raise it again; a reported pid raises it only when the
+// watched world's places name it on this node (a process lost in the world before, reported
+// late, is not one of them). Torch-free.
 #pragma once
 
 #include <atomic>
@@ -25,8 +32,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/key_store.h"
+#include "job/sibling_loss.h"
 
 namespace dynatrain::job {
 
@@ -38,26 +47,38 @@ void raise_loss_mark(comm::KeyStore& store, const std::string& key);
 
 class LossWatch {
  public:
-  // `period`: between two looks at the mark (one store query each), the longest a survivor
-  // computes on after the mark was raised, besides the layer it is in.
+  // `period`: between two looks at the mark (one store query each) and at the launcher's pipe,
+  // the longest a survivor computes on after the mark was raised, besides the layer it is in.
+  // `siblings`: the launcher's reports (none by default: the inherited pipe when there is one).
   LossWatch(std::unique_ptr<comm::KeyStore> store, std::atomic<bool>& flag,
-            std::chrono::milliseconds period = std::chrono::milliseconds(50));
+            std::chrono::milliseconds period = std::chrono::milliseconds(50),
+            std::unique_ptr<SiblingLossReader> siblings = std::make_unique<SiblingLossReader>());
   ~LossWatch();  // stops and joins the thread
   LossWatch(const LossWatch&) = delete;
   LossWatch& operator=(const LossWatch&) = delete;
 
-  // From now on watches `key` (the newest world's mark), and lowers the flag.
-  void watch(const std::string& key);
+  // From now on watches `key` (the newest world's mark), and lowers the flag. `place_keys`: the
+  // store keys where the world's processes announce "NODE PID" (job/lost_peer.h announce_place),
+  // read only when the launcher reports a pid.
+  void watch(const std::string& key, std::vector<std::string> place_keys = {});
+
+  // How many times the launcher's report raised the mark (this process was the first to know).
+  int raised_by_launcher() const { return raised_by_launcher_; }
 
  private:
   void run();
+  // Whether the launcher reported one of the watched world's processes (outside mu_).
+  bool sibling_lost(const std::vector<long>& pids, const std::vector<std::string>& place_keys);
 
   std::unique_ptr<comm::KeyStore> store_;
   const std::chrono::milliseconds period_;
   std::atomic<bool>& flag_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::string key_;  // under mu_; empty: nothing to watch yet
+  std::string key_;                              // under mu_; empty: nothing to watch yet
+  std::vector<std::string> place_keys_;          // under mu_
+  std::unique_ptr<SiblingLossReader> siblings_;  // the watch thread's only
+  std::atomic<int> raised_by_launcher_{0};
   bool stop_ = false;
   std::thread thread_;
 };

@@ -68,14 +68,22 @@ std::string node_name() {
   return host_name();
 }
 
+static std::string place_key(const std::string& prefix, int rank) { return prefix + "/place/" + std::to_string(rank); }
+
 void announce_place(comm::KeyStore& store, const std::string& prefix, int rank) {
-  store.set(prefix + "/place/" + std::to_string(rank), node_name() + " " + std::to_string(getpid()));
+  store.set(place_key(prefix, rank), node_name() + " " + std::to_string(getpid()));
+}
+
+std::vector<std::string> place_keys(const std::string& prefix, int size) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(place_key(prefix, r));
+  return keys;
 }
 
 std::vector<ProcessPlace> announced_places(comm::KeyStore& store, const std::string& prefix, int size) {
   std::vector<ProcessPlace> out(static_cast<std::size_t>(size), ProcessPlace{"(unknown)", 0});
   for (int r = 0; r < size; ++r) {
-    const std::string key = prefix + "/place/" + std::to_string(r);
+    const std::string key = place_key(prefix, r);
     if (!store.has(key)) continue;
     const std::string text = store.get(key, std::chrono::seconds(10));  // set: answered at once
     const auto space = text.rfind(' ');

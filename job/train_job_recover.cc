@@ -66,8 +66,9 @@ void TrainJob::announce_if_new_world() {
   }
   lost_.world = keys;
   lost_.places.clear();
-  lost_.watch->watch(loss_mark_key(keys));
-  announce_place(*lost_.store, "dynatrain/" + keys + "/places", trainer_->world().rank());
+  const std::string places = "dynatrain/" + keys + "/places";
+  lost_.watch->watch(loss_mark_key(keys), place_keys(places, trainer_->world_size()));
+  announce_place(*lost_.store, places, trainer_->world().rank());
 }
 
 // The newest world's places: the table kept, read again from the store while a process of the
@@ -98,8 +99,27 @@ bool TrainJob::complete_step_others_applied(comm::Transport& survivors) {
   return true;
 }
 
+namespace {
+
+// Every survivor's figures of a recovery (recover_from_loss), combined on each: 5 and 6 summed
+// (counts of survivors), 7 the earliest (when the loss was first met), the others the largest.
+std::array<double, 9> combine_over_survivors(comm::Transport& survivors, const std::array<double, 9>& mine) {
+  std::array<double, 9> most = mine;
+  most[5] = most[6] = 0;
+  for (const auto& f : comm::all_gather_values(survivors, mine)) {
+    for (std::size_t i : {0, 1, 2, 3, 4, 8}) most[i] = std::max(most[i], f[i]);
+    most[5] += f[5];
+    most[6] += f[6];
+    most[7] = std::min(most[7], f[7]);
+  }
+  return most;
+}
+
+}  // namespace
+
 bool TrainJob::recover_from_loss(const CommError& error, bool in_boundary) {
   const auto t0 = Clock::now();
+  const double met_unix_s = unix_seconds();
   comm::Transport& old = trainer_->world();
   const int before = old.size(), me = old.rank();
   // Processes outside the layout (idle) wait elsewhere than in a step, and a commit's transfer
@@ -153,19 +173,17 @@ bool TrainJob::recover_from_loss(const CommError& error, bool in_boundary) {
   // after it, which the others (who met the loss there or in the step after it) do again.
   const bool saved = me == 0 && s_.saved == s_.step;
   const bool stopped = dynamic_cast<const train::StepInterrupted*>(&error) != nullptr;
-  const std::array<double, 7> mine = {seconds_since(t0) - r.probe_s, agree_s,           world_s,
+  // And on the wall clock (to line up with a kill's stamp): the first survivor's meeting of the
+  // loss, the last one's state rebuilt (the bound's probe, after it, left out).
+  const std::array<double, 9> mine = {seconds_since(t0) - r.probe_s, agree_s,           world_s,
                                       in_boundary ? 1.0 : 0.0,       saved ? 1.0 : 0.0, stopped ? 1.0 : 0.0,
-                                      completed ? 1.0 : 0.0};
-  std::array<double, 7> most = {0, 0, 0, 0, 0, 0, 0};
-  for (const auto& f : comm::all_gather_values(now, mine)) {
-    for (std::size_t i = 0; i < 5; ++i) most[i] = std::max(most[i], f[i]);
-    most[5] += f[5];
-    most[6] += f[6];
-  }
+                                      completed ? 1.0 : 0.0,         met_unix_s,        unix_seconds() - r.probe_s};
+  const std::array<double, 9> most = combine_over_survivors(now, mine);
   lost_.boundary_again = most[3] > 0 || most[6] > 0;
   s_.saved = most[4] > 0 ? s_.step : -1;
   if (s_.leader)
-    report_recovery(lost, r, {most[0], most[1], most[2], static_cast<int>(most[5]), static_cast<int>(most[6])});
+    report_recovery(
+        lost, r, {most[0], most[1], most[2], static_cast<int>(most[5]), static_cast<int>(most[6]), most[7], most[8]});
   reserve_for_recovery();  // for the next loss (after the line: not in the pause)
   return completed;
 }

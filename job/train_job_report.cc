@@ -131,7 +131,9 @@ void TrainJob::report_recovery(const std::string& lost, const Trainer::Recovery&
                    {"memory_bytes", sw.prefaulted_bytes},
                    {"move_s", sw.total_s},
                    {"bound_s", bound},
-                   {"pause_over_bound", bound > 0 ? t.pause_s / bound : 0.0}};
+                   {"pause_over_bound", bound > 0 ? t.pause_s / bound : 0.0},
+                   {"met_unix_s", t.met_unix_s},
+                   {"resumed_unix_s", t.resumed_unix_s}};
   s_.ls.records.push_back(j);
   std::fflush(stdout);
 }

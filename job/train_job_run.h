@@ -85,6 +85,8 @@ class TrainJob {
     double pause_s, agree_s, world_s;  // max over the survivors
     int stopped = 0;                   // survivors whose step the loss's mark stopped (job/loss_watch.h)
     int completed = 0;                 // survivors that completed the step's update after the others
+    double met_unix_s = 0;             // the first survivor met the loss (wall clock)
+    double resumed_unix_s = 0;         // the last survivor's state rebuilt (wall clock)
   };
   void report_recovery(const std::string& lost, const train::Trainer::Recovery& r, const RecoveryTimes& t);
 

@@ -13,6 +13,8 @@
 // exited 0 (128 + signal of the first when every rank of this launcher was killed: a lost node).
 // Each rank gets DYNATRAIN_LAUNCH=keep-going or =end: whether a lost peer is
 // recovered in place, or this launcher ends the job (the survivors then wait for it, silent).
+// With --keep-going each rank also gets a pipe of its own (DYNATRAIN_LAUNCH_FD), through which
+// the launcher tells it at once the pid of another of its ranks killed (job/sibling_loss.h).
 // With --join HOST:PORT the N processes are a world of their own (their own MASTER_PORT) that
 // joins the running adopted job whose store is HOST:PORT (DYNATRAIN_JOIN; python/dynatrain/_join.py).
 // With --nnodes M --node-rank R --master-addr HOST one launcher runs on each of M nodes: node R's
@@ -27,13 +29,16 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
 #include "common/port.h"
 #include "job/lost_peer.h"
 #include "job/notice.h"
+#include "job/sibling_loss.h"
 #include "tools/commands.h"
 #include "tools/flag_checks.h"
 
@@ -97,9 +102,10 @@ int exit_code_of(int status) {
 
 // Waits for every rank; on a signal to us forwards it (SIGKILL after a grace), on the first
 // failure ends the others with SIGKILL. Returns the first non-zero exit code. `keep_going`: a rank killed by a
-// signal is reported and the others go on (its code counts for nothing, unless every rank was
+// signal is reported, its pid written into the others' `loss_pipes` (write ends by rank, empty:
+// none), and the others go on (its code counts for nothing, unless every rank was
 // killed so: then the first one's). Ranks are reported as first_rank + their index.
-int supervise(std::vector<pid_t> pids, bool keep_going = false, int first_rank = 0) {
+int supervise(std::vector<pid_t> pids, bool keep_going = false, int first_rank = 0, std::vector<int> loss_pipes = {}) {
   int first = 0, alive = static_cast<int>(pids.size()), first_killed = 0, killed_count = 0;
   bool ending = false;
   auto end_others = [&](int sig) {
@@ -126,11 +132,13 @@ int supervise(std::vector<pid_t> pids, bool keep_going = false, int first_rank =
       if (pids[r] == done) {
         pids[r] = -1;
         rank = first_rank + static_cast<int>(r);
+        if (r < loss_pipes.size() && loss_pipes[r] >= 0) close(std::exchange(loss_pipes[r], -1));
       }
     --alive;
     const int code = exit_code_of(status);
     const bool killed = WIFSIGNALED(status);
     if (killed && keep_going && !ending) {
+      job::tell_siblings(loss_pipes, done);  // first: their step stops at once (job/loss_watch.h)
       report_killed_rank(rank, done, WTERMSIG(status), true);
       if (killed_count++ == 0) first_killed = code;
       continue;
@@ -224,14 +232,19 @@ int run_launch(const LaunchArgs& args) {
   for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, nullptr);
   std::fflush(nullptr);
   std::vector<pid_t> pids;
+  std::vector<int> loss_pipes;  // by rank: the write end of its pipe (--keep-going only)
   for (int local = 0; local < args.np; ++local) {
+    std::optional<job::SiblingPipe> pipe;
+    if (args.keep_going) pipe = job::SiblingPipe::open();
     const pid_t pid = fork();
     if (pid == 0) {
       setpgid(0, 0);  // a group of its own: ending a rank ends the processes it started
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
+      if (pipe) pipe->pass_to_this_process();
       exec_rank(local, w, args.command);
     }
+    if (pipe) loss_pipes.push_back(pipe->keep_write_end());
     if (pid < 0) {
       for (pid_t p : pids) kill(-p, SIGTERM);
       supervise(pids);
@@ -240,7 +253,7 @@ int run_launch(const LaunchArgs& args) {
     setpgid(pid, pid);  // also here, so that the group exists before any kill(-pid)
     pids.push_back(pid);
   }
-  return supervise(std::move(pids), args.keep_going, w.first_rank);
+  return supervise(std::move(pids), args.keep_going, w.first_rank, std::move(loss_pipes));
 }
 
 }  // namespace

@@ -2,8 +2,13 @@
 # `dynatrain train` on torch.distributed recovering a lost process in place (job/lost_peer.h):
 # 4 processes under `dynatrain launch --keep-going`, ZeRO 0; one SIGKILLs itself 30 ms into a
 # step (DT_FAULT=kill). Per case, REPEAT runs; from the run itself:
-#   kill -> resumed: the stamp the killed process wrote just before its SIGKILL to the moment
-#     the recovery line reached the launcher's stdout (the survivors then do the step again);
+#   kill -> met: the stamp the killed process wrote just before its SIGKILL to the first
+#     survivor's meeting of the loss (a collective's error, or its step stopped by the loss's
+#     mark, which the launcher raises through its pipe as soon as it reaps the killed process:
+#     job/sibling_loss.h); the "no pipe" cases run the trainer without the launcher's pipe
+#     (`env -u DYNATRAIN_LAUNCH_FD`), so the survivors meet the loss only in a collective;
+#   kill -> resumed: the stamp to the last survivor's state rebuilt (the JSON's wall-clock
+#     stamps; the survivors then do the step again; the bound's probe, after it, left out);
 #   pause: each survivor's error (the collective that met the loss) to its state rebuilt, the
 #     largest; with its parts: agree (through the store; stopped mid-step: the survivors whose
 #     compute the loss's mark stopped, job/loss_watch.h), groups (the survivors' world and the
@@ -35,8 +40,10 @@ results_begin c10d-lost-cli markdown "$0 $*"
 
 run_case() {  # NAME RUN MODEL SCHEDULE KILL BATCH SEQ STEPS [TRAIN FLAG]: one run, one table row
   local name=$1 n=$2 model=$3 schedule=$4 kill=$5 batch=$6 seq=$7 steps=$8 base="$OUT/$1-$2" extra=("${@:9}")
+  local pipe=()
+  [[ $name == *-nopipe ]] && pipe=(env -u DYNATRAIN_LAUNCH_FD)
   rm -f "$base.stamp"
-  DT_FAULT=$kill DT_FAULT_STAMP="$base.stamp" "$BIN" launch --np 4 --port 0 --keep-going -- "$BIN" train \
+  DT_FAULT=$kill DT_FAULT_STAMP="$base.stamp" "$BIN" launch --np 4 --port 0 --keep-going -- "${pipe[@]}" "$BIN" train \
     --model "$model" --global-batch "$batch" --seq "$seq" --steps "$steps" --threads 1 --schedule "$schedule" \
     --json "$base.json" "${extra[@]}" 2>"$base.err" |
     while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done >"$base.log"
@@ -45,11 +52,11 @@ run_case() {  # NAME RUN MODEL SCHEDULE KILL BATCH SEQ STEPS [TRAIN FLAG]: one r
 import json, sys
 name, base = sys.argv[1], sys.argv[2]
 killed = float(open(base + ".stamp").read())
-resumed = next(float(l.split()[0]) for l in open(base + ".log") if " recovery: " in l)
 rec = next(r for r in json.load(open(base + ".json"))["switches"] if "recovery" in r)
 r = rec["recovery"]
 net = r['pause_s'] - r['memory_s']
-print(f"| {name} | {rec['from']} -> {rec['to']} | {resumed - killed:.3f} | {r['pause_s']:.3f} | {r['agree_s']:.3f} | "
+print(f"| {name} | {rec['from']} -> {rec['to']} | {r['met_unix_s'] - killed:.3f} | {r['resumed_unix_s'] - killed:.3f} | "
+      f"{(r['resumed_unix_s'] - killed) / r['bound_s']:.1f}x | {r['pause_s']:.3f} | {r['agree_s']:.3f} | "
       f"{r.get('stopped_mid_step', 0)} | "
       f"{r['world_s'] + r['groups_s']:.3f} | {r['memory_s']:.3f} ({r['memory_bytes'] / 1e9:.2f} GB) | "
       f"{r['move_s']:.3f} | {rec['max_bytes_received'] / 1e6:.1f} | {rec['exchange_s']:.4f} | {r['bound_s']:.3f} | "
@@ -59,11 +66,16 @@ PY
 
 echo "Load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| case | recovery | kill -> resumed s | pause s | agree s | stopped mid-step | groups s | memory s | move s | MB received (busiest) | bare exchange s | bound s | pause / bound | (pause - memory) / bound | (pause - memory - agree) / bound |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| case | recovery | kill -> met s | kill -> resumed s | resumed / bound | pause s | agree s | stopped mid-step | groups s | memory s | move s | MB received (busiest) | bare exchange s | bound s | pause / bound | (pause - memory) / bound | (pause - memory - agree) / bound |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for n in $(seq "$REPEAT"); do
   run_case demo-dp "$n" tiny-dense "0:dp=4,zero=0" kill:2:step:30:5 24 64 8
+  run_case demo-dp-nopipe "$n" tiny-dense "0:dp=4,zero=0" kill:2:step:30:5 24 64 8
   run_case demo-tp "$n" tiny-dense "0:tp=2,dp=2,zero=0" kill:3:step:30:5 24 64 8
+done
+for n in $(seq "$REPEAT"); do
+  run_case 133M-dp "$n" "$HERE/llama-133m.json" "0:dp=4,zero=0" kill:3:step:30:2 12 32 4
+  run_case 133M-dp-nopipe "$n" "$HERE/llama-133m.json" "0:dp=4,zero=0" kill:3:step:30:2 12 32 4
 done
 for n in $(seq "$REPEAT"); do
   run_case 133M-tp "$n" "$HERE/llama-133m.json" "0:tp=2,dp=2,zero=0" kill:3:step:30:2 12 32 4

@@ -1,15 +1,19 @@
 // The watcher of a world's loss mark (job/loss_watch.h) over an in-process key store: the flag
 // rises once the watched world's mark is raised, not for another world's mark, and not again for
 // a world watched before; a store that stops answering ends the watch, and the watch ends at once
-// when destroyed.
+// when destroyed. The launcher's pipe (job/sibling_loss.h): a reported pid of the watched world on
+// this node raises the mark and the flag; a pid the world's places do not name on this node does
+// not; lines split across writes are read whole.
 #include "job/loss_watch.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <thread>
 
 #include "common/error.h"
+#include "job/lost_peer.h"
 #include "testing/memory_store.h"
 
 namespace dynatrain::job {
@@ -95,6 +99,74 @@ TEST(LossWatch, EndsAtOnceWhenDestroyed) {
     watch.watch(loss_mark_key("train/w1"));
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+}
+
+// A pipe as the launcher makes one: the reader's end and the launcher's write end.
+struct TestPipe {
+  TestPipe() { EXPECT_EQ(pipe(ends), 0); }
+  ~TestPipe() {
+    close(ends[0]);
+    close(ends[1]);
+  }
+  int ends[2] = {-1, -1};
+};
+
+TEST(SiblingLossReader, ReadsWholeLinesAcrossWritesAndNothingWithoutAPipe) {
+  TestPipe p;
+  SiblingLossReader reader(p.ends[0]);
+  EXPECT_TRUE(reader.read_reported().empty());
+  ASSERT_EQ(write(p.ends[1], "123\n45", 6), 6);
+  EXPECT_EQ(reader.read_reported(), std::vector<long>{123});
+  tell_siblings({-1, p.ends[1]}, 6);  // "6\n" ends the line "456"
+  EXPECT_EQ(reader.read_reported(), std::vector<long>{456});
+  tell_siblings({p.ends[1]}, 7);
+  tell_siblings({p.ends[1]}, 8);
+  EXPECT_EQ(reader.read_reported(), (std::vector<long>{7, 8}));
+  SiblingLossReader none(-1);
+  EXPECT_FALSE(none.present());
+  EXPECT_TRUE(none.read_reported().empty());
+}
+
+// The world "train/w1" of 3 processes: ranks 0 and 1 on this node (pids 4100, 4101), rank 2 on
+// another node with pid 4102.
+void announce_world(MemoryStore& store) {
+  store.set("dynatrain/train/w1/places/place/0", node_name() + " 4100");
+  store.set("dynatrain/train/w1/places/place/1", node_name() + " 4101");
+  store.set("dynatrain/train/w1/places/place/2", "elsewhere 4102");
+}
+
+TEST(LossWatch, TheLaunchersReportOfAWorldsProcessRaisesTheMarkForEveryone) {
+  auto store = std::make_shared<MemoryStore>();
+  announce_world(*store);
+  TestPipe p;
+  std::atomic<bool> flag{false};
+  LossWatch watch(std::make_unique<StoreConnection>(store), flag, kPeriod,
+                  std::make_unique<SiblingLossReader>(p.ends[0]));
+  watch.watch(loss_mark_key("train/w1"), place_keys("dynatrain/train/w1/places", 3));
+  tell_siblings({p.ends[1]}, 4102);  // the same pid on another node: not this launcher's
+  tell_siblings({p.ends[1]}, 999);   // not one of the world's
+  EXPECT_FALSE(rises(flag, 20 * kPeriod));
+  EXPECT_FALSE(store->has(loss_mark_key("train/w1")));
+  tell_siblings({p.ends[1]}, 4101);
+  EXPECT_TRUE(rises(flag, 2s));
+  EXPECT_TRUE(store->has(loss_mark_key("train/w1")));  // the other survivors stop too
+  EXPECT_EQ(watch.raised_by_launcher(), 1);
+}
+
+TEST(LossWatch, AReportAfterTheSurvivorsWorldIsWatchedDoesNotRaiseIt) {
+  auto store = std::make_shared<MemoryStore>();
+  announce_world(*store);
+  store->set("dynatrain/train/w2/places/place/0", node_name() + " 4100");  // the survivors' world
+  store->set("dynatrain/train/w2/places/place/1", "elsewhere 4102");
+  TestPipe p;
+  std::atomic<bool> flag{false};
+  LossWatch watch(std::make_unique<StoreConnection>(store), flag, kPeriod,
+                  std::make_unique<SiblingLossReader>(p.ends[0]));
+  watch.watch(loss_mark_key("train/w2"), place_keys("dynatrain/train/w2/places", 2));
+  tell_siblings({p.ends[1]}, 4101);  // lost in w1, reported late
+  EXPECT_FALSE(rises(flag, 20 * kPeriod));
+  EXPECT_FALSE(store->has(loss_mark_key("train/w2")));
+  EXPECT_EQ(watch.raised_by_launcher(), 0);
 }
 
 }  // namespace

@@ -13,6 +13,9 @@
 #  2b. the same with steps of about a second: ranks 0 and 1, which share no group with rank 3
 #     until the step's gradient reduction, stop their compute at the next layer once rank 2
 #     raised the loss's mark (job/loss_watch.h), and the recovery line counts them;
+#  2d. dp=4 with steps of about a second, rank 2 killed 100 ms into step 2: no survivor shares
+#     a collective with it before the gradient reduction, but the launcher reports the kill
+#     through its pipe (job/sibling_loss.h) and all 3 survivors stop mid-step;
 #  3. dp=4: rank 2 killed as in 1, then the process of rank 3 killed from outside: two
 #     recoveries (4 -> 3 -> 2 processes);
 #  4. a switch prepared ahead (dp=4 -> tp=2 before step 8) when the loss comes: prepared again
@@ -92,6 +95,16 @@ finish long 0
 at=$(recovered long 3 4)
 expect_line long "^recovery: .*(agree [0-9.]* s, [12] survivors\\? stopped mid-step, " "ranks 0 and 1 computed their step to its end"
 check_csv long "0:4,$at:3" cont_long
+
+echo "2d. dp=4, steps of about a second: the launcher reports the kill, every survivor stops mid-step"
+run cont_long_dp 4 "0:dp=4,zero=0"
+finish cont_long_dp 0
+run longdp 4 "0:dp=4,zero=0" DT_FAULT=kill:2:step:100:2 DT_FAULT_STAMP="$tmp/longdp.stamp" --
+finish longdp 0
+at=$(recovered longdp 2 4)
+expect_line longdp "^recovery: .*(agree [0-9.]* s, 3 survivors stopped mid-step, " \
+  "a survivor computed its step to its end: the launcher's report of the kill did not stop it"
+check_csv longdp "0:4,$at:3" cont_long_dp
 common=("${small[@]}") steps=$small_steps
 
 echo "3. two losses: rank 2 during step 5, then the process of rank 3 from outside"
