@@ -5,7 +5,10 @@ step on the survivors (results: bench/results/c10d-recovery.md).
 
 Runs tests/python/lost_job.py under `dynatrain launch --keep-going --np 4`: the process of rank
 2 SIGKILLs itself before step 3 (`kill at T`, wall clock), the survivors recover and rank 0
-prints `resumed at T` when optimizer.step() returns recovered. Printed per run: kill -> resumed,
+prints `resumed at T stopped N` when optimizer.step() returns recovered (N: the survivors whose
+forward the loss watch stopped, python/dynatrain/_stop.py). The "no pipe" cases run the job
+without the launcher's pipe (`env -u DYNATRAIN_LAUNCH_FD`): the survivors then learn of the loss
+only at their next collective with the lost process. Printed per run: kill -> resumed,
 the recovery's own pause and its parts (agreement through the store, the survivors' group
 build, the state's move), and, measured in the same run over the survivors' group, the bare
 exchange of the bytes the slowest survivor received, and, for reference, a warm copy of one
@@ -27,16 +30,17 @@ CLI = os.environ.get("DYNATRAIN_CLI", os.path.join(REPO, "build", "dynatrain"))
 LARGE = dict(vocab=8000, hidden=1024, heads=16, ffn=4096, layers=6, seq=16)  # ~88 M parameters
 
 
-def run(layout, dims=None):
+def run(layout, dims=None, pipe=True):
     env = dict(os.environ, OMP_NUM_THREADS="1", LOST_BENCH="1", LOST_DIMS=json.dumps(dims or {}))
-    cmd = [CLI, "launch", "--keep-going", "--port", "0", "--np", "4", "--", sys.executable, JOB, layout, "3", "2"]
+    cmd = [CLI, "launch", "--keep-going", "--port", "0", "--np", "4", "--",
+           *([] if pipe else ["env", "-u", "DYNATRAIN_LAUNCH_FD"]), sys.executable, JOB, layout, "3", "2"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}")
     kill = float(re.search(r"kill at (\S+)", done.stdout).group(1))
-    resumed = float(re.search(r"resumed at (\S+)", done.stdout).group(1))
+    resumed, stopped = re.search(r"resumed at (\S+) stopped (\d+)", done.stdout).groups()
     bench = dict(zip(*[iter(re.search(r"bench (.*)", done.stdout).group(1).split())] * 2))
-    return resumed - kill, {k: float(v) for k, v in bench.items()}
+    return float(resumed) - kill, int(stopped), {k: float(v) for k, v in bench.items()}
 
 
 def main():
@@ -45,16 +49,20 @@ def main():
     if "--large" in sys.argv or "--large-only" in sys.argv:
         cases.append(("large", "tp=1,dp=4,zero=0", LARGE))
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    print("| case | layout | state bytes / process | kill -> resumed s | pause s | agree s | groups s | "
-          "move s | received bytes | bare exchange s | warm copy s | bound s | pause / bound | resumed / bound |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| case | layout | state bytes / process | kill -> resumed s | stopped mid-step | pause s | agree s | "
+          "groups s | move s | received bytes | bare exchange s | warm copy s | bound s | pause / bound | "
+          "resumed / bound |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, layout, dims in cases:
-        for _ in range(runs if dims is None else 1):
-            total, b = run(layout, dims)
-            bound = b["groups"] + b["bare"]
-            print(f"| {name} | {layout} | {int(b['state'])} | {total:.3f} | {b['pause']:.3f} | {b['agree']:.3f} | "
-                  f"{b['groups']:.3f} | {b['engine']:.3f} | {int(b['received'])} | {b['bare']:.4f} | {b['copy']:.4f} | "
-                  f"{bound:.3f} | {b['pause'] / bound:.1f}x | {total / bound:.1f}x |", flush=True)
+        for _ in range(runs):
+            for pipe in (True, False):
+                total, stopped, b = run(layout, dims, pipe)
+                bound = b["groups"] + b["bare"]
+                label = name if pipe else f"{name}, no pipe"
+                print(f"| {label} | {layout} | {int(b['state'])} | {total:.3f} | {stopped} | {b['pause']:.3f} | "
+                      f"{b['agree']:.3f} | "
+                      f"{b['groups']:.3f} | {b['engine']:.3f} | {int(b['received'])} | {b['bare']:.4f} | "
+                      f"{b['copy']:.4f} | {bound:.3f} | {b['pause'] / bound:.1f}x | {total / bound:.1f}x |", flush=True)
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
 
 

@@ -11,9 +11,12 @@
 // never a reinterpretation of foreign memory.
 #include "python/c10d_bindings.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 
@@ -25,6 +28,7 @@
 
 #include "comm/c10d/c10d_membership.h"
 #include "comm/c10d/process_group_transport.h"
+#include "job/loss_watch.h"
 #include "job/lost_peer.h"
 #endif
 
@@ -97,6 +101,24 @@ std::optional<std::vector<int>> agree_survivors(StoreConnection& connection, con
     return std::nullopt;
   }
 }
+
+// The loss watch of an adopted job (job/loss_watch.h): a thread of its own, on a store connection
+// of its own, looking at the world's loss mark and at the launcher's pipe; raised() is what the
+// model's hooks read between modules (python/dynatrain/_stop.py). Not movable: the watch holds
+// the flag's address.
+struct LossWatchHandle {
+  std::atomic<bool> flag{false};
+  std::unique_ptr<job::LossWatch> watch;
+};
+
+std::unique_ptr<LossWatchHandle> loss_watch(const std::string& address, double timeout_seconds, double period_s) {
+  py::gil_scoped_release unlocked;
+  auto handle = std::make_unique<LossWatchHandle>();
+  handle->watch = std::make_unique<job::LossWatch>(
+      comm::c10d_connect_store(address, std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1000))),
+      handle->flag, std::chrono::milliseconds(static_cast<std::int64_t>(period_s * 1000)));
+  return handle;
+}
 #endif
 
 }  // namespace
@@ -112,6 +134,30 @@ void bind_c10d(py::module_& m) {
   m.def("connect_store", &connect_store, py::arg("address"), py::arg("timeout_seconds"));
   m.def("agree_survivors", &agree_survivors, py::arg("connection"), py::arg("prefix"), py::arg("places"),
         py::arg("index"), py::arg("deadline_s"), py::arg("settle_s"));
+  py::class_<LossWatchHandle, std::unique_ptr<LossWatchHandle>>(m, "LossWatch")
+      .def(
+          "watch",
+          [](LossWatchHandle& h, const std::string& key, std::vector<std::string> place_keys) {
+            h.watch->watch(key, std::move(place_keys));
+          },
+          py::arg("key"), py::arg("place_keys"))
+      .def("raised", [](const LossWatchHandle& h) { return h.flag.load(std::memory_order_relaxed); })
+      .def("raised_by_launcher", [](const LossWatchHandle& h) { return h.watch->raised_by_launcher(); });
+  m.def("loss_watch", &loss_watch, py::arg("address"), py::arg("timeout_seconds"), py::arg("period_s"));
+  m.def(
+      "announce_place",
+      [](StoreConnection& connection, const std::string& prefix, int rank) {
+        py::gil_scoped_release unlocked;
+        job::announce_place(*connection.store, prefix, rank);
+      },
+      py::arg("connection"), py::arg("prefix"), py::arg("rank"));
+  m.def(
+      "raise_loss_mark",
+      [](StoreConnection& connection, const std::string& key) {
+        py::gil_scoped_release unlocked;
+        job::raise_loss_mark(*connection.store, key);
+      },
+      py::arg("connection"), py::arg("key"));
 #else
   m.attr("has_c10d") = false;
   m.def("c10d_world", [](const py::handle&, const py::handle&, const std::string&, double) -> PendingWorld {

@@ -48,6 +48,11 @@ def keep(error: RuntimeError) -> None:
     _c10d.abandon_groups()
 
 
+def armed() -> bool:
+    """Whether a lost peer met now is kept for the next optimizer.step() (between two steps)."""
+    return _armed
+
+
 def interrupted() -> bool:
     """Whether a collective since the last optimizer.step() met a lost peer."""
     return _error is not None

@@ -6,7 +6,9 @@ of the package's collectives before it, kept there until the step (_interrupt.py
 optimizer.step() catches it (only on torch.distributed, with processes that may change, over
 more than one process, and not under `dynatrain launch` without --keep-going) and:
 
-  1. abandons the generation: shuts down every connection of the job's groups
+  1. raises the world's loss mark in the store, so that a survivor still in its forward stops
+     there (_stop.py; the launcher's report of a killed process raises it sooner), and abandons
+     the generation: shuts down every connection of the job's groups
      (_c10d.abandon_groups), so that a survivor waiting on another survivor gets its error too;
   2. agrees who survived through the rendezvous store, under a key prefix of this recovery, by
      the protocol `dynatrain train` runs too (job/lost_peer.h, agree_survivors, through the
@@ -37,7 +39,7 @@ import sys
 import time
 from typing import Dict, List
 
-from . import _abort, _c10d, _elastic, _native, _nodes, _redundancy, _watchdog
+from . import _abort, _c10d, _elastic, _native, _nodes, _redundancy, _stop, _watchdog
 
 SETTLE_S = 1.0  # how long the decision waits for a process of another node after the last arrival
 _connection: List = []  # this process's own connection to the job's store (_native.connect_store)
@@ -62,13 +64,27 @@ def enabled(m) -> bool:
         not _abort.launcher_ends_job() and _c10d.tcp_store(_store()) is not None
 
 
-def announce(m) -> None:
-    """At adoption, on every process: its node and pid in the store, for the decision."""
+def announce(m, model=None) -> None:
+    """At adoption, on every process: its node and pid in the store, for the decision; the loss
+    watch started and the model's forward made to stop on it (_stop.py)."""
     if enabled(m):
         _nodes.record(_store(), _prefix(m), m.comm.ranks[m.comm.rank])
         if not _connection:  # while the store's host runs: a recovery learns at once when it is gone
             tcp = _c10d.tcp_store(_store())
             _connection.append(_native.connect_store(f"{tcp.host}:{tcp.port}", _deadline(m)))
+            _stop.start(f"{tcp.host}:{tcp.port}", _deadline(m))
+        # Also on that connection, unprefixed, where the loss watch reads it (job/lost_peer.h).
+        _native.announce_place(_connection[0], f"{_prefix(m)}/places", m.comm.ranks[m.comm.rank])
+        if model is not None:
+            _stop.install(model, lambda: watch(m))
+        watch(m)
+
+
+def watch(m) -> None:
+    """After adoption, a step, a recovery, and before each forward: the loss watch on the world
+    the job runs in now (its mark lowered when the world is new)."""
+    if enabled(m):
+        _stop.watch(_mark_key(m), lambda: [f"{_prefix(m)}/places/place/{r}" for r in m.comm.ranks])
 
 
 def commit(m) -> None:
@@ -116,6 +132,7 @@ def _survivors(job, error: BaseException) -> _World:
     """Steps 1-3: abandon the generation, agree who survived, build their world. Re-raises `error`
     when no process was lost."""
     m = job.manager
+    _raise_mark(m)  # the survivors still computing stop (_stop.py)
     _c10d.abandon_groups()
     comm, before = m.comm, m.comm.size
     me = comm.ranks[comm.rank]
@@ -184,14 +201,17 @@ def recover(job, world: _World, t0: float) -> Dict:
     except ValueError as e:
         _end(first, f"lost {world.lost_text} of {before}: {e}")
     _native.watch_world(m._native)
+    watch(m)  # the survivors' world: its own mark
     m._group_cache = {}
     m._bind()
     _elastic._ending.after_world_change()  # the abandoned groups' threads must not hold the exit
     stats = {k: v for k, v in out.items() if k not in ("job", "mine", "left")}
-    parts = new.allgather((world.t1 - t0, t2 - world.t1, time.perf_counter() - t0))  # one collective for the figures
+    parts = new.allgather((world.t1 - t0, t2 - world.t1, time.perf_counter() - t0, _stop.take_stopped(),
+                           time.time()))  # one collective for the figures
     stats.update(config=to, lost=world.lost, copies=len(copies), completed_step=world.completed,
                  agree_seconds=max(p[0] for p in parts), groups_seconds=max(p[1] for p in parts),
-                 pause_seconds=max(p[2] for p in parts))
+                 pause_seconds=max(p[2] for p in parts), stopped_mid_step=sum(p[3] for p in parts),
+                 met_unix_s=min(p[4] - p[2] for p in parts), resumed_unix_s=max(p[4] for p in parts))
     if first:
         done = f"step {m.step - 1}'s update completed on {world.completed} survivor" \
                f"{'s' if world.completed != 1 else ''} whose barrier met the loss; " if world.completed else ""
@@ -210,6 +230,18 @@ def _store():
 def _prefix(m) -> str:
     serial = m.comm.manager_serial
     return f"dynatrain/manager{str(serial).split('-')[0]}"
+
+
+def _mark_key(m) -> str:
+    """The loss mark of the world the job runs in (a new one with every change of processes)."""
+    return f"dynatrain/manager{m.comm.manager_serial}/loss_met"
+
+
+def _raise_mark(m) -> None:
+    try:
+        _native.raise_loss_mark(_connection[0], _mark_key(m))
+    except RuntimeError:  # the store is gone with its host: the agreement says so
+        pass
 
 
 def _generation(m) -> int:

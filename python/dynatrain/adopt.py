@@ -311,6 +311,7 @@ class Job(_lend.PhaseShifts, ShardedStep):
         self._synced = False
         self.backward_ran = False
         _interrupt.arm(_recover.enabled(m))
+        _recover.watch(m)
 
     def _runs(self, layout: str) -> bool:
         """Whether this job can train in `layout` on its processes (a notice's survivor layout)."""
@@ -586,7 +587,7 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
             return Job(manager, model, optimizer, described, spec,
                        _notice.Notices(manager, notice_signal, notice_s, notice_save))
         job = bound() if joined else together(manager.comm, "adopt(): binding the model", bound)
-        _recover.announce(manager)  # where each process runs, for a lost process's recovery
+        _recover.announce(manager, model)  # where each process runs; the loss watch (_stop.py)
         _interrupt.arm(_recover.enabled(manager))
         if not (joined or getattr(manager, "resumed", False)):
             job._load_initial()

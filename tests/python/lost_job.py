@@ -8,6 +8,8 @@ process is killed (test_notice.py, bench/c10d_recovery.py):
                                  update, and the processes holding LOST_MISS (a list) raise a
                                  RuntimeError there, as a barrier that met the loss does)
 
+LOST_SLOW=S makes each leaf module's forward of step STEP sleep S seconds on the survivors (a
+forward long enough to be stopped: the launcher reports the kill, _stop.py).
 LOST_SCHED=1 registers notice_job.decaying_lr and steps it after each optimizer.step() (the
 reference: notice_job.plain_losses(scheduled=True)).
 LOST_NODES=N fakes N nodes of equal size (DYNATRAIN_NODE from RANK: ranks 0,1 | 2,3 for 4 on 2).
@@ -15,7 +17,8 @@ LOST_NODES=N fakes N nodes of equal size (DYNATRAIN_NODE from RANK: ranks 0,1 | 
 Each process prints `start pid P`; the killed one `kill at T` (wall clock) just before; after
 each optimizer.step() that counted its step, every process of tp rank 0 prints `loss step S rank R of D
 value V pid P config C` (V: its local batch's loss; the step's loss is the mean over its D
-ranks), and after one that recovered, rank 0 prints `resumed at T`. Each survivor ends with
+ranks), and after one that recovered, rank 0 prints `resumed at T stopped N` (N: the survivors
+whose forward the loss stopped). Each survivor ends with
 `end pid P gone G` (G: the start pids whose process is gone). notice_job.plain_losses() is the
 uninterrupted run. LOST_DIMS (JSON) changes the model's sizes (bench/c10d_recovery.py), LOST_STEPS
 the steps; with
@@ -67,6 +70,16 @@ def fail_in_commit(job, step, ranks):
     _recover.commit = commit
 
 
+def slow_forward(model, job, step, seconds):
+    """LOST_SLOW: each leaf module's forward of `step` sleeps `seconds`, until a recovery."""
+    def sleep(module, inputs):
+        if job.step == step and getattr(job, "last_recovery", None) is None:
+            time.sleep(seconds)
+    for module in model.modules():
+        if not list(module.children()):
+            module.register_forward_pre_hook(sleep)
+
+
 def say(line):
     """One line in one write: the processes share the output, a line must not be split."""
     os.write(1, (line + "\n").encode())
@@ -101,6 +114,8 @@ def main(layout, step, rank):
         job.register_scheduler(scheduler)
     if os.environ.get("LOST_WHEN") == "barrier":
         fail_in_commit(job, step, rank)
+    if os.environ.get("LOST_SLOW"):
+        slow_forward(model, job, int(step), float(os.environ["LOST_SLOW"]))
     recoveries, ends = 0, []  # ends: (step, wall seconds) after each counted step (LOST_BENCH)
     while job.step < STEPS:
         if kill_here(job, "before", step, rank, recoveries):
@@ -127,7 +142,7 @@ def main(layout, step, rank):
         elif getattr(job, "last_recovery", None) is not None and recoveries == 0:
             recoveries = 1
             if job.rank == 0:
-                say(f"resumed at {time.time():.6f}")
+                say(f"resumed at {time.time():.6f} stopped {job.last_recovery['stopped_mid_step']}")
     if os.environ.get("LOST_BENCH") and getattr(job, "last_recovery", None) is not None:
         r = job.last_recovery
         bare = bare_exchange(job.manager.comm, r["max_rank_bytes_received"])

@@ -193,6 +193,15 @@ def test_lost_process_seen_first_in_a_tensor_parallel_forward_is_recovered_in_pl
     recovered_in_place("tp=2,dp=2,zero=0", 3, r"\S+")
 
 
+def test_survivors_stop_their_forward_as_soon_as_the_launcher_reports_the_loss(monkeypatch):
+    # Every leaf module of step 3's forward sleeps 0.2 s (about 3 s a forward): the launcher
+    # reports the kill through its pipe, the loss watch raises the mark, and each survivor's
+    # forward stops at its next module; the losses are those of the uninterrupted run.
+    monkeypatch.setenv("LOST_SLOW", "0.2")
+    out = recovered_in_place("tp=1,dp=4,zero=0", 2, "tp=1,pp=1,dp=3,zero=0")
+    assert re.search(r"resumed at \S+ stopped 3\n", out), out
+
+
 def recovered_in_place(layout, rank, into):
     rc, out, err = lost(layout, rank)
     assert rc == 0, out + err
@@ -219,6 +228,7 @@ def recovered_in_place(layout, rank, into):
     assert out.count("recovery:") == 1, out
     lines = [line for line in err.splitlines() if line.startswith("dynatrain:")]
     assert len(lines) == 1 and "ended by SIGKILL (killed?); the other ranks go on (--keep-going)" in lines[0], err
+    return out
 
 
 def assert_ends_with_one_line(lost_args, pattern):
