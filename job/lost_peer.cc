@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <thread>
 
 #include "common/error.h"
@@ -110,12 +111,22 @@ std::vector<int> agree_survivors(comm::KeyStore& store, const std::string& prefi
 }
 
 std::string lost_text(const std::vector<ProcessPlace>& places, const std::vector<int>& survivors) {
-  std::string out;
+  std::vector<std::string> nodes;  // of the lost processes, in rank order
+  std::map<std::string, std::string> ranks_on;
+  std::map<std::string, int> lost_on, total_on;
   for (std::size_t r = 0; r < places.size(); ++r) {
+    const std::string& node = places[r].node;
+    ++total_on[node];
     if (std::find(survivors.begin(), survivors.end(), static_cast<int>(r)) != survivors.end()) continue;
-    out += (out.empty() ? "" : ", ") +
-           ::dynatrain::detail::concat("rank ", r, " (pid ", places[r].pid, ") on node ", places[r].node);
+    if (lost_on[node]++ == 0) nodes.push_back(node);
+    ranks_on[node] +=
+        ::dynatrain::detail::concat(ranks_on[node].empty() ? "" : ", ", "rank ", r, " (pid ", places[r].pid, ")");
   }
+  std::string out;
+  for (const std::string& node : nodes)
+    out +=
+        ::dynatrain::detail::concat(out.empty() ? "" : " and ", ranks_on[node], " on node ", node,
+                                    lost_on[node] == total_on[node] && node != "(unknown)" ? " (the whole node)" : "");
   return out;
 }
 

@@ -80,7 +80,9 @@ struct AgreeSettings {
 std::vector<int> agree_survivors(comm::KeyStore& store, const std::string& prefix,
                                  const std::vector<ProcessPlace>& places, int rank, const AgreeSettings& settings);
 
-// "rank 2 (pid 4242) on node h1" for each lost rank, joined with ", ".
+// The lost ranks by node, as the Python module names them: "rank 3 (pid 4243) on node h1", or
+// "rank 2 (pid 4242), rank 3 (pid 4243) on node h2 (the whole node)" when every process of that
+// node is lost; nodes joined with " and ".
 std::string lost_text(const std::vector<ProcessPlace>& places, const std::vector<int>& survivors);
 
 }  // namespace dynatrain::job

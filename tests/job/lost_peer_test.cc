@@ -66,6 +66,16 @@ TEST_F(AgreeSurvivors, AProcessGoneOnThisNodeIsLostWithoutWaiting) {
   EXPECT_EQ(lost_text(places, got.at(0)), "rank 2 (pid " + std::to_string(places[2].pid) + ") on node n1");
 }
 
+TEST(LostText, NamesTheLostRanksByNodeAndAWholeNode) {
+  const std::vector<ProcessPlace> places = {{"a", 10}, {"a", 11}, {"b", 12}, {"b", 13}, {"c", 14}};
+  EXPECT_EQ(lost_text(places, {0, 2, 3, 4}), "rank 1 (pid 11) on node a");
+  EXPECT_EQ(lost_text(places, {0, 1, 4}), "rank 2 (pid 12), rank 3 (pid 13) on node b (the whole node)");
+  EXPECT_EQ(lost_text(places, {1, 2}),
+            "rank 0 (pid 10) on node a and rank 3 (pid 13) on node b and rank 4 (pid 14) "
+            "on node c (the whole node)");
+  EXPECT_EQ(lost_text({{"(unknown)", 0}, {"a", 1}}, {1}), "rank 0 (pid 0) on node (unknown)");
+}
+
 TEST_F(AgreeSurvivors, AProcessOnAnotherNodeIsLostAfterTheSettleTime) {
   MemoryStore store;
   auto places = four_here();

@@ -45,7 +45,7 @@ after=$(node0_ranks)
 finish job 0
 (($(wc -l <<<"$before") == 2)) && [[ $before == "$after" ]] || fail "job: node 0's processes changed: '$before' -> '$after'"
 expect_line job "^switch before step 6: tp=1,pp=1,dp=2,zero=0 -> tp=1,pp=1,dp=4,zero=0  processes 2 -> 4 " "no grow onto node 1"
-line=$(grep -E "^recovery: lost rank 2 \(pid [0-9]+\) on node dtc-node1, rank 3 \(pid [0-9]+\) on node dtc-node1 of 4; .* on 2 processes .*; step [0-9]+ again$" "$tmp/job.log") ||
+line=$(grep -E "^recovery: lost rank 2 \(pid [0-9]+\), rank 3 \(pid [0-9]+\) on node dtc-node1 \(the whole node\) of 4; .* on 2 processes .*; step [0-9]+ again$" "$tmp/job.log") ||
   { cat "$tmp/job.log" "$tmp/job.err" "$tmp/join.err"; fail "job: no recovery naming node 1's two ranks"; }
 at=$(sed -E 's/.*; step ([0-9]+) again$/\1/' <<<"$line")
 check_csv job "0:2,6:4,$at:2"
