@@ -138,11 +138,14 @@ void bind_c10d(py::module_& m) {
       .def(
           "watch",
           [](LossWatchHandle& h, const std::string& key, std::vector<std::string> place_keys) {
-            h.watch->watch(key, std::move(place_keys));
+            if (h.watch) h.watch->watch(key, std::move(place_keys));
           },
           py::arg("key"), py::arg("place_keys"))
       .def("raised", [](const LossWatchHandle& h) { return h.flag.load(std::memory_order_relaxed); })
-      .def("raised_by_launcher", [](const LossWatchHandle& h) { return h.watch->raised_by_launcher(); });
+      .def("raised_by_launcher", [](const LossWatchHandle& h) { return h.watch ? h.watch->raised_by_launcher() : 0; })
+      // In a child made by fork(): the watch's thread is not there (only the forking thread is
+      // copied), so it is let go without a join; the child never raises.
+      .def("forget_in_child", [](LossWatchHandle& h) { (void)h.watch.release(); });
   m.def("loss_watch", &loss_watch, py::arg("address"), py::arg("timeout_seconds"), py::arg("period_s"));
   m.def(
       "announce_place",

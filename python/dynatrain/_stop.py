@@ -22,6 +22,7 @@ collective raises the mark too (_recover.py). Once it is raised:
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, List, Optional
 
 import torch
@@ -45,6 +46,7 @@ def start(address: str, timeout_s: float) -> None:
     """At adoption, once per process (a job that recovers a lost peer in place)."""
     if not _watch:
         _watch.append(_native.loss_watch(address, timeout_s, PERIOD_S))
+        os.register_at_fork(after_in_child=_watch[0].forget_in_child)  # (a DataLoader's workers)
 
 
 def watch(mark_key: str, place_keys: Callable[[], List[str]]) -> None:
