@@ -1,6 +1,14 @@
 #include "job/loss_watch.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/error.h"
 #include "job/lost_peer.h"
@@ -15,6 +23,8 @@ LossWatch::LossWatch(std::unique_ptr<comm::KeyStore> store, std::atomic<bool>& f
                      std::unique_ptr<SiblingLossReader> siblings)
     : store_(std::move(store)), period_(period), flag_(flag), siblings_(std::move(siblings)) {
   DT_CHECK(store_ != nullptr, "LossWatch without a store");
+  wake_ = eventfd(0, EFD_CLOEXEC);
+  if (wake_ < 0) throw CommError(detail::concat("LossWatch: no eventfd: ", std::strerror(errno)));
   thread_ = std::thread([this] { run(); });
 }
 
@@ -23,8 +33,17 @@ LossWatch::~LossWatch() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  const std::uint64_t one = 1;
+  const ssize_t n = write(wake_, &one, sizeof one);
+  (void)n;
   thread_.join();
+  close(wake_);
+}
+
+void LossWatch::wait_for_news() {
+  pollfd fds[2] = {{wake_, POLLIN, 0}, {siblings_ && siblings_->present() ? siblings_->fd() : -1, POLLIN, 0}};
+  const auto ms = std::min<std::chrono::milliseconds::rep>(period_.count(), INT_MAX);
+  poll(fds, 2, static_cast<int>(ms));  // EINTR: a look early
 }
 
 void LossWatch::watch(const std::string& key, std::vector<std::string> place_keys) {
@@ -49,13 +68,17 @@ bool LossWatch::sibling_lost(const std::vector<long>& pids, const std::vector<st
 }
 
 void LossWatch::run() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!cv_.wait_for(lock, period_, [this] { return stop_; })) {
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  while (true) {
+    wait_for_news();
+    lock.lock();
+    if (stop_) return;
     const std::vector<long> reported = siblings_ ? siblings_->read_reported() : std::vector<long>{};
-    if (key_.empty() || flag_) continue;
+    const bool idle = key_.empty() || flag_;
     const std::string key = key_;
     const std::vector<std::string> places = reported.empty() ? std::vector<std::string>{} : place_keys_;
     lock.unlock();
+    if (idle) continue;
     bool raised = false;
     try {
       if (!places.empty() && sibling_lost(reported, places)) {  // first to know: tell every survivor
@@ -65,11 +88,11 @@ void LossWatch::run() {
       }
       raised = raised || store_->has(key);
     } catch (const CommError&) {  // the store's host is gone: the survivors meet it themselves
-      lock.lock();
       return;
     }
     lock.lock();
     if (raised && key == key_) flag_ = true;  // not a world watched before
+    lock.unlock();
   }
 }
 

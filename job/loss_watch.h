@@ -8,8 +8,8 @@
 // a connection of its own and raises a flag the trainer reads between layers
 // (train::TrainerOptions::interrupt), which then abandons its step with train::StepInterrupted.
 // Sooner still: under `dynatrain launch --keep-going` the launcher reports a killed process to
-// the others of its node through a pipe (job/sibling_loss.h); the watch reads it at every look,
-// and when the pid is one of the watched world's processes on this node (their places' store
+// the others of its node through a pipe (job/sibling_loss.h); the watch wakes on it at once
+// (it waits on the pipe between its looks at the mark), and when the pid is one of the watched world's processes on this node (their places' store
 // keys, given with the world) it raises the world's mark itself: every survivor, on every node,
 // stops within a look of the kill, before any of them met the loss in a collective.
 //
@@ -27,7 +27,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,8 +46,9 @@ void raise_loss_mark(comm::KeyStore& store, const std::string& key);
 
 class LossWatch {
  public:
-  // `period`: between two looks at the mark (one store query each) and at the launcher's pipe,
-  // the longest a survivor computes on after the mark was raised, besides the layer it is in.
+  // `period`: between two looks at the mark (one store query each), the longest a survivor
+  // computes on after another raised the mark, besides the layer it is in; the launcher's pipe
+  // is read as soon as it has a report.
   // `siblings`: the launcher's reports (none by default: the inherited pipe when there is one).
   LossWatch(std::unique_ptr<comm::KeyStore> store, std::atomic<bool>& flag,
             std::chrono::milliseconds period = std::chrono::milliseconds(50),
@@ -67,6 +67,8 @@ class LossWatch {
 
  private:
   void run();
+  // Until the period passes, the launcher reports, or the destructor wakes the thread.
+  void wait_for_news();
   // Whether the launcher reported one of the watched world's processes (outside mu_).
   bool sibling_lost(const std::vector<long>& pids, const std::vector<std::string>& place_keys);
 
@@ -74,7 +76,7 @@ class LossWatch {
   const std::chrono::milliseconds period_;
   std::atomic<bool>& flag_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  int wake_ = -1;                                // an eventfd: the destructor's call to stop
   std::string key_;                              // under mu_; empty: nothing to watch yet
   std::vector<std::string> place_keys_;          // under mu_
   std::unique_ptr<SiblingLossReader> siblings_;  // the watch thread's only

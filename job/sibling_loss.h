@@ -61,6 +61,7 @@ class SiblingLossReader {
   SiblingLossReader& operator=(const SiblingLossReader&) = delete;
 
   bool present() const { return fd_ >= 0; }
+  int fd() const { return fd_; }  // to wait on (poll); -1 when none
   // The pids reported since the last call, without waiting; empty when none (or no pipe). A
   // closed pipe (the launcher is gone) reads as nothing, from then on.
   std::vector<long> read_reported();

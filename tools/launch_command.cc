@@ -124,7 +124,7 @@ int supervise(std::vector<pid_t> pids, bool keep_going = false, int first_rank =
     int status = 0;
     const pid_t done = waitpid(-1, &status, WNOHANG);
     if (done <= 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a killed rank reported within 5 ms
       continue;
     }
     int rank = 0;

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import sys
 import time
+import weakref
 from typing import Dict, List
 
 from . import _abort, _c10d, _elastic, _native, _nodes, _redundancy, _stop, _watchdog
@@ -64,7 +65,7 @@ def enabled(m) -> bool:
         not _abort.launcher_ends_job() and _c10d.tcp_store(_store()) is not None
 
 
-def announce(m, model=None) -> None:
+def announce(m, model=None, job=None) -> None:
     """At adoption, on every process: its node and pid in the store, for the decision; the loss
     watch started and the model's forward made to stop on it (_stop.py)."""
     if enabled(m):
@@ -76,7 +77,7 @@ def announce(m, model=None) -> None:
         # Also on that connection, unprefixed, where the loss watch reads it (job/lost_peer.h).
         _native.announce_place(_connection[0], f"{_prefix(m)}/places", m.comm.ranks[m.comm.rank])
         if model is not None:
-            _stop.install(model, lambda: watch(m))
+            _stop.install(model, lambda: watch(m), weakref.ref(job))
         watch(m)
 
 

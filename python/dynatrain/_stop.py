@@ -4,8 +4,9 @@
 A process killed mid-step is met by the survivors only at their next collective with it; at dp
 alone that is the gradient sync in optimizer.step(), after the whole forward and backward. The
 job's loss watch (job/loss_watch.h, through the binding: a thread of its own, on a store
-connection of its own) looks every PERIOD_S at the world's loss mark in the store and at the
-pipe of `dynatrain launch --keep-going`, which reports a killed process at once (the watch then
+connection of its own) looks every PERIOD_S at the world's loss mark in the store and waits
+between its looks on the pipe of `dynatrain launch --keep-going`, which reports a killed process
+at once (the watch then
 raises the mark for every survivor, on every node); the first survivor to meet a loss in a
 collective raises the mark too (_recover.py). Once it is raised:
 
@@ -31,7 +32,7 @@ from torch.utils import _pytree
 
 from . import _interrupt, _native
 
-PERIOD_S = 0.02  # between two looks at the mark and the launcher's pipe (one store query each)
+PERIOD_S = 0.02  # between two looks at the mark (one store query each); the pipe is read when it has a report
 
 _watch: List = []  # this process's loss watch (_native.LossWatch), made at adoption
 _watched: List[str] = [""]  # the mark key being watched
@@ -72,10 +73,11 @@ def raised() -> bool:
     return bool(_watch) and _watch[0].raised()
 
 
-def install(model: nn.Module, follow_world: Callable[[], None]) -> None:
+def install(model: nn.Module, follow_world: Callable[[], None], job_ref) -> None:
     """At adoption: the submodules' pre-hooks and the model's forward that catches them.
     `follow_world()`, at the start of each forward, watches the world the job runs in now (a
-    switch may have changed its processes since the last step)."""
+    switch may have changed its processes since the last step); `job_ref()`: the job, whose
+    ZeRO-3 parameters a stopped forward leaves whole are put back into their shards."""
     last: List[Optional[Any]] = [None]  # the last forward's outputs, for the stand-ins
 
     def stopping() -> bool:
@@ -97,6 +99,9 @@ def install(model: nn.Module, follow_world: Callable[[], None]) -> None:
         try:
             out = original(*args, **kwargs)
         except _Stopped:
+            job = job_ref()
+            if job is not None and job._zero3 is not None:
+                job._zero3.release_all()  # the modules entered gathered theirs; none will release them
             return _stand_in(last[0])
         last[0] = _pytree.tree_map(_shape_of, out)
         return out

@@ -587,7 +587,7 @@ def adopt(model: torch.nn.Module, optimizer, plan: Dict[str, str], layout: str, 
             return Job(manager, model, optimizer, described, spec,
                        _notice.Notices(manager, notice_signal, notice_s, notice_save))
         job = bound() if joined else together(manager.comm, "adopt(): binding the model", bound)
-        _recover.announce(manager, model)  # where each process runs; the loss watch (_stop.py)
+        _recover.announce(manager, model, job)  # where each process runs; the loss watch (_stop.py)
         _interrupt.arm(_recover.enabled(manager))
         if not (joined or getattr(manager, "resumed", False)):
             job._load_initial()

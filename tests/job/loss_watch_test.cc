@@ -3,7 +3,8 @@
 // a world watched before; a store that stops answering ends the watch, and the watch ends at once
 // when destroyed. The launcher's pipe (job/sibling_loss.h): a reported pid of the watched world on
 // this node raises the mark and the flag; a pid the world's places do not name on this node does
-// not; lines split across writes are read whole.
+// not; the report is read when it comes, not at the next look; lines split across writes are
+// read whole.
 #include "job/loss_watch.h"
 
 #include <gtest/gtest.h>
@@ -151,6 +152,18 @@ TEST(LossWatch, TheLaunchersReportOfAWorldsProcessRaisesTheMarkForEveryone) {
   EXPECT_TRUE(rises(flag, 2s));
   EXPECT_TRUE(store->has(loss_mark_key("train/w1")));  // the other survivors stop too
   EXPECT_EQ(watch.raised_by_launcher(), 1);
+}
+
+TEST(LossWatch, TheLaunchersReportIsReadAtOnceNotAtTheNextLook) {
+  auto store = std::make_shared<MemoryStore>();
+  announce_world(*store);
+  TestPipe p;
+  std::atomic<bool> flag{false};
+  LossWatch watch(std::make_unique<StoreConnection>(store), flag, std::chrono::hours(1),
+                  std::make_unique<SiblingLossReader>(p.ends[0]));
+  watch.watch(loss_mark_key("train/w1"), place_keys("dynatrain/train/w1/places", 3));
+  tell_siblings({p.ends[1]}, 4100);
+  EXPECT_TRUE(rises(flag, 5s));  // not an hour later
 }
 
 TEST(LossWatch, AReportAfterTheSurvivorsWorldIsWatchedDoesNotRaiseIt) {
