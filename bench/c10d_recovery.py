@@ -5,8 +5,9 @@ step on the survivors (results: bench/results/c10d-recovery.md).
 
 Runs tests/python/lost_job.py under `dynatrain launch --keep-going --np 4`: the process of rank
 2 SIGKILLs itself before step 3 (`kill at T`, wall clock), the survivors recover and rank 0
-prints `resumed at T stopped N` when optimizer.step() returns recovered (N: the survivors whose
-forward the loss watch stopped, python/dynatrain/_stop.py). The "no pipe" cases run the job
+prints `resumed at T stopped N met M` when optimizer.step() returns recovered (N: the survivors
+whose forward the loss watch stopped, python/dynatrain/_stop.py; M: the first survivor's meeting
+of the loss, on the wall clock). The "no pipe" cases run the job
 without the launcher's pipe (`env -u DYNATRAIN_LAUNCH_FD`): the survivors then learn of the loss
 only at their next collective with the lost process. Printed per run: kill -> resumed,
 the recovery's own pause and its parts (agreement through the store, the survivors' group
@@ -38,9 +39,9 @@ def run(layout, dims=None, pipe=True):
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}")
     kill = float(re.search(r"kill at (\S+)", done.stdout).group(1))
-    resumed, stopped = re.search(r"resumed at (\S+) stopped (\d+)", done.stdout).groups()
+    resumed, stopped, met = re.search(r"resumed at (\S+) stopped (\d+) met (\S+)", done.stdout).groups()
     bench = dict(zip(*[iter(re.search(r"bench (.*)", done.stdout).group(1).split())] * 2))
-    return float(resumed) - kill, int(stopped), {k: float(v) for k, v in bench.items()}
+    return float(resumed) - kill, float(met) - kill, int(stopped), {k: float(v) for k, v in bench.items()}
 
 
 def main():
@@ -49,17 +50,17 @@ def main():
     if "--large" in sys.argv or "--large-only" in sys.argv:
         cases.append(("large", "tp=1,dp=4,zero=0", LARGE))
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    print("| case | layout | state bytes / process | kill -> resumed s | stopped mid-step | pause s | agree s | "
-          "groups s | move s | received bytes | bare exchange s | warm copy s | bound s | pause / bound | "
+    print("| case | layout | state bytes / process | kill -> met s | kill -> resumed s | stopped mid-step | pause s | "
+          "agree s | groups s | move s | received bytes | bare exchange s | warm copy s | bound s | pause / bound | "
           "resumed / bound |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, layout, dims in cases:
         for _ in range(runs):
             for pipe in (True, False):
-                total, stopped, b = run(layout, dims, pipe)
+                total, met, stopped, b = run(layout, dims, pipe)
                 bound = b["groups"] + b["bare"]
                 label = name if pipe else f"{name}, no pipe"
-                print(f"| {label} | {layout} | {int(b['state'])} | {total:.3f} | {stopped} | {b['pause']:.3f} | "
+                print(f"| {label} | {layout} | {int(b['state'])} | {met:.3f} | {total:.3f} | {stopped} | {b['pause']:.3f} | "
                       f"{b['agree']:.3f} | "
                       f"{b['groups']:.3f} | {b['engine']:.3f} | {int(b['received'])} | {b['bare']:.4f} | "
                       f"{b['copy']:.4f} | {bound:.3f} | {b['pause'] / bound:.1f}x | {total / bound:.1f}x |", flush=True)

@@ -17,8 +17,8 @@ LOST_NODES=N fakes N nodes of equal size (DYNATRAIN_NODE from RANK: ranks 0,1 | 
 Each process prints `start pid P`; the killed one `kill at T` (wall clock) just before; after
 each optimizer.step() that counted its step, every process of tp rank 0 prints `loss step S rank R of D
 value V pid P config C` (V: its local batch's loss; the step's loss is the mean over its D
-ranks), and after one that recovered, rank 0 prints `resumed at T stopped N` (N: the survivors
-whose forward the loss stopped). Each survivor ends with
+ranks), and after one that recovered, rank 0 prints `resumed at T stopped N met M` (N: the
+survivors whose forward the loss stopped; M: when the first survivor met the loss). Each survivor ends with
 `end pid P gone G` (G: the start pids whose process is gone). notice_job.plain_losses() is the
 uninterrupted run. LOST_DIMS (JSON) changes the model's sizes (bench/c10d_recovery.py), LOST_STEPS
 the steps; with
@@ -142,7 +142,8 @@ def main(layout, step, rank):
         elif getattr(job, "last_recovery", None) is not None and recoveries == 0:
             recoveries = 1
             if job.rank == 0:
-                say(f"resumed at {time.time():.6f} stopped {job.last_recovery['stopped_mid_step']}")
+                r = job.last_recovery
+                say(f"resumed at {time.time():.6f} stopped {r['stopped_mid_step']} met {r['met_unix_s']:.6f}")
     if os.environ.get("LOST_BENCH") and getattr(job, "last_recovery", None) is not None:
         r = job.last_recovery
         bare = bare_exchange(job.manager.comm, r["max_rank_bytes_received"])

@@ -199,7 +199,7 @@ def test_survivors_stop_their_forward_as_soon_as_the_launcher_reports_the_loss(m
     # forward stops at its next module; the losses are those of the uninterrupted run.
     monkeypatch.setenv("LOST_SLOW", "0.2")
     out = recovered_in_place("tp=1,dp=4,zero=0", 2, "tp=1,pp=1,dp=3,zero=0")
-    assert re.search(r"resumed at \S+ stopped 3\n", out), out
+    assert re.search(r"resumed at \S+ stopped 3 met \S+\n", out), out
 
 
 def recovered_in_place(layout, rank, into):
