@@ -19,7 +19,9 @@ collective raises the mark too (_recover.py). Once it is raised:
   loss of that step means nothing, as for a loss met in a collective: _interrupt.py);
 - a backward in progress runs to its end (autograd cannot be left without raising into the
   user's loop), its collectives returning at once;
-- the model's first forward has no outputs to stand in for: it runs to its end.
+- the model's first forward has no outputs to stand in for: it runs to its end, as does every
+  forward of a model whose outputs hide tensors from torch's pytree (a dict subclass, an
+  object of its own).
 """
 from __future__ import annotations
 
@@ -103,10 +105,20 @@ def install(model: nn.Module, follow_world: Callable[[], None], job_ref) -> None
             if job is not None and job._zero3 is not None:
                 job._zero3.release_all()  # the modules entered gathered theirs; none will release them
             return _stand_in(last[0])
-        last[0] = _pytree.tree_map(_shape_of, out)
+        last[0] = _shapes(out)
         return out
 
     model.forward = forward
+
+
+def _shapes(out):
+    """What stands in for `out` once the loss is known, or None (never stood in for) when its
+    structure hides tensors from torch's pytree (a dict subclass, an object): those would be
+    the last step's tensors, whose graph is gone."""
+    plain = (torch.Tensor, int, float, bool, str, type(None))
+    if not all(isinstance(leaf, plain) for leaf in _pytree.tree_flatten(out)[0]):
+        return None
+    return _pytree.tree_map(_shape_of, out)
 
 
 class _Shape:
