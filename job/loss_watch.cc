@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "common/error.h"
 #include "job/lost_peer.h"
@@ -57,12 +57,8 @@ bool LossWatch::sibling_lost(const std::vector<long>& pids, const std::vector<st
   const std::string here = node_name();
   for (const std::string& place : place_keys) {
     if (!store_->has(place)) continue;  // not announced (yet): not known as one of the world's
-    const std::string text = store_->get(place, std::chrono::seconds(10));  // set: answered at once
-    const auto space = text.rfind(' ');
-    if (space == std::string::npos || text.compare(0, space, here) != 0 || space != here.size()) continue;
-    const long pid = std::atol(text.c_str() + space + 1);
-    for (long lost : pids)
-      if (lost == pid) return true;
+    const std::optional<ProcessPlace> p = parse_place(store_->get(place, std::chrono::seconds(10)));  // set: at once
+    if (p && p->node == here && std::find(pids.begin(), pids.end(), p->pid) != pids.end()) return true;
   }
   return false;
 }

@@ -81,15 +81,24 @@ std::vector<std::string> place_keys(const std::string& prefix, int size) {
   return keys;
 }
 
+std::optional<ProcessPlace> parse_place(const std::string& text) {
+  const auto space = text.rfind(' ');
+  if (space == std::string::npos) return std::nullopt;
+  char* end = nullptr;
+  const long pid = std::strtol(text.c_str() + space + 1, &end, 10);
+  if (end == text.c_str() + space + 1 || *end != '\0') return std::nullopt;
+  return ProcessPlace{text.substr(0, space), pid};
+}
+
 std::vector<ProcessPlace> announced_places(comm::KeyStore& store, const std::string& prefix, int size) {
   std::vector<ProcessPlace> out(static_cast<std::size_t>(size), ProcessPlace{"(unknown)", 0});
   for (int r = 0; r < size; ++r) {
     const std::string key = place_key(prefix, r);
     if (!store.has(key)) continue;
     const std::string text = store.get(key, std::chrono::seconds(10));  // set: answered at once
-    const auto space = text.rfind(' ');
-    DT_CHECK(space != std::string::npos, "place of rank ", r, " is '", text, "'");
-    out[static_cast<std::size_t>(r)] = {text.substr(0, space), std::stol(text.substr(space + 1))};
+    const std::optional<ProcessPlace> place = parse_place(text);
+    DT_CHECK(place.has_value(), "place of rank ", r, " is '", text, "'");
+    out[static_cast<std::size_t>(r)] = *place;
   }
   return out;
 }

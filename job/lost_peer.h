@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,8 @@ std::string node_name();
 // and after every change of its processes); announced_places reads them without waiting: a
 // process that never announced is on node "(unknown)" (another node, to the decision).
 void announce_place(comm::KeyStore& store, const std::string& prefix, int rank);
+// A place as announce_place writes it ("NODE PID"); nullopt when `text` is not one.
+std::optional<ProcessPlace> parse_place(const std::string& text);
 // The store keys announce_place writes for ranks 0..size-1 under `prefix` (a loss watch reads them).
 std::vector<std::string> place_keys(const std::string& prefix, int size);
 std::vector<ProcessPlace> announced_places(comm::KeyStore& store, const std::string& prefix, int size);

@@ -142,7 +142,6 @@ void bind_c10d(py::module_& m) {
           },
           py::arg("key"), py::arg("place_keys"))
       .def("raised", [](const LossWatchHandle& h) { return h.flag.load(std::memory_order_relaxed); })
-      .def("raised_by_launcher", [](const LossWatchHandle& h) { return h.watch ? h.watch->raised_by_launcher() : 0; })
       // In a child made by fork(): the watch's thread is not there (only the forking thread is
       // copied), so it is let go without a join; the child never raises.
       .def("forget_in_child", [](LossWatchHandle& h) { (void)h.watch.release(); });
