@@ -12,26 +12,20 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <thread>
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "job/proc_stat.h"
 
 namespace dynatrain::job {
 
 namespace {
 
-// The parent pid of `pid` from /proc/PID/stat (-1 when it is gone or unreadable).
+// The parent pid of `pid` (-1 when it is gone or unreadable).
 pid_t parent_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::size_t close = stat.rfind(')');  // the command name may hold spaces and ')'
-  if (close == std::string::npos) return -1;
-  char state = 0;
-  int ppid = -1;
-  return std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) == 2 ? ppid : -1;
+  ProcStat stat;
+  return read_proc_stat(pid, stat) ? static_cast<pid_t>(stat.parent) : -1;
 }
 
 std::vector<pid_t> children_of(pid_t parent) {

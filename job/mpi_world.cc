@@ -15,6 +15,7 @@
 
 #include "comm/mpi/mpi_transport.h"
 #include "common/error.h"
+#include "job/proc_stat.h"
 
 namespace dynatrain::job {
 
@@ -82,20 +83,8 @@ const char* signal_name(int sig) {
 }  // namespace
 
 bool process_gone(long pid) {
-  char path[64], *p = append_str(path, path + 40, "/proc/");
-  p = append_int(p, path + 56, pid);
-  append_str(p, path + 63, "/stat")[0] = '\0';
-  const int fd = open(path, O_RDONLY);
-  if (fd < 0) return true;
-  char buf[256];
-  const ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return true;
-  buf[n] = '\0';
-  const char* paren = nullptr;  // the state follows the last ')' (the name may hold any byte)
-  for (ssize_t i = 0; i < n; ++i)
-    if (buf[i] == ')') paren = buf + i;
-  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+  ProcStat stat;
+  return !read_proc_stat(pid, stat) || stat.ended();
 }
 
 void stop_on_signal(int sig) {

@@ -2,8 +2,8 @@
 //
 // A process of a job on torch.distributed that is killed mid-step is met by the survivors only
 // at their next collective with it: at the end of a forward and backward (seconds at GB scale).
-// Its launcher (`dynatrain launch --keep-going`, tools/launch_command.cc) learns within its
-// waitpid poll. So the launcher gives each process it starts the read end of a pipe of its own
+// Its launcher (`dynatrain launch --keep-going`, tools/launch_command.cc) learns within its poll
+// (5 ms), as the killed process's exit begins (job/proc_stat.h). So the launcher gives each process it starts the read end of a pipe of its own
 // (its number in DYNATRAIN_LAUNCH_FD) and, when a process is killed, writes "PID\n" into every
 // other one's pipe. A process's loss watch (job/loss_watch.h) reads the pipe, and when the pid
 // is one of the watched world's processes on this node it raises that world's loss mark, which
