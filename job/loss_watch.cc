@@ -50,16 +50,27 @@ void LossWatch::watch(const std::string& key, std::vector<std::string> place_key
   std::lock_guard<std::mutex> lock(mu_);
   key_ = key;
   place_keys_ = std::move(place_keys);
+  ++generation_;
   flag_ = false;
 }
 
-bool LossWatch::sibling_lost(const std::vector<long>& pids, const std::vector<std::string>& place_keys) {
+void LossWatch::read_new_places() {
   const std::string here = node_name();
-  for (const std::string& place : place_keys) {
-    if (!store_->has(place)) continue;  // not announced (yet): not known as one of the world's
-    const std::optional<ProcessPlace> p = parse_place(store_->get(place, std::chrono::seconds(10)));  // set: at once
-    if (p && p->node == here && std::find(pids.begin(), pids.end(), p->pid) != pids.end()) return true;
+  std::vector<std::string> unread;
+  for (const std::string& key : peers_.unread) {
+    if (!store_->has(key)) {  // not announced (yet): looked for again at the next look
+      unread.push_back(key);
+      continue;
+    }
+    const std::optional<ProcessPlace> p = parse_place(store_->get(key, std::chrono::seconds(10)));  // set: at once
+    if (p && p->node == here && p->pid != static_cast<long>(getpid())) peers_.here.push_back(*p);
   }
+  peers_.unread = std::move(unread);
+}
+
+bool LossWatch::peer_lost(const std::vector<long>& reported) const {
+  for (const ProcessPlace& peer : peers_.here)
+    if (std::find(reported.begin(), reported.end(), peer.pid) != reported.end() || seen_killed_here(peer)) return true;
   return false;
 }
 
@@ -72,14 +83,15 @@ void LossWatch::run() {
     const std::vector<long> reported = siblings_ ? siblings_->read_reported() : std::vector<long>{};
     const bool idle = key_.empty() || flag_;
     const std::string key = key_;
-    const std::vector<std::string> places = reported.empty() ? std::vector<std::string>{} : place_keys_;
+    if (peers_.generation != generation_) peers_ = Peers{generation_, place_keys_, {}};
     lock.unlock();
     if (idle) continue;
     bool raised = false;
     try {
-      if (!places.empty() && sibling_lost(reported, places)) {  // first to know: tell every survivor
+      read_new_places();
+      if (peer_lost(reported)) {  // first to know: tell every survivor
         raise_loss_mark(*store_, key);
-        ++raised_by_launcher_;
+        ++raised_first_;
         raised = true;
       }
       raised = raised || store_->has(key);

@@ -7,11 +7,14 @@
 // mark in the rendezvous store (raise_loss_mark); on every process a thread polls that mark on
 // a connection of its own and raises a flag the trainer reads between layers
 // (train::TrainerOptions::interrupt), which then abandons its step with train::StepInterrupted.
-// Sooner still: under `dynatrain launch --keep-going` the launcher reports a killed process to
-// the others of its node through a pipe (job/sibling_loss.h); the watch wakes on it at once
-// (it waits on the pipe between its looks at the mark), and when the pid is one of the watched world's processes on this node (their places' store
-// keys, given with the world) it raises the world's mark itself: every survivor, on every node,
-// stops within a look of the kill, before any of them met the loss in a collective.
+// Sooner still, a process of the same node: each look also reads the /proc line of the watched
+// world's processes on this node, where a process a signal is ending shows it as its exit begins
+// (job/proc_stat.h: before the kernel has freed its memory, ~0.1 s at 2 GB, and long before a
+// collective meets it); and under `dynatrain launch --keep-going` the launcher reports such a
+// process through a pipe (job/sibling_loss.h), which the watch waits on between its looks. Either
+// way the watch raises the world's mark itself: every survivor, on every node, stops within a
+// look of the kill, before any of them met the loss in a collective. A process of another node
+// is met by its own node's survivors so, or else in a collective.
 //
 //   std::atomic<bool> interrupt{false};       // outlives the watch
 //   options.interrupt = &interrupt;
@@ -20,13 +23,16 @@
 //   ... a collective fails: raise_loss_mark(store, loss_mark_key(world_keys)); recover ...
 //
 // Invariant: the flag is raised only by the mark of the world being watched: watch() lowers it
-// and a poll of the world before cannot raise it again; a reported pid raises it only when the
-// watched world's places name it on this node (a process lost in the world before, reported
-// late, is not one of them). Torch-free.
+// and a poll of the world before cannot raise it again; a reported or seen pid raises it only
+// when the watched world's places name it on this node (a process lost in the world before,
+// reported late, is not one of them), and a look only when the process there is the one the
+// place names (its start time) and a signal ends it (not an exit: a vacate, the job's end).
+// Torch-free.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,6 +40,7 @@
 #include <vector>
 
 #include "comm/key_store.h"
+#include "job/lost_peer.h"
 #include "job/sibling_loss.h"
 
 namespace dynatrain::job {
@@ -58,19 +65,30 @@ class LossWatch {
   LossWatch& operator=(const LossWatch&) = delete;
 
   // From now on watches `key` (the newest world's mark), and lowers the flag. `place_keys`: the
-  // store keys where the world's processes announce "NODE PID" (job/lost_peer.h announce_place),
-  // read only when the launcher reports a pid.
+  // store keys where the world's processes announce their places (job/lost_peer.h
+  // announce_place), each read once when announced: the processes of this node among them are
+  // the ones the launcher's reports and the looks at /proc are about.
   void watch(const std::string& key, std::vector<std::string> place_keys = {});
 
-  // How many times the launcher's report raised the mark (this process was the first to know).
-  int raised_by_launcher() const { return raised_by_launcher_; }
+  // How many times this watch raised the mark itself (the launcher reported, or a look saw, a
+  // process of this node killed): this process was the first to know.
+  int raised_first() const { return raised_first_; }
 
  private:
+  // The watched world's processes on this node, as far as announced (the watch thread's own).
+  struct Peers {
+    std::uint64_t generation = 0;     // of the watch() call they belong to
+    std::vector<std::string> unread;  // place keys not announced yet
+    std::vector<ProcessPlace> here;   // this node's processes, this one left out
+  };
+
   void run();
   // Until the period passes, the launcher reports, or the destructor wakes the thread.
   void wait_for_news();
-  // Whether the launcher reported one of the watched world's processes (outside mu_).
-  bool sibling_lost(const std::vector<long>& pids, const std::vector<std::string>& place_keys);
+  // Reads the places announced since the last look (outside mu_).
+  void read_new_places();
+  // Whether a process of this node was reported by the launcher or is seen killed.
+  bool peer_lost(const std::vector<long>& reported) const;
 
   std::unique_ptr<comm::KeyStore> store_;
   const std::chrono::milliseconds period_;
@@ -79,8 +97,10 @@ class LossWatch {
   int wake_ = -1;                                // an eventfd: the destructor's call to stop
   std::string key_;                              // under mu_; empty: nothing to watch yet
   std::vector<std::string> place_keys_;          // under mu_
+  std::uint64_t generation_ = 0;                 // under mu_: watch() calls so far
+  Peers peers_;                                  // the watch thread's only
   std::unique_ptr<SiblingLossReader> siblings_;  // the watch thread's only
-  std::atomic<int> raised_by_launcher_{0};
+  std::atomic<int> raised_first_{0};
   bool stop_ = false;
   std::thread thread_;
 };

@@ -12,6 +12,7 @@
 #include "job/job_files.h"
 #include "job/job_request.h"
 #include "job/mpi_world.h"
+#include "job/proc_stat.h"
 
 namespace dynatrain::job {
 
@@ -72,7 +73,9 @@ std::string node_name() {
 static std::string place_key(const std::string& prefix, int rank) { return prefix + "/place/" + std::to_string(rank); }
 
 void announce_place(comm::KeyStore& store, const std::string& prefix, int rank) {
-  store.set(place_key(prefix, rank), node_name() + " " + std::to_string(getpid()));
+  ProcStat self;
+  const unsigned long long start = read_proc_stat(getpid(), self) ? self.start_ticks : 0;
+  store.set(place_key(prefix, rank), node_name() + " " + std::to_string(getpid()) + " " + std::to_string(start));
 }
 
 std::vector<std::string> place_keys(const std::string& prefix, int size) {
@@ -82,14 +85,26 @@ std::vector<std::string> place_keys(const std::string& prefix, int size) {
 }
 
 std::optional<ProcessPlace> parse_place(const std::string& text) {
-  const auto space = text.rfind(' ');
-  if (space == std::string::npos) return std::nullopt;
-  char* end = nullptr;
-  const long pid = std::strtol(text.c_str() + space + 1, &end, 10);
-  if (end == text.c_str() + space + 1 || *end != '\0') return std::nullopt;
-  return ProcessPlace{text.substr(0, space), pid};
+  // From the right: the start time, the pid, then the node (which may hold spaces).
+  const auto last = text.rfind(' ');
+  if (last == std::string::npos || last == 0) return std::nullopt;
+  const auto middle = text.rfind(' ', last - 1);
+  if (middle == std::string::npos || middle == 0) return std::nullopt;  // no node
+  const auto number = [&](std::size_t from, std::size_t to, long long& out) {
+    if (from == to || text.find_first_not_of("0123456789", from) < to) return false;
+    out = std::strtoll(text.c_str() + from, nullptr, 10);
+    return true;
+  };
+  long long pid = 0, start = 0;
+  if (!number(middle + 1, last, pid) || !number(last + 1, text.size(), start)) return std::nullopt;
+  return ProcessPlace{text.substr(0, middle), static_cast<long>(pid), static_cast<unsigned long long>(start)};
 }
 
+bool seen_killed_here(const ProcessPlace& place) {
+  ProcStat stat;
+  return place.start_ticks != 0 && place.node == node_name() && read_proc_stat(place.pid, stat) &&
+         stat.start_ticks == place.start_ticks && stat.killed_by() != 0;
+}
 std::vector<ProcessPlace> announced_places(comm::KeyStore& store, const std::string& prefix, int size) {
   std::vector<ProcessPlace> out(static_cast<std::size_t>(size), ProcessPlace{"(unknown)", 0});
   for (int r = 0; r < size; ++r) {

@@ -44,6 +44,7 @@ struct LostPeerSupport {
 struct ProcessPlace {
   std::string node;
   long pid = 0;
+  unsigned long long start_ticks = 0;  // its start time (job/proc_stat.h); 0: unknown
 };
 
 // This process's node name: DYNATRAIN_NODE when set, else the hostname.
@@ -53,8 +54,12 @@ std::string node_name();
 // and after every change of its processes); announced_places reads them without waiting: a
 // process that never announced is on node "(unknown)" (another node, to the decision).
 void announce_place(comm::KeyStore& store, const std::string& prefix, int rank);
-// A place as announce_place writes it ("NODE PID"); nullopt when `text` is not one.
+// A place as announce_place writes it ("NODE PID START"); nullopt when `text` is not one.
 std::optional<ProcessPlace> parse_place(const std::string& text);
+// Whether `place` is a process of this node (the same one: pid and start time) that a signal is
+// ending or ended (SIGKILL, the OOM killer, a crash): known as its exit begins, before its
+// memory is freed, its connections close or it can be reaped (job/proc_stat.h).
+bool seen_killed_here(const ProcessPlace& place);
 // The store keys announce_place writes for ranks 0..size-1 under `prefix` (a loss watch reads them).
 std::vector<std::string> place_keys(const std::string& prefix, int size);
 std::vector<ProcessPlace> announced_places(comm::KeyStore& store, const std::string& prefix, int size);

@@ -8,16 +8,16 @@ namespace dynatrain::job {
 namespace {
 
 constexpr unsigned long kExitingFlag = 0x4;  // PF_EXITING: set as the exit begins (include/linux/sched.h)
-constexpr int kStateField = 3, kParentField = 4, kFlagsField = 9, kExitCodeField = 52;  // proc(5)
+constexpr int kStateField = 3, kParentField = 4, kFlagsField = 9, kStartField = 22, kExitCodeField = 52;  // proc(5)
 
 // A decimal field (may be negative); `end` stops it.
-long parse_long(const char* p, const char* end) {
+long long parse_number(const char* p, const char* end) {
   bool negative = false;
   if (p < end && *p == '-') {
     negative = true;
     ++p;
   }
-  long value = 0;
+  long long value = 0;
   for (; p < end && *p >= '0' && *p <= '9'; ++p) value = value * 10 + (*p - '0');
   return negative ? -value : value;
 }
@@ -56,9 +56,10 @@ bool read_proc_stat(long pid, ProcStat& out) {
     while (p < end && *p != ' ') ++p;  // to the space before this field
     if (++p >= end) break;
     if (field == kStateField) out.state = *p;
-    if (field == kParentField) out.parent = parse_long(p, end);
-    if (field == kFlagsField) out.flags = static_cast<unsigned long>(parse_long(p, end));
-    if (field == kExitCodeField) out.exit_code = static_cast<int>(parse_long(p, end));
+    if (field == kParentField) out.parent = static_cast<long>(parse_number(p, end));
+    if (field == kFlagsField) out.flags = static_cast<unsigned long>(parse_number(p, end));
+    if (field == kStartField) out.start_ticks = static_cast<unsigned long long>(parse_number(p, end));
+    if (field == kExitCodeField) out.exit_code = static_cast<int>(parse_number(p, end));
   }
   return true;
 }

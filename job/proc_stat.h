@@ -1,5 +1,5 @@
 // One process's line of /proc/PID/stat, as the job runtime reads it: whether the process is gone,
-// whether a signal is ending it, who its parent is.
+// whether a signal is ending it, who its parent is, when it started.
 //
 // A process killed by a signal is a zombie only once the kernel has freed its memory: about
 // 0.1 s for a process holding 2 GB, while its exit code (with the signal) is in /proc/PID/stat
@@ -13,10 +13,12 @@
 namespace dynatrain::job {
 
 struct ProcStat {
-  char state = '?';         // R, S, D, T, Z (zombie: ended, not reaped), X (dead), ...
-  long parent = -1;         // the parent's pid
-  unsigned long flags = 0;  // the kernel's PF_* flags
-  int exit_code = 0;        // as waitpid() reports it; 0 until the exit begins (or unreadable to us)
+  char state = '?';                    // R, S, D, T, Z (zombie: ended, not reaped), X (dead), ...
+  long parent = -1;                    // the parent's pid
+  unsigned long flags = 0;             // the kernel's PF_* flags
+  int exit_code = 0;                   // as waitpid() reports it; 0 until the exit begins (or unreadable to us)
+  unsigned long long start_ticks = 0;  // when it started, in clock ticks since boot: with the pid,
+                                       // names one process (a pid is reused, a start time is not)
 
   // Whether it has ended: a zombie or dead process, which holds nothing.
   bool ended() const { return state == 'Z' || state == 'X'; }

@@ -4,10 +4,13 @@
 // when destroyed. The launcher's pipe (job/sibling_loss.h): a reported pid of the watched world on
 // this node raises the mark and the flag; a pid the world's places do not name on this node does
 // not; the report is read when it comes, not at the next look; lines split across writes are
-// read whole.
+// read whole. Without a pipe: a process of the world on this node killed is seen in /proc;
+// one that exits, or another process under its pid, is not.
 #include "job/loss_watch.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +18,7 @@
 
 #include "common/error.h"
 #include "job/lost_peer.h"
+#include "job/proc_stat.h"
 #include "testing/memory_store.h"
 
 namespace dynatrain::job {
@@ -131,9 +135,9 @@ TEST(SiblingLossReader, ReadsWholeLinesAcrossWritesAndNothingWithoutAPipe) {
 // The world "train/w1" of 3 processes: ranks 0 and 1 on this node (pids 4100, 4101), rank 2 on
 // another node with pid 4102.
 void announce_world(MemoryStore& store) {
-  store.set("dynatrain/train/w1/places/place/0", node_name() + " 4100");
-  store.set("dynatrain/train/w1/places/place/1", node_name() + " 4101");
-  store.set("dynatrain/train/w1/places/place/2", "elsewhere 4102");
+  store.set("dynatrain/train/w1/places/place/0", node_name() + " 4100 1");
+  store.set("dynatrain/train/w1/places/place/1", node_name() + " 4101 1");
+  store.set("dynatrain/train/w1/places/place/2", "elsewhere 4102 1");
 }
 
 TEST(LossWatch, TheLaunchersReportOfAWorldsProcessRaisesTheMarkForEveryone) {
@@ -151,7 +155,7 @@ TEST(LossWatch, TheLaunchersReportOfAWorldsProcessRaisesTheMarkForEveryone) {
   tell_siblings({p.ends[1]}, 4101);
   EXPECT_TRUE(rises(flag, 2s));
   EXPECT_TRUE(store->has(loss_mark_key("train/w1")));  // the other survivors stop too
-  EXPECT_EQ(watch.raised_by_launcher(), 1);
+  EXPECT_EQ(watch.raised_first(), 1);
 }
 
 TEST(LossWatch, TheLaunchersReportIsReadAtOnceNotAtTheNextLook) {
@@ -169,8 +173,8 @@ TEST(LossWatch, TheLaunchersReportIsReadAtOnceNotAtTheNextLook) {
 TEST(LossWatch, AReportAfterTheSurvivorsWorldIsWatchedDoesNotRaiseIt) {
   auto store = std::make_shared<MemoryStore>();
   announce_world(*store);
-  store->set("dynatrain/train/w2/places/place/0", node_name() + " 4100");  // the survivors' world
-  store->set("dynatrain/train/w2/places/place/1", "elsewhere 4102");
+  store->set("dynatrain/train/w2/places/place/0", node_name() + " 4100 1");  // the survivors' world
+  store->set("dynatrain/train/w2/places/place/1", "elsewhere 4102 1");
   TestPipe p;
   std::atomic<bool> flag{false};
   LossWatch watch(std::make_unique<StoreConnection>(store), flag, kPeriod,
@@ -179,7 +183,74 @@ TEST(LossWatch, AReportAfterTheSurvivorsWorldIsWatchedDoesNotRaiseIt) {
   tell_siblings({p.ends[1]}, 4101);  // lost in w1, reported late
   EXPECT_FALSE(rises(flag, 20 * kPeriod));
   EXPECT_FALSE(store->has(loss_mark_key("train/w2")));
-  EXPECT_EQ(watch.raised_by_launcher(), 0);
+  EXPECT_EQ(watch.raised_first(), 0);
+}
+
+// A child of this test that waits to be ended (SIGUSR1: it exits with status 0), and its place
+// as it would announce it.
+struct Child {
+  Child() {
+    int ready[2];
+    EXPECT_EQ(pipe(ready), 0);
+    pid = fork();
+    if (pid == 0) {
+      signal(SIGUSR1, [](int) { _exit(0); });
+      close(ready[1]);  // ready: a SIGUSR1 from now on is an exit, not a kill
+      while (true) pause();
+    }
+    close(ready[1]);
+    char byte;
+    EXPECT_EQ(read(ready[0], &byte, 1), 0);
+    close(ready[0]);
+    ProcStat stat;
+    EXPECT_TRUE(read_proc_stat(pid, stat));
+    start_ticks = stat.start_ticks;
+  }
+  ~Child() {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  std::string place(unsigned long long start) const {
+    return node_name() + " " + std::to_string(pid) + " " + std::to_string(start);
+  }
+  pid_t pid = -1;
+  unsigned long long start_ticks = 0;
+};
+
+// The watch of world "train/w1" whose rank 1 is `place`, and this process rank 0; no pipe.
+struct WatchedWorld {
+  explicit WatchedWorld(const std::string& place) {
+    store->set("dynatrain/train/w1/places/place/1", place);
+    announce_place(*store, "dynatrain/train/w1/places", 0);
+    watch.watch(loss_mark_key("train/w1"), place_keys("dynatrain/train/w1/places", 2));
+  }
+  std::shared_ptr<MemoryStore> store = std::make_shared<MemoryStore>();
+  std::atomic<bool> flag{false};
+  LossWatch watch{std::make_unique<StoreConnection>(store), flag, kPeriod, std::make_unique<SiblingLossReader>(-1)};
+};
+
+TEST(LossWatch, AProcessOfThisNodeKilledIsSeenWithoutTheLauncher) {
+  Child child;
+  WatchedWorld world(child.place(child.start_ticks));
+  EXPECT_FALSE(rises(world.flag, 20 * kPeriod));  // alive
+  kill(child.pid, SIGKILL);                       // a zombie until ~Child: its line stays
+  EXPECT_TRUE(rises(world.flag, 2s));
+  EXPECT_TRUE(world.store->has(loss_mark_key("train/w1")));
+  EXPECT_EQ(world.watch.raised_first(), 1);
+}
+
+TEST(LossWatch, AProcessThatExitsOrAnotherUnderItsPidIsNotALoss) {
+  Child exits;  // a vacate, the job's end
+  WatchedWorld world(exits.place(exits.start_ticks));
+  Child other;  // killed, but not the process the place names (a pid reused)
+  WatchedWorld reused(other.place(other.start_ticks + 1));
+  kill(exits.pid, SIGUSR1);
+  kill(other.pid, SIGKILL);
+  EXPECT_FALSE(rises(world.flag, 20 * kPeriod));
+  EXPECT_FALSE(rises(reused.flag, 20 * kPeriod));
+  ProcStat stat;  // both were seen ended meanwhile
+  EXPECT_TRUE(read_proc_stat(exits.pid, stat) && stat.ended());
+  EXPECT_TRUE(read_proc_stat(other.pid, stat) && stat.ended());
 }
 
 }  // namespace

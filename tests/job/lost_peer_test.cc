@@ -130,6 +130,16 @@ TEST_F(AgreeSurvivors, PlacesNotAnnouncedAreUnknownWithoutWaiting) {
   EXPECT_EQ(places[2].pid, static_cast<long>(getpid()));
 }
 
+TEST(ProcessPlaces, ParseFromTheRightSoANodeNameMayHoldSpaces) {
+  const auto place = parse_place("rack 4 node 7 4242 1234567");
+  ASSERT_TRUE(place.has_value());
+  EXPECT_EQ(place->node, "rack 4 node 7");
+  EXPECT_EQ(place->pid, 4242);
+  EXPECT_EQ(place->start_ticks, 1234567u);
+  for (const char* bad : {"n1 4242", "n1 x 12", "n1 12 x", " 12 34", "12 34", "", "n1 12 34 "})
+    EXPECT_FALSE(parse_place(bad).has_value()) << "'" << bad << "'";
+}
+
 TEST_F(AgreeSurvivors, NoDecisionWithinTheDeadlineIsACommError) {
   MemoryStore store;
   EXPECT_THROW(agree_survivors(store, "k", four_here(), 1, {0.2, 30}), CommError);  // rank 0 never comes

@@ -27,14 +27,14 @@ LEFT = re.compile(r"left pid (\d+) active False")
 pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="starts its own mpirun")
 
 
-def job(np, *args, c10d=False, notice_s=30, script="notice_job.py", launch=()):
+def job(np, *args, c10d=False, notice_s=30, script="notice_job.py", launch=(), prefix=()):
     """notice_job.py (or `script`) under mpirun, or with c10d under `dynatrain launch [launch...]`
-    (torch.distributed, gloo)."""
+    (torch.distributed, gloo); each process started through `prefix` (a command) when given."""
     env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", PMIX_MCA_gds="hash",
                OMPI_MCA_orte_allowed_exit_without_sync="1", OMPI_MCA_orte_execute_quiet="1", NOTICE_S=str(notice_s))
     start = [str(cli_path()), "launch", "--port", "0", "--np", str(np), *launch, "--"] if c10d else \
         [shutil.which("mpirun") or "mpirun", "-np", str(np)]
-    cmd = [*start, sys.executable, str(HERE / script), *args]
+    cmd = [*start, *prefix, sys.executable, str(HERE / script), *args]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=env, cwd=HERE)
     return run.returncode, run.stdout, run.stderr
 
@@ -168,9 +168,9 @@ def test_notice_to_the_store_host_on_torch_distributed_ends_the_job_at_its_deadl
 LOCAL_LOSS = re.compile(r"loss step (\d+) rank (\d+) of (\d+) value (\S+) pid (\d+) config (\S+)")
 
 
-def lost(layout, rank, launch=("--keep-going",)):
+def lost(layout, rank, launch=("--keep-going",), prefix=()):
     """lost_job.py: 4 processes, the one holding `rank` killed before step 3."""
-    return job(4, layout, "3", str(rank), c10d=True, script="lost_job.py", launch=launch)
+    return job(4, layout, "3", str(rank), c10d=True, script="lost_job.py", launch=launch, prefix=prefix)
 
 
 def test_exception_on_one_rank_under_plain_launch_ends_with_its_one_line(monkeypatch):
@@ -202,8 +202,17 @@ def test_survivors_stop_their_forward_as_soon_as_the_launcher_reports_the_loss(m
     assert re.search(r"resumed at \S+ stopped 3 met \S+\n", out), out
 
 
-def recovered_in_place(layout, rank, into):
-    rc, out, err = lost(layout, rank)
+def test_survivors_stop_their_forward_without_the_launchers_pipe(monkeypatch):
+    # The same without the launcher's report (as under torchrun or a scheduler): each survivor's
+    # loss watch sees the killed process of its node in /proc and raises the mark itself.
+    monkeypatch.setenv("LOST_SLOW", "0.2")
+    out = recovered_in_place("tp=1,dp=4,zero=0", 2, "tp=1,pp=1,dp=3,zero=0",
+                             prefix=("env", "-u", "DYNATRAIN_LAUNCH_FD"))
+    assert re.search(r"resumed at \S+ stopped 3 met \S+\n", out), out
+
+
+def recovered_in_place(layout, rank, into, prefix=()):
+    rc, out, err = lost(layout, rank, prefix=prefix)
     assert rc == 0, out + err
     steps = {}
     for step, dp_rank, of, value, pid, config in LOCAL_LOSS.findall(out):
