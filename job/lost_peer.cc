@@ -27,6 +27,13 @@ std::chrono::milliseconds millis(double seconds) {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// Whether process `pid` of this node will never arrive: gone, or its exit begun (a process
+// holding GBs takes ~0.1 s to end after SIGKILL: job/proc_stat.h).
+bool leaving(long pid) {
+  ProcStat stat;
+  return !read_proc_stat(pid, stat) || stat.leaving();
+}
+
 std::string join_ranks(const std::vector<int>& ranks) {
   std::string out;
   for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
@@ -50,7 +57,7 @@ std::vector<int> decide(comm::KeyStore& store, const std::string& prefix, const 
     for (int r = 0; r < size; ++r) {
       if (std::find(arrived.begin(), arrived.end(), r) != arrived.end()) continue;
       const bool local = places[static_cast<std::size_t>(r)].node == here;
-      if ((local && process_gone(places[static_cast<std::size_t>(r)].pid)) ||
+      if ((local && leaving(places[static_cast<std::size_t>(r)].pid)) ||
           store.add(prefix + "/gone/" + std::to_string(r), 0) > 0)
         continue;
       ++waiting;
@@ -123,7 +130,7 @@ std::vector<int> agree_survivors(comm::KeyStore& store, const std::string& prefi
   store.add(prefix + "/alive/" + std::to_string(rank), 1);
   const std::string here = node_name();
   for (std::size_t r = 0; r < places.size(); ++r)  // seen ended here: the decision need not wait for it
-    if (places[r].node == here && process_gone(places[r].pid)) store.add(prefix + "/gone/" + std::to_string(r), 1);
+    if (places[r].node == here && leaving(places[r].pid)) store.add(prefix + "/gone/" + std::to_string(r), 1);
   if (rank == 0) store.set(prefix + "/members", join_ranks(decide(store, prefix, places, settings)));
   std::vector<int> members = parse_rank_list(store.get(prefix + "/members", millis(settings.deadline_s)));
   if (std::find(members.begin(), members.end(), rank) == members.end())

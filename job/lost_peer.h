@@ -79,7 +79,8 @@ struct AgreeSettings {
 // Step 2 above, called by every survivor of a world of `places.size()` processes with its own
 // `rank`, under `prefix` (this recovery's own keys): the surviving ranks, ascending, the same on
 // every survivor. World rank 0 decides: a rank counts when it arrived; it is lost when its
-// process is gone on rank 0's node or reported gone by a survivor of its node, or when it is on
+// process is gone or its exit has begun (job/proc_stat.h) on rank 0's node, or a survivor of its
+// node reported so, or when it is on
 // another node and nothing arrived for settle_s; past deadline_s, whoever arrived. CommError
 // when the store does not answer (its host, world rank 0, is lost); LeftOutOfAgreement when
 // this survivor reaches the agreement after it was decided without it. The one protocol of

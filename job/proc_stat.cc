@@ -24,8 +24,10 @@ long long parse_number(const char* p, const char* end) {
 
 }  // namespace
 
+bool ProcStat::leaving() const { return ended() || (flags & kExitingFlag) != 0; }
+
 int ProcStat::killed_by() const {
-  if ((flags & kExitingFlag) == 0 && !ended()) return 0;
+  if (!leaving()) return 0;
   const int sig = exit_code & 0x7f;
   return sig == 0x7f ? 0 : sig;  // 0x7f: a stopped status, not an ending
 }

@@ -22,6 +22,8 @@ struct ProcStat {
 
   // Whether it has ended: a zombie or dead process, which holds nothing.
   bool ended() const { return state == 'Z' || state == 'X'; }
+  // Whether it has ended or its exit has begun (however: a signal, exit()): it will not act again.
+  bool leaving() const;
   // The signal that is ending it or ended it (as WTERMSIG), 0 when none: not exiting, exiting
   // with a status (exit(), a notice's vacate), or stopped.
   int killed_by() const;

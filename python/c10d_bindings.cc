@@ -103,7 +103,7 @@ std::optional<std::vector<int>> agree_survivors(StoreConnection& connection, con
 }
 
 // The loss watch of an adopted job (job/loss_watch.h): a thread of its own, on a store connection
-// of its own, looking at the world's loss mark and at the launcher's pipe; raised() is what the
+// of its own, looking at the world's loss mark, its node's processes and the launcher's pipe; raised() is what the
 // model's hooks read between modules (python/dynatrain/_stop.py). Not movable: the watch holds
 // the flag's address.
 struct LossWatchHandle {

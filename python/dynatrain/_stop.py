@@ -4,11 +4,11 @@
 A process killed mid-step is met by the survivors only at their next collective with it; at dp
 alone that is the gradient sync in optimizer.step(), after the whole forward and backward. The
 job's loss watch (job/loss_watch.h, through the binding: a thread of its own, on a store
-connection of its own) looks every PERIOD_S at the world's loss mark in the store and waits
-between its looks on the pipe of `dynatrain launch --keep-going`, which reports a killed process
-at once (the watch then
-raises the mark for every survivor, on every node); the first survivor to meet a loss in a
-collective raises the mark too (_recover.py). Once it is raised:
+connection of its own) looks every PERIOD_S at the world's loss mark in the store and at the
+/proc line of the world's other processes on its node, and waits between its looks on the pipe
+of `dynatrain launch --keep-going`, which reports a killed process at once: a process of its
+node that a signal is ending raises the mark for every survivor, on every node; the first
+survivor to meet a loss in a collective raises the mark too (_recover.py). Once it is raised:
 
 - the adopted model's forward stops at its next submodule: a pre-hook on each submodule raises
   _Stopped, which the model's own forward (wrapped at adoption) catches. It keeps the loss for
@@ -54,8 +54,8 @@ def start(address: str, timeout_s: float) -> None:
 
 def watch(mark_key: str, place_keys: Callable[[], List[str]]) -> None:
     """The world the job runs in now: its loss mark, and the store keys where its processes
-    announced "NODE PID" (a reported pid counts only when one of them names it on this node).
-    Nothing when that world is watched already."""
+    announced their places (the watch looks at those of this node; a reported pid counts only
+    when one of them names it). Nothing when that world is watched already."""
     if _watch and _watched[0] != mark_key:
         _watch[0].watch(mark_key, place_keys())
         _watched[0] = mark_key

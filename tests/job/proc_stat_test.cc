@@ -41,6 +41,7 @@ TEST(ProcStat, ThisProcessIsRunningAndNotEnding) {
   EXPECT_EQ(stat.state, 'R');
   EXPECT_EQ(stat.parent, getppid());
   EXPECT_FALSE(stat.ended());
+  EXPECT_FALSE(stat.leaving());
   EXPECT_EQ(stat.killed_by(), 0);
 }
 
@@ -49,6 +50,7 @@ TEST(ProcStat, AChildThatExitedIsEndedByNoSignal) {
   if (child == 0) _exit(3);
   const ProcStat stat = stat_when(child, [](const ProcStat& s) { return s.ended(); });
   EXPECT_EQ(stat.state, 'Z');
+  EXPECT_TRUE(stat.leaving());
   EXPECT_EQ(stat.parent, getpid());
   EXPECT_EQ(stat.killed_by(), 0);
   EXPECT_TRUE(WIFEXITED(stat.exit_code));
@@ -92,6 +94,7 @@ TEST(ProcStat, AStoppedChildIsNotEnding) {
   const ProcStat stat = stat_when(child, [](const ProcStat& s) { return s.state == 'T'; });
   EXPECT_EQ(stat.state, 'T');
   EXPECT_FALSE(stat.ended());
+  EXPECT_FALSE(stat.leaving());
   EXPECT_EQ(stat.killed_by(), 0);
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);

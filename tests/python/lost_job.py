@@ -6,7 +6,9 @@ process is killed (test_notice.py, bench/c10d_recovery.py):
                                  list "2,3"; LOST_WHEN=backward: after the step's backward;
                                  LOST_WHEN=barrier: after the step's commit barrier, before its
                                  update, and the processes holding LOST_MISS (a list) raise a
-                                 RuntimeError there, as a barrier that met the loss does)
+                                 RuntimeError there, as a barrier that met the loss does;
+                                 LOST_WHEN=forward: LOST_AFTER seconds, default 0.03, into the
+                                 step, which every process starts from a barrier)
 
 LOST_SLOW=S makes each leaf module's forward of step STEP sleep S seconds on the survivors (a
 forward long enough to be stopped: the launcher reports the kill, _stop.py).
@@ -50,6 +52,20 @@ def kill_here(job, when, step, ranks, recoveries):
     """Whether this process ends itself now (at `when`: before or backward)."""
     return os.environ.get("LOST_WHEN", "before") == when and job.step == int(step) and \
         job.rank in [int(r) for r in ranks.split(",")] and recoveries == 0
+
+
+def kill_into_forward(job, step, ranks):
+    """LOST_WHEN=forward: every process meets the others in a barrier at the start of `step`, and
+    the one holding `ranks` is killed LOST_AFTER seconds (default 0.03) after it, in its forward
+    (a loss where every survivor is computing the step, none skewed into the step before)."""
+    import threading
+    import torch.distributed as dist
+    dist.barrier()
+    if job.rank in [int(r) for r in ranks.split(",")]:
+        def kill():
+            say(f"kill at {time.time():.6f}")
+            os.kill(os.getpid(), signal.SIGKILL)
+        threading.Timer(float(os.environ.get("LOST_AFTER", "0.03")), kill).start()
 
 
 def fail_in_commit(job, step, ranks):
@@ -118,6 +134,9 @@ def main(layout, step, rank):
         slow_forward(model, job, int(step), float(os.environ["LOST_SLOW"]))
     recoveries, ends = 0, []  # ends: (step, wall seconds) after each counted step (LOST_BENCH)
     while job.step < STEPS:
+        if kill_here(job, "forward", step, rank, recoveries) or (os.environ.get("LOST_WHEN") == "forward" and
+                                                                job.step == int(step) and recoveries == 0):
+            kill_into_forward(job, step, rank)
         if kill_here(job, "before", step, rank, recoveries):
             if os.environ.get("LOST_HOW") == "raise":
                 raise RuntimeError(f"failed on purpose before step {job.step}")
