@@ -4,9 +4,10 @@
 # step (DT_FAULT=kill). Per case, REPEAT runs; from the run itself:
 #   kill -> met: the stamp the killed process wrote just before its SIGKILL to the first
 #     survivor's meeting of the loss (a collective's error, or its step stopped by the loss's
-#     mark, which the launcher raises through its pipe as soon as it reaps the killed process:
-#     job/sibling_loss.h); the "no pipe" cases run the trainer without the launcher's pipe
-#     (`env -u DYNATRAIN_LAUNCH_FD`), so the survivors meet the loss only in a collective;
+#     mark, which the survivors' loss watches raise when a look at /proc sees a process of their
+#     node killed, and the launcher through its pipe as the killed process's exit begins:
+#     job/loss_watch.h, job/sibling_loss.h); the "no pipe" cases run the trainer without the
+#     launcher's pipe (`env -u DYNATRAIN_LAUNCH_FD`, as under torchrun): the watch's look alone;
 #   kill -> resumed: the stamp to the last survivor's state rebuilt (the JSON's wall-clock
 #     stamps; the survivors then do the step again; the bound's probe, after it, left out);
 #   pause: each survivor's error (the collective that met the loss) to its state rebuilt, the
