@@ -13,8 +13,10 @@
 // collective meets it); and under `dynatrain launch --keep-going` the launcher reports such a
 // process through a pipe (job/sibling_loss.h), which the watch waits on between its looks. Either
 // way the watch raises the world's mark itself: every survivor, on every node, stops within a
-// look of the kill, before any of them met the loss in a collective. A process of another node
-// is met by its own node's survivors so, or else in a collective.
+// look of the kill, before any of them met the loss in a collective. A look sees a killed
+// process while its exit runs and until its parent reaps it (a parent that reaps at once and
+// gives no pipe can hide a small process from it); a process of another node is seen by its
+// own node's survivors. Whatever no look sees is met in a collective.
 //
 //   std::atomic<bool> interrupt{false};       // outlives the watch
 //   options.interrupt = &interrupt;

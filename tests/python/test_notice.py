@@ -203,11 +203,12 @@ def test_survivors_stop_their_forward_as_soon_as_the_launcher_reports_the_loss(m
 
 
 def test_survivors_stop_their_forward_without_the_launchers_pipe(monkeypatch):
-    # The same without the launcher's report (as under torchrun or a scheduler): each survivor's
-    # loss watch sees the killed process of its node in /proc and raises the mark itself.
+    # The same without the launcher's report, each process the child of a parent that looks at
+    # it once a second (as torchrun's agent): each survivor's loss watch sees the killed process
+    # of its node in /proc and raises the mark itself.
     monkeypatch.setenv("LOST_SLOW", "0.2")
-    out = recovered_in_place("tp=1,dp=4,zero=0", 2, "tp=1,pp=1,dp=3,zero=0",
-                             prefix=("env", "-u", "DYNATRAIN_LAUNCH_FD"))
+    lazy = HERE.parent / "reliability" / "lazy_parent.py"
+    out = recovered_in_place("tp=1,dp=4,zero=0", 2, "tp=1,pp=1,dp=3,zero=0", prefix=(sys.executable, str(lazy)))
     assert re.search(r"resumed at \S+ stopped 3 met \S+\n", out), out
 
 

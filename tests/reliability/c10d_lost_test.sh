@@ -16,8 +16,9 @@
 #  2d. dp=4 with steps of about a second, rank 2 killed 100 ms into step 2: no survivor shares
 #     a collective with it before the gradient reduction, but the launcher reports the kill
 #     through its pipe (job/sibling_loss.h) and all 3 survivors stop mid-step;
-#  2e. the same without the pipe: the survivors' loss watches see the kill in /proc
-#     (job/proc_stat.h) and all 3 stop mid-step;
+#  2e. the same without the pipe, each process the child of a parent that looks at it once a
+#     second (lazy_parent.py, as torchrun's agent): the survivors' loss watches see the kill
+#     in /proc (job/proc_stat.h) and all 3 stop mid-step;
 #  3. dp=4: rank 2 killed as in 1, then the process of rank 3 killed from outside: two
 #     recoveries (4 -> 3 -> 2 processes);
 #  4. a switch prepared ahead (dp=4 -> tp=2 before step 8) when the loss comes: prepared again
@@ -108,7 +109,7 @@ expect_line longdp "^recovery: .*(agree [0-9.]* s, 3 survivors stopped mid-step,
   "a survivor computed its step to its end: the launcher's report of the kill did not stop it"
 check_csv longdp "0:4,$at:3" cont_long_dp
 echo "2e. the same without the launcher's pipe (torchrun, a scheduler): a look at /proc sees the kill"
-train_prefix=(sh -c 'unset DYNATRAIN_LAUNCH_FD; exec "$0" "$@"')
+train_prefix=(python3 "$(dirname "$0")/lazy_parent.py")
 run longdp_nopipe 4 "0:dp=4,zero=0" DT_FAULT=kill:2:step:100:2 DT_FAULT_STAMP="$tmp/longdp_nopipe.stamp" --
 finish longdp_nopipe 0
 at=$(recovered longdp_nopipe 2 4)
