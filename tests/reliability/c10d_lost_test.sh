@@ -169,8 +169,11 @@ launch_flags=(--keep-going)
 run cont_z1 4 "0:dp=4,zero=1"
 finish cont_z1 0
 # Two kills (DT_FAULT) a few ms apart stand for the node's loss: run without the launcher's pipe
-# (job/sibling_loss.h), whose report of the first could stop the second in the boundary before
-# its own kill point, and it would then rightly survive.
+# (job/sibling_loss.h), whose report of the first, within 5 ms, could have the other node's
+# survivors abandon their groups while the second is still in the boundary's exchange with
+# them: it would meet the loss there and rightly survive. Its loss watch's own look at /proc
+# (every 50 ms, the first kill seen only while that process exits: the launcher reaps it at
+# once), then the other node's look at the mark, take tens of ms: longer than that tail.
 train_prefix=(sh -c 'unset DYNATRAIN_LAUNCH_FD; DYNATRAIN_NODE=node$((RANK / 2)) exec "$0" "$@"')
 run copies 4 "0:dp=4,zero=1" DT_FAULT=kill:2:step:0:5,kill:3:step:0:5 -- --redundancy 2
 finish copies 0
