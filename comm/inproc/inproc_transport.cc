@@ -7,6 +7,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <new>
 #include <system_error>
 #include <thread>
 #include <tuple>
@@ -427,10 +428,33 @@ void InprocWorld::abort(const std::string& reason) {
   std::lock_guard lock(state_->mu);
   if (!state_->aborted) {
     state_->aborted = true;
-    state_->abort_reason = reason;
+    try {
+      state_->abort_reason = reason;
+    } catch (const std::bad_alloc&) {  // out of memory: aborted without a reason
+    }
   }
   state_->cv.notify_all();
 }
+
+namespace {
+
+// "rank R failed: WHAT", the others' abort reason; "" when memory is short even for that text
+// (a rank that ran out of memory: its error, std::bad_alloc, is what run_ranks rethrows).
+std::string failure_text(const std::exception_ptr& error, int rank) noexcept {
+  try {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      return ::dynatrain::detail::concat("rank ", rank, " failed: ", e.what());
+    } catch (...) {
+      return ::dynatrain::detail::concat("rank ", rank, " failed with a non-standard exception");
+    }
+  } catch (...) {
+    return {};
+  }
+}
+
+}  // namespace
 
 void run_ranks(int n, std::function<void(Transport&)> body, InprocOptions options) {
   InprocWorld world(n, options);
@@ -438,40 +462,45 @@ void run_ranks(int n, std::function<void(Transport&)> body, InprocOptions option
   std::exception_ptr first;
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(n));
-  // A thread that cannot start (its stack is memory: `ulimit -v`, or a thread limit) ends the
-  // ranks already running, which are joined before the error leaves: no thread is left joinable.
-  auto start_failed = [&](int r, const std::system_error& e) {
+  // A thread that cannot start (its stack or its state is memory: `ulimit -v`, or a thread
+  // limit) ends the ranks already running, which are joined before the error leaves: no thread
+  // is left joinable, and no error escapes a thread (each is kept for the caller).
+  auto start_failed = [&](int r, std::error_code code) {
+    std::exception_ptr error;
+    try {
+      error = std::make_exception_ptr(std::system_error(
+          code,
+          ::dynatrain::detail::concat("out of memory or threads: cannot start the thread of rank ", r, " of ", n)));
+    } catch (...) {
+      error = std::current_exception();  // no memory for the message: its std::bad_alloc
+    }
     {
       std::lock_guard lock(mu);
-      first = std::make_exception_ptr(std::system_error(
-          e.code(),
-          ::dynatrain::detail::concat("out of memory or threads: cannot start the thread of rank ", r, " of ", n)));
+      first = error;
     }
-    world.abort(::dynatrain::detail::concat("rank ", r, " could not start"));
+    world.abort(failure_text(error, r));
   };
   for (int r = 0; r < n; ++r) {
     try {
       threads.emplace_back([&, r] {
-        std::string reason;
         std::exception_ptr error;
         try {
           body(world.transport(r));
           return;
-        } catch (const std::exception& e) {
-          error = std::current_exception();
-          reason = ::dynatrain::detail::concat("rank ", r, " failed: ", e.what());
         } catch (...) {
           error = std::current_exception();
-          reason = ::dynatrain::detail::concat("rank ", r, " failed with a non-standard exception");
         }
         {
           std::lock_guard lock(mu);
           if (!first) first = error;
         }
-        world.abort(reason);
+        world.abort(failure_text(error, r));
       });
     } catch (const std::system_error& e) {
-      start_failed(r, e);
+      start_failed(r, e.code());
+      break;
+    } catch (const std::bad_alloc&) {
+      start_failed(r, std::make_error_code(std::errc::not_enough_memory));
       break;
     }
   }
