@@ -23,6 +23,7 @@
 #include "common/error.h"
 #include "exec/chunking.h"
 #include "exec/direct_runs.h"
+#include "exec/huge_pages.h"
 #include "exec/keep_plan.h"
 #include "exec/machine_rates.h"
 #include "exec/memory_ledger.h"
@@ -83,8 +84,12 @@ class Engine {
     agree_slabs();
     split_plan();
     agree_waves();
-    choose_pagewise(mem_, wp_, g_, opt_.mem_budget, alloc_.pagewise_min_bytes(), opt_.in_place, adoptions_);
-    remaps_ = find_remaps(wp_, g_, alloc_, mem_.src_size, mem_.dst_size, choose_keep_path());
+    choose_pagewise(mem_, wp_, g_, opt_.mem_budget, alloc_.pagewise_min_bytes(), adoptions_);
+    const std::uint64_t min_remap = choose_keep_path();
+    // In 2 MiB pages a remap moves whole 2 MiB pages only (a 4 KiB run would split them).
+    const bool whole_huge = stats_.huge_pages && opt_.keep_path == KeepPath::kAuto;
+    remaps_ =
+        find_remaps(wp_, g_, alloc_, mem_.src_size, mem_.dst_size, min_remap, whole_huge ? kHugePageBytes : kPageBytes);
   }
 
   // The shortest kept run to remap (UINT64_MAX: copy every keep), from TransitionOptions::keep_path
@@ -98,14 +103,19 @@ class Engine {
       stats_.remap_min_bytes = kPageBytes;
       return kPageBytes;
     }
-    if (stats_.huge_pages) {  // a remap of 4 KiB runs would split the 2 MiB pages it moves
-      stats_.keep_path = "copy (state in huge pages)";
-      return UINT64_MAX;
-    }
     const MachineRates& r = machine_rates();
     stats_.warm_copy_bytes_per_s = r.warm_copy_bytes_per_s;
     stats_.fresh_write_bytes_per_s = r.fresh_write_bytes_per_s;
     stats_.remap_call_seconds = r.remap_call_seconds;
+    if (stats_.huge_pages) {  // whole 2 MiB pages move by one page-table entry each: one call's cost
+      if (r.remap_call_seconds * r.warm_copy_bytes_per_s >= static_cast<double>(kHugePageBytes)) {
+        stats_.keep_path = "copy (state in huge pages; a remap call measured slower than copying 2 MiB)";
+        return UINT64_MAX;
+      }
+      stats_.remap_min_bytes = kHugePageBytes;
+      stats_.keep_path = "remap whole 2 MiB pages, copy the rest (state in huge pages)";
+      return kHugePageBytes;
+    }
     if (r.min_remap_bytes == UINT64_MAX) {
       stats_.keep_path = "copy (a remap measured slower)";
       return UINT64_MAX;
@@ -443,7 +453,9 @@ class Engine {
     run_pipeline(work, ctx);
     ledger.check_sources_drained();
     ledger.materialise_destinations(opt_.zeroed_kinds);
-    if (!dry && opt_.in_place) std::fill(src_.begin(), src_.end(), nullptr);
+    if (!dry)  // handed-over buffers that also sent are destinations now
+      for (std::size_t i = 0; i < src_.size(); ++i)
+        if (opt_.in_place || adoptions_.src_to_dst[i] >= 0) src_[i] = nullptr;
     ledger.release_staging(staging);
     return ledger.peak();
   }

@@ -2,8 +2,9 @@
 //
 // Zero-copy keeps (Adoptions): destination buffer j *is* source buffer i, handed over as it is,
 // when the allocator allows it (can_adopt), both hold the identical segments at identical
-// offsets (same kind and size), the plan keeps every segment byte of j from i, and nothing else
-// reads i; in place (TransitionOptions::in_place) every buffer is its own destination. An
+// offsets (same kind and size), the plan keeps every segment byte of j from i, and i is read
+// otherwise by sends alone (they read j then: nothing writes into j; no keep of i into another
+// buffer, whose page remap could take i's pages); in place (TransitionOptions::in_place) every buffer is its own destination. An
 // adopted buffer's kept pieces leave the plan; its bytes never enter the memory accounting twice.
 //
 // Remapped keeps (KeepRemaps): a kept piece that is one contiguous run in its source and in its
@@ -38,14 +39,18 @@ struct Adoptions {
 Adoptions find_adoptions(const plan::RankPlan& plan, const PieceGeometry& g, bool can_adopt, bool in_place,
                          std::uint32_t zeroed_kinds, std::vector<std::uint64_t>& src_left, TransitionStats& stats);
 
-// Whole pages of a kept run moved by StateAllocator::move_pages: byte offsets into the source
-// and the destination buffer (multiples of kPageBytes) and the length.
+// Whole pages of kept runs moved by one StateAllocator::move_pages: byte offsets into the source
+// and the destination buffer (multiples of kPageBytes), the length, and the move's number. One
+// move may span several keeps that continue each other on both sides (a ZeRO shard's tensors):
+// whichever of them runs first moves it, the others skip their part of it.
 struct Remap {
   std::uint64_t src_at = 0, dst_at = 0, bytes = 0;
+  std::uint32_t move = 0;  // index into the moves made (KeepRemaps::moves)
 };
 
 struct KeepRemaps {
-  std::vector<std::vector<Remap>> per_keep;  // per plan.keep piece, in source order
+  std::vector<std::vector<Remap>> per_keep;  // per plan.keep piece: the moves it overlaps, in source order
+  std::uint32_t moves = 0;                   // distinct moves
   // Per destination buffer: the (byte offset, bytes) page ranges remapped keeps fill, sorted.
   std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> dst_filled;
 };
@@ -53,15 +58,21 @@ struct KeepRemaps {
 // The remapped keeps of `plan` (keeps already cut at slab boundaries, adoptions left out);
 // none unless the allocator can_move_pages(). `src_size` / `dst_size`: bytes of each buffer.
 // Only stretches of at least `min_run_bytes` are remapped (the measured break-even of a remap
-// against a copy; UINT64_MAX: none); shorter ones are copied.
+// against a copy; UINT64_MAX: none); shorter ones are copied. `unit` (a multiple of kPageBytes):
+// a remap moves whole units at offsets congruent modulo it on both sides -- kHugePageBytes for
+// state in 2 MiB pages, whose page-table entries then move whole instead of being split.
 KeepRemaps find_remaps(const plan::RankPlan& plan, const PieceGeometry& g, const StateAllocator& alloc,
                        const std::vector<std::uint64_t>& src_size, const std::vector<std::uint64_t>& dst_size,
-                       std::uint64_t min_run_bytes);
+                       std::uint64_t min_run_bytes, std::uint64_t unit = kPageBytes);
 
-// Performs one keep (real run only): a copy of the piece's box, or, with remaps, the pages
-// moved and the bytes around them copied. Adds to stats.kept_remapped_bytes.
+// Performs one keep (real run only): a copy of the piece's box, or, with remaps, the moves it
+// overlaps made (those not yet `moved`, which it marks) and its other bytes copied. Adds to
+// stats.kept_remapped_bytes.
 void run_keep(const plan::Piece& p, const std::vector<Remap>& remaps, const PieceGeometry& g,
               const std::vector<std::byte*>& src, const std::vector<std::byte*>& dst, StateAllocator& alloc,
-              TransitionStats& stats);
+              std::vector<std::uint8_t>& moved, TransitionStats& stats);
+
+// Bytes of keep `p` that its remaps move (its overlap with them): what it does not copy.
+std::uint64_t remapped_bytes(const plan::Piece& p, const std::vector<Remap>& remaps, const PieceGeometry& g);
 
 }  // namespace dynatrain::exec

@@ -13,7 +13,7 @@ std::uint64_t BufferMemory::pagewise_count() const {
 }
 
 void choose_pagewise(BufferMemory& mem, const plan::RankPlan& plan, const PieceGeometry& g, std::size_t mem_budget,
-                     std::size_t alloc_pagewise_min, bool in_place, const Adoptions& adoptions) {
+                     std::size_t alloc_pagewise_min, const Adoptions& adoptions) {
   std::size_t granule = 64 << 10;
   while (granule * 2 <= mem_budget / 32 && granule < (2u << 20)) granule *= 2;
   mem.granule = granule;
@@ -22,7 +22,8 @@ void choose_pagewise(BufferMemory& mem, const plan::RankPlan& plan, const PieceG
   mem.src_pagewise.assign(ns, 0);
   mem.dst_pagewise.assign(nd, 0);
   for (std::size_t b = 0; b < ns; ++b)
-    mem.src_pagewise[b] = mem.src_size[b] >= min_bytes && !(in_place && adoptions.src_to_dst[b] >= 0);
+    mem.src_pagewise[b] =
+        mem.src_size[b] >= min_bytes && adoptions.src_to_dst[b] < 0;  // never decommit a handed-over one
   for (std::size_t b = 0; b < nd; ++b) mem.dst_pagewise[b] = mem.dst_size[b] >= min_bytes;
   // Unread bytes per granule of each page-wise source buffer, over every read of the plan.
   mem.src_unread.assign(ns, {});
@@ -81,7 +82,7 @@ void MemoryLedger::hand_over(const Adoptions& adoptions, bool in_place) {
     if (mem_.dst_pagewise[j]) committed_[j].assign(mem_.granules(mem_.dst_size[j]), 1);
     if (dry_) continue;
     dst_[j] = src_[i];
-    if (!in_place) src_[i] = nullptr;  // in place: sends still read it (cleared at the end)
+    if (!in_place && left_[i] == 0) src_[i] = nullptr;  // else sends still read it (cleared at the end)
     zero_padding(static_cast<std::uint32_t>(j), 0, mem_.dst_size[j]);
     stats_.bytes_kept += adoptions.bytes[i];
   }

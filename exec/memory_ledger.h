@@ -56,10 +56,10 @@ struct BufferMemory {
 };
 
 // Chooses the granule and the page-wise buffers of `mem` (sizes already set) and counts the
-// reads of `plan`'s keeps and sends per granule. In place, adopted source buffers are never
-// drained, so they stay whole.
+// reads of `plan`'s keeps and sends per granule. Handed-over (adopted) source buffers are
+// destinations now and may still send: never decommitted granule by granule, so they stay whole.
 void choose_pagewise(BufferMemory& mem, const plan::RankPlan& plan, const PieceGeometry& g, std::size_t mem_budget,
-                     std::size_t alloc_pagewise_min, bool in_place, const Adoptions& adoptions);
+                     std::size_t alloc_pagewise_min, const Adoptions& adoptions);
 
 // Staging slots per link class: [class][slot], nullptr in a dry run or where none is needed.
 struct Staging {

@@ -24,6 +24,7 @@ class Pipeline {
  public:
   Pipeline(const PipelineWork& w, const PipelineContext& c) : w_(w), c_(c), dry_(c.ledger.dry()) {
     for (int k = 0; k < 2; ++k) flights_[k].resize(w.depth[k]);
+    moved_.assign(w.remaps.moves, 0);
   }
 
   void run() {
@@ -123,6 +124,7 @@ class Pipeline {
   std::array<std::vector<std::size_t>, 2> queue_;  // per class: rounds looked at, not posted
   std::array<std::size_t, 2> queued_{};            // per class: queue_[c][0, queued_[c]) posted
   int kept_ = 0;                                   // waves [0, kept_) have had their keeps
+  std::vector<std::uint8_t> moved_;                // per remap move: made (by the first keep of its chain to run)
 };
 
 void Pipeline::run_keeps(int w) {
@@ -130,15 +132,12 @@ void Pipeline::run_keeps(int w) {
     const plan::Piece& p = w_.plan.keep[i];
     const std::vector<Remap>& remaps = w_.remaps.per_keep[i];
     c_.ledger.touch(p, 0, p.box.numel());
-    if (c_.trace) {  // the simulator costs copied bytes only: remapped pages move no byte
-      std::uint64_t remapped = 0;
-      for (const Remap& r : remaps) remapped += r.bytes;
-      c_.trace->keep(c_.geometry.bytes(p) - remapped);
-    }
+    if (c_.trace)  // the simulator costs copied bytes only: remapped pages move no byte
+      c_.trace->keep(c_.geometry.bytes(p) - remapped_bytes(p, remaps, c_.geometry));
     if (!dry_) {
       progress_flights();
       const auto t0 = Clock::now();
-      run_keep(p, remaps, c_.geometry, c_.src, c_.dst, c_.alloc, c_.stats);
+      run_keep(p, remaps, c_.geometry, c_.src, c_.dst, c_.alloc, moved_, c_.stats);
       c_.stats.bytes_kept += c_.geometry.bytes(p);
       c_.stats.keep_seconds += seconds_since(t0);
       advance(c_.geometry.bytes(p));

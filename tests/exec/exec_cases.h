@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "comm/transport.h"
+#include "common/error.h"
 #include "exec/engine.h"
 #include "exec/pool_allocator.h"
 #include "vps/model_spec.h"
@@ -27,6 +28,16 @@ class CaseFailure : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// Inside a case body (with `t`, the Transport, and `c`, the TransitionCase, in scope): throws
+// CaseFailure naming the file, line, rank and case when `cond` is false.
+#define CASE_REQUIRE(cond, ...)                                                                                    \
+  do {                                                                                                             \
+    if (!(cond))                                                                                                   \
+      throw ::dynatrain::exec::cases::CaseFailure(                                                                 \
+          ::dynatrain::detail::concat(__FILE__, ":", __LINE__, ": rank ", t.rank(), "/", t.size(), ": ", c.name(), \
+                                      ": ", #cond, " " __VA_OPT__(, ) __VA_ARGS__));                               \
+  } while (0)
 
 struct TransitionCase {
   std::string kind;   // tp, pp, dp, ep, zero, grow, shrink, hybrid, fixed
