@@ -404,6 +404,8 @@ void bind_manager_pool(ManagerClass& cls) {
         py::dict d;
         d["live_bytes"] = self.pool().live_bytes();
         d["reserved_bytes"] = self.pool().reserved_bytes();
+        d["peak_live_bytes"] = self.pool().peak_live();          // the most live at once so far
+        d["peak_reserved_bytes"] = self.pool().peak_reserved();  // ... and held (2 MiB rounding, spare pages)
         d["fresh_bytes"] = self.pool().fresh_bytes();
         d["pinned_buffers"] = self.keep_alive().pinned_blocks();
         d["deferred_bytes"] = self.keep_alive().deferred_bytes();
