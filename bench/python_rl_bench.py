@@ -16,8 +16,10 @@ It starts the jobs itself (mpirun, on the same machine):
     senders). Each phase's pause is split into its parts (Manager.switch's stats: Python
     agreement, plan, the engine's agreement, dry run, allocation, pack, unpack, keeps, wait on
     the link, rebinding; system time and page faults), each the slowest process's. The link
-    rate is a 64 MiB MPI_Sendrecv between processes 0 and 2, best of 5, in the same job; a
-    phase's lower bound is the most bytes any process receives in it over that rate. Peak memory: each process's maximum resident size
+    rate is measured in the same job before and after the rounds (link_rates: 64 MiB plain
+    messages between the phase's pairs at once, one way, best of 5, the faster of the two probes);
+    a phase's lower bound is the most bytes any process receives in it over the rate of its
+    direction. Peak memory: each process's maximum resident size
     (ru_maxrss: Python and torch included), and the state the job and the copy hold there.
   * The checkpoint-restart baseline (python_rl_restart.py): a chain of jobs 4, 2, 4, ... processes
     at tp=2,dp=2 / tp=2,dp=1 / ..., each loading the previous one's checkpoint (real files, fsync)
@@ -45,17 +47,35 @@ from gpt_model import GPT  # noqa: E402
 from python_rl_restart import PLAN, dims_of  # noqa: E402
 
 
-def link_rate(world) -> float:
-    """Bytes/s of a 64 MiB MPI_Sendrecv between processes 0 and 2 (best of 5), on every rank."""
+def link_rates(world, best=None) -> dict:
+    """Bytes/s into each receiver of 64 MiB plain messages, both pairs of a phase at once, best of 5
+    after a warm-up: "down" 2 -> 0 and 3 -> 1 (as a lend moves), "up" 0 -> 2 and 1 -> 3 (as a refit
+    and a reclaim move). The senders wait in a sleeping poll, as the engine's senders yield their
+    core (a busy MPI wait would take the receivers' cores on a machine with fewer cores than
+    processes). `best`: the rates of an earlier probe, kept where faster (the bound uses the most
+    the link did in the run). Equal on every rank."""
+    from mpi4py import MPI
     buf, got = np.ones(64 << 18, dtype=np.float32), np.empty(64 << 18, dtype=np.float32)
-    best = float("inf")
-    for _ in range(5):
-        world.Barrier()
-        t0 = time.perf_counter()
-        if world.rank in (0, 2):
-            world.Sendrecv(buf, dest=2 - world.rank, recvbuf=got, source=2 - world.rank)
-        best = min(best, time.perf_counter() - t0)
-    return world.bcast(buf.nbytes / best, root=0)
+    rates = dict(best or {})
+    for name, senders in (("down", (2, 3)), ("up", (0, 1))):
+        fastest = float("inf")
+        for rep in range(6):
+            world.Barrier()
+            t0 = time.perf_counter()
+            peer = world.rank ^ 2
+            if world.rank in senders:
+                req = world.Isend(buf, dest=peer)
+                while not req.Test():
+                    time.sleep(0.0002)
+                took = 0.0
+            else:
+                world.Recv(got, source=peer)
+                took = time.perf_counter() - t0
+            slowest = world.allreduce(took, op=MPI.MAX)
+            if rep > 0:
+                fastest = min(fastest, slowest)
+        rates[name] = max(rates.get(name, 0.0), buf.nbytes / fastest)
+    return rates
 
 
 def broadcast_full(world, bcast_comm, full):
@@ -136,14 +156,17 @@ def worker(a):
     job = dynatrain.adopt(model, torch.optim.AdamW(model.parameters()), PLAN, "tp=2,dp=2", vocab_divisible_by=128)
     full = [job.full(n) for n, _ in model.named_parameters()]  # rank 0 sends these; the others receive into theirs
     bcast_comm = world.Split(0 if world.rank in (0, 2, 3) else MPI.UNDEFINED, world.rank)
-    out = dict(rate=link_rate(world), weight_bytes=sum(t.numel() * 4 for t in full), dims=dims)
+    rates = link_rates(world)
+    out = dict(weight_bytes=sum(t.numel() * 4 for t in full), dims=dims)
     out.update(rounds(world, job, a, dims, full, bcast_comm))
+    out["rates"] = link_rates(world, rates)
     out["received"]["bcast"] = out["weight_bytes"]
     out["rows"]["refit bf16"] = bf16_refits(world, job, dims)
     out["bf16"] = {"received": out["rows"]["refit bf16"][-1]["max_rank_bytes_received"]}
     held = out.pop("held")
-    held.update(job=job.manager.pool_stats()["live_bytes"], reserved=job.manager.pool_stats()["reserved_bytes"],
-                budget=job.manager._options["mem_budget"])
+    pool = job.manager.pool_stats()
+    held.update(job=pool["live_bytes"], reserved=pool["reserved_bytes"], peak_live=pool["peak_live_bytes"],
+                peak_reserved=pool["peak_reserved_bytes"], budget=job.manager._options["mem_budget"])
     out["peak"] = world.gather((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, held), root=0)
     if world.rank == 0:
         print("RESULT " + json.dumps(out), flush=True)
