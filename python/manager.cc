@@ -201,7 +201,7 @@ SwitchStats gathered_stats(comm::Transport& transport, double plan_s, const exec
     double plan_s, engine_s, total_s;
     std::uint64_t sent, received, kept, messages, peak, src, dst;
     std::array<double, 8> parts;
-    std::uint64_t faults, zero_copy;
+    std::uint64_t faults, zero_copy, remapped;
   };
   const Mine mine{plan_s,
                   ts.seconds,
@@ -216,14 +216,17 @@ SwitchStats gathered_stats(comm::Transport& transport, double plan_s, const exec
                   {ts.agree_seconds, ts.dry_seconds, ts.alloc_seconds, ts.pack_seconds, ts.unpack_seconds,
                    ts.keep_seconds, ts.wait_seconds, ts.system_seconds},
                   ts.page_faults,
-                  ts.kept_zero_copy_bytes};
+                  ts.kept_zero_copy_bytes,
+                  ts.kept_remapped_bytes};
   SwitchStats st;
+  st.keep_path = ts.keep_path;  // the same choice on every rank (one machine's rates, one allocator policy)
   const std::array<double*, 8> parts{&st.agree_seconds,  &st.dry_seconds,  &st.alloc_seconds, &st.pack_seconds,
                                      &st.unpack_seconds, &st.keep_seconds, &st.wait_seconds,  &st.system_seconds};
   for (const Mine& m : comm::all_gather_values(transport, mine)) {
     for (std::size_t i = 0; i < parts.size(); ++i) *parts[i] = std::max(*parts[i], m.parts[i]);
     st.page_faults = std::max(st.page_faults, m.faults);
     st.kept_zero_copy_bytes += m.zero_copy;
+    st.kept_remapped_bytes += m.remapped;
     st.plan_seconds = std::max(st.plan_seconds, m.plan_s);
     st.engine_seconds = std::max(st.engine_seconds, m.engine_s);
     st.pause_seconds = std::max(st.pause_seconds, m.total_s);

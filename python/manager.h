@@ -62,6 +62,8 @@ struct SwitchStats {
   double keep_seconds = 0, wait_seconds = 0, system_seconds = 0;
   std::uint64_t page_faults = 0;
   std::uint64_t kept_zero_copy_bytes = 0;  // summed over ranks: keeps handed over, not copied
+  std::uint64_t kept_remapped_bytes = 0;   // summed over ranks: keeps whose pages moved, not copied
+  std::string keep_path;                   // exec::TransitionStats::keep_path (this rank's)
   bool plan_cached = false;                // the plan came from the manager's cache (no planner run)
 };
 
