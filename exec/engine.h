@@ -81,7 +81,7 @@ class StateAllocator : public MemoryOps {
   // copying them (a remapped keep, exec/README.md). The default says no.
   virtual bool can_move_pages() const { return false; }
   // True when the allocator's page-wise blocks sit in 2 MiB pages (PoolAllocator's HugePages):
-  // remapping a kept run then splits them into 4 KiB pages, so KeepPath::kAuto copies keeps.
+  // remapping a 4 KiB run would split them, so KeepPath::kAuto moves whole 2 MiB pages only.
   virtual bool huge_pages() const { return false; }
   // Moves the live pages [from_offset, from_offset + bytes) of block `from` to
   // [to_offset, to_offset + bytes) of block `to` (offsets and bytes multiples of kPageBytes;
@@ -127,9 +127,10 @@ LinkOverlap parse_link_overlap(const std::string& text);
 // kRemap moves their whole pages by mremap (StateAllocator::move_pages) whatever the run's
 // length; kCopy copies them; kAuto remaps only runs at least as long as this machine's measured
 // break-even (MachineRates::min_remap_bytes: a remap measured faster than a copy), copies the
-// rest, and copies every keep when the allocator's blocks are in huge pages (a remap of 4 KiB
-// runs would split them, and the break-even was measured on 4 KiB pages). Only allocators that
-// can_move_pages() remap at all.
+// rest; when the allocator's blocks are in huge pages it moves whole 2 MiB pages only (where a
+// run's source and destination offsets agree modulo 2 MiB, and one remap call is measured
+// cheaper than copying 2 MiB: a remap of 4 KiB runs would split them) and copies the rest.
+// Only allocators that can_move_pages() remap at all.
 enum class KeepPath : std::uint8_t { kAuto, kRemap, kCopy };
 // "auto", "remap", "copy" (the CLI's --keep-path); InputError naming the valid values otherwise.
 KeepPath parse_keep_path(const std::string& text);
