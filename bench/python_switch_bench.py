@@ -80,18 +80,22 @@ def p2p_rate(world, nbytes=64 << 20, iters=3):
 
 def lower_bound_line(src, dst, rate, first, first_in, py, received):
     """job.switch() against its lower bound (bytes into the busiest rank / `rate`): the pair's
-    first switch src -> dst, and the median and best of the timed ones that moved bytes."""
+    first switch src -> dst, then per direction (the timed switches alternate src -> dst and
+    back) the median and best of those that moved bytes."""
     def ratio(seconds, into):
         return f"{seconds:.3f} s, LB {into / rate:.3f} s, {seconds * rate / into:.2f}x" if into else "no bytes moved"
-    moved = [(p, b) for p, b in zip(py, received) if b > 0]
     text = (f"{src} <-> {dst}: point-to-point {rate / 1e9:.2f} GB/s (same run); first {src} -> {dst}: "
-            f"{ratio(first, first_in)}; ")
-    if not moved:
-        return text + "timed switches: no bytes moved"
-    rs = sorted(p * rate / b for p, b in moved)
-    return (text + f"{len(moved)} timed switches that moved bytes: median {statistics.median(rs):.2f}x, best "
-            f"{rs[0]:.2f}x the LB ({max(b for _, b in moved) / 1e6:.0f} MB into the busiest rank, job.switch median "
-            f"{statistics.median(p for p, _ in moved):.3f} s)")
+            f"{ratio(first, first_in)}")
+    for name, start in ((f"{src} -> {dst}", 0), (f"{dst} -> {src}", 1)):
+        moved = [(p, b) for p, b in zip(py[start::2], received[start::2]) if b > 0]
+        if not moved:
+            text += f"; {name}: no bytes moved"
+            continue
+        rs = sorted(p * rate / b for p, b in moved)
+        text += (f"; {name}: {len(moved)} timed, median {statistics.median(rs):.2f}x, best {rs[0]:.2f}x the LB "
+                 f"({max(b for _, b in moved) / 1e6:.0f} MB into the busiest rank, job.switch median "
+                 f"{statistics.median(p for p, _ in moved):.3f} s)")
+    return text
 
 
 def job_switch(job, cfg, inside, rebinding, received=None, usage=None):
