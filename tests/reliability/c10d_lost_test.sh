@@ -100,6 +100,10 @@ expect_line long "^recovery: .*(agree [0-9.]* s, [12] survivors\\? stopped mid-s
 check_csv long "0:4,$at:3" cont_long
 
 echo "2d. dp=4, steps of about a second: the launcher reports the kill, every survivor stops mid-step"
+# Twice 2b's batch: on a fast machine 2b's steps take 0.4 s, and 4 processes on 2 cores start a
+# step up to a few hundred ms apart, so a survivor ahead of the killed rank could end its
+# compute before a look at /proc (every 50 ms) sees the kill.
+common=(--model tiny-dense --data "$data" --global-batch 96 --seq 128 --threads 1)
 run cont_long_dp 4 "0:dp=4,zero=0"
 finish cont_long_dp 0
 # every_survivor_stops NAME WHY: rank 2 killed 100 ms into step 2 of the dp=4 run: all 3
