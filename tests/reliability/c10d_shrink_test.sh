@@ -42,7 +42,9 @@ p0=$(awk '$1 == 0 { print $2 }' <<<"$ranks") p1=$(awk '$1 == 1 { print $2 }' <<<
 p2=$(awk '$1 == 2 { print $2 }' <<<"$ranks") p3=$(awk '$1 == 3 { print $2 }' <<<"$ranks")
 [[ -n $p0 && -n $p1 && -n $p2 && -n $p3 ]] || { echo "$ranks"; fail "two: pids of the 4 ranks not found"; }
 kill -TERM "$p1" "$p2"
-wait_for_step two 15
+# Not at step 15, the run's last: a fast machine ends the job before the look below, and
+# finished processes are gone too. The vacates come a few boundaries after step 2.
+wait_for_step two 12
 [[ -d /proc/$p0 && -d /proc/$p3 ]] || fail "two: a process that had no notice is gone"
 finish two 0
 sizes=$(two_notices_sizes two "$p1" "$p2") || exit 1
