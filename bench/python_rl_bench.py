@@ -118,7 +118,6 @@ def rounds(world, job, a, dims, full, bcast_comm):
         held["job while lent"] = job.manager.pool_stats()["live_bytes"]
         weights, refit_parts = timed(world, lambda: job.refit("tp=2", generator), lambda w: w.last_stats)
         held["copy"] = weights.manager._state_bytes()
-        held["pool with the copy"] = job.manager.pool_stats()["live_bytes"]
         bcast = broadcast_full(world, bcast_comm, full)
         weights.release()  # generation done: the copy's memory back to the pool the reclaim fills
         back, reclaim_parts = timed(world, job.reclaim)
@@ -165,7 +164,7 @@ def worker(a):
     out["bf16"] = {"received": out["rows"]["refit bf16"][-1]["max_rank_bytes_received"]}
     held = out.pop("held")
     pool = job.manager.pool_stats()
-    held.update(job=pool["live_bytes"], reserved=pool["reserved_bytes"], peak_live=pool["peak_live_bytes"],
+    held.update(job=pool["live_bytes"], peak_live=pool["peak_live_bytes"],
                 peak_reserved=pool["peak_reserved_bytes"], budget=job.manager._options["mem_budget"])
     out["peak"] = world.gather((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, held), root=0)
     if world.rank == 0:

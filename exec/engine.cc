@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "common/clock.h"
 #include "common/error.h"
@@ -85,23 +86,21 @@ class Engine {
     split_plan();
     agree_waves();
     choose_pagewise(mem_, wp_, g_, opt_.mem_budget, alloc_.pagewise_min_bytes(), adoptions_);
-    const std::uint64_t min_remap = choose_keep_path();
-    // In 2 MiB pages a remap moves whole 2 MiB pages only (a 4 KiB run would split them).
-    const bool whole_huge = stats_.huge_pages && opt_.keep_path == KeepPath::kAuto;
-    remaps_ =
-        find_remaps(wp_, g_, alloc_, mem_.src_size, mem_.dst_size, min_remap, whole_huge ? kHugePageBytes : kPageBytes);
+    const auto [min_remap, unit] = choose_keep_path();
+    remaps_ = find_remaps(wp_, g_, alloc_, mem_.src_size, mem_.dst_size, min_remap, unit);
   }
 
-  // The shortest kept run to remap (UINT64_MAX: copy every keep), from TransitionOptions::keep_path
-  // and, under kAuto, this machine's measured rates (measured once per process, and only when
-  // the allocator can move pages at all); the choice goes into the stats.
-  std::uint64_t choose_keep_path() {
+  // The shortest kept run to remap (UINT64_MAX: copy every keep) and the unit a remap moves
+  // (whole 2 MiB pages under kAuto in huge pages: a 4 KiB run would split them), from
+  // TransitionOptions::keep_path and, under kAuto, this machine's measured rates (measured once
+  // per process, and only when the allocator can move pages at all); the choice goes into the stats.
+  std::pair<std::uint64_t, std::uint64_t> choose_keep_path() {
     stats_.huge_pages = alloc_.huge_pages();
-    if (!alloc_.can_move_pages() || opt_.keep_path == KeepPath::kCopy) return UINT64_MAX;
+    if (!alloc_.can_move_pages() || opt_.keep_path == KeepPath::kCopy) return {UINT64_MAX, kPageBytes};
     if (opt_.keep_path == KeepPath::kRemap) {
       stats_.keep_path = "remap";
       stats_.remap_min_bytes = kPageBytes;
-      return kPageBytes;
+      return {kPageBytes, kPageBytes};
     }
     const MachineRates& r = machine_rates();
     stats_.warm_copy_bytes_per_s = r.warm_copy_bytes_per_s;
@@ -110,19 +109,19 @@ class Engine {
     if (stats_.huge_pages) {  // whole 2 MiB pages move by one page-table entry each: one call's cost
       if (r.remap_call_seconds * r.warm_copy_bytes_per_s >= static_cast<double>(kHugePageBytes)) {
         stats_.keep_path = "copy (state in huge pages; a remap call measured slower than copying 2 MiB)";
-        return UINT64_MAX;
+        return {UINT64_MAX, kPageBytes};
       }
       stats_.remap_min_bytes = kHugePageBytes;
       stats_.keep_path = "remap whole 2 MiB pages, copy the rest (state in huge pages)";
-      return kHugePageBytes;
+      return {kHugePageBytes, kHugePageBytes};
     }
     if (r.min_remap_bytes == UINT64_MAX) {
       stats_.keep_path = "copy (a remap measured slower)";
-      return UINT64_MAX;
+      return {UINT64_MAX, kPageBytes};
     }
     stats_.remap_min_bytes = r.min_remap_bytes;
     stats_.keep_path = "remap runs >= " + std::to_string(r.min_remap_bytes >> 10) + " KiB, copy below (measured)";
-    return r.min_remap_bytes;
+    return {r.min_remap_bytes, kPageBytes};
   }
 
   // kAuto: dry-run every candidate order; all ranks take the one whose worst rank overshoots
