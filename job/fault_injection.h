@@ -18,7 +18,8 @@
 //             step's commit barrier completed, its update not applied: train on
 //             torch.distributed with lost processes recovered, ZeRO 0), prepare (the
 //             background prepare of the next switch starts, train only), notices (train with
-//             notices on: a step boundary's agreement on notices starts), copied (train with
+//             notices on: a step boundary's agreement on notices starts), saved (train with
+//             --save: a boundary's checkpoint is written, its memory copy not yet), copied (train with
 //             --redundancy: the memory copy of a boundary is written, the step before it not yet
 //             reported), join (a process
 //             started by a grow has joined its starters' world, before the handshake that

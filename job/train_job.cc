@@ -67,6 +67,7 @@ void TrainJob::save_if_due() {
   if (save) {
     save_trainer(args_.save_dir, s_.step, *trainer_, trainer_->world(), s_.run, false);
     s_.saved = s_.step;
+    fault_point("saved", trainer_->world().rank());
   }
   if (!copy) return;
   save_memory_copy(s_.copy_dir, s_.step, *trainer_, trainer_->world(), s_.run, memory_copy_redundancy(), s_.copy_stats);

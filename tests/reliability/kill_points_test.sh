@@ -9,9 +9,11 @@
 #     its peers enter the commit's exchange and wait on it. (A kill timed to land inside the pause
 #     raced the commit itself: its pause is 3-6 ms on a loaded 2-core machine.)
 # Each again with the state's memory copy (--redundancy 1, job/memory_copy.h): the restart must
-# resume the copy of the last boundary before the kill, 0 steps lost; and rank 0 killed between a
+# resume the boundary after the last step done, 0 steps lost (from the copy, or from --save's
+# checkpoint where a kill between a boundary's save and its copy left that one newer); and rank 0 killed between a
 # copy and its report of the step before it (DT_FAULT=kill:0:copied:0:2): the copy proves the step
-# done though no record of it came.
+# done though no record of it came; and rank 2 killed between the save of the boundary before
+# step 8 and its copy (DT_FAULT=kill:2:saved:0:1): --save's checkpoint is the newer, 0 steps lost.
 # Each case checks: exit 0; the first attempt never committed the switch; exactly one supervisor
 # restart line, whose steps lost equal the last step run + 1 - the checkpoint it restarts from; the
 # assembled CSV holds every step exactly once, marks the restart with those steps lost, and every
@@ -28,21 +30,21 @@ grep -q "^switch before step 10: " "$tmp/cont.log" || { cat "$tmp/cont.log"; fai
 
 # case NAME FAULT: runs the supervised job with that fault and checks it; a failed check is
 # recorded in $failed (every case runs) and reported at the end.
-case_() {  # NAME FAULT [REDUNDANCY]
-  local name=$1 fault=$2 redundancy=${3:-0} code
+case_() {  # NAME FAULT [REDUNDANCY [FROM]]: FROM "save" when the restart must take --save's checkpoint
+  local name=$1 fault=$2 redundancy=${3:-0} from=${4:-} code
   echo "$name: DT_FAULT=$fault --redundancy $redundancy"
   DT_FAULT=$fault DT_FAULT_STAMP="$tmp/$name.stamp" timeout 300 "$dt" train --max-restarts 2 --np 4 \
     --mpirun "$mpiexec" "${common[@]}" --schedule "$schedule" --save "$tmp/$name.ck" --save-every 4 \
     --redundancy "$redundancy" --csv "$tmp/$name.csv" >"$tmp/$name.log" 2>"$tmp/$name.err"
   code=$?
-  if ! check "$name" "$code" "$redundancy"; then
+  if ! check "$name" "$code" "$redundancy" "$from"; then
     tail -n 30 "$tmp/$name.log" "$tmp/$name.err"
     failed+=("$name")
   fi
 }
 
-check() {  # NAME EXIT REDUNDANCY: prints one FAIL line and returns 1 on the first failed check
-  local name=$1 code=$2 redundancy=$3 line last from lost copy=""
+check() {  # NAME EXIT REDUNDANCY FROM: prints one FAIL line and returns 1 on the first failed check
+  local name=$1 code=$2 redundancy=$3 expect=$4 line last from lost copy
   ((code == 0)) || { echo "FAIL: $name: supervised job exit $code"; return 1; }
   [[ -s $tmp/$name.stamp ]] || { echo "FAIL: $name: the fault never fired"; return 1; }
   # (workers mpirun left behind are ended with a line of their own: job/attempt_processes.h)
@@ -51,12 +53,17 @@ check() {  # NAME EXIT REDUNDANCY: prints one FAIL line and returns 1 on the fir
   line=$(grep "^supervise:" "$tmp/$name.log" | grep -v "processes of the job running .*; ended them$")
   sed '/^supervise:/q' "$tmp/$name.log" | grep -q "^switch before step 10" &&
     { echo "FAIL: $name: the switch committed before the kill"; return 1; }
-  ((redundancy > 0)) && copy=", from the memory copy"
-  [[ $line =~ ^supervise:\ the\ job\ ended\ with\ exit\ [0-9]+\ after\ step\ ([0-9]+)\ on\ 4\ processes\;\ restart\ 1\ of\ 2\ from\ step\ ([0-9]+)\ \(([0-9]+)\ steps\ lost\)\ on\ 3\ processes\ in\ [a-z0-9=,]+$copy$ ]] ||
+  [[ $line =~ ^supervise:\ the\ job\ ended\ with\ exit\ [0-9]+\ after\ step\ ([0-9]+)\ on\ 4\ processes\;\ restart\ 1\ of\ 2\ from\ step\ ([0-9]+)\ \(([0-9]+)\ steps\ lost\)\ on\ 3\ processes\ in\ [a-z0-9=,]+(,\ from\ the\ memory\ copy)?$ ]] ||
     { echo "FAIL: $name: restart line: $line"; return 1; }
-  last=${BASH_REMATCH[1]} from=${BASH_REMATCH[2]} lost=${BASH_REMATCH[3]}
-  if ((redundancy > 0)); then  # the copy of the boundary after the last step done
-    ((from == last + 1)) || { echo "FAIL: $name: restart from step $from of the copy after step $last"; return 1; }
+  last=${BASH_REMATCH[1]} from=${BASH_REMATCH[2]} lost=${BASH_REMATCH[3]} copy=${BASH_REMATCH[4]}
+  ((redundancy > 0)) || [[ -z $copy ]] || { echo "FAIL: $name: a memory copy without --redundancy"; return 1; }
+  if ((redundancy > 0)); then  # the boundary after the last step done
+    ((from == last + 1)) || { echo "FAIL: $name: restart from step $from after step $last"; return 1; }
+    # A boundary saves to --save before it copies (job/train_job.cc): a kill between the two leaves
+    # --save's checkpoint one boundary newer than the copy, and the restart rightly takes it.
+    [[ -n $copy ]] || ((from % 4 == 0)) ||
+      { echo "FAIL: $name: restart from --save's step $from, not the memory copy"; return 1; }
+    [[ $expect != save || -z $copy ]] || { echo "FAIL: $name: restart from the memory copy, not --save's newer checkpoint"; return 1; }
   else
     ((from % 4 == 0 && from <= last + 1)) || { echo "FAIL: $name: restart from step $from after step $last"; return 1; }
   fi
@@ -85,5 +92,6 @@ case_ mid-step-copy "kill:1:step:30:6" 1
 case_ prepare-copy "kill:2:prepare:20" 1
 case_ copied "kill:0:copied:0:2" 1
 case_ commit-copy "kill:3:switch:0" 1
+case_ saved-copy "kill:2:saved:0:1" 1 save
 ((${#failed[@]} == 0)) || fail "cases failed: ${failed[*]}"
 echo "ok: a SIGKILL mid-step, during a switch's prepare and during its commit is restarted from the last checkpoint, or from the memory copy with 0 steps lost; every step once, losses continuous"
