@@ -118,8 +118,6 @@ def _summary(s, resizes, memory_ok) -> list:
     speed = s["pause"]["bcast"] / s["pause"]["refit"]
     ratio = s["received"]["bcast"] / s["received"]["refit"]
     half = s["bf16"]["received"] / s["received"]["refit"]
-    shrink = statistics.median(r["pause"] for r in resizes if r["kind"].startswith("shrink"))
-    grow = statistics.median(r["pause"] for r in resizes if r["kind"].startswith("grow"))
     return [
         f"- **Refit vs broadcast:** {speed:.2f}x faster; bytes into a receiver {ratio:.2f}x fewer. Target: faster "
         f"by the byte ratio within {TARGET}x (>= {ratio / TARGET:.2f}x): "
@@ -128,10 +126,7 @@ def _summary(s, resizes, memory_ok) -> list:
         f"{s['processes']} (round 0 builds the lent layout's groups, the copy's communicator and its groups; "
         f"target: 0 and 0 from the second round on: "
         f"{'met' if not any(s['groups'][1:]) and not any(s['processes']) else 'not met'}).",
-        f"- **Checkpoint and restart:** the same resizes by save, restart and load took {shrink:.2f} s (shrink) "
-        f"and {grow:.2f} s (grow) median, against lend {s['pause']['lend']:.4f} s and reclaim "
-        f"{s['pause']['reclaim']:.4f} s in memory ({shrink / s['pause']['lend']:.0f}x and "
-        f"{grow / s['pause']['reclaim']:.0f}x).",
+        _restart_summary(s, resizes),
         f"- **bf16 refit of this fp32 job:** {s['bf16']['received'] / 1e6:.1f} MB into a receiver, {half:.2f}x the "
         f"fp32 refit's: each sender casts its shard to bf16 before sending (counted in its pack time), so the "
         f"link carries 2-byte weights and the receivers hold the bf16 copy itself (docs/python.md).",
@@ -143,6 +138,17 @@ def _summary(s, resizes, memory_ok) -> list:
         + " The peak RSS includes Python, torch and the baseline's full copy of the weights, so it bounds rather "
         "than measures the state.",
     ]
+
+
+def _restart_summary(s, resizes) -> str:
+    if not resizes:
+        return "- **Checkpoint and restart:** not run (`--restart-rounds 0`)."
+    shrink = statistics.median(r["pause"] for r in resizes if r["kind"].startswith("shrink"))
+    grow = statistics.median(r["pause"] for r in resizes if r["kind"].startswith("grow"))
+    return (f"- **Checkpoint and restart:** the same resizes by save, restart and load took {shrink:.2f} s (shrink) "
+            f"and {grow:.2f} s (grow) median, against lend {s['pause']['lend']:.4f} s and reclaim "
+            f"{s['pause']['reclaim']:.4f} s in memory ({shrink / s['pause']['lend']:.0f}x and "
+            f"{grow / s['pause']['reclaim']:.0f}x).")
 
 
 def write(a, s, resizes, load, code) -> str:
