@@ -75,7 +75,29 @@ def link_rates(world, best=None) -> dict:
             if rep > 0:
                 fastest = min(fastest, slowest)
         rates[name] = max(rates.get(name, 0.0), buf.nbytes / fastest)
+        rates["zero " + name] = max(rates.get("zero " + name, 0.0), zero_rate(world, senders, got))
     return rates
+
+
+def zero_rate(world, idle, buf) -> float:
+    """Bytes/s at which each process not in `idle` zeroes the warm `buf` (as a zero_grads switch
+    zeroes the grads), all at once, the idle ones in a sleeping poll; best of 5 after a warm-up."""
+    from mpi4py import MPI
+    fastest = float("inf")
+    for rep in range(6):
+        world.Barrier()
+        t0 = time.perf_counter()
+        if world.rank in idle:
+            took = 0.0
+        else:
+            buf.fill(0)
+            took = time.perf_counter() - t0
+        req = world.Iallreduce(np.array([took]), result := np.empty(1), op=MPI.MAX)
+        while not req.Test():
+            time.sleep(0.0002)
+        if rep > 0:
+            fastest = min(fastest, float(result[0]))
+    return buf.nbytes / fastest
 
 
 def broadcast_full(world, bcast_comm, full):
@@ -93,7 +115,7 @@ def broadcast_full(world, bcast_comm, full):
 # each the slowest process's; call is the whole Python call from a barrier (slowest process).
 PARTS = ("call_seconds", "pause_seconds", "args_seconds", "plan_seconds", "agree_seconds", "dry_seconds",
          "alloc_seconds", "pack_seconds", "unpack_seconds", "keep_seconds", "wait_seconds", "rebind_seconds",
-         "system_seconds", "page_faults", "max_rank_bytes_received", "plan_cached")
+         "system_seconds", "page_faults", "max_rank_bytes_received", "max_rank_bytes_zeroed", "plan_cached")
 
 
 def timed(world, fn, stats_of=lambda r: r):

@@ -45,19 +45,34 @@ def _rate(s, key) -> float:
     return s["rates"]["down" if key == "lend" else "up"]
 
 
+def _zeroed(p) -> float:
+    """The grad bytes the busiest process zeroed (0 where nothing is zeroed, or not measured)."""
+    z = p.get("max_rank_bytes_zeroed", 0.0)
+    return 0.0 if z != z else z
+
+
+def _floor_seconds(s, key, p, bound) -> float:
+    """The bound plus the zeroing of the grads at the same run's zeroing rate: a receiver's copy
+    and its memset take turns on its core (no more cores than processes here)."""
+    return bound + _zeroed(p) / s["rates"]["zero " + ("down" if key == "lend" else "up")]
+
+
 def _phases(s) -> list:
     out = ["| phase | round | call (s) | pause (s) | max bytes into a process (MB) | lower bound (s) | pause / bound | "
-           f"target <= {TARGET}x |", "|---|---|---|---|---|---|---|---|"]
+           f"target <= {TARGET}x | grads zeroed (MB) | floor (s) | pause / floor |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in ("lend", "refit", "refit bf16", "bcast", "reclaim"):
         for which, p in _first_and_steady(s["rows"][key]):
             if key == "bcast" and which == "first":
                 continue
             received = s["received"][key] if key == "bcast" else p["max_rank_bytes_received"]
             bound = received / _rate(s, key)
+            floor = _floor_seconds(s, key, p, bound)
             got = p["pause_seconds"]
             verdict = "-" if key == "bcast" or which == "first" else ("met" if got / bound <= TARGET else "not met")
             out.append(f"| {_LABELS[key]} | {which} | {p['call_seconds']:.4f} | {got:.4f} | {received / 1e6:.1f} | "
-                       f"{bound:.4f} | {got / bound:.2f}x | {verdict} |")
+                       f"{bound:.4f} | {got / bound:.2f}x | {verdict} | {_zeroed(p) / 1e6:.1f} | {floor:.4f} | "
+                       f"{got / floor:.2f}x |")
     return out
 
 
@@ -107,8 +122,10 @@ def _floor(s) -> list:
     for key in ("lend", "refit", "refit bf16", "reclaim"):
         p = _first_and_steady(s["rows"][key])[1][1]
         bound = p["max_rank_bytes_received"] / _rate(s, key)
+        floor = _floor_seconds(s, key, p, bound)
         parts.append(f"{key} {p['wait_seconds'] / bound:.2f}x the bound waiting on the link, "
-                     f"{1 - p['wait_seconds'] / p['pause_seconds']:.0%} of its pause elsewhere")
+                     f"{1 - p['wait_seconds'] / p['pause_seconds']:.0%} of its pause elsewhere, "
+                     f"{p['pause_seconds'] / floor:.2f}x the floor")
     return ["- **Floor:** steady rounds: " + "; ".join(parts) + ". The wait is the engine's messages through "
             "Open MPI's shared memory into destination buffers, against the same run's best plain 64 MiB messages "
             "between the same pairs; the rest is the per-call agreement, allocation, keeps and rebinding."]
@@ -172,7 +189,12 @@ def write(a, s, resizes, load, code) -> str:
         "job, in the phase's direction: 64 MiB plain messages between both pairs at once (2 -> 0 and 3 -> 1 for "
         "a lend, 0 -> 2 and 1 -> 3 for the others), one way, the senders waiting in a sleeping poll as the "
         "engine's senders yield their core, best of 5, probed before and after the rounds and the faster "
-        f"kept: {s['rates']['down'] / 1e9:.2f} GB/s (lend) and {s['rates']['up'] / 1e9:.2f} GB/s (the others).", "",
+        f"kept: {s['rates']['down'] / 1e9:.2f} GB/s (lend) and {s['rates']['up'] / 1e9:.2f} GB/s (the others). "
+        "Floor: the bound plus the busiest process's zeroing of its grads (lend and reclaim do not move them and "
+        "leave them zero) at the rate each receiver of the phase zeroes a warm 64 MiB buffer, all at once, in the "
+        f"same run: {s['rates']['zero down'] / 1e9:.1f} GB/s (lend), {s['rates']['zero up'] / 1e9:.1f} GB/s (the "
+        "others); on a core a process does not share, the memset would run beside the copy, here the two take "
+        "turns.", "",
         *_phases(s), "",
         "Where the pause goes, in ms: each part is the slowest process's (so the parts need not add up to the "
         "pause); Python agreement is Manager.switch's agreement and checks before the native switch, rebind its "

@@ -201,7 +201,7 @@ SwitchStats gathered_stats(comm::Transport& transport, double plan_s, const exec
     double plan_s, engine_s, total_s;
     std::uint64_t sent, received, kept, messages, peak, src, dst;
     std::array<double, 8> parts;
-    std::uint64_t faults, zero_copy, remapped;
+    std::uint64_t faults, zero_copy, remapped, zeroed;
   };
   const Mine mine{plan_s,
                   ts.seconds,
@@ -217,7 +217,8 @@ SwitchStats gathered_stats(comm::Transport& transport, double plan_s, const exec
                    ts.keep_seconds, ts.wait_seconds, ts.system_seconds},
                   ts.page_faults,
                   ts.kept_zero_copy_bytes,
-                  ts.kept_remapped_bytes};
+                  ts.kept_remapped_bytes,
+                  ts.zeroed_bytes};
   SwitchStats st;
   st.keep_path = ts.keep_path;  // the same choice on every rank (one machine's rates, one allocator policy)
   const std::array<double*, 8> parts{&st.agree_seconds,  &st.dry_seconds,  &st.alloc_seconds, &st.pack_seconds,
@@ -232,6 +233,7 @@ SwitchStats gathered_stats(comm::Transport& transport, double plan_s, const exec
     st.pause_seconds = std::max(st.pause_seconds, m.total_s);
     st.bytes_sent += m.sent;
     st.max_rank_bytes_received = std::max(st.max_rank_bytes_received, m.received);
+    st.max_rank_bytes_zeroed = std::max(st.max_rank_bytes_zeroed, m.zeroed);
     st.bytes_kept += m.kept;
     st.messages += m.messages;
     st.peak_bytes = std::max(st.peak_bytes, m.peak);

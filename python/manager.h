@@ -51,7 +51,8 @@ struct SwitchStats {
   double engine_seconds = 0;     // run_transition, slowest rank
   std::uint64_t bytes_sent = 0;  // summed over ranks
   std::uint64_t max_rank_bytes_received = 0;
-  std::uint64_t bytes_kept = 0;  // summed over ranks
+  std::uint64_t max_rank_bytes_zeroed = 0;  // zero_grads: the grads a rank zeroes, not moved
+  std::uint64_t bytes_kept = 0;             // summed over ranks
   std::uint64_t messages = 0;    // summed over ranks
   std::uint64_t peak_bytes = 0;  // max over ranks, engine-accounted
   std::uint64_t max_src_bytes = 0, max_dst_bytes = 0;

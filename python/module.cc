@@ -148,6 +148,7 @@ py::dict stats_dict(const SwitchStats& s) {
   d["engine_seconds"] = s.engine_seconds;
   d["bytes_sent"] = s.bytes_sent;
   d["max_rank_bytes_received"] = s.max_rank_bytes_received;
+  d["max_rank_bytes_zeroed"] = s.max_rank_bytes_zeroed;
   d["bytes_kept"] = s.bytes_kept;
   d["messages"] = s.messages;
   d["peak_bytes"] = s.peak_bytes;

@@ -250,8 +250,8 @@ class Manager:
         Returns max-over-ranks times (seconds: the native switch; plan_seconds; engine_seconds;
         args_seconds: the agreements and checks before the native switch; rebind_seconds: the
         carried step and extras and the new views; pause_seconds: everything) and bytes
-        (bytes_sent, max_rank_bytes_received, bytes_kept, messages, peak_bytes, max_src_bytes,
-        max_dst_bytes); the engine's parts, each the slowest rank's: agree_seconds, dry_seconds,
+        (bytes_sent, max_rank_bytes_received, max_rank_bytes_zeroed, bytes_kept, messages, peak_bytes,
+        max_src_bytes, max_dst_bytes); the engine's parts, each the slowest rank's: agree_seconds, dry_seconds,
         alloc_seconds, pack_seconds, unpack_seconds, keep_seconds, wait_seconds (on the link),
         system_seconds, page_faults; plan_cached (no planner run: the plan of this layout pair
         was kept from an earlier switch).
