@@ -82,6 +82,10 @@ class Engine {
     validate();
     detect_fanout();
     adoptions_ = find_adoptions(plan_, g_, alloc_.can_adopt(), opt_.in_place, opt_.zeroed_kinds, src_left_, stats_);
+    if (alloc_.can_adopt() && !opt_.in_place) adopt_zeroed(g_, opt_.zeroed_kinds, src_, adoptions_);
+    for (std::size_t j = 0; j < mem_.dst_size.size(); ++j)
+      if (zeroed(g_.dst.buffers[j].kind) && adoptions_.dst_to_src[j] >= 0)
+        stats_.zeroed_in_place_bytes += mem_.dst_size[j];
     agree_slabs();
     split_plan();
     agree_waves();
@@ -503,6 +507,7 @@ TransitionStats sequential_stats(TransitionStats a, const TransitionStats& b) {
   a.skipped_bytes_received += b.skipped_bytes_received;
   a.skipped_bytes_kept += b.skipped_bytes_kept;
   a.zeroed_bytes += b.zeroed_bytes;
+  a.zeroed_in_place_bytes += b.zeroed_in_place_bytes;
   a.kept_zero_copy_bytes += b.kept_zero_copy_bytes;
   a.kept_remapped_bytes += b.kept_remapped_bytes;
   a.messages += b.messages;

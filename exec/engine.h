@@ -194,6 +194,9 @@ struct TransitionStats {
   // receive or copy locally, and the destination bytes it materialised zeroed instead.
   std::uint64_t skipped_bytes_sent = 0, skipped_bytes_received = 0, skipped_bytes_kept = 0;
   std::uint64_t zeroed_bytes = 0;
+  // Of zeroed_bytes: those zeroed in the source buffer handed over (laid out identically), no
+  // memory allocated for them.
+  std::uint64_t zeroed_in_place_bytes = 0;
   // Kept bytes that were not copied: source buffers handed over as destination buffers because
   // they hold the identical segments at identical offsets (part of bytes_kept).
   std::uint64_t kept_zero_copy_bytes = 0;

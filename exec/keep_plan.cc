@@ -82,6 +82,20 @@ Adoptions find_adoptions(const plan::RankPlan& plan, const PieceGeometry& g, boo
   return a;
 }
 
+void adopt_zeroed(const PieceGeometry& g, std::uint32_t zeroed_kinds, const std::vector<std::byte*>& src,
+                  Adoptions& a) {
+  for (std::size_t i = 0; i < g.src.buffers.size(); ++i) {
+    if (!zeroed(zeroed_kinds, g.src.buffers[i].kind) || a.src_to_dst[i] >= 0 || src[i] == nullptr) continue;
+    for (std::size_t j = 0; j < g.dst.buffers.size(); ++j) {
+      if (a.dst_to_src[j] >= 0 || identical_segment_bytes(g.src.buffers[i], g.dst.buffers[j], g) == kNotIdentical)
+        continue;
+      a.src_to_dst[i] = static_cast<int>(j);
+      a.dst_to_src[j] = static_cast<int>(i);
+      break;
+    }
+  }
+}
+
 namespace {
 
 // A keep whose piece is one contiguous run on both sides at offsets congruent modulo the unit.

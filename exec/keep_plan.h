@@ -39,6 +39,11 @@ struct Adoptions {
 Adoptions find_adoptions(const plan::RankPlan& plan, const PieceGeometry& g, bool can_adopt, bool in_place,
                          std::uint32_t zeroed_kinds, std::vector<std::uint64_t>& src_left, TransitionStats& stats);
 
+// Hands over each held source buffer (`src` not null) of a zeroed kind laid out identically in
+// both layouts to its destination, which is then zeroed in place: no allocation and no pages
+// committed. Nothing reads it (a zeroed kind sends and keeps nothing), so its bytes are free.
+void adopt_zeroed(const PieceGeometry& g, std::uint32_t zeroed_kinds, const std::vector<std::byte*>& src, Adoptions& a);
+
 // Whole pages of kept runs moved by one StateAllocator::move_pages: byte offsets into the source
 // and the destination buffer (multiples of kPageBytes), the length, and the move's number. One
 // move may span several keeps that continue each other on both sides (a ZeRO shard's tensors):

@@ -53,8 +53,8 @@ struct SwitchStats {
   std::uint64_t max_rank_bytes_received = 0;
   std::uint64_t max_rank_bytes_zeroed = 0;  // zero_grads: the grads a rank zeroes, not moved
   std::uint64_t bytes_kept = 0;             // summed over ranks
-  std::uint64_t messages = 0;    // summed over ranks
-  std::uint64_t peak_bytes = 0;  // max over ranks, engine-accounted
+  std::uint64_t messages = 0;               // summed over ranks
+  std::uint64_t peak_bytes = 0;             // max over ranks, engine-accounted
   std::uint64_t max_src_bytes = 0, max_dst_bytes = 0;
   // Where the engine's time went, each the slowest rank's (exec::TransitionStats): agreement
   // (checks, keep planning, the collective wave agreement), dry runs, asking the allocator,

@@ -48,6 +48,18 @@ void zero_copy_keep_case(comm::Transport& t) {
     CASE_REQUIRE(grow.bytes_kept > 0 && grow.bytes_sent > 0, grow.bytes_kept, " kept, ", grow.bytes_sent, " sent");
     CASE_REQUIRE(grow.kept_zero_copy_bytes == grow.bytes_kept, grow.kept_zero_copy_bytes, " of ", grow.bytes_kept);
   }
+  // At a step boundary (grads zeroed, not moved) a grads buffer laid out alike in both layouts
+  // is zeroed where it is: ranks 0 and 1 hold the same tp halves before and after a lend of 2 and
+  // 3 and after taking them back; 2 and 3 get fresh zeroed grads back.
+  c.zeroed_kinds = kStepBoundaryKinds;
+  for (const auto& [from, to] :
+       {std::pair{"tp=2,dp=2,zero=1", "tp=2,dp=1,zero=1"}, {"tp=2,dp=1,zero=1", "tp=2,dp=2,zero=1"}}) {
+    c.from = from, c.to = to;
+    const TransitionStats z = run_case(c, t);
+    CASE_REQUIRE(z.zeroed_in_place_bytes == (t.rank() < 2 ? z.zeroed_bytes : 0), z.zeroed_in_place_bytes, " of ",
+                 z.zeroed_bytes, " zeroed in place, ", from, " -> ", to);
+    CASE_REQUIRE(t.rank() >= 2 || z.zeroed_bytes > 0);
+  }
 }
 
 namespace {
