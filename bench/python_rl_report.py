@@ -39,10 +39,15 @@ def _first_and_steady(rows) -> list:
     return [("first", rows[0]), ("steady", steady)]
 
 
+def _direction(key) -> str:
+    """The way a phase's bytes go: a lend moves from the lent processes to the others ("down"),
+    every other phase the other way ("up")."""
+    return "down" if key == "lend" else "up"
+
+
 def _rate(s, key) -> float:
-    """The link rate a phase's bound uses: the direction its bytes go (a lend moves from the lent
-    processes to the others, every other phase the other way)."""
-    return s["rates"]["down" if key == "lend" else "up"]
+    """The link rate a phase's bound uses: its direction's."""
+    return s["rates"][_direction(key)]
 
 
 def _zeroed(p) -> float:
@@ -54,7 +59,7 @@ def _zeroed(p) -> float:
 def _floor_seconds(s, key, p, bound) -> float:
     """The bound plus the zeroing of the grads at the same run's zeroing rate: a receiver's copy
     and its memset take turns on its core (no more cores than processes here)."""
-    return bound + _zeroed(p) / s["rates"]["zero " + ("down" if key == "lend" else "up")]
+    return bound + _zeroed(p) / s["rates"]["zero " + _direction(key)]
 
 
 def _phases(s) -> list:
