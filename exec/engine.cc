@@ -512,6 +512,7 @@ TransitionStats sequential_stats(TransitionStats a, const TransitionStats& b) {
   a.kept_remapped_bytes += b.kept_remapped_bytes;
   a.messages += b.messages;
   a.zero_copy_sends += b.zero_copy_sends;
+  a.sends_ahead += b.sends_ahead;
   a.zero_copy_recvs += b.zero_copy_recvs;
   a.bytes_sent_direct += b.bytes_sent_direct;
   a.bytes_received_direct += b.bytes_received_direct;

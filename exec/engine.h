@@ -206,6 +206,9 @@ struct TransitionStats {
   std::uint64_t kept_remapped_bytes = 0;
   std::uint64_t messages = 0;                              // point-to-point messages sent by this rank
   std::uint64_t zero_copy_sends = 0, zero_copy_recvs = 0;  // messages without pack / unpack
+  // Of messages: direct sends over runs pairs posted before their round (exec/pipeline.h), so
+  // that the receiver reads on without waiting for this rank to post each one.
+  std::uint64_t sends_ahead = 0;
   // Bytes of those messages: sent straight from the source buffers (not packed) and received
   // straight into the destination buffers (not unpacked); the rest of bytes_sent / _received
   // went through staging.

@@ -1,14 +1,19 @@
 #include "exec/pipeline.h"
 
+#include <map>
+#include <set>
 #include <utility>
 
 #include "common/clock.h"
+#include "common/error.h"
 #include "exec/box_copy.h"
 
 namespace dynatrain::exec {
 namespace {
 
 constexpr int kTag = 1495;
+// Direct sends a rank keeps posted ahead of their rounds (post_sends_ahead), at most.
+constexpr std::size_t kSendsAhead = 64;
 
 // One round of one pair in flight: the chunks, where they travel from / to, the requests.
 struct Flight {
@@ -25,6 +30,7 @@ class Pipeline {
   Pipeline(const PipelineWork& w, const PipelineContext& c) : w_(w), c_(c), dry_(c.ledger.dry()) {
     for (int k = 0; k < 2; ++k) flights_[k].resize(w.depth[k]);
     moved_.assign(w.remaps.moves, 0);
+    send_posted_.assign(w.rounds.size(), 0);
   }
 
   void run() {
@@ -33,6 +39,7 @@ class Pipeline {
     for (std::size_t k = 0; k < w_.rounds.size(); ++k) {
       const Round& rd = w_.rounds[k];
       top_up(w_.classes == 2 ? rd.wave + 1 : waves);  // one class: the next round, wherever it is
+      post_sends_ahead();
       const int c = rd.cls;
       Flight& f = flights_[c][done_[c]++ % w_.depth[c]];
       overlapped += w_.classes == 2 && posted_[1 - c] > done_[1 - c];
@@ -42,6 +49,7 @@ class Pipeline {
     }
     c_.stats.overlapped_rounds = overlapped;
     keeps_through(waves - 1);
+    DT_CHECK(ahead_.empty(), ahead_.size(), " sends posted ahead of rounds that never ran");
   }
 
  private:
@@ -68,7 +76,7 @@ class Pipeline {
     const PeerWork& pw = w_.work[rd.wave].at(rd.peer);
     Flight& f = flights_[c][slot];
     f.peer = rd.peer;
-    post_send(rd.peer, pw, rd.round, f, c_.staging.send[c][slot]);
+    post_send(k, pw, f, c_.staging.send[c][slot]);
     post_recv(rd.peer, pw, rd.round, f, c_.staging.recv[c][slot]);
     if (c_.trace) trace_post(rd, f);
     keeps_through(rd.wave);
@@ -96,7 +104,9 @@ class Pipeline {
 
   // ---- one round's messages ----
   void post_recv(int peer, const PeerWork& pw, std::size_t r, Flight& f, std::byte* stage);
-  void post_send(int peer, const PeerWork& pw, std::size_t r, Flight& f, std::byte* stage);
+  void post_send(std::size_t k, const PeerWork& pw, Flight& f, std::byte* stage);
+  std::unique_ptr<comm::Request> send_request(int peer, const Chunk& ch, std::byte* stage);
+  void post_sends_ahead();
   void pack(int peer, const Chunk& ch, std::byte* stage);
   void finish_recv(int peer, Flight& f);
   void finish_send(int peer, Flight& f);
@@ -125,6 +135,12 @@ class Pipeline {
   std::array<std::size_t, 2> queued_{};            // per class: queue_[c][0, queued_[c]) posted
   int kept_ = 0;                                   // waves [0, kept_) have had their keeps
   std::vector<std::uint8_t> moved_;                // per remap move: made (by the first keep of its chain to run)
+  // Sends posted ahead of their round (post_sends_ahead), by round index; rounds [0, ahead_next_)
+  // were looked at for it; peers in ahead_stopped_ get no more sends ahead.
+  std::map<std::size_t, std::unique_ptr<comm::Request>> ahead_;
+  std::size_t ahead_next_ = 0;
+  std::set<int> ahead_stopped_;
+  std::vector<std::uint8_t> send_posted_;  // per round: its send was posted (ahead or in its round)
 };
 
 void Pipeline::run_keeps(int w) {
@@ -189,27 +205,67 @@ void Pipeline::pack(int peer, const Chunk& ch, std::byte* stage) {
   if (!dry_) c_.stats.pack_seconds += seconds_since(t0);
 }
 
-// Packs round r into `stage` unless the chunk goes direct, and posts the send. A packed source
-// range is consumed (and maybe given back) right after the pack; a direct one after its send
-// completed (finish_send).
-void Pipeline::post_send(int peer, const PeerWork& pw, std::size_t r, Flight& f, std::byte* stage) {
-  f.sc = r < pw.send.size() ? &pw.send[r] : nullptr;
+// Packs round k's send chunk into `stage` unless it goes direct, and posts the send (or takes
+// the request posted ahead of the round). A packed source range is consumed (and maybe given
+// back) right after the pack; a direct one after its send completed (finish_send).
+void Pipeline::post_send(std::size_t k, const PeerWork& pw, Flight& f, std::byte* stage) {
+  const Round& rd = w_.rounds[k];
+  f.sc = rd.round < pw.send.size() ? &pw.send[rd.round] : nullptr;
   f.sreq.reset();
   if (!f.sc) return;
   f.s_direct = f.sc->direct;
-  if (!f.s_direct) pack(peer, *f.sc, stage);
+  if (auto it = ahead_.find(k); it != ahead_.end()) {
+    f.sreq = std::move(it->second);
+    ahead_.erase(it);
+    return;
+  }
+  if (!f.s_direct) pack(rd.peer, *f.sc, stage);
   if (dry_) return;
+  f.sreq = send_request(rd.peer, *f.sc, stage);
+  send_posted_[k] = 1;
+}
+
+std::unique_ptr<comm::Request> Pipeline::send_request(int peer, const Chunk& ch, std::byte* stage) {
+  std::unique_ptr<comm::Request> req;
   if (c_.direct.pair_runs(peer)) {
-    auto [base, runs] = f.s_direct ? c_.direct.comm_runs(peer, *f.sc, true)
-                                   : std::pair{stage, std::vector<comm::ByteRun>{{0, f.sc->bytes}}};
-    f.sreq = c_.transport.isend_runs(base, std::move(runs), peer, kTag);
+    auto [base, runs] =
+        ch.direct ? c_.direct.comm_runs(peer, ch, true) : std::pair{stage, std::vector<comm::ByteRun>{{0, ch.bytes}}};
+    req = c_.transport.isend_runs(base, std::move(runs), peer, kTag);
   } else {
-    f.sreq = c_.transport.isend(f.s_direct ? c_.direct.send_direct(peer, *f.sc) : stage, f.sc->bytes, peer, kTag);
+    req = c_.transport.isend(ch.direct ? c_.direct.send_direct(peer, ch) : stage, ch.bytes, peer, kTag);
   }
   ++c_.stats.messages;
-  c_.stats.bytes_sent += f.sc->bytes;
-  c_.stats.zero_copy_sends += f.s_direct;
-  if (f.s_direct) c_.stats.bytes_sent_direct += f.sc->bytes;
+  c_.stats.bytes_sent += ch.bytes;
+  c_.stats.zero_copy_sends += ch.direct;
+  if (ch.direct) c_.stats.bytes_sent_direct += ch.bytes;
+  return req;
+}
+
+// A direct send over a runs pair holds no staging and reads source memory that stays valid
+// until the send completes (finish_send consumes it; remapped keeps never take a sent page), so
+// it may be posted before its round: the receiver then reads chunk after chunk without waiting
+// for this rank to notice each completion and post the next (on a machine with fewer cores than
+// processes, the sender may not run for milliseconds). Per peer, sends stay in round order (a
+// pair's messages match in order): a peer's sends go ahead up to its first send that cannot (a
+// staged one, or over a pair without runs), and none after it. No ledger event moves (direct
+// sends touch no memory when posted), so the dry run's prediction holds; a real run only.
+void Pipeline::post_sends_ahead() {
+  if (dry_) return;
+  for (; ahead_next_ < w_.rounds.size() && ahead_.size() < kSendsAhead; ++ahead_next_) {
+    const std::size_t k = ahead_next_;
+    if (send_posted_[k]) continue;
+    const Round& rd = w_.rounds[k];
+    const PeerWork& pw = w_.work[rd.wave].at(rd.peer);
+    if (rd.round >= pw.send.size() || ahead_stopped_.count(rd.peer)) continue;
+    const Chunk& ch = pw.send[rd.round];
+    if (!ch.direct || !c_.direct.pair_runs(rd.peer)) {
+      ahead_stopped_.insert(rd.peer);
+      continue;
+    }
+    ahead_.emplace(k, send_request(rd.peer, ch, nullptr));
+    send_posted_[k] = 1;
+    ++c_.stats.sends_ahead;
+  }
 }
 
 void Pipeline::finish_recv(int peer, Flight& f) {

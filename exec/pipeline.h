@@ -14,7 +14,12 @@
 // - a slot is reused only after its round was waited for, so depth[c] staging slots per
 //   direction suffice;
 // - a packed source range is consumed right after the pack, a direct one when its send has
-//   completed; a received range is touched before it is written (a direct receive when posted).
+//   completed; a received range is touched before it is written (a direct receive when posted);
+// - direct sends over runs pairs (no staging) may be posted before their round, up to
+//   kSendsAhead of them, per peer in round order and up to that peer's first send that cannot
+//   go ahead: the receiver reads chunk after chunk without waiting for the sender to run
+//   (TransitionStats::sends_ahead). Posting a send waits for nothing, so the order argument above
+//   holds, and no ledger event moves (a direct send touches no memory when posted).
 #pragma once
 
 #include <array>

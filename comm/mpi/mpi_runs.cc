@@ -1,6 +1,7 @@
 #include "comm/mpi/mpi_runs.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <exception>
@@ -68,8 +69,21 @@ class RunsRequest : public Request {
  public:
   RunsRequest(std::shared_ptr<RunsProgress> progress, int peer, int tag, std::string where)
       : progress_(std::move(progress)), peer_(peer), tag_(tag), where_(std::move(where)) {}
+  // Polls; after a few yields it sleeps between polls, 20 us doubling up to 200 us: on a machine
+  // with fewer cores than processes a rank that only waits (a sender whose receiver reads, the
+  // usual case) would otherwise take turns on the core of the rank that copies.
   void wait() override {
-    while (!test()) sched_yield();
+    constexpr long kFirstNapNs = 20'000, kLongestNapNs = 200'000;
+    long nap_ns = kFirstNapNs;
+    for (int polls = 0; !test(); ++polls) {
+      if (polls < 4) {
+        sched_yield();
+        continue;
+      }
+      const timespec nap{0, nap_ns};
+      nanosleep(&nap, nullptr);
+      nap_ns = std::min(2 * nap_ns, kLongestNapNs);
+    }
   }
   bool test() override {
     bool finished = false;

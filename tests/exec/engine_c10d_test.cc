@@ -48,6 +48,11 @@ TEST(C10dTransitionFixed, MessageCountsPerRank) {
       4, [](comm::Transport& t) { cases::message_count_case(t); }, kTimeout);
 }
 
+TEST(C10dTransitionFixed, NoSendGoesAheadWithoutRuns) {
+  comm::run_c10d_ranks(
+      4, [](comm::Transport& t) { cases::sends_ahead_case(t); }, kTimeout);
+}
+
 TEST(C10dTransitionFixed, StridedSlicesPackedWithoutDirectRuns) {
   comm::run_c10d_ranks(
       2, [](comm::Transport& t) { cases::strided_direct_case(t); }, kTimeout);

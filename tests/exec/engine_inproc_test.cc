@@ -134,6 +134,11 @@ TEST(InprocTransitionFixed, MessageCountsPerRank) {
       4, [](comm::Transport& t) { cases::message_count_case(t); }, test_options());
 }
 
+TEST(InprocTransitionFixed, DirectSendsGoAheadOfTheirRounds) {
+  comm::run_ranks(
+      4, [](comm::Transport& t) { cases::sends_ahead_case(t); }, test_options());
+}
+
 }  // namespace
 }  // namespace dynatrain::exec
 

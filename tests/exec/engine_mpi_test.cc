@@ -48,6 +48,9 @@ int main(int argc, char** argv) {
       current = "message_count_case";
       exec::cases::message_count_case(*world);
       if (me == 0) std::printf("[ok] np4 message counts per rank\n");
+      current = "sends_ahead_case";
+      exec::cases::sends_ahead_case(*world);
+      if (me == 0) std::printf("[ok] np4 direct sends posted ahead of their rounds\n");
       current = "zero_copy_keep_case";
       exec::cases::zero_copy_keep_case(*world);
       if (me == 0) std::printf("[ok] np4 zero-copy keeps\n");

@@ -325,6 +325,30 @@ void message_count_case(comm::Transport& t) {
   CASE_REQUIRE(small.messages > 3, small.messages);
 }
 
+void sends_ahead_case(comm::Transport& t) {
+  TransitionCase c;
+  c.kind = "ahead";
+  c.model = "tiny-dense";
+  c.from = "tp=2,dp=2,zero=1";
+  c.to = "tp=2,dp=1,zero=1";
+  c.zeroed_kinds = kStepBoundaryKinds;
+  c.world = 4;
+  CASE_REQUIRE(t.size() == 4);
+  const TransitionStats s = run_case(c, t);
+  if (t.rank() < 2) {  // they receive only
+    CASE_REQUIRE(s.messages == 0 && s.sends_ahead == 0, s.messages, " messages, ", s.sends_ahead, " ahead");
+    return;
+  }
+  CASE_REQUIRE(s.messages > 4, s.messages, " messages");
+  // Over a runs pair every send is direct and all but those posted in their own round (the
+  // first rounds in flight) go ahead; without runs (Gloo) none does.
+  if (t.runs_direct(t.rank() - 2))
+    CASE_REQUIRE(s.zero_copy_sends == s.messages && s.sends_ahead > 0 && s.sends_ahead + 2 >= s.messages,
+                 s.zero_copy_sends, " direct and ", s.sends_ahead, " ahead of ", s.messages);
+  else
+    CASE_REQUIRE(s.sends_ahead == 0, s.sends_ahead);
+}
+
 void link_overlap_case(comm::Transport& t) {
   TransitionCase c{.kind = "overlap",
                    .model = "tiny-dense",

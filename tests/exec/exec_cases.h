@@ -92,6 +92,12 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t);
 // 3 messages (one per peer) and, with a budget 64x smaller, as many as its chunks.
 void message_count_case(comm::Transport& t);
 
+// Sends posted ahead of their rounds, on exactly 4 ranks: a lend (tp=2,dp=2,zero=1 ->
+// tp=2,dp=1,zero=1 at a step boundary) whose senders, ranks 2 and 3, send every chunk direct:
+// over a runs pair all but the first rounds' sends go ahead, without runs none; every byte
+// verified.
+void sends_ahead_case(comm::Transport& t);
+
 // Zero-copy keeps on exactly 4 ranks: kept buffers that stay identical are handed over.
 void zero_copy_keep_case(comm::Transport& t);
 
