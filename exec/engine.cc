@@ -84,7 +84,7 @@ class Engine {
     adoptions_ = find_adoptions(plan_, g_, alloc_.can_adopt(), opt_.in_place, opt_.zeroed_kinds, src_left_, stats_);
     if (alloc_.can_adopt() && !opt_.in_place) adopt_zeroed(g_, opt_.zeroed_kinds, src_, adoptions_);
     for (std::size_t j = 0; j < mem_.dst_size.size(); ++j)
-      if (zeroed(g_.dst.buffers[j].kind) && adoptions_.dst_to_src[j] >= 0)
+      if (opt_.fill_zeroed && zeroed(g_.dst.buffers[j].kind) && adoptions_.dst_to_src[j] >= 0)
         stats_.zeroed_in_place_bytes += mem_.dst_size[j];
     agree_slabs();
     split_plan();
@@ -249,7 +249,7 @@ class Engine {
       }
     }
     for (std::size_t j = 0; j < g_.dst.buffers.size(); ++j)
-      if (zeroed(g_.dst.buffers[j].kind)) stats_.zeroed_bytes += mem_.dst_size[j];
+      if (zeroed(g_.dst.buffers[j].kind)) (opt_.fill_zeroed ? stats_.zeroed_bytes : stats_.unset_bytes) += mem_.dst_size[j];
     for (std::size_t i = 0; i < src_left_.size(); ++i)
       DT_CHECK(src_left_[i] == 0 || src_[i] != nullptr || opt_.dry_only, "source buffer ", i,
                " has no data but the plan reads ", src_left_[i], " bytes of it");
@@ -455,7 +455,7 @@ class Engine {
     const PipelineContext ctx{g_, direct_, ledger, staging, t_, alloc_, src_, dst_, trace_, stats_, opt_.progress};
     run_pipeline(work, ctx);
     ledger.check_sources_drained();
-    ledger.materialise_destinations(opt_.zeroed_kinds);
+    ledger.materialise_destinations(opt_.fill_zeroed ? opt_.zeroed_kinds : 0u);
     if (!dry)  // handed-over buffers that also sent are destinations now
       for (std::size_t i = 0; i < src_.size(); ++i)
         if (opt_.in_place || adoptions_.src_to_dst[i] >= 0) src_[i] = nullptr;
@@ -508,6 +508,7 @@ TransitionStats sequential_stats(TransitionStats a, const TransitionStats& b) {
   a.skipped_bytes_kept += b.skipped_bytes_kept;
   a.zeroed_bytes += b.zeroed_bytes;
   a.zeroed_in_place_bytes += b.zeroed_in_place_bytes;
+  a.unset_bytes += b.unset_bytes;
   a.kept_zero_copy_bytes += b.kept_zero_copy_bytes;
   a.kept_remapped_bytes += b.kept_remapped_bytes;
   a.messages += b.messages;

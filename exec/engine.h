@@ -146,6 +146,10 @@ struct TransitionOptions {
   // materialised zeroed. At a step boundary gradients hold nothing the next step needs:
   // `zeroed_kinds = kStepBoundaryKinds` (run-transition --at-step-boundary; the trainer's rule).
   std::uint32_t zeroed_kinds = 0;
+  // false: the destination buffers of zeroed_kinds are made live but not zeroed (they hold
+  // whatever their memory held), for a caller that writes them before any read: the Python job
+  // zeroes its grads at the next zero_grad() or grad-enabled forward, out of the switch's pause.
+  bool fill_zeroed = true;
   // When set, receives this rank's schedule (exec/schedule_trace.h), recorded by the dry run
   // that precedes the real one: the same code path, so the trace is what the real run does.
   ScheduleTrace* trace = nullptr;
@@ -197,6 +201,9 @@ struct TransitionStats {
   // Of zeroed_bytes: those zeroed in the source buffer handed over (laid out identically), no
   // memory allocated for them.
   std::uint64_t zeroed_in_place_bytes = 0;
+  // With TransitionOptions::fill_zeroed false: the destination bytes of zeroed kinds made live
+  // and left unset (zeroed_bytes and zeroed_in_place_bytes are then 0).
+  std::uint64_t unset_bytes = 0;
   // Kept bytes that were not copied: source buffers handed over as destination buffers because
   // they hold the identical segments at identical offsets (part of bytes_kept).
   std::uint64_t kept_zero_copy_bytes = 0;

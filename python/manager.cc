@@ -108,7 +108,7 @@ const Manager::CachedPlan& Manager::keep_plan(CachedPlan plan) {
   return plans_.back();
 }
 
-SwitchStats Manager::switch_to(const vps::ParallelConfig& to, std::uint32_t zeroed_kinds) {
+SwitchStats Manager::switch_to(const vps::ParallelConfig& to, std::uint32_t zeroed_kinds, bool fill_zeroed) {
   const auto t0 = std::chrono::steady_clock::now();
   const int me = world().rank();
   const std::string from = layout_->config().str(), key = to.str();
@@ -122,14 +122,15 @@ SwitchStats Manager::switch_to(const vps::ParallelConfig& to, std::uint32_t zero
     cached = &keep_plan({from, key, std::move(next), std::move(plan), {}});
   }
   SwitchStats stats =
-      move_state(std::make_unique<vps::Layout>(*cached->next), me, cached->plan, *world_, t0, zeroed_kinds);
+      move_state(std::make_unique<vps::Layout>(*cached->next), me, cached->plan, *world_, t0, zeroed_kinds, false,
+                 fill_zeroed);
   stats.plan_cached = hit;
   return stats;
 }
 
 SwitchStats Manager::move_state(std::unique_ptr<vps::Layout> next, int new_rank, const plan::RankPlan& plan,
                                 comm::Transport& transition, std::chrono::steady_clock::time_point t0,
-                                std::uint32_t zeroed_kinds, bool from_copies) {
+                                std::uint32_t zeroed_kinds, bool from_copies, bool fill_zeroed) {
   // A process without a new rank holds nothing (a rank beyond the layout).
   const int layout_rank = new_rank >= 0 ? new_rank : next->config().world_size() + transition.rank();
   vps::RankLayout dst_layout = next->rank_layout(layout_rank);
@@ -138,6 +139,7 @@ SwitchStats Manager::move_state(std::unique_ptr<vps::Layout> next, int new_rank,
   std::vector<std::byte*> dst(dst_layout.buffers.size(), nullptr);
   exec::TransitionOptions options = options_;
   options.zeroed_kinds = zeroed_kinds;
+  options.fill_zeroed = fill_zeroed;
   if (!from_copies) drop_copies();
   vps::RankLayout src_layout = rank_layout_;
   std::vector<std::byte*> src = buffers_;

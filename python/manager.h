@@ -112,8 +112,9 @@ class Manager {
   // Collective: moves every state kind to `to`, rebinding buffer(i). An InputError (bad
   // config) is thrown on every rank before anything moves; the state is then unchanged.
   // `zeroed_kinds` (bit k = StateKind k, equal on every rank): kinds not moved but zero after
-  // (exec::TransitionOptions::zeroed_kinds; grads at a step boundary).
-  SwitchStats switch_to(const vps::ParallelConfig& to, std::uint32_t zeroed_kinds = 0);
+  // (exec::TransitionOptions::zeroed_kinds; grads at a step boundary); with `fill_zeroed` false
+  // they are left unset instead, for a caller that zeroes them before any read.
+  SwitchStats switch_to(const vps::ParallelConfig& to, std::uint32_t zeroed_kinds = 0, bool fill_zeroed = true);
   // Throws the InputError switch_to(to) would throw before moving anything; no communication.
   void validate(const vps::ParallelConfig& to) const;
 
@@ -153,7 +154,7 @@ class Manager {
   // bytes are gathered over `transition`.
   SwitchStats move_state(std::unique_ptr<vps::Layout> next, int new_rank, const plan::RankPlan& plan,
                          comm::Transport& transition, std::chrono::steady_clock::time_point started,
-                         std::uint32_t zeroed_kinds = 0, bool from_copies = false);
+                         std::uint32_t zeroed_kinds = 0, bool from_copies = false, bool fill_zeroed = true);
   // The world after such a switch: its rank r holds rank r of the layout; nullptr on a process
   // that left (it holds nothing).
   void set_world(comm::Transport* world) {

@@ -248,17 +248,18 @@ void bind_manager_init(ManagerClass& cls) {
 void bind_manager_switch(ManagerClass& cls) {
   cls.def(
          "switch",
-         [](Manager& self, const std::string& to, bool zero_grads) {
+         [](Manager& self, const std::string& to, bool zero_grads, bool fill_grads) {
            auto config = vps::ParallelConfig::parse(to);
            SwitchStats s;
            {
              py::gil_scoped_release unlocked;
-             s = self.switch_to(config, zero_grads ? exec::kStepBoundaryKinds : 0u);
+             s = self.switch_to(config, zero_grads ? exec::kStepBoundaryKinds : 0u, fill_grads);
            }
            return stats_dict(s);
          },
-         // zero_grads: the grads are not moved and are zero afterwards (a step boundary)
-         py::arg("to"), py::arg("zero_grads") = false)
+         // zero_grads: the grads are not moved and are zero afterwards (a step boundary);
+         // fill_grads=False with it: left unset instead, for a caller that zeroes them first
+         py::arg("to"), py::arg("zero_grads") = false, py::arg("fill_grads") = true)
       .def("validate",
            [](const Manager& self, const std::string& to) { self.validate(vps::ParallelConfig::parse(to)); })
       // The same switch driven from C++ alone (no Python between plan, engine and stats), timed

@@ -245,7 +245,7 @@ class Manager:
 
     # ---- switching ----
     def switch(self, to_cfg: str, *, vacate: Optional[Sequence[int]] = None,
-               keep_processes: bool = False, zero_grads: bool = False) -> Dict[str, Any]:
+               keep_processes: bool = False, zero_grads: bool = False, fill_grads: bool = True) -> Dict[str, Any]:
         """Collective: moves every state kind to layout `to_cfg` in memory and rebinds.
         Returns max-over-ranks times (seconds: the native switch; plan_seconds; engine_seconds;
         args_seconds: the agreements and checks before the native switch; rebind_seconds: the
@@ -264,13 +264,15 @@ class Manager:
         keep_processes=True: the processes stay, as with elastic=False (a smaller config leaves
         ranks idle, which a later switch takes back; python/dynatrain/_lend.py). zero_grads=True
         (a switch within the processes, at a step boundary): the grads are not moved and are zero
-        afterwards."""
+        afterwards; with fill_grads=False they are left unset instead (whatever their memory held:
+        no zeroing in the pause), for a caller that zeroes them before any read, as an adopted
+        job does (job.lend, job.reclaim)."""
         self._require_member()
         t0 = time.perf_counter()
         with self._collective(f"Manager.switch to {to_cfg!r}", self._state_bytes()):
             extra = _agree.agree_together(self.comm, "switch arguments", {
                     "to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate),
-                    "keep": bool(keep_processes), "zero_grads": bool(zero_grads),
+                    "keep": bool(keep_processes), "zero_grads": bool(zero_grads), "fill_grads": bool(fill_grads),
                     "registered extra state": [(name, per_rank) for name, (_, _, per_rank) in self._extra.items()]},
                     f"switch to {to_cfg!r}" + (" (checks, then extra state get())" if keep_processes else ""),
                     lambda: self._check_and_get(to_cfg, vacate, keep_processes))
@@ -279,7 +281,7 @@ class Manager:
             job, mine = extra if keep_processes else _agree.together(self.comm, "extra state get()", self._get_extra)
             self._drop_views(f"from before switch {self._views.switches + 1} ({self._config['config']} -> {to_cfg})")
             t_native = time.perf_counter()
-            stats = self._native.switch(to_cfg, zero_grads=bool(zero_grads))
+            stats = self._native.switch(to_cfg, zero_grads=bool(zero_grads), fill_grads=bool(fill_grads))
             t1 = time.perf_counter()
             everyone = self.comm.allgather((self.step, job, mine) if self.comm.rank == 0 else (None, None, mine))
             self.step, job = everyone[0][0], everyone[0][1]

@@ -169,6 +169,7 @@ def _forward_pre_hook(job_ref):
                              f"'{job.config['config']}' (world rank {job.rank}): skip the step's compute while "
                              f"job.active is False (optimizer.step(), job.switch() and job.average() still take part)")
         if torch.is_grad_enabled():
+            job._settle_grads()  # grads a step-boundary switch left unset: zero before the backward
             job.forwards += 1
             if job.first_input is None and args:
                 job.first_input = _digest(args[0])

@@ -108,6 +108,9 @@ class Job(_lend.PhaseShifts, ShardedStep):
         self._last_config = manager.config["config"]
         self._ended: Dict[str, List[Tuple[Tuple[int, ...], str]]] = {}  # name -> (local shape, switch that ended it)
         self.backward_ran = False  # a backward since the last step or zero_grad (the grad hooks set it)
+        # A step-boundary switch (job.lend, job.reclaim) left the grads unset: p.grad is None until
+        # _settle_grads() zeroes and binds them (zero_grad(), a grad-enabled forward, the step).
+        self._grads_unset = False
         self.forwards, self.first_input = 0, None  # grad-enabled forwards since the last step; a digest of the first's input
         self.state_dicts = StateDicts(self)
         optimizer._dynatrain_job = weakref.ref(self)
@@ -206,9 +209,24 @@ class Job(_lend.PhaseShifts, ShardedStep):
         _sharded.load(self, shards)
 
     # ---- gradients and the step ----
+    def _settle_grads(self) -> None:
+        """Zeroes and binds the grads a step-boundary switch left unset (Manager.switch
+        fill_grads=False: no zeroing inside the switch's pause; p.grad is None meanwhile, as after
+        zero_grad(set_to_none=True))."""
+        if not self._grads_unset:
+            return
+        self._grads_unset = False
+        if self.manager.active:
+            self._grads.zero()
+            grads = self._local(self._grads.grads())
+            for name, p in self._params:
+                self._set_grad(p, grads[name])
+
     def _bound_grads(self) -> None:
         """Puts back any grad that is not the Manager's view (zero_grad(set_to_none=True), a
         replaced p.grad): its values are copied into the view, never dropped."""
+        if self._grads_unset:
+            return self._settle_grads()
         grads = self._local(self._grads.grads())
         for name, p in self._params:
             view, g = grads[name], p.grad
@@ -262,7 +280,9 @@ class Job(_lend.PhaseShifts, ShardedStep):
         return (tp_unique or c["tp_rank"] == 0) and (self._grads.sharded or c["dp_rank"] == 0)
 
     def _zero_grad(self) -> None:
-        if self.manager.active:
+        if self._grads_unset:
+            self._settle_grads()  # zeroes them
+        elif self.manager.active:
             self._grads.zero()
             self._bound_grads()
         self._synced = False
@@ -346,7 +366,10 @@ class Job(_lend.PhaseShifts, ShardedStep):
         params, grads = self._tensors("param"), self._local(self._grads.grads())
         for name, p in self._params:
             _habits.rebind_data(p, params[name])
-            self._set_grad(p, grads[name])
+            if self._grads_unset:
+                p.grad = None
+            else:
+                self._set_grad(p, grads[name])
 
     def _bind(self) -> None:
         """Points every parameter, grad and optimizer state entry at the Manager's current views."""
@@ -464,11 +487,14 @@ class Job(_lend.PhaseShifts, ShardedStep):
         _habits.retire_accumulators(self._params, label)
         self._unbind()
         try:
-            stats = m.switch(layout, vacate=vacate, keep_processes=keep_processes, zero_grads=zero_grads)
+            stats = m.switch(layout, vacate=vacate, keep_processes=keep_processes, zero_grads=zero_grads,
+                             fill_grads=False)
         except ValueError:
             self._bind()  # rejected on every rank before anything moved
             raise
         self._switches += 1
+        # Unset grads stay so through a switch that moves them (their bytes mean nothing).
+        self._grads_unset = self._grads_unset or zero_grads
         self._bind()
         self._remember_shapes(before, label)
         self._synced = False
@@ -504,10 +530,13 @@ class Job(_lend.PhaseShifts, ShardedStep):
         if not hasattr(self.manager, "save"):
             raise NotImplementedError("this build's dynatrain.Manager has no save(); checkpoints need it")
         _habits.restore_schedules(self)  # on every rank: the saved schedule is the applied steps'
+        self._settle_grads()
         self.manager.save(directory)
 
     def full(self, name: str, kind: str = "param") -> torch.Tensor:
         """Collective: the whole tensor `name` of state `kind` (Manager.gather), e.g. for checks."""
+        if kind == "grad":
+            self._settle_grads()
         return self._folds.to_user(name, self.manager.gather(name, kind))
 
 

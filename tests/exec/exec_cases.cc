@@ -2,6 +2,7 @@
 #include "tests/exec/exec_cases.h"
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <sstream>
 
@@ -22,7 +23,7 @@ std::string TransitionCase::name() const {
   if (budget % (1 << 20) == 0 && budget < (64 << 20)) s += "_" + std::to_string(budget >> 20) + "MiB";
   if (order == WaveOrder::kAscending) s += "_asc";
   if (order == WaveOrder::kDescending) s += "_desc";
-  if (zeroed_kinds != 0) s += "_stepboundary";
+  if (zeroed_kinds != 0) s += fill_zeroed ? "_stepboundary" : "_stepboundary_unset";
   if (align_pages) s += "_aligned";
   if (!direct_runs) s += "_packed";
   if (gpus_per_node > 0) s += "_nodes" + std::to_string(gpus_per_node);
@@ -184,6 +185,7 @@ TransitionOptions case_options(const TransitionCase& c) {
   opt.mem_budget = c.budget;
   opt.order = c.order;
   opt.zeroed_kinds = c.zeroed_kinds;
+  opt.fill_zeroed = c.fill_zeroed;
   opt.direct_runs = c.direct_runs;
   if (c.gpus_per_node > 0) {
     opt.topology.gpus_per_node = c.gpus_per_node;
@@ -229,7 +231,9 @@ void check_plan_bytes(const TransitionCase& c, comm::Transport& t, const plan::R
   CASE_REQUIRE(s.kept_remapped_bytes % kPageBytes == 0, s.kept_remapped_bytes);
   CASE_REQUIRE(s.skipped_bytes_sent == want[1][0] && s.skipped_bytes_received == want[1][1] &&
                s.skipped_bytes_kept == want[1][2]);
-  CASE_REQUIRE(c.zeroed_kinds == 0 || s.zeroed_bytes > 0 || dl.buffers.empty());
+  CASE_REQUIRE(c.zeroed_kinds == 0 || (c.fill_zeroed ? s.zeroed_bytes : s.unset_bytes) > 0 || dl.buffers.empty());
+  CASE_REQUIRE(c.fill_zeroed ? s.unset_bytes == 0 : s.zeroed_bytes == 0 && s.zeroed_in_place_bytes == 0,
+               s.zeroed_bytes, " zeroed, ", s.unset_bytes, " unset");
   CASE_REQUIRE(s.messages >= peers_sent_to, s.messages, " messages for ", peers_sent_to, " peers");
   CASE_REQUIRE(s.bytes_sent_direct <= s.bytes_sent && s.bytes_received_direct <= s.bytes_received);
   CASE_REQUIRE((s.bytes_sent_direct > 0) == (s.zero_copy_sends > 0) &&
@@ -255,6 +259,21 @@ void check_memory(const TransitionCase& c, comm::Transport& t, const vps::Layout
   CASE_REQUIRE(pool.live_bytes() >= s.dst_bytes && pool.live_bytes() <= s.dst_bytes + slack);
 }
 
+// With fill_zeroed false: counts the non-zero bytes the engine left in the zeroed kinds'
+// destination buffers (into c.unset_left), then zeroes them, as the caller of such a switch does.
+void zero_unset(const TransitionCase& c, const vps::RankLayout& dl, std::vector<std::byte*>& b) {
+  const vps::ElemBytes eb = vps::LayoutOptions{}.elem_bytes;
+  for (std::size_t i = 0; i < dl.buffers.size(); ++i) {
+    const vps::LocalBuffer& buf = dl.buffers[i];
+    if (!((c.zeroed_kinds >> static_cast<int>(buf.kind)) & 1u) || b[i] == nullptr) continue;
+    const auto bytes = static_cast<std::size_t>(buf.numel) * static_cast<std::size_t>(eb[static_cast<int>(buf.kind)]);
+    if (c.unset_left) *c.unset_left += static_cast<std::uint64_t>(std::count_if(b[i], b[i] + bytes, [](std::byte x) {
+      return x != std::byte{0};
+    }));
+    std::memset(b[i], 0, bytes);
+  }
+}
+
 }  // namespace
 
 TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
@@ -275,6 +294,7 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   const TransitionStats s = run_transition(plan, sl, a, dl, b, lo.elem_bytes, t, pool, case_options(c));
   check_link_classes(c, t, s);
 
+  if (!c.fill_zeroed) zero_unset(c, dl, b);
   // Content: every destination element.
   std::string first;
   CASE_REQUIRE(verify_state(dst, dl, b, &first, c.zeroed_kinds) == 0, first);

@@ -48,6 +48,11 @@ struct TransitionCase {
   WaveOrder order = WaveOrder::kAuto;
   int world = 0;                   // ranks the switch needs: max of both configs' world sizes
   std::uint32_t zeroed_kinds = 0;  // TransitionOptions::zeroed_kinds (at a step boundary: grads)
+  // TransitionOptions::fill_zeroed. false: run_case zeroes the zeroed kinds' destination buffers
+  // itself before it verifies every byte (as the caller must), first counting into `unset_left`
+  // (if set) their bytes that were not zero (left as the engine found them).
+  bool fill_zeroed = true;
+  std::uint64_t* unset_left = nullptr;
   bool align_pages = false;        // LayoutOptions::align_elems = kPageAlignElems: remapped keeps
   bool direct_runs = true;         // TransitionOptions::direct_runs: scattered runs moved unpacked
   // > 0: ranks sit on nodes of this many (TransitionOptions::topology) and the switch runs one

@@ -60,6 +60,20 @@ void zero_copy_keep_case(comm::Transport& t) {
                  z.zeroed_bytes, " zeroed in place, ", from, " -> ", to);
     CASE_REQUIRE(t.rank() >= 2 || z.zeroed_bytes > 0);
   }
+  // Left unset (fill_zeroed false, what the Python job asks for): the same switches zero
+  // nothing; grads handed over (ranks 0 and 1) still hold the step's bytes, which run_case
+  // counts and then zeroes as the caller must.
+  c.fill_zeroed = false;
+  for (const auto& [from, to] :
+       {std::pair{"tp=2,dp=2,zero=1", "tp=2,dp=1,zero=1"}, {"tp=2,dp=1,zero=1", "tp=2,dp=2,zero=1"}}) {
+    c.from = from, c.to = to;
+    std::uint64_t left = 0;
+    c.unset_left = &left;
+    const TransitionStats z = run_case(c, t);
+    CASE_REQUIRE(z.zeroed_bytes == 0 && z.zeroed_in_place_bytes == 0 && (t.rank() >= 2 || z.unset_bytes > 0),
+                 z.zeroed_bytes, " zeroed, ", z.unset_bytes, " unset, ", from, " -> ", to);
+    CASE_REQUIRE(t.rank() >= 2 || left > 0, left, " non-zero grad bytes left on a rank that kept its grads buffer");
+  }
 }
 
 namespace {

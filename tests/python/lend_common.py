@@ -30,12 +30,15 @@ def loss_of(model, data):
     return F.cross_entropy(model(data[:, :-1]).flatten(0, 1), data[:, 1:].flatten())
 
 
-def train_step(job, model, optimizer, plain, plain_opt, step):
+def train_step(job, model, optimizer, plain, plain_opt, step, zero_grad=True):
     """One step of the job (lent processes: the step's collective part only) and of the plain
-    copy on the whole batch; the relative difference of the losses (0 on a lent process)."""
+    copy on the whole batch; the relative difference of the losses (0 on a lent process).
+    zero_grad=False: no optimizer.zero_grad() first (right after a lend or reclaim, whose grads
+    the forward zeroes)."""
     data = batch(step, 8, DIMS["vocab"], DIMS["seq"])
     want = plain_step(plain, plain_opt, data)
-    optimizer.zero_grad()
+    if zero_grad:
+        optimizer.zero_grad()
     if not job.active:
         optimizer.step()
         return 0.0
