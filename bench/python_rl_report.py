@@ -193,13 +193,13 @@ def write(a, s, resizes, load, code) -> str:
         "Lower bound: the most bytes any process receives in the phase over the link rate measured in the same "
         "job, in the phase's direction: 64 MiB plain messages between both pairs at once (2 -> 0 and 3 -> 1 for "
         "a lend, 0 -> 2 and 1 -> 3 for the others), one way, the senders waiting in a sleeping poll as the "
-        "engine's senders yield their core, best of 5, probed before and after the rounds and the faster "
+        "engine's senders sleep between polls, best of 5, probed before and after the rounds and the faster "
         f"kept: {s['rates']['down'] / 1e9:.2f} GB/s (lend) and {s['rates']['up'] / 1e9:.2f} GB/s (the others). "
-        "Floor: the bound plus the busiest process's zeroing of its grads (lend and reclaim do not move them and "
-        "leave them zero) at the rate each receiver of the phase zeroes a warm 64 MiB buffer, all at once, in the "
-        f"same run: {s['rates']['zero down'] / 1e9:.1f} GB/s (lend), {s['rates']['zero up'] / 1e9:.1f} GB/s (the "
-        "others); on a core a process does not share, the memset would run beside the copy, here the two take "
-        "turns.", "",
+        "Floor: the bound plus the busiest process's zeroing of grads inside the pause, at the rate each "
+        "receiver of the phase zeroes a warm 64 MiB buffer, all at once, in the same run: "
+        f"{s['rates']['zero down'] / 1e9:.1f} GB/s (lend), {s['rates']['zero up'] / 1e9:.1f} GB/s (the others). "
+        "The job's lend and reclaim zero no grads in the pause (they leave them unset, p.grad None, and the job "
+        "zeroes them at the next zero_grad(), forward or step), so there the floor is the bound.", "",
         *_phases(s), "",
         "Where the pause goes, in ms: each part is the slowest process's (so the parts need not add up to the "
         "pause); Python agreement is Manager.switch's agreement and checks before the native switch, rebind its "
@@ -215,8 +215,8 @@ def write(a, s, resizes, load, code) -> str:
         *_restarts(s, resizes), "",
         *_summary(s, resizes, memory_ok), "",
         *memory, "",
-        "Grads stay where they are: lend and reclaim run at a step boundary and do not move the grads (zero "
-        "afterwards), so the reclaim brings processes 2 and 3 the param and the zero=1 shards of both moments; "
-        "the refit moves the param kind alone.", "",
+        "Grads stay where they are: lend and reclaim run at a step boundary and neither move nor zero the "
+        "grads (zeroed by the next step), so the reclaim brings processes 2 and 3 the param and the zero=1 "
+        "shards of both moments; the refit moves the param kind alone.", "",
     ]
     return "\n".join(lines)

@@ -270,20 +270,25 @@ class Manager:
         self._require_member()
         t0 = time.perf_counter()
         with self._collective(f"Manager.switch to {to_cfg!r}", self._state_bytes()):
+            # With keep_processes every rank's step and extra state ride in this allgather too.
             extra = _agree.agree_together(self.comm, "switch arguments", {
                     "to_cfg": to_cfg, "vacate": None if vacate is None else list(vacate),
                     "keep": bool(keep_processes), "zero_grads": bool(zero_grads), "fill_grads": bool(fill_grads),
                     "registered extra state": [(name, per_rank) for name, (_, _, per_rank) in self._extra.items()]},
                     f"switch to {to_cfg!r}" + (" (checks, then extra state get())" if keep_processes else ""),
-                    lambda: self._check_and_get(to_cfg, vacate, keep_processes))
-            if extra is None:
+                    lambda: self._check_and_get(to_cfg, vacate, keep_processes), gather=keep_processes)
+            if keep_processes:
+                everyone = extra
+            elif extra is None:
                 return _elastic.switch(self, to_cfg, vacate)
-            job, mine = extra if keep_processes else _agree.together(self.comm, "extra state get()", self._get_extra)
+            else:
+                job, mine = _agree.together(self.comm, "extra state get()", self._get_extra)
             self._drop_views(f"from before switch {self._views.switches + 1} ({self._config['config']} -> {to_cfg})")
             t_native = time.perf_counter()
             stats = self._native.switch(to_cfg, zero_grads=bool(zero_grads), fill_grads=bool(fill_grads))
             t1 = time.perf_counter()
-            everyone = self.comm.allgather((self.step, job, mine) if self.comm.rank == 0 else (None, None, mine))
+            if not keep_processes:
+                everyone = self.comm.allgather((self.step, job, mine) if self.comm.rank == 0 else (None, None, mine))
             self.step, job = everyone[0][0], everyone[0][1]
             ranks = [m for _, _, m in everyone]
             self._bind()
@@ -296,12 +301,12 @@ class Manager:
         return stats
 
     def _check_and_get(self, to_cfg: str, vacate, keep_processes: bool):
-        """None when the switch changes the job's processes (_check_switch), else the extras'
-        get() (job, mine) with keep_processes, which never changes them (so the checks and the
-        getters share one collective), () without."""
+        """None when the switch changes the job's processes (_check_switch), else with
+        keep_processes, which never changes them, (step, job, mine): the step and the extras'
+        get() (so the checks and the getters share one collective), () without."""
         if self._check_switch(to_cfg, vacate, keep_processes):
             return None
-        return self._get_extra() if keep_processes else ()
+        return (self.step, *self._get_extra()) if keep_processes else ()
 
     def _check_switch(self, to_cfg: str, vacate, keep_processes: bool = False) -> bool:
         """Whether the switch changes the job's processes (python/dynatrain/_elastic.py, which

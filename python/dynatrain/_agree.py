@@ -128,9 +128,10 @@ def together(comm, what: str, fn: Callable[[], Any]) -> Any:
     return result
 
 
-def agree_together(comm, what: str, value: Any, checked: str, fn: Callable[[], Any]) -> Any:
+def agree_together(comm, what: str, value: Any, checked: str, fn: Callable[[], Any], gather: bool = False) -> Any:
     """agree(comm, what, value), then together(comm, checked, fn), in one allgather: the same
-    errors on every rank (a value that differs first, then a check that failed)."""
+    errors on every rank (a value that differs first, then a check that failed). Returns fn()'s
+    result, or with `gather` every rank's, by rank (carried in the same allgather)."""
     try:
         digest: Tuple[Optional[str], Optional[str]] = (_digest(value), None)
     except Exception as e:  # noqa: BLE001 - reported on every rank below
@@ -143,16 +144,17 @@ def agree_together(comm, what: str, value: Any, checked: str, fn: Callable[[], A
         except Exception as e:  # noqa: BLE001 - re-raised below, after the peers know
             error = e
     status = None if error is None else (type(error).__name__, str(error), isinstance(error, ValueError))
-    everyone = _gather(comm, what, (digest, status))  # tagged by `what` alone: `checked` may name unequal values
-    failed = [(r, err) for r, ((_, err), _) in enumerate(everyone) if err is not None]
+    # tagged by `what` alone: `checked` may name unequal values
+    everyone = _gather(comm, what, (digest, status, result if gather else None))
+    failed = [(r, err) for r, ((_, err), _, _) in enumerate(everyone) if err is not None]
     if failed:
         raise ValueError(f"{what}: cannot compare across ranks: " +
                          "; ".join(f"rank {r}: {err}" for r, err in failed))
-    digests = [d for (d, _), _ in everyone]
+    digests = [d for (d, _), _, _ in everyone]
     if len(set(digests)) > 1:
         raise ValueError(_mismatch_message(what, _gather(comm, what, value), digests))
-    _raise_failed(checked, error, [s for _, s in everyone])
-    return result
+    _raise_failed(checked, error, [s for _, s, _ in everyone])
+    return [r for _, _, r in everyone] if gather else result
 
 
 def together_max(comm, what: str, fn: Callable[[], Any], measures: Callable[[], dict]) -> dict:

@@ -7,7 +7,9 @@
 
 Both are planned switches over the job's processes (Manager.switch(keep_processes=True)) at a
 step boundary, so they move no grads (zero_grads=True: the step's grads were consumed by
-optimizer.step(), and a switch between backward() and the step is refused):
+optimizer.step(), and a switch between backward() and the step is refused) and do not zero them
+in the pause either: p.grad is None until the next zero_grad(), grad-enabled forward or step
+zeroes and binds them (adopt.py, _settle_grads);
 no process starts or ends, the world and its communicator stay, and the process groups of a
 layout the job ran before come from the Manager's cache (split once per layout), so from the
 second lend / reclaim round on a phase shift creates no group.
