@@ -249,7 +249,8 @@ class Engine {
       }
     }
     for (std::size_t j = 0; j < g_.dst.buffers.size(); ++j)
-      if (zeroed(g_.dst.buffers[j].kind)) (opt_.fill_zeroed ? stats_.zeroed_bytes : stats_.unset_bytes) += mem_.dst_size[j];
+      if (zeroed(g_.dst.buffers[j].kind))
+        (opt_.fill_zeroed ? stats_.zeroed_bytes : stats_.unset_bytes) += mem_.dst_size[j];
     for (std::size_t i = 0; i < src_left_.size(); ++i)
       DT_CHECK(src_left_[i] == 0 || src_[i] != nullptr || opt_.dry_only, "source buffer ", i,
                " has no data but the plan reads ", src_left_[i], " bytes of it");

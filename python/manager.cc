@@ -121,9 +121,8 @@ SwitchStats Manager::switch_to(const vps::ParallelConfig& to, std::uint32_t zero
     plan::RankPlan plan = me < planner.world_size() ? planner.plan_rank(me) : plan::RankPlan{me, {}, {}, {}};
     cached = &keep_plan({from, key, std::move(next), std::move(plan), {}});
   }
-  SwitchStats stats =
-      move_state(std::make_unique<vps::Layout>(*cached->next), me, cached->plan, *world_, t0, zeroed_kinds, false,
-                 fill_zeroed);
+  SwitchStats stats = move_state(std::make_unique<vps::Layout>(*cached->next), me, cached->plan, *world_, t0,
+                                 zeroed_kinds, false, fill_zeroed);
   stats.plan_cached = hit;
   return stats;
 }

@@ -71,3 +71,64 @@ class GradBuffers:
                 state.copy_(own[info["shard_lo"]:info["shard_hi"]])
             else:
                 tp.reduce_scatter_(own, state, group).div_(size)
+
+
+class JobGrads:
+    """The Job's binding of each p.grad to its GradBuffers view (a base class of dynatrain.Job):
+    zeroing, the views put back after a replaced or dropped p.grad, the dp mean, and the grads a
+    step-boundary switch left unset (_grads_unset: p.grad None until the next zero_grad(),
+    grad-enabled forward or step zeroes and binds them)."""
+
+    def _settle_grads(self) -> None:
+        """Zeroes and binds the grads a step-boundary switch left unset (Manager.switch
+        fill_grads=False: no zeroing inside the switch's pause; p.grad is None meanwhile, as after
+        zero_grad(set_to_none=True))."""
+        if not self._grads_unset:
+            return
+        self._grads_unset = False
+        if self.manager.active:
+            self._grads.zero()
+            grads = self._local(self._grads.grads())
+            for name, p in self._params:
+                self._set_grad(p, grads[name])
+
+    def _bound_grads(self) -> None:
+        """Puts back any grad that is not the Manager's view (zero_grad(set_to_none=True), a
+        replaced p.grad): its values are copied into the view, never dropped."""
+        if self._grads_unset:
+            return self._settle_grads()
+        grads = self._local(self._grads.grads())
+        for name, p in self._params:
+            view, g = grads[name], p.grad
+            if g is not None and g.data_ptr() == view.data_ptr() and g.shape == view.shape:
+                continue
+            if g is None:
+                view.zero_()
+            else:
+                view.copy_(g)
+            self._set_grad(p, view)
+
+    def _set_grad(self, p: torch.Tensor, grad: torch.Tensor) -> None:
+        if self._zero3 is not None:
+            self._zero3.bind(p, grad)  # the whole local grad of a parameter that holds its shard
+        else:
+            p.grad = grad
+
+    def sync_grads(self) -> None:
+        """Collective: the Manager's grads become their mean over dp (dense buckets over dp_cp,
+        expert ones over edp); at zero>=2 only this rank's shard of that mean is kept, and p.grad
+        keeps this rank's own grads. optimizer.step() runs it unless it ran since the last step."""
+        if not self.manager.active:
+            return
+        self._bound_grads()
+        self._grads.reduce()
+        self._synced = True
+
+    def _zero_grad(self) -> None:
+        if self._grads_unset:
+            self._settle_grads()  # zeroes them
+        elif self.manager.active:
+            self._grads.zero()
+            self._bound_grads()
+        self._synced = False
+        self.backward_ran = False

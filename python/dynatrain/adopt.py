@@ -29,7 +29,7 @@ from . import (Manager, _attention, _c10d, _clip, _experts, _habits, _interrupt,
                _sharded, _zero3, tp)
 from ._agree import agree, agree_together, together
 from ._describe import Description, describe
-from ._grads import GradBuffers
+from ._grads import GradBuffers, JobGrads
 from ._step import ShardedStep
 from ._optim import OptimizerSpec, hyperparameters, spec_of
 from ._state_dict import StateDicts, persistent_buffers, put_buffers
@@ -77,7 +77,7 @@ def _broadcast(comm, t: torch.Tensor) -> torch.Tensor:
     return out
 
 
-class Job(_lend.PhaseShifts, ShardedStep):
+class Job(_lend.PhaseShifts, ShardedStep, JobGrads):
     """An adopted model and optimizer on a Manager. Collective calls: switch, sync_grads (also
     run by optimizer.step), save, average, lend, reclaim, refit; every rank calls them together."""
 
@@ -209,51 +209,6 @@ class Job(_lend.PhaseShifts, ShardedStep):
         _sharded.load(self, shards)
 
     # ---- gradients and the step ----
-    def _settle_grads(self) -> None:
-        """Zeroes and binds the grads a step-boundary switch left unset (Manager.switch
-        fill_grads=False: no zeroing inside the switch's pause; p.grad is None meanwhile, as after
-        zero_grad(set_to_none=True))."""
-        if not self._grads_unset:
-            return
-        self._grads_unset = False
-        if self.manager.active:
-            self._grads.zero()
-            grads = self._local(self._grads.grads())
-            for name, p in self._params:
-                self._set_grad(p, grads[name])
-
-    def _bound_grads(self) -> None:
-        """Puts back any grad that is not the Manager's view (zero_grad(set_to_none=True), a
-        replaced p.grad): its values are copied into the view, never dropped."""
-        if self._grads_unset:
-            return self._settle_grads()
-        grads = self._local(self._grads.grads())
-        for name, p in self._params:
-            view, g = grads[name], p.grad
-            if g is not None and g.data_ptr() == view.data_ptr() and g.shape == view.shape:
-                continue
-            if g is None:
-                view.zero_()
-            else:
-                view.copy_(g)
-            self._set_grad(p, view)
-
-    def _set_grad(self, p: torch.Tensor, grad: torch.Tensor) -> None:
-        if self._zero3 is not None:
-            self._zero3.bind(p, grad)  # the whole local grad of a parameter that holds its shard
-        else:
-            p.grad = grad
-
-    def sync_grads(self) -> None:
-        """Collective: the Manager's grads become their mean over dp (dense buckets over dp_cp,
-        expert ones over edp); at zero>=2 only this rank's shard of that mean is kept, and p.grad
-        keeps this rank's own grads. optimizer.step() runs it unless it ran since the last step."""
-        if not self.manager.active:
-            return
-        self._bound_grads()
-        self._grads.reduce()
-        self._synced = True
-
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0, *, error_if_nonfinite: bool = False,
                         parameters=None) -> torch.Tensor:
         """Collective: torch.nn.utils.clip_grad_norm_ over the whole model (or `parameters` of
@@ -278,15 +233,6 @@ class Job(_lend.PhaseShifts, ShardedStep):
                                                                                   c["edp_rank"] == 0)
         tp_unique = self._split[name] != "replicated"
         return (tp_unique or c["tp_rank"] == 0) and (self._grads.sharded or c["dp_rank"] == 0)
-
-    def _zero_grad(self) -> None:
-        if self._grads_unset:
-            self._settle_grads()  # zeroes them
-        elif self.manager.active:
-            self._grads.zero()
-            self._bound_grads()
-        self._synced = False
-        self.backward_ran = False
 
     def _optimizer_step(self, closure=None):
         if closure is not None:

@@ -232,8 +232,8 @@ void check_plan_bytes(const TransitionCase& c, comm::Transport& t, const plan::R
   CASE_REQUIRE(s.skipped_bytes_sent == want[1][0] && s.skipped_bytes_received == want[1][1] &&
                s.skipped_bytes_kept == want[1][2]);
   CASE_REQUIRE(c.zeroed_kinds == 0 || (c.fill_zeroed ? s.zeroed_bytes : s.unset_bytes) > 0 || dl.buffers.empty());
-  CASE_REQUIRE(c.fill_zeroed ? s.unset_bytes == 0 : s.zeroed_bytes == 0 && s.zeroed_in_place_bytes == 0,
-               s.zeroed_bytes, " zeroed, ", s.unset_bytes, " unset");
+  CASE_REQUIRE(c.fill_zeroed ? s.unset_bytes == 0 : s.zeroed_bytes == 0 && s.zeroed_in_place_bytes == 0, s.zeroed_bytes,
+               " zeroed, ", s.unset_bytes, " unset");
   CASE_REQUIRE(s.messages >= peers_sent_to, s.messages, " messages for ", peers_sent_to, " peers");
   CASE_REQUIRE(s.bytes_sent_direct <= s.bytes_sent && s.bytes_received_direct <= s.bytes_received);
   CASE_REQUIRE((s.bytes_sent_direct > 0) == (s.zero_copy_sends > 0) &&
@@ -267,9 +267,9 @@ void zero_unset(const TransitionCase& c, const vps::RankLayout& dl, std::vector<
     const vps::LocalBuffer& buf = dl.buffers[i];
     if (!((c.zeroed_kinds >> static_cast<int>(buf.kind)) & 1u) || b[i] == nullptr) continue;
     const auto bytes = static_cast<std::size_t>(buf.numel) * static_cast<std::size_t>(eb[static_cast<int>(buf.kind)]);
-    if (c.unset_left) *c.unset_left += static_cast<std::uint64_t>(std::count_if(b[i], b[i] + bytes, [](std::byte x) {
-      return x != std::byte{0};
-    }));
+    if (c.unset_left)
+      *c.unset_left +=
+          static_cast<std::uint64_t>(std::count_if(b[i], b[i] + bytes, [](std::byte x) { return x != std::byte{0}; }));
     std::memset(b[i], 0, bytes);
   }
 }

@@ -53,8 +53,8 @@ struct TransitionCase {
   // (if set) their bytes that were not zero (left as the engine found them).
   bool fill_zeroed = true;
   std::uint64_t* unset_left = nullptr;
-  bool align_pages = false;        // LayoutOptions::align_elems = kPageAlignElems: remapped keeps
-  bool direct_runs = true;         // TransitionOptions::direct_runs: scattered runs moved unpacked
+  bool align_pages = false;  // LayoutOptions::align_elems = kPageAlignElems: remapped keeps
+  bool direct_runs = true;   // TransitionOptions::direct_runs: scattered runs moved unpacked
   // > 0: ranks sit on nodes of this many (TransitionOptions::topology) and the switch runs one
   // pipeline per link class (LinkOverlap::kOn; two classes when the ranks span two nodes).
   int gpus_per_node = 0;
