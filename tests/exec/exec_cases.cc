@@ -261,8 +261,9 @@ void check_memory(const TransitionCase& c, comm::Transport& t, const vps::Layout
 
 // With fill_zeroed false: counts the non-zero bytes the engine left in the zeroed kinds'
 // destination buffers (into c.unset_left), then zeroes them, as the caller of such a switch does.
-void zero_unset(const TransitionCase& c, const vps::RankLayout& dl, std::vector<std::byte*>& b) {
-  const vps::ElemBytes eb = vps::LayoutOptions{}.elem_bytes;
+void zero_unset(const TransitionCase& c, const vps::Layout& dst, const vps::RankLayout& dl,
+                std::vector<std::byte*>& b) {
+  const vps::ElemBytes& eb = dst.options().elem_bytes;  // the layout's own, as release_all reads them
   for (std::size_t i = 0; i < dl.buffers.size(); ++i) {
     const vps::LocalBuffer& buf = dl.buffers[i];
     if (!((c.zeroed_kinds >> static_cast<int>(buf.kind)) & 1u) || b[i] == nullptr) continue;
@@ -294,7 +295,7 @@ TransitionStats run_case(const TransitionCase& c, comm::Transport& t) {
   const TransitionStats s = run_transition(plan, sl, a, dl, b, lo.elem_bytes, t, pool, case_options(c));
   check_link_classes(c, t, s);
 
-  if (!c.fill_zeroed) zero_unset(c, dl, b);
+  if (!c.fill_zeroed) zero_unset(c, dst, dl, b);
   // Content: every destination element.
   std::string first;
   CASE_REQUIRE(verify_state(dst, dl, b, &first, c.zeroed_kinds) == 0, first);
