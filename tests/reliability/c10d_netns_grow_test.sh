@@ -14,6 +14,7 @@ source "$(dirname "$0")/c10d_job.sh"
 source "$(dirname "$0")/c10d_netns.sh"
 
 schedule="0:dp=2,zero=0;6:dp=4,zero=0"
+steps=24  # node 0's processes are still there when they are read again after step 14
 port=29721
 on_node() {  # R LAUNCH_FLAGS...: `dynatrain launch` in node R's namespace (hostname dtc-nodeR), Gloo on its veth
   local r=$1
