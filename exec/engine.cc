@@ -62,6 +62,7 @@ class Engine {
     cut_waves(order);
     trace_ = opt_.trace;
     stats_.predicted_peak_bytes = execute(true);
+    choose_commit_ahead();
     trace_ = nullptr;
     stats_.dry_seconds = seconds_since(t0) - stats_.agree_seconds;
     stats_.peak_bytes = opt_.dry_only ? stats_.predicted_peak_bytes : execute(false);
@@ -126,6 +127,24 @@ class Engine {
     stats_.remap_min_bytes = r.min_remap_bytes;
     stats_.keep_path = "remap runs >= " + std::to_string(r.min_remap_bytes >> 10) + " KiB, copy below (measured)";
     return {r.min_remap_bytes, kPageBytes};
+  }
+
+  // Receives committed ahead (TransitionOptions::commit_ahead) when the dry run just made shows
+  // that the peak stays within the engine's bound, max(source, destination) + budget, or at the
+  // peak without (the budget is the switch's allowance for memory beyond its state: staging,
+  // and here the received granules committed before the keeps have given their pages back).
+  // The prediction is then that run's ahead_peak, and a trace is recorded again by a dry run
+  // that commits ahead, so it shows what the real run does.
+  void choose_commit_ahead() {
+    const std::uint64_t bound =
+        std::max<std::uint64_t>(stats_.predicted_peak_bytes, std::max(src_total_, dst_total_) + opt_.mem_budget);
+    commit_ahead_ = opt_.commit_ahead && ahead_bytes_ > 0 && ahead_peak_ <= bound;
+    if (!commit_ahead_) return;
+    stats_.predicted_peak_bytes = ahead_peak_;
+    stats_.committed_ahead_bytes = ahead_bytes_;
+    if (!trace_) return;
+    trace_->events.clear();
+    execute(true);
   }
 
   // kAuto: dry-run every candidate order; all ranks take the one whose worst rank overshoots
@@ -454,6 +473,7 @@ class Engine {
     const Staging staging = ledger.allocate_staging(links_.classes, depth_, send_stage_size_, recv_stage_size_);
     const PipelineWork work{wp_, work_, rounds_, keeps_, remaps_, links_.classes, depth_};
     const PipelineContext ctx{g_, direct_, ledger, staging, t_, alloc_, src_, dst_, trace_, stats_, opt_.progress};
+    ledger.begin_receives(commit_ahead_);
     run_pipeline(work, ctx);
     ledger.check_sources_drained();
     ledger.materialise_destinations(opt_.fill_zeroed ? opt_.zeroed_kinds : 0u);
@@ -461,6 +481,8 @@ class Engine {
       for (std::size_t i = 0; i < src_.size(); ++i)
         if (opt_.in_place || adoptions_.src_to_dst[i] >= 0) src_[i] = nullptr;
     ledger.release_staging(staging);
+    ahead_bytes_ = ledger.ahead_bytes();
+    ahead_peak_ = ledger.ahead_peak();
     return ledger.peak();
   }
 
@@ -495,6 +517,8 @@ class Engine {
   WaveWork work_;
   std::vector<Round> rounds_;                                         // this rank's exchange sequence (build_rounds)
   std::array<std::size_t, 2> send_stage_size_{}, recv_stage_size_{};  // per link class
+  bool commit_ahead_ = false;                                         // the runs from now on commit receives ahead
+  std::uint64_t ahead_bytes_ = 0, ahead_peak_ = 0;                    // of the last run (MemoryLedger::begin_receives)
 };
 
 }  // namespace
@@ -518,6 +542,8 @@ TransitionStats sequential_stats(TransitionStats a, const TransitionStats& b) {
   a.zero_copy_recvs += b.zero_copy_recvs;
   a.bytes_sent_direct += b.bytes_sent_direct;
   a.bytes_received_direct += b.bytes_received_direct;
+  a.committed_ahead_bytes += b.committed_ahead_bytes;
+  a.commit_calls += b.commit_calls;
   a.staging_bytes = std::max(a.staging_bytes, b.staging_bytes);
   a.waves += b.waves;
   a.link_classes = std::max(a.link_classes, b.link_classes);

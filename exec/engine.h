@@ -150,6 +150,11 @@ struct TransitionOptions {
   // whatever their memory held), for a caller that writes them before any read: the Python job
   // zeroes its grads at the next zero_grad() or grad-enabled forward, out of the switch's pause.
   bool fill_zeroed = true;
+  // Receives committed ahead (exec/README.md): where the dry run shows it raises no peak, the
+  // page-wise destination memory this rank receives into is committed in one step before the
+  // exchange (a pool moves its spare pages in with a few mremaps), not chunk by chunk between
+  // the receives. Local to a rank: ranks may pass different values.
+  bool commit_ahead = true;
   // When set, receives this rank's schedule (exec/schedule_trace.h), recorded by the dry run
   // that precedes the real one: the same code path, so the trace is what the real run does.
   ScheduleTrace* trace = nullptr;
@@ -220,6 +225,9 @@ struct TransitionStats {
   // straight into the destination buffers (not unpacked); the rest of bytes_sent / _received
   // went through staging.
   std::uint64_t bytes_sent_direct = 0, bytes_received_direct = 0;
+  // TransitionOptions::commit_ahead: the page-wise destination bytes (whole granules) committed
+  // before the exchange (0 when not taken), and the allocator commits the run made in all.
+  std::uint64_t committed_ahead_bytes = 0, commit_calls = 0;
   std::uint64_t staging_bytes = 0;     // staging actually allocated (<= mem_budget / 2)
   std::uint64_t chunk_bytes = 0;       // chunk capacity used to cut each peer's stream
   std::uint64_t waves = 0;             // number of waves (equal on every rank)

@@ -39,6 +39,16 @@ void choose_pagewise(BufferMemory& mem, const plan::RankPlan& plan, const PieceG
   for (const auto& p : plan.keep) count_reads(p);
   for (const auto& [q, v] : plan.send)
     for (const auto& p : v) count_reads(p);
+  mem.dst_received.assign(nd, {});
+  for (const auto& [q, v] : plan.recv)
+    for (const auto& p : v) {
+      if (!mem.dst_pagewise[p.dst_buffer]) continue;
+      auto& r = mem.dst_received[p.dst_buffer];
+      if (r.empty()) r.assign(mem.granules(mem.dst_size[p.dst_buffer]), 0);
+      g.for_each_byte_run(p, 0, p.box.numel(), false, [&](std::uint64_t at, std::uint64_t n) {
+        mem.for_each_granule(at, n, [&](std::size_t gi, std::uint64_t) { r[gi] = 1; });
+      });
+    }
 }
 
 MemoryLedger::MemoryLedger(const BufferMemory& mem, const std::vector<std::uint64_t>& src_left,
@@ -70,6 +80,33 @@ MemoryLedger::MemoryLedger(const BufferMemory& mem, const std::vector<std::uint6
 void MemoryLedger::grow(std::uint64_t bytes) {
   live_ += bytes;
   peak_ = std::max(peak_, live_);
+  if (tracking_) ahead_peak_ = std::max(ahead_peak_, live_ + pending_);
+}
+
+void MemoryLedger::begin_receives(bool commit) {
+  pending_ = 0;
+  for (std::uint32_t b = 0; b < mem_.dst_received.size(); ++b)
+    for (std::size_t gi = 0; gi < mem_.dst_received[b].size(); ++gi)
+      if (mem_.dst_received[b][gi] && (committed_[b].empty() || !committed_[b][gi]))
+        pending_ += mem_.granule_size(mem_.dst_size[b], gi);
+  ahead_bytes_ = pending_;
+  ahead_peak_ = std::max(peak_, live_ + pending_);
+  tracking_ = true;
+  if (!commit || pending_ == 0) return;
+  for (std::uint32_t b = 0; b < mem_.dst_received.size(); ++b) {
+    const auto& r = mem_.dst_received[b];
+    if (std::find(r.begin(), r.end(), 1) == r.end()) continue;
+    ensure_dst(b);
+    for (std::size_t gi = 0; gi < r.size();) {  // commit_dst joins consecutive granules into one call
+      if (!r[gi]) {
+        ++gi;
+        continue;
+      }
+      const std::size_t first = gi;
+      while (gi < r.size() && r[gi]) ++gi;
+      commit_dst(b, first, gi);
+    }
+  }
 }
 
 void MemoryLedger::hand_over(const Adoptions& adoptions, bool in_place) {
@@ -203,13 +240,17 @@ void MemoryLedger::zero_padding(std::uint32_t b, std::uint64_t lo, std::uint64_t
 }
 
 void MemoryLedger::commit_range(std::uint32_t b, std::uint64_t lo, std::uint64_t hi) {
+  auto commit = [&](std::uint64_t from, std::uint64_t to) {
+    alloc_.commit(dst_[b], from, to - from);
+    ++stats_.commit_calls;
+  };
   for (const auto& [at, bytes] : dst_filled_[b]) {
     if (at >= hi) break;
     if (at + bytes <= lo) continue;
-    if (at > lo) alloc_.commit(dst_[b], lo, at - lo);
+    if (at > lo) commit(lo, at);
     lo = std::max(lo, at + bytes);
   }
-  if (lo < hi) alloc_.commit(dst_[b], lo, hi - lo);
+  if (lo < hi) commit(lo, hi);
 }
 
 void MemoryLedger::commit_dst(std::uint32_t b, std::size_t first, std::size_t last) {
@@ -223,6 +264,7 @@ void MemoryLedger::commit_dst(std::uint32_t b, std::size_t first, std::size_t la
     for (; gi < last && !committed[gi]; ++gi) {  // accounted granule by granule, as the dry run
       committed[gi] = 1;
       const std::uint64_t n = mem_.granule_size(mem_.dst_size[b], gi);
+      if (tracking_ && !mem_.dst_received[b].empty() && mem_.dst_received[b][gi]) pending_ -= n;
       grow(n);
       if (trace_) trace_->fresh(n);
     }

@@ -36,6 +36,7 @@ struct BufferMemory {
   std::uint64_t granule = 0;
   std::vector<char> src_pagewise, dst_pagewise;
   std::vector<std::vector<std::uint64_t>> src_unread;  // page-wise source: unread bytes per granule
+  std::vector<std::vector<char>> dst_received;         // page-wise destination: granules a receive writes
 
   std::size_t granules(std::uint64_t bytes) const { return static_cast<std::size_t>((bytes + granule - 1) / granule); }
   std::uint64_t granule_size(std::uint64_t buffer_bytes, std::size_t gi) const {
@@ -55,8 +56,8 @@ struct BufferMemory {
   std::uint64_t pagewise_count() const;
 };
 
-// Chooses the granule and the page-wise buffers of `mem` (sizes already set) and counts the
-// reads of `plan`'s keeps and sends per granule. Handed-over (adopted) source buffers are
+// Chooses the granule and the page-wise buffers of `mem` (sizes already set), counts the
+// reads of `plan`'s keeps and sends per granule and marks the granules its receives write. Handed-over (adopted) source buffers are
 // destinations now and may still send: never decommitted granule by granule, so they stay whole.
 void choose_pagewise(BufferMemory& mem, const plan::RankPlan& plan, const PieceGeometry& g, std::size_t mem_budget,
                      std::size_t alloc_pagewise_min, const Adoptions& adoptions);
@@ -83,6 +84,15 @@ class MemoryLedger {
   void release_unread_sources(const Adoptions& adoptions);
   Staging allocate_staging(int classes, const std::array<int, 2>& depth, const std::array<std::size_t, 2>& send_bytes,
                            const std::array<std::size_t, 2>& recv_bytes);
+
+  // Called as the exchange starts. Every later event keeps the peak that committing the
+  // granules receives write (BufferMemory::dst_received) right here would give (ahead_peak());
+  // with `commit`, they are committed here, each buffer's stretches in one allocator call.
+  // The two trajectories differ by exactly the bytes of those granules not yet committed, so a
+  // dry run without `commit` predicts the peak of a run with it (ahead_peak()) and its own.
+  void begin_receives(bool commit);
+  std::uint64_t ahead_peak() const { return ahead_peak_; }
+  std::uint64_t ahead_bytes() const { return ahead_bytes_; }  // uncommitted received granules at the start
 
   // Elements [begin, end) of `p` have been read from its source buffer.
   void consume(const plan::Piece& p, std::int64_t begin, std::int64_t end);
@@ -128,6 +138,10 @@ class MemoryLedger {
   std::vector<char> dst_live_;                      // allocated (whole) or reserved (page-wise)
   std::vector<std::vector<char>> committed_;        // page-wise destination: per granule
   std::uint64_t live_ = 0, peak_ = 0;
+  // From begin_receives: bytes of received granules not committed yet, the bytes there were
+  // then, and the peak live_ + pending_ reached (the peak had they been committed then).
+  bool tracking_ = false;
+  std::uint64_t pending_ = 0, ahead_bytes_ = 0, ahead_peak_ = 0;
 };
 
 }  // namespace dynatrain::exec

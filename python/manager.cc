@@ -202,7 +202,7 @@ SwitchStats gathered_stats(comm::Transport& transport, double plan_s, const exec
     double plan_s, engine_s, total_s;
     std::uint64_t sent, received, kept, messages, peak, src, dst;
     std::array<double, 8> parts;
-    std::uint64_t faults, zero_copy, remapped, zeroed;
+    std::uint64_t faults, zero_copy, remapped, zeroed, ahead;
   };
   const Mine mine{plan_s,
                   ts.seconds,
@@ -219,7 +219,8 @@ SwitchStats gathered_stats(comm::Transport& transport, double plan_s, const exec
                   ts.page_faults,
                   ts.kept_zero_copy_bytes,
                   ts.kept_remapped_bytes,
-                  ts.zeroed_bytes};
+                  ts.zeroed_bytes,
+                  ts.committed_ahead_bytes};
   SwitchStats st;
   st.keep_path = ts.keep_path;  // the same choice on every rank (one machine's rates, one allocator policy)
   const std::array<double*, 8> parts{&st.agree_seconds,  &st.dry_seconds,  &st.alloc_seconds, &st.pack_seconds,
@@ -229,6 +230,7 @@ SwitchStats gathered_stats(comm::Transport& transport, double plan_s, const exec
     st.page_faults = std::max(st.page_faults, m.faults);
     st.kept_zero_copy_bytes += m.zero_copy;
     st.kept_remapped_bytes += m.remapped;
+    st.committed_ahead_bytes += m.ahead;
     st.plan_seconds = std::max(st.plan_seconds, m.plan_s);
     st.engine_seconds = std::max(st.engine_seconds, m.engine_s);
     st.pause_seconds = std::max(st.pause_seconds, m.total_s);

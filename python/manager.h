@@ -62,10 +62,11 @@ struct SwitchStats {
   double agree_seconds = 0, dry_seconds = 0, alloc_seconds = 0, pack_seconds = 0, unpack_seconds = 0;
   double keep_seconds = 0, wait_seconds = 0, system_seconds = 0;
   std::uint64_t page_faults = 0;
-  std::uint64_t kept_zero_copy_bytes = 0;  // summed over ranks: keeps handed over, not copied
-  std::uint64_t kept_remapped_bytes = 0;   // summed over ranks: keeps whose pages moved, not copied
-  std::string keep_path;                   // exec::TransitionStats::keep_path (this rank's)
-  bool plan_cached = false;                // the plan came from the manager's cache (no planner run)
+  std::uint64_t kept_zero_copy_bytes = 0;   // summed over ranks: keeps handed over, not copied
+  std::uint64_t kept_remapped_bytes = 0;    // summed over ranks: keeps whose pages moved, not copied
+  std::uint64_t committed_ahead_bytes = 0;  // summed over ranks: receive memory committed before the exchange
+  std::string keep_path;                    // exec::TransitionStats::keep_path (this rank's)
+  bool plan_cached = false;                 // the plan came from the manager's cache (no planner run)
 };
 
 // Where a local tensor's piece lives for one state kind: `length` elements at `offset` in buffer

@@ -166,6 +166,7 @@ py::dict stats_dict(const SwitchStats& s) {
   d["page_faults"] = s.page_faults;
   d["kept_zero_copy_bytes"] = s.kept_zero_copy_bytes;
   d["kept_remapped_bytes"] = s.kept_remapped_bytes;
+  d["committed_ahead_bytes"] = s.committed_ahead_bytes;
   d["keep_path"] = s.keep_path;
   d["plan_cached"] = s.plan_cached;
   return d;

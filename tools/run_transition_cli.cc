@@ -245,6 +245,7 @@ void RunTransition::gather_figures() {
   RankFigures& m = mine_;
   m.received = cold.bytes_received, m.sent = cold.bytes_sent, m.messages = cold.messages;
   m.sent_direct = cold.bytes_sent_direct, m.received_direct = cold.bytes_received_direct;
+  m.committed_ahead = cold.committed_ahead_bytes;
   m.kept = cold.bytes_kept, m.kept_zero_copy = cold.kept_zero_copy_bytes, m.kept_remapped = cold.kept_remapped_bytes;
   m.saved_sent = cold.skipped_bytes_sent, m.saved_kept = cold.skipped_bytes_kept;
   m.peak = cold.peak_bytes, m.overlapped = cold.overlapped_rounds, m.src = cold.src_bytes, m.dst = cold.dst_bytes;

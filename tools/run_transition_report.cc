@@ -138,6 +138,7 @@ nlohmann::json RunTransition::figures_json() const {
   j["rounds_in_flight"] = cold.rounds_in_flight;                       // per link class
   j["bytes_sent_direct"] = sum_of(&RankFigures::sent_direct);          // not packed
   j["bytes_received_direct"] = sum_of(&RankFigures::received_direct);  // not unpacked
+  j["committed_ahead_bytes"] = sum_of(&RankFigures::committed_ahead);  // exec::TransitionOptions::commit_ahead
   j["max_rank_bytes_received"] = max_of(&RankFigures::received);
   j["p2p_bandwidth_bytes_per_s"] = bw_;
   j["lower_bound_seconds"] = lower;

@@ -47,6 +47,7 @@ struct RankFigures {
   std::uint64_t prefaulted = 0;      // bytes it touched
   // The cold (first) switch.
   std::uint64_t received = 0, sent = 0, messages = 0, sent_direct = 0, received_direct = 0;
+  std::uint64_t committed_ahead = 0;  // receive memory committed before the exchange
   std::uint64_t kept = 0, kept_zero_copy = 0, kept_remapped = 0;
   std::uint64_t saved_sent = 0, saved_kept = 0;  // zeroed kinds not sent / not copied
   std::uint64_t peak = 0, overlapped = 0, src = 0, dst = 0;

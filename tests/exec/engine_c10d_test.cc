@@ -53,6 +53,11 @@ TEST(C10dTransitionFixed, NoSendGoesAheadWithoutRuns) {
       4, [](comm::Transport& t) { cases::sends_ahead_case(t); }, kTimeout);
 }
 
+TEST(C10dTransitionFixed, ReceivesCommittedAhead) {
+  comm::run_c10d_ranks(
+      4, [](comm::Transport& t) { cases::commit_ahead_case(t); }, kTimeout);
+}
+
 TEST(C10dTransitionFixed, StridedSlicesPackedWithoutDirectRuns) {
   comm::run_c10d_ranks(
       2, [](comm::Transport& t) { cases::strided_direct_case(t); }, kTimeout);

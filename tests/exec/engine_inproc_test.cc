@@ -139,6 +139,11 @@ TEST(InprocTransitionFixed, DirectSendsGoAheadOfTheirRounds) {
       4, [](comm::Transport& t) { cases::sends_ahead_case(t); }, test_options());
 }
 
+TEST(InprocTransitionFixed, ReceivesCommittedAhead) {
+  comm::run_ranks(
+      4, [](comm::Transport& t) { cases::commit_ahead_case(t); }, test_options());
+}
+
 }  // namespace
 }  // namespace dynatrain::exec
 

@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
       current = "sends_ahead_case";
       exec::cases::sends_ahead_case(*world);
       if (me == 0) std::printf("[ok] np4 direct sends posted ahead of their rounds\n");
+      current = "commit_ahead_case";
+      exec::cases::commit_ahead_case(*world);
+      if (me == 0) std::printf("[ok] np4 receives committed ahead\n");
       current = "zero_copy_keep_case";
       exec::cases::zero_copy_keep_case(*world);
       if (me == 0) std::printf("[ok] np4 zero-copy keeps\n");

@@ -55,6 +55,7 @@ struct TransitionCase {
   std::uint64_t* unset_left = nullptr;
   bool align_pages = false;  // LayoutOptions::align_elems = kPageAlignElems: remapped keeps
   bool direct_runs = true;   // TransitionOptions::direct_runs: scattered runs moved unpacked
+  bool commit_ahead = true;  // TransitionOptions::commit_ahead
   // > 0: ranks sit on nodes of this many (TransitionOptions::topology) and the switch runs one
   // pipeline per link class (LinkOverlap::kOn; two classes when the ranks span two nodes).
   int gpus_per_node = 0;
@@ -102,6 +103,7 @@ void message_count_case(comm::Transport& t);
 // over a runs pair all but the first rounds' sends go ahead, without runs none; every byte
 // verified.
 void sends_ahead_case(comm::Transport& t);
+void commit_ahead_case(comm::Transport& t);
 
 // Zero-copy keeps on exactly 4 ranks: kept buffers that stay identical are handed over.
 void zero_copy_keep_case(comm::Transport& t);

@@ -42,6 +42,7 @@ def test_lend_and_reclaim_move_every_byte_and_training_equals_plain_torch(world)
         # until the next forward or zero_grad() zeroes them; a rank that kept its grads buffer
         # still holds the last step's there, so a step accumulating into them would differ.
         assert all(p.grad is None for p in model.parameters()) and lent["max_rank_bytes_zeroed"] == 0
+        assert isinstance(lent["committed_ahead_bytes"], int)  # the engine's commits before the exchange
         worst = max(worst, train_step(job, model, optimizer, plain, plain_opt, step, zero_grad=False))  # lent
         step += 1
         back = job.reclaim()
