@@ -150,10 +150,11 @@ struct TransitionOptions {
   // whatever their memory held), for a caller that writes them before any read: the Python job
   // zeroes its grads at the next zero_grad() or grad-enabled forward, out of the switch's pause.
   bool fill_zeroed = true;
-  // Receives committed ahead (exec/README.md): where the dry run shows it raises no peak, the
-  // page-wise destination memory this rank receives into is committed in one step before the
-  // exchange (a pool moves its spare pages in with a few mremaps), not chunk by chunk between
-  // the receives. Local to a rank: ranks may pass different values.
+  // Receives committed ahead (exec/README.md): where the dry run shows the peak stays within
+  // max(source, destination) + mem_budget (or at the peak without), the page-wise destination
+  // memory this rank receives into is committed in one step before the exchange (a pool moves
+  // its spare pages in with a few mremaps), not chunk by chunk between the receives. Local to a
+  // rank: ranks may pass different values.
   bool commit_ahead = true;
   // When set, receives this rank's schedule (exec/schedule_trace.h), recorded by the dry run
   // that precedes the real one: the same code path, so the trace is what the real run does.

@@ -7,8 +7,9 @@
 // - A source buffer is live from the start; it is given back when its last byte has been read
 //   (consume), a page-wise one granule by granule as each granule's last byte is read.
 // - A destination buffer becomes live just before its first write (touch), a page-wise one is
-//   reserved then and each granule committed before its first write; padding is zeroed when it
-//   becomes live, so recycled memory leaks nothing.
+//   reserved then and each granule committed before its first write (or, received granules,
+//   all as the exchange starts: begin_receives); padding is zeroed when it becomes live, so
+//   recycled memory leaks nothing.
 // - Staging (depth slots per direction and link class) is live for the whole run.
 // The dry run and the real run make the same calls in the same order; only the real one calls
 // the allocator. So the dry run's peak() is the real run's, exactly.
@@ -56,9 +57,10 @@ struct BufferMemory {
   std::uint64_t pagewise_count() const;
 };
 
-// Chooses the granule and the page-wise buffers of `mem` (sizes already set), counts the
-// reads of `plan`'s keeps and sends per granule and marks the granules its receives write. Handed-over (adopted) source buffers are
-// destinations now and may still send: never decommitted granule by granule, so they stay whole.
+// Chooses the granule and the page-wise buffers of `mem` (sizes already set), counts the reads
+// of `plan`'s keeps and sends per granule and marks the granules its receives write.
+// Handed-over (adopted) source buffers are destinations now and may still send: never
+// decommitted granule by granule, so they stay whole.
 void choose_pagewise(BufferMemory& mem, const plan::RankPlan& plan, const PieceGeometry& g, std::size_t mem_budget,
                      std::size_t alloc_pagewise_min, const Adoptions& adoptions);
 
