@@ -14,7 +14,10 @@ source "$(dirname "$0")/c10d_job.sh"
 source "$(dirname "$0")/c10d_netns.sh"
 
 schedule="0:dp=2,zero=0;6:dp=4,zero=0"
-steps=24  # node 0's processes are still there when they are read again after step 14
+# Steps enough that the job is still running when node 1 is killed after step 10 and when node
+# 0's processes are read again after step 14 (the log is polled every 0.1 s; at 24 steps a loaded
+# run once ended before the kill landed).
+steps=60
 port=29721
 on_node() {  # R LAUNCH_FLAGS...: `dynatrain launch` in node R's namespace (hostname dtc-nodeR), Gloo on its veth
   local r=$1
