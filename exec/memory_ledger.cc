@@ -83,11 +83,15 @@ void MemoryLedger::grow(std::uint64_t bytes) {
   if (tracking_) ahead_peak_ = std::max(ahead_peak_, live_ + pending_);
 }
 
+bool MemoryLedger::received(std::uint32_t b, std::size_t gi) const {
+  return b < mem_.dst_received.size() && gi < mem_.dst_received[b].size() && mem_.dst_received[b][gi];
+}
+
 void MemoryLedger::begin_receives(bool commit) {
   pending_ = 0;
   for (std::uint32_t b = 0; b < mem_.dst_received.size(); ++b)
     for (std::size_t gi = 0; gi < mem_.dst_received[b].size(); ++gi)
-      if (mem_.dst_received[b][gi] && (committed_[b].empty() || !committed_[b][gi]))
+      if (received(b, gi) && (committed_[b].empty() || !committed_[b][gi]))
         pending_ += mem_.granule_size(mem_.dst_size[b], gi);
   ahead_bytes_ = pending_;
   ahead_peak_ = std::max(peak_, live_ + pending_);
@@ -264,7 +268,7 @@ void MemoryLedger::commit_dst(std::uint32_t b, std::size_t first, std::size_t la
     for (; gi < last && !committed[gi]; ++gi) {  // accounted granule by granule, as the dry run
       committed[gi] = 1;
       const std::uint64_t n = mem_.granule_size(mem_.dst_size[b], gi);
-      if (tracking_ && !mem_.dst_received[b].empty() && mem_.dst_received[b][gi]) pending_ -= n;
+      if (tracking_ && received(b, gi)) pending_ -= n;
       grow(n);
       if (trace_) trace_->fresh(n);
     }

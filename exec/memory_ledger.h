@@ -121,6 +121,9 @@ class MemoryLedger {
   // as few mremaps as its spare runs allow, not one a granule). Accounted granule by granule.
   void commit_dst(std::uint32_t b, std::size_t first, std::size_t last);
   void commit_range(std::uint32_t b, std::uint64_t lo, std::uint64_t hi);
+  // Granule gi of destination buffer b is written by a receive (BufferMemory::dst_received;
+  // false where that was never computed).
+  bool received(std::uint32_t b, std::size_t gi) const;
   void zero_padding(std::uint32_t b, std::uint64_t lo, std::uint64_t hi);
 
   const BufferMemory& mem_;
